@@ -1,0 +1,268 @@
+"""All message tables of one database: discovery, one MessageManager per table, lookups.
+
+The engine discovers message tables in information_schema at open and then every
+``discovery_interval_s`` (and at once when a request names a table it does not know):
+a new table gets a manager, a changed COMMENT is applied live, a table whose definition
+became invalid or that was dropped is closed and its subscribers are ended with the reason.
+While the database cannot be reached the engine keeps running and retries with backoff;
+requests get Unavailable until it answers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from msgtable.clock import Clock, SystemClock
+from msgtable.errors import (
+    InvalidArgument,
+    MsgtableError,
+    TableLoadError,
+    TableNotFound,
+    Unavailable,
+)
+from msgtable.manager import MessageManager, Subscriber
+from msgtable.status import TableStatus
+from msgtable.store import MySQLStore, Store, TableDefinition
+from msgtable.tables import TableConfig, load_table
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DISCOVERY_INTERVAL_S = 5.0
+DISCOVERY_RETRY_MAX_S = 30.0
+SHARDS = ("", "0", "-")  # ways to name the one shard of an unsharded keyspace
+
+
+class MessageEngine:
+    """Serves every message table of one database (the keyspace)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S,
+        run_loops: bool = True,
+    ) -> None:
+        self.store = store
+        self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
+        self.keyspace = store.database
+        self.clock = clock or SystemClock()
+        self.rng = rng or random.Random()
+        self.discovery_interval_s = discovery_interval_s
+        self._lock = threading.Lock()
+        self._managers: dict[str, MessageManager] = {}
+        self._load_errors: dict[str, str] = {}
+        self._discovered = False
+        self._db_error: str | None = "database not reached yet"
+        self._last_refresh = 0.0
+        self._refresh_lock = threading.RLock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.fatal = threading.Event()
+        self.fatal_reason = ""
+
+    @classmethod
+    def from_dsn(cls, dsn: str, **kwargs: Any) -> MessageEngine:
+        return cls(MySQLStore.from_dsn(dsn), **kwargs)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def open(self) -> None:
+        """Discover tables (without failing if the database is down) and start serving."""
+        if self._thread is not None:
+            return
+        try:
+            self.refresh()
+        except Unavailable as exc:
+            log.warning("database unavailable at start, retrying in the background: %s", exc)
+        self._thread = threading.Thread(
+            target=self._discovery_loop, daemon=True, name="msgtable-discovery"
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """End every subscription (Unavailable), stop all loops, close connections."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(DISCOVERY_RETRY_MAX_S)
+        with self._lock:
+            managers, self._managers = list(self._managers.values()), {}
+        for m in managers:
+            m.close(Unavailable("server shutting down"))
+        self.store.close()
+
+    def _on_fatal(self, reason: str) -> None:
+        self.fatal_reason = reason
+        self.fatal.set()
+
+    # -- discovery -----------------------------------------------------------------------
+    def refresh(self) -> None:
+        """Read the message tables now and open, reconfigure or close managers to match."""
+        with self._refresh_lock:
+            self._last_refresh = time.monotonic()
+            try:
+                defs = self.store.discover()
+            except Unavailable as exc:
+                self._db_error = str(exc)
+                raise
+            self._db_error = None
+            self._apply(defs)
+            self._discovered = True
+
+    def _apply(self, defs: list[TableDefinition]) -> None:
+        configs: dict[str, TableConfig] = {}
+        errors: dict[str, str] = {}
+        for d in defs:
+            try:
+                configs[d.name] = load_table(d.name, d.comment, d.columns, d.unique_indexes)
+            except TableLoadError as exc:
+                errors[d.name] = str(exc)
+        to_close: list[tuple[MessageManager, MsgtableError]] = []
+        to_open: list[MessageManager] = []
+        with self._lock:
+            for name, m in list(self._managers.items()):
+                cfg = configs.get(name)
+                if cfg is None:
+                    del self._managers[name]
+                    err: MsgtableError = (
+                        TableLoadError(errors[name])
+                        if name in errors
+                        else TableNotFound(f"message table {name!r} was dropped")
+                    )
+                    to_close.append((m, err))
+                elif cfg != m.config:
+                    if cfg.message_columns == m.config.message_columns:
+                        m.reconfigure(cfg)
+                        log.info("table %s: new settings applied", name)
+                    else:
+                        del self._managers[name]
+                        to_close.append(
+                            (
+                                m,
+                                Unavailable(
+                                    f"message table {name!r} changed its columns; subscribe again"
+                                ),
+                            )
+                        )
+            for name, cfg in configs.items():
+                if name not in self._managers:
+                    m = MessageManager(self.store, cfg, self.clock, self.rng, self._on_fatal)
+                    self._managers[name] = m
+                    to_open.append(m)
+            for name in errors.keys() - self._load_errors.keys():
+                log.error("message table failed to load: %s", errors[name])
+            self._load_errors = errors
+        for m, e in to_close:
+            log.info("table %s: closing (%s)", m.config.name, e)
+            m.close(e)
+        for m in to_open:
+            log.info("table %s: serving", m.config.name)
+            if self.run_loops:
+                m.open()
+
+    def _discovery_loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            delay = self.discovery_interval_s
+            if failures:
+                delay = min(DISCOVERY_RETRY_MAX_S, 0.5 * 2 ** min(failures, 10))
+            self._wake.wait(delay)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.refresh()
+                if failures:
+                    log.info("database reachable again")
+                failures = 0
+            except Unavailable as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("discovery failed, retrying with backoff: %s", exc)
+            except Exception:
+                failures += 1
+                log.exception("discovery failed unexpectedly")
+
+    # -- lookups -------------------------------------------------------------------------
+    def _manager(
+        self, name: str, keyspace: str, shard: str = "", key_range: tuple[bytes, bytes] = (b"", b"")
+    ) -> MessageManager:
+        """The one place that says which database (and manager) serves a table."""
+        if not name:
+            raise InvalidArgument("a table name is required")
+        if keyspace not in ("", self.keyspace):
+            raise TableNotFound(
+                f"keyspace {keyspace!r} not found: this server serves {self.keyspace!r}"
+            )
+        if shard not in SHARDS:
+            raise InvalidArgument(
+                f"shard {shard!r} not found: keyspace {self.keyspace!r} is unsharded "
+                "(use '', '0' or '-')"
+            )
+        if tuple(key_range) != (b"", b""):
+            raise InvalidArgument(
+                f"keyspace {self.keyspace!r} is unsharded: key_range must be empty"
+            )
+        asked_at = time.monotonic()
+        for attempt in range(2):
+            with self._lock:
+                m = self._managers.get(name)
+                error = self._load_errors.get(name)
+            if m is not None:
+                return m
+            if error is not None:
+                raise TableLoadError(error)
+            if attempt == 0:
+                self._refresh_on_demand(asked_at)
+        if not self._discovered:
+            raise Unavailable(self._db_error or "database unavailable")
+        raise TableNotFound(f"message table {name!r} not found in keyspace {self.keyspace!r}")
+
+    def _refresh_on_demand(self, asked_at: float) -> None:
+        """Rediscover for a name we do not know, unless a discovery began after the ask.
+
+        Concurrent asks for unknown names share one discovery instead of one each.
+        """
+        with self._refresh_lock:
+            if self._last_refresh >= asked_at:
+                return
+            with contextlib.suppress(Unavailable):
+                self.refresh()
+
+    def subscribe(
+        self,
+        name: str,
+        keyspace: str = "",
+        shard: str = "",
+        key_range: tuple[bytes, bytes] = (b"", b""),
+    ) -> Subscriber:
+        if self._stop.is_set():
+            raise Unavailable("server shutting down")
+        return self._manager(name, keyspace, shard, key_range).subscribe()
+
+    def ack(self, name: str, keyspace: str, ids: Sequence[object]) -> int:
+        if self._stop.is_set():
+            raise Unavailable("server shutting down")
+        return self._manager(name, keyspace).ack(ids)
+
+    def list_tables(self) -> list[TableStatus]:
+        """Every message table: loaded ones with live counts, failed ones with their error."""
+        if not self._discovered:
+            raise Unavailable(self._db_error or "database unavailable")
+        with self._lock:
+            managers = list(self._managers.values())
+            errors = dict(self._load_errors)
+        out = [m.status(self.keyspace) for m in managers]
+        out += [
+            TableStatus(name=n, keyspace=self.keyspace, config=None, load_error=e)
+            for n, e in errors.items()
+        ]
+        return sorted(out, key=lambda s: s.name)

@@ -1,0 +1,31 @@
+"""The error catalogue: every error msgtable raises on purpose is a MsgtableError.
+
+Domain code raises these; server.py maps them to gRPC status codes in one place and
+client.py maps status codes back, so callers on both sides see the same classes.
+"""
+
+from __future__ import annotations
+
+
+class MsgtableError(Exception):
+    """Root of all msgtable errors. The message is safe to show to a user."""
+
+
+class TableNotFound(MsgtableError):
+    """No message table of that name is known (or it was dropped)."""
+
+
+class TableLoadError(MsgtableError):
+    """The table exists and is marked as a message table, but its definition is invalid."""
+
+
+class InvalidArgument(MsgtableError):
+    """A request or configuration value is malformed."""
+
+
+class Unavailable(MsgtableError):
+    """The database cannot be reached right now, or the server is shutting down; retry later."""
+
+
+class ServerBinaryNotFound(MsgtableError):
+    """No mysqld / mariadbd binary exists to start a throwaway local server."""

@@ -1,0 +1,434 @@
+"""One message table: its subscribers, its cache, and the poller, sender and purger loops.
+
+State machine of a MessageManager::
+
+    closed --open()--> idle     no subscriber: the purger runs, the poller sleeps, cache empty
+    idle   --subscribe--> active  the poller reads due rows every vt_poller_interval (sooner
+                                   when woken: a new subscriber, or the cache ran low while
+                                   more rows were pending); the sender sends batches
+    active --last subscriber leaves--> idle   (the cache is dropped: the database is the truth)
+    idle/active --close(error)--> closed      subscribers end with the error; loops stop
+
+And of one row: due in the database -> queued (poll) -> sending (popped by the sender) ->
+claimed (postponed in the database: time_next by backoff, epoch + 1) and handed to one
+subscriber inside the claim's transaction -> in flight until its lease (ack wait) ends. A
+row whose claim does not match (acked, deleted, rescheduled or re-versioned by DML since the
+poll) is dropped from the cache unsent. Nothing here is the only copy of anything: a crash
+at any point leaves every unacked row in the table, due again after its backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING
+
+from msgtable.backoff import draw_jitter, next_delivery_ns
+from msgtable.cache import CachedRow, MessageCache
+from msgtable.clock import Clock
+from msgtable.errors import InvalidArgument, MsgtableError, Unavailable
+from msgtable.status import TableStatus
+from msgtable.tables import Column, TableConfig
+
+if TYPE_CHECKING:
+    from msgtable.store import Store
+
+log = logging.getLogger(__name__)
+
+SUBSCRIBER_BUFFER_BATCHES = 2  # batches claimed for a subscriber but not yet taken by it
+MAX_ACK_IDS = 10_000
+PURGE_BATCH_ROWS = 500
+PURGE_MIN_INTERVAL_S = 1.0
+RETRY_MIN_S = 0.1
+IDLE_WAIT_S = 1.0
+CLOSE_TIMEOUT_S = 10.0
+
+Row = tuple[object, ...]
+
+
+class Subscriber:
+    """One MessageStream: a small bounded queue of batches the sender fills."""
+
+    def __init__(
+        self,
+        manager: MessageManager,
+        fields: tuple[Column, ...],
+        max_batches: int = SUBSCRIBER_BUFFER_BATCHES,
+    ) -> None:
+        self.fields = fields
+        self._manager = manager
+        self._max = max_batches
+        self._cond = threading.Condition()
+        self._batches: deque[list[Row]] = deque()
+        self._ended: MsgtableError | None = None
+        self._closed = False
+
+    def has_room(self) -> bool:
+        return self._ended is None and not self._closed and len(self._batches) < self._max
+
+    def put(self, batch: list[Row]) -> None:
+        """Queue a batch (never blocks; the sender checked has_room first)."""
+        with self._cond:
+            self._batches.append(batch)
+            self._cond.notify()
+
+    def next_batch(self, timeout_s: float | None = None) -> list[Row]:
+        """The next batch; [] on timeout; raises the error that ended the subscription."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._batches or self._ended or self._closed, timeout_s)
+            if self._batches:
+                batch = self._batches.popleft()
+            elif self._ended is not None:
+                raise self._ended
+            elif self._closed:
+                raise Unavailable("subscription closed")
+            else:
+                return []
+        self._manager.wake_sender()  # room freed
+        return batch
+
+    def end(self, error: MsgtableError) -> None:
+        """End the subscription; batches already queued are still handed out first."""
+        with self._cond:
+            if self._ended is None:
+                self._ended = error
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """The client went away. Idempotent. Its queued batches come back after their lease."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._batches.clear()
+            self._cond.notify_all()
+        self._manager.unsubscribe(self)
+
+
+def select_subscriber(subscribers: Sequence[Subscriber], start: int) -> int | None:
+    """Round-robin: the first subscriber from ``start`` on that has room, or None."""
+    n = len(subscribers)
+    for k in range(n):
+        i = (start + k) % n
+        if subscribers[i].has_room():
+            return i
+    return None
+
+
+def coerce_ids(table: str, column: Column, ids: Sequence[object]) -> list[Hashable]:
+    """Validate ack ids against the id column's type; deduplicate, keep order."""
+    if not ids:
+        raise InvalidArgument(f"table {table}: no ids to ack")
+    if len(ids) > MAX_ACK_IDS:
+        raise InvalidArgument(f"table {table}: {len(ids)} ids in one ack; at most {MAX_ACK_IDS}")
+    out: dict[Hashable, None] = {}
+    for raw in ids:
+        out[_coerce_id(table, column, raw)] = None
+    return list(out)
+
+
+def _coerce_id(table: str, column: Column, raw: object) -> Hashable:
+    bad = InvalidArgument(
+        f"table {table}: malformed id {raw!r} for id column of type {column.column_type}"
+    )
+    if raw is None or isinstance(raw, bool):
+        raise bad
+    if column.is_integer:
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float) and raw.is_integer():
+            return int(raw)
+        if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+            return int(raw)
+        raise bad
+    binary = column.data_type in (
+        "binary",
+        "varbinary",
+        "blob",
+        "tinyblob",
+        "mediumblob",
+        "longblob",
+    )
+    if binary:
+        if isinstance(raw, bytes):
+            return raw
+        if isinstance(raw, str):
+            return raw.encode()
+        raise bad
+    if isinstance(raw, str | int):
+        return str(raw) if isinstance(raw, int) else raw
+    if isinstance(raw, bytes):
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise bad from None
+    raise bad
+
+
+class MessageManager:
+    """Serves one message table (see the module docstring for its state machine)."""
+
+    def __init__(
+        self,
+        store: Store,
+        config: TableConfig,
+        clock: Clock,
+        rng: random.Random,
+        on_fatal: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.config = config
+        self.clock = clock
+        self.rng = rng
+        self.cache = MessageCache(config.cache_size)
+        self._on_fatal = on_fatal
+        self._lock = threading.Lock()
+        self._subscribers: list[Subscriber] = []
+        self._next = 0
+        self._stop = threading.Event()
+        self._poll_wake = threading.Event()
+        self._send_wake = threading.Event()
+        self._purge_wake = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._opened = False
+        self.sent = 0
+        self.acked = 0
+        self.errors = 0
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def open(self) -> None:
+        with self._lock:
+            if self._opened:
+                return
+            self._opened = True
+        for name, loop in (
+            ("poller", self._poll_loop),
+            ("sender", self._send_loop),
+            ("purger", self._purge_loop),
+        ):
+            t = threading.Thread(
+                target=self._guard,
+                args=(name, loop),
+                daemon=True,
+                name=f"msgtable-{self.config.name}-{name}",
+            )
+            self._threads.append(t)
+            t.start()
+
+    def close(self, error: MsgtableError | None = None, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
+        """Stop the loops (letting a send in progress finish) and end every subscriber."""
+        self._stop.set()
+        for ev in (self._poll_wake, self._send_wake, self._purge_wake):
+            ev.set()
+        current = threading.current_thread()
+        for t in self._threads:
+            if t is not current:
+                t.join(timeout_s)
+        with self._lock:
+            subs, self._subscribers = self._subscribers, []
+            self.cache.clear()
+        err = error or Unavailable("server shutting down")
+        for s in subs:
+            s.end(err)
+
+    def reconfigure(self, config: TableConfig) -> None:
+        """Take new comment settings live; subscribers stay connected."""
+        with self._lock:
+            self.config = config
+            self.cache.size = config.cache_size
+        for ev in (self._poll_wake, self._send_wake, self._purge_wake):
+            ev.set()
+
+    # -- subscribers ---------------------------------------------------------------------
+    def subscribe(self) -> Subscriber:
+        if self._stop.is_set():
+            raise Unavailable("server shutting down")
+        sub = Subscriber(self, self.config.message_columns)
+        with self._lock:
+            self._subscribers.append(sub)
+        self._poll_wake.set()
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        with self._lock:
+            if sub in self._subscribers:
+                self._subscribers.remove(sub)
+            if not self._subscribers:
+                self.cache.clear()
+
+    def wake_sender(self) -> None:
+        self._send_wake.set()
+
+    # -- acks ----------------------------------------------------------------------------
+    def ack(self, ids: Sequence[object]) -> int:
+        cfg = self.config
+        clean = coerce_ids(cfg.name, cfg.id_column, ids)
+        n = self.store.ack(cfg, clean, self.clock.now_ns())
+        with self._lock:
+            self.cache.forget(clean)
+            self.acked += n
+        return n
+
+    def status(self, keyspace: str) -> TableStatus:
+        with self._lock:
+            return TableStatus(
+                name=self.config.name,
+                keyspace=keyspace,
+                config=self.config,
+                load_error=None,
+                cached=self.cache.queued + self.cache.sending,
+                in_flight=self.cache.in_flight(self.clock.now_ns()),
+                subscribers=len(self._subscribers),
+                sent=self.sent,
+                acked=self.acked,
+            )
+
+    # -- one step of each loop (unit tests call these directly) --------------------------
+    def poll_once(self) -> int:
+        """Read due rows into the cache; returns how many were new."""
+        with self._lock:
+            if not self._subscribers:
+                return 0
+            cfg = self.config
+        rows = self.store.poll(cfg, self.clock.now_ns(), cfg.cache_size)
+        with self._lock:
+            if not self._subscribers:  # the last one left during the poll
+                return 0
+            added = self.cache.add(rows)
+            self.cache.pending = len(rows) >= cfg.cache_size
+        if added:
+            self._send_wake.set()
+        return added
+
+    def send_once(self) -> int:
+        """Claim one batch for the next subscriber with room and hand it over.
+
+        Returns the number of rows taken from the cache (0: nothing to do right now).
+        """
+        with self._lock:
+            if not self.cache.queued:
+                return 0
+            i = select_subscriber(self._subscribers, self._next)
+            if i is None:
+                return 0
+            sub = self._subscribers[i]
+            self._next = i + 1
+            cfg = self.config
+            batch = self.cache.pop(cfg.batch_size)
+        now = self.clock.now_ns()
+        jitter = draw_jitter(self.rng)
+
+        def next_ns(epoch: int) -> int:
+            return next_delivery_ns(
+                now, epoch, cfg.ack_wait_s, cfg.min_backoff_s, cfg.max_backoff_s, jitter
+            )
+
+        delivered: list[CachedRow] = []
+
+        def deliver(rows: list[CachedRow]) -> None:
+            sub.put([r.values for r in rows])
+            delivered.extend(rows)
+
+        try:
+            self.store.claim(cfg, batch, now, next_ns, deliver)
+        except MsgtableError:
+            with self._lock:
+                self.cache.pending = True  # the rows are still due: fetch them again soon
+            self._poll_wake.set()
+            raise
+        finally:
+            with self._lock:
+                self.cache.finish(
+                    batch, [r.id for r in delivered], now, round(cfg.ack_wait_s * 1e9)
+                )
+                self.sent += len(delivered)
+                refill = self.cache.pending and self.cache.queued <= cfg.cache_size // 2
+            if refill:
+                self._poll_wake.set()
+        return len(batch)
+
+    def purge_once(self) -> int:
+        """Delete acked rows older than vt_purge_after in bounded batches, until none remain."""
+        total = 0
+        while not self._stop.is_set():
+            cfg = self.config
+            cutoff = self.clock.now_ns() - round(cfg.purge_after_s * 1e9)
+            n = self.store.purge(cfg, cutoff, PURGE_BATCH_ROWS)
+            total += n
+            if n < PURGE_BATCH_ROWS:
+                break
+        return total
+
+    # -- loops ---------------------------------------------------------------------------
+    def _guard(self, name: str, loop: Callable[[], None]) -> None:
+        try:
+            loop()
+        except BaseException as exc:  # a loop must never die quietly
+            msg = f"table {self.config.name}: {name} loop died: {exc!r}"
+            log.critical(msg, exc_info=True)
+            if self._on_fatal is not None:
+                self._on_fatal(msg)
+
+    def _failed(self, what: str, exc: Exception, failures: int) -> float:
+        self.errors += 1
+        level = logging.WARNING if failures == 1 else logging.DEBUG
+        exc_info = not isinstance(exc, MsgtableError)
+        log.log(
+            level,
+            "table %s: %s failed (%d in a row): %s",
+            self.config.name,
+            what,
+            failures,
+            exc,
+            exc_info=exc_info,
+        )
+        return min(self.config.poller_interval_s, RETRY_MIN_S * 2.0 ** min(failures, 10))
+
+    def _poll_loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            with self._lock:
+                idle = not self._subscribers
+            if idle:
+                self._poll_wake.wait()
+                self._poll_wake.clear()
+                continue
+            self._poll_wake.clear()
+            try:
+                self.poll_once()
+                if failures:
+                    log.info("table %s: polling works again", self.config.name)
+                failures, delay = 0, self.config.poller_interval_s
+            except Exception as exc:
+                failures += 1
+                delay = self._failed("poll", exc, failures)
+            self._poll_wake.wait(delay)
+
+    def _send_loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            self._send_wake.clear()
+            try:
+                taken = self.send_once()
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                self._send_wake.wait(self._failed("send", exc, failures))
+                continue
+            if not taken:
+                self._send_wake.wait(IDLE_WAIT_S)
+
+    def _purge_loop(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            self._purge_wake.clear()
+            try:
+                self.purge_once()
+                failures, delay = 0, max(self.config.poller_interval_s, PURGE_MIN_INTERVAL_S)
+            except Exception as exc:
+                failures += 1
+                delay = self._failed("purge", exc, failures)
+            self._purge_wake.wait(delay)

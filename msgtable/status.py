@@ -1,0 +1,22 @@
+"""What operators see of a table: its config or load error, and live counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from msgtable.tables import TableConfig
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    """One message table as the engine sees it right now."""
+
+    name: str
+    keyspace: str
+    config: TableConfig | None  # None when the table failed to load
+    load_error: str | None
+    cached: int = 0  # rows queued in memory, waiting to be sent
+    in_flight: int = 0  # sent by this server, not acked through it, lease not expired
+    subscribers: int = 0
+    sent: int = 0  # messages sent since the table was opened
+    acked: int = 0  # rows acked through MessageAck since the table was opened

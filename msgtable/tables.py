@@ -1,0 +1,238 @@
+"""Message table definitions: the COMMENT grammar, the two column layouts, and TableConfig.
+
+A message table is an ordinary InnoDB table whose COMMENT starts with ``vitess_message``.
+Everything here is pure: the SQL that reads information_schema lives in store.py and hands
+the raw facts (comment, columns, unique indexes) to :func:`load_table`, which returns either
+a frozen :class:`TableConfig` or a :class:`TableLoadError` naming the table and the field.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from msgtable.errors import TableLoadError
+
+COMMENT_MARKER = "vitess_message"
+
+REQUIRED_KEYS = (
+    "vt_ack_wait",
+    "vt_purge_after",
+    "vt_batch_size",
+    "vt_cache_size",
+    "vt_poller_interval",
+)
+OPTIONAL_KEYS = ("vt_min_backoff", "vt_max_backoff", "vt_message_cols")
+
+# A backoff with no upper bound (vt_max_backoff=0) still stops here, so time_next stays a
+# valid BIGINT of nanoseconds for centuries.
+BACKOFF_CEILING_S = 365 * 86400.0
+
+INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+
+
+class Layout(enum.Enum):
+    """Which engine columns a table has."""
+
+    CURRENT = "current"  # id, priority, time_next, epoch, time_acked (Vitess 6.0+)
+    V2018 = "2018"  # time_scheduled, id, time_next, epoch, time_created, time_acked
+
+
+ENGINE_COLUMNS = {
+    Layout.CURRENT: ("priority", "time_next", "epoch", "time_acked"),
+    Layout.V2018: ("time_scheduled", "time_next", "epoch", "time_created", "time_acked"),
+}
+REQUIRED_COLUMNS = {
+    Layout.CURRENT: ("id", "priority", "time_next", "epoch", "time_acked"),
+    Layout.V2018: ("id", "time_scheduled", "time_next", "epoch", "time_acked"),
+}
+INTEGER_COLUMNS = ("priority", "time_next", "epoch", "time_acked", "time_scheduled", "time_created")
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a message table as information_schema describes it."""
+
+    name: str
+    data_type: str  # lower case, e.g. "bigint", "varchar", "json"
+    column_type: str  # full type, e.g. "bigint(20) unsigned"
+
+    @property
+    def is_integer(self) -> bool:
+        return self.data_type in INTEGER_TYPES
+
+
+@dataclass(frozen=True)
+class TableConfig:
+    """Everything the engine needs to serve one message table. Times are seconds."""
+
+    name: str
+    ack_wait_s: float
+    purge_after_s: float
+    batch_size: int
+    cache_size: int
+    poller_interval_s: float
+    min_backoff_s: float
+    max_backoff_s: float  # 0 means no bound (but BACKOFF_CEILING_S still applies)
+    layout: Layout
+    columns: tuple[Column, ...]
+    message_columns: tuple[Column, ...]  # streamed to subscribers, id first
+
+    @property
+    def id_column(self) -> Column:
+        return self.message_columns[0]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+def parse_comment(table: str, comment: str) -> dict[str, str]:
+    """Split a ``vitess_message,vt_key=value,...`` comment into raw key/value strings."""
+    parts = [p.strip() for p in comment.split(",")]
+    if not parts or parts[0] != COMMENT_MARKER:
+        raise TableLoadError(f"table {table}: comment does not start with {COMMENT_MARKER!r}")
+    fields: dict[str, str] = {}
+    for part in parts[1:]:
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise TableLoadError(
+                f"table {table}: comment field {part!r} is not of the form vt_key=value"
+            )
+        if key not in REQUIRED_KEYS and key not in OPTIONAL_KEYS:
+            raise TableLoadError(f"table {table}: unknown comment field {key!r}")
+        if key in fields:
+            raise TableLoadError(f"table {table}: comment field {key} is given twice")
+        fields[key] = value
+    missing = [k for k in REQUIRED_KEYS if k not in fields]
+    if missing:
+        raise TableLoadError(f"table {table}: missing comment field {', '.join(missing)}")
+    return fields
+
+
+def _seconds(table: str, key: str, raw: str, *, allow_zero: bool) -> float:
+    try:
+        value = float(raw)
+    except ValueError:
+        raise TableLoadError(f"table {table}: {key}={raw!r} is not a number") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        need = "zero or more" if allow_zero else "greater than zero"
+        raise TableLoadError(f"table {table}: {key}={raw} must be {need}")
+    return value
+
+
+def _count(table: str, key: str, raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise TableLoadError(f"table {table}: {key}={raw!r} is not a whole number") from None
+    if value < 1:
+        raise TableLoadError(f"table {table}: {key}={raw} must be at least 1")
+    return value
+
+
+def detect_layout(columns: Iterable[Column]) -> Layout:
+    names = {c.name for c in columns}
+    if "priority" not in names and "time_scheduled" in names:
+        return Layout.V2018
+    return Layout.CURRENT
+
+
+def load_table(
+    table: str, comment: str, columns: Sequence[Column], unique_indexes: Iterable[Sequence[str]]
+) -> TableConfig:
+    """Build the config of one table or raise TableLoadError naming table and field.
+
+    ``unique_indexes`` lists the column names of each unique index (primary key included).
+    """
+    fields = parse_comment(table, comment)
+    ack_wait = _seconds(table, "vt_ack_wait", fields["vt_ack_wait"], allow_zero=False)
+    purge_after = _seconds(table, "vt_purge_after", fields["vt_purge_after"], allow_zero=True)
+    batch_size = _count(table, "vt_batch_size", fields["vt_batch_size"])
+    cache_size = _count(table, "vt_cache_size", fields["vt_cache_size"])
+    poller = _seconds(table, "vt_poller_interval", fields["vt_poller_interval"], allow_zero=False)
+    min_backoff = ack_wait
+    if "vt_min_backoff" in fields:
+        min_backoff = _seconds(table, "vt_min_backoff", fields["vt_min_backoff"], allow_zero=False)
+    max_backoff = 0.0
+    if "vt_max_backoff" in fields:
+        max_backoff = _seconds(table, "vt_max_backoff", fields["vt_max_backoff"], allow_zero=True)
+        if 0 < max_backoff < min_backoff:
+            raise TableLoadError(
+                f"table {table}: vt_max_backoff={fields['vt_max_backoff']} is below "
+                f"vt_min_backoff ({min_backoff:g})"
+            )
+
+    layout = detect_layout(columns)
+    by_name = {c.name: c for c in columns}
+    missing = [c for c in REQUIRED_COLUMNS[layout] if c not in by_name]
+    if missing:
+        raise TableLoadError(f"table {table}: missing required column {', '.join(missing)}")
+    for name in INTEGER_COLUMNS:
+        col = by_name.get(name)
+        if col is not None and not col.is_integer:
+            raise TableLoadError(
+                f"table {table}: column {name} must be an integer (bigint), not {col.column_type}"
+            )
+    if not any(list(idx) == ["id"] for idx in unique_indexes):
+        raise TableLoadError(
+            f"table {table}: column id must be unique on its own "
+            "(primary key or unique index on id)"
+        )
+
+    engine_cols = set(ENGINE_COLUMNS[layout])
+    if "vt_message_cols" in fields:
+        names = [n.strip() for n in fields["vt_message_cols"].split("|")]
+        if not names or names[0] != "id":
+            raise TableLoadError(f"table {table}: vt_message_cols must start with id")
+        for n in names:
+            if n not in by_name:
+                raise TableLoadError(f"table {table}: vt_message_cols names unknown column {n!r}")
+        if len(set(names)) != len(names):
+            raise TableLoadError(f"table {table}: vt_message_cols repeats a column")
+        message_columns = tuple(by_name[n] for n in names)
+    else:
+        message_columns = (
+            by_name["id"],
+            *(c for c in columns if c.name != "id" and c.name not in engine_cols),
+        )
+
+    return TableConfig(
+        name=table,
+        ack_wait_s=ack_wait,
+        purge_after_s=purge_after,
+        batch_size=batch_size,
+        cache_size=cache_size,
+        poller_interval_s=poller,
+        min_backoff_s=min_backoff,
+        max_backoff_s=max_backoff,
+        layout=layout,
+        columns=tuple(columns),
+        message_columns=message_columns,
+    )
+
+
+DEMO_TABLE = "my_message"
+DEMO_COMMENT = (
+    "vitess_message,vt_ack_wait=30,vt_purge_after=86400,vt_batch_size=10,"
+    "vt_cache_size=10000,vt_poller_interval=30"
+)
+
+
+def current_layout_ddl(table: str = DEMO_TABLE, comment: str = DEMO_COMMENT) -> str:
+    """The recommended DDL (schema/current.sql is this, rendered for my_message)."""
+    return f"""create table {table}(
+  id bigint not null,
+  priority bigint not null default 0,
+  time_next bigint default 0,
+  epoch bigint not null default 0,
+  time_acked bigint,
+  message varchar(128),
+  primary key(id),
+  index poller_idx(time_acked, priority, time_next)
+) engine=InnoDB comment '{comment}'"""

@@ -1,0 +1,147 @@
+"""An in-memory Store with MySQL's semantics, for unit tests (and users' own tests).
+
+It mirrors MySQLStore statement by statement: the poll's due condition and order, the
+claim's compare-and-set on (unacked, due, epoch), the ack and the bounded purge. It is no
+substitute for the integration tests against a real server, which cover the SQL itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from msgtable.cache import CachedRow
+from msgtable.errors import TableNotFound, Unavailable
+from msgtable.store import Deliver, TableDefinition, group_by_epoch
+from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig
+
+CURRENT_COLUMNS = (
+    Column("id", "bigint", "bigint"),
+    Column("priority", "bigint", "bigint"),
+    Column("time_next", "bigint", "bigint"),
+    Column("epoch", "bigint", "bigint"),
+    Column("time_acked", "bigint", "bigint"),
+    Column("message", "varchar", "varchar(128)"),
+)
+
+
+class InMemoryStore:
+    """Tables as dicts of rows; ``down`` makes every call raise Unavailable."""
+
+    def __init__(self, database: str = "memdb") -> None:
+        self.database = database
+        self.definitions: dict[str, TableDefinition] = {}
+        self.rows: dict[str, dict[Hashable, dict[str, Any]]] = {}
+        self.down = False
+        self.polls = 0
+        self.lock = threading.Lock()
+
+    # -- test helpers --------------------------------------------------------------------
+    def create_table(
+        self,
+        name: str,
+        comment: str = DEMO_COMMENT,
+        columns: tuple[Column, ...] = CURRENT_COLUMNS,
+        unique_indexes: tuple[tuple[str, ...], ...] = (("id",),),
+    ) -> None:
+        self.definitions[name] = TableDefinition(name, comment, columns, unique_indexes)
+        self.rows.setdefault(name, {})
+
+    def drop_table(self, name: str) -> None:
+        self.definitions.pop(name, None)
+        self.rows.pop(name, None)
+
+    def insert(self, table: str, id: Hashable, **values: Any) -> None:
+        cols = {c.name for c in self.definitions[table].columns}
+        row: dict[str, Any] = dict.fromkeys(cols)
+        row.update(priority=0, time_next=0, epoch=0)
+        row.update(values, id=id)
+        self.rows[table][id] = row
+
+    def update(self, table: str, id: Hashable, **values: Any) -> None:
+        self.rows[table][id].update(values)
+
+    # -- Store ---------------------------------------------------------------------------
+    def _table(self, name: str) -> dict[Hashable, dict[str, Any]]:
+        if self.down:
+            raise Unavailable("database unavailable: (2003) test outage")
+        if name not in self.rows:
+            raise TableNotFound(f"message table {name!r} no longer exists")
+        return self.rows[name]
+
+    @staticmethod
+    def _next(cfg: TableConfig, row: dict[str, Any]) -> int:
+        if cfg.layout is Layout.V2018 and row["time_next"] is None:
+            return int(row.get("time_scheduled") or 0)
+        return int(row["time_next"] or 0)
+
+    def _due(self, cfg: TableConfig, row: dict[str, Any], now_ns: int) -> bool:
+        return row["time_acked"] is None and self._next(cfg, row) <= now_ns
+
+    def discover(self) -> list[TableDefinition]:
+        if self.down:
+            raise Unavailable("database unavailable: (2003) test outage")
+        return [self.definitions[n] for n in sorted(self.definitions)]
+
+    def poll(self, cfg: TableConfig, now_ns: int, limit: int) -> list[CachedRow]:
+        with self.lock:
+            self.polls += 1
+            due = [r for r in self._table(cfg.name).values() if self._due(cfg, r, now_ns)]
+            due.sort(key=lambda r: (r.get("priority") or 0, self._next(cfg, r)))
+            return [
+                CachedRow(
+                    r.get("priority") or 0,
+                    self._next(cfg, r),
+                    r["epoch"],
+                    tuple(r[c.name] for c in cfg.message_columns),
+                )
+                for r in due[:limit]
+            ]
+
+    def claim(
+        self,
+        cfg: TableConfig,
+        batch: Sequence[CachedRow],
+        now_ns: int,
+        next_ns: Callable[[int], int],
+        deliver: Deliver,
+    ) -> list[CachedRow]:
+        with self.lock:
+            table = self._table(cfg.name)
+            claimed: list[CachedRow] = []
+            for epoch, rows in group_by_epoch(batch).items():
+                nxt = next_ns(epoch or 0)
+                for r in rows:
+                    row = table.get(r.id)
+                    if row is not None and self._due(cfg, row, now_ns) and row["epoch"] == epoch:
+                        row["time_next"], row["epoch"] = nxt, (epoch or 0) + 1
+                        claimed.append(r)
+            if claimed:
+                deliver(claimed)
+            return claimed
+
+    def ack(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> int:
+        with self.lock:
+            table, n = self._table(cfg.name), 0
+            for i in ids:
+                row = table.get(i)
+                if row is not None and row["time_acked"] is None:
+                    row["time_acked"], row["time_next"] = now_ns, None
+                    n += 1
+            return n
+
+    def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
+        with self.lock:
+            table = self._table(cfg.name)
+            old = [
+                i
+                for i, r in table.items()
+                if r["time_acked"] is not None and r["time_acked"] < cutoff_ns
+            ][:limit]
+            for i in old:
+                del table[i]
+            return len(old)
+
+    def close(self) -> None:
+        pass

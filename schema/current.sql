@@ -1,0 +1,15 @@
+-- The current message table layout (Vitess 6.0+ compatible).
+-- Copy it, rename the table, add your own columns after time_acked (they are streamed to
+-- subscribers, id first), and tune the COMMENT (see README: Comment fields).
+-- time_next: unix nanoseconds; 0, NULL or anything in the past means "send now".
+-- Lower priority is sent first.
+create table my_message(
+  id bigint not null,
+  priority bigint not null default 0,
+  time_next bigint default 0,
+  epoch bigint not null default 0,
+  time_acked bigint,
+  message varchar(128),
+  primary key(id),
+  index poller_idx(time_acked, priority, time_next)
+) engine=InnoDB comment 'vitess_message,vt_ack_wait=30,vt_purge_after=86400,vt_batch_size=10,vt_cache_size=10000,vt_poller_interval=30';

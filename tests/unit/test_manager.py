@@ -1,0 +1,268 @@
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from msgtable.clock import FakeClock
+from msgtable.engine import MessageEngine
+from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
+from msgtable.manager import MessageManager, Subscriber, select_subscriber
+from msgtable.tables import DEMO_COMMENT
+from msgtable.testing import InMemoryStore
+
+COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2").replace(
+    "vt_cache_size=10000", "vt_cache_size=4"
+)
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def store():
+    s = InMemoryStore()
+    s.create_table("q", COMMENT)
+    return s
+
+
+@pytest.fixture
+def engine(store, clock):
+    e = MessageEngine(
+        store, clock=clock, rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    e.refresh()  # discovery without starting any thread: steps are driven by the test
+    yield e
+    e.close()
+
+
+def manager(engine) -> MessageManager:
+    return engine._manager("q", "")
+
+
+def drain(sub: Subscriber) -> list:
+    out = []
+    while batch := sub.next_batch(0):
+        out.extend(batch)
+    return out
+
+
+def test_nothing_is_polled_or_cached_without_a_subscriber(engine, store):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    assert m.poll_once() == 0 and store.polls == 0 and m.cache.queued == 0
+
+
+def test_a_due_row_is_polled_sent_and_postponed_with_epoch_plus_one(engine, store, clock):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    assert m.poll_once() == 1
+    assert m.send_once() == 1
+    assert drain(sub) == [(1, "a")]
+    row = store.rows["q"][1]
+    assert row["epoch"] == 1
+    # ack_wait 30 + backoff(epoch 0) = min_backoff 30 * jitter, at least 30
+    assert row["time_next"] >= clock.now_ns() + 60 * 10**9
+
+
+def test_a_row_with_null_time_next_is_due(engine, store):
+    store.insert("q", 1, message="a", time_next=None)
+    m = manager(engine)
+    m.subscribe()
+    assert m.poll_once() == 1
+
+
+def test_batches_go_round_robin_and_each_row_to_one_subscriber(engine, store):
+    for i in range(4):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    a, b = m.subscribe(), m.subscribe()
+    m.poll_once()
+    while m.send_once():
+        pass
+    got_a, got_b = drain(a), drain(b)
+    assert len(got_a) == 2 and len(got_b) == 2
+    assert sorted(r[0] for r in got_a + got_b) == [0, 1, 2, 3]
+
+
+def test_select_subscriber_skips_full_ones():
+    class S:
+        def __init__(self, room):
+            self.room = room
+
+        def has_room(self):
+            return self.room
+
+    subs = [S(True), S(False), S(True)]
+    assert select_subscriber(subs, 1) == 2
+    assert select_subscriber(subs, 3) == 0
+    assert select_subscriber([S(False)], 0) is None
+
+
+def test_an_unacked_message_comes_back_after_its_backoff(engine, store, clock):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    m.send_once()
+    drain(sub)
+    clock.advance(30)
+    assert m.poll_once() == 0  # still in its lease + backoff
+    clock.advance(31 * 4 / 3)
+    assert m.poll_once() == 1
+    m.send_once()
+    assert drain(sub) == [(1, "a")]
+    assert store.rows["q"][1]["epoch"] == 2
+
+
+def test_an_acked_message_is_not_sent_again(engine, store, clock):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    m.send_once()
+    drain(sub)
+    assert engine.ack("q", "", [1]) == 1
+    assert engine.ack("q", "", [1]) == 0
+    clock.advance(3600)
+    assert m.poll_once() == 0
+
+
+def test_a_dml_ack_while_cached_prevents_the_send(engine, store, clock):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    store.update("q", 1, time_acked=clock.now_ns(), time_next=None)  # another client's DML
+    m.send_once()
+    assert drain(sub) == []
+    assert m.status("memdb").sent == 0
+
+
+def test_a_reschedule_to_the_future_while_cached_prevents_the_send(engine, store, clock):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    store.update("q", 1, time_next=clock.now_ns() + 10**12)
+    m.send_once()
+    assert drain(sub) == []
+
+
+def test_reprioritise_takes_effect_at_the_next_poll(engine, store):
+    store.insert("q", 1, message="a", priority=5)
+    store.insert("q", 2, message="b", priority=1)
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    store.update("q", 1, priority=0)
+    m.poll_once()
+    m.send_once()
+    assert [r[0] for r in drain(sub)] == [1, 2]
+
+
+def test_cache_is_bounded_and_refills_when_room_frees(engine, store):
+    for i in range(10):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    sub = m.subscribe()
+    assert m.poll_once() == 4
+    assert m.cache.pending
+    m._poll_wake.clear()
+    m.send_once()
+    m.send_once()
+    assert m._poll_wake.is_set()  # woken to refill at once, not a poll interval later
+    drain(sub)
+
+
+def test_leaving_subscribers_drop_the_cache(engine, store):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    sub.close()
+    assert m.cache.queued == 0 and m.status("memdb").subscribers == 0
+
+
+def test_purge_deletes_old_acked_rows_in_batches(engine, store, clock):
+    for i in range(1200):
+        store.insert("q", i, message="x", time_acked=clock.now_ns() - 86401 * 10**9)
+    store.insert("q", "fresh", message="x", time_acked=clock.now_ns())
+    store.insert("q", "open", message="x")
+    assert manager(engine).purge_once() == 1200
+    assert sorted(store.rows["q"]) == ["fresh", "open"]
+
+
+def test_ack_validates_ids(engine):
+    with pytest.raises(InvalidArgument, match="no ids"):
+        engine.ack("q", "", [])
+    with pytest.raises(InvalidArgument, match="malformed"):
+        engine.ack("q", "", [None])
+    with pytest.raises(InvalidArgument, match="malformed"):
+        engine.ack("q", "", ["abc"])
+    with pytest.raises(InvalidArgument, match="at most"):
+        engine.ack("q", "", list(range(10_001)))
+    assert engine.ack("q", "", ["7", 7.0]) == 0
+
+
+def test_lookup_errors(engine, store):
+    with pytest.raises(TableNotFound, match="nope"):
+        engine.subscribe("nope")
+    with pytest.raises(TableNotFound, match="keyspace"):
+        engine.subscribe("q", keyspace="other")
+    with pytest.raises(InvalidArgument, match="shard"):
+        engine.subscribe("q", shard="-80")
+    with pytest.raises(InvalidArgument, match="key_range"):
+        engine.subscribe("q", key_range=(b"", b"\x80"))
+    with pytest.raises(InvalidArgument):
+        engine.subscribe("")
+    assert engine.subscribe("q", keyspace="memdb", shard="0") is not None
+
+
+def test_a_failed_table_is_reported_and_refused_while_others_load(engine, store):
+    store.create_table("bad", DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=0"))
+    engine.refresh()
+    with pytest.raises(TableLoadError, match=r"bad.*vt_batch_size"):
+        engine.subscribe("bad")
+    with pytest.raises(TableLoadError):
+        engine.ack("bad", "", [1])
+    statuses = {s.name: s for s in engine.list_tables()}
+    assert statuses["bad"].load_error and statuses["q"].load_error is None
+
+
+def test_dropping_a_table_ends_its_subscribers_with_not_found(engine, store):
+    sub = engine.subscribe("q")
+    store.drop_table("q")
+    engine.refresh()
+    with pytest.raises(TableNotFound):
+        sub.next_batch(0)
+
+
+def test_a_changed_comment_is_applied_live(engine, store):
+    sub = engine.subscribe("q")
+    store.create_table("q", COMMENT.replace("vt_batch_size=2", "vt_batch_size=3"))
+    engine.refresh()
+    assert manager(engine).config.batch_size == 3
+    assert sub.next_batch(0) == []  # still subscribed
+
+
+def test_database_down_before_discovery_is_unavailable(clock):
+    s = InMemoryStore()
+    s.down = True
+    e = MessageEngine(s, clock=clock, discovery_interval_s=3600)
+    with pytest.raises(Unavailable):
+        e.refresh()
+    with pytest.raises(Unavailable):
+        e.subscribe("q")
+    with pytest.raises(Unavailable):
+        e.list_tables()
+
+
+def test_close_ends_subscribers_with_unavailable(engine):
+    sub = engine.subscribe("q")
+    engine.close()
+    with pytest.raises(Unavailable, match="shutting down"):
+        sub.next_batch(0)

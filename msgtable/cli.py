@@ -1,0 +1,394 @@
+"""The ``msgtable`` command: serve, tables, tail.
+
+    msgtable serve [--dsn URL] [--listen HOST:PORT]   run the server (no DSN: a throwaway
+                                                       local MariaDB/MySQL with a demo table)
+    msgtable tables [--server HOST:PORT]               every message table, its config and state
+    msgtable tail NAME [--ack] [--count N] [--json]    print messages as they arrive
+
+Flags fall back to MSGTABLE_* environment variables. Errors are one message on stderr and a
+non-zero exit status, never a traceback (``--log-level debug`` logs the traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import decimal
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TextIO
+
+import grpc
+
+from msgtable import __version__
+from msgtable.client import DEFAULT_TARGET, Client, Field, Message, TableInfo, error_from_rpc
+from msgtable.errors import InvalidArgument, MsgtableError
+from msgtable.server import DEFAULT_GRACE_S, DEFAULT_LISTEN, MessagingServer
+
+if TYPE_CHECKING:
+    from msgtable.devdb import LocalServer
+    from msgtable.engine import MessageEngine
+
+log = logging.getLogger("msgtable.cli")
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+DEMO_DATABASE = "msgtable"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+# -- arguments ----------------------------------------------------------------------------
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or default
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="msgtable",
+        description="A message-table engine for MySQL: enqueue with SQL, stream over gRPC.",
+    )
+    parser.add_argument("--version", action="version", version=f"msgtable {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the server",
+        description="Serve the message tables of one database over gRPC. Without a DSN, start "
+        "a throwaway local MariaDB/MySQL server with a demo table (deleted on exit).",
+    )
+    serve.add_argument(
+        "--dsn",
+        default=_env("MSGTABLE_DSN"),
+        help="SQLAlchemy URL of the database, e.g. "
+        "mysql+pymysql://user:password@host:3306/db (env MSGTABLE_DSN)",
+    )
+    serve.add_argument(
+        "--listen",
+        default=_env("MSGTABLE_LISTEN", DEFAULT_LISTEN),
+        help=f"HOST:PORT to listen on (env MSGTABLE_LISTEN; default "
+        f"{DEFAULT_LISTEN}); there is no TLS or authentication yet, so "
+        "keep it on loopback or a private network",
+    )
+    serve.add_argument(
+        "--grace-s",
+        type=_non_negative_float,
+        default=DEFAULT_GRACE_S,
+        help="on SIGINT/SIGTERM, seconds to let calls in flight finish "
+        f"(default {DEFAULT_GRACE_S:g})",
+    )
+    serve.add_argument(
+        "--log-level",
+        default=_env("MSGTABLE_LOG_LEVEL", "info"),
+        type=str.lower,
+        choices=("debug", "info", "warning", "error"),
+        help="env MSGTABLE_LOG_LEVEL; default info",
+    )
+
+    server_help = f"msgtable server HOST:PORT (env MSGTABLE_SERVER; default {DEFAULT_TARGET})"
+    tables = commands.add_parser(
+        "tables",
+        help="list message tables",
+        description="List every message table the server knows: configuration or load "
+        "error, and live counters.",
+    )
+    tables.add_argument(
+        "--server", default=_env("MSGTABLE_SERVER", DEFAULT_TARGET), help=server_help
+    )
+
+    tail = commands.add_parser(
+        "tail",
+        help="print messages as they arrive",
+        description="Subscribe to a message table and print each message (id and columns) "
+        "as it arrives, until Ctrl-C. Without --ack the messages are not "
+        "acknowledged, so they are sent again after the table's ack wait.",
+    )
+    tail.add_argument("name", help="message table")
+    tail.add_argument("--keyspace", default="", help="keyspace (database); default the server's")
+    tail.add_argument("--ack", action="store_true", help="acknowledge each batch once printed")
+    tail.add_argument(
+        "--count", type=_positive_int, default=None, metavar="N", help="exit after N messages"
+    )
+    tail.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line (DECIMAL as a string, binary as 0x hex)",
+    )
+    tail.add_argument("--server", default=_env("MSGTABLE_SERVER", DEFAULT_TARGET), help=server_help)
+    return parser
+
+
+# -- entry point --------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = getattr(args, "log_level", "warning")
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    command: Callable[[argparse.Namespace], int] = COMMANDS[args.command]
+    try:
+        return command(args)
+    except MsgtableError as exc:
+        return fail(str(exc))
+    except grpc.RpcError as exc:  # the client maps these; this is a safety net
+        return fail(str(error_from_rpc(exc, getattr(args, "server", ""))))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        log.debug("unexpected error", exc_info=True)
+        return fail(f"unexpected {type(exc).__name__}: {exc} (--log-level debug shows more)")
+
+
+def fail(message: str, stream: TextIO | None = None) -> int:
+    print(f"msgtable: error: {message}", file=stream or sys.stderr)
+    return EXIT_ERROR
+
+
+# -- serve --------------------------------------------------------------------------------
+def open_engine(dsn: str) -> MessageEngine:
+    from sqlalchemy.exc import ArgumentError
+
+    from msgtable.engine import MessageEngine
+
+    try:
+        return MessageEngine.from_dsn(dsn)
+    except ArgumentError as exc:
+        raise InvalidArgument(f"invalid DSN: {exc}") from None
+
+
+def start_local_server() -> LocalServer:
+    """Start a throwaway server (raises ServerBinaryNotFound with the install hint)."""
+    from msgtable.devdb import LocalServer
+
+    local = LocalServer()
+    local.start()
+    return local
+
+
+def create_demo_table(dsn: str) -> None:
+    import sqlalchemy
+
+    from msgtable.tables import current_layout_ddl
+
+    engine = sqlalchemy.create_engine(dsn)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(current_layout_ddl())
+    finally:
+        engine.dispose()
+
+
+def _hide_password(dsn: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(dsn).render_as_string(hide_password=True)
+    except Exception:
+        return "(unparsable DSN)"
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            log.warning("already stopping")
+        stop.set()
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def serve(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    local: LocalServer | None = None
+    try:
+        dsn: str | None = args.dsn
+        if not dsn:
+            print(
+                "msgtable: no DSN given (--dsn or MSGTABLE_DSN): starting a throwaway local "
+                "database server...",
+                file=out,
+                flush=True,
+            )
+            local = start_local_server()
+            local.create_database(DEMO_DATABASE)
+            dsn = local.dsn(DEMO_DATABASE)
+            create_demo_table(dsn)
+        engine = open_engine(dsn)
+        try:
+            engine.open()
+            server = MessagingServer(engine, args.listen)
+            server.start()
+            if local is not None:
+                print(_demo_instructions(local, server.address, args.listen), file=out)
+            print(
+                f"serving on {server.address} (database {_hide_password(dsn)}); Ctrl-C to stop",
+                file=out,
+                flush=True,
+            )
+            return _serve_until_stopped(engine, server, args.grace_s)
+        finally:
+            engine.close()
+    finally:
+        if local is not None:
+            local.stop()
+
+
+def _serve_until_stopped(engine: MessageEngine, server: MessagingServer, grace_s: float) -> int:
+    stop = threading.Event()
+    code = EXIT_OK
+    with _stop_on_signals(stop):
+        while not stop.wait(0.5):
+            if engine.fatal.is_set():
+                log.error("stopping: %s", engine.fatal_reason)
+                code = EXIT_ERROR
+                break
+        log.info("stopping (up to %gs for calls in flight)", grace_s)
+        server.stop(grace_s)
+    return code
+
+
+def _demo_instructions(local: LocalServer, address: str, listen: str) -> str:
+    server_flag = "" if listen == DEFAULT_LISTEN else f" --server {address}"
+    return "\n".join(
+        (
+            f"msgtable: a throwaway server runs on 127.0.0.1:{local.port} (deleted on exit), "
+            f"with the message table my_message in database {DEMO_DATABASE}.",
+            f"  look inside:  {local.mysql_cli_command(DEMO_DATABASE)}",
+            "  enqueue:      insert into my_message(id, message) values (1, 'hello world');",
+            f"  receive:      msgtable tail my_message --ack{server_flag}",
+        )
+    )
+
+
+# -- tables -------------------------------------------------------------------------------
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def format_tables(tables: Sequence[TableInfo]) -> str:
+    """A readable table of every message table; load errors in full below it."""
+    if not tables:
+        return "no message tables"
+    header = (
+        "TABLE",
+        "KEYSPACE",
+        "STATUS",
+        "BATCH",
+        "CACHE",
+        "ACK WAIT",
+        "CACHED",
+        "IN FLIGHT",
+        "SUBSCRIBERS",
+        "SENT",
+        "ACKED",
+    )
+    rows = [header]
+    for t in tables:
+        c = t.config
+        rows.append(
+            (
+                t.name,
+                t.keyspace,
+                "loaded" if c is not None else "error",
+                str(c.batch_size) if c else "-",
+                str(c.cache_size) if c else "-",
+                _seconds(c.ack_wait_s) if c else "-",
+                str(t.cached),
+                str(t.in_flight),
+                str(t.subscribers),
+                str(t.sent),
+                str(t.acked),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    failed = [t for t in tables if t.load_error]
+    if failed:
+        lines.append("")
+        lines.append("load errors:")
+        lines.extend(f"  {t.name}: {t.load_error}" for t in failed)
+    return "\n".join(lines)
+
+
+def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    with Client(args.server) as client:
+        print(format_tables(client.list_tables()), file=out or sys.stdout)
+    return EXIT_OK
+
+
+# -- tail ---------------------------------------------------------------------------------
+def _json_default(value: Any) -> str:
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    raise TypeError(f"cannot show {type(value).__name__}")
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    return str(value)
+
+
+def format_message(message: Message, fields: Sequence[Field], as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps(message.values, default=_json_default, ensure_ascii=False)
+    return " ".join(f"{f.name}={_text(v)}" for f, v in zip(fields, message.row, strict=True))
+
+
+def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    seen = 0
+    try:
+        with Client(args.server) as client, client.subscribe(args.name, args.keyspace) as sub:
+            for batch in sub.batches():
+                if args.count is not None:
+                    batch = batch[: args.count - seen]
+                for message in batch:
+                    print(format_message(message, sub.fields, args.json), file=out)
+                out.flush()
+                if args.ack:
+                    sub.ack(batch)
+                seen += len(batch)
+                if args.count is not None and seen >= args.count:
+                    break
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how tail ends
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": serve,
+    "tables": tables,
+    "tail": tail,
+}

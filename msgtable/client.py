@@ -1,0 +1,371 @@
+"""The Python client of a msgtable server: subscribe to a message table, ack, list tables.
+
+    with Client("127.0.0.1:50051") as client:
+        with client.subscribe("my_message") as sub:
+            for message in sub:
+                handle(message.values)
+                message.ack()
+
+Errors come back as the server's classes (msgtable.errors): TableNotFound, TableLoadError,
+InvalidArgument, Unavailable (unreachable server, shutdown, time-out, too many streams),
+and MsgtableError for anything else. Values are decoded by column type as described in
+msgtable.codec: dates and times stay text.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from msgtable import codec
+from msgtable.codec import FieldType
+from msgtable.errors import (
+    InvalidArgument,
+    MsgtableError,
+    TableLoadError,
+    TableNotFound,
+    Unavailable,
+)
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+DEFAULT_TIMEOUT_S = 10.0
+# Ping an idle stream so a dead server or a dropped connection is noticed; the server allows
+# pings this often (server.py sets min_ping_interval_without_data_ms below it).
+KEEPALIVE_TIME_MS = 60_000
+KEEPALIVE_TIMEOUT_MS = 20_000
+CHANNEL_OPTIONS = (
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.max_receive_message_length", -1),  # a batch of big rows may exceed the 4 MB default
+)
+
+# The reverse of server.STATUS_CODES: users catch the same classes the engine raises.
+ERRORS_BY_CODE: dict[grpc.StatusCode, type[MsgtableError]] = {
+    grpc.StatusCode.NOT_FOUND: TableNotFound,
+    grpc.StatusCode.FAILED_PRECONDITION: TableLoadError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+    grpc.StatusCode.INTERNAL: MsgtableError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: Unavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
+    grpc.StatusCode.CANCELLED: Unavailable,
+}
+
+
+def error_from_rpc(error: grpc.RpcError, target: str = "") -> MsgtableError:
+    """The MsgtableError for a failed call (the one place that maps status codes back)."""
+    code: grpc.StatusCode | None = error.code() if hasattr(error, "code") else None
+    details: str = (error.details() if hasattr(error, "details") else None) or ""
+    name = code.name if code is not None else "UNKNOWN"
+    cls = ERRORS_BY_CODE.get(code) if code is not None else None
+    if code is grpc.StatusCode.UNAVAILABLE and details.lower().startswith("failed to connect"):
+        return Unavailable(f"cannot reach the msgtable server at {target}: {details}")
+    if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+        return Unavailable(f"no answer from the msgtable server at {target} in time")
+    if code is grpc.StatusCode.UNIMPLEMENTED:
+        return MsgtableError(f"the server at {target} does not serve msgtable.v1 ({details})")
+    if cls is None:
+        return MsgtableError(f"{details or 'server error'} ({name})")
+    return cls(details or name)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One streamed column: its name, how its values are read, and its MySQL type."""
+
+    name: str
+    type: FieldType
+    column_type: str
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """The configuration of a loaded message table, as the server reports it."""
+
+    ack_wait_s: float
+    purge_after_s: float
+    batch_size: int
+    cache_size: int
+    poller_interval_s: float
+    min_backoff_s: float
+    max_backoff_s: float  # 0 means unbounded
+    layout: str  # "current" or "2018"
+    message_columns: tuple[Field, ...]
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """One message table as the server sees it (msgtable.status.TableStatus, remotely)."""
+
+    name: str
+    keyspace: str
+    config: TableSettings | None  # None when the table failed to load
+    load_error: str  # "" when the table is loaded
+    cached: int
+    in_flight: int
+    subscribers: int
+    sent: int
+    acked: int
+
+    @property
+    def loaded(self) -> bool:
+        return not self.load_error
+
+
+def _field(message: Any) -> Field:
+    return Field(message.name, codec.to_field_type(message.type), message.column_type)
+
+
+def _table_info(message: pb.TableStatus) -> TableInfo:
+    config = None
+    if message.HasField("config"):
+        c = message.config
+        config = TableSettings(
+            ack_wait_s=c.ack_wait_s,
+            purge_after_s=c.purge_after_s,
+            batch_size=c.batch_size,
+            cache_size=c.cache_size,
+            poller_interval_s=c.poller_interval_s,
+            min_backoff_s=c.min_backoff_s,
+            max_backoff_s=c.max_backoff_s,
+            layout=c.layout,
+            message_columns=tuple(_field(f) for f in c.message_columns),
+        )
+    return TableInfo(
+        name=message.name,
+        keyspace=message.keyspace,
+        config=config,
+        load_error=message.load_error,
+        cached=message.cached,
+        in_flight=message.in_flight,
+        subscribers=message.subscribers,
+        sent=message.sent,
+        acked=message.acked,
+    )
+
+
+class Message:
+    """One message received from a subscription."""
+
+    __slots__ = ("_id_value", "_subscription", "_values", "row")
+
+    def __init__(
+        self, subscription: Subscription, row: tuple[object, ...], id_value: pb.Value
+    ) -> None:
+        self.row = row  # values in the order of subscription.fields, id first
+        self._subscription = subscription
+        self._id_value = id_value
+        self._values: dict[str, object] | None = None
+
+    @property
+    def id(self) -> object:
+        return self.row[0]
+
+    @property
+    def values(self) -> dict[str, object]:
+        """Column name -> value, id included."""
+        if self._values is None:
+            self._values = dict(zip(self._subscription.field_names, self.row, strict=True))
+        return self._values
+
+    def ack(self) -> int:
+        """Acknowledge this message; returns 1 if this call acked it, 0 if it was already."""
+        return self._subscription.ack([self])
+
+    def __repr__(self) -> str:
+        return f"Message({self._subscription.name}, {self.values!r})"
+
+
+class Subscription:
+    """An open MessageStream: iterate it for messages (or batches()); close() to leave.
+
+    Iteration blocks until messages arrive and ends after close(). If the server ends the
+    stream (table dropped, server shutting down) iteration raises the MsgtableError.
+    """
+
+    def __init__(
+        self, client: Client, name: str, keyspace: str, call: Any, first_timeout_s: float | None
+    ) -> None:
+        self.name = name
+        self.keyspace = keyspace
+        self._client = client
+        self._call = call
+        self._closed = False
+        self._pending: deque[Message] = deque()
+        self._first: Any = None
+        first = self._first_response(first_timeout_s)
+        self._first = first
+        self.fields = tuple(_field(f) for f in first.fields)
+        self.field_names = tuple(f.name for f in self.fields)
+        self._decoder = codec.RowDecoder([f.type for f in self.fields])
+
+    def _first_response(self, timeout_s: float | None) -> Any:
+        timed_out = threading.Event()
+
+        def give_up() -> None:
+            timed_out.set()
+            self._call.cancel()
+
+        timer = threading.Timer(timeout_s, give_up) if timeout_s is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
+        try:
+            first = next(self._call)
+        except StopIteration:
+            raise Unavailable(f"the server ended the stream of {self.name} at once") from None
+        except grpc.RpcError as exc:
+            if timed_out.is_set():
+                raise Unavailable(
+                    f"no answer from the msgtable server at {self._client.target} "
+                    f"within {timeout_s}s"
+                ) from None
+            raise error_from_rpc(exc, self._client.target) from None
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if not first.fields:
+            self._call.cancel()
+            raise MsgtableError("the server's first stream response carried no fields")
+        return first
+
+    def _receive(self) -> Any:
+        """The next response, or None when the stream ended because we closed it."""
+        try:
+            return next(self._call)
+        except StopIteration:
+            return None
+        except grpc.RpcError as exc:
+            if self._closed:
+                return None
+            raise error_from_rpc(exc, self._client.target) from None
+
+    def _messages(self, response: Any) -> list[Message]:
+        decode = self._decoder.decode
+        return [Message(self, decode(row), row.values[0]) for row in response.rows]
+
+    def next_batch(self) -> list[Message]:
+        """The next batch as the server sent it (up to vt_batch_size); [] once closed."""
+        if self._pending:
+            batch = list(self._pending)
+            self._pending.clear()
+            return batch
+        while (response := self._receive()) is not None:
+            if response.rows:
+                return self._messages(response)
+        return []
+
+    def raw_responses(self) -> Iterator[pb.MessageStreamResponse]:
+        """The stream's responses as they come off the wire, the fields response first (once).
+
+        For tests and tools; do not mix with iterating messages.
+        """
+        if self._first is not None:
+            first, self._first = self._first, None
+            yield first
+        while (response := self._receive()) is not None:
+            yield response
+
+    def batches(self) -> Iterator[list[Message]]:
+        """Batches as they arrive, until close()."""
+        while batch := self.next_batch():
+            yield batch
+
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        while not self._pending:
+            batch = self.next_batch()
+            if not batch:
+                raise StopIteration
+            self._pending.extend(batch)
+        return self._pending.popleft()
+
+    def ack(self, messages: Iterable[Message]) -> int:
+        """Acknowledge messages of this subscription in one call; returns how many it acked."""
+        ids = [m._id_value for m in messages]
+        if not ids:
+            return 0
+        return self._client._ack_values(self.name, self.keyspace, ids)
+
+    def close(self) -> None:
+        """Leave: the server releases the subscription; unacked messages are resent later."""
+        if not self._closed:
+            self._closed = True
+            self._call.cancel()
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Client:
+    """A connection to one msgtable server. Thread-safe; close() (or use as a context manager)."""
+
+    def __init__(
+        self, target: str = DEFAULT_TARGET, *, timeout_s: float | None = DEFAULT_TIMEOUT_S
+    ) -> None:
+        self.target = target
+        self.timeout_s = timeout_s  # for unary calls and for the first response of a stream
+        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.MessagingStub(self._channel)
+
+    def subscribe(
+        self,
+        name: str,
+        keyspace: str = "",
+        shard: str = "",
+        key_range: tuple[bytes, bytes] | None = None,
+    ) -> Subscription:
+        """Subscribe to a message table; returns once the server accepted the subscription."""
+        request = pb.MessageStreamRequest(name=name, keyspace=keyspace, shard=shard)
+        if key_range is not None:
+            request.key_range.start, request.key_range.end = key_range
+        call = self._stub.MessageStream(request)
+        return Subscription(self, name, keyspace, call, self.timeout_s)
+
+    def ack(self, name: str, ids: Sequence[object], keyspace: str = "") -> int:
+        """Acknowledge messages by id; returns how many this call acked."""
+        values = []
+        for i, raw in enumerate(ids):
+            try:
+                values.append(codec.encode_value(raw))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(f"ids[{i}]: {exc}") from None
+        return self._ack_values(name, keyspace, values)
+
+    def _ack_values(self, name: str, keyspace: str, ids: Sequence[pb.Value]) -> int:
+        request = pb.MessageAckRequest(name=name, keyspace=keyspace, ids=ids)
+        try:
+            response = self._stub.MessageAck(request, timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, self.target) from None
+        count: int = response.count
+        return count
+
+    def list_tables(self) -> list[TableInfo]:
+        """Every message table the server knows, with config or load error and counters."""
+        try:
+            response = self._stub.ListTables(pb.ListTablesRequest(), timeout=self.timeout_s)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc, self.target) from None
+        return [_table_info(t) for t in response.tables]
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

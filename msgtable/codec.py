@@ -1,0 +1,353 @@
+"""Pure conversions between Python values and the wire types of msgtable.v1.
+
+Rows travel as tuples of the values PyMySQL returns (int, float, Decimal, str, bytes,
+datetime/date/timedelta, None). Each column gets one encoder, chosen once from its MySQL
+type, so the hot path is a loop over ``zip(encoders, row)`` with no per-value type dispatch;
+a value of an unexpected Python type (a zero date PyMySQL leaves as text, say) falls back to
+the dynamic encoder for that row only.
+
+The client side reads values by FieldType: integers as int, floats as float, DECIMAL as
+:class:`decimal.Decimal`, text and JSON as str, binary as bytes, NULL as None. Dates and
+times stay in their MySQL text form (``"2024-05-01 12:00:00.250000"``), which is exact
+(MySQL allows zero dates and TIME values beyond 24 hours that Python's types cannot hold).
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import enum
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.status import TableStatus
+from msgtable.tables import Column
+
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+UINT64_MAX = 2**64 - 1
+
+
+class FieldType(enum.IntEnum):
+    """How to read a column's values; mirrors the proto enum msgtable.v1.FieldType."""
+
+    UNSPECIFIED = 0
+    INT = 1
+    UINT = 2
+    FLOAT = 3
+    DECIMAL = 4
+    TEXT = 5
+    BYTES = 6
+    JSON = 7
+    DATETIME = 8
+    TIMESTAMP = 9
+    DATE = 10
+    TIME = 11
+
+
+_TYPE_BY_DATA_TYPE: dict[str, FieldType] = {
+    **dict.fromkeys(
+        ("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"), FieldType.INT
+    ),
+    **dict.fromkeys(("float", "double", "real", "double precision"), FieldType.FLOAT),
+    **dict.fromkeys(("decimal", "numeric", "dec", "fixed"), FieldType.DECIMAL),
+    **dict.fromkeys(
+        (
+            "char",
+            "varchar",
+            "tinytext",
+            "text",
+            "mediumtext",
+            "longtext",
+            "enum",
+            "set",
+            "uuid",
+            "inet4",
+            "inet6",
+        ),
+        FieldType.TEXT,
+    ),
+    **dict.fromkeys(
+        (
+            "binary",
+            "varbinary",
+            "tinyblob",
+            "blob",
+            "mediumblob",
+            "longblob",
+            "bit",
+            "geometry",
+            "point",
+            "linestring",
+            "polygon",
+            "multipoint",
+            "multilinestring",
+            "multipolygon",
+            "geometrycollection",
+            "geomcollection",
+            "vector",
+        ),
+        FieldType.BYTES,
+    ),
+    "json": FieldType.JSON,
+    "datetime": FieldType.DATETIME,
+    "timestamp": FieldType.TIMESTAMP,
+    "date": FieldType.DATE,
+    "time": FieldType.TIME,
+}
+
+
+def field_type(column: Column) -> FieldType:
+    """The FieldType of a column, from information_schema's data_type and column_type."""
+    kind = _TYPE_BY_DATA_TYPE.get(column.data_type.lower(), FieldType.UNSPECIFIED)
+    if kind is FieldType.INT and "unsigned" in column.column_type.lower():
+        return FieldType.UINT
+    return kind
+
+
+# -- encoding: Python -> Value ------------------------------------------------------------
+# An encoder appends one non-NULL value to a repeated Value field through its ``add``.
+Add = Callable[..., Any]
+Encoder = Callable[[Add, Any], None]
+
+
+def format_time(value: datetime.timedelta) -> str:
+    """A TIME value (PyMySQL returns a timedelta) in MySQL's ``[-]hh:mm:ss[.ffffff]`` form."""
+    micros = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    sign = "-" if micros < 0 else ""
+    seconds, frac = divmod(abs(micros), 1_000_000)
+    minutes, sec = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    text = f"{sign}{hours:02d}:{minute:02d}:{sec:02d}"
+    return f"{text}.{frac:06d}" if frac else text
+
+
+def _add_int(add: Add, v: Any) -> None:
+    add(int_value=v)
+
+
+def _add_uint(add: Add, v: Any) -> None:
+    if v > INT64_MAX:
+        add(uint_value=v)
+    else:
+        add(int_value=v)
+
+
+def _add_double(add: Add, v: Any) -> None:
+    add(double_value=v)
+
+
+def _add_decimal(add: Add, v: Any) -> None:
+    add(text_value=format(v, "f"))  # "f": never exponent notation, every digit kept
+
+
+def _add_text(add: Add, v: Any) -> None:
+    add(text_value=v)
+
+
+def _add_bytes(add: Add, v: Any) -> None:
+    add(bytes_value=v)
+
+
+def _add_datetime(add: Add, v: Any) -> None:
+    add(text_value=v.isoformat(" "))
+
+
+def _add_date(add: Add, v: Any) -> None:
+    add(text_value=v.isoformat())
+
+
+def _add_time(add: Add, v: Any) -> None:
+    add(text_value=format_time(v))
+
+
+def add_any(add: Add, v: object) -> None:
+    """Append any supported Python value, dispatching on its type (the slow, general path)."""
+    if v is None:
+        add(null_value=0)
+    elif isinstance(v, bool):
+        add(int_value=int(v))
+    elif isinstance(v, int):
+        if not INT64_MIN <= v <= UINT64_MAX:
+            raise ValueError(f"integer {v} does not fit 64 bits")
+        _add_uint(add, v)
+    elif isinstance(v, float):
+        add(double_value=v)
+    elif isinstance(v, str):
+        add(text_value=v)
+    elif isinstance(v, bytes | bytearray | memoryview):
+        add(bytes_value=bytes(v))
+    elif isinstance(v, decimal.Decimal):
+        _add_decimal(add, v)
+    elif isinstance(v, datetime.datetime):
+        _add_datetime(add, v)
+    elif isinstance(v, datetime.date):
+        _add_date(add, v)
+    elif isinstance(v, datetime.timedelta):
+        _add_time(add, v)
+    elif isinstance(v, datetime.time):
+        add(text_value=v.isoformat())
+    elif isinstance(v, set | frozenset):  # a MySQL SET, if the driver split it
+        add(text_value=",".join(sorted(str(x) for x in v)))
+    else:
+        raise TypeError(f"cannot send a value of type {type(v).__name__}")
+
+
+_ENCODERS: dict[FieldType, Encoder] = {
+    FieldType.INT: _add_int,
+    FieldType.UINT: _add_uint,
+    FieldType.FLOAT: _add_double,
+    FieldType.DECIMAL: _add_decimal,
+    FieldType.TEXT: _add_text,
+    FieldType.BYTES: _add_bytes,
+    FieldType.JSON: _add_text,
+    FieldType.DATETIME: _add_datetime,
+    FieldType.TIMESTAMP: _add_datetime,
+    FieldType.DATE: _add_date,
+    FieldType.TIME: _add_time,
+}
+
+
+def encode_value(v: object) -> pb.Value:
+    """One Python value as a Value (ack ids; tests). Raises TypeError/ValueError."""
+    holder = pb.Row()
+    add_any(holder.values.add, v)
+    return holder.values[0]
+
+
+# The wire value of each FieldType; built by name, so a FieldType missing from the proto
+# fails at import.
+_WIRE_TYPES = {t: pb.FieldType.Value(f"FIELD_TYPE_{t.name}") for t in FieldType}
+
+
+def field_to_proto(column: Column) -> pb.Field:
+    return pb.Field(
+        name=column.name, type=_WIRE_TYPES[field_type(column)], column_type=column.column_type
+    )
+
+
+class RowEncoder:
+    """Encodes the rows of one subscription; built once from its columns."""
+
+    def __init__(self, columns: Sequence[Column]) -> None:
+        self.columns = tuple(columns)
+        self._encoders = tuple(_ENCODERS.get(field_type(c), add_any) for c in self.columns)
+
+    def fields_response(self) -> pb.MessageStreamResponse:
+        """The first response of a stream: the fields, no rows."""
+        return pb.MessageStreamResponse(fields=[field_to_proto(c) for c in self.columns])
+
+    def rows_response(self, rows: Iterable[Sequence[object]]) -> pb.MessageStreamResponse:
+        """One batch of rows (values in column order) as a response."""
+        response = pb.MessageStreamResponse()
+        add_row = response.rows.add
+        encoders = self._encoders
+        width = len(encoders)
+        for row in rows:
+            if len(row) != width:
+                raise ValueError(f"row has {len(row)} values for {width} fields")
+            add = add_row().values.add
+            try:
+                for encode, v in zip(encoders, row, strict=True):
+                    if v is None:
+                        add(null_value=0)
+                    else:
+                        encode(add, v)
+            except (TypeError, ValueError, AttributeError):
+                # An unexpected Python type for a column: redo this row the general way.
+                del response.rows[-1]
+                add = add_row().values.add
+                for v in row:
+                    add_any(add, v)
+        return response
+
+
+# -- decoding: Value -> Python ------------------------------------------------------------
+Decoder = Callable[[Any], object]
+
+
+def decode_value(value: pb.Value) -> object:
+    """The Python value of a Value by its kind alone; ValueError if no kind is set."""
+    kind = value.WhichOneof("kind")
+    if kind is None:
+        raise ValueError("value has no kind set")
+    if kind == "null_value":
+        return None
+    result: object = getattr(value, kind)
+    return result
+
+
+def _decode_decimal(value: pb.Value) -> object:
+    if value.WhichOneof("kind") == "text_value":
+        return decimal.Decimal(value.text_value)
+    return decode_value(value)
+
+
+_DECODERS: dict[FieldType, Decoder] = {FieldType.DECIMAL: _decode_decimal}
+
+
+def decoder_for(kind: FieldType) -> Decoder:
+    return _DECODERS.get(kind, decode_value)
+
+
+def to_field_type(raw: int) -> FieldType:
+    """A wire FieldType; values from a newer server read as UNSPECIFIED."""
+    try:
+        return FieldType(raw)
+    except ValueError:
+        return FieldType.UNSPECIFIED
+
+
+class RowDecoder:
+    """Decodes the rows of one subscription; built once from the first response's fields."""
+
+    def __init__(self, field_types: Sequence[FieldType]) -> None:
+        self._decoders = tuple(decoder_for(t) for t in field_types)
+
+    def decode(self, row: pb.Row) -> tuple[object, ...]:
+        values = row.values
+        if len(values) != len(self._decoders):
+            raise ValueError(f"row has {len(values)} values for {len(self._decoders)} fields")
+        return tuple(d(v) for d, v in zip(self._decoders, values, strict=True))
+
+
+def decode_ids(values: Sequence[pb.Value]) -> list[object]:
+    """Ack ids as Python values; ValueError naming the first malformed one."""
+    out: list[object] = []
+    for i, value in enumerate(values):
+        try:
+            out.append(decode_value(value))
+        except ValueError:
+            raise ValueError(f"ids[{i}] has no value set") from None
+    return out
+
+
+# -- table status -------------------------------------------------------------------------
+def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
+    message = pb.TableStatus(
+        name=status.name,
+        keyspace=status.keyspace,
+        load_error=status.load_error or "",
+        cached=status.cached,
+        in_flight=status.in_flight,
+        subscribers=status.subscribers,
+        sent=status.sent,
+        acked=status.acked,
+    )
+    config = status.config
+    if config is not None:
+        message.config.CopyFrom(
+            pb.TableConfig(
+                ack_wait_s=config.ack_wait_s,
+                purge_after_s=config.purge_after_s,
+                batch_size=config.batch_size,
+                cache_size=config.cache_size,
+                poller_interval_s=config.poller_interval_s,
+                min_backoff_s=config.min_backoff_s,
+                max_backoff_s=config.max_backoff_s,
+                layout=config.layout.value,
+                message_columns=[field_to_proto(c) for c in config.message_columns],
+            )
+        )
+    return message

@@ -1,0 +1,341 @@
+"""The gRPC server: a thin servicer over the engine, health checking and reflection.
+
+Servicers translate; they hold no SQL and no rules. Every error the engine raises on
+purpose is a MsgtableError, mapped to a status code by :func:`status_for` (the one place);
+anything else is a bug: logged with its traceback, answered with a generic INTERNAL.
+
+Each MessageStream holds one thread of the server's pool for its whole life, so the pool is
+sized for many streams and a share of it is kept free for MessageAck and ListTables: streams
+beyond ``max_streams`` are refused with RESOURCE_EXHAUSTED instead of starving acks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from typing import Any, NoReturn, Protocol
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from msgtable import codec
+from msgtable.errors import (
+    InvalidArgument,
+    MsgtableError,
+    TableLoadError,
+    TableNotFound,
+    Unavailable,
+)
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+from msgtable.status import TableStatus
+from msgtable.tables import Column
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Messaging"].full_name
+DEFAULT_LISTEN = "127.0.0.1:50051"
+DEFAULT_MAX_WORKERS = 256
+DEFAULT_GRACE_S = 5.0
+STREAM_POLL_S = 1.0  # how often an idle stream checks that its client is still there
+INTERNAL_MESSAGE = "internal server error (details are in the server log)"
+SHUTTING_DOWN = "server shutting down"
+
+
+class Subscription(Protocol):
+    """What the servicer needs of a subscription (msgtable.manager.Subscriber)."""
+
+    @property
+    def fields(self) -> Sequence[Column]: ...
+
+    def next_batch(self, timeout_s: float | None = None, /) -> Sequence[Sequence[object]]: ...
+
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    """What the servicer needs of the engine (msgtable.engine.MessageEngine)."""
+
+    def subscribe(
+        self, name: str, keyspace: str, shard: str, key_range: tuple[bytes, bytes], /
+    ) -> Subscription: ...
+
+    def ack(self, name: str, keyspace: str, ids: Sequence[object], /) -> int: ...
+
+    def list_tables(self) -> list[TableStatus]: ...
+
+
+# The one mapping from domain errors to status codes; the first class in an error's MRO wins.
+STATUS_CODES: dict[type[MsgtableError], grpc.StatusCode] = {
+    TableNotFound: grpc.StatusCode.NOT_FOUND,
+    TableLoadError: grpc.StatusCode.FAILED_PRECONDITION,
+    InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    Unavailable: grpc.StatusCode.UNAVAILABLE,
+    # A MsgtableError without a more precise class: its message is meant for users, so it
+    # goes out as is, under the code for "the server could not do it".
+    MsgtableError: grpc.StatusCode.INTERNAL,
+}
+
+
+def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
+    """The status code and details a client sees for an exception."""
+    if isinstance(error, MsgtableError):
+        for cls in type(error).__mro__:
+            code = STATUS_CODES.get(cls)
+            if code is not None:
+                return code, str(error) or type(error).__name__
+    return grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE
+
+
+def _fail(context: grpc.ServicerContext, method: str, exc: Exception) -> NoReturn:
+    """End the RPC with the status for ``exc``; log it if it is a bug."""
+    code, details = status_for(exc)
+    if not isinstance(exc, MsgtableError):
+        log.error("%s failed unexpectedly", method, exc_info=exc)
+    elif code is grpc.StatusCode.INTERNAL:
+        log.error("%s failed: %s", method, exc)
+    _abort(context, code, details)
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
+    context.abort(code, details)  # raises
+    raise AssertionError("context.abort returned")  # pragma: no cover
+
+
+class MessagingServicer(pb_grpc.MessagingServicer):
+    """msgtable.v1.Messaging over an engine: translation only."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_streams: int | None = None,
+        stream_poll_s: float = STREAM_POLL_S,
+    ) -> None:
+        self._engine = engine
+        self._stream_poll_s = stream_poll_s
+        self._max_streams = max_streams
+        self._stream_slots = (
+            threading.BoundedSemaphore(max_streams) if max_streams is not None else None
+        )
+        self._lock = threading.Lock()
+        self._active: set[Subscription] = set()
+        self._stopping = threading.Event()
+
+    def shutdown(self) -> None:
+        """End every stream with UNAVAILABLE and refuse new ones. Idempotent."""
+        self._stopping.set()
+        with self._lock:
+            active = list(self._active)
+        for sub in active:
+            sub.close()  # wakes its next_batch; the stream loop sees _stopping and ends
+
+    def MessageStream(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> Iterator[pb.MessageStreamResponse]:
+        if self._stopping.is_set():
+            _abort(context, grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
+        if self._stream_slots is not None and not self._stream_slots.acquire(blocking=False):
+            _abort(
+                context,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"this server already serves {self._max_streams} streams; "
+                "retry later or use another server",
+            )
+        try:
+            yield from self._stream(request, context)
+        finally:
+            if self._stream_slots is not None:
+                self._stream_slots.release()
+
+    def _stream(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> Iterator[pb.MessageStreamResponse]:
+        try:
+            key_range = (request.key_range.start, request.key_range.end)
+            sub = self._engine.subscribe(request.name, request.keyspace, request.shard, key_range)
+        except Exception as exc:
+            _fail(context, "MessageStream", exc)
+        with self._lock:
+            self._active.add(sub)
+        try:
+            if not context.add_callback(sub.close):  # the client already left
+                return
+            encoder = codec.RowEncoder(sub.fields)
+            yield encoder.fields_response()
+            while context.is_active():
+                rows = sub.next_batch(self._stream_poll_s)
+                if rows:
+                    yield encoder.rows_response(rows)
+                if self._stopping.is_set():
+                    raise Unavailable(SHUTTING_DOWN)
+        except Exception as exc:
+            if not self._stopping.is_set() and not context.is_active():
+                return  # the client left; sub.close() ended next_batch
+            _fail(
+                context,
+                "MessageStream",
+                Unavailable(SHUTTING_DOWN) if self._stopping.is_set() else exc,
+            )
+        finally:
+            with self._lock:
+                self._active.discard(sub)
+            sub.close()
+
+    def MessageAck(self, request: Any, context: grpc.ServicerContext) -> pb.MessageAckResponse:
+        try:
+            try:
+                ids = codec.decode_ids(request.ids)
+            except ValueError as exc:
+                raise InvalidArgument(str(exc)) from None
+            count = self._engine.ack(request.name, request.keyspace, ids)
+            return pb.MessageAckResponse(count=count)
+        except Exception as exc:
+            _fail(context, "MessageAck", exc)
+
+    def ListTables(self, request: Any, context: grpc.ServicerContext) -> pb.ListTablesResponse:
+        try:
+            tables = self._engine.list_tables()
+            return pb.ListTablesResponse(tables=[codec.table_status_to_proto(t) for t in tables])
+        except Exception as exc:
+            _fail(context, "ListTables", exc)
+
+
+def is_loopback(listen: str) -> bool:
+    """Whether a listen address only accepts connections from this machine."""
+    if listen.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = listen.rsplit(":", 1)[0].strip("[]") if ":" in listen else listen
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+class MessagingServer:
+    """The msgtable gRPC server: Messaging, health checking and reflection on one port.
+
+    ``stop()`` ends the streams (UNAVAILABLE, so clients reconnect elsewhere), lets unary
+    calls in flight finish within the grace period, and stops the server. It does not close
+    the engine: whoever made the engine closes it, after ``stop()``.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        listen: str = DEFAULT_LISTEN,
+        *,
+        max_workers: int = DEFAULT_MAX_WORKERS,
+        max_streams: int | None = None,
+        stream_poll_s: float = STREAM_POLL_S,
+    ) -> None:
+        if max_workers < 2:
+            raise InvalidArgument("max_workers must be at least 2")
+        if max_streams is None:
+            # keep an eighth of the threads (at least one) for acks and ListTables
+            max_streams = max_workers - max(1, max_workers // 8)
+        if not 0 < max_streams < max_workers:
+            raise InvalidArgument("max_streams must be between 1 and max_workers - 1")
+        self.listen = listen
+        self.max_workers = max_workers
+        self.max_streams = max_streams
+        self.servicer = MessagingServicer(
+            engine, max_streams=max_streams, stream_poll_s=stream_poll_s
+        )
+        self.health = health.HealthServicer()
+        self.port = 0
+        self._server: Any = None
+        self._stopped = threading.Event()
+
+    def start(self) -> None:
+        """Bind and serve. Raises MsgtableError if the address cannot be bound."""
+        if self._server is not None:
+            return
+        options = [
+            ("grpc.so_reuseport", 0),  # otherwise a second server binds the same port silently
+            # clients ping idle streams (client.KEEPALIVE_TIME_MS) to notice dead peers
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ]
+        server = grpc.server(
+            futures.ThreadPoolExecutor(
+                max_workers=self.max_workers, thread_name_prefix="msgtable-rpc"
+            ),
+            options=options,
+            # bounds the calls waiting for a thread; beyond it, RESOURCE_EXHAUSTED at once
+            maximum_concurrent_rpcs=self.max_workers * 2,
+        )
+        pb_grpc.add_MessagingServicer_to_server(self.servicer, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
+            server,
+        )
+        cannot = MsgtableError(
+            f"cannot listen on {self.listen}: the address is in use or not one of this machine's"
+        )
+        try:
+            port = server.add_insecure_port(self.listen)
+        except RuntimeError:  # grpc logs the cause (e.g. "Address already in use")
+            raise cannot from None
+        if port == 0 and not self.listen.startswith("unix"):
+            raise cannot
+        if not is_loopback(self.listen):
+            log.warning(
+                "listening on %s, reachable from other machines: msgtable has no TLS "
+                "or authentication yet; anyone who can connect can read and ack "
+                "messages",
+                self.listen,
+            )
+        server.start()
+        self.port = port
+        self._server = server
+        for service in ("", SERVICE_NAME):
+            self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        log.info("msgtable server listening on %s (port %d)", self.listen, port)
+
+    @property
+    def address(self) -> str:
+        """host:port clients connect to (the real port when listening on port 0)."""
+        if self.listen.startswith("unix"):
+            return self.listen
+        host = self.listen.rsplit(":", 1)[0]
+        if host in ("", "0.0.0.0", "[::]", "::"):
+            host = "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    def stop(self, grace_s: float = DEFAULT_GRACE_S) -> None:
+        """Stop serving: health NOT_SERVING, end streams, finish unary calls within grace_s.
+
+        Idempotent; blocks until the server has stopped.
+        """
+        server = self._server
+        if server is None:
+            self._stopped.set()
+            return
+        self.health.enter_graceful_shutdown()
+        self.servicer.shutdown()
+        server.stop(grace_s).wait()
+        self._stopped.set()
+        log.info("msgtable server stopped")
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until stop() finished (or timeout_s passed); True if stopped."""
+        return self._stopped.wait(timeout_s)
+
+    def __enter__(self) -> MessagingServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,132 @@
+# Set-up on a fresh machine is two commands: `make run` (serve) and `make test` (check).
+# Both create the virtualenv .venv, install msgtable into it, and install a MySQL-family server
+# (MariaDB, with apt-get as root) when the machine has none. Nothing but python3 (with venv),
+# make and, for the server, apt-get is assumed.
+#
+#   make run ARGS="--listen 0.0.0.0:50051"     arguments for `msgtable serve`
+#   make test PYTEST_ARGS="-k ack -x"          arguments for pytest
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+RUFF := $(VENV)/bin/ruff
+ARGS ?=
+PYTEST_ARGS ?=
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export DEBIAN_FRONTEND := noninteractive
+
+VENV_STAMP := $(VENV)/.stamp-venv
+INSTALL_STAMP := $(VENV)/.stamp-install
+TEST_STAMP := $(VENV)/.stamp-install-test
+
+.DEFAULT_GOAL := help
+.PHONY: help run test venv install install-test mysql-server lint proto proto-check pytest \
+	clean distclean
+
+help:
+	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
+	@echo "make test           install what is missing, then proto check, lint, mypy, pytest"
+	@echo "make venv|install|install-test|mysql-server   the set-up steps on their own"
+	@echo "make lint|proto|proto-check|pytest             the checks on their own"
+	@echo "make clean|distclean                            remove caches | and the virtualenv"
+
+run: $(INSTALL_STAMP) mysql-server
+	$(VENV)/bin/msgtable serve $(ARGS)
+
+test: $(TEST_STAMP) mysql-server
+	$(proto-check-commands)
+	$(lint-commands)
+	$(pytest-commands)
+
+# --- set-up --------------------------------------------------------------------------------
+
+venv: $(VENV_STAMP)
+
+# A venv made without ensurepip (Debian without python3-venv) has no pip: start it over.
+$(VENV_STAMP):
+	@if [ -x $(PY) ] && $(PY) -m pip --version >/dev/null 2>&1; then \
+		echo "using the virtualenv in $(VENV)"; \
+	else \
+		rm -rf $(VENV); \
+		if ! $(PYTHON) -m venv $(VENV); then \
+			rm -rf $(VENV); \
+			if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+				echo "$(PYTHON) -m venv failed: installing python3-venv with apt-get"; \
+				apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); \
+			else \
+				echo "$(PYTHON) -m venv failed: install your Python's venv module" \
+					"(Debian/Ubuntu: apt-get install python3-venv)" >&2; \
+				exit 1; \
+			fi; \
+		fi; \
+	fi
+	@touch $@
+
+install: $(INSTALL_STAMP)
+
+$(INSTALL_STAMP): $(VENV_STAMP) pyproject.toml
+	$(PIP) install -e .
+	@touch $@
+
+install-test: $(TEST_STAMP)
+
+$(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
+	$(PIP) install -e '.[test]'
+	@touch $@
+
+# Idempotent: finds the server binary the way msgtable.devdb does, installs MariaDB if none.
+mysql-server: $(INSTALL_STAMP)
+	@if $(PY) -m msgtable.devdb find 2>/dev/null; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "no mariadbd/mysqld found: installing mariadb-server with apt-get"; \
+		apt-get update && apt-get install -y mariadb-server && $(PY) -m msgtable.devdb find; \
+	else \
+		echo "no mariadbd/mysqld found, and only root with apt-get can install one here." >&2; \
+		$(PY) -m msgtable.devdb find; \
+		exit 1; \
+	fi
+
+# --- checks --------------------------------------------------------------------------------
+
+define proto-check-commands
+$(PY) protos/generate.py --check
+endef
+
+# bench/ may not exist yet in a fresh clone (git keeps no empty directories).
+define lint-commands
+$(RUFF) check msgtable tests $(wildcard bench)
+$(RUFF) format --check msgtable
+$(VENV)/bin/mypy
+endef
+
+# pytest's exit code 5 means it collected no tests: not a failure of the build.
+define pytest-commands
+@rc=0; $(PY) -m pytest -p no:cacheprovider -q $(PYTEST_ARGS) || rc=$$?; \
+if [ $$rc -eq 5 ]; then echo "pytest collected no tests (exit 5): not a failure"; rc=0; fi; \
+exit $$rc
+endef
+
+proto-check: $(TEST_STAMP)
+	$(proto-check-commands)
+
+proto: $(TEST_STAMP)
+	$(PY) protos/generate.py
+
+lint: $(TEST_STAMP)
+	$(lint-commands)
+
+pytest: $(TEST_STAMP) mysql-server
+	$(pytest-commands)
+
+# --- cleaning ------------------------------------------------------------------------------
+
+clean:
+	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis $(VENV)/.stamp-*
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,203 @@
+"""Fixtures shared by all test layers: a MySQL-family server, a fresh database per test.
+
+The server (`mysql_server`, one per session) comes from, in order:
+1. `MSGTABLE_TEST_DSN`: a SQLAlchemy URL of a running server whose account may create
+   databases (its database part is ignored);
+2. a testcontainers MySQL 8 container, when a Docker engine answers;
+3. a throwaway local mariadbd/mysqld (msgtable.devdb.LocalServer) in a temporary directory.
+With none of them the tests that need a server fail with a message saying how to get one: a
+missing server is a broken setup, not a reason to skip (`make test` installs one).
+
+Tests under tests/integration are marked `integration`, under tests/acceptance `acceptance`,
+so `-m "not integration"` runs only what needs no server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+from sqlalchemy.engine import Connection, CursorResult, Engine
+
+from msgtable.devdb import (
+    INSTALL_HINT,
+    ExternalServer,
+    LocalServer,
+    ServerHandle,
+    find_server_binary,
+)
+from msgtable.errors import MsgtableError
+
+DSN_ENV = "MSGTABLE_TEST_DSN"
+MYSQL_IMAGE = "mysql:8.0"
+# The same trade of durability for speed as LocalServer; MySQL 8 logs ROW binlogs by default.
+CONTAINER_OPTIONS = (
+    "--innodb-flush-log-at-trx-commit=2 --sync-binlog=0 --max-connections=500"
+    " --binlog-format=ROW --binlog-row-image=FULL --skip-name-resolve"
+)
+DOCKER_PING_TIMEOUT_S = 3
+TESTS_DIR = Path(__file__).parent
+LAYER_MARKERS = {"integration": pytest.mark.integration, "acceptance": pytest.mark.acceptance}
+
+_database_numbers = itertools.count(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with the layer (directory under tests/) it lives in."""
+    for item in items:
+        try:
+            layer = item.path.relative_to(TESTS_DIR).parts[0]
+        except ValueError:
+            continue
+        marker = LAYER_MARKERS.get(layer)
+        if marker is not None:
+            item.add_marker(marker)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Say up front which server the integration tests will use."""
+    if os.environ.get(DSN_ENV):
+        return f"msgtable test server: {DSN_ENV}"
+    binary = find_server_binary()
+    local = f"local {binary}" if binary else "no local mariadbd/mysqld"
+    return f"msgtable test server: Docker MySQL 8 if an engine answers, else {local}"
+
+
+@pytest.fixture(scope="session")
+def mysql_server() -> Iterator[ServerHandle]:
+    """The session's MySQL-family server: `.dsn(database)`, `.create_database(name)`,
+    `.drop_database(name)` (see the module docstring for where it comes from)."""
+    dsn = os.environ.get(DSN_ENV)
+    if dsn:
+        yield ExternalServer(dsn)
+        return
+    problems: list[str] = []
+    with contextlib.ExitStack() as stack:
+        if _docker_engine_answers():
+            container: ServerHandle | None = None
+            try:
+                container = stack.enter_context(_mysql_container())
+            except Exception as exc:  # fall back to a local server, and say why if that fails
+                problems.append(f"a Docker engine answered, but MySQL 8 did not start: {exc!r}")
+            if container is not None:
+                yield container
+                return
+        if find_server_binary() is None:
+            problems.append(f"no local mariadbd/mysqld.\n{INSTALL_HINT}")
+        else:
+            server = LocalServer()
+            try:
+                server.start()
+            except MsgtableError as exc:
+                problems.append(f"a local server did not start: {exc}")
+            else:
+                stack.callback(server.stop)
+                yield server
+                return
+        pytest.fail(
+            "No MySQL-family server for the tests. Set MSGTABLE_TEST_DSN to the SQLAlchemy URL"
+            " of a server whose account may create databases, run a Docker engine, or install"
+            " a local server (`make test` does).\n" + "\n".join(problems),
+            pytrace=False,
+        )
+
+
+def _docker_engine_answers() -> bool:
+    try:
+        import docker
+    except ImportError:
+        return False
+    try:
+        client = docker.from_env(timeout=DOCKER_PING_TIMEOUT_S)
+    except Exception:
+        return False
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _mysql_container() -> Iterator[ServerHandle]:
+    try:
+        from testcontainers.community.mysql import MySqlContainer
+    except ImportError:  # testcontainers < 4.14
+        from testcontainers.mysql import MySqlContainer
+
+    container = MySqlContainer(
+        MYSQL_IMAGE, dialect="pymysql", username="root", password="msgtable", dbname="msgtable"
+    )
+    container.with_command(CONTAINER_OPTIONS)
+    with container:
+        yield ExternalServer(container.get_connection_url())
+
+
+@pytest.fixture
+def db_name(request: pytest.FixtureRequest, mysql_server: ServerHandle) -> Iterator[str]:
+    """A fresh, empty database for this test (`t_<hash of the test id>_<pid>_<n>`), dropped
+    afterwards."""
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:8]
+    name = f"t_{digest}_{os.getpid()}_{next(_database_numbers)}"
+    mysql_server.drop_database(name)  # a leftover of a killed run must not leak into this one
+    mysql_server.create_database(name)
+    yield name
+    mysql_server.drop_database(name)
+
+
+@pytest.fixture
+def db_dsn(mysql_server: ServerHandle, db_name: str) -> str:
+    """SQLAlchemy URL of this test's fresh database (created before, dropped after the test)."""
+    return mysql_server.dsn(db_name)
+
+
+class Sql:
+    """The test's own connection to its database, in autocommit mode, for the DDL and DML an
+    application would run: `sql.execute("INSERT INTO t (id) VALUES (:id)", {"id": 1})`,
+    `sql.scalar(...)`, `sql.rows(...)`. Statements are SQLAlchemy `text()`: bind parameters
+    are `:name`, and a literal colon is written `\\:`. `sql.engine` is a separate pool for
+    explicit transactions (`with sql.engine.begin() as conn: ...`)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.engine: Engine = sqlalchemy.create_engine(dsn)
+        self.connection: Connection = self.engine.connect().execution_options(
+            isolation_level="AUTOCOMMIT"
+        )
+
+    def execute(
+        self, statement: str, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+    ) -> CursorResult[Any]:
+        """Run one statement (a list of dicts as `params` runs it once per dict)."""
+        return self.connection.execute(sqlalchemy.text(statement), params)
+
+    def scalar(self, statement: str, params: Mapping[str, Any] | None = None) -> Any:
+        """The first column of the first row, or None."""
+        return self.execute(statement, params).scalar()
+
+    def rows(
+        self, statement: str, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """All rows, as plain tuples."""
+        return [tuple(row) for row in self.execute(statement, params)]
+
+    def close(self) -> None:
+        """Close the connection and the pool."""
+        self.connection.close()
+        self.engine.dispose()
+
+
+@pytest.fixture
+def sql(db_dsn: str) -> Iterator[Sql]:
+    """An autocommit connection to this test's database (see `Sql`), closed after the test."""
+    runner = Sql(db_dsn)
+    yield runner
+    runner.close()

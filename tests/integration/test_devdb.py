@@ -1,0 +1,192 @@
+"""msgtable.devdb against the machine's real mariadbd/mysqld, and the shared fixtures."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy
+
+from msgtable import devdb
+from msgtable.devdb import INSTALL_HINT, LocalServer, ServerHandle, find_server_binary
+from msgtable.errors import MsgtableError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def local_binary() -> None:
+    """These tests are about LocalServer itself, so they need a local binary even when the
+    session's server comes from MSGTABLE_TEST_DSN."""
+    if find_server_binary() is None:
+        if os.environ.get("MSGTABLE_TEST_DSN"):
+            pytest.skip("no local mariadbd/mysqld; the session server comes from the DSN")
+        pytest.fail(f"no local mariadbd/mysqld.\n{INSTALL_HINT}", pytrace=False)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    # A zombie is dead too: it only waits for its parent to reap it.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def wait_until(predicate: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting until {what}")
+        time.sleep(0.05)
+
+
+def query(dsn: str, statement: str) -> list[tuple[object, ...]]:
+    """Run one statement on a connection of its own, in autocommit mode."""
+    engine = sqlalchemy.create_engine(
+        dsn, poolclass=sqlalchemy.NullPool, isolation_level="AUTOCOMMIT"
+    )
+    try:
+        with engine.connect() as conn:
+            result = conn.exec_driver_sql(statement)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    """A port something already listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_local_server_serves_tcp_with_a_row_binlog_and_leaves_nothing_behind() -> None:
+    server = LocalServer()
+    server.start()
+    try:
+        pid, datadir = server.pid, server.datadir
+        assert pid is not None and server.running
+        assert server.dsn("") == f"mysql+pymysql://msgtable:msgtable@127.0.0.1:{server.port}/"
+        assert f"-P {server.port} -u msgtable -pmsgtable app" in server.mysql_cli_command("app")
+
+        [(log_bin, fmt, image, user)] = query(
+            server.dsn(),
+            "SELECT @@log_bin, @@binlog_format, @@binlog_row_image, CURRENT_USER()",
+        )
+        assert (log_bin, fmt, image) == (1, "ROW", "FULL")
+        assert str(user).startswith("msgtable@")
+
+        server.create_database("app")
+        server.create_database("app")  # IF NOT EXISTS
+        query(server.dsn("app"), "CREATE TABLE t (id BIGINT PRIMARY KEY)")
+        assert ("app",) in query(server.dsn(), "SHOW DATABASES")
+        server.drop_database("app")
+        assert ("app",) not in query(server.dsn(), "SHOW DATABASES")
+    finally:
+        server.stop()
+    assert not datadir.exists()
+    assert not alive(pid)
+    server.stop()  # idempotent
+
+
+def test_without_binlog_the_server_logs_nothing() -> None:
+    with LocalServer(binlog=False) as server:
+        assert query(server.dsn(), "SELECT @@log_bin") == [(0,)]
+
+
+def test_a_kept_data_directory_is_reused_with_its_data(tmp_path: Path) -> None:
+    datadir = tmp_path / "db"
+    with LocalServer(datadir, keep=True) as server:
+        server.create_database("app")
+        query(server.dsn("app"), "CREATE TABLE t (id BIGINT PRIMARY KEY)")
+        query(server.dsn("app"), "INSERT INTO t VALUES (42)")
+    assert (datadir / "mysql").is_dir()
+
+    with LocalServer(datadir) as server:
+        assert query(server.dsn("app"), "SELECT id FROM t") == [(42,)]
+    assert not datadir.exists()
+
+
+def test_a_taken_port_that_was_asked_for_fails_with_the_log(listener: int) -> None:
+    server = LocalServer(port=listener)
+    with pytest.raises(MsgtableError, match=f"port {listener} is in use"):
+        server.start()
+    assert not server.running
+
+
+def test_a_chosen_port_taken_before_the_server_binds_it_is_replaced(
+    listener: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ports = iter([listener])
+    real_free_port = devdb.free_port
+    monkeypatch.setattr(devdb, "free_port", lambda: next(ports, None) or real_free_port())
+    with LocalServer(binlog=False) as server:
+        assert server.port != listener
+        assert query(server.dsn(), "SELECT 1") == [(1,)]
+
+
+def test_a_killed_owner_does_not_leave_its_server_running(tmp_path: Path) -> None:
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from msgtable.devdb import LocalServer\n"
+            "server = LocalServer(binlog=False)\n"
+            "server.start()\n"
+            "print(server.pid, server.datadir, flush=True)\n"
+            "time.sleep(600)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    assert owner.stdout is not None
+    pid_text, datadir = owner.stdout.readline().split()
+    pid = int(pid_text)
+    assert alive(pid)
+    owner.kill()  # no atexit, no finally: only the watchdog can clean up
+    owner.wait()
+    wait_until(lambda: not alive(pid), devdb.STOP_TIMEOUT_S + 10, "the orphaned server stops")
+    wait_until(lambda: not Path(datadir).exists(), 10, "its data directory is removed")
+
+
+def test_a_failing_server_reports_the_tail_of_its_log(tmp_path: Path) -> None:
+    """A data directory that looks initialised but holds no system tables."""
+    datadir = tmp_path / "broken"
+    (datadir / "mysql").mkdir(parents=True)  # looks initialised, holds no system tables
+    server = LocalServer(datadir, binlog=False)
+    with pytest.raises(MsgtableError, match=r"error\.log"):
+        server.start(timeout_s=30)
+    assert not server.running
+
+
+def test_the_session_server_gives_each_test_its_own_database(
+    mysql_server: ServerHandle, db_name: str, db_dsn: str, sql: Any
+) -> None:
+    assert db_dsn == mysql_server.dsn(db_name)
+    assert db_name.startswith("t_")
+    assert sql.scalar("SELECT DATABASE()") == db_name
+    sql.execute("CREATE TABLE m (id BIGINT PRIMARY KEY, note VARCHAR(20))")
+    sql.execute(
+        "INSERT INTO m VALUES (:id, :note)", [{"id": 1, "note": "a"}, {"id": 2, "note": "b"}]
+    )
+    assert sql.rows("SELECT id, note FROM m ORDER BY id") == [(1, "a"), (2, "b")]
+    assert (
+        sql.scalar(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = :db",
+            {"db": db_name},
+        )
+        == 1
+    )

@@ -1,0 +1,397 @@
+"""The engine end to end: a real MySQL-family server, the real gRPC server and client.
+
+Each test follows a point of the engine's contract: tables by comment, enqueue by SQL,
+streaming round-robin, acks by RPC and by DML, backoff, purge, the bounded cache, bad input.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
+from msgtable.store import MySQLStore
+
+from .helpers import NS, Collector, Served, serve, wait_for
+
+SCHEMA = Path(__file__).parents[2] / "schema"
+
+
+def ddl(file: str) -> str:
+    """The one statement of a schema/ file, as a user would paste it."""
+    lines = (SCHEMA / file).read_text().splitlines()
+    return "\n".join(line for line in lines if not line.startswith("--")).strip().rstrip(";")
+
+
+@pytest.fixture
+def served(db_dsn: str):
+    with serve(db_dsn) as s:
+        yield s
+
+
+# -- 1. tables by comment ----------------------------------------------------------------
+def test_the_schema_files_create_tables_that_load(served: Served):
+    served.sql(ddl("current.sql"))
+    served.sql(ddl("v2018.sql").replace("my_message", "old_message"))
+    served.engine.refresh()
+    tables = {t.name: t for t in served.client.list_tables()}
+    assert tables["my_message"].load_error == ""
+    assert tables["my_message"].config.batch_size == 10
+    assert tables["old_message"].load_error == ""
+    assert tables["old_message"].config.layout == "2018"
+
+
+def test_a_table_with_a_bad_comment_fails_alone_and_says_why(served: Served):
+    served.create_table("good")
+    served.create_table("bad", vt_batch_size=0)
+    served.create_table("odd", vt_colour="blue")
+    served.engine.refresh()
+    tables = {t.name: t for t in served.client.list_tables()}
+    assert tables["good"].load_error == ""
+    assert "bad" in tables["bad"].load_error and "vt_batch_size" in tables["bad"].load_error
+    assert "vt_colour" in tables["odd"].load_error
+    with pytest.raises(TableLoadError, match="vt_batch_size"):
+        next(iter(served.client.subscribe("bad")))
+    with pytest.raises(TableLoadError):
+        served.client.ack("bad", [1])
+    served.sql("insert into good(id, message) values (1, 'still works')")
+    c = Collector(served.client, "good")
+    assert c.take(1)[0].values["message"] == "still works"
+    c.close()
+
+
+def test_a_table_missing_a_required_column_fails_to_load(served: Served):
+    served.sql(
+        "create table nocol(id bigint primary key, time_next bigint, epoch bigint, "
+        "time_acked bigint, message text) comment "
+        "'vitess_message,vt_ack_wait=1,vt_purge_after=1,vt_batch_size=1,"
+        "vt_cache_size=1,vt_poller_interval=1'"
+    )
+    served.engine.refresh()
+    (t,) = [t for t in served.client.list_tables() if t.name == "nocol"]
+    assert "nocol" in t.load_error and "priority" in t.load_error
+
+
+# -- 2. enqueue with plain SQL -----------------------------------------------------------
+def test_a_plain_insert_is_delivered_without_engine_columns(served: Served):
+    served.create_table("my_message")
+    served.sql("insert into my_message(id, message) values(1, 'hello world')")
+    c = Collector(served.client, "my_message")
+    (m,) = c.take(1)
+    assert m.id == 1 and m.values == {"id": 1, "message": "hello world"}
+    c.close()
+
+
+def test_rows_committed_in_a_transaction_arrive_and_rolled_back_rows_never(served: Served):
+    served.create_table("tx", vt_poller_interval=0.2)
+    c = Collector(served.client, "tx")
+    with pytest.raises(RuntimeError), served.transaction() as conn:
+        conn.execute(sa.text("insert into tx(id, message) values (1, 'rolled back')"))
+        time.sleep(0.5)  # several polls see nothing uncommitted
+        raise RuntimeError("the application gives up: rollback")
+    with served.transaction() as conn:
+        conn.execute(sa.text("insert into tx(id, message) values (2, 'committed')"))
+    assert [m.id for m in c.take(1)] == [2]
+    c.nothing_for(0.6)
+    c.close()
+
+
+def test_null_time_next_is_due_and_future_time_next_waits(served: Served):
+    served.create_table("sched", vt_poller_interval=0.1)
+    future = served.now_ns() + 2 * NS
+    served.sql(
+        "insert into sched(id, message, time_next) values (1, 'null', NULL), (2, 'later', :t)",
+        t=future,
+    )
+    c = Collector(served.client, "sched")
+    assert [m.id for m in c.take(1)] == [1]
+    c.nothing_for(1.0)
+    (m,) = c.take(1, timeout_s=3)
+    assert m.id == 2 and time.time_ns() >= future
+    c.close()
+
+
+def test_the_2018_layout_delivers_by_time_scheduled(served: Served):
+    served.sql(ddl("v2018.sql").replace("vt_poller_interval=30", "vt_poller_interval=0.1"))
+    future = served.now_ns() + 1 * NS
+    served.sql(
+        "insert into my_message(time_scheduled, id, message) values (0, 1, 'now'), "
+        "(:t, 2, 'later')",
+        t=future,
+    )
+    c = Collector(served.client, "my_message")
+    (first,) = c.take(1)
+    assert first.values == {"id": 1, "message": "now"}
+    (second,) = c.take(1, timeout_s=3)
+    assert second.id == 2 and time.time_ns() >= future
+    assert served.client.ack("my_message", [1, 2]) == 2
+    assert served.sql("select count(*) from my_message where time_acked is null")[0][0] == 0
+    c.close()
+
+
+def test_application_columns_travel_typed(served: Served):
+    served.create_table(
+        "typed",
+        extra_columns=(
+            "n int, u bigint unsigned, f double, d decimal(10,2), j json, b varbinary(8), "
+            "z varchar(10)"
+        ),
+    )
+    served.sql(
+        "insert into typed(id, message, n, u, f, d, j, b, z) values "
+        "(1, 'm', -5, 18446744073709551615, 1.5, 12.50, '{\"a\": 1}', x'00ff', NULL)"
+    )
+    c = Collector(served.client, "typed")
+    (m,) = c.take(1)
+    v = m.values
+    assert (v["n"], v["u"], v["f"], v["d"], v["b"], v["z"]) == (
+        -5,
+        18446744073709551615,
+        1.5,
+        Decimal("12.50"),
+        b"\x00\xff",
+        None,
+    )
+    assert v["j"].replace(" ", "") == '{"a":1}'
+    assert [f.name for f in c.subscription.fields][:2] == ["id", "message"]
+    c.close()
+
+
+# -- 3. streaming ------------------------------------------------------------------------
+def test_fields_come_first_then_batches_of_at_most_batch_size(served: Served):
+    served.create_table("batched", vt_batch_size=3)
+    served.sql(
+        "insert into batched(id, message) values " + ",".join(f"({i}, 'm{i}')" for i in range(10))
+    )
+    sub = served.client.subscribe("batched")
+    responses = sub.raw_responses()
+    first = next(responses)
+    assert [f.name for f in first.fields] == ["id", "message"] and not first.rows
+    sizes, seen = [], 0
+    while seen < 10:
+        r = next(responses)
+        assert not r.fields
+        sizes.append(len(r.rows))
+        seen += len(r.rows)
+    assert max(sizes) <= 3
+    sub.close()
+
+
+def test_subscribers_share_messages_round_robin_and_none_gets_one_twice(served: Served):
+    served.create_table("rr", vt_batch_size=5, vt_poller_interval=0.2)
+    subs = [Collector(served.client, "rr") for _ in range(3)]
+    wait_for(lambda: served.client.list_tables()[0].subscribers == 3)
+    served.sql("insert into rr(id, message) values " + ",".join(f"({i}, 'm')" for i in range(300)))
+    got: list[list[int]] = [[] for _ in subs]
+    deadline = time.monotonic() + 15
+    while sum(map(len, got)) < 300 and time.monotonic() < deadline:
+        for i, c in enumerate(subs):
+            while not c.messages.empty():
+                m = c.messages.get()
+                got[i].append(m.id)
+                m.ack()
+        time.sleep(0.01)
+    everything = sorted(x for g in got for x in g)
+    assert everything == list(range(300))  # each message once: no broadcast, no duplicate
+    assert all(len(g) >= 5 for g in got), [len(g) for g in got]  # every subscriber served
+    for c in subs:
+        c.close()
+
+
+def test_keyspace_shard_and_key_range_may_only_name_this_database(served: Served, db_dsn):
+    served.create_table("ks")
+    served.sql("insert into ks(id, message) values (1, 'x')")
+    database = sa.engine.make_url(db_dsn).database
+    c = Collector(served.client, "ks", keyspace=database, shard="0")
+    assert c.take(1)[0].id == 1
+    c.close()
+    with pytest.raises(TableNotFound, match="keyspace"):
+        next(iter(served.client.subscribe("ks", keyspace="elsewhere")))
+    with pytest.raises(InvalidArgument, match="shard"):
+        next(iter(served.client.subscribe("ks", shard="-80")))
+    with pytest.raises(InvalidArgument, match="key_range"):
+        next(iter(served.client.subscribe("ks", key_range=(b"", b"\x80"))))
+
+
+# -- 4. acks -----------------------------------------------------------------------------
+def test_message_ack_counts_and_an_acked_message_never_comes_back(served: Served):
+    served.create_table("acked", vt_ack_wait=0.2, vt_min_backoff=0.1, vt_poller_interval=0.1)
+    served.sql("insert into acked(id, message) values (1, 'a'), (2, 'b')")
+    c = Collector(served.client, "acked")
+    msgs = c.take(2)
+    assert served.client.ack("acked", [1, 2, 999]) == 2
+    assert served.client.ack("acked", [1]) == 0
+    c.nothing_for(1.0)  # well past ack wait + backoff
+    rows = served.sql("select id, time_acked is not null, time_next from acked order by id")
+    assert rows == [(1, 1, None), (2, 1, None)]
+    assert {m.id for m in msgs} == {1, 2}
+    c.close()
+
+
+def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served):
+    served.create_table("dml", "payload mediumtext", vt_batch_size=1, vt_poller_interval=0.1)
+    big = "x" * 100_000  # large rows fill gRPC's flow-control window after a few messages
+    for i in range(30):
+        served.sql("insert into dml(id, message, payload) values (:i, 'm', :p)", i=i, p=big)
+    # A subscriber that does not read: its buffers fill, the rest stays queued in the cache.
+    sub = served.client.subscribe("dml")
+    wait_for(lambda: served.client.list_tables()[0].cached >= 1, what="a row in the cache")
+    # The application acks every message not sent yet, by DML in its own transaction.
+    with served.transaction() as conn:
+        unsent = list(
+            conn.scalars(
+                sa.text("select id from dml where epoch = 0 and time_acked is null for update")
+            )
+        )
+        conn.execute(
+            sa.text(
+                "update dml set time_acked = :now, time_next = null "
+                "where id in :ids and time_acked is null"
+            ).bindparams(sa.bindparam("ids", expanding=True)),
+            {"now": served.now_ns(), "ids": unsent},
+        )
+    assert unsent
+    received: list[int] = []
+    reader = threading.Thread(target=lambda: [received.append(m.id) for m in sub], daemon=True)
+    reader.start()
+    wait_for(lambda: len(received) >= 30 - len(unsent), what="the messages sent before the ack")
+    time.sleep(0.5)
+    sub.close()
+    assert sorted(received) == sorted(set(range(30)) - set(unsent))
+
+
+# -- 5. backoff --------------------------------------------------------------------------
+def test_an_unacked_message_comes_back_after_its_backoff(served: Served):
+    served.create_table("retry", vt_ack_wait=0.3, vt_min_backoff=0.3, vt_poller_interval=0.05)
+    served.sql("insert into retry(id, message) values (1, 'a')")
+    c = Collector(served.client, "retry")
+    c.take(1)
+    sent_at = time.monotonic()
+    ((epoch, time_next),) = served.sql("select epoch, time_next from retry")
+    assert epoch == 1 and time_next > served.now_ns()
+    c.take(1, timeout_s=5)
+    waited = time.monotonic() - sent_at
+    assert waited >= 0.3 + 0.3 - 0.05  # ack wait + at least min backoff
+    c.take(1, timeout_s=5)  # and again, after a longer backoff
+    assert served.sql("select epoch from retry")[0][0] == 3
+    c.close()
+
+
+def test_reschedule_and_reprioritise_by_dml_take_effect_at_the_next_poll(served: Served):
+    served.create_table("resched", vt_ack_wait=60, vt_poller_interval=0.1)
+    served.sql("insert into resched(id, message) values (1, 'a')")
+    c = Collector(served.client, "resched")
+    c.take(1)
+    c.nothing_for(0.3)  # postponed by a minute
+    served.sql("update resched set time_next = 0, epoch = 0 where id = 1 and time_acked is null")
+    assert c.take(1, timeout_s=2)[0].id == 1
+    c.close()
+
+
+# -- 6. purge ----------------------------------------------------------------------------
+def test_old_acked_rows_are_purged_in_batches_while_delivery_goes_on(served: Served):
+    served.create_table("purged", vt_purge_after=60, vt_poller_interval=0.1)
+    old = served.now_ns() - 61 * NS
+    rows = ",".join(f"({i}, 'old', {old})" for i in range(1, 1301))  # > 2 purge batches
+    served.sql(f"insert into purged(id, message, time_acked) values {rows}")
+    served.sql(
+        "insert into purged(id, message, time_acked) values (99999, 'young', :t)", t=served.now_ns()
+    )
+    served.sql("insert into purged(id, message) values (100000, 'open')")
+    c = Collector(served.client, "purged")
+    assert c.take(1)[0].id == 100000
+    wait_for(
+        lambda: served.sql("select count(*) from purged")[0][0] == 2,
+        timeout_s=15,
+        what="old acked rows purged",
+    )
+    assert sorted(r[0] for r in served.sql("select id from purged")) == [99999, 100000]
+    c.close()
+
+
+# -- 7. the bounded cache ----------------------------------------------------------------
+def test_rows_beyond_the_cache_size_are_fetched_as_soon_as_room_frees(served: Served):
+    served.create_table("small", vt_cache_size=5, vt_batch_size=5, vt_poller_interval=60)
+    served.sql(
+        "insert into small(id, message) values " + ",".join(f"({i}, 'm')" for i in range(40))
+    )
+    c = Collector(served.client, "small")
+    got = []
+    for _ in range(8):
+        batch = c.take(5, timeout_s=5)  # far less than one 60 s poll interval
+        got += [m.id for m in batch]
+        served.client.ack("small", [m.id for m in batch])
+    assert sorted(got) == list(range(40))
+    c.close()
+
+
+class CountingStore(MySQLStore):
+    polls = 0
+
+    def poll(self, cfg, now_ns, limit):  # type: ignore[no-untyped-def]
+        CountingStore.polls += 1
+        return super().poll(cfg, now_ns, limit)
+
+
+def test_no_poll_runs_and_nothing_is_cached_without_a_subscriber(db_dsn):
+    from msgtable.engine import MessageEngine
+
+    store = CountingStore(MySQLStore.from_dsn(db_dsn).engine, sa.engine.make_url(db_dsn).database)
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.execute(
+            sa.text(
+                "create table idle(id bigint primary key, priority bigint not null default 0, "
+                "time_next bigint default 0, epoch bigint not null default 0, time_acked bigint, "
+                "message text, index(time_acked, priority, time_next)) comment "
+                "'vitess_message,vt_ack_wait=1,vt_purge_after=60,vt_batch_size=1,"
+                "vt_cache_size=10,vt_poller_interval=0.05'"
+            )
+        )
+        conn.execute(sa.text("insert into idle(id, message) values (1, 'x')"))
+    engine = MessageEngine(store, discovery_interval_s=0.5)
+    engine.open()
+    try:
+        time.sleep(0.5)
+        assert CountingStore.polls == 0
+        (status,) = engine.list_tables()
+        assert status.cached == 0
+        sub = engine.subscribe("idle")
+        assert sub.next_batch(5) == [(1, "x")]
+        assert CountingStore.polls >= 1
+        sub.close()
+        polls = CountingStore.polls
+        time.sleep(0.4)
+        assert CountingStore.polls <= polls + 1  # at most one poll that was already running
+    finally:
+        engine.close()
+        db.dispose()
+
+
+# -- bad input ---------------------------------------------------------------------------
+def test_unknown_tables_and_malformed_acks_get_clear_errors(served: Served):
+    served.create_table("known")
+    with pytest.raises(TableNotFound, match="nope"):
+        next(iter(served.client.subscribe("nope")))
+    with pytest.raises(TableNotFound, match="nope"):
+        served.client.ack("nope", [1])
+    with pytest.raises(InvalidArgument, match="no ids"):
+        served.client.ack("known", [])
+    with pytest.raises(InvalidArgument, match="malformed"):
+        served.client.ack("known", ["not a number"])
+    with pytest.raises(TableNotFound):
+        served.client.ack("known`; drop table known; --", [1])
+    assert served.sql("select count(*) from known")[0][0] == 0  # still there
+
+
+def test_a_table_created_after_start_is_served_without_restart(served: Served):
+    served.create_table("late")
+    served.sql("insert into late(id, message) values (1, 'x')")
+    c = Collector(served.client, "late")
+    assert c.take(1)[0].id == 1
+    c.close()

@@ -1,0 +1,97 @@
+"""The database going away and the server shutting down: nothing is lost, errors are clear."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from msgtable.client import Client
+from msgtable.devdb import LocalServer, free_port
+from msgtable.errors import Unavailable
+from msgtable.tables import current_layout_ddl
+
+from .helpers import Collector, comment, serve, wait_for
+
+
+@pytest.fixture
+def own_server(tmp_path: Path):
+    """A database server of this test's own, which it may stop and start again."""
+    server = LocalServer(tmp_path / "db", port=free_port(), keep=True)
+    server.start()
+    server.create_database("app")
+    try:
+        yield server
+    finally:
+        server.keep = False
+        server.stop()
+
+
+def test_a_database_outage_gives_unavailable_and_delivery_resumes(own_server: LocalServer):
+    with serve(own_server.dsn("app"), discovery_interval_s=0.2) as s:
+        s.sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
+        s.sql("insert into jobs(id, message) values (1, 'before')")
+        c = Collector(s.client, "jobs")
+        assert c.take(1)[0].id == 1
+        assert s.client.ack("jobs", [1]) == 1
+        s.db.dispose()
+
+        own_server.stop()
+        with pytest.raises(Unavailable, match="database unavailable"):
+            s.client.ack("jobs", [1])
+        assert s.client.list_tables()[0].name == "jobs"  # the server itself keeps serving
+
+        own_server.start()
+        s.sql("insert into jobs(id, message) values (2, 'after')")
+        (m,) = c.take(1, timeout_s=15)  # the same stream: the poller reconnected by itself
+        assert m.id == 2 and m.ack() == 1
+        c.close()
+
+
+def test_a_server_started_while_the_database_is_down_serves_once_it_is_up(
+    own_server: LocalServer,
+):
+    dsn = own_server.dsn("app")
+    own_server.stop()
+    with serve(dsn, discovery_interval_s=0.2) as s:
+        with pytest.raises(Unavailable):
+            s.client.list_tables()
+        with pytest.raises(Unavailable):
+            s.client.subscribe("jobs")
+        own_server.start()
+        s.sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
+        wait_for(lambda: _tables(s.client), timeout_s=20, what="discovery after the outage")
+        s.sql("insert into jobs(id, message) values (1, 'x')")
+        c = Collector(s.client, "jobs")
+        assert c.take(1)[0].id == 1
+        c.close()
+
+
+def _tables(client: Client) -> list[str]:
+    try:
+        return [t.name for t in client.list_tables()]
+    except Unavailable:
+        return []
+
+
+def test_shutdown_while_streaming_loses_nothing(db_dsn: str):
+    fast = comment(vt_ack_wait=0.3, vt_min_backoff=0.2, vt_poller_interval=0.1, vt_batch_size=5)
+    with serve(db_dsn) as s:
+        s.sql(current_layout_ddl("work", fast))
+        s.sql("insert into work(id, message) values " + ",".join(f"({i}, 'm')" for i in range(50)))
+        c = Collector(s.client, "work")
+        c.take(10)  # received, never acked: the server stops under them
+    with serve(db_dsn) as s:
+        c = Collector(s.client, "work")
+        seen: set[object] = set()
+
+        def all_acked() -> bool:
+            while not c.messages.empty():
+                m = c.messages.get()
+                seen.add(m.id)
+                m.ack()
+            return len(seen) == 50
+
+        wait_for(all_acked, timeout_s=20, what="every message delivered after the restart")
+        assert s.sql("select count(*) from work where time_acked is null")[0][0] == 0
+        c.close()

@@ -54,6 +54,8 @@ class Subscription(Protocol):
 
     def next_batch(self, timeout_s: float | None = None, /) -> Sequence[Sequence[object]]: ...
 
+    def end(self, error: MsgtableError, /) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -127,12 +129,16 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         self._stopping = threading.Event()
 
     def shutdown(self) -> None:
-        """End every stream with UNAVAILABLE and refuse new ones. Idempotent."""
+        """End every stream with UNAVAILABLE and refuse new ones. Idempotent.
+
+        Batches already claimed for a stream are still sent first (within the server's
+        grace period): end() lets next_batch hand them out before it raises.
+        """
         self._stopping.set()
         with self._lock:
             active = list(self._active)
         for sub in active:
-            sub.close()  # wakes its next_batch; the stream loop sees _stopping and ends
+            sub.end(Unavailable(SHUTTING_DOWN))
 
     def MessageStream(
         self, request: Any, context: grpc.ServicerContext
@@ -171,8 +177,6 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                 rows = sub.next_batch(self._stream_poll_s)
                 if rows:
                     yield encoder.rows_response(rows)
-                if self._stopping.is_set():
-                    raise Unavailable(SHUTTING_DOWN)
         except Exception as exc:
             if not self._stopping.is_set() and not context.is_active():
                 return  # the client left; sub.close() ended next_batch

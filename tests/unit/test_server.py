@@ -303,6 +303,30 @@ def test_stop_ends_open_streams_with_unavailable_and_refuses_new_ones(engine, se
     assert server.wait(0)
 
 
+def test_stop_lets_batches_already_claimed_for_a_stream_reach_it(engine, server, stub):
+    # Batches the engine already claimed for this subscriber are still queued when the server
+    # stops: they are sent before the stream ends, not dropped (to come back a lease later).
+    call = stub.MessageStream(pb.MessageStreamRequest(name="t"))
+    next(call)
+    sub = engine.next_subscriber()
+    held = [[(1, "a", Decimal("1.00"))], [(2, "b", None)]]
+    real_next_batch = sub.next_batch
+
+    def next_batch(timeout_s: float | None = None) -> list[tuple[object, ...]]:
+        if not held or sub.closed.is_set() or sub._items.empty():
+            return real_next_batch(timeout_s)
+        return held.pop(0)
+
+    sub.next_batch = next_batch  # type: ignore[method-assign]
+    server.stop(2.0)
+    ids = []
+    with pytest.raises(grpc.RpcError) as caught:
+        for response in call:
+            ids += [row.values[0].int_value for row in response.rows]
+    assert caught.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert ids == [1, 2]
+
+
 def test_streams_beyond_the_limit_are_refused_but_acks_still_work(engine):
     server = MessagingServer(
         engine, "127.0.0.1:0", max_workers=4, max_streams=1, stream_poll_s=0.05

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 
@@ -266,3 +267,37 @@ def test_close_ends_subscribers_with_unavailable(engine):
     engine.close()
     with pytest.raises(Unavailable, match="shutting down"):
         sub.next_batch(0)
+
+
+def test_the_loops_deliver_on_their_own_and_stop_on_close(store):
+    store.insert("q", 1, message="a")
+    e = MessageEngine(store, rng=random.Random(1), discovery_interval_s=3600)
+    e.open()
+    try:
+        sub = e.subscribe("q")
+        assert sub.next_batch(5) == [(1, "a")]  # the poller woke at once for the subscriber
+        store.insert("q", 2, message="b")
+        m = e._manager("q", "")
+        m._poll_wake.set()  # what the poll interval (30 s here) would do
+        assert sub.next_batch(5) == [(2, "b")]
+    finally:
+        e.close()
+    assert all(not t.is_alive() for t in m._threads)
+
+
+def test_a_dying_loop_is_reported_as_fatal(store):
+    e = MessageEngine(store, rng=random.Random(1), discovery_interval_s=3600)
+    e.open()
+    try:
+        m = e._manager("q", "")
+
+        class Broken(threading.Event):
+            def clear(self) -> None:
+                raise RuntimeError("the loop's own machinery broke")
+
+        old, m._purge_wake = m._purge_wake, Broken()
+        old.set()
+        assert e.fatal.wait(5)
+        assert "purger loop died" in e.fatal_reason
+    finally:
+        e.close()

@@ -186,12 +186,14 @@ def start_local_server() -> LocalServer:
 def create_demo_table(dsn: str) -> None:
     import sqlalchemy
 
-    from msgtable.tables import current_layout_ddl
+    from msgtable.tables import DEMO_COMMENT, DEMO_TABLE, current_layout_ddl
 
+    # The documented comment, but polling every second: a demo should answer at once.
+    comment = DEMO_COMMENT.replace("vt_poller_interval=30", "vt_poller_interval=1")
     engine = sqlalchemy.create_engine(dsn)
     try:
         with engine.begin() as conn:
-            conn.exec_driver_sql(current_layout_ddl())
+            conn.exec_driver_sql(current_layout_ddl(DEMO_TABLE, comment))
     finally:
         engine.dispose()
 

@@ -108,6 +108,18 @@ def group_by_epoch(batch: Sequence[CachedRow]) -> dict[int | None, list[CachedRo
     return groups
 
 
+# Discovery reads only the tables whose comment marks them as message tables.
+_COLUMNS = sa.text(
+    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
+    "WHERE TABLE_SCHEMA = :db AND TABLE_NAME IN :names ORDER BY TABLE_NAME, ORDINAL_POSITION"
+).bindparams(bindparam("names", expanding=True))
+_UNIQUE_INDEXES = sa.text(
+    "SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+    "WHERE TABLE_SCHEMA = :db AND TABLE_NAME IN :names AND NON_UNIQUE = 0 "
+    "ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX"
+).bindparams(bindparam("names", expanding=True))
+
+
 class _Statements:
     """The statements of one table, built once from its config."""
 
@@ -241,30 +253,15 @@ class MySQLStore:
             }
             if not tables:
                 return []
+            names = {"db": self.database, "names": list(tables)}
             columns: dict[str, list[Column]] = {n: [] for n in tables}
-            for tname, cname, data_type, column_type in conn.execute(
-                sa.text(
-                    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE "
-                    "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = :db "
-                    "ORDER BY TABLE_NAME, ORDINAL_POSITION"
-                ),
-                {"db": self.database},
-            ):
-                if tname in columns:
-                    columns[tname].append(
-                        Column(cname, str(data_type).lower(), str(column_type).lower())
-                    )
+            for tname, cname, data_type, column_type in conn.execute(_COLUMNS, names):
+                columns[tname].append(
+                    Column(cname, str(data_type).lower(), str(column_type).lower())
+                )
             indexes: dict[tuple[str, str], list[str]] = {}
-            for tname, iname, cname in conn.execute(
-                sa.text(
-                    "SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
-                    "WHERE TABLE_SCHEMA = :db AND NON_UNIQUE = 0 "
-                    "ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX"
-                ),
-                {"db": self.database},
-            ):
-                if tname in tables:
-                    indexes.setdefault((tname, iname), []).append(cname)
+            for tname, iname, cname in conn.execute(_UNIQUE_INDEXES, names):
+                indexes.setdefault((tname, iname), []).append(cname)
             conn.rollback()
         return [
             TableDefinition(

@@ -310,14 +310,14 @@ def test_stop_lets_batches_already_claimed_for_a_stream_reach_it(engine, server,
     next(call)
     sub = engine.next_subscriber()
     held = [[(1, "a", Decimal("1.00"))], [(2, "b", None)]]
-    real_next_batch = sub.next_batch
+    real_end = sub.end
 
-    def next_batch(timeout_s: float | None = None) -> list[tuple[object, ...]]:
-        if not held or sub.closed.is_set() or sub._items.empty():
-            return real_next_batch(timeout_s)
-        return held.pop(0)
+    def end(error: Exception) -> None:  # like the engine's Subscriber: batches, then the error
+        for batch in held:
+            sub.put(batch)
+        real_end(error)
 
-    sub.next_batch = next_batch  # type: ignore[method-assign]
+    sub.end = end  # type: ignore[method-assign]
     server.stop(2.0)
     ids = []
     with pytest.raises(grpc.RpcError) as caught:

@@ -223,7 +223,17 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 
 def serve(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    out = out or sys.stdout
+    # Until serving starts, SIGTERM unwinds like Ctrl-C, so a throwaway database caught
+    # half-started is still stopped and its data directory removed (the default action
+    # would end the process before any clean-up runs).
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _serve(args, out or sys.stdout)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
     local: LocalServer | None = None
     try:
         dsn: str | None = args.dsn

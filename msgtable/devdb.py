@@ -153,7 +153,11 @@ def find_server_binary(
     else well-known install locations (sbin is often not on a user's PATH)."""
     override = os.environ.get(BINARY_ENV)
     if override:
-        return Path(override) if _is_executable(Path(override)) else None
+        if not _is_executable(Path(override)):
+            raise ServerBinaryNotFound(
+                f"{BINARY_ENV}={override} is not an executable server binary\n{INSTALL_HINT}"
+            )
+        return Path(override)
     for name in SERVER_NAMES:
         found = shutil.which(name, path=path)
         if found:

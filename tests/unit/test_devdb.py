@@ -137,7 +137,8 @@ def test_environment_variable_overrides_the_search(
     monkeypatch.setenv(devdb.BINARY_ENV, str(mine))
     assert find_server_binary(path=str(tmp_path), search_dirs=[]) == mine
     monkeypatch.setenv(devdb.BINARY_ENV, str(tmp_path / "nothing-here"))
-    assert find_server_binary(path=str(tmp_path), search_dirs=[]) is None
+    with pytest.raises(ServerBinaryNotFound, match=r"MSGTABLE_MYSQLD=.*nothing-here"):
+        find_server_binary(path=str(tmp_path), search_dirs=[])
 
 
 def test_install_hint_says_how_to_get_a_server() -> None:

@@ -26,14 +26,9 @@ import pytest
 import sqlalchemy
 from sqlalchemy.engine import Connection, CursorResult, Engine
 
-from msgtable.devdb import (
-    INSTALL_HINT,
-    ExternalServer,
-    LocalServer,
-    ServerHandle,
-    find_server_binary,
-)
+from msgtable.devdb import ExternalServer, LocalServer, ServerHandle
 from msgtable.errors import MsgtableError
+from msgtable.mysqld import INSTALL_HINT, find_server_binary
 
 DSN_ENV = "MSGTABLE_TEST_DSN"
 MYSQL_IMAGE = "mysql:8.0"

@@ -19,7 +19,7 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from msgtable.devdb import BINARY_ENV, SEARCH_DIRS, SERVER_NAMES
+from msgtable.mysqld import BINARY_ENV, SEARCH_DIRS, SERVER_NAMES
 
 from .helpers import Cli, describe, free_port, pid_alive, run, wait_until
 

@@ -15,8 +15,9 @@ import pytest
 import sqlalchemy
 
 from msgtable import devdb
-from msgtable.devdb import INSTALL_HINT, LocalServer, ServerHandle, find_server_binary
+from msgtable.devdb import LocalServer, ServerHandle
 from msgtable.errors import MsgtableError
+from msgtable.mysqld import INSTALL_HINT, find_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 

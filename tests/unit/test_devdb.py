@@ -7,20 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from msgtable import devdb
-from msgtable.devdb import (
+from msgtable import devdb, mysqld
+from msgtable.devdb import ExternalServer, LocalServer, quote_database_name
+from msgtable.errors import InvalidArgument, MsgtableError, ServerBinaryNotFound
+from msgtable.mysqld import (
     INSTALL_HINT,
-    ExternalServer,
-    LocalServer,
     ServerVersion,
     find_install_db,
     find_server_binary,
     install_command,
     parse_version,
-    quote_database_name,
     server_command,
 )
-from msgtable.errors import InvalidArgument, MsgtableError, ServerBinaryNotFound
 
 MARIADB = ServerVersion("mariadb", (10, 11, 6), "mariadbd  Ver 10.11.6-MariaDB")
 MYSQL = ServerVersion("mysql", (8, 0, 36), "mysqld  Ver 8.0.36")
@@ -36,7 +34,7 @@ def executable(path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def no_binary_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(devdb.BINARY_ENV, raising=False)
+    monkeypatch.delenv(mysqld.BINARY_ENV, raising=False)
 
 
 @pytest.mark.parametrize(
@@ -96,7 +94,7 @@ def test_unparseable_version_output_is_an_error() -> None:
     ],
 )
 def test_only_mariadb_10_6_and_mysql_8_are_supported(
-    flavour: devdb.Flavour, version: tuple[int, int, int], supported: bool
+    flavour: mysqld.Flavour, version: tuple[int, int, int], supported: bool
 ) -> None:
     assert ServerVersion(flavour, version, "").supported is supported
 
@@ -134,9 +132,9 @@ def test_environment_variable_overrides_the_search(
 ) -> None:
     mine = executable(tmp_path / "custom" / "my-mysqld")
     executable(tmp_path / "mariadbd")
-    monkeypatch.setenv(devdb.BINARY_ENV, str(mine))
+    monkeypatch.setenv(mysqld.BINARY_ENV, str(mine))
     assert find_server_binary(path=str(tmp_path), search_dirs=[]) == mine
-    monkeypatch.setenv(devdb.BINARY_ENV, str(tmp_path / "nothing-here"))
+    monkeypatch.setenv(mysqld.BINARY_ENV, str(tmp_path / "nothing-here"))
     with pytest.raises(ServerBinaryNotFound, match=r"MSGTABLE_MYSQLD=.*nothing-here"):
         find_server_binary(path=str(tmp_path), search_dirs=[])
 
@@ -144,7 +142,7 @@ def test_environment_variable_overrides_the_search(
 def test_install_hint_says_how_to_get_a_server() -> None:
     assert "apt-get install mariadb-server" in INSTALL_HINT
     assert "brew install" in INSTALL_HINT
-    assert devdb.BINARY_ENV in INSTALL_HINT
+    assert mysqld.BINARY_ENV in INSTALL_HINT
 
 
 def test_mysql_initialises_itself_insecurely(tmp_path: Path) -> None:
@@ -177,7 +175,7 @@ def test_mariadb_initialises_with_the_install_script_of_its_installation(tmp_pat
 def test_mariadb_without_install_script_is_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(devdb, "find_install_db", lambda binary: None)
+    monkeypatch.setattr(mysqld, "find_install_db", lambda binary: None)
     with pytest.raises(ServerBinaryNotFound, match="mariadb-install-db"):
         install_command(tmp_path / "mariadbd", MARIADB, tmp_path / "data", as_root=False)
 
@@ -275,13 +273,13 @@ def test_external_server_swaps_only_the_database() -> None:
 def test_template_cache_can_be_moved_or_turned_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv(devdb.CACHE_ENV, str(tmp_path))
-    assert devdb.template_cache_dir() == tmp_path
-    monkeypatch.setenv(devdb.CACHE_ENV, "off")
-    assert devdb.template_cache_dir() is None
-    monkeypatch.delenv(devdb.CACHE_ENV)
+    monkeypatch.setenv(mysqld.CACHE_ENV, str(tmp_path))
+    assert mysqld.template_cache_dir() == tmp_path
+    monkeypatch.setenv(mysqld.CACHE_ENV, "off")
+    assert mysqld.template_cache_dir() is None
+    monkeypatch.delenv(mysqld.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert devdb.template_cache_dir() == tmp_path / "msgtable" / "devdb"
+    assert mysqld.template_cache_dir() == tmp_path / "msgtable" / "devdb"
 
 
 def test_copies_of_the_template_keep_their_bytes_but_not_their_zeros(tmp_path: Path) -> None:
@@ -290,7 +288,7 @@ def test_copies_of_the_template_keep_their_bytes_but_not_their_zeros(tmp_path: P
     source.write_bytes(content)
     source.chmod(0o640)
     target = tmp_path / "copy"
-    devdb._copy_sparse(str(source), str(target))
+    mysqld._copy_sparse(str(source), str(target))
     assert target.read_bytes() == content
     assert os.stat(target).st_mode == os.stat(source).st_mode
     assert os.stat(target).st_blocks * 512 < len(content)

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,34 +22,17 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from msgtable.devdb import free_port
+
+from ..waiting import wait_until
+
 MSGTABLE = (sys.executable, "-m", "msgtable")
 # Settings of the user's shell that must not leak into the commands under test.
 USER_SETTINGS = ("MSGTABLE_DSN", "MSGTABLE_SERVER", "MSGTABLE_LISTEN", "MSGTABLE_LOG_LEVEL")
 RUN_TIMEOUT_S = 30.0  # a command that should finish on its own
 START_TIMEOUT_S = 30.0  # serve until it answers (an embedded database included)
 STOP_TIMEOUT_S = 15.0  # a process asked to stop, before it is killed
-POLL_S = 0.02
 PORT_ATTEMPTS = 3
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_until(predicate: Callable[[], Any], timeout_s: float, what: Callable[[], str]) -> Any:
-    """Poll `predicate` until it returns something true; fail saying `what()` on time-out."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:g}s waiting for {what()}", pytrace=False)
-        time.sleep(POLL_S)
 
 
 def health_status(address: str, timeout_s: float = 1.0) -> int | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -31,17 +31,6 @@ def comment(**fields: Any) -> str:
     )
     values.update(fields)
     return "vitess_message," + ",".join(f"{k}={v}" for k, v in values.items())
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what or predicate}")
-        time.sleep(0.02)
 
 
 @dataclass
@@ -98,6 +87,7 @@ class Collector:
     def __init__(self, client: Client, table: str, **kwargs: Any) -> None:
         self.subscription = client.subscribe(table, **kwargs)
         self.messages: queue.Queue[Message] = queue.Queue()
+        self.arrived_ns: dict[object, list[int]] = {}  # id -> wall-clock times it arrived
         self.error: BaseException | None = None
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -106,6 +96,7 @@ class Collector:
     def _run(self) -> None:
         try:
             for m in self.subscription:
+                self.arrived_ns.setdefault(m.id, []).append(time.time_ns())
                 self.messages.put(m)
         except BaseException as exc:
             self.error = exc

@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
 from msgtable.store import MySQLStore
 
-from .helpers import NS, Collector, Served, serve, wait_for
+from ..waiting import wait_until
+from .helpers import NS, Collector, Served, serve
 
 SCHEMA = Path(__file__).parents[2] / "schema"
 
@@ -110,9 +111,8 @@ def test_null_time_next_is_due_and_future_time_next_waits(served: Served):
     )
     c = Collector(served.client, "sched")
     assert [m.id for m in c.take(1)] == [1]
-    c.nothing_for(1.0)
-    (m,) = c.take(1, timeout_s=3)
-    assert m.id == 2 and time.time_ns() >= future
+    (m,) = c.take(1, timeout_s=5)
+    assert m.id == 2 and c.arrived_ns[2][0] >= future  # not a moment early
     c.close()
 
 
@@ -127,8 +127,8 @@ def test_the_2018_layout_delivers_by_time_scheduled(served: Served):
     c = Collector(served.client, "my_message")
     (first,) = c.take(1)
     assert first.values == {"id": 1, "message": "now"}
-    (second,) = c.take(1, timeout_s=3)
-    assert second.id == 2 and time.time_ns() >= future
+    (second,) = c.take(1, timeout_s=5)
+    assert second.id == 2 and c.arrived_ns[2][0] >= future
     assert served.client.ack("my_message", [1, 2]) == 2
     assert served.sql("select count(*) from my_message where time_acked is null")[0][0] == 0
     c.close()
@@ -185,7 +185,7 @@ def test_fields_come_first_then_batches_of_at_most_batch_size(served: Served):
 def test_subscribers_share_messages_round_robin_and_none_gets_one_twice(served: Served):
     served.create_table("rr", vt_batch_size=5, vt_poller_interval=0.2)
     subs = [Collector(served.client, "rr") for _ in range(3)]
-    wait_for(lambda: served.client.list_tables()[0].subscribers == 3)
+    wait_until(lambda: served.client.list_tables()[0].subscribers == 3)
     served.sql("insert into rr(id, message) values " + ",".join(f"({i}, 'm')" for i in range(300)))
     got: list[list[int]] = [[] for _ in subs]
     deadline = time.monotonic() + 15
@@ -240,7 +240,7 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served):
         served.sql("insert into dml(id, message, payload) values (:i, 'm', :p)", i=i, p=big)
     # A subscriber that does not read: its buffers fill, the rest stays queued in the cache.
     sub = served.client.subscribe("dml")
-    wait_for(lambda: served.client.list_tables()[0].cached >= 1, what="a row in the cache")
+    wait_until(lambda: served.client.list_tables()[0].cached >= 1, what="a row in the cache")
     # The application acks every message not sent yet, by DML in its own transaction.
     with served.transaction() as conn:
         unsent = list(
@@ -259,7 +259,7 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served):
     received: list[int] = []
     reader = threading.Thread(target=lambda: [received.append(m.id) for m in sub], daemon=True)
     reader.start()
-    wait_for(lambda: len(received) >= 30 - len(unsent), what="the messages sent before the ack")
+    wait_until(lambda: len(received) >= 30 - len(unsent), what="the messages sent before the ack")
     time.sleep(0.5)
     sub.close()
     assert sorted(received) == sorted(set(range(30)) - set(unsent))
@@ -269,15 +269,18 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served):
 def test_an_unacked_message_comes_back_after_its_backoff(served: Served):
     served.create_table("retry", vt_ack_wait=0.3, vt_min_backoff=0.3, vt_poller_interval=0.05)
     served.sql("insert into retry(id, message) values (1, 'a')")
+    before = served.now_ns()
     c = Collector(served.client, "retry")
     c.take(1)
-    sent_at = time.monotonic()
-    ((epoch, time_next),) = served.sql("select epoch, time_next from retry")
-    assert epoch == 1 and time_next > served.now_ns()
+    ((epoch, first_next),) = served.sql("select epoch, time_next from retry")
+    # sent at epoch 0: ack wait 0.3 s + backoff clamp(0.3 * 2^0 * jitter) >= 0.3 s
+    assert epoch == 1 and first_next >= before + 0.6 * NS
     c.take(1, timeout_s=5)
-    waited = time.monotonic() - sent_at
-    assert waited >= 0.3 + 0.3 - 0.05  # ack wait + at least min backoff
-    c.take(1, timeout_s=5)  # and again, after a longer backoff
+    assert served.now_ns() >= first_next  # not a moment before its time
+    ((epoch, second_next),) = served.sql("select epoch, time_next from retry")
+    # sent again at epoch 1, no earlier than first_next: 0.3 s + clamp(0.3 * 2^1 * jitter) >= 0.4
+    assert epoch == 2 and second_next >= first_next + 0.7 * NS
+    c.take(1, timeout_s=5)  # and again, after the longer backoff
     assert served.sql("select epoch from retry")[0][0] == 3
     c.close()
 
@@ -305,7 +308,7 @@ def test_old_acked_rows_are_purged_in_batches_while_delivery_goes_on(served: Ser
     served.sql("insert into purged(id, message) values (100000, 'open')")
     c = Collector(served.client, "purged")
     assert c.take(1)[0].id == 100000
-    wait_for(
+    wait_until(
         lambda: served.sql("select count(*) from purged")[0][0] == 2,
         timeout_s=15,
         what="old acked rows purged",

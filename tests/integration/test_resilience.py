@@ -11,7 +11,8 @@ from msgtable.devdb import LocalServer, free_port
 from msgtable.errors import Unavailable
 from msgtable.tables import current_layout_ddl
 
-from .helpers import Collector, comment, serve, wait_for
+from ..waiting import wait_until
+from .helpers import Collector, comment, serve
 
 
 @pytest.fixture
@@ -60,7 +61,7 @@ def test_a_server_started_while_the_database_is_down_serves_once_it_is_up(
             s.client.subscribe("jobs")
         own_server.start()
         s.sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
-        wait_for(lambda: _tables(s.client), timeout_s=20, what="discovery after the outage")
+        wait_until(lambda: _tables(s.client), timeout_s=20, what="discovery after the outage")
         s.sql("insert into jobs(id, message) values (1, 'x')")
         c = Collector(s.client, "jobs")
         assert c.take(1)[0].id == 1
@@ -92,6 +93,6 @@ def test_shutdown_while_streaming_loses_nothing(db_dsn: str):
                 m.ack()
             return len(seen) == 50
 
-        wait_for(all_acked, timeout_s=20, what="every message delivered after the restart")
+        wait_until(all_acked, timeout_s=20, what="every message delivered after the restart")
         assert s.sql("select count(*) from work where time_acked is null")[0][0] == 0
         c.close()

@@ -398,3 +398,16 @@ def test_a_table_created_after_start_is_served_without_restart(served: Served):
     c = Collector(served.client, "late")
     assert c.take(1)[0].id == 1
     c.close()
+
+
+def test_lower_priority_goes_first_and_dml_reprioritising_counts_at_the_next_poll(
+    served: Served,
+):
+    served.create_table("prio", vt_batch_size=1)
+    served.sql(
+        "insert into prio(id, message, priority) values (1, 'a', 5), (2, 'b', 1), (3, 'c', 3)"
+    )
+    served.sql("update prio set priority = 0 where id = 3 and time_acked is null")
+    c = Collector(served.client, "prio")  # its arrival triggers the next poll
+    assert [m.id for m in c.take(3)] == [3, 2, 1]  # not the primary key's order
+    c.close()

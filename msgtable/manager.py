@@ -34,7 +34,7 @@ from msgtable.status import TableStatus
 from msgtable.tables import Column, TableConfig
 
 if TYPE_CHECKING:
-    from msgtable.store import Store
+    from msgtable.store import PollKey, Store
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +108,14 @@ class Subscriber:
         self._manager.unsubscribe(self)
 
 
-def select_subscriber(subscribers: Sequence[Subscriber], start: int) -> int | None:
-    """Round-robin: the first subscriber from ``start`` on that has room, or None."""
+def select_subscribers(subscribers: Sequence[Subscriber], start: int) -> list[int]:
+    """Round-robin: the subscribers that have room, in turn from ``start`` on.
+
+    The one place that decides who gets the next batches (filters and consumer groups
+    will choose here too).
+    """
     n = len(subscribers)
-    for k in range(n):
-        i = (start + k) % n
-        if subscribers[i].has_room():
-            return i
-    return None
+    return [i for i in ((start + k) % n for k in range(n)) if subscribers[i].has_room()]
 
 
 def coerce_ids(table: str, column: Column, ids: Sequence[object]) -> list[Hashable]:
@@ -188,6 +188,8 @@ class MessageManager:
         self._lock = threading.Lock()
         self._subscribers: list[Subscriber] = []
         self._next = 0
+        self._cursor: PollKey | None = None  # where the current pass of polls got to
+        self._restart = True  # the next poll starts a new pass from the best due row
         self._stop = threading.Event()
         self._poll_wake = threading.Event()
         self._send_wake = threading.Event()
@@ -249,6 +251,7 @@ class MessageManager:
         sub = Subscriber(self, self.config.message_columns)
         with self._lock:
             self._subscribers.append(sub)
+            self._restart = True
         self._poll_wake.set()
         return sub
 
@@ -287,37 +290,56 @@ class MessageManager:
             )
 
     # -- one step of each loop (unit tests call these directly) --------------------------
-    def poll_once(self) -> int:
-        """Read due rows into the cache; returns how many were new."""
+    def poll_once(self, restart: bool = True) -> int:
+        """Read due rows into the cache's free room; returns how many were new.
+
+        A poll reads at most as many rows as the cache has room for. ``restart`` begins a
+        new pass at the best due row (so new and re-prioritised rows are seen); otherwise
+        the poll continues the pass after the last row read, so a backlog larger than the
+        cache is read once, not again with every refill.
+        """
         with self._lock:
             if not self._subscribers:
                 return 0
             cfg = self.config
-        rows = self.store.poll(cfg, self.clock.now_ns(), cfg.cache_size)
+            room = self.cache.room()
+            after = None if restart else self._cursor
+        if room == 0:
+            return 0
+        rows, last = self.store.poll(cfg, self.clock.now_ns(), room, after)
         with self._lock:
             if not self._subscribers:  # the last one left during the poll
                 return 0
             added = self.cache.add(rows)
-            self.cache.pending = len(rows) >= cfg.cache_size
+            full = len(rows) >= room
+            self.cache.pending = full
+            self._cursor = last if full else None
         if added:
             self._send_wake.set()
         return added
 
     def send_once(self) -> int:
-        """Claim one batch for the next subscriber with room and hand it over.
+        """Claim one batch for each subscriber with room, in turn, and hand them over.
 
-        Returns the number of rows taken from the cache (0: nothing to do right now).
+        One claim (one UPDATE per epoch in the rows, one commit) covers the batches of all
+        the subscribers ready now. Returns the number of rows taken from the cache (0:
+        nothing to do right now).
         """
         with self._lock:
             if not self.cache.queued:
                 return 0
-            i = select_subscriber(self._subscribers, self._next)
-            if i is None:
-                return 0
-            sub = self._subscribers[i]
-            self._next = i + 1
             cfg = self.config
-            batch = self.cache.pop(cfg.batch_size)
+            chosen = select_subscribers(self._subscribers, self._next)
+            plan: list[tuple[Subscriber, list[CachedRow]]] = []
+            for i in chosen:
+                batch = self.cache.pop(cfg.batch_size)
+                if not batch:
+                    break
+                plan.append((self._subscribers[i], batch))
+                self._next = i + 1
+            if not plan:
+                return 0
+        rows = [r for _, batch in plan for r in batch]
         now = self.clock.now_ns()
         jitter = draw_jitter(self.rng)
 
@@ -328,27 +350,30 @@ class MessageManager:
 
         delivered: list[CachedRow] = []
 
-        def deliver(rows: list[CachedRow]) -> None:
-            sub.put([r.values for r in rows])
-            delivered.extend(rows)
+        def deliver(claimed: list[CachedRow]) -> None:
+            ours = {r.id for r in claimed} if len(claimed) < len(rows) else None
+            for sub, batch in plan:
+                sent = batch if ours is None else [r for r in batch if r.id in ours]
+                if sent:
+                    sub.put([r.values for r in sent])
+                    delivered.extend(sent)
 
         try:
-            self.store.claim(cfg, batch, now, next_ns, deliver)
+            self.store.claim(cfg, rows, now, next_ns, deliver)
         except MsgtableError:
             with self._lock:
-                self.cache.pending = True  # the rows are still due: fetch them again soon
+                self.cache.pending = True  # the rows are still due: read them again soon
+                self._restart = True
             self._poll_wake.set()
             raise
         finally:
             with self._lock:
-                self.cache.finish(
-                    batch, [r.id for r in delivered], now, round(cfg.ack_wait_s * 1e9)
-                )
+                self.cache.finish(rows, [r.id for r in delivered], now, round(cfg.ack_wait_s * 1e9))
                 self.sent += len(delivered)
                 refill = self.cache.pending and self.cache.queued <= cfg.cache_size // 2
             if refill:
                 self._poll_wake.set()
-        return len(batch)
+        return len(rows)
 
     def purge_once(self) -> int:
         """Delete acked rows older than vt_purge_after in bounded batches, until none remain."""
@@ -397,15 +422,19 @@ class MessageManager:
                 self._poll_wake.clear()
                 continue
             self._poll_wake.clear()
+            with self._lock:
+                restart, self._restart = self._restart, False
             try:
-                self.poll_once()
+                self.poll_once(restart)
                 if failures:
                     log.info("table %s: polling works again", self.config.name)
                 failures, delay = 0, self.config.poller_interval_s
             except Exception as exc:
                 failures += 1
                 delay = self._failed("poll", exc, failures)
-            self._poll_wake.wait(delay)
+            if not self._poll_wake.wait(delay):  # the poll interval is over: a new pass
+                with self._lock:
+                    self._restart = True
 
     def _send_loop(self) -> None:
         failures = 0

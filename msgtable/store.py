@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy import bindparam, func, literal, or_, select, update
+from sqlalchemy import and_, bindparam, func, literal, or_, select, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.types import NullType
 
@@ -69,6 +69,8 @@ class TableDefinition:
 
 
 Deliver = Callable[[list[CachedRow]], None]
+# Where a poll stopped: (priority, time_next as read, possibly NULL, id) of its last row.
+PollKey = tuple[int, int | None, Hashable]
 
 
 class Store(Protocol):
@@ -78,7 +80,9 @@ class Store(Protocol):
 
     def discover(self) -> list[TableDefinition]: ...
 
-    def poll(self, cfg: TableConfig, now_ns: int, limit: int) -> list[CachedRow]: ...
+    def poll(
+        self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
+    ) -> tuple[list[CachedRow], PollKey | None]: ...
 
     def claim(
         self,
@@ -134,23 +138,41 @@ class _Statements:
         c = t.c
         now: Any = bindparam("b_now")
         ids: Any = bindparam("b_ids", expanding=True)
+        # Polls go in (priority, time_next, id) order; a continued poll starts after the
+        # key of the last row read (keyset pagination: no row is read twice in a pass).
+        kp: Any = bindparam("b_p")
+        kt: Any = bindparam("b_t")
+        ki: Any = bindparam("b_i")
         if cfg.layout is Layout.CURRENT:
             priority: Any = c.priority
             time_next: Any = c.time_next
             due: Any = or_(c.time_next.is_(None), c.time_next <= now)
-            order: tuple[Any, ...] = (c.priority, c.time_next)
+            order: tuple[Any, ...] = (c.priority, c.time_next, c.id)
+            # SQL sorts NULL first, so a NULL time_next needs its own continuation.
+            after: Any = or_(
+                c.priority > kp,
+                and_(c.priority == kp, or_(c.time_next > kt, and_(c.time_next == kt, c.id > ki))),
+            )
+            after_null: Any = or_(
+                c.priority > kp,
+                and_(c.priority == kp, or_(c.time_next.is_not(None), c.id > ki)),
+            )
         else:  # 2018 layout: no priority; time_scheduled stands in for a NULL time_next
             priority = literal(0)
             time_next = func.coalesce(c.time_next, c.time_scheduled, 0)
             due = time_next <= now
-            order = (time_next,)
+            order = (time_next, c.id)
+            after = after_null = or_(time_next > kt, and_(time_next == kt, c.id > ki))
         values = [c[m.name] for m in cfg.message_columns]
-        self.poll = (
+        first = (
             select(priority, time_next, c.epoch, *values)
             .where(c.time_acked.is_(None), due)
             .order_by(*order)
             .limit(bindparam("b_limit"))
         )
+        self.poll = first
+        self.poll_after = first.where(after)
+        self.poll_after_null = first.where(after_null)
         self.claim = (
             update(t)
             .where(
@@ -179,8 +201,9 @@ class _Statements:
 class MySQLStore:
     """The Store on a real MySQL-family server, one database (the keyspace)."""
 
-    def __init__(self, engine: Engine, database: str) -> None:
-        self.engine = engine
+    def __init__(self, engine: Engine, autocommit: Engine, database: str) -> None:
+        self.engine = engine  # READ COMMITTED transactions: the claim
+        self.autocommit = autocommit  # one statement, one round trip: polls, acks, purges
         self.database = database
         self._statements: dict[TableConfig, _Statements] = {}
 
@@ -200,19 +223,26 @@ class MySQLStore:
         connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
         if url.drivername.endswith("+pymysql"):
             connect_args.update(read_timeout=IO_TIMEOUT_S, write_timeout=IO_TIMEOUT_S)
-        engine = sa.create_engine(
-            url,
-            isolation_level="READ COMMITTED",
-            pool_size=POOL_SIZE,
-            max_overflow=POOL_MAX_OVERFLOW,
-            pool_recycle=3600,
-            pool_timeout=CONNECT_TIMEOUT_S,
-            connect_args=connect_args,
-        )
-        return cls(engine, str(url.database))
+
+        def engine(isolation_level: str) -> Engine:
+            # Every use ends its own transaction (or runs in autocommit), so the pool's
+            # ROLLBACK on check-in would only cost a round trip.
+            return sa.create_engine(
+                url,
+                isolation_level=isolation_level,
+                pool_size=POOL_SIZE,
+                max_overflow=POOL_MAX_OVERFLOW,
+                pool_recycle=3600,
+                pool_timeout=CONNECT_TIMEOUT_S,
+                pool_reset_on_return=None,
+                connect_args=connect_args,
+            )
+
+        return cls(engine("READ COMMITTED"), engine("AUTOCOMMIT"), str(url.database))
 
     def close(self) -> None:
         self.engine.dispose()
+        self.autocommit.dispose()
 
     def _stmts(self, cfg: TableConfig) -> _Statements:
         s = self._statements.get(cfg)
@@ -238,7 +268,7 @@ class MySQLStore:
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> list[TableDefinition]:
         """Every table of this database whose comment marks it as a message table."""
-        with self._errors(), self.engine.connect() as conn:
+        with self._errors(), self.autocommit.connect() as conn:
             tables = {
                 name: comment
                 for name, comment in conn.execute(
@@ -262,7 +292,6 @@ class MySQLStore:
             indexes: dict[tuple[str, str], list[str]] = {}
             for tname, iname, cname in conn.execute(_UNIQUE_INDEXES, names):
                 indexes.setdefault((tname, iname), []).append(cname)
-            conn.rollback()
         return [
             TableDefinition(
                 name=n,
@@ -274,13 +303,27 @@ class MySQLStore:
         ]
 
     # -- the message lifecycle -----------------------------------------------------------
-    def poll(self, cfg: TableConfig, now_ns: int, limit: int) -> list[CachedRow]:
-        """Up to ``limit`` due, unacked rows, best first."""
-        stmt = self._stmts(cfg).poll
-        with self._errors(cfg.name), self.engine.connect() as conn:
-            rows = conn.execute(stmt, {"b_now": now_ns, "b_limit": limit}).fetchall()
-            conn.rollback()
-        return [CachedRow(r[0], r[1], r[2], tuple(r[3:])) for r in rows]
+    def poll(
+        self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
+    ) -> tuple[list[CachedRow], PollKey | None]:
+        """Up to ``limit`` due, unacked rows, best first, after the key ``after`` if given;
+        and the key of the last row read (None when there was none)."""
+        s = self._stmts(cfg)
+        params: dict[str, Any] = {"b_now": now_ns, "b_limit": limit}
+        stmt: Any = s.poll
+        if after is not None:
+            stmt = s.poll_after if after[1] is not None else s.poll_after_null
+            params.update(b_p=after[0], b_t=after[1], b_i=after[2])
+        with self._errors(cfg.name), self.autocommit.connect() as conn:
+            rows = conn.execute(stmt, params).fetchall()
+        if not rows:
+            return [], None
+        last = rows[-1]
+        return [CachedRow(r[0], r[1], r[2], tuple(r[3:])) for r in rows], (
+            last[0],
+            last[1],
+            last[3],
+        )
 
     def claim(
         self,
@@ -320,14 +363,14 @@ class MySQLStore:
 
     def ack(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> int:
         """Mark rows acked; returns how many were unacked before."""
-        with self._errors(cfg.name), self.engine.begin() as conn:
+        with self._errors(cfg.name), self.autocommit.connect() as conn:
             return int(
                 conn.execute(self._stmts(cfg).ack, {"b_ids": list(ids), "b_now": now_ns}).rowcount
             )
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
         """Delete up to ``limit`` rows acked before the cutoff; returns how many."""
-        with self._errors(cfg.name), self.engine.begin() as conn:
+        with self._errors(cfg.name), self.autocommit.connect() as conn:
             return int(
                 conn.execute(
                     self._stmts(cfg).purge, {"b_cutoff": cutoff_ns, "b_limit": limit}

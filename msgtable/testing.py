@@ -13,7 +13,7 @@ from typing import Any
 
 from msgtable.cache import CachedRow
 from msgtable.errors import TableNotFound, Unavailable
-from msgtable.store import Deliver, TableDefinition, group_by_epoch
+from msgtable.store import Deliver, PollKey, TableDefinition, group_by_epoch
 from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig
 
 CURRENT_COLUMNS = (
@@ -35,6 +35,7 @@ class InMemoryStore:
         self.rows: dict[str, dict[Hashable, dict[str, Any]]] = {}
         self.down = False
         self.polls = 0
+        self.rows_read = 0
         self.lock = threading.Lock()
 
     # -- test helpers --------------------------------------------------------------------
@@ -84,20 +85,38 @@ class InMemoryStore:
             raise Unavailable("database unavailable: (2003) test outage")
         return [self.definitions[n] for n in sorted(self.definitions)]
 
-    def poll(self, cfg: TableConfig, now_ns: int, limit: int) -> list[CachedRow]:
+    def _key(self, cfg: TableConfig, row: dict[str, Any]) -> PollKey:
+        """(priority, time_next as SQL reads it, id)."""
+        if cfg.layout is Layout.V2018:
+            return (0, self._next(cfg, row), row["id"])
+        return (row.get("priority") or 0, row["time_next"], row["id"])
+
+    @staticmethod
+    def _order(key: PollKey) -> tuple[Any, ...]:
+        priority, time_next, rid = key
+        return (priority, time_next is not None, time_next or 0, rid)  # NULL sorts first
+
+    def poll(
+        self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
+    ) -> tuple[list[CachedRow], PollKey | None]:
         with self.lock:
             self.polls += 1
             due = [r for r in self._table(cfg.name).values() if self._due(cfg, r, now_ns)]
-            due.sort(key=lambda r: (r.get("priority") or 0, self._next(cfg, r)))
-            return [
+            due.sort(key=lambda r: self._order(self._key(cfg, r)))
+            if after is not None:
+                due = [r for r in due if self._order(self._key(cfg, r)) > self._order(after)]
+            picked = due[:limit]
+            self.rows_read += len(picked)
+            rows = [
                 CachedRow(
-                    r.get("priority") or 0,
-                    self._next(cfg, r),
+                    self._key(cfg, r)[0],
+                    self._key(cfg, r)[1],
                     r["epoch"],
                     tuple(r[c.name] for c in cfg.message_columns),
                 )
-                for r in due[:limit]
+                for r in picked
             ]
+            return rows, (self._key(cfg, picked[-1]) if picked else None)
 
     def claim(
         self,

@@ -16,9 +16,10 @@ import sqlalchemy as sa
 
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
 from msgtable.store import MySQLStore
+from msgtable.tables import current_layout_ddl, load_table
 
 from ..waiting import wait_until
-from .helpers import NS, Collector, Served, serve
+from .helpers import NS, Collector, Served, comment, serve
 
 SCHEMA = Path(__file__).parents[2] / "schema"
 
@@ -336,15 +337,15 @@ def test_rows_beyond_the_cache_size_are_fetched_as_soon_as_room_frees(served: Se
 class CountingStore(MySQLStore):
     polls = 0
 
-    def poll(self, cfg, now_ns, limit):  # type: ignore[no-untyped-def]
+    def poll(self, cfg, now_ns, limit, after=None):  # type: ignore[no-untyped-def]
         CountingStore.polls += 1
-        return super().poll(cfg, now_ns, limit)
+        return super().poll(cfg, now_ns, limit, after)
 
 
 def test_no_poll_runs_and_nothing_is_cached_without_a_subscriber(db_dsn):
     from msgtable.engine import MessageEngine
 
-    store = CountingStore(MySQLStore.from_dsn(db_dsn).engine, sa.engine.make_url(db_dsn).database)
+    store = CountingStore.from_dsn(db_dsn)
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
     with db.connect() as conn:
         conn.execute(
@@ -411,3 +412,34 @@ def test_lower_priority_goes_first_and_dml_reprioritising_counts_at_the_next_pol
     c = Collector(served.client, "prio")  # its arrival triggers the next poll
     assert [m.id for m in c.take(3)] == [3, 2, 1]  # not the primary key's order
     c.close()
+
+
+def test_polls_continue_after_the_last_row_read_in_sql_order(db_dsn: str):
+
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        # "keys" is a reserved word: every statement msgtable runs must quote it
+        conn.execute(sa.text(current_layout_ddl("`keys`", comment())))
+        conn.execute(
+            sa.text(
+                "insert into `keys`(id, priority, time_next, message) values "
+                "(2, 0, NULL, 'b'), (1, 0, NULL, 'a'), (4, 0, 0, 'd'), (3, 0, 0, 'c'), "
+                "(5, 0, 5, 'e'), (6, 1, NULL, 'f'), (7, 1, 3, 'g')"
+            )
+        )
+    store = MySQLStore.from_dsn(db_dsn)
+    try:
+        (d,) = store.discover()
+        cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes)
+        order, after = [], None
+        while True:
+            rows, after = store.poll(cfg, time.time_ns(), 1, after)
+            if not rows:
+                break
+            order.append(rows[0].id)
+        assert order == [1, 2, 3, 4, 5, 6, 7]  # NULL time_next first, then by time, then id
+        rows, _ = store.poll(cfg, time.time_ns(), 10)
+        assert [r.id for r in rows] == [1, 2, 3, 4, 5, 6, 7]
+    finally:
+        store.close()
+        db.dispose()

@@ -8,7 +8,7 @@ import pytest
 from msgtable.clock import FakeClock
 from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
-from msgtable.manager import MessageManager, Subscriber, select_subscriber
+from msgtable.manager import MessageManager, Subscriber, select_subscribers
 from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
 
@@ -89,7 +89,7 @@ def test_batches_go_round_robin_and_each_row_to_one_subscriber(engine, store):
     assert sorted(r[0] for r in got_a + got_b) == [0, 1, 2, 3]
 
 
-def test_select_subscriber_skips_full_ones():
+def test_select_subscribers_takes_those_with_room_in_turn():
     class S:
         def __init__(self, room):
             self.room = room
@@ -98,9 +98,9 @@ def test_select_subscriber_skips_full_ones():
             return self.room
 
     subs = [S(True), S(False), S(True)]
-    assert select_subscriber(subs, 1) == 2
-    assert select_subscriber(subs, 3) == 0
-    assert select_subscriber([S(False)], 0) is None
+    assert select_subscribers(subs, 1) == [2, 0]
+    assert select_subscribers(subs, 3) == [0, 2]
+    assert select_subscribers([S(False)], 0) == []
 
 
 def test_an_unacked_message_comes_back_after_its_backoff(engine, store, clock):
@@ -301,3 +301,39 @@ def test_a_dying_loop_is_reported_as_fatal(store):
         assert "purger loop died" in e.fatal_reason
     finally:
         e.close()
+
+
+def test_a_backlog_larger_than_the_cache_is_read_once_per_pass(engine, store):
+    for i in range(10):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    sub = m.subscribe()
+    got = []
+    m.poll_once(restart=True)
+    while True:
+        while m.send_once():
+            pass
+        got += drain(sub)
+        if not m.poll_once(restart=False):
+            break
+    assert sorted(r[0] for r in got) == list(range(10))
+    assert store.rows_read == 10  # each row read once, not again with every refill
+
+
+def test_one_claim_serves_every_subscriber_with_room(engine, store):
+    for i in range(6):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    subs = [m.subscribe() for _ in range(3)]
+    claims = []
+    real_claim = store.claim
+
+    def counting_claim(*args, **kwargs):
+        claims.append(args[1])
+        return real_claim(*args, **kwargs)
+
+    store.claim = counting_claim
+    m.poll_once()
+    assert m.send_once() == 4  # cache 4: two batches of 2, for the first two subscribers
+    assert len(claims) == 1
+    assert [len(drain(s)) for s in subs] == [2, 2, 0]

@@ -1,10 +1,11 @@
 """Every SQL statement msgtable runs, in one place.
 
-``Store`` is what the engine needs from a database; ``MySQLStore`` implements it with
-SQLAlchemy Core on MySQL 8 / MariaDB 10.6+. Statements are built once per TableConfig from
-column names that came from information_schema, with every identifier quoted, and bound
-with parameters. Database failures surface as :class:`~msgtable.errors.Unavailable` (retry
-later) or :class:`~msgtable.errors.TableNotFound` (the table went away).
+``Store`` is what the engine needs from a database; ``MySQLStore`` implements it on MySQL 8
+and MariaDB 10.6+. The statements of a table are written out once per TableConfig
+(:class:`TableStatements`) from names that came from information_schema, every identifier
+quoted, and are bound with parameters; they run on plain DBAPI connections
+(msgtable.dbpool). Database failures surface as :class:`~msgtable.errors.Unavailable`
+(retry later) or :class:`~msgtable.errors.TableNotFound` (the table went away).
 
 The claim is the heart of "never a send after an ack has committed": a postpone UPDATE that
 only matches rows still unacked, still due and still at the epoch we read (the epoch is the
@@ -22,21 +23,19 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy import and_, bindparam, func, literal, or_, select, update
-from sqlalchemy.engine import Engine
-from sqlalchemy.types import NullType
 
 from msgtable.cache import CachedRow
+from msgtable.dbpool import ConnectionPool
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
 from msgtable.tables import Column, Layout, TableConfig
 
 log = logging.getLogger(__name__)
 
-PURGE_BATCH_ROWS = 500
-POOL_SIZE = 10
-POOL_MAX_OVERFLOW = 40
+MAX_CONNECTIONS = 50
+MAX_IDLE_CONNECTIONS = 10
 CONNECT_TIMEOUT_S = 5
 IO_TIMEOUT_S = 30
+SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 # MySQL / MariaDB error numbers that mean "try again later".
 _RETRYABLE = frozenset(
@@ -46,16 +45,30 @@ _RETRYABLE = frozenset(
         1205,  # lock wait timeout
         1213,  # deadlock
         1927,  # MariaDB: connection killed
-        2002,
-        2003,
-        2006,
-        2013,
+        2002,  # client: cannot connect (socket)
+        2003,  # client: cannot connect (TCP)
+        2006,  # client: server has gone away
+        2013,  # client: lost connection during query
         2014,
-        2055,  # client: cannot connect / server gone / lost
+        2055,
         4031,  # MySQL 8: disconnected by the server for inactivity
     }
 )
 _NO_SUCH_TABLE = 1146
+
+_FIND_TABLES = (
+    "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
+    "WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE' AND TABLE_COMMENT LIKE 'vitess%%'"
+)
+_COLUMNS = (
+    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
+    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({names}) ORDER BY TABLE_NAME, ORDINAL_POSITION"
+)
+_UNIQUE_INDEXES = (
+    "SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({names}) AND NON_UNIQUE = 0 "
+    "ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX"
+)
 
 
 @dataclass(frozen=True)
@@ -112,100 +125,104 @@ def group_by_epoch(batch: Sequence[CachedRow]) -> dict[int | None, list[CachedRo
     return groups
 
 
-# Discovery reads only the tables whose comment marks them as message tables.
-_COLUMNS = sa.text(
-    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
-    "WHERE TABLE_SCHEMA = :db AND TABLE_NAME IN :names ORDER BY TABLE_NAME, ORDINAL_POSITION"
-).bindparams(bindparam("names", expanding=True))
-_UNIQUE_INDEXES = sa.text(
-    "SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
-    "WHERE TABLE_SCHEMA = :db AND TABLE_NAME IN :names AND NON_UNIQUE = 0 "
-    "ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX"
-).bindparams(bindparam("names", expanding=True))
+def quote(name: str) -> str:
+    """A MySQL identifier, backtick-quoted, for a DBAPI query string (``%`` doubled)."""
+    return "`" + name.replace("`", "``").replace("%", "%%") + "`"
 
 
-class _Statements:
-    """The statements of one table, built once from its config."""
+def placeholders(n: int) -> str:
+    return ",".join(["%s"] * n)
 
-    def __init__(self, cfg: TableConfig, quote: Callable[[str], str]) -> None:
-        md = sa.MetaData()
-        t = sa.Table(
-            cfg.name,
-            md,
-            *(sa.Column(c.name, NullType(), quote=True) for c in cfg.columns),
-            quote=True,
-        )
-        c = t.c
-        now: Any = bindparam("b_now")
-        ids: Any = bindparam("b_ids", expanding=True)
-        # Polls go in (priority, time_next, id) order; a continued poll starts after the
-        # key of the last row read (keyset pagination: no row is read twice in a pass).
-        kp: Any = bindparam("b_p")
-        kt: Any = bindparam("b_t")
-        ki: Any = bindparam("b_i")
+
+class TableStatements:
+    """The SQL of one table, written once from its config. ``{ids}`` stands for an IN list.
+
+    Polls go in (priority, time_next, id) order; a continued poll starts after the key of
+    the last row read (keyset pagination: no row is read twice in one pass). SQL sorts a
+    NULL time_next first, so continuing after one needs its own condition.
+    """
+
+    def __init__(self, cfg: TableConfig) -> None:
+        t = quote(cfg.name)
+        rid, epoch, acked = quote("id"), quote("epoch"), quote("time_acked")
+        values = ", ".join(quote(c.name) for c in cfg.message_columns)
         if cfg.layout is Layout.CURRENT:
-            priority: Any = c.priority
-            time_next: Any = c.time_next
-            due: Any = or_(c.time_next.is_(None), c.time_next <= now)
-            order: tuple[Any, ...] = (c.priority, c.time_next, c.id)
-            # SQL sorts NULL first, so a NULL time_next needs its own continuation.
-            after: Any = or_(
-                c.priority > kp,
-                and_(c.priority == kp, or_(c.time_next > kt, and_(c.time_next == kt, c.id > ki))),
+            priority, time_next = quote("priority"), quote("time_next")
+            due = f"({time_next} IS NULL OR {time_next} <= %s)"
+            order = f"{priority}, {time_next}, {rid}"
+            after = (
+                f" AND ({priority} > %s OR ({priority} = %s AND ({time_next} > %s"
+                f" OR ({time_next} = %s AND {rid} > %s))))"
             )
-            after_null: Any = or_(
-                c.priority > kp,
-                and_(c.priority == kp, or_(c.time_next.is_not(None), c.id > ki)),
+            after_null = (
+                f" AND ({priority} > %s OR ({priority} = %s AND ({time_next} IS NOT NULL"
+                f" OR {rid} > %s)))"
             )
         else:  # 2018 layout: no priority; time_scheduled stands in for a NULL time_next
-            priority = literal(0)
-            time_next = func.coalesce(c.time_next, c.time_scheduled, 0)
-            due = time_next <= now
-            order = (time_next, c.id)
-            after = after_null = or_(time_next > kt, and_(time_next == kt, c.id > ki))
-        values = [c[m.name] for m in cfg.message_columns]
-        first = (
-            select(priority, time_next, c.epoch, *values)
-            .where(c.time_acked.is_(None), due)
-            .order_by(*order)
-            .limit(bindparam("b_limit"))
+            priority = "0"
+            time_next = f"COALESCE({quote('time_next')}, {quote('time_scheduled')}, 0)"
+            due = f"{time_next} <= %s"
+            order = f"{time_next}, {rid}"
+            after = after_null = f" AND ({time_next} > %s OR ({time_next} = %s AND {rid} > %s))"
+        select = (
+            f"SELECT {priority}, {time_next}, {epoch}, {values} FROM {t} "
+            f"WHERE {acked} IS NULL AND {due}"
         )
-        self.poll = first
-        self.poll_after = first.where(after)
-        self.poll_after_null = first.where(after_null)
+        tail = f" ORDER BY {order} LIMIT %s"
+        self.layout = cfg.layout
+        self.poll = select + tail
+        self.poll_after = select + after + tail
+        self.poll_after_null = select + after_null + tail
         self.claim = (
-            update(t)
-            .where(
-                c.id.in_(ids),
-                c.epoch.is_not_distinct_from(bindparam("b_epoch")),
-                c.time_acked.is_(None),
-                due,
-            )
-            .values({c.time_next: bindparam("b_next"), c.epoch: func.coalesce(c.epoch, 0) + 1})
+            f"UPDATE {t} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
+            f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND {acked} IS NULL AND {due}"
         )
-        self.claimed = select(c.id).where(
-            c.id.in_(ids), c.epoch == bindparam("b_new_epoch"), c.time_next == bindparam("b_next")
+        self.claimed = (
+            f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {epoch} = %s "
+            f"AND {quote('time_next')} = %s"
         )
         self.ack = (
-            update(t)
-            .where(c.id.in_(ids), c.time_acked.is_(None))
-            .values({c.time_acked: now, c.time_next: None})
+            f"UPDATE {t} SET {acked} = %s, {quote('time_next')} = NULL "
+            f"WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
         )
-        # DELETE ... LIMIT has no portable Core spelling across SQLAlchemy 2.0 / 2.1 and the
-        # mysql / mariadb dialect names, so it is written out, identifiers quoted.
-        self.purge = sa.text(
-            f"DELETE FROM {quote(cfg.name)} WHERE {quote('time_acked')} < :b_cutoff LIMIT :b_limit"
-        )
+        self.purge = f"DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
+
+    def poll_query(self, now_ns: int, limit: int, after: PollKey | None) -> tuple[str, list[Any]]:
+        if after is None:
+            return self.poll, [now_ns, limit]
+        p, t, i = after
+        if self.layout is Layout.V2018:
+            return self.poll_after, [now_ns, t, t, i, limit]
+        if t is None:
+            return self.poll_after_null, [now_ns, p, p, i, limit]
+        return self.poll_after, [now_ns, p, p, t, t, i, limit]
 
 
 class MySQLStore:
     """The Store on a real MySQL-family server, one database (the keyspace)."""
 
-    def __init__(self, engine: Engine, autocommit: Engine, database: str) -> None:
-        self.engine = engine  # READ COMMITTED transactions: the claim
-        self.autocommit = autocommit  # one statement, one round trip: polls, acks, purges
+    def __init__(self, url: sa.URL, database: str) -> None:
         self.database = database
-        self._statements: dict[TableConfig, _Statements] = {}
+        connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
+        if url.get_driver_name() == "pymysql":
+            connect_args.update(read_timeout=IO_TIMEOUT_S, write_timeout=IO_TIMEOUT_S)
+
+        def pool(autocommit: bool) -> ConnectionPool:
+            return ConnectionPool(
+                url,
+                connect_args,
+                autocommit=autocommit,
+                init_command=SESSION_SETUP,
+                max_idle=MAX_IDLE_CONNECTIONS,
+                max_connections=MAX_CONNECTIONS,
+                wait_s=CONNECT_TIMEOUT_S,
+            )
+
+        self._tx = pool(autocommit=False)  # the claim's transactions
+        self._auto = pool(autocommit=True)  # one statement, one round trip: all the rest
+        # By identity: hashing a TableConfig (all its columns) on every statement costs more
+        # than the statement's own round trip.
+        self._statements: dict[int, tuple[TableConfig, TableStatements]] = {}
 
     @classmethod
     def from_dsn(cls, dsn: str) -> MySQLStore:
@@ -220,77 +237,56 @@ class MySQLStore:
             raise InvalidArgument(f"msgtable needs a MySQL-family database, not {url.drivername}")
         if url.drivername in ("mysql", "mariadb"):
             url = url.set(drivername=f"{url.drivername}+pymysql")
-        connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
-        if url.drivername.endswith("+pymysql"):
-            connect_args.update(read_timeout=IO_TIMEOUT_S, write_timeout=IO_TIMEOUT_S)
-
-        def engine(isolation_level: str) -> Engine:
-            # Every use ends its own transaction (or runs in autocommit), so the pool's
-            # ROLLBACK on check-in would only cost a round trip.
-            return sa.create_engine(
-                url,
-                isolation_level=isolation_level,
-                pool_size=POOL_SIZE,
-                max_overflow=POOL_MAX_OVERFLOW,
-                pool_recycle=3600,
-                pool_timeout=CONNECT_TIMEOUT_S,
-                pool_reset_on_return=None,
-                connect_args=connect_args,
-            )
-
-        return cls(engine("READ COMMITTED"), engine("AUTOCOMMIT"), str(url.database))
+        try:
+            return cls(url, str(url.database))
+        except ImportError as exc:
+            raise InvalidArgument(
+                f"the database driver of {url.drivername} is missing: {exc}"
+            ) from None
 
     def close(self) -> None:
-        self.engine.dispose()
-        self.autocommit.dispose()
+        self._tx.close()
+        self._auto.close()
 
-    def _stmts(self, cfg: TableConfig) -> _Statements:
-        s = self._statements.get(cfg)
-        if s is None:
-            quote = self.engine.dialect.identifier_preparer.quote_identifier
-            s = self._statements[cfg] = _Statements(cfg, quote)
-        return s
+    def statements(self, cfg: TableConfig) -> TableStatements:
+        entry = self._statements.get(id(cfg))
+        if entry is None or entry[0] is not cfg:
+            entry = self._statements[id(cfg)] = (cfg, TableStatements(cfg))
+        return entry[1]
 
     @contextmanager
     def _errors(self, table: str | None = None) -> Iterator[None]:
         try:
             yield
-        except sa.exc.DBAPIError as exc:
+        except MsgtableError:
+            raise
+        except self._auto.dbapi.Error as exc:
             code = _error_code(exc)
             if code == _NO_SUCH_TABLE and table is not None:
                 raise TableNotFound(f"message table {table!r} no longer exists") from exc
-            if exc.connection_invalidated or code in _RETRYABLE or code is None:
+            if code is None or code in _RETRYABLE or 2000 <= code < 3000:  # 2xxx: client side
                 raise Unavailable(f"database unavailable: {_error_text(exc)}") from exc
             raise MsgtableError(f"database error: {_error_text(exc)}") from exc
-        except sa.exc.TimeoutError as exc:  # pool exhausted
+        except OSError as exc:
             raise Unavailable(f"database unavailable: {exc}") from exc
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> list[TableDefinition]:
         """Every table of this database whose comment marks it as a message table."""
-        with self._errors(), self.autocommit.connect() as conn:
-            tables = {
-                name: comment
-                for name, comment in conn.execute(
-                    sa.text(
-                        "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
-                        "WHERE TABLE_SCHEMA = :db AND TABLE_TYPE = 'BASE TABLE' "
-                        "AND TABLE_COMMENT LIKE 'vitess%'"
-                    ),
-                    {"db": self.database},
-                )
-                if is_message_comment(comment or "")
-            }
+        with self._errors(), self._auto.connection() as conn, conn.cursor() as cur:
+            cur.execute(_FIND_TABLES, [self.database])
+            tables = {n: c for n, c in cur.fetchall() if is_message_comment(c or "")}
             if not tables:
                 return []
-            names = {"db": self.database, "names": list(tables)}
+            names = list(tables)
+            in_names = placeholders(len(names))
             columns: dict[str, list[Column]] = {n: [] for n in tables}
-            for tname, cname, data_type, column_type in conn.execute(_COLUMNS, names):
-                columns[tname].append(
-                    Column(cname, str(data_type).lower(), str(column_type).lower())
-                )
+            cur.execute(_COLUMNS.format(names=in_names), [self.database, *names])
+            for tname, cname, data_type, column_type in cur.fetchall():
+                columns[tname].append(Column(cname, _text(data_type), _text(column_type)))
             indexes: dict[tuple[str, str], list[str]] = {}
-            for tname, iname, cname in conn.execute(_UNIQUE_INDEXES, names):
+            cur.execute(_UNIQUE_INDEXES.format(names=in_names), [self.database, *names])
+            for tname, iname, cname in cur.fetchall():
                 indexes.setdefault((tname, iname), []).append(cname)
         return [
             TableDefinition(
@@ -308,14 +304,10 @@ class MySQLStore:
     ) -> tuple[list[CachedRow], PollKey | None]:
         """Up to ``limit`` due, unacked rows, best first, after the key ``after`` if given;
         and the key of the last row read (None when there was none)."""
-        s = self._stmts(cfg)
-        params: dict[str, Any] = {"b_now": now_ns, "b_limit": limit}
-        stmt: Any = s.poll
-        if after is not None:
-            stmt = s.poll_after if after[1] is not None else s.poll_after_null
-            params.update(b_p=after[0], b_t=after[1], b_i=after[2])
-        with self._errors(cfg.name), self.autocommit.connect() as conn:
-            rows = conn.execute(stmt, params).fetchall()
+        sql, params = self.statements(cfg).poll_query(now_ns, limit, after)
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            cur.execute(sql, params)
+            rows = cur.fetchall()
         if not rows:
             return [], None
         last = rows[-1]
@@ -339,54 +331,57 @@ class MySQLStore:
         runs inside the transaction, so a concurrent ack by DML commits after it.
         Returns the rows delivered.
         """
-        s = self._stmts(cfg)
+        s = self.statements(cfg)
         claimed: list[CachedRow] = []
-        with self._errors(cfg.name), self.engine.begin() as conn:
-            for epoch, rows in group_by_epoch(batch).items():
-                ids = [r.id for r in rows]
-                nxt = next_ns(epoch or 0)
-                params = {"b_ids": ids, "b_epoch": epoch, "b_now": now_ns, "b_next": nxt}
-                done = conn.execute(s.claim, params).rowcount
-                if done == len(rows):
-                    claimed.extend(rows)
-                elif done > 0:
-                    ours = set(
-                        conn.scalars(
-                            s.claimed,
-                            {"b_ids": ids, "b_new_epoch": (epoch or 0) + 1, "b_next": nxt},
+        # On any error the pool closes the connection, which rolls the transaction back.
+        with self._errors(cfg.name), self._tx.connection() as conn:
+            with conn.cursor() as cur:
+                for epoch, rows in group_by_epoch(batch).items():
+                    ids = [r.id for r in rows]
+                    nxt = next_ns(epoch or 0)
+                    sql = s.claim.format(ids=placeholders(len(ids)))
+                    done = cur.execute(sql, [nxt, *ids, epoch, now_ns])
+                    if done == len(rows):
+                        claimed.extend(rows)
+                    elif done > 0:
+                        cur.execute(
+                            s.claimed.format(ids=placeholders(len(ids))),
+                            [*ids, (epoch or 0) + 1, nxt],
                         )
-                    )
-                    claimed.extend(r for r in rows if r.id in ours)
+                        ours = {r[0] for r in cur.fetchall()}
+                        claimed.extend(r for r in rows if r.id in ours)
             if claimed:
                 deliver(claimed)
+            conn.commit()
         return claimed
 
     def ack(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> int:
         """Mark rows acked; returns how many were unacked before."""
-        with self._errors(cfg.name), self.autocommit.connect() as conn:
-            return int(
-                conn.execute(self._stmts(cfg).ack, {"b_ids": list(ids), "b_now": now_ns}).rowcount
-            )
+        sql = self.statements(cfg).ack.format(ids=placeholders(len(ids)))
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            return int(cur.execute(sql, [now_ns, *ids]))
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
         """Delete up to ``limit`` rows acked before the cutoff; returns how many."""
-        with self._errors(cfg.name), self.autocommit.connect() as conn:
-            return int(
-                conn.execute(
-                    self._stmts(cfg).purge, {"b_cutoff": cutoff_ns, "b_limit": limit}
-                ).rowcount
-            )
+        sql = self.statements(cfg).purge
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            return int(cur.execute(sql, [cutoff_ns, limit]))
 
 
-def _error_code(exc: sa.exc.DBAPIError) -> int | None:
-    args = getattr(exc.orig, "args", ())
+def _text(value: object) -> str:
+    """information_schema text, which some servers hand back as bytes."""
+    return (value.decode() if isinstance(value, bytes) else str(value)).lower()
+
+
+def _error_code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
     if args and isinstance(args[0], int) and args[0] != 0:
         return args[0]
     return None
 
 
-def _error_text(exc: sa.exc.DBAPIError) -> str:
-    args: tuple[Any, ...] = tuple(getattr(exc.orig, "args", ()))
+def _error_text(exc: BaseException) -> str:
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
     if len(args) >= 2:
         return f"({args[0]}) {args[1]}"
-    return str(exc.orig) or type(exc.orig).__name__
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,107 @@
+"""A small pool of DBAPI connections to one MySQL-family database.
+
+The store runs a handful of statement shapes very often; SQLAlchemy's engine costs about
+three times the round trip itself on each of them (checkout, reset, compilation of IN
+lists). This pool hands out plain DBAPI connections (PyMySQL, or whichever MySQL driver the
+SQLAlchemy URL names) and does nothing else on the way. A connection that saw any error is
+closed, and a lost connection empties the idle list (the server probably restarted: the
+others are dead too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import sqlalchemy as sa
+
+from msgtable.errors import Unavailable
+
+# Client error numbers that mean the connection itself is gone.
+LOST_CONNECTION = frozenset({0, 2006, 2013, 2014, 2055, 4031, 1927})
+
+
+class ConnectionPool:
+    """Up to ``max_connections`` DBAPI connections; at most ``max_idle`` kept between uses."""
+
+    def __init__(
+        self,
+        url: sa.URL,
+        connect_args: dict[str, Any],
+        *,
+        autocommit: bool,
+        init_command: str,
+        max_idle: int,
+        max_connections: int,
+        wait_s: float,
+    ) -> None:
+        dialect = _dialect(url)
+        cargs, cparams = dialect.create_connect_args(url)
+        cparams.update(connect_args)
+        cparams["autocommit"] = autocommit
+        cparams["init_command"] = init_command
+        self.dbapi: Any = dialect.loaded_dbapi
+        self._cargs, self._cparams = cargs, cparams
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._max_idle = max_idle
+        self._wait_s = wait_s
+        self._closed = False
+
+    @contextmanager
+    def connection(self) -> Iterator[Any]:
+        """A connection for one unit of work; errors inside close it."""
+        if not self._slots.acquire(timeout=self._wait_s):
+            raise Unavailable("database unavailable: all connections are busy")
+        try:
+            with self._lock:
+                conn = self._idle.pop() if self._idle else None
+            if conn is None:
+                conn = self.dbapi.connect(*self._cargs, **self._cparams)
+            try:
+                yield conn
+            except BaseException as exc:
+                _close(conn)
+                if _lost(exc):
+                    self.clear()
+                raise
+            with self._lock:
+                if not self._closed and len(self._idle) < self._max_idle:
+                    self._idle.append(conn)
+                    conn = None
+            if conn is not None:
+                _close(conn)
+        finally:
+            self._slots.release()
+
+    def clear(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            _close(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self.clear()
+
+
+def _dialect(url: sa.URL) -> Any:
+    """The SQLAlchemy dialect of the URL, with its DBAPI module loaded (no engine, no pool)."""
+    dialect_cls: Any = url.get_dialect()
+    return dialect_cls(dbapi=dialect_cls.import_dbapi())
+
+
+def _lost(exc: BaseException) -> bool:
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return bool(args) and isinstance(args[0], int) and args[0] in LOST_CONNECTION
+
+
+def _close(conn: Any) -> None:
+    with contextlib.suppress(Exception):  # already broken: nothing to release
+        conn.close()

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+import sqlalchemy as sa
+
+from msgtable import dbpool
+from msgtable.dbpool import ConnectionPool
+from msgtable.errors import Unavailable
+
+
+class FakeConnection:
+    def __init__(self, **params: object) -> None:
+        self.params = params
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class DriverError(Exception):
+    pass
+
+
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch) -> ConnectionPool:
+    dbapi = SimpleNamespace(connect=lambda *a, **kw: FakeConnection(**kw), Error=DriverError)
+    dialect = SimpleNamespace(
+        create_connect_args=lambda url: ([], {"host": "h"}), loaded_dbapi=dbapi
+    )
+    monkeypatch.setattr(dbpool, "_dialect", lambda url: dialect)
+    url = sa.engine.make_url("mysql+pymysql://u:p@h/db")
+    return ConnectionPool(
+        url,
+        {"connect_timeout": 5},
+        autocommit=True,
+        init_command="SET x",
+        max_idle=2,
+        max_connections=3,
+        wait_s=0.05,
+    )
+
+
+def test_connections_are_made_with_the_settings_and_reused(pool: ConnectionPool):
+    with pool.connection() as first:
+        assert first.params == {
+            "host": "h",
+            "connect_timeout": 5,
+            "autocommit": True,
+            "init_command": "SET x",
+        }
+    with pool.connection() as again:
+        assert again is first and not first.closed
+
+
+def test_a_connection_that_saw_an_error_is_closed_not_reused(pool: ConnectionPool):
+    with pytest.raises(DriverError), pool.connection() as broken:
+        raise DriverError(1064, "syntax")
+    assert broken.closed
+    with pool.connection() as fresh:
+        assert fresh is not broken
+
+
+def test_a_lost_connection_closes_the_idle_ones_too(pool: ConnectionPool):
+    with pool.connection() as a, pool.connection() as b:
+        pass
+    with pytest.raises(DriverError), pool.connection():
+        raise DriverError(2013, "Lost connection to MySQL server during query")
+    assert a.closed and b.closed
+
+
+def test_no_more_than_max_connections_at_once(pool: ConnectionPool):
+    with contextlib.ExitStack() as held:
+        for _ in range(3):
+            held.enter_context(pool.connection())
+        with pytest.raises(Unavailable, match="busy"), pool.connection():
+            pass

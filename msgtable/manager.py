@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
+from msgtable.acks import AckCombiner
 from msgtable.backoff import draw_jitter, next_delivery_ns
 from msgtable.cache import CachedRow, MessageCache
 from msgtable.clock import Clock
@@ -188,6 +189,11 @@ class MessageManager:
         self._lock = threading.Lock()
         self._subscribers: list[Subscriber] = []
         self._next = 0
+        self._acks = AckCombiner(
+            lambda ids, now: self.store.ack(self.config, ids, now),
+            lambda ids, now: self.store.acked_ids(self.config, ids, now),
+            clock.now_ns,
+        )
         self._cursor: PollKey | None = None  # where the current pass of polls got to
         self._restart = True  # the next poll starts a new pass from the best due row
         self._stop = threading.Event()
@@ -269,7 +275,7 @@ class MessageManager:
     def ack(self, ids: Sequence[object]) -> int:
         cfg = self.config
         clean = coerce_ids(cfg.name, cfg.id_column, ids)
-        n = self.store.ack(cfg, clean, self.clock.now_ns())
+        n = self._acks.ack(clean)
         with self._lock:
             self.cache.forget(clean)
             self.acked += n

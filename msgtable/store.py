@@ -108,6 +108,10 @@ class Store(Protocol):
 
     def ack(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> int: ...
 
+    def acked_ids(
+        self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int
+    ) -> set[Hashable]: ...
+
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int: ...
 
     def close(self) -> None: ...
@@ -185,6 +189,7 @@ class TableStatements:
             f"UPDATE {t} SET {acked} = %s, {quote('time_next')} = NULL "
             f"WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
         )
+        self.acked = f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
         self.purge = f"DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
 
     def poll_query(self, now_ns: int, limit: int, after: PollKey | None) -> tuple[str, list[Any]]:
@@ -360,6 +365,13 @@ class MySQLStore:
         sql = self.statements(cfg).ack.format(ids=placeholders(len(ids)))
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, [now_ns, *ids]))
+
+    def acked_ids(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> set[Hashable]:
+        """Which of ``ids`` an ack with exactly this timestamp acked."""
+        sql = self.statements(cfg).acked.format(ids=placeholders(len(ids)))
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            cur.execute(sql, [*ids, now_ns])
+            return {r[0] for r in cur.fetchall()}
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
         """Delete up to ``limit`` rows acked before the cutoff; returns how many."""

@@ -150,6 +150,11 @@ class InMemoryStore:
                     n += 1
             return n
 
+    def acked_ids(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> set[Hashable]:
+        with self.lock:
+            table = self._table(cfg.name)
+            return {i for i in ids if i in table and table[i]["time_acked"] == now_ns}
+
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
         with self.lock:
             table = self._table(cfg.name)

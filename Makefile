@@ -5,6 +5,7 @@
 #
 #   make run ARGS="--listen 0.0.0.0:50051"     arguments for `msgtable serve`
 #   make test PYTEST_ARGS="-k ack -x"          arguments for pytest
+#   make bench BENCH_ARGS="--only raw,msgtable" arguments for python -m bench.run
 
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -14,6 +15,7 @@ PIP := $(PY) -m pip
 RUFF := $(VENV)/bin/ruff
 ARGS ?=
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export DEBIAN_FRONTEND := noninteractive
@@ -21,16 +23,19 @@ export DEBIAN_FRONTEND := noninteractive
 VENV_STAMP := $(VENV)/.stamp-venv
 INSTALL_STAMP := $(VENV)/.stamp-install
 TEST_STAMP := $(VENV)/.stamp-install-test
+BENCH_STAMP := $(VENV)/.stamp-install-bench
 
 .DEFAULT_GOAL := help
 .PHONY: help run test venv install install-test mysql-server lint proto proto-check pytest \
-	clean distclean
+	clean distclean bench bench-full
 
 help:
 	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
 	@echo "make test           install what is missing, then proto check, lint, mypy, pytest"
 	@echo "make venv|install|install-test|mysql-server   the set-up steps on their own"
 	@echo "make lint|proto|proto-check|pytest             the checks on their own"
+	@echo "make bench          quick benchmark suite (under a minute): table, targets, JSON line"
+	@echo "make bench-full     the full benchmark suite (minutes)"
 	@echo "make clean|distclean                            remove caches | and the virtualenv"
 
 run: $(INSTALL_STAMP) mysql-server
@@ -40,6 +45,13 @@ test: $(TEST_STAMP) mysql-server
 	$(proto-check-commands)
 	$(lint-commands)
 	$(pytest-commands)
+
+# Benchmarks (bench/): quick mode, and full mode; BENCH_ARGS go to python -m bench.run.
+bench: $(BENCH_STAMP) mysql-server
+	$(PY) -m bench.run --quick $(BENCH_ARGS)
+
+bench-full: $(BENCH_STAMP) mysql-server
+	$(PY) -m bench.run --full $(BENCH_ARGS)
 
 # --- set-up --------------------------------------------------------------------------------
 
@@ -75,6 +87,11 @@ install-test: $(TEST_STAMP)
 
 $(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
 	$(PIP) install -e '.[test]'
+	@touch $@
+
+# The bench extra brings the peer queue (kombu) the benchmarks compare against.
+$(BENCH_STAMP): $(INSTALL_STAMP) pyproject.toml
+	$(PIP) install -e '.[bench]'
 	@touch $@
 
 # Idempotent: finds the server binary the way msgtable.devdb does, installs MariaDB if none.

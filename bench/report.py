@@ -1,0 +1,313 @@
+"""The readable table, the targets and the closing JSON line of a benchmark run."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.common import MIN_PRODUCER_ROWS, PAYLOAD, Throughput
+from bench.latency import LatencyResult
+from bench.memory import MemoryResult
+from bench.scale import (
+    DRAINS,
+    LARGE_BACKLOG,
+    SMALL_BACKLOG,
+    SUSTAINED,
+    WINDOW,
+    BacklogResult,
+    PurgeResult,
+)
+
+LABELS = {
+    "raw": "raw SQL lifecycle (PyMySQL, no engine)",
+    "msgtable": "msgtable end to end (gRPC + MessageAck)",
+    "kombu": "peer: kombu SQLAlchemy transport",
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One goal the engine must eventually meet."""
+
+    key: str
+    text: str
+    value: float | None  # None: not measured in this run
+    threshold: float
+    unit: str = ""
+    at_most: bool = False  # the value must be <= threshold (else >=)
+    why_unmeasured: str = ""
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None or math.isnan(self.value):
+            return None
+        return self.value <= self.threshold if self.at_most else self.value >= self.threshold
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "value": None if self.value is None else round(self.value, 3),
+            "target": f"{'<=' if self.at_most else '>='} {self.threshold:g}{self.unit}",
+            "met": self.met,
+        }
+
+
+@dataclass
+class Report:
+    mode: str
+    server: str
+    subscribers: int
+    batch_size: int
+    low_batch_size: int
+    poller_interval_s: float
+    runs: list[Throughput] = field(default_factory=list)
+    peer: Throughput | None = None
+    peer_missing: str = ""
+    latency: LatencyResult | None = None
+    memory: MemoryResult | None = None
+    backlog: BacklogResult | None = None
+    purge: PurgeResult | None = None
+    wall_s: float = 0.0
+
+    def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
+        for r in self.runs:
+            if (r.kind, r.batch_size, r.clients) == (kind, batch, clients):
+                return r
+        return None
+
+    def ratio_vs_raw(self, batch: int, clients: int) -> float | None:
+        raw, mt = self.find("raw", batch, clients), self.find("msgtable", batch, clients)
+        return mt.msgs_s / raw.msgs_s if raw and mt else None
+
+    def ratio_vs_peer(self) -> float | None:
+        mt = self.find("msgtable", self.batch_size, self.subscribers)
+        return mt.msgs_s / self.peer.msgs_s if mt and self.peer else None
+
+    def targets(self) -> list[Target]:
+        k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
+        full_only = "full mode only" if self.mode != "full" else "not run"
+        per_msg = self.memory.bytes_per_message if self.memory else None
+        return [
+            Target(
+                "ratio_vs_raw",
+                f"msgtable / raw at batch {b}, {k} subscribers",
+                self.ratio_vs_raw(b, k),
+                1.0,
+            ),
+            Target(
+                f"ratio_vs_raw_b{lo}",
+                f"msgtable / raw at batch {lo}, {k} subscribers",
+                self.ratio_vs_raw(lo, k),
+                0.8,
+            ),
+            Target(
+                "ratio_vs_peer",
+                "msgtable / kombu",
+                self.ratio_vs_peer(),
+                50,
+                why_unmeasured=self.peer_missing,
+            ),
+            Target(
+                "backlog_1m_vs_10k",
+                f"drain rate at a 1M backlog / at 10k ({WINDOW:,} msgs)",
+                self.backlog.ratio if self.backlog else None,
+                0.8,
+                why_unmeasured=full_only,
+            ),
+            Target(
+                "purge_keeps",
+                "delivery during a 1M-row purge / without",
+                self.purge.ratio if self.purge else None,
+                0.8,
+                why_unmeasured=full_only,
+            ),
+            Target(
+                "bytes_per_cached_msg",
+                "server memory per cached message above idle",
+                per_msg,
+                1024,
+                unit=" B",
+                at_most=True,
+            ),
+        ]
+
+    # -- output --------------------------------------------------------------------------
+    def text(self) -> str:
+        out: list[str] = []
+        add = out.append
+        add("")
+        add(f"msgtable benchmark ({self.mode} mode) on {self.server}; {os.cpu_count()} CPUs")
+        add(
+            f"payload {len(PAYLOAD)} bytes of JSON; every client is a process of its own; "
+            f"msgtable serve runs as a subprocess; vt_poller_interval {self.poller_interval_s:g}"
+            " s for throughput"
+        )
+        add("")
+        add(
+            f"{'throughput (first INSERT -> last ack)':<42}{'batch':>6}{'clients':>8}"
+            f"{'messages':>10}{'seconds':>9}{'msgs/s':>9}{'vs raw':>8}"
+        )
+        for r in self._ordered_runs():
+            ratio = self.ratio_vs_raw(r.batch_size, r.clients) if r.kind == "msgtable" else None
+            batch = str(r.batch_size) if r.kind != "kombu" else "-"
+            add(
+                f"{LABELS.get(r.kind, r.kind):<42}{batch:>6}{r.clients:>8}{r.messages:>10,}"
+                f"{r.seconds:>9.2f}{r.msgs_s:>9,.0f}{_num(ratio, '.2f'):>8}"
+            )
+        if self.peer_missing:
+            add(f"{LABELS['kombu']:<42}  not measured: {self.peer_missing}")
+        add("notes:")
+        add("  raw: as many consumer connections as subscribers; consumer k owns the rows of")
+        add("  priority k (INSERT number % consumers); poll, postpone, ack each autocommitted;")
+        add(
+            f"  producers of both insert max(batch, {MIN_PRODUCER_ROWS}) rows per INSERT "
+            "(see bench/raw.py)"
+        )
+        for r in self._ordered_runs():
+            if r.note:
+                what = "peer" if r.kind == "kombu" else f"{r.kind} batch {r.batch_size}"
+                add(f"  {what}, {r.clients} clients: {r.note}")
+        if self.mode == "full":
+            out.extend(self._grid_text())
+        if self.latency:
+            lat = self.latency
+            add("")
+            add(
+                f"latency, INSERT commit -> subscriber has it, {lat.messages:,} single-row "
+                f"INSERTs at {lat.rate_msgs_s:,.0f} msg/s, vt_poller_interval "
+                f"{lat.poller_interval_s:g} s (polling only):"
+            )
+            add(f"  p50 {lat.p50_ms:.1f} ms   p99 {lat.p99_ms:.1f} ms   max {lat.max_ms:.1f} ms")
+        if self.memory:
+            m = self.memory
+            add("")
+            add(
+                f"memory: idle server {m.base_mb:.1f} MB; with 10 full caches "
+                f"({m.cached:,} cached messages, {m.in_flight:,} in flight) {m.full_mb:.1f} MB: "
+                f"{m.bytes_per_message:,.0f} bytes per cached message"
+            )
+        if self.backlog:
+            out.extend(self._backlog_text(self.backlog))
+        if self.purge:
+            p = self.purge
+            first = p.without[0]
+            add("")
+            add(
+                f"purge of 1M acked rows during delivery (batch {first.batch_size}, "
+                f"{first.clients} subscribers, {first.messages:,} messages a run, mean of "
+                f"{len(p.without)} runs):"
+            )
+            add(
+                f"  without purge {p.without_rate:,.0f} msgs/s; during purge "
+                f"{p.during_rate:,.0f} msgs/s ({p.ratio:.2f}); {p.purged_during:,} rows purged "
+                f"during the runs, {p.left_after:,} old rows left after them"
+            )
+        add("")
+        add("targets")
+        for t in self.targets():
+            if t.met is None:
+                verdict = f"not measured ({t.why_unmeasured or 'not run'})"
+            else:
+                verdict = "met" if t.met else "NOT MET"
+            bound = f"{'<=' if t.at_most else '>='} {t.threshold:g}{t.unit}"
+            add(f"  {t.text:<52}{_num(t.value, '.2f'):>10}  {bound:<10} {verdict}")
+        add("")
+        add(f"wall time {self.wall_s:.1f} s")
+        return "\n".join(out)
+
+    def _ordered_runs(self) -> list[Throughput]:
+        order = {"raw": 0, "msgtable": 1}
+        runs = sorted(
+            self.runs,
+            key=lambda r: (r.batch_size != self.batch_size, r.batch_size, r.clients, order[r.kind]),
+        )
+        return runs + ([self.peer] if self.peer else [])
+
+    def _grid_text(self) -> list[str]:
+        batches = sorted({r.batch_size for r in self.runs})
+        clients = sorted({r.clients for r in self.runs})
+        out = ["", "msgtable msgs/s (raw msgs/s, ratio) by batch size and subscribers"]
+        out.append(f"{'batch':>6}" + "".join(f"{f'{k} subscribers':>30}" for k in clients))
+        for b in batches:
+            cells = []
+            for k in clients:
+                mt, raw = self.find("msgtable", b, k), self.find("raw", b, k)
+                ratio = self.ratio_vs_raw(b, k)
+                cell = (
+                    f"{mt.msgs_s:,.0f} ({raw.msgs_s:,.0f}, {ratio:.2f})"
+                    if mt and raw and ratio is not None
+                    else "-"
+                )
+                cells.append(f"{cell:>30}")
+            out.append(f"{b:>6}" + "".join(cells))
+        return out
+
+    def _backlog_text(self, b: BacklogResult) -> list[str]:
+        each = ", ".join(f"{r:,.0f}" for r in b.small)
+        each_large = ", ".join(f"{r:,.0f}" for r in b.large)
+        out = [
+            "",
+            f"backlog: drain rate over the first {WINDOW:,} messages after subscribing "
+            f"(batch {self.batch_size}, {self.subscribers} subscribers; median of {DRAINS})",
+            f"  {SMALL_BACKLOG:,} due rows {b.small_rate:,.0f} msgs/s ({each})",
+            f"  {LARGE_BACKLOG:,} due rows {b.large_rate:,.0f} msgs/s ({each_large}): "
+            f"{b.ratio:.2f} of the small backlog",
+            f"  {SUSTAINED:,} messages from the 1M backlog: {b.sustained:,.0f} msgs/s",
+            f"  1M rows inserted in {b.insert_s:.1f} s; one poll of 10,000 rows took "
+            f"{b.poll_ms[SMALL_BACKLOG]:.0f} ms at 10k, {b.poll_ms[LARGE_BACKLOG]:.0f} ms at 1M",
+            "EXPLAIN of the poll query at the 1M backlog:",
+        ]
+        widths = [
+            max(len(str(h)), *(len(str(r[i])) for r in b.explain_rows))
+            for i, h in enumerate(b.explain_header)
+        ]
+        header = zip(b.explain_header, widths, strict=True)
+        out.append("  " + "  ".join(f"{h:<{w}}" for h, w in header))
+        for row in b.explain_rows:
+            out.append("  " + "  ".join(f"{v!s:<{w}}" for v, w in zip(row, widths, strict=True)))
+        return out
+
+    def json_line(self) -> str:
+        k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
+        head_raw, head_mt = self.find("raw", b, k), self.find("msgtable", b, k)
+        low_raw, low_mt = self.find("raw", lo, k), self.find("msgtable", lo, k)
+        doc: dict[str, Any] = {
+            "raw_msgs_s": rnd(head_raw.msgs_s if head_raw else None, 0),
+            "msgtable_msgs_s": rnd(head_mt.msgs_s if head_mt else None, 0),
+            "ratio_vs_raw": rnd(self.ratio_vs_raw(b, k), 3),
+            "peer_msgs_s": rnd(self.peer.msgs_s if self.peer else None, 0),
+            "ratio_vs_peer": rnd(self.ratio_vs_peer(), 2),
+            "batch_size": b,
+            "subscribers": k,
+            "latency_p50_ms": rnd(self.latency.p50_ms if self.latency else None, 2),
+            "latency_p99_ms": rnd(self.latency.p99_ms if self.latency else None, 2),
+            "rss_mb": rnd(self.memory.full_mb if self.memory else None, 1),
+            "rss_base_mb": rnd(self.memory.base_mb if self.memory else None, 1),
+            "bytes_per_cached_msg": rnd(self.memory.bytes_per_message if self.memory else None, 0),
+            f"raw_msgs_s_b{lo}": rnd(low_raw.msgs_s if low_raw else None, 0),
+            f"msgtable_msgs_s_b{lo}": rnd(low_mt.msgs_s if low_mt else None, 0),
+            f"ratio_vs_raw_b{lo}": rnd(self.ratio_vs_raw(lo, k), 3),
+            "mode": self.mode,
+            "server": self.server,
+            "poller_interval_s": self.poller_interval_s,
+            "latency": self.latency.as_dict() if self.latency else None,
+            "memory": self.memory.as_dict() if self.memory else None,
+            "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),
+            "targets": {t.key: t.as_dict() for t in self.targets()},
+            "wall_s": round(self.wall_s, 1),
+        }
+        if self.backlog:
+            doc["backlog"] = self.backlog.as_dict()
+        if self.purge:
+            doc["purge"] = self.purge.as_dict()
+        return json.dumps(doc, separators=(",", ":"))
+
+
+def rnd(value: float | None, digits: int) -> float | None:
+    return None if value is None or math.isnan(value) else round(value, digits)
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None or math.isnan(value) else format(value, spec)

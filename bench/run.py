@@ -1,0 +1,215 @@
+"""Run msgtable's benchmark suite: ``python -m bench.run [--quick | --full]``.
+
+Quick mode (``make bench``, under a minute on a 2-core machine with the database on it):
+raw-SQL limit and msgtable at batch 100 and batch 10 with 4 subscribers, kombu's SQLAlchemy
+transport as the peer, latency at 1,000 msg/s, memory with 10 full caches. Full mode
+(``make bench-full``, minutes) runs batch sizes 10 / 100 / 500 with 1 / 4 / 16 subscribers,
+a 10k vs 1M backlog, a 1M-row purge during delivery and EXPLAIN of the poll at 1M.
+
+The database is ``MSGTABLE_TEST_DSN`` when set (an account that may create databases), else
+a throwaway local mariadbd/mysqld, as for the tests. Each benchmark gets a database of its own
+(dropped afterwards). Progress goes to stderr; stdout gets the table, the targets and, as its
+last line, one JSON document (``raw_msgs_s``, ``msgtable_msgs_s``, ``ratio_vs_raw``,
+``peer_msgs_s``, ``ratio_vs_peer``, ``batch_size``, ``subscribers``, ``latency_p50_ms``,
+``latency_p99_ms``, ``rss_mb`` and more). Targets not met do not fail the run; lost or
+duplicated messages, a dead server or a stuck run do (exit status 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench import engine, latency, memory, peer, raw, scale
+from bench.common import BenchError, Database, ServerProcess, database_server, scratch_database
+from bench.report import Report
+
+SECTIONS = ("raw", "msgtable", "latency", "peer", "memory", "backlog", "purge")
+FULL_ONLY = {"backlog", "purge"}  # quick mode runs them only when --only names them
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str
+    grid: tuple[tuple[int, int], ...]  # (batch size, subscribers) of the throughput runs
+    messages: dict[int, int]  # batch size -> messages per throughput run
+    latency_s: float
+    peer_messages: int
+    peer_max_s: float
+    purge_messages: int
+
+
+def plan(mode: str, batch: int, low_batch: int, subscribers: int, messages: int | None) -> Plan:
+    if mode == "quick":
+        sizes = {batch: 60_000, low_batch: 20_000}
+        grid: tuple[tuple[int, int], ...] = ((batch, subscribers), (low_batch, subscribers))
+        latency_s, peer_n, peer_s = 3.0, 1_500, 8.0
+    else:
+        sizes = {10: 20_000, 100: 50_000, 500: 100_000}
+        batches = sorted({10, 100, 500, batch, low_batch})
+        grid = tuple((b, k) for b in batches for k in sorted({1, 4, 16, subscribers}))
+        latency_s, peer_n, peer_s = 10.0, 4_000, 20.0
+    n = {b: messages or sizes.get(b, 30_000) for b, _ in grid}
+    return Plan(mode, grid, n, latency_s, peer_n, peer_s, messages or 50_000)
+
+
+def progress(text: str) -> None:
+    print(f"bench: {text}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def py_spy(pid: int, output: Path | None) -> Iterator[None]:
+    """``py-spy record`` the server while the block runs (raw, collapsed stacks), if asked."""
+    if output is None:
+        yield
+        return
+    exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    command = [
+        exe,
+        "record",
+        "--gil",
+        "--pid",
+        str(pid),
+        "--format",
+        "raw",
+        "--output",
+        str(output),
+    ]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        progress(f"py-spy profile of the server: {output}")
+
+
+def run(args: argparse.Namespace) -> Report:
+    began = time.monotonic()
+    p = plan(args.mode, args.batch_size, args.low_batch_size, args.subscribers, args.messages)
+    if args.only:
+        only = set(args.only.split(","))
+        unknown = only - set(SECTIONS)
+        if unknown:
+            raise BenchError(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
+    else:
+        only = set(SECTIONS) - (FULL_ONLY if p.mode == "quick" else set())
+    progress(f"{p.mode} mode; starting or reaching the database server")
+    with database_server() as db:
+        report = Report(
+            mode=p.mode,
+            server=db.description,
+            subscribers=args.subscribers,
+            batch_size=args.batch_size,
+            low_batch_size=args.low_batch_size,
+            poller_interval_s=args.poller_interval,
+        )
+        if "raw" in only:
+            with scratch_database(db.handle, "bench_raw") as dsn:
+                for b, k in p.grid:
+                    r = raw.run(dsn, p.messages[b], b, k)
+                    progress(f"raw batch {b}, {k} consumers: {r.msgs_s:,.0f} msgs/s")
+                    report.runs.append(r)
+        if only & {"msgtable", "latency", "backlog", "purge"}:
+            run_engine(args, p, db, only, report)
+        if "peer" in only:
+            if not peer.kombu_available():
+                report.peer_missing = "kombu is not installed (pip install -e '.[bench]')"
+                progress(f"peer: {report.peer_missing}")
+            else:
+                with scratch_database(db.handle, "bench_peer") as dsn:
+                    report.peer = peer.run(dsn, p.peer_messages, p.peer_max_s)
+                progress(f"peer (kombu): {report.peer.msgs_s:,.0f} msgs/s")
+        if "memory" in only:
+            with scratch_database(db.handle, "bench_memory") as dsn:
+                report.memory = memory.run(dsn)
+            m = report.memory
+            progress(f"memory: {m.base_mb:.1f} -> {m.full_mb:.1f} MB, {m.cached:,} cached")
+    report.wall_s = time.monotonic() - began
+    return report
+
+
+def run_engine(
+    args: argparse.Namespace, p: Plan, db: Database, only: set[str], report: Report
+) -> None:
+    with (
+        scratch_database(db.handle, "bench_msgtable") as dsn,
+        ServerProcess(dsn) as server,
+    ):
+        progress(f"msgtable server {server.address} (pid {server.pid})")
+        if "msgtable" in only:
+            with py_spy(server.pid, args.py_spy):
+                for b, k in p.grid:
+                    r = engine.run(server, dsn, p.messages[b], b, k, args.poller_interval)
+                    progress(f"msgtable batch {b}, {k} subscribers: {r.msgs_s:,.0f} msgs/s")
+                    report.runs.append(r)
+        if "latency" in only:
+            report.latency = latency.run(server, dsn, p.latency_s, args.latency_poller_interval)
+            lat = report.latency
+            progress(f"latency: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
+        k, b = args.subscribers, args.batch_size
+        if "backlog" in only:
+            report.backlog = scale.backlog(server, dsn, b, k, args.poller_interval)
+            progress(f"backlog: 1M vs 10k {report.backlog.ratio:.2f}")
+        if "purge" in only:
+            report.purge = scale.purge(server, dsn, p.purge_messages, b, k, args.poller_interval)
+            progress(f"purge: during / without {report.purge.ratio:.2f}")
+        server.check_alive()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick")
+    mode.add_argument("--full", dest="mode", action="store_const", const="full")
+    parser.set_defaults(mode="quick")
+    parser.add_argument("--subscribers", type=int, default=4, help="headline K (default 4)")
+    parser.add_argument("--batch-size", type=int, default=100, help="headline batch (100)")
+    parser.add_argument("--low-batch-size", type=int, default=10, help="second batch (10)")
+    parser.add_argument("--messages", type=int, default=None, help="messages per run")
+    parser.add_argument(
+        "--poller-interval",
+        type=float,
+        default=0.1,
+        help="vt_poller_interval of the throughput tables (default 0.1 s)",
+    )
+    parser.add_argument(
+        "--latency-poller-interval",
+        type=float,
+        default=0.02,
+        help="vt_poller_interval of the latency table (default 0.02 s)",
+    )
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {SECTIONS}")
+    parser.add_argument(
+        "--py-spy", type=Path, default=None, help="record the server with py-spy to this file"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        report = run(args)
+    except BenchError as exc:
+        print(f"bench: FAILED: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    print(report.text())
+    print(report.json_line(), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

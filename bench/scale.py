@@ -1,0 +1,243 @@
+"""What changes with size (full mode only): a large backlog, purge under load, the poll's plan.
+
+Backlog: a table holds SMALL_BACKLOG or LARGE_BACKLOG due rows, inserted before anyone
+subscribes; K subscribers then drain WINDOW messages of it. The figure is messages per second
+over those WINDOW messages, counted from the moment the subscribers are told to subscribe,
+so both sizes do the same work (subscribing and the first polls included) and differ only in
+what the table holds. A WINDOW takes well under a second, so each size is drained DRAINS
+times (fresh small tables; the same large one, which still holds ~1M rows each time) and the
+medians compare. The last drain of the large backlog goes on to SUSTAINED messages, whose
+rate is reported too. Target: the large backlog within 20% of the small one.
+
+Purge: a table holds PURGE_ROWS acked rows, acked two hours ago. Delivery is measured twice on
+it with the usual producer and K subscribers: PURGE_RUNS times with vt_purge_after one day
+(nothing is old enough, the purger finds nothing), then, after an ALTER TABLE ... COMMENT
+that the server applies live, PURGE_RUNS times with vt_purge_after PURGE_AFTER_S, so the
+purger deletes the old rows (500 a statement, as fast as it can) during the deliveries. It
+says how many rows were purged meanwhile and how many were left (if none were left, the
+purge ended before the runs did). Target: delivery keeps >= 80% of its throughput.
+
+Explain: EXPLAIN of the engine's poll query at the large backlog (the shape msgtable/store.py
+builds, with literal values).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import engine
+from bench.common import (
+    NS,
+    BenchError,
+    ServerProcess,
+    Throughput,
+    bulk_insert,
+    connect,
+    count_rows,
+    create_table,
+    execute,
+    message_comment,
+)
+
+SMALL_BACKLOG = 10_000
+LARGE_BACKLOG = 1_000_000
+WINDOW = 10_000
+SUSTAINED = 100_000
+DRAINS = 3  # per backlog size; the medians are compared
+PURGE_ROWS = 1_000_000
+PURGE_AFTER_S = 60
+PURGE_RUNS = 2  # deliveries without, and as many during, the purge; means compare
+CONFIG_TIMEOUT_S = 30.0
+
+
+def poll_sql(table: str, now_ns: int, limit: int) -> str:
+    """The engine's poll (msgtable/store.py, current layout, a new pass) with literal values."""
+    return (
+        f"select priority, time_next, epoch, id, message from {table} "
+        f"where time_acked is null and (time_next is null or time_next <= {now_ns}) "
+        f"order by priority, time_next, id limit {limit}"
+    )
+
+
+def explain(dsn: str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    conn = connect(dsn)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("explain " + sql)
+            header = [d[0] for d in cur.description]
+            return header, [tuple(r) for r in cur.fetchall()]
+    finally:
+        conn.close()
+
+
+@dataclass
+class BacklogResult:
+    small: list[float] = field(default_factory=list)  # msgs/s over WINDOW, each drain
+    large: list[float] = field(default_factory=list)
+    sustained: float = 0.0  # msgs/s over SUSTAINED messages of the large backlog
+    insert_s: float = 0.0  # bulk insert of the large backlog
+    poll_ms: dict[int, float] = field(default_factory=dict)  # one poll of 10,000 rows
+    explain_header: list[str] = field(default_factory=list)
+    explain_rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+    @property
+    def small_rate(self) -> float:
+        return statistics.median(self.small)
+
+    @property
+    def large_rate(self) -> float:
+        return statistics.median(self.large)
+
+    @property
+    def ratio(self) -> float:
+        return self.large_rate / self.small_rate
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "window": WINDOW,
+            "drains": DRAINS,
+            "msgs_s_10k": round(self.small_rate),
+            "msgs_s_1m": round(self.large_rate),
+            "msgs_s_10k_each": [round(r) for r in self.small],
+            "msgs_s_1m_each": [round(r) for r in self.large],
+            "ratio_1m_vs_10k": round(self.ratio, 3),
+            "msgs_s_1m_sustained": round(self.sustained),
+            "sustained_window": SUSTAINED,
+            "insert_s_1m": round(self.insert_s, 2),
+            "poll_ms_10k": round(self.poll_ms[SMALL_BACKLOG], 1),
+            "poll_ms_1m": round(self.poll_ms[LARGE_BACKLOG], 1),
+            "explain_poll_1m": [
+                dict(zip(self.explain_header, map(_jsonable, row), strict=True))
+                for row in self.explain_rows
+            ],
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    return value if value is None or isinstance(value, int | float | str) else str(value)
+
+
+def _timed_poll_ms(dsn: str, table: str) -> float:
+    began = time.monotonic()
+    execute(dsn, poll_sql(table, time.time_ns(), 10_000))
+    return (time.monotonic() - began) * 1000
+
+
+def backlog(
+    server: ServerProcess, dsn: str, batch_size: int, subscribers: int, poller_interval_s: float
+) -> BacklogResult:
+    """DRAINS drains of WINDOW messages from a fresh SMALL_BACKLOG table each, and DRAINS
+    from one LARGE_BACKLOG table (the last going on to SUSTAINED messages); medians compare."""
+    result = BacklogResult()
+    comment = message_comment(batch_size, poller_interval_s)
+    for i in range(DRAINS):
+        table = f"backlog_small_{i}"
+        create_table(dsn, table, comment)
+        try:
+            bulk_insert(dsn, table, SMALL_BACKLOG)
+            if i == 0:
+                result.poll_ms[SMALL_BACKLOG] = _timed_poll_ms(dsn, table)
+            mark_s, _ = engine.drain(server, table, (WINDOW,), subscribers)
+            result.small.append(WINDOW / mark_s[0])
+        finally:
+            execute(dsn, f"drop table if exists {table}")
+    table = "backlog_large"
+    create_table(dsn, table, comment)
+    try:
+        result.insert_s = bulk_insert(dsn, table, LARGE_BACKLOG)
+        execute(dsn, f"analyze table {table}")
+        sql = poll_sql(table, time.time_ns(), 10_000)
+        result.explain_header, result.explain_rows = explain(dsn, sql)
+        result.poll_ms[LARGE_BACKLOG] = _timed_poll_ms(dsn, table)
+        for i in range(DRAINS):
+            marks = (WINDOW,) if i < DRAINS - 1 else (WINDOW, SUSTAINED)
+            mark_s, _ = engine.drain(server, table, marks, subscribers)
+            result.large.append(WINDOW / mark_s[0])
+        result.sustained = SUSTAINED / mark_s[-1]
+    finally:
+        execute(dsn, f"drop table if exists {table}")
+    return result
+
+
+@dataclass
+class PurgeResult:
+    without: list[Throughput]
+    during: list[Throughput]
+    purged_during: int  # old rows deleted while the runs with purge went on
+    left_after: int
+
+    @property
+    def without_rate(self) -> float:
+        return statistics.mean(r.msgs_s for r in self.without)
+
+    @property
+    def during_rate(self) -> float:
+        return statistics.mean(r.msgs_s for r in self.during)
+
+    @property
+    def ratio(self) -> float:
+        return self.during_rate / self.without_rate
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "acked_rows": PURGE_ROWS,
+            "msgs_s_without_purge": round(self.without_rate),
+            "msgs_s_during_purge": round(self.during_rate),
+            "msgs_s_without_each": [round(r.msgs_s) for r in self.without],
+            "msgs_s_during_each": [round(r.msgs_s) for r in self.during],
+            "ratio": round(self.ratio, 3),
+            "purged_during_runs": self.purged_during,
+            "old_rows_left_after_runs": self.left_after,
+        }
+
+
+def purge(
+    server: ServerProcess,
+    dsn: str,
+    n: int,
+    batch_size: int,
+    subscribers: int,
+    poller_interval_s: float,
+) -> PurgeResult:
+    """PURGE_RUNS deliveries with purge off, then PURGE_RUNS with the purger at work."""
+    from msgtable.client import Client
+
+    table = "purge_load"
+    create_table(dsn, table, message_comment(batch_size, poller_interval_s))
+    old = f"time_acked < {time.time_ns() - 3600 * NS}"
+    next_id = 0
+
+    def deliver() -> Throughput:
+        nonlocal next_id
+        first, next_id = next_id, next_id + n
+        return engine.run(
+            server, dsn, n, batch_size, subscribers, poller_interval_s, table=table, first_id=first
+        )
+
+    try:
+        bulk_insert(
+            dsn, table, PURGE_ROWS, first_id=1 << 40, time_acked_ns=time.time_ns() - 7200 * NS
+        )
+        without = [deliver() for _ in range(PURGE_RUNS)]
+        if count_rows(dsn, table, old) != PURGE_ROWS:
+            raise BenchError("purge: rows were purged while vt_purge_after was one day")
+        comment = message_comment(batch_size, poller_interval_s, purge_after_s=PURGE_AFTER_S)
+        execute(dsn, f"alter table {table} comment '{comment}'")
+        with Client(server.address, timeout_s=30) as client:
+            deadline = time.monotonic() + CONFIG_TIMEOUT_S
+            while True:
+                status = {t.name: t for t in client.list_tables()}.get(table)
+                if status and status.config and status.config.purge_after_s == PURGE_AFTER_S:
+                    break
+                if time.monotonic() > deadline:
+                    raise BenchError("purge: the server did not take the new comment in time")
+                time.sleep(0.2)
+        before = count_rows(dsn, table, old)
+        during = [deliver() for _ in range(PURGE_RUNS)]
+        left = count_rows(dsn, table, old)
+    finally:
+        execute(dsn, f"drop table if exists {table}")
+    return PurgeResult(without, during, before - left, left)

@@ -142,9 +142,6 @@ class MessageCache:
             del flight[rid]
         return len(flight)
 
-    def __contains__(self, rid: object) -> bool:
-        return rid in self._queued or rid in self._sending
-
     def _compact(self) -> None:
         if len(self._heap) > 2 * len(self._queued) + 64:
             self._heap = [e for e in self._heap if self._queued.get(e[3].id) is e[3]]

@@ -443,3 +443,30 @@ def test_polls_continue_after_the_last_row_read_in_sql_order(db_dsn: str):
     finally:
         store.close()
         db.dispose()
+
+
+def test_polls_of_the_2018_layout_continue_by_due_time_then_id(db_dsn: str):
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.execute(sa.text(ddl("v2018.sql")))
+        conn.execute(
+            sa.text(
+                "insert into my_message(time_scheduled, id, time_next, message) values "
+                "(7, 1, NULL, 'a'), (0, 3, NULL, 'c'), (0, 2, NULL, 'b'), (1, 4, 5, 'd')"
+            )
+        )
+    store = MySQLStore.from_dsn(db_dsn)
+    try:
+        (d,) = store.discover()
+        cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes)
+        order, after = [], None
+        while True:
+            rows, after = store.poll(cfg, time.time_ns(), 1, after)
+            if not rows:
+                break
+            order.append(rows[0].id)
+        # due at coalesce(time_next, time_scheduled): 2 and 3 at 0, 4 at 5, 1 at 7
+        assert order == [2, 3, 4, 1]
+    finally:
+        store.close()
+        db.dispose()

@@ -248,6 +248,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             local.create_database(DEMO_DATABASE)
             dsn = local.dsn(DEMO_DATABASE)
             create_demo_table(dsn)
+            from msgtable.store import without_driver
+
+            dsn = without_driver(dsn)  # the server takes the fastest driver installed
         engine = open_engine(dsn)
         try:
             engine.open()

@@ -16,6 +16,7 @@ the send, never before.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
@@ -138,6 +139,16 @@ def placeholders(n: int) -> str:
     return ",".join(["%s"] * n)
 
 
+def in_list(ids: Sequence[Hashable]) -> tuple[str, list[Any]]:
+    """An IN list for ids and its parameters. Integer ids (the usual key) are written into
+    the SQL as decimal literals, which cannot carry anything but digits and a sign, and that
+    costs a tenth of the driver's escaping of one parameter each; any other id is a
+    parameter."""
+    if all(type(i) is int for i in ids):
+        return ",".join(map(str, ids)), []
+    return placeholders(len(ids)), list(ids)
+
+
 class TableStatements:
     """The SQL of one table, written once from its config. ``{ids}`` stands for an IN list.
 
@@ -209,8 +220,9 @@ class MySQLStore:
     def __init__(self, url: sa.URL, database: str) -> None:
         self.database = database
         connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
-        if url.get_driver_name() == "pymysql":
+        if url.get_driver_name() in ("pymysql", "mysqldb"):
             connect_args.update(read_timeout=IO_TIMEOUT_S, write_timeout=IO_TIMEOUT_S)
+        self.driver = url.get_driver_name()
 
         def pool(autocommit: bool) -> ConnectionPool:
             return ConnectionPool(
@@ -231,7 +243,12 @@ class MySQLStore:
 
     @classmethod
     def from_dsn(cls, dsn: str) -> MySQLStore:
-        """Open a store on an SQLAlchemy URL such as mysql+pymysql://u:pw@host:3306/db."""
+        """Open a store on an SQLAlchemy URL such as mysql://u:pw@host:3306/db.
+
+        A URL without a driver (``mysql://``, ``mariadb://``) gets the fastest one installed:
+        mysqlclient (C, ``pip install 'msgtable[fast]'``) when it imports, else PyMySQL. A URL
+        that names one (``mysql+pymysql://``, ``mysql+mysqldb://``) gets that one.
+        """
         try:
             url = sa.engine.make_url(dsn)
         except Exception as exc:
@@ -241,7 +258,7 @@ class MySQLStore:
         if not url.drivername.startswith(("mysql", "mariadb")):
             raise InvalidArgument(f"msgtable needs a MySQL-family database, not {url.drivername}")
         if url.drivername in ("mysql", "mariadb"):
-            url = url.set(drivername=f"{url.drivername}+pymysql")
+            url = url.set(drivername=f"{url.drivername}+{fastest_driver()}")
         try:
             return cls(url, str(url.database))
         except ImportError as exc:
@@ -342,16 +359,15 @@ class MySQLStore:
         with self._errors(cfg.name), self._tx.connection() as conn:
             with conn.cursor() as cur:
                 for epoch, rows in group_by_epoch(batch).items():
-                    ids = [r.id for r in rows]
+                    in_ids, id_params = in_list([r.id for r in rows])
                     nxt = next_ns(epoch or 0)
-                    sql = s.claim.format(ids=placeholders(len(ids)))
-                    done = cur.execute(sql, [nxt, *ids, epoch, now_ns])
+                    sql = s.claim.format(ids=in_ids)
+                    done = cur.execute(sql, [nxt, *id_params, epoch, now_ns])
                     if done == len(rows):
                         claimed.extend(rows)
                     elif done > 0:
                         cur.execute(
-                            s.claimed.format(ids=placeholders(len(ids))),
-                            [*ids, (epoch or 0) + 1, nxt],
+                            s.claimed.format(ids=in_ids), [*id_params, (epoch or 0) + 1, nxt]
                         )
                         ours = {r[0] for r in cur.fetchall()}
                         claimed.extend(r for r in rows if r.id in ours)
@@ -362,15 +378,17 @@ class MySQLStore:
 
     def ack(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> int:
         """Mark rows acked; returns how many were unacked before."""
-        sql = self.statements(cfg).ack.format(ids=placeholders(len(ids)))
+        in_ids, id_params = in_list(ids)
+        sql = self.statements(cfg).ack.format(ids=in_ids)
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
-            return int(cur.execute(sql, [now_ns, *ids]))
+            return int(cur.execute(sql, [now_ns, *id_params]))
 
     def acked_ids(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> set[Hashable]:
         """Which of ``ids`` an ack with exactly this timestamp acked."""
-        sql = self.statements(cfg).acked.format(ids=placeholders(len(ids)))
+        in_ids, id_params = in_list(ids)
+        sql = self.statements(cfg).acked.format(ids=in_ids)
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
-            cur.execute(sql, [*ids, now_ns])
+            cur.execute(sql, [*id_params, now_ns])
             return {r[0] for r in cur.fetchall()}
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
@@ -378,6 +396,23 @@ class MySQLStore:
         sql = self.statements(cfg).purge
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, [cutoff_ns, limit]))
+
+
+def fastest_driver() -> str:
+    """The SQLAlchemy driver name of the fastest MySQL driver installed: ``mysqldb``
+    (mysqlclient, C: reads rows about ten times faster) or ``pymysql`` (pure Python)."""
+    try:
+        importlib.import_module("MySQLdb")
+    except ImportError:
+        return "pymysql"
+    return "mysqldb"
+
+
+def without_driver(dsn: str) -> str:
+    """The URL with its driver taken out (``mysql+pymysql://`` -> ``mysql://``), so that
+    MySQLStore.from_dsn picks the fastest driver installed."""
+    url = sa.engine.make_url(dsn)
+    return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=False)
 
 
 def _text(value: object) -> str:

@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from msgtable.store import TableStatements, placeholders, quote
+import importlib
+
+from msgtable.store import (
+    MySQLStore,
+    TableStatements,
+    fastest_driver,
+    in_list,
+    placeholders,
+    quote,
+    without_driver,
+)
 from msgtable.tables import load_table
 from msgtable.testing import CURRENT_COLUMNS
 
@@ -58,3 +68,30 @@ def test_the_2018_layout_reads_time_scheduled_for_a_null_time_next():
         f"WHERE `time_acked` IS NULL AND {when} <= %s ORDER BY {when}, `id` LIMIT %s"
     )
     assert s.poll_query(9, 10, (0, 5, 7)) == (s.poll_after, [9, 5, 5, 7, 10])
+
+
+def test_integer_ids_are_written_as_literals_and_anything_else_is_a_parameter():
+    assert in_list([3, -1, 2**63 - 1]) == ("3,-1,9223372036854775807", [])
+    assert in_list(["a", "b"]) == ("%s,%s", ["a", "b"])
+    # bool is an int subclass but not an id to print as True/False: parameters
+    assert in_list([1, True]) == ("%s,%s", [1, True])
+    assert in_list([1, "x"]) == ("%s,%s", [1, "x"])
+
+
+def test_a_url_without_a_driver_gets_the_fastest_one_installed(monkeypatch):
+    assert without_driver("mysql+pymysql://u:p%40w@h:3307/db") == "mysql://u:p%40w@h:3307/db"
+    assert without_driver("mariadb+mysqldb://u@h/db") == "mariadb://u@h/db"
+    real_import = importlib.import_module
+
+    def no_mysqldb(name: str, *args: object) -> object:
+        if name == "MySQLdb":
+            raise ImportError("No module named 'MySQLdb'")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", no_mysqldb)
+    assert fastest_driver() == "pymysql"
+    assert MySQLStore.from_dsn("mysql://u:p@127.0.0.1:1/db").driver == "pymysql"
+    monkeypatch.setattr(importlib, "import_module", real_import)
+    assert fastest_driver() == "mysqldb"  # the test extra installs mysqlclient
+    assert MySQLStore.from_dsn("mysql://u:p@127.0.0.1:1/db").driver == "mysqldb"
+    assert MySQLStore.from_dsn("mysql+pymysql://u:p@127.0.0.1:1/db").driver == "pymysql"

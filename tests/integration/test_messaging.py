@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
+from msgtable.client import Message
+from msgtable.errors import InvalidArgument, MsgtableError, TableLoadError, TableNotFound
 from msgtable.store import MySQLStore
 from msgtable.tables import current_layout_ddl, load_table
 
@@ -30,9 +31,13 @@ def ddl(file: str) -> str:
     return "\n".join(line for line in lines if not line.startswith("--")).strip().rstrip(";")
 
 
-@pytest.fixture
-def served(db_dsn: str):
-    with serve(db_dsn) as s:
+@pytest.fixture(params=["pymysql", "mysqldb"])
+def served(request: pytest.FixtureRequest, db_dsn: str):
+    """The engine on each MySQL driver the store supports (PyMySQL, mysqlclient)."""
+    url = sa.engine.make_url(db_dsn)
+    dsn = url.set(drivername=f"{url.get_backend_name()}+{request.param}")
+    with serve(dsn.render_as_string(hide_password=False)) as s:
+        assert s.engine.store.driver == request.param  # type: ignore[attr-defined]
         yield s
 
 
@@ -232,6 +237,59 @@ def test_message_ack_counts_and_an_acked_message_never_comes_back(served: Served
     assert rows == [(1, 1, None), (2, 1, None)]
     assert {m.id for m in msgs} == {1, 2}
     c.close()
+
+
+def test_acks_queued_with_ack_async_are_merged_sent_and_counted(served: Served):
+    served.create_table("async_acks", vt_batch_size=5, vt_poller_interval=0.1)
+    values = ", ".join(f"({i}, 'm{i}')" for i in range(1, 101))
+    served.sql(f"insert into async_acks(id, message) values {values}")
+    sub = served.client.subscribe("async_acks")
+    futures, seen = [], []
+    while len(seen) < 100:
+        batch = sub.next_batch()
+        assert len(batch) <= 5
+        seen.extend(m.id for m in batch)
+        futures.append(sub.ack_async(batch))
+    sub.flush_acks(10)
+    assert all(f.done() and f.exception() is None for f in futures)
+    assert sorted(seen) == list(range(1, 101)) and sub.acked == 100
+    assert served.sql("select count(*) from async_acks where time_acked is null") == [(0,)]
+    # acking again through the same queue counts nothing: they are acked already
+    sub.ack_async(batch).result(10)
+    sub.flush_acks(10)
+    assert sub.acked == 100
+    sub.close()
+    with pytest.raises(MsgtableError, match="closed"):
+        sub.ack_async(batch)
+
+
+def test_close_sends_the_queued_acks_first(served: Served):
+    served.create_table("close_acks", vt_batch_size=10, vt_poller_interval=0.1)
+    served.sql("insert into close_acks(id, message) values (1, 'a'), (2, 'b'), (3, 'c')")
+    sub = served.client.subscribe("close_acks")
+    got: list[Message] = []
+    while len(got) < 3:
+        got.extend(sub.next_batch())
+    future = sub.ack_async(got)
+    sub.close()
+    assert future.done() and future.exception() is None
+    assert served.sql("select count(*) from close_acks where time_acked is null") == [(0,)]
+
+
+def test_a_failed_async_ack_reaches_its_future_and_flush(served: Served):
+    served.create_table("gone_acks", vt_poller_interval=0.1)
+    served.sql("insert into gone_acks(id, message) values (1, 'a')")
+    sub = served.client.subscribe("gone_acks")
+    batch = sub.next_batch()
+    served.sql("drop table gone_acks")
+    served.engine.refresh()
+    future = sub.ack_async(batch)
+    with pytest.raises(TableNotFound):
+        future.result(10)
+    with pytest.raises(TableNotFound):
+        sub.flush_acks(10)
+    sub.flush_acks(10)  # the error was reported once
+    sub.close()
 
 
 def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served):

@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ import pymysql
 from sqlalchemy.engine import make_url
 
 from msgtable.devdb import ExternalServer, LocalServer, ServerHandle
+from msgtable.store import without_driver
 from msgtable.tables import current_layout_ddl
 
 # The message every benchmark sends: a small JSON document (66 bytes).
@@ -63,6 +64,7 @@ class Database:
     handle: ServerHandle
     description: str
     version: str
+    pid: int | None = None  # the server process when it runs here (for CPU accounting)
 
 
 @contextlib.contextmanager
@@ -79,7 +81,9 @@ def database_server() -> Iterator[Database]:
     local.start()
     try:
         version = server_version(local)
-        yield Database(local, f"{version}, a throwaway local server (msgtable.devdb)", version)
+        yield Database(
+            local, f"{version}, a throwaway local server (msgtable.devdb)", version, local.pid
+        )
     finally:
         local.stop()
 
@@ -290,13 +294,24 @@ class Flag:
     def wait(self, poll_s: float = 0.002) -> None:
         while not self._value.value:
             time.sleep(poll_s)
+        _cpu_at_go.append(time.process_time())
+
+
+_cpu_at_go: list[float] = []  # in a worker: its CPU time when it saw ``go`` (see report())
 
 
 def report(name: str, results: Any, work: Callable[[], dict[str, Any]]) -> None:
-    """Run a worker's body and put ("ok", name, result) or ("error", name, traceback)."""
+    """Run a worker's body and put ("ok", name, result) or ("error", name, traceback).
+
+    A result also holds ``cpu_s``: the CPU seconds the worker process used in ``work`` from
+    the moment it saw ``go`` (set-up before it, imports included, is not counted).
+    """
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # Workers dumps stuck workers
     try:
-        results.put(("ok", name, work()))
+        began = time.process_time()
+        result = work()
+        began = _cpu_at_go[0] if _cpu_at_go else began
+        results.put(("ok", name, {**result, "cpu_s": time.process_time() - began}))
     except BaseException:
         results.put(("error", name, traceback.format_exc()))
 
@@ -424,7 +439,7 @@ class ServerProcess:
             "msgtable",
             "serve",
             "--dsn",
-            self.dsn,
+            without_driver(self.dsn),  # the fastest driver installed, as msgtable serve picks
             "--listen",
             "127.0.0.1:0",
             "--grace-s",
@@ -510,6 +525,28 @@ def rss_mb(pid: int) -> float:
     return float(psutil.Process(pid).memory_info().rss) / (1 << 20)
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system, all threads) a running process has used so far; 0.0 when
+    the process is not on this machine (``pid`` None) or cannot be read."""
+    if pid is None:
+        return 0.0
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextlib.contextmanager
+def cpu_meter(**pids: int | None) -> Iterator[dict[str, float]]:
+    """CPU seconds each named process used while the block ran (filled in at its end)."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    used: dict[str, float] = {}
+    yield used
+    used.update({name: cpu_seconds(pid) - before[name] for name, pid in pids.items()})
+
+
 def percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of already sorted values (q in 0..100)."""
     if not sorted_values:
@@ -528,10 +565,22 @@ class Throughput:
     messages: int
     seconds: float
     note: str = ""
+    cpu_s: dict[str, float] = field(default_factory=dict)  # process class -> CPU seconds
 
     @property
     def msgs_s(self) -> float:
         return self.messages / self.seconds if self.seconds > 0 else float("nan")
+
+    def cpu_per_msg(self) -> dict[str, float]:
+        return {k: round(v / self.messages * 1e6, 1) for k, v in self.cpu_s.items()}
+
+    def cpu_note(self) -> str:
+        """CPU microseconds per message by process class, e.g. "database 31, clients 40"."""
+        if not self.cpu_s or not self.messages:
+            return ""
+        parts = [f"{name} {s / self.messages * 1e6:.0f}" for name, s in self.cpu_s.items()]
+        total = sum(self.cpu_s.values()) / self.messages * 1e6
+        return f"CPU us/msg: {', '.join(parts)}; total {total:.0f}"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -542,6 +591,7 @@ class Throughput:
             "seconds": round(self.seconds, 3),
             "msgs_s": round(self.msgs_s),
             **({"note": self.note} if self.note else {}),
+            **({"cpu_us_per_msg": self.cpu_per_msg()} if self.cpu_s else {}),
         }
 
 

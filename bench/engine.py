@@ -28,6 +28,7 @@ from bench.common import (
     Throughput,
     Workers,
     check_lifecycle,
+    cpu_meter,
     create_table,
     execute,
     message_comment,
@@ -83,6 +84,7 @@ def subscriber_worker(
             else:
                 sub = client.subscribe(spec.table)
                 ready.put(name)
+                go.wait()  # nothing arrives before the producer starts at go
             with sub:
 
                 def leave() -> None:
@@ -90,12 +92,18 @@ def subscriber_worker(
                     sub.close()
 
                 threading.Thread(target=leave, daemon=True).start()
+                answered = [0.0]  # when the last ack call returned (set on the ack thread)
+
+                def note_answer(_: object) -> None:
+                    answered[0] = time.monotonic()
+
                 for batch in sub.batches():
-                    acked += sub.ack(batch)
+                    # acks go asynchronously: the client merges those queued while a
+                    # MessageAck is on the wire into its next call (Subscription.ack_async)
+                    sub.ack_async(batch).add_done_callback(note_answer)
                     now = time.monotonic()
                     ids.extend(int(m.id) for m in batch)  # type: ignore[call-overload]
                     batches += 1
-                    last = now
                     with shared.counter.get_lock():
                         before = shared.counter.value
                         after = shared.counter.value = before + len(batch)
@@ -105,6 +113,8 @@ def subscriber_worker(
                     if after >= spec.target:
                         shared.done.set()
                         break
+                sub.flush_acks(CLIENT_TIMEOUT_S)  # every ack answered: the clock stops here
+                acked, last = sub.acked, answered[0]
                 if not shared.done.is_set():
                     raise BenchError(
                         f"the server ended the stream of {spec.table} after {len(ids)} messages "
@@ -173,6 +183,7 @@ def run(
     *,
     table: str | None = None,
     first_id: int = 0,
+    db_pid: int | None = None,
 ) -> Throughput:
     """One end-to-end run: a producer of ``n`` messages and ``subscribers`` subscribers.
 
@@ -192,12 +203,13 @@ def run(
             producer = ProducerSpec(dsn, table, first_id, n, producer_rows(batch_size), subscribers)
             workers.start("producer", producer_worker, producer)
             workers.wait_ready()
-            workers.go.set()
-            try:
-                results = workers.collect(run_timeout_s(n))
-            except BenchError as exc:
-                server.check_alive()
-                raise BenchError(f"{exc}\n{diagnose(server, dsn, table, shared)}") from None
+            with cpu_meter(database=db_pid, server=server.pid) as cpu:
+                workers.go.set()
+                try:
+                    results = workers.collect(run_timeout_s(n))
+                except BenchError as exc:
+                    server.check_alive()
+                    raise BenchError(f"{exc}\n{diagnose(server, dsn, table, shared)}") from None
         start = results["producer"]["start"]
         end = max(r["last"] for name, r in results.items() if name.startswith("sub"))
         check_deliveries(results, range(first_id, first_id + n), n)
@@ -205,6 +217,10 @@ def run(
             check_lifecycle(dsn, table, n)
         insert_s = results["producer"]["end"] - start
         batches = sum(r["batches"] for name, r in results.items() if name.startswith("sub"))
+        cpu["producer"] = results["producer"]["cpu_s"]
+        cpu["subscribers"] = sum(r["cpu_s"] for name, r in results.items() if name != "producer")
+        if not db_pid:
+            del cpu["database"]
         return Throughput(
             "msgtable",
             batch_size,
@@ -213,6 +229,7 @@ def run(
             end - start,
             note=f"producer inserted at {n / insert_s:,.0f} rows/s; "
             f"{n / batches:.1f} messages a batch",
+            cpu_s=cpu,
         )
     finally:
         if fresh:

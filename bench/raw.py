@@ -53,6 +53,7 @@ from bench.common import (
     Workers,
     check_lifecycle,
     connect,
+    cpu_meter,
     create_table,
     execute,
     partition_sizes,
@@ -134,7 +135,12 @@ def consumer_worker(spec: ConsumerSpec, name: str, ready: Any, go: Any, results:
 
 
 def run(
-    dsn: str, n: int, batch_size: int, consumers: int, idle_sleep_s: float = IDLE_SLEEP_S
+    dsn: str,
+    n: int,
+    batch_size: int,
+    consumers: int,
+    idle_sleep_s: float = IDLE_SLEEP_S,
+    db_pid: int | None = None,
 ) -> Throughput:
     """One raw run: a producer and ``consumers`` consumer connections, ``n`` messages."""
     table = f"raw_b{batch_size}_c{consumers}"
@@ -148,8 +154,9 @@ def run(
             producer = ProducerSpec(dsn, table, 0, n, rows, consumers)
             workers.start("producer", producer_worker, producer)
             workers.wait_ready()
-            workers.go.set()
-            results = workers.collect(run_timeout_s(n))
+            with cpu_meter(database=db_pid) as cpu:
+                workers.go.set()
+                results = workers.collect(run_timeout_s(n))
         start = results["producer"]["start"]
         end = max(r["last"] for name, r in results.items() if name != "producer")
         acked = sum(r.get("acked", 0) for r in results.values())
@@ -157,6 +164,8 @@ def run(
             raise BenchError(f"{table}: {acked} acks for {n} messages")
         check_lifecycle(dsn, table, n)
         insert_s = results["producer"]["end"] - start
+        cpu["producer"] = results["producer"]["cpu_s"]
+        cpu["consumers"] = sum(r["cpu_s"] for name, r in results.items() if name != "producer")
         return Throughput(
             "raw",
             batch_size,
@@ -164,6 +173,7 @@ def run(
             n,
             end - start,
             note=f"producer inserted at {n / insert_s:,.0f} rows/s",
+            cpu_s=cpu if db_pid else {k: v for k, v in cpu.items() if k != "database"},
         )
     finally:
         execute(dsn, f"drop table if exists {table}")

@@ -75,7 +75,8 @@ def py_spy(pid: int, output: Path | None) -> Iterator[None]:
     command = [
         exe,
         "record",
-        "--gil",
+        "--rate",
+        "250",
         "--pid",
         str(pid),
         "--format",
@@ -118,7 +119,7 @@ def run(args: argparse.Namespace) -> Report:
         if "raw" in only:
             with scratch_database(db.handle, "bench_raw") as dsn:
                 for b, k in p.grid:
-                    r = raw.run(dsn, p.messages[b], b, k)
+                    r = raw.run(dsn, p.messages[b], b, k, db_pid=db.pid)
                     progress(f"raw batch {b}, {k} consumers: {r.msgs_s:,.0f} msgs/s")
                     report.runs.append(r)
         if only & {"msgtable", "latency", "backlog", "purge"}:
@@ -151,7 +152,9 @@ def run_engine(
         if "msgtable" in only:
             with py_spy(server.pid, args.py_spy):
                 for b, k in p.grid:
-                    r = engine.run(server, dsn, p.messages[b], b, k, args.poller_interval)
+                    r = engine.run(
+                        server, dsn, p.messages[b], b, k, args.poller_interval, db_pid=db.pid
+                    )
                     progress(f"msgtable batch {b}, {k} subscribers: {r.msgs_s:,.0f} msgs/s")
                     report.runs.append(r)
         if "latency" in only:

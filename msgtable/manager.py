@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
@@ -43,6 +44,11 @@ SUBSCRIBER_BUFFER_BATCHES = 2  # batches claimed for a subscriber but not yet ta
 MAX_ACK_IDS = 10_000
 PURGE_BATCH_ROWS = 500
 PURGE_MIN_INTERVAL_S = 1.0
+# The share of wall time the purger may spend in its DELETEs: after a batch that took t
+# seconds it rests t * (1 / duty - 1). Purging is housekeeping (acked rows sit outside the
+# poll's index range), so while the table has subscribers it yields the database to them.
+PURGE_DUTY_BUSY = 0.25
+PURGE_DUTY_IDLE = 0.5
 RETRY_MIN_S = 0.1
 IDLE_WAIT_S = 1.0
 CLOSE_TIMEOUT_S = 10.0
@@ -197,6 +203,8 @@ class MessageManager:
         self._cursor: PollKey | None = None  # where the current pass of polls got to
         self._restart = True  # the next poll starts a new pass from the best due row
         self._stop = threading.Event()
+        self._timer: Callable[[], float] = time.monotonic  # the purger's pacing (tests swap)
+        self._rest: Callable[[float], object] = self._stop.wait
         self._poll_wake = threading.Event()
         self._send_wake = threading.Event()
         self._purge_wake = threading.Event()
@@ -382,15 +390,25 @@ class MessageManager:
         return len(rows)
 
     def purge_once(self) -> int:
-        """Delete acked rows older than vt_purge_after in bounded batches, until none remain."""
+        """Delete acked rows older than vt_purge_after in bounded batches, until none remain.
+
+        Paced: after each batch the purger rests so that its DELETEs take at most
+        PURGE_DUTY_BUSY of the time while the table has subscribers (PURGE_DUTY_IDLE while it
+        has none); a million old rows then leave over minutes instead of starving delivery.
+        """
         total = 0
         while not self._stop.is_set():
             cfg = self.config
             cutoff = self.clock.now_ns() - round(cfg.purge_after_s * 1e9)
+            began = self._timer()
             n = self.store.purge(cfg, cutoff, PURGE_BATCH_ROWS)
+            took = self._timer() - began
             total += n
             if n < PURGE_BATCH_ROWS:
                 break
+            with self._lock:
+                duty = PURGE_DUTY_BUSY if self._subscribers else PURGE_DUTY_IDLE
+            self._rest(took * (1 / duty - 1))
         return total
 
     # -- loops ---------------------------------------------------------------------------

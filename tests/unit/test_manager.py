@@ -8,7 +8,13 @@ import pytest
 from msgtable.clock import FakeClock
 from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
-from msgtable.manager import MessageManager, Subscriber, select_subscribers
+from msgtable.manager import (
+    PURGE_DUTY_BUSY,
+    PURGE_DUTY_IDLE,
+    MessageManager,
+    Subscriber,
+    select_subscribers,
+)
 from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
 
@@ -337,3 +343,25 @@ def test_one_claim_serves_every_subscriber_with_room(engine, store):
     assert m.send_once() == 4  # cache 4: two batches of 2, for the first two subscribers
     assert len(claims) == 1
     assert [len(drain(s)) for s in subs] == [2, 2, 0]
+
+
+def test_purge_rests_between_batches_so_its_deletes_take_a_bounded_share_of_time(
+    engine, store, clock
+):
+    for i in range(1200):
+        store.insert("q", i, message="x", time_acked=clock.now_ns() - 86401 * 10**9)
+    m = manager(engine)
+    ticks = iter(range(0, 100, 1))  # every store.purge takes one "second" of the timer
+    m._timer = lambda: float(next(ticks))
+    rests: list[float] = []
+    m._rest = rests.append
+    assert m.purge_once() == 1200  # two full batches and a short last one
+    idle = 1 / PURGE_DUTY_IDLE - 1
+    assert rests == [pytest.approx(idle)] * 2  # no rest after the last, short batch
+    for i in range(2000, 3000):
+        store.insert("q", i, message="x", time_acked=clock.now_ns() - 86401 * 10**9)
+    rests.clear()
+    sub = m.subscribe()  # a served table: the purger yields more
+    assert m.purge_once() == 1000
+    assert rests == [pytest.approx(1 / PURGE_DUTY_BUSY - 1)] * 2
+    sub.close()

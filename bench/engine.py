@@ -73,7 +73,7 @@ def subscriber_worker(
         from msgtable.client import Client
 
         ids = array("q")
-        acked = batches = 0
+        acked = batches = ack_calls = 0
         last = 0.0
         with Client(spec.address, timeout_s=CLIENT_TIMEOUT_S) as client:
             client.list_tables()  # connected before the clock starts
@@ -114,13 +114,19 @@ def subscriber_worker(
                         shared.done.set()
                         break
                 sub.flush_acks(CLIENT_TIMEOUT_S)  # every ack answered: the clock stops here
-                acked, last = sub.acked, answered[0]
+                acked, last, ack_calls = sub.acked, answered[0], sub.ack_calls
                 if not shared.done.is_set():
                     raise BenchError(
                         f"the server ended the stream of {spec.table} after {len(ids)} messages "
                         f"here, {shared.counter.value} of {spec.target} in all"
                     )
-        return {"ids": ids.tobytes(), "acked": acked, "batches": batches, "last": last}
+        return {
+            "ids": ids.tobytes(),
+            "acked": acked,
+            "batches": batches,
+            "ack_calls": ack_calls,
+            "last": last,
+        }
 
     report(name, results, work)
 
@@ -217,6 +223,7 @@ def run(
             check_lifecycle(dsn, table, n)
         insert_s = results["producer"]["end"] - start
         batches = sum(r["batches"] for name, r in results.items() if name.startswith("sub"))
+        calls = sum(r["ack_calls"] for name, r in results.items() if name.startswith("sub"))
         cpu["producer"] = results["producer"]["cpu_s"]
         cpu["subscribers"] = sum(r["cpu_s"] for name, r in results.items() if name != "producer")
         if not db_pid:
@@ -228,7 +235,8 @@ def run(
             n,
             end - start,
             note=f"producer inserted at {n / insert_s:,.0f} rows/s; "
-            f"{n / batches:.1f} messages a batch",
+            f"{n / batches:.1f} messages a batch, {batches / max(calls, 1):.1f} batches a "
+            "MessageAck",
             cpu_s=cpu,
         )
     finally:

@@ -75,6 +75,7 @@ def py_spy(pid: int, output: Path | None) -> Iterator[None]:
     command = [
         exe,
         "record",
+        "--gil",
         "--rate",
         "250",
         "--pid",

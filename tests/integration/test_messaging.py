@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from msgtable.client import Message
+from msgtable.client import Client, Message
 from msgtable.errors import InvalidArgument, MsgtableError, TableLoadError, TableNotFound
 from msgtable.store import MySQLStore
 from msgtable.tables import current_layout_ddl, load_table
@@ -261,6 +261,26 @@ def test_acks_queued_with_ack_async_are_merged_sent_and_counted(served: Served):
     sub.close()
     with pytest.raises(MsgtableError, match="closed"):
         sub.ack_async(batch)
+
+
+def test_acks_queued_within_the_linger_go_in_one_call_and_flush_does_not_wait_it(
+    served: Served,
+):
+    served.create_table("linger_acks", vt_batch_size=2, vt_poller_interval=0.1)
+    served.sql("insert into linger_acks(id, message) values (1, 'a'), (2, 'b'), (3, 'c')")
+    with Client(served.server.address, ack_linger_s=30) as client:
+        sub = client.subscribe("linger_acks")
+        batches = [sub.next_batch(), sub.next_batch()]
+        futures = [sub.ack_async(b) for b in batches]
+        time.sleep(0.3)
+        assert not any(f.done() for f in futures)  # held for others to join
+        began = time.monotonic()
+        sub.flush_acks(10)
+        assert time.monotonic() - began < 5  # a flush sends at once
+        assert (sub.ack_calls, sub.acked) == (1, 3)
+        sub.close()
+    with pytest.raises(InvalidArgument, match="ack_linger_s"):
+        Client(served.server.address, ack_linger_s=-1)
 
 
 def test_close_sends_the_queued_acks_first(served: Served):

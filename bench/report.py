@@ -168,7 +168,7 @@ class Report:
         for r in self._ordered_runs():
             if r.note or r.cpu_s:
                 what = "peer" if r.kind == "kombu" else f"{r.kind} batch {r.batch_size}"
-                add(f"  {what}, {r.clients} clients: {'; '.join(filter(None, [r.note]))}")
+                add(f"  {what}, {r.clients} clients: {r.note}")
                 if r.cpu_s:
                     add(f"    {r.cpu_note()}")
         if self.mode == "full":

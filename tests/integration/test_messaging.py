@@ -492,8 +492,26 @@ def test_lower_priority_goes_first_and_dml_reprioritising_counts_at_the_next_pol
     c.close()
 
 
-def test_polls_continue_after_the_last_row_read_in_sql_order(db_dsn: str):
+def keyset_order(db_dsn: str) -> tuple[list[object], list[object]]:
+    """The ids of the database's one message table as polls of one row each, every poll
+    continuing after the last one's key, return them; and as one poll of ten returns them."""
+    store = MySQLStore.from_dsn(db_dsn)
+    try:
+        (d,) = store.discover()
+        cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes)
+        order, after = [], None
+        while True:
+            rows, after = store.poll(cfg, time.time_ns(), 1, after)
+            if not rows:
+                break
+            order.append(rows[0].id)
+        rows, _ = store.poll(cfg, time.time_ns(), 10)
+        return order, [r.id for r in rows]
+    finally:
+        store.close()
 
+
+def test_polls_continue_after_the_last_row_read_in_sql_order(db_dsn: str):
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
     with db.connect() as conn:
         # "keys" is a reserved word: every statement msgtable runs must quote it
@@ -505,21 +523,11 @@ def test_polls_continue_after_the_last_row_read_in_sql_order(db_dsn: str):
                 "(5, 0, 5, 'e'), (6, 1, NULL, 'f'), (7, 1, 3, 'g')"
             )
         )
-    store = MySQLStore.from_dsn(db_dsn)
     try:
-        (d,) = store.discover()
-        cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes)
-        order, after = [], None
-        while True:
-            rows, after = store.poll(cfg, time.time_ns(), 1, after)
-            if not rows:
-                break
-            order.append(rows[0].id)
+        order, at_once = keyset_order(db_dsn)
         assert order == [1, 2, 3, 4, 5, 6, 7]  # NULL time_next first, then by time, then id
-        rows, _ = store.poll(cfg, time.time_ns(), 10)
-        assert [r.id for r in rows] == [1, 2, 3, 4, 5, 6, 7]
+        assert at_once == [1, 2, 3, 4, 5, 6, 7]
     finally:
-        store.close()
         db.dispose()
 
 
@@ -533,18 +541,9 @@ def test_polls_of_the_2018_layout_continue_by_due_time_then_id(db_dsn: str):
                 "(7, 1, NULL, 'a'), (0, 3, NULL, 'c'), (0, 2, NULL, 'b'), (1, 4, 5, 'd')"
             )
         )
-    store = MySQLStore.from_dsn(db_dsn)
     try:
-        (d,) = store.discover()
-        cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes)
-        order, after = [], None
-        while True:
-            rows, after = store.poll(cfg, time.time_ns(), 1, after)
-            if not rows:
-                break
-            order.append(rows[0].id)
+        order, _ = keyset_order(db_dsn)
         # due at coalesce(time_next, time_scheduled): 2 and 3 at 0, 4 at 5, 1 at 7
         assert order == [2, 3, 4, 1]
     finally:
-        store.close()
         db.dispose()

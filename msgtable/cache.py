@@ -6,7 +6,10 @@ Rows move through three places, keyed by id:
 * **sending**: popped by the sender, being claimed in the database and handed to a subscriber;
   the poller must not queue them again meanwhile;
 * **in flight**: sent by this server, lease (ack wait) not over, not acked through us. Kept for
-  operators' counts only: the database, not this set, decides what is due again.
+  operators' counts only: the database, not this set, decides what is due again;
+* **unclaimed**: sent, but not postponed in the database yet (vt_postpone_after), so still due
+  there. The poller must not queue them again; they leave when their ack or their postpone
+  is written (**held** while that statement runs, so a poll meanwhile skips them too).
 
 Capacity (``size``) bounds queued + sending. The cache is not thread-safe: its owner (the
 manager) guards it with one lock and never holds that lock across a database call.
@@ -18,6 +21,9 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
+
+# An unclaimed row: the epoch it was sent at (as read) and when it was sent.
+Sent = tuple[int | None, int]
 
 
 class CachedRow:
@@ -53,6 +59,8 @@ class MessageCache:
         self._seq = itertools.count()
         self._sending: set[Hashable] = set()
         self._in_flight: OrderedDict[Hashable, int] = OrderedDict()
+        self._unclaimed: OrderedDict[Hashable, Sent] = OrderedDict()  # by send time
+        self._held: set[Hashable] = set()
 
     # -- filling -------------------------------------------------------------------------
     def add(self, rows: Iterable[CachedRow]) -> int:
@@ -60,7 +68,7 @@ class MessageCache:
         added = 0
         for row in rows:
             rid = row.id
-            if rid in self._sending:
+            if rid in self._sending or rid in self._unclaimed or rid in self._held:
                 continue
             old = self._queued.get(rid)
             if old is None:
@@ -89,21 +97,74 @@ class MessageCache:
                 batch.append(row)
         return batch
 
-    def finish(
-        self,
-        batch: Sequence[CachedRow],
-        sent_ids: Iterable[Hashable],
-        now_ns: int,
-        ack_wait_ns: int,
+    def mark_sent(
+        self, sent: Sequence[CachedRow], now_ns: int, ack_wait_ns: int, unclaimed: bool
     ) -> None:
-        """The batch's claim is over; the ids actually sent are in flight for ack_wait."""
+        """Rows about to be handed to a subscriber: in flight for ack_wait, and ``unclaimed``
+        (not postponed in the database yet) when the send does not postpone them. Called
+        before the hand-over, so that an ack, however quick, finds them here."""
+        deadline = now_ns + ack_wait_ns
+        flight = self._in_flight
+        for row in sent:
+            flight[row.id] = deadline
+            flight.move_to_end(row.id)
+            if unclaimed:
+                self._unclaimed[row.id] = (row.epoch, now_ns)
+
+    def finish(self, batch: Sequence[CachedRow], now_ns: int) -> None:
+        """The batch's send is over (whether or not its rows were sent)."""
         for row in batch:
             self._sending.discard(row.id)
-        deadline = now_ns + ack_wait_ns
-        for rid in sent_ids:
-            self._in_flight[rid] = deadline
-            self._in_flight.move_to_end(rid)
         self.in_flight(now_ns)  # expire old leases so the set stays bounded by rate x ack wait
+
+    # -- sent rows not postponed yet -----------------------------------------------------
+    def take_unclaimed(self, ids: Iterable[Hashable]) -> dict[Hashable, Sent]:
+        """Those of ``ids`` sent and not postponed: an ack about to be written for them
+        (which counts their send). Held until :meth:`settle` or :meth:`unhold`."""
+        taken: dict[Hashable, Sent] = {}
+        unclaimed = self._unclaimed
+        if not unclaimed:
+            return taken
+        for rid in ids:
+            sent = unclaimed.pop(rid, None)
+            if sent is not None:
+                taken[rid] = sent
+        self._held.update(taken)
+        return taken
+
+    def due_postpones(self, sent_before_ns: int, limit: int) -> dict[Hashable, Sent]:
+        """Up to ``limit`` unclaimed rows sent at or before the time, oldest first; held."""
+        taken: dict[Hashable, Sent] = {}
+        unclaimed = self._unclaimed
+        while unclaimed and len(taken) < limit:
+            rid, sent = next(iter(unclaimed.items()))
+            if sent[1] > sent_before_ns:
+                break
+            del unclaimed[rid]
+            taken[rid] = sent
+        self._held.update(taken)
+        return taken
+
+    def settle(self, ids: Iterable[Hashable]) -> None:
+        """Their ack or postpone is written: the database has them now."""
+        self._held.difference_update(ids)
+
+    def unhold(self, taken: dict[Hashable, Sent]) -> None:
+        """Writing them failed: unclaimed again, at the front (they are the oldest)."""
+        for rid, sent in reversed(taken.items()):
+            self._unclaimed[rid] = sent
+            self._unclaimed.move_to_end(rid, last=False)
+        self._held.difference_update(taken)
+
+    def next_postpone_sent_ns(self) -> int | None:
+        """When the oldest unclaimed row was sent (None: there is none)."""
+        if not self._unclaimed:
+            return None
+        return next(iter(self._unclaimed.values()))[1]
+
+    @property
+    def unclaimed(self) -> int:
+        return len(self._unclaimed) + len(self._held)
 
     # -- acks and resets -----------------------------------------------------------------
     def forget(self, ids: Iterable[Hashable]) -> None:
@@ -114,7 +175,8 @@ class MessageCache:
         self._compact()
 
     def clear(self) -> None:
-        """Drop everything queued (the last subscriber left). Sending rows finish normally."""
+        """Drop everything queued (the last subscriber left). Sending rows finish normally;
+        unclaimed rows stay until their postpone is written."""
         self._queued.clear()
         self._heap.clear()
         self._in_flight.clear()

@@ -119,6 +119,7 @@ class TableSettings:
     max_backoff_s: float  # 0 means unbounded
     layout: str  # "current" or "2018"
     message_columns: tuple[Field, ...]
+    postpone_after_s: float  # vt_postpone_after (0: postponed before the send)
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ def _table_info(message: pb.TableStatus) -> TableInfo:
             max_backoff_s=c.max_backoff_s,
             layout=c.layout,
             message_columns=tuple(_field(f) for f in c.message_columns),
+            postpone_after_s=c.postpone_after_s,
         )
     return TableInfo(
         name=message.name,

@@ -346,6 +346,7 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
                 poller_interval_s=config.poller_interval_s,
                 min_backoff_s=config.min_backoff_s,
                 max_backoff_s=config.max_backoff_s,
+                postpone_after_s=config.postpone_after_s,
                 layout=config.layout.value,
                 message_columns=[field_to_proto(c) for c in config.message_columns],
             )

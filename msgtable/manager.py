@@ -10,11 +10,16 @@ State machine of a MessageManager::
     idle/active --close(error)--> closed      subscribers end with the error; loops stop
 
 And of one row: due in the database -> queued (poll) -> sending (popped by the sender) ->
-claimed (postponed in the database: time_next by backoff, epoch + 1) and handed to one
-subscriber inside the claim's transaction -> in flight until its lease (ack wait) ends. A
-row whose claim does not match (acked, deleted, rescheduled or re-versioned by DML since the
-poll) is dropped from the cache unsent. Nothing here is the only copy of anything: a crash
-at any point leaves every unacked row in the table, due again after its backoff.
+checked under a share lock (still unacked, due, at the epoch read) and handed to one
+subscriber inside that transaction -> in flight until its lease (ack wait) ends. A row the
+check does not match (acked, deleted, rescheduled or re-versioned by DML since the poll) is
+dropped from the cache unsent. A sent row stays due in the database ("unclaimed", never
+queued again here) until either its ack through us is written (which counts the send:
+epoch + 1) or, vt_postpone_after after the send, its postpone (time_next by backoff from the
+send, epoch + 1). With vt_postpone_after=0 the postpone UPDATE is the check itself, before
+the send, as in Vitess. Nothing here is the only copy of anything: a crash at any point
+leaves every unacked row in the table, due again after its backoff, or at once if its
+postpone was not written yet.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from msgtable.acks import AckCombiner
 from msgtable.backoff import draw_jitter, next_delivery_ns
-from msgtable.cache import CachedRow, MessageCache
+from msgtable.cache import CachedRow, MessageCache, Sent
 from msgtable.clock import Clock
 from msgtable.errors import InvalidArgument, MsgtableError, Unavailable
 from msgtable.status import TableStatus
@@ -42,6 +47,7 @@ log = logging.getLogger(__name__)
 
 SUBSCRIBER_BUFFER_BATCHES = 2  # batches claimed for a subscriber but not yet taken by it
 MAX_ACK_IDS = 10_000
+MAX_POSTPONE_IDS = 10_000  # rows per pass of the deferred postpone
 PURGE_BATCH_ROWS = 500
 PURGE_MIN_INTERVAL_S = 1.0
 # The share of wall time the purger may spend in its DELETEs: after a batch that took t
@@ -196,7 +202,7 @@ class MessageManager:
         self._subscribers: list[Subscriber] = []
         self._next = 0
         self._acks = AckCombiner(
-            lambda ids, now: self.store.ack(self.config, ids, now),
+            self._write_acks,
             lambda ids, now: self.store.acked_ids(self.config, ids, now),
             clock.now_ns,
         )
@@ -249,6 +255,24 @@ class MessageManager:
         err = error or Unavailable("server shutting down")
         for s in subs:
             s.end(err)
+        self._postpone_all()
+
+    def _postpone_all(self) -> None:
+        """On close: write the postpone of every row sent and not acked yet, so that a clean
+        shutdown keeps their leases (a crash does not: they are due again at once)."""
+        try:
+            while self.postpone_once(everything=True):
+                pass
+        except Exception as exc:
+            with self._lock:
+                left = self.cache.unclaimed
+            log.warning(
+                "table %s: could not postpone %d sent, unacked messages on close (%s); "
+                "they are due again at once",
+                self.config.name,
+                left,
+                exc,
+            )
 
     def reconfigure(self, config: TableConfig) -> None:
         """Take new comment settings live; subscribers stay connected."""
@@ -287,6 +311,20 @@ class MessageManager:
         with self._lock:
             self.cache.forget(clean)
             self.acked += n
+        return n
+
+    def _write_acks(self, ids: list[Hashable], now_ns: int) -> int:
+        """The ack UPDATE for merged ids; those sent and not postponed yet count their send."""
+        with self._lock:
+            first = self.cache.take_unclaimed(ids)
+        try:
+            n = self.store.ack(self.config, ids, now_ns, first)
+        except BaseException:
+            with self._lock:
+                self.cache.unhold(first)
+            raise
+        with self._lock:
+            self.cache.settle(first)
         return n
 
     def status(self, keyspace: str) -> TableStatus:
@@ -335,9 +373,9 @@ class MessageManager:
     def send_once(self) -> int:
         """Claim one batch for each subscriber with room, in turn, and hand them over.
 
-        One claim (one UPDATE per epoch in the rows, one commit) covers the batches of all
-        the subscribers ready now. Returns the number of rows taken from the cache (0:
-        nothing to do right now).
+        One check (a locking read per epoch in the rows, one commit; with
+        vt_postpone_after=0 the postpone UPDATE) covers the batches of all the subscribers
+        ready now. Returns the number of rows taken from the cache (0: nothing to do now).
         """
         with self._lock:
             if not self.cache.queued:
@@ -362,18 +400,24 @@ class MessageManager:
                 now, epoch, cfg.ack_wait_s, cfg.min_backoff_s, cfg.max_backoff_s, jitter
             )
 
-        delivered: list[CachedRow] = []
+        deferred = cfg.postpone_after_ns > 0
+        ack_wait_ns = round(cfg.ack_wait_s * 1e9)
 
         def deliver(claimed: list[CachedRow]) -> None:
+            with self._lock:  # before the hand-over: an ack may come back at once
+                self.cache.mark_sent(claimed, now, ack_wait_ns, unclaimed=deferred)
+                self.sent += len(claimed)
             ours = {r.id for r in claimed} if len(claimed) < len(rows) else None
             for sub, batch in plan:
                 sent = batch if ours is None else [r for r in batch if r.id in ours]
                 if sent:
                     sub.put([r.values for r in sent])
-                    delivered.extend(sent)
 
         try:
-            self.store.claim(cfg, rows, now, next_ns, deliver)
+            if deferred:
+                self.store.send(cfg, rows, now, deliver)
+            else:
+                self.store.claim(cfg, rows, now, next_ns, deliver)
         except MsgtableError:
             with self._lock:
                 self.cache.pending = True  # the rows are still due: read them again soon
@@ -382,12 +426,57 @@ class MessageManager:
             raise
         finally:
             with self._lock:
-                self.cache.finish(rows, [r.id for r in delivered], now, round(cfg.ack_wait_s * 1e9))
-                self.sent += len(delivered)
+                self.cache.finish(rows, now)
                 refill = self.cache.pending and self.cache.queued <= cfg.cache_size // 2
             if refill:
                 self._poll_wake.set()
         return len(rows)
+
+    def postpone_once(self, everything: bool = False) -> int:
+        """Write the postpone of rows sent vt_postpone_after ago (``everything``: of all rows
+        sent) whose ack has not come: time_next by backoff from their send, epoch + 1. One
+        UPDATE per (epoch, send). Returns how many rows it took (0: none is due)."""
+        now = self.clock.now_ns()
+        with self._lock:
+            cfg = self.config
+            before = now if everything else now - cfg.postpone_after_ns
+            taken = self.cache.due_postpones(before, MAX_POSTPONE_IDS)
+        if not taken:
+            return 0
+        groups: dict[Sent, list[Hashable]] = {}
+        for rid, sent in taken.items():
+            groups.setdefault(sent, []).append(rid)
+        jitter = draw_jitter(self.rng)
+        written: list[Hashable] = []
+        try:
+            for (epoch, sent_ns), ids in groups.items():
+                nxt = next_delivery_ns(
+                    sent_ns,
+                    epoch or 0,
+                    cfg.ack_wait_s,
+                    cfg.min_backoff_s,
+                    cfg.max_backoff_s,
+                    jitter,
+                )
+                self.store.postpone(cfg, ids, epoch, sent_ns, nxt)
+                written.extend(ids)
+        except BaseException:
+            done = set(written)
+            with self._lock:
+                self.cache.settle(done)
+                self.cache.unhold({r: s for r, s in taken.items() if r not in done})
+            raise
+        with self._lock:
+            self.cache.settle(written)
+        return len(taken)
+
+    def _next_postpone_in_s(self) -> float | None:
+        """Seconds until the oldest unclaimed row is due for its postpone (None: none)."""
+        with self._lock:
+            sent = self.cache.next_postpone_sent_ns()
+            if sent is None:
+                return None
+            return max(0.0, (sent + self.config.postpone_after_ns - self.clock.now_ns()) / 1e9)
 
     def purge_once(self) -> int:
         """Delete acked rows older than vt_purge_after in bounded batches, until none remain.
@@ -461,18 +550,23 @@ class MessageManager:
                     self._restart = True
 
     def _send_loop(self) -> None:
+        """Sends, and writes the deferred postpones as they fall due."""
         failures = 0
         while not self._stop.is_set():
             self._send_wake.clear()
+            what = "send"
             try:
                 taken = self.send_once()
+                what = "postpone"
+                self.postpone_once()
                 failures = 0
             except Exception as exc:
                 failures += 1
-                self._send_wake.wait(self._failed("send", exc, failures))
+                self._send_wake.wait(self._failed(what, exc, failures))
                 continue
             if not taken:
-                self._send_wake.wait(IDLE_WAIT_S)
+                due_in = self._next_postpone_in_s()
+                self._send_wake.wait(IDLE_WAIT_S if due_in is None else min(due_in, IDLE_WAIT_S))
 
     def _purge_loop(self) -> None:
         failures = 0

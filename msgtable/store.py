@@ -7,18 +7,20 @@ quoted, and are bound with parameters; they run on plain DBAPI connections
 (msgtable.dbpool). Database failures surface as :class:`~msgtable.errors.Unavailable`
 (retry later) or :class:`~msgtable.errors.TableNotFound` (the table went away).
 
-The claim is the heart of "never a send after an ack has committed": a postpone UPDATE that
-only matches rows still unacked, still due and still at the epoch we read (the epoch is the
-row's version), run in a transaction that stays open while the claimed rows are handed to
-the subscriber. An ack by DML of the same row waits for that transaction, so it commits after
-the send, never before.
+The send is the heart of "never a send after an ack has committed": a locking read (or, with
+vt_postpone_after=0, the postpone UPDATE itself) that only matches rows still unacked, still
+due and still at the epoch we read (the epoch is the row's version), in a transaction that
+stays open while those rows are handed to the subscriber. An ack by DML of the same row waits
+for that transaction, so it commits after the send, never before. The postpone of a sent row
+(time_next by backoff, epoch + 1) is written vt_postpone_after later, only if no ack came
+first; an ack that comes first counts the send (epoch + 1) in its own UPDATE.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -107,7 +109,26 @@ class Store(Protocol):
         deliver: Deliver,
     ) -> list[CachedRow]: ...
 
-    def ack(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> int: ...
+    def send(
+        self, cfg: TableConfig, batch: Sequence[CachedRow], now_ns: int, deliver: Deliver
+    ) -> list[CachedRow]: ...
+
+    def postpone(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        epoch: int | None,
+        sent_ns: int,
+        next_ns: int,
+    ) -> int: ...
+
+    def ack(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        first: Collection[Hashable] = (),
+    ) -> int: ...
 
     def acked_ids(
         self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int
@@ -196,9 +217,26 @@ class TableStatements:
             f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {epoch} = %s "
             f"AND {quote('time_next')} = %s"
         )
-        self.ack = (
-            f"UPDATE {t} SET {acked} = %s, {quote('time_next')} = NULL "
-            f"WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
+        # The send's locking read: rows a concurrent ack by DML has not reached (it waits).
+        self.lock = (
+            f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
+            f"AND {acked} IS NULL AND {due} LOCK IN SHARE MODE"
+        )
+        # The postpone of rows sent (at epoch, at time) and not acked through us: it counts
+        # the send even where an ack by DML came first, and moves time_next only where no
+        # ack did; a row rescheduled or re-versioned by DML since the send keeps its values.
+        self.postpone = (
+            f"UPDATE {t} SET {epoch} = COALESCE({epoch}, 0) + 1, "
+            f"{quote('time_next')} = IF({acked} IS NULL, %s, {quote('time_next')}) "
+            f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND ({acked} IS NOT NULL OR {due})"
+        )
+        set_acked = f"UPDATE {t} SET {acked} = %s, {quote('time_next')} = NULL"
+        where_unacked = f" WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
+        self.ack = set_acked + where_unacked
+        # An ack of rows whose send was not postponed yet counts that send: epoch + 1.
+        self.ack_first = set_acked + f", {epoch} = COALESCE({epoch}, 0) + 1" + where_unacked
+        self.ack_mixed = (
+            set_acked + f", {epoch} = COALESCE({epoch}, 0) + ({rid} IN ({{first}}))" + where_unacked
         )
         self.acked = f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
         self.purge = f"DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
@@ -376,12 +414,70 @@ class MySQLStore:
             conn.commit()
         return claimed
 
-    def ack(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> int:
-        """Mark rows acked; returns how many were unacked before."""
+    def send(
+        self, cfg: TableConfig, batch: Sequence[CachedRow], now_ns: int, deliver: Deliver
+    ) -> list[CachedRow]:
+        """Lock the rows still unacked, due and unchanged; deliver them; commit.
+
+        The locking read costs a third of the postpone UPDATE and writes nothing; ``deliver``
+        runs inside the transaction, so a concurrent ack by DML commits after it. Returns the
+        rows delivered; their postpone is the caller's to write (:meth:`postpone`) unless an
+        ack comes first.
+        """
+        s = self.statements(cfg)
+        sent: list[CachedRow] = []
+        with self._errors(cfg.name), self._tx.connection() as conn:
+            with conn.cursor() as cur:
+                for epoch, rows in group_by_epoch(batch).items():
+                    in_ids, id_params = in_list([r.id for r in rows])
+                    cur.execute(s.lock.format(ids=in_ids), [*id_params, epoch, now_ns])
+                    found = cur.fetchall()
+                    if len(found) == len(rows):
+                        sent.extend(rows)
+                    elif found:
+                        ours = {r[0] for r in found}
+                        sent.extend(r for r in rows if r.id in ours)
+            if sent:
+                deliver(sent)
+            conn.commit()
+        return sent
+
+    def postpone(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        epoch: int | None,
+        sent_ns: int,
+        next_ns: int,
+    ) -> int:
+        """Postpone rows sent at ``epoch`` at ``sent_ns`` to ``next_ns`` (see
+        TableStatements.postpone); returns how many rows matched."""
         in_ids, id_params = in_list(ids)
-        sql = self.statements(cfg).ack.format(ids=in_ids)
+        sql = self.statements(cfg).postpone.format(ids=in_ids)
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
-            return int(cur.execute(sql, [now_ns, *id_params]))
+            return int(cur.execute(sql, [next_ns, *id_params, epoch, sent_ns]))
+
+    def ack(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        first: Collection[Hashable] = (),
+    ) -> int:
+        """Mark rows acked; returns how many were unacked before. ``first`` (a subset of
+        ``ids``): rows sent but not postponed yet, whose send this ack counts (epoch + 1)."""
+        s = self.statements(cfg)
+        in_ids, id_params = in_list(ids)
+        if not first:
+            sql, params = s.ack.format(ids=in_ids), [now_ns, *id_params]
+        elif len(first) == len(ids):
+            sql, params = s.ack_first.format(ids=in_ids), [now_ns, *id_params]
+        else:
+            in_first, first_params = in_list(list(first))
+            sql = s.ack_mixed.format(first=in_first, ids=in_ids)
+            params = [now_ns, *first_params, *id_params]
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            return int(cur.execute(sql, params))
 
     def acked_ids(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> set[Hashable]:
         """Which of ``ids`` an ack with exactly this timestamp acked."""

@@ -24,7 +24,12 @@ REQUIRED_KEYS = (
     "vt_cache_size",
     "vt_poller_interval",
 )
-OPTIONAL_KEYS = ("vt_min_backoff", "vt_max_backoff", "vt_message_cols")
+OPTIONAL_KEYS = ("vt_min_backoff", "vt_max_backoff", "vt_message_cols", "vt_postpone_after")
+
+# A sent message is postponed in the database (time_next by backoff, epoch + 1) only once it
+# has gone this long without an ack; an ack that comes sooner writes the row once, for both.
+# Never later than vt_ack_wait. 0 postpones before the send, as Vitess does.
+DEFAULT_POSTPONE_AFTER_S = 1.0
 
 # A backoff with no upper bound (vt_max_backoff=0) still stops here, so time_next stays a
 # valid BIGINT of nanoseconds for centuries.
@@ -79,6 +84,12 @@ class TableConfig:
     layout: Layout
     columns: tuple[Column, ...]
     message_columns: tuple[Column, ...]  # streamed to subscribers, id first
+    postpone_after_s: float = DEFAULT_POSTPONE_AFTER_S  # see DEFAULT_POSTPONE_AFTER_S
+
+    @property
+    def postpone_after_ns(self) -> int:
+        """How long after its send an unacked message is postponed (at most vt_ack_wait)."""
+        return round(min(self.postpone_after_s, self.ack_wait_s) * 1e9)
 
     @property
     def id_column(self) -> Column:
@@ -168,6 +179,11 @@ def load_table(
                 f"vt_min_backoff ({min_backoff:g})"
             )
 
+    postpone_after = DEFAULT_POSTPONE_AFTER_S
+    if "vt_postpone_after" in fields:
+        raw = fields["vt_postpone_after"]
+        postpone_after = _seconds(table, "vt_postpone_after", raw, allow_zero=True)
+
     layout = detect_layout(columns)
     by_name = {c.name: c for c in columns}
     missing = [c for c in REQUIRED_COLUMNS[layout] if c not in by_name]
@@ -214,6 +230,7 @@ def load_table(
         layout=layout,
         columns=tuple(columns),
         message_columns=message_columns,
+        postpone_after_s=postpone_after,
     )
 
 

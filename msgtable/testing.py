@@ -1,14 +1,15 @@
 """An in-memory Store with MySQL's semantics, for unit tests (and users' own tests).
 
 It mirrors MySQLStore statement by statement: the poll's due condition and order, the
-claim's compare-and-set on (unacked, due, epoch), the ack and the bounded purge. It is no
+claim's compare-and-set on (unacked, due, epoch), the send's check of the same, the deferred
+postpone, the ack (counting a send not postponed yet) and the bounded purge. It is no
 substitute for the integration tests against a real server, which cover the SQL itself.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
 from msgtable.cache import CachedRow
@@ -140,13 +141,59 @@ class InMemoryStore:
                 deliver(claimed)
             return claimed
 
-    def ack(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> int:
+    def send(
+        self, cfg: TableConfig, batch: Sequence[CachedRow], now_ns: int, deliver: Deliver
+    ) -> list[CachedRow]:
+        with self.lock:
+            table = self._table(cfg.name)
+            sent = [
+                r
+                for r in batch
+                if (row := table.get(r.id)) is not None
+                and self._due(cfg, row, now_ns)
+                and row["epoch"] == r.epoch
+            ]
+            if sent:
+                deliver(sent)
+            return sent
+
+    def postpone(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        epoch: int | None,
+        sent_ns: int,
+        next_ns: int,
+    ) -> int:
+        with self.lock:
+            table, n = self._table(cfg.name), 0
+            for i in ids:
+                row = table.get(i)
+                if row is None or row["epoch"] != epoch:
+                    continue
+                acked = row["time_acked"] is not None
+                if acked or self._next(cfg, row) <= sent_ns:
+                    row["epoch"] = (row["epoch"] or 0) + 1
+                    if not acked:
+                        row["time_next"] = next_ns
+                    n += 1
+            return n
+
+    def ack(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        first: Collection[Hashable] = (),
+    ) -> int:
         with self.lock:
             table, n = self._table(cfg.name), 0
             for i in ids:
                 row = table.get(i)
                 if row is not None and row["time_acked"] is None:
                     row["time_acked"], row["time_next"] = now_ns, None
+                    if i in first:
+                        row["epoch"] = (row["epoch"] or 0) + 1
                     n += 1
             return n
 

@@ -312,14 +312,36 @@ def test_a_failed_async_ack_reaches_its_future_and_flush(served: Served):
     sub.close()
 
 
-def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served):
-    served.create_table("dml", "payload mediumtext", vt_batch_size=1, vt_poller_interval=0.1)
-    big = "x" * 100_000  # large rows fill gRPC's flow-control window after a few messages
-    for i in range(30):
+@pytest.mark.parametrize("postpone_after", [0, 0.2])
+def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served, postpone_after):
+    served.create_table(
+        "dml",
+        "payload mediumtext",
+        vt_batch_size=1,
+        vt_poller_interval=0.1,
+        vt_postpone_after=postpone_after,
+    )
+    # Large rows: gRPC takes about 4 MB for a subscriber that does not read (its flow-control
+    # window), so of 6 MB some rows stay in the cache, unsent.
+    big = "x" * 100_000
+    for i in range(60):
         served.sql("insert into dml(id, message, payload) values (:i, 'm', :p)", i=i, p=big)
-    # A subscriber that does not read: its buffers fill, the rest stays queued in the cache.
     sub = served.client.subscribe("dml")
-    wait_until(lambda: served.client.list_tables()[0].cached >= 1, what="a row in the cache")
+
+    seen: list[int] = []
+
+    def settled() -> bool:
+        """Sending stopped (the subscriber's buffers are full: the count of sent messages
+        stayed the same for 0.2 s) and every sent row has been postponed (epoch 1), so
+        epoch 0 means "not sent"."""
+        time.sleep(0.2)
+        t = served.client.list_tables()[0]
+        seen.append(t.sent)
+        postponed = served.sql("select count(*) from dml where epoch = 1")[0][0]
+        stopped = len(seen) >= 2 and seen[-2] == t.sent > 0
+        return stopped and t.cached >= 1 and t.sent == postponed
+
+    wait_until(settled, what="the subscriber's buffers to fill and its rows to be postponed")
     # The application acks every message not sent yet, by DML in its own transaction.
     with served.transaction() as conn:
         unsent = list(
@@ -338,10 +360,88 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served):
     received: list[int] = []
     reader = threading.Thread(target=lambda: [received.append(m.id) for m in sub], daemon=True)
     reader.start()
-    wait_until(lambda: len(received) >= 30 - len(unsent), what="the messages sent before the ack")
+    wait_until(lambda: len(received) >= 60 - len(unsent), what="the messages sent before the ack")
     time.sleep(0.5)
     sub.close()
-    assert sorted(received) == sorted(set(range(30)) - set(unsent))
+    assert sorted(received) == sorted(set(range(60)) - set(unsent))
+
+
+# -- 4b. the postpone of a sent message waits vt_postpone_after for its ack ---------------
+def row_state(served: Served, table: str, i: int) -> tuple[int, int | None, int | None]:
+    """(epoch, time_next, time_acked) of one row."""
+    return tuple(served.sql(f"select epoch, time_next, time_acked from {table} where id = {i}")[0])
+
+
+def test_a_message_acked_within_vt_postpone_after_is_written_once_by_its_ack(served: Served):
+    served.create_table("once", vt_postpone_after=30, vt_poller_interval=0.05)
+    served.sql("insert into once(id, message) values (1, 'a')")
+    c = Collector(served.client, "once")
+    c.take(1)
+    time.sleep(0.3)
+    assert row_state(served, "once", 1) == (0, 0, None)  # sent, no postpone written
+    c.nothing_for(0.3)  # and, though still due in the table, not sent again
+    assert served.client.ack("once", [1]) == 1
+    epoch, time_next, acked = row_state(served, "once", 1)
+    assert (epoch, time_next) == (1, None) and acked is not None  # the ack counted the send
+    c.close()
+
+
+def test_an_unacked_message_is_postponed_vt_postpone_after_its_send(served: Served):
+    served.create_table("late", vt_ack_wait=1, vt_postpone_after=0.3, vt_poller_interval=0.05)
+    served.sql("insert into late(id, message) values (1, 'a')")
+    before = served.now_ns()
+    c = Collector(served.client, "late")
+    c.take(1)
+    received = c.arrived_ns[1][0]
+    assert row_state(served, "late", 1)[0] == 0
+    wait_until(lambda: row_state(served, "late", 1)[0] == 1, what="the postpone")
+    assert served.now_ns() >= received + 0.2 * NS  # not before vt_postpone_after
+    # by backoff from the send: ack wait 1 s + clamp(min_backoff 1 s * jitter) >= 1 s
+    assert row_state(served, "late", 1)[1] >= before + 2 * NS
+    c.nothing_for(1.0)  # not sent again within its lease
+    c.close()
+
+
+def test_a_dml_ack_before_the_postpone_is_kept_and_the_send_counted(served: Served):
+    served.create_table("dmlfirst", vt_postpone_after=0.3, vt_poller_interval=0.05)
+    served.sql("insert into dmlfirst(id, message) values (1, 'a')")
+    c = Collector(served.client, "dmlfirst")
+    c.take(1)
+    acked_at = served.now_ns()
+    served.sql("update dmlfirst set time_acked = :t, time_next = null where id = 1", t=acked_at)
+    wait_until(lambda: row_state(served, "dmlfirst", 1)[0] == 1, what="the postpone")
+    assert row_state(served, "dmlfirst", 1) == (1, None, acked_at)
+    c.nothing_for(0.3)
+    c.close()
+
+
+def test_one_ack_of_messages_postponed_and_not_yet_counts_each_send_once(served: Served):
+    served.create_table("mixed", vt_postpone_after=0.2, vt_poller_interval=0.05)
+    served.sql("insert into mixed(id, message) values (1, 'a')")
+    c = Collector(served.client, "mixed")
+    c.take(1)
+    wait_until(lambda: row_state(served, "mixed", 1)[0] == 1, what="the postpone of 1")
+    served.sql("insert into mixed(id, message) values (2, 'b')")
+    c.take(1)
+    assert row_state(served, "mixed", 2)[0] == 0
+    assert served.client.ack("mixed", [1, 2]) == 2
+    assert [row_state(served, "mixed", i)[:2] for i in (1, 2)] == [(1, None), (1, None)]
+    c.close()
+
+
+def test_a_clean_shutdown_writes_the_postpones_still_waiting(db_dsn: str):
+    with serve(db_dsn) as s:
+        s.create_table("shut", vt_postpone_after=60, vt_poller_interval=0.05)
+        s.sql("insert into shut(id, message) values (1, 'a')")
+        before = s.now_ns()
+        c = Collector(s.client, "shut")
+        c.take(1)
+        assert row_state(s, "shut", 1)[0] == 0
+        c.close()
+    with serve(db_dsn) as s:
+        epoch, time_next, _ = row_state(s, "shut", 1)
+        assert epoch == 1 and time_next >= before + 60 * NS  # its lease kept across restart
+        s.sql("drop table shut")
 
 
 # -- 5. backoff --------------------------------------------------------------------------
@@ -374,12 +474,20 @@ def test_an_unacked_message_comes_back_after_its_backoff(served: Served):
     c.close()
 
 
-def test_reschedule_and_reprioritise_by_dml_take_effect_at_the_next_poll(served: Served):
-    served.create_table("resched", vt_ack_wait=60, vt_poller_interval=0.1)
+@pytest.mark.parametrize("postpone_after", [0, 0.2])
+def test_reschedule_and_reprioritise_by_dml_take_effect_at_the_next_poll(
+    served: Served, postpone_after
+):
+    served.create_table(
+        "resched", vt_ack_wait=60, vt_poller_interval=0.1, vt_postpone_after=postpone_after
+    )
     served.sql("insert into resched(id, message) values (1, 'a')")
     c = Collector(served.client, "resched")
     c.take(1)
-    c.nothing_for(0.3)  # postponed by a minute
+    # Postponed by a minute (with vt_postpone_after > 0, once that has passed: before, the row
+    # is as it was at the send, so a DML that sets those same values changes nothing).
+    wait_until(lambda: row_state(served, "resched", 1)[0] == 1, what="the postpone")
+    c.nothing_for(0.3)
     served.sql("update resched set time_next = 0, epoch = 0 where id = 1 and time_acked is null")
     assert c.take(1, timeout_s=2)[0].id == 1
     c.close()

@@ -26,7 +26,8 @@ def test_a_sending_row_is_not_queued_again_by_a_poll():
     c.add([row(1)])
     batch = c.pop(1)
     assert c.add([row(1)]) == 0 and c.queued == 0
-    c.finish(batch, [1], now_ns=0, ack_wait_ns=100)
+    c.mark_sent(batch, now_ns=0, ack_wait_ns=100, unclaimed=False)
+    c.finish(batch, now_ns=0)
     assert c.in_flight(50) == 1 and c.in_flight(100) == 0
 
 
@@ -65,3 +66,54 @@ def test_null_priority_and_time_next_sort_as_zero():
     c = MessageCache(10)
     c.add([CachedRow(None, None, None, (1, "a")), row(2, 1, 0)])
     assert [r.id for r in c.pop(2)] == [1, 2]
+
+
+def sent(c: MessageCache, ids, now_ns=0, epoch=0):
+    """Poll, pop and send these rows without postponing them (vt_postpone_after > 0)."""
+    c.add([row(i, epoch=epoch) for i in ids])
+    batch = c.pop(len(ids))
+    c.mark_sent(batch, now_ns=now_ns, ack_wait_ns=100, unclaimed=True)
+    c.finish(batch, now_ns=now_ns)
+    return batch
+
+
+def test_a_sent_row_not_postponed_yet_is_never_queued_again():
+    c = MessageCache(10)
+    sent(c, [1, 2])
+    assert c.unclaimed == 2
+    assert c.add([row(1), row(2), row(3)]) == 1  # the table still has 1 and 2 as due
+    assert [r.id for r in c.pop(5)] == [3]
+
+
+def test_unclaimed_rows_come_due_for_their_postpone_oldest_first():
+    c = MessageCache(10)
+    sent(c, [1], now_ns=10, epoch=0)
+    sent(c, [2, 3], now_ns=20, epoch=4)
+    assert c.next_postpone_sent_ns() == 10
+    assert c.due_postpones(sent_before_ns=5, limit=10) == {}
+    assert c.due_postpones(sent_before_ns=20, limit=2) == {1: (0, 10), 2: (4, 20)}
+    assert c.next_postpone_sent_ns() == 20
+    # Held while their postpone is written: still never queued again by a poll.
+    assert c.add([row(1), row(2)]) == 0 and c.unclaimed == 3
+    c.settle([1, 2])
+    assert c.unclaimed == 1 and c.add([row(1)]) == 1
+
+
+def test_an_ack_takes_only_rows_still_unclaimed_and_a_failure_puts_them_back_first():
+    c = MessageCache(10)
+    sent(c, [1, 2], now_ns=10)
+    sent(c, [3], now_ns=20)
+    taken = c.take_unclaimed([2, 3, 9])
+    assert taken == {2: (0, 10), 3: (0, 20)}
+    assert c.take_unclaimed([2, 3]) == {}  # held: a second writer gets nothing
+    assert c.add([row(2), row(3)]) == 0
+    c.unhold(taken)  # the ack failed
+    assert c.unclaimed == 3
+    assert list(c.due_postpones(sent_before_ns=100, limit=10)) == [2, 3, 1]
+
+
+def test_clear_keeps_rows_whose_postpone_is_still_to_write():
+    c = MessageCache(10)
+    sent(c, [1])
+    c.clear()
+    assert c.unclaimed == 1 and c.due_postpones(100, 10) == {1: (0, 0)}

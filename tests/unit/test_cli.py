@@ -105,7 +105,7 @@ def test_bad_arguments_exit_with_usage(argv, capsys):
 # -- tables -------------------------------------------------------------------------------
 def test_tables_are_shown_with_their_settings_and_load_errors_in_full():
     columns = (Field("id", FieldType.INT, "bigint"),)
-    settings = TableSettings(30, 86400, 10, 10000, 30, 30, 0, "current", columns)
+    settings = TableSettings(30, 86400, 10, 10000, 30, 30, 0, "current", columns, 1.0)
     text = cli.format_tables(
         [
             TableInfo("my_message", "app", settings, "", 3, 2, 1, 9, 7),

@@ -18,6 +18,8 @@ from msgtable.manager import (
 from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
 
+from ..waiting import wait_until
+
 COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2").replace(
     "vt_cache_size=10000", "vt_cache_size=4"
 )
@@ -28,10 +30,17 @@ def clock():
     return FakeClock()
 
 
+@pytest.fixture(params=[1.0, 0.0], ids=["postpone-after-1s", "postpone-before-send"])
+def postpone_after(request):
+    """vt_postpone_after: the default (postpone a sent row 1 s later unless acked first),
+    and 0 (postpone before the send, as Vitess does). Both must keep the same contract."""
+    return request.param
+
+
 @pytest.fixture
-def store():
+def store(postpone_after):
     s = InMemoryStore()
-    s.create_table("q", COMMENT)
+    s.create_table("q", f"{COMMENT},vt_postpone_after={postpone_after}")
     return s
 
 
@@ -47,6 +56,13 @@ def engine(store, clock):
 
 def manager(engine) -> MessageManager:
     return engine._manager("q", "")
+
+
+def postponed(m: MessageManager, clock: FakeClock) -> None:
+    """Let vt_postpone_after pass and write the postpones that fall due (none when it is 0:
+    the send wrote them)."""
+    clock.advance(m.config.postpone_after_ns / 1e9)
+    m.postpone_once()
 
 
 def drain(sub: Subscriber) -> list:
@@ -67,12 +83,18 @@ def test_a_due_row_is_polled_sent_and_postponed_with_epoch_plus_one(engine, stor
     m = manager(engine)
     sub = m.subscribe()
     assert m.poll_once() == 1
+    sent_at = clock.now_ns()
     assert m.send_once() == 1
     assert drain(sub) == [(1, "a")]
     row = store.rows["q"][1]
+    if m.config.postpone_after_s:
+        assert row["epoch"] == 0 and row["time_next"] == 0  # not before vt_postpone_after
+        clock.advance(0.9)
+        assert m.postpone_once() == 0
+    postponed(m, clock)
     assert row["epoch"] == 1
-    # ack_wait 30 + backoff(epoch 0) = min_backoff 30 * jitter, at least 30
-    assert row["time_next"] >= clock.now_ns() + 60 * 10**9
+    # from the send: ack_wait 30 + backoff(epoch 0) = min_backoff 30 * jitter, at least 30
+    assert row["time_next"] >= sent_at + 60 * 10**9
 
 
 def test_a_row_with_null_time_next_is_due(engine, store):
@@ -116,12 +138,14 @@ def test_an_unacked_message_comes_back_after_its_backoff(engine, store, clock):
     m.poll_once()
     m.send_once()
     drain(sub)
-    clock.advance(30)
+    postponed(m, clock)
+    clock.advance(29)
     assert m.poll_once() == 0  # still in its lease + backoff
     clock.advance(31 * 4 / 3)
     assert m.poll_once() == 1
     m.send_once()
     assert drain(sub) == [(1, "a")]
+    postponed(m, clock)
     assert store.rows["q"][1]["epoch"] == 2
 
 
@@ -134,7 +158,9 @@ def test_an_acked_message_is_not_sent_again(engine, store, clock):
     drain(sub)
     assert engine.ack("q", "", [1]) == 1
     assert engine.ack("q", "", [1]) == 0
+    assert store.rows["q"][1]["epoch"] == 1  # one send, counted by the ack or the postpone
     clock.advance(3600)
+    assert m.postpone_once() == 0  # nothing left to postpone
     assert m.poll_once() == 0
 
 
@@ -320,10 +346,11 @@ def test_a_backlog_larger_than_the_cache_is_read_once_per_pass(engine, store):
         while m.send_once():
             pass
         got += drain(sub)
-        if not m.poll_once(restart=False):
+        read_in_pass = store.rows_read
+        if not m.poll_once(restart=False):  # after the pass ended: a new pass finds nothing
             break
     assert sorted(r[0] for r in got) == list(range(10))
-    assert store.rows_read == 10  # each row read once, not again with every refill
+    assert read_in_pass == 10  # each row read once, not again with every refill
 
 
 def test_one_claim_serves_every_subscriber_with_room(engine, store):
@@ -332,13 +359,14 @@ def test_one_claim_serves_every_subscriber_with_room(engine, store):
     m = manager(engine)
     subs = [m.subscribe() for _ in range(3)]
     claims = []
-    real_claim = store.claim
+    method = "send" if m.config.postpone_after_s else "claim"
+    real_claim = getattr(store, method)
 
     def counting_claim(*args, **kwargs):
         claims.append(args[1])
         return real_claim(*args, **kwargs)
 
-    store.claim = counting_claim
+    setattr(store, method, counting_claim)
     m.poll_once()
     assert m.send_once() == 4  # cache 4: two batches of 2, for the first two subscribers
     assert len(claims) == 1
@@ -365,3 +393,121 @@ def test_purge_rests_between_batches_so_its_deletes_take_a_bounded_share_of_time
     assert m.purge_once() == 1000
     assert rests == [pytest.approx(1 / PURGE_DUTY_BUSY - 1)] * 2
     sub.close()
+
+
+# -- vt_postpone_after > 0: a sent row is postponed later, unless its ack comes first -------
+@pytest.fixture
+def deferred(engine, store, clock):
+    """One row, sent at the default vt_postpone_after (1 s), not postponed yet."""
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    if not m.config.postpone_after_s:
+        pytest.skip("postponed before the send")
+    sub = m.subscribe()
+    m.poll_once()
+    m.send_once()
+    assert drain(sub) == [(1, "a")]
+    return m, sub
+
+
+def test_a_sent_row_not_postponed_yet_is_not_sent_again_though_still_due(deferred, store, clock):
+    m, sub = deferred
+    clock.advance(0.5)
+    assert m.poll_once() == 0 and m.send_once() == 0 and drain(sub) == []
+    assert m.status("memdb").in_flight == 1
+
+
+def test_an_ack_before_the_postpone_writes_the_row_once_and_counts_the_send(
+    engine, deferred, store, clock
+):
+    m, _ = deferred
+    assert engine.ack("q", "", [1]) == 1
+    row = store.rows["q"][1]
+    assert row["epoch"] == 1 and row["time_acked"] == clock.now_ns() and row["time_next"] is None
+    clock.advance(10)
+    assert m.postpone_once() == 0
+    assert row["epoch"] == 1
+
+
+def test_a_dml_ack_before_the_postpone_is_kept_and_the_send_counted(deferred, store, clock):
+    m, _ = deferred
+    store.update("q", 1, time_acked=clock.now_ns(), time_next=None)  # another client's DML
+    postponed(m, clock)
+    row = store.rows["q"][1]
+    assert row["epoch"] == 1 and row["time_next"] is None and row["time_acked"] is not None
+
+
+def test_a_dml_reschedule_before_the_postpone_is_kept(deferred, store, clock):
+    m, sub = deferred
+    later = clock.now_ns() + 3600 * 10**9
+    store.update("q", 1, time_next=later)
+    postponed(m, clock)
+    assert store.rows["q"][1]["time_next"] == later and store.rows["q"][1]["epoch"] == 0
+    clock.advance(3600)
+    assert m.poll_once() == 1 and m.send_once() == 1  # at its new time
+    assert drain(sub) == [(1, "a")]
+
+
+def test_a_failed_postpone_is_retried_and_the_row_stays_out_of_the_cache(deferred, store, clock):
+    m, _ = deferred
+    clock.advance(1)
+    store.down = True
+    with pytest.raises(Unavailable):
+        m.postpone_once()
+    store.down = False
+    assert m.poll_once() == 0 and m.send_once() == 0  # still in flight, still not resent
+    assert m.postpone_once() == 1
+    assert store.rows["q"][1]["epoch"] == 1
+
+
+def test_a_failed_ack_leaves_the_send_to_be_postponed(engine, deferred, store, clock):
+    m, _ = deferred
+    store.down = True
+    with pytest.raises(Unavailable):
+        engine.ack("q", "", [1])
+    store.down = False
+    assert m.poll_once() == 0  # not resent meanwhile
+    postponed(m, clock)
+    assert store.rows["q"][1]["epoch"] == 1 and store.rows["q"][1]["time_acked"] is None
+
+
+def test_an_ack_that_arrives_while_its_send_commits_counts_the_send(engine, store, clock):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    if not m.config.postpone_after_s:
+        pytest.skip("postponed before the send")
+    sub = m.subscribe()
+    m.poll_once()
+    acker = threading.Thread(target=engine.ack, args=("q", "", [1]))
+    real_put = sub.put
+
+    def put_and_ack_at_once(batch):
+        real_put(batch)
+        acker.start()  # the subscriber acks at once; its UPDATE waits for the send's commit
+        acker.join(0.05)
+
+    sub.put = put_and_ack_at_once
+    m.send_once()
+    acker.join(5)
+    assert store.rows["q"][1]["epoch"] == 1 and store.rows["q"][1]["time_acked"] is not None
+    assert m.cache.unclaimed == 0
+
+
+def test_close_writes_the_postpones_not_yet_due(engine, deferred, store, clock):
+    engine.close()
+    row = store.rows["q"][1]
+    assert row["epoch"] == 1 and row["time_next"] >= clock.now_ns() + 60 * 10**9
+
+
+def test_the_send_loop_writes_a_postpone_when_it_falls_due():
+    store = InMemoryStore()
+    store.create_table("q", f"{COMMENT},vt_postpone_after=0.05")
+    store.insert("q", 1, message="a")
+    e = MessageEngine(store, rng=random.Random(1), discovery_interval_s=3600)
+    e.open()
+    try:
+        sub = e.subscribe("q")
+        assert sub.next_batch(5) == [(1, "a")]
+        wait_until(lambda: store.rows["q"][1]["epoch"] == 1, what="the postpone", timeout_s=5)
+    finally:
+        e.close()

@@ -46,6 +46,14 @@ def test_optional_backoff_fields_and_fractions_are_read():
     assert (cfg.ack_wait_s, cfg.min_backoff_s, cfg.max_backoff_s) == (0.5, 2, 60)
 
 
+def test_postpone_after_defaults_to_one_second_and_never_exceeds_the_ack_wait():
+    assert load().postpone_after_s == 1.0 and load().postpone_after_ns == 10**9
+    assert load(GOOD + ",vt_postpone_after=0").postpone_after_ns == 0
+    assert load(GOOD + ",vt_postpone_after=2.5").postpone_after_ns == 2_500_000_000
+    short = load(GOOD.replace("vt_ack_wait=30", "vt_ack_wait=0.2"))
+    assert short.postpone_after_s == 1.0 and short.postpone_after_ns == 200_000_000
+
+
 def test_spaces_around_fields_are_tolerated():
     assert load(GOOD.replace(",", " , ")).batch_size == 10
 
@@ -64,6 +72,8 @@ def test_spaces_around_fields_are_tolerated():
         (GOOD.replace("vt_purge_after=86400", "vt_purge_after=-1"), "vt_purge_after"),
         (GOOD + ",vt_min_backoff=0", "vt_min_backoff"),
         (GOOD + ",vt_max_backoff=5,vt_min_backoff=10", "vt_max_backoff"),
+        (GOOD + ",vt_postpone_after=-1", "vt_postpone_after"),
+        (GOOD + ",vt_postpone_after=soon", "vt_postpone_after"),
         (GOOD + ",vt_colour=blue", "vt_colour"),
         (GOOD + ",vt_batch_size=20", "vt_batch_size"),
         (GOOD + ",whatever", "whatever"),

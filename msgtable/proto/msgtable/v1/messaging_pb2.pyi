@@ -451,6 +451,7 @@ class TableConfig(_message.Message):
     MAX_BACKOFF_S_FIELD_NUMBER: _builtins.int
     LAYOUT_FIELD_NUMBER: _builtins.int
     MESSAGE_COLUMNS_FIELD_NUMBER: _builtins.int
+    POSTPONE_AFTER_S_FIELD_NUMBER: _builtins.int
     ack_wait_s: _builtins.float
     """vt_ack_wait: how long a sent message waits for its ack before it is due again."""
     purge_after_s: _builtins.float
@@ -467,6 +468,11 @@ class TableConfig(_message.Message):
     """vt_max_backoff: largest delay added before a resend; 0 means unbounded."""
     layout: _builtins.str
     """Which engine columns the table has: "current" (Vitess 6.0+) or "2018"."""
+    postpone_after_s: _builtins.float
+    """vt_postpone_after: how long a sent, unacked message waits before it is postponed in
+    the database (time_next by backoff, epoch + 1); never more than the ack wait. 0: before
+    the send.
+    """
     @_builtins.property
     def message_columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___Field]:
         """The columns streamed to subscribers, `id` first (vt_message_cols, or every application
@@ -485,10 +491,11 @@ class TableConfig(_message.Message):
         max_backoff_s: _builtins.float = ...,
         layout: _builtins.str = ...,
         message_columns: _abc.Iterable[Global___Field] | None = ...,
+        postpone_after_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "layout", b"layout", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "poller_interval_s", b"poller_interval_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "layout", b"layout", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

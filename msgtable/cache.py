@@ -21,9 +21,12 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
+from typing import Any
 
 # An unclaimed row: the epoch it was sent at (as read) and when it was sent.
 Sent = tuple[int | None, int]
+# A row as a poll reads it: priority, time_next, epoch, then the message columns (id first).
+PolledRow = tuple[Any, ...]
 
 
 class CachedRow:
@@ -63,23 +66,27 @@ class MessageCache:
         self._held: set[Hashable] = set()
 
     # -- filling -------------------------------------------------------------------------
-    def add(self, rows: Iterable[CachedRow]) -> int:
-        """Queue due rows; refresh rows already queued. Returns how many are new."""
+    def add(self, rows: Iterable[PolledRow]) -> int:
+        """Queue due rows as a poll read them; refresh rows already queued. Returns how many
+        are new. A row object is made only for a new or re-keyed row: most of a busy poll's
+        rows are already here (queued, being sent or in flight)."""
         added = 0
-        for row in rows:
-            rid = row.id
-            if rid in self._sending or rid in self._unclaimed or rid in self._held:
+        queued, sending, unclaimed, held = self._queued, self._sending, self._unclaimed, self._held
+        for r in rows:
+            rid = r[3]
+            if rid in sending or rid in unclaimed or rid in held:
                 continue
-            old = self._queued.get(rid)
+            old = queued.get(rid)
             if old is None:
-                if len(self._queued) + len(self._sending) >= self.size:
+                if len(queued) + len(sending) >= self.size:
                     continue
                 self._in_flight.pop(rid, None)  # the database says it is due again
                 added += 1
-            elif (old.priority, old.time_next) == (row.priority, row.time_next):
-                old.epoch, old.values = row.epoch, row.values
+            elif old.priority == (r[0] or 0) and old.time_next == (r[1] or 0):
+                old.epoch, old.values = r[2], tuple(r[3:])
                 continue
-            self._queued[rid] = row
+            row = CachedRow(r[0], r[1], r[2], tuple(r[3:]))
+            queued[rid] = row
             heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
         self._compact()
         return added

@@ -137,6 +137,8 @@ def coerce_ids(table: str, column: Column, ids: Sequence[object]) -> list[Hashab
         raise InvalidArgument(f"table {table}: no ids to ack")
     if len(ids) > MAX_ACK_IDS:
         raise InvalidArgument(f"table {table}: {len(ids)} ids in one ack; at most {MAX_ACK_IDS}")
+    if column.is_integer and all(type(i) is int for i in ids):  # the usual case, fast
+        return list(dict.fromkeys(ids))
     out: dict[Hashable, None] = {}
     for raw in ids:
         out[_coerce_id(table, column, raw)] = None

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from msgtable.cache import CachedRow
+from msgtable.cache import CachedRow, PolledRow
 from msgtable.dbpool import ConnectionPool
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
 from msgtable.tables import Column, Layout, TableConfig
@@ -98,7 +98,7 @@ class Store(Protocol):
 
     def poll(
         self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
-    ) -> tuple[list[CachedRow], PollKey | None]: ...
+    ) -> tuple[list[PolledRow], PollKey | None]: ...
 
     def claim(
         self,
@@ -361,21 +361,18 @@ class MySQLStore:
     # -- the message lifecycle -----------------------------------------------------------
     def poll(
         self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
-    ) -> tuple[list[CachedRow], PollKey | None]:
-        """Up to ``limit`` due, unacked rows, best first, after the key ``after`` if given;
-        and the key of the last row read (None when there was none)."""
+    ) -> tuple[list[PolledRow], PollKey | None]:
+        """Up to ``limit`` due, unacked rows, best first, after the key ``after`` if given,
+        as read: (priority, time_next, epoch, id, other message columns...); and the key
+        of the last row read (None when there was none)."""
         sql, params = self.statements(cfg).poll_query(now_ns, limit, after)
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql, params)
-            rows = cur.fetchall()
+            rows = list(cur.fetchall())
         if not rows:
             return [], None
         last = rows[-1]
-        return [CachedRow(r[0], r[1], r[2], tuple(r[3:])) for r in rows], (
-            last[0],
-            last[1],
-            last[3],
-        )
+        return rows, (last[0], last[1], last[3])
 
     def claim(
         self,

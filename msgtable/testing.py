@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
-from msgtable.cache import CachedRow
+from msgtable.cache import CachedRow, PolledRow
 from msgtable.errors import TableNotFound, Unavailable
 from msgtable.store import Deliver, PollKey, TableDefinition, group_by_epoch
 from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig
@@ -99,7 +99,7 @@ class InMemoryStore:
 
     def poll(
         self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
-    ) -> tuple[list[CachedRow], PollKey | None]:
+    ) -> tuple[list[PolledRow], PollKey | None]:
         with self.lock:
             self.polls += 1
             due = [r for r in self._table(cfg.name).values() if self._due(cfg, r, now_ns)]
@@ -108,12 +108,12 @@ class InMemoryStore:
                 due = [r for r in due if self._order(self._key(cfg, r)) > self._order(after)]
             picked = due[:limit]
             self.rows_read += len(picked)
-            rows = [
-                CachedRow(
+            rows: list[PolledRow] = [
+                (
                     self._key(cfg, r)[0],
                     self._key(cfg, r)[1],
                     r["epoch"],
-                    tuple(r[c.name] for c in cfg.message_columns),
+                    *(r[c.name] for c in cfg.message_columns),
                 )
                 for r in picked
             ]

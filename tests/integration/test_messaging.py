@@ -622,9 +622,9 @@ def keyset_order(db_dsn: str) -> tuple[list[object], list[object]]:
             rows, after = store.poll(cfg, time.time_ns(), 1, after)
             if not rows:
                 break
-            order.append(rows[0].id)
+            order.append(rows[0][3])
         rows, _ = store.poll(cfg, time.time_ns(), 10)
-        return order, [r.id for r in rows]
+        return order, [r[3] for r in rows]
     finally:
         store.close()
 

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from msgtable.cache import CachedRow, MessageCache
+from msgtable.cache import MessageCache
 
 
 def row(i, priority=0, time_next=0, epoch=0):
-    return CachedRow(priority, time_next, epoch, (i, f"m{i}"))
+    """A row as a poll reads it."""
+    return (priority, time_next, epoch, i, f"m{i}")
 
 
 def test_rows_come_out_by_priority_then_time_next():
@@ -64,7 +65,7 @@ def test_stale_heap_entries_are_compacted():
 
 def test_null_priority_and_time_next_sort_as_zero():
     c = MessageCache(10)
-    c.add([CachedRow(None, None, None, (1, "a")), row(2, 1, 0)])
+    c.add([(None, None, None, 1, "a"), row(2, 1, 0)])
     assert [r.id for r in c.pop(2)] == [1, 2]
 
 

@@ -239,6 +239,13 @@ def test_ack_validates_ids(engine):
     with pytest.raises(InvalidArgument, match="at most"):
         engine.ack("q", "", list(range(10_001)))
     assert engine.ack("q", "", ["7", 7.0]) == 0
+    with pytest.raises(InvalidArgument, match="malformed"):
+        engine.ack("q", "", [1, True])  # a bool is not an id, though Python calls it an int
+
+
+def test_an_id_named_twice_in_one_ack_counts_once(engine, store):
+    store.insert("q", 1, message="a")
+    assert engine.ack("q", "", [1, 1]) == 1
 
 
 def test_lookup_errors(engine, store):

@@ -180,6 +180,8 @@ class TableStatements:
 
     def __init__(self, cfg: TableConfig) -> None:
         t = quote(cfg.name)
+        # in the statements with an {ids} template, a brace of the name must survive format()
+        tf = t.replace("{", "{{").replace("}", "}}")
         rid, epoch, acked = quote("id"), quote("epoch"), quote("time_acked")
         values = ", ".join(quote(c.name) for c in cfg.message_columns)
         if cfg.layout is Layout.CURRENT:
@@ -210,27 +212,27 @@ class TableStatements:
         self.poll_after = select + after + tail
         self.poll_after_null = select + after_null + tail
         self.claim = (
-            f"UPDATE {t} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
+            f"UPDATE {tf} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND {acked} IS NULL AND {due}"
         )
         self.claimed = (
-            f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {epoch} = %s "
+            f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {epoch} = %s "
             f"AND {quote('time_next')} = %s"
         )
         # The send's locking read: rows a concurrent ack by DML has not reached (it waits).
         self.lock = (
-            f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
+            f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
             f"AND {acked} IS NULL AND {due} LOCK IN SHARE MODE"
         )
         # The postpone of rows sent (at epoch, at time) and not acked through us: it counts
         # the send even where an ack by DML came first, and moves time_next only where no
         # ack did; a row rescheduled or re-versioned by DML since the send keeps its values.
         self.postpone = (
-            f"UPDATE {t} SET {epoch} = COALESCE({epoch}, 0) + 1, "
+            f"UPDATE {tf} SET {epoch} = COALESCE({epoch}, 0) + 1, "
             f"{quote('time_next')} = IF({acked} IS NULL, %s, {quote('time_next')}) "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND ({acked} IS NOT NULL OR {due})"
         )
-        set_acked = f"UPDATE {t} SET {acked} = %s, {quote('time_next')} = NULL"
+        set_acked = f"UPDATE {tf} SET {acked} = %s, {quote('time_next')} = NULL"
         where_unacked = f" WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
         self.ack = set_acked + where_unacked
         # An ack of rows whose send was not postponed yet counts that send: epoch + 1.
@@ -238,7 +240,7 @@ class TableStatements:
         self.ack_mixed = (
             set_acked + f", {epoch} = COALESCE({epoch}, 0) + ({rid} IN ({{first}}))" + where_unacked
         )
-        self.acked = f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
+        self.acked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
         self.purge = f"DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
 
     def poll_query(self, now_ns: int, limit: int, after: PollKey | None) -> tuple[str, list[Any]]:

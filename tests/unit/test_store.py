@@ -53,6 +53,29 @@ def test_the_statements_of_the_current_layout():
     assert s.purge == "DELETE FROM `q` WHERE `time_acked` < %s LIMIT %s"
 
 
+def test_the_statements_of_the_deferred_postpone():
+    s = TableStatements(load_table("q", GOOD, CURRENT_COLUMNS, (("id",),)))
+    due = "(`time_next` IS NULL OR `time_next` <= %s)"
+    assert s.lock == (
+        "SELECT `id` FROM `q` WHERE `id` IN ({ids}) AND `epoch` <=> %s "
+        f"AND `time_acked` IS NULL AND {due} LOCK IN SHARE MODE"
+    )
+    assert s.postpone == (
+        "UPDATE `q` SET `epoch` = COALESCE(`epoch`, 0) + 1, "
+        "`time_next` = IF(`time_acked` IS NULL, %s, `time_next`) "
+        f"WHERE `id` IN ({{ids}}) AND `epoch` <=> %s AND (`time_acked` IS NOT NULL OR {due})"
+    )
+    unacked = " WHERE `id` IN ({ids}) AND `time_acked` IS NULL"
+    assert s.ack_first == (
+        "UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
+        "`epoch` = COALESCE(`epoch`, 0) + 1" + unacked
+    )
+    assert s.ack_mixed == (
+        "UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
+        "`epoch` = COALESCE(`epoch`, 0) + (`id` IN ({first}))" + unacked
+    )
+
+
 def test_poll_parameters_follow_the_key_it_continues_after():
     s = TableStatements(load_table("q", GOOD, CURRENT_COLUMNS, (("id",),)))
     assert s.poll_query(9, 10, None) == (s.poll, [9, 10])
@@ -95,3 +118,13 @@ def test_a_url_without_a_driver_gets_the_fastest_one_installed(monkeypatch):
     assert fastest_driver() == "mysqldb"  # the test extra installs mysqlclient
     assert MySQLStore.from_dsn("mysql://u:p@127.0.0.1:1/db").driver == "mysqldb"
     assert MySQLStore.from_dsn("mysql+pymysql://u:p@127.0.0.1:1/db").driver == "pymysql"
+
+
+def test_a_table_name_with_braces_survives_the_id_list_template():
+    cfg = load_table("we{ids}r{d", GOOD, CURRENT_COLUMNS, (("id",),))
+    s = TableStatements(cfg)
+    for template in (s.claim, s.claimed, s.lock, s.postpone, s.ack, s.ack_first, s.acked):
+        sql = template.format(ids="1,2")
+        assert "`we{ids}r{d`" in sql and "IN (1,2)" in sql
+    assert "`we{ids}r{d`" in s.ack_mixed.format(ids="1,2", first="1")
+    assert "`we{ids}r{d`" in s.poll and "`we{ids}r{d`" in s.purge

@@ -66,30 +66,36 @@ class MessageCache:
         self._held: set[Hashable] = set()
 
     # -- filling -------------------------------------------------------------------------
-    def add(self, rows: Iterable[PolledRow]) -> int:
-        """Queue due rows as a poll read them; refresh rows already queued. Returns how many
-        are new. A row object is made only for a new or re-keyed row: most of a busy poll's
-        rows are already here (queued, being sent or in flight)."""
-        added = 0
+    def add(self, rows: Sequence[PolledRow]) -> tuple[int, int]:
+        """Queue due rows as a poll read them (in the poll's order); refresh rows already
+        queued. Returns how many rows are new, and how many of ``rows`` were taken in: all,
+        unless the cache filled up first (the rest must be read again).
+
+        A row object is made only for a new or re-keyed row: most of a busy poll's rows are
+        already here (queued, being sent or in flight)."""
+        added = taken = 0
         queued, sending, unclaimed, held = self._queued, self._sending, self._unclaimed, self._held
         for r in rows:
             rid = r[3]
             if rid in sending or rid in unclaimed or rid in held:
+                taken += 1
                 continue
             old = queued.get(rid)
             if old is None:
                 if len(queued) + len(sending) >= self.size:
-                    continue
+                    break
                 self._in_flight.pop(rid, None)  # the database says it is due again
                 added += 1
             elif old.priority == (r[0] or 0) and old.time_next == (r[1] or 0):
                 old.epoch, old.values = r[2], tuple(r[3:])
+                taken += 1
                 continue
             row = CachedRow(r[0], r[1], r[2], tuple(r[3:]))
             queued[rid] = row
             heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+            taken += 1
         self._compact()
-        return added
+        return added, taken
 
     # -- sending -------------------------------------------------------------------------
     def pop(self, n: int) -> list[CachedRow]:
@@ -151,6 +157,17 @@ class MessageCache:
             taken[rid] = sent
         self._held.update(taken)
         return taken
+
+    def unsend(self, ids: Iterable[Hashable]) -> int:
+        """Rows handed to a subscriber that left before they went out: the database still
+        has them due and unchanged (their postpone was not written), so they may be read and
+        sent again at once. Returns how many were taken back."""
+        n = 0
+        for rid in ids:
+            if self._unclaimed.pop(rid, None) is not None:
+                self._in_flight.pop(rid, None)
+                n += 1
+        return n
 
     def settle(self, ids: Iterable[Hashable]) -> None:
         """Their ack or postpone is written: the database has them now."""

@@ -38,6 +38,7 @@ from msgtable.cache import CachedRow, MessageCache, Sent
 from msgtable.clock import Clock
 from msgtable.errors import InvalidArgument, MsgtableError, Unavailable
 from msgtable.status import TableStatus
+from msgtable.store import poll_key
 from msgtable.tables import Column, TableConfig
 
 if TYPE_CHECKING:
@@ -111,14 +112,16 @@ class Subscriber:
             self._cond.notify_all()
 
     def close(self) -> None:
-        """The client went away. Idempotent. Its queued batches come back after their lease."""
+        """The client went away. Idempotent. Its queued batches never went out: they are due
+        again at once, or after their lease where their postpone was already written."""
         with self._cond:
             if self._closed:
                 return
             self._closed = True
+            unsent = list(self._batches)
             self._batches.clear()
             self._cond.notify_all()
-        self._manager.unsubscribe(self)
+        self._manager.unsubscribe(self, unsent)
 
 
 def select_subscribers(subscribers: Sequence[Subscriber], start: int) -> list[int]:
@@ -295,12 +298,22 @@ class MessageManager:
         self._poll_wake.set()
         return sub
 
-    def unsubscribe(self, sub: Subscriber) -> None:
+    def unsubscribe(self, sub: Subscriber, unsent: Sequence[list[Row]] = ()) -> None:
+        """``sub`` left; ``unsent``: the batches it still had queued, which never went out.
+        Those whose postpone is not written yet are due again at once (with
+        vt_postpone_after=0 they were postponed before the send, and come back after their
+        lease)."""
         with self._lock:
             if sub in self._subscribers:
                 self._subscribers.remove(sub)
+            back = self.cache.unsend(values[0] for batch in unsent for values in batch)
+            if back:
+                self.sent -= back
+                self._restart = True  # they are at the head of the table: a new pass
             if not self._subscribers:
                 self.cache.clear()
+        if back:
+            self._poll_wake.set()
 
     def wake_sender(self) -> None:
         self._send_wake.set()
@@ -358,16 +371,24 @@ class MessageManager:
             cfg = self.config
             room = self.cache.room()
             after = None if restart else self._cursor
+            # Rows sent but not postponed yet are still due in the table, at its head: a
+            # pass from the head reads past them, rather than fill its page with rows the
+            # cache skips.
+            limit = room + (min(self.cache.unclaimed, cfg.cache_size) if after is None else 0)
         if room == 0:
             return 0
-        rows, last = self.store.poll(cfg, self.clock.now_ns(), room, after)
+        rows, last = self.store.poll(cfg, self.clock.now_ns(), limit, after)
         with self._lock:
             if not self._subscribers:  # the last one left during the poll
                 return 0
-            added = self.cache.add(rows)
-            full = len(rows) >= room
+            added, taken = self.cache.add(rows)
+            if taken < len(rows):  # the cache filled up: continue after the last row taken
+                full = True
+                self._cursor = poll_key(rows[taken - 1]) if taken else after
+            else:
+                full = len(rows) >= limit
+                self._cursor = last if full else None
             self.cache.pending = full
-            self._cursor = last if full else None
         if added:
             self._send_wake.set()
         return added

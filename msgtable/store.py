@@ -139,6 +139,11 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+def poll_key(row: PolledRow) -> PollKey:
+    """The key a poll continues after, of a row as a poll read it."""
+    return (row[0], row[1], row[3])
+
+
 def is_message_comment(comment: str) -> bool:
     return comment.split(",", 1)[0].strip() == "vitess_message"
 
@@ -373,8 +378,7 @@ class MySQLStore:
             rows = list(cur.fetchall())
         if not rows:
             return [], None
-        last = rows[-1]
-        return rows, (last[0], last[1], last[3])
+        return rows, poll_key(rows[-1])
 
     def claim(
         self,

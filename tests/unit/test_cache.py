@@ -16,17 +16,17 @@ def test_rows_come_out_by_priority_then_time_next():
 
 def test_the_cache_is_bounded_and_counts_sending_rows():
     c = MessageCache(3)
-    assert c.add([row(i) for i in range(5)]) == 3
+    assert c.add([row(i) for i in range(5)]) == (3, 3)  # 3 new; rows 3 and 4 not taken in
     c.pop(2)
     assert c.queued == 1 and c.sending == 2 and c.room() == 0
-    assert c.add([row(9)]) == 0
+    assert c.add([row(9)]) == (0, 0)
 
 
 def test_a_sending_row_is_not_queued_again_by_a_poll():
     c = MessageCache(10)
     c.add([row(1)])
     batch = c.pop(1)
-    assert c.add([row(1)]) == 0 and c.queued == 0
+    assert c.add([row(1)]) == (0, 1) and c.queued == 0
     c.mark_sent(batch, now_ns=0, ack_wait_ns=100, unclaimed=False)
     c.finish(batch, now_ns=0)
     assert c.in_flight(50) == 1 and c.in_flight(100) == 0
@@ -82,7 +82,7 @@ def test_a_sent_row_not_postponed_yet_is_never_queued_again():
     c = MessageCache(10)
     sent(c, [1, 2])
     assert c.unclaimed == 2
-    assert c.add([row(1), row(2), row(3)]) == 1  # the table still has 1 and 2 as due
+    assert c.add([row(1), row(2), row(3)]) == (1, 3)  # the table still has 1 and 2 as due
     assert [r.id for r in c.pop(5)] == [3]
 
 
@@ -95,9 +95,9 @@ def test_unclaimed_rows_come_due_for_their_postpone_oldest_first():
     assert c.due_postpones(sent_before_ns=20, limit=2) == {1: (0, 10), 2: (4, 20)}
     assert c.next_postpone_sent_ns() == 20
     # Held while their postpone is written: still never queued again by a poll.
-    assert c.add([row(1), row(2)]) == 0 and c.unclaimed == 3
+    assert c.add([row(1), row(2)]) == (0, 2) and c.unclaimed == 3
     c.settle([1, 2])
-    assert c.unclaimed == 1 and c.add([row(1)]) == 1
+    assert c.unclaimed == 1 and c.add([row(1)]) == (1, 1)
 
 
 def test_an_ack_takes_only_rows_still_unclaimed_and_a_failure_puts_them_back_first():
@@ -107,7 +107,7 @@ def test_an_ack_takes_only_rows_still_unclaimed_and_a_failure_puts_them_back_fir
     taken = c.take_unclaimed([2, 3, 9])
     assert taken == {2: (0, 10), 3: (0, 20)}
     assert c.take_unclaimed([2, 3]) == {}  # held: a second writer gets nothing
-    assert c.add([row(2), row(3)]) == 0
+    assert c.add([row(2), row(3)]) == (0, 2)
     c.unhold(taken)  # the ack failed
     assert c.unclaimed == 3
     assert list(c.due_postpones(sent_before_ns=100, limit=10)) == [2, 3, 1]
@@ -118,3 +118,18 @@ def test_clear_keeps_rows_whose_postpone_is_still_to_write():
     sent(c, [1])
     c.clear()
     assert c.unclaimed == 1 and c.due_postpones(100, 10) == {1: (0, 0)}
+
+
+def test_a_full_cache_takes_in_rows_up_to_the_first_it_has_no_room_for():
+    c = MessageCache(2)
+    sent(c, [1])
+    # 1 is in flight (skipped, taken), 2 and 3 fill the cache, 4 finds no room: not taken
+    assert c.add([row(1), row(2), row(3), row(4), row(5)]) == (2, 3)
+
+
+def test_rows_a_subscriber_never_got_may_be_sent_again_at_once():
+    c = MessageCache(10)
+    sent(c, [1, 2])
+    assert c.unsend([1, 9]) == 1
+    assert c.unclaimed == 1 and c.add([row(1), row(2)]) == (1, 2)
+    assert [r.id for r in c.pop(5)] == [1]

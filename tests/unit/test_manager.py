@@ -518,3 +518,30 @@ def test_the_send_loop_writes_a_postpone_when_it_falls_due():
         wait_until(lambda: store.rows["q"][1]["epoch"] == 1, what="the postpone", timeout_s=5)
     finally:
         e.close()
+
+
+def test_a_pass_from_the_head_reads_past_rows_sent_and_not_postponed(deferred, store, clock):
+    m, _ = deferred  # row 1 sent, still due in the table; the cache holds 4
+    for i in range(2, 10):
+        store.insert("q", i, message=str(i))
+    polls = store.polls
+    assert m.poll_once(restart=True) == 4  # rows 2-5 in one poll, past the in-flight row 1
+    assert store.polls == polls + 1
+
+
+def test_batches_a_leaving_subscriber_never_got_go_to_another_at_once(engine, store, clock):
+    for i in range(4):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    a, b = m.subscribe(), m.subscribe()
+    m.poll_once()
+    m.send_once()  # a batch of 2 for each
+    got_a = drain(a)
+    b.close()  # b's batch was queued for it, never taken
+    if m.config.postpone_after_s:
+        assert m._poll_wake.is_set()  # a new pass is due at once
+        assert m.poll_once() == 2 and m.send_once() == 2
+        assert sorted(r[0] for r in got_a + drain(a)) == [0, 1, 2, 3]
+        assert m.status("memdb").sent == 4
+    else:  # postponed before the send: they come back after their lease
+        assert m.poll_once() == 0

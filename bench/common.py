@@ -136,6 +136,11 @@ def execute(dsn: str, *statements: str) -> list[tuple[Any, ...]]:
     return rows
 
 
+# vt_postpone_after of every message table the bench makes (python -m bench.run
+# --postpone-after); None leaves the engine's default.
+POSTPONE_AFTER_S: float | None = None
+
+
 def message_comment(
     batch_size: int,
     poller_interval_s: float,
@@ -143,10 +148,11 @@ def message_comment(
     cache_size: int = CACHE_SIZE,
     purge_after_s: float = PURGE_AFTER_S,
 ) -> str:
+    postpone = "" if POSTPONE_AFTER_S is None else f",vt_postpone_after={POSTPONE_AFTER_S:g}"
     return (
         f"vitess_message,vt_ack_wait={ACK_WAIT_S},vt_purge_after={purge_after_s:g},"
         f"vt_batch_size={batch_size},vt_cache_size={cache_size},"
-        f"vt_poller_interval={poller_interval_s:g}"
+        f"vt_poller_interval={poller_interval_s:g}{postpone}"
     )
 
 

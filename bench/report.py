@@ -62,6 +62,7 @@ class Report:
     batch_size: int
     low_batch_size: int
     poller_interval_s: float
+    postpone_after_s: float | None = None  # None: the engine's default
     runs: list[Throughput] = field(default_factory=list)
     peer: Throughput | None = None
     peer_missing: str = ""
@@ -142,7 +143,8 @@ class Report:
         add(
             f"payload {len(PAYLOAD)} bytes of JSON; every client is a process of its own; "
             f"msgtable serve runs as a subprocess; vt_poller_interval {self.poller_interval_s:g}"
-            " s for throughput"
+            " s for throughput; vt_postpone_after "
+            + ("default" if self.postpone_after_s is None else f"{self.postpone_after_s:g} s")
         )
         add("")
         add(
@@ -294,6 +296,7 @@ class Report:
             "mode": self.mode,
             "server": self.server,
             "poller_interval_s": self.poller_interval_s,
+            "postpone_after_s": self.postpone_after_s,
             "latency": self.latency.as_dict() if self.latency else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import engine, latency, memory, peer, raw, scale
+from bench import common, engine, latency, memory, peer, raw, scale
 from bench.common import BenchError, Database, ServerProcess, database_server, scratch_database
 from bench.report import Report
 
@@ -107,6 +107,10 @@ def run(args: argparse.Namespace) -> Report:
             raise BenchError(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     else:
         only = set(SECTIONS) - (FULL_ONLY if p.mode == "quick" else set())
+    if args.postpone_after is not None:
+        if args.postpone_after < 0:
+            raise BenchError("--postpone-after must be 0 or more")
+        common.POSTPONE_AFTER_S = args.postpone_after
     progress(f"{p.mode} mode; starting or reaching the database server")
     with database_server() as db:
         report = Report(
@@ -116,6 +120,7 @@ def run(args: argparse.Namespace) -> Report:
             batch_size=args.batch_size,
             low_batch_size=args.low_batch_size,
             poller_interval_s=args.poller_interval,
+            postpone_after_s=args.postpone_after,
         )
         if "raw" in only:
             with scratch_database(db.handle, "bench_raw") as dsn:
@@ -193,6 +198,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.02,
         help="vt_poller_interval of the latency table (default 0.02 s)",
+    )
+    parser.add_argument(
+        "--postpone-after",
+        type=float,
+        default=None,
+        help="vt_postpone_after of every table (default: the engine's, 1 s; 0 postpones "
+        "before each send, as Vitess does)",
     )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument(

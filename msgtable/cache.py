@@ -200,10 +200,10 @@ class MessageCache:
 
     def clear(self) -> None:
         """Drop everything queued (the last subscriber left). Sending rows finish normally;
-        unclaimed rows stay until their postpone is written."""
+        rows sent stay in flight until their lease ends, and unclaimed until their postpone
+        is written."""
         self._queued.clear()
         self._heap.clear()
-        self._in_flight.clear()
         self.pending = False
 
     # -- counts --------------------------------------------------------------------------

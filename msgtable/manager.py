@@ -36,7 +36,7 @@ from msgtable.acks import AckCombiner
 from msgtable.backoff import draw_jitter, next_delivery_ns
 from msgtable.cache import CachedRow, MessageCache, Sent
 from msgtable.clock import Clock
-from msgtable.errors import InvalidArgument, MsgtableError, Unavailable
+from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
 from msgtable.status import TableStatus
 from msgtable.store import poll_key
 from msgtable.tables import Column, TableConfig
@@ -268,6 +268,8 @@ class MessageManager:
         try:
             while self.postpone_once(everything=True):
                 pass
+        except TableNotFound:
+            pass  # dropped: nothing left to postpone
         except Exception as exc:
             with self._lock:
                 left = self.cache.unclaimed

@@ -220,6 +220,19 @@ def test_leaving_subscribers_drop_the_cache(engine, store):
     assert m.cache.queued == 0 and m.status("memdb").subscribers == 0
 
 
+def test_a_message_stays_in_flight_after_its_subscriber_left(engine, store, clock):
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    m.send_once()
+    assert drain(sub) == [(1, "a")]
+    sub.close()
+    assert m.status("memdb").in_flight == 1  # its lease runs on
+    clock.advance(31)
+    assert m.status("memdb").in_flight == 0
+
+
 def test_purge_deletes_old_acked_rows_in_batches(engine, store, clock):
     for i in range(1200):
         store.insert("q", i, message="x", time_acked=clock.now_ns() - 86401 * 10**9)

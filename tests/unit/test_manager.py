@@ -416,15 +416,22 @@ def test_purge_rests_between_batches_so_its_deletes_take_a_bounded_share_of_time
 
 
 # -- vt_postpone_after > 0: a sent row is postponed later, unless its ack comes first -------
-@pytest.fixture
-def deferred(engine, store, clock):
-    """One row, sent at the default vt_postpone_after (1 s), not postponed yet."""
+def polled_for_deferral(engine, store) -> tuple[MessageManager, Subscriber]:
+    """One row in the cache of a table at the default vt_postpone_after (1 s), a subscriber
+    waiting for it; the test is skipped for vt_postpone_after=0."""
     store.insert("q", 1, message="a")
     m = manager(engine)
     if not m.config.postpone_after_s:
         pytest.skip("postponed before the send")
     sub = m.subscribe()
     m.poll_once()
+    return m, sub
+
+
+@pytest.fixture
+def deferred(engine, store, clock):
+    """One row, sent at the default vt_postpone_after (1 s), not postponed yet."""
+    m, sub = polled_for_deferral(engine, store)
     m.send_once()
     assert drain(sub) == [(1, "a")]
     return m, sub
@@ -492,12 +499,7 @@ def test_a_failed_ack_leaves_the_send_to_be_postponed(engine, deferred, store, c
 
 
 def test_an_ack_that_arrives_while_its_send_commits_counts_the_send(engine, store, clock):
-    store.insert("q", 1, message="a")
-    m = manager(engine)
-    if not m.config.postpone_after_s:
-        pytest.skip("postponed before the send")
-    sub = m.subscribe()
-    m.poll_once()
+    m, sub = polled_for_deferral(engine, store)
     acker = threading.Thread(target=engine.ack, args=("q", "", [1]))
     real_put = sub.put
 

@@ -2,7 +2,9 @@
 
 Rows move through three places, keyed by id:
 
-* **queued**: due rows read by the poller, ordered by (priority, time_next) in a heap;
+* **queued**: rows read by the poller, ordered by (priority, time_next) in a heap once due;
+  until then (a poll reads the rows due before the next poll too) in a second heap by
+  time_next, so that each goes out at its time, not at the next poll;
 * **sending**: popped by the sender, being claimed in the database and handed to a subscriber;
   the poller must not queue them again meanwhile;
 * **in flight**: sent by this server, lease (ack wait) not over, not acked through us. Kept for
@@ -23,8 +25,8 @@ from collections import OrderedDict
 from collections.abc import Hashable, Iterable, Sequence
 from typing import Any
 
-# An unclaimed row: the epoch it was sent at (as read) and when it was sent.
-Sent = tuple[int | None, int]
+# An unclaimed row: the epoch it was sent at (as read), when it was sent, and the row.
+Sent = tuple[int | None, int, "CachedRow"]
 # A row as a poll reads it: priority, time_next, epoch, then the message columns (id first).
 PolledRow = tuple[Any, ...]
 
@@ -58,7 +60,8 @@ class MessageCache:
         self.size = size
         self.pending = False  # the last poll filled its limit: more due rows may wait in the DB
         self._queued: dict[Hashable, CachedRow] = {}
-        self._heap: list[tuple[int, int, int, CachedRow]] = []
+        self._heap: list[tuple[int, int, int, CachedRow]] = []  # due: (priority, time_next)
+        self._scheduled: list[tuple[int, int, CachedRow]] = []  # not due yet: (time_next, seq)
         self._seq = itertools.count()
         self._sending: set[Hashable] = set()
         self._in_flight: OrderedDict[Hashable, int] = OrderedDict()
@@ -66,9 +69,10 @@ class MessageCache:
         self._held: set[Hashable] = set()
 
     # -- filling -------------------------------------------------------------------------
-    def add(self, rows: Sequence[PolledRow]) -> tuple[int, int]:
-        """Queue due rows as a poll read them (in the poll's order); refresh rows already
-        queued. Returns how many rows are new, and how many of ``rows`` were taken in: all,
+    def add(self, rows: Sequence[PolledRow], now_ns: int | None = None) -> tuple[int, int]:
+        """Queue rows as a poll read them (in the poll's order); refresh rows already
+        queued. A row whose time_next is after ``now_ns`` waits for it (None: every row is
+        due). Returns how many rows are new, and how many of ``rows`` were taken in: all,
         unless the cache filled up first (the rest must be read again).
 
         A row object is made only for a new or re-keyed row: most of a busy poll's rows are
@@ -92,14 +96,19 @@ class MessageCache:
                 continue
             row = CachedRow(r[0], r[1], r[2], tuple(r[3:]))
             queued[rid] = row
-            heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+            if now_ns is not None and row.time_next > now_ns:
+                heapq.heappush(self._scheduled, (row.time_next, next(self._seq), row))
+            else:
+                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
             taken += 1
         self._compact()
         return added, taken
 
     # -- sending -------------------------------------------------------------------------
-    def pop(self, n: int) -> list[CachedRow]:
-        """Take up to n rows, best first, and mark them as sending."""
+    def pop(self, n: int, now_ns: int | None = None) -> list[CachedRow]:
+        """Take up to n rows due at ``now_ns`` (None: all queued), best first, and mark them
+        as sending."""
+        self._release(now_ns)
         batch: list[CachedRow] = []
         heap, queued = self._heap, self._queued
         while heap and len(batch) < n:
@@ -109,6 +118,26 @@ class MessageCache:
                 self._sending.add(row.id)
                 batch.append(row)
         return batch
+
+    def _release(self, now_ns: int | None) -> None:
+        """Move the scheduled rows due at ``now_ns`` (None: all) to the due heap."""
+        scheduled, queued = self._scheduled, self._queued
+        while scheduled and (now_ns is None or scheduled[0][0] <= now_ns):
+            row = heapq.heappop(scheduled)[2]
+            if queued.get(row.id) is row:
+                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+
+    def next_due_ns(self) -> int | None:
+        """When the first queued row that is not due yet falls due (None: there is none)."""
+        scheduled, queued = self._scheduled, self._queued
+        while scheduled and queued.get(scheduled[0][2].id) is not scheduled[0][2]:
+            heapq.heappop(scheduled)  # stale: sent, acked or re-keyed meanwhile
+        return scheduled[0][0] if scheduled else None
+
+    def due(self, now_ns: int) -> bool:
+        """Whether a queued row is due at ``now_ns``."""
+        self._release(now_ns)
+        return bool(self._heap)
 
     def mark_sent(
         self, sent: Sequence[CachedRow], now_ns: int, ack_wait_ns: int, unclaimed: bool
@@ -122,7 +151,7 @@ class MessageCache:
             flight[row.id] = deadline
             flight.move_to_end(row.id)
             if unclaimed:
-                self._unclaimed[row.id] = (row.epoch, now_ns)
+                self._unclaimed[row.id] = (row.epoch, now_ns, row)
 
     def finish(self, batch: Sequence[CachedRow], now_ns: int) -> None:
         """The batch's send is over (whether or not its rows were sent)."""
@@ -169,6 +198,20 @@ class MessageCache:
                 n += 1
         return n
 
+    def reschedule(self, row: CachedRow, epoch: int, time_next: int) -> bool:
+        """``row``, which this server has just postponed to ``time_next`` (epoch as
+        written), falls due before the next poll would read it: wait for it here, if there
+        is room and the row is not here already. Its send checks it as any other."""
+        rid = row.id
+        if rid in self._queued or rid in self._sending or rid in self._unclaimed:
+            return False
+        if rid in self._held or len(self._queued) + len(self._sending) >= self.size:
+            return False
+        again = CachedRow(row.priority, time_next, epoch, row.values)
+        self._queued[rid] = again
+        heapq.heappush(self._scheduled, (time_next, next(self._seq), again))
+        return True
+
     def settle(self, ids: Iterable[Hashable]) -> None:
         """Their ack or postpone is written: the database has them now."""
         self._held.difference_update(ids)
@@ -204,6 +247,7 @@ class MessageCache:
         is written."""
         self._queued.clear()
         self._heap.clear()
+        self._scheduled.clear()
         self.pending = False
 
     # -- counts --------------------------------------------------------------------------
@@ -229,6 +273,10 @@ class MessageCache:
         return len(flight)
 
     def _compact(self) -> None:
-        if len(self._heap) > 2 * len(self._queued) + 64:
-            self._heap = [e for e in self._heap if self._queued.get(e[3].id) is e[3]]
+        queued = self._queued
+        if len(self._heap) > 2 * len(queued) + 64:
+            self._heap = [e for e in self._heap if queued.get(e[3].id) is e[3]]
             heapq.heapify(self._heap)
+        if len(self._scheduled) > 2 * len(queued) + 64:
+            self._scheduled = [e for e in self._scheduled if queued.get(e[2].id) is e[2]]
+            heapq.heapify(self._scheduled)

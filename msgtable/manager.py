@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from msgtable.acks import AckCombiner
 from msgtable.backoff import draw_jitter, next_delivery_ns
-from msgtable.cache import CachedRow, MessageCache, Sent
+from msgtable.cache import CachedRow, MessageCache
 from msgtable.clock import Clock
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
 from msgtable.status import TableStatus
@@ -360,12 +360,15 @@ class MessageManager:
 
     # -- one step of each loop (unit tests call these directly) --------------------------
     def poll_once(self, restart: bool = True) -> int:
-        """Read due rows into the cache's free room; returns how many were new.
+        """Read the rows due now or before the next poll into the cache's free room; returns
+        how many were new.
 
         A poll reads at most as many rows as the cache has room for. ``restart`` begins a
         new pass at the best due row (so new and re-prioritised rows are seen); otherwise
         the poll continues the pass after the last row read, so a backlog larger than the
-        cache is read once, not again with every refill.
+        cache is read once, not again with every refill. Rows due within the next
+        vt_poller_interval wait in the cache and go out at their time (future time_next,
+        backoff redeliveries), not a poll late.
         """
         with self._lock:
             if not self._subscribers:
@@ -379,11 +382,13 @@ class MessageManager:
             limit = room + (min(self.cache.unclaimed, cfg.cache_size) if after is None else 0)
         if room == 0:
             return 0
-        rows, last = self.store.poll(cfg, self.clock.now_ns(), limit, after)
+        now = self.clock.now_ns()
+        lookahead = round(cfg.poller_interval_s * 1e9)
+        rows, last = self.store.poll(cfg, now + lookahead, limit, after)
         with self._lock:
             if not self._subscribers:  # the last one left during the poll
                 return 0
-            added, taken = self.cache.add(rows)
+            added, taken = self.cache.add(rows, now)
             if taken < len(rows):  # the cache filled up: continue after the last row taken
                 full = True
                 self._cursor = poll_key(rows[taken - 1]) if taken else after
@@ -402,14 +407,15 @@ class MessageManager:
         vt_postpone_after=0 the postpone UPDATE) covers the batches of all the subscribers
         ready now. Returns the number of rows taken from the cache (0: nothing to do now).
         """
+        now = self.clock.now_ns()
         with self._lock:
-            if not self.cache.queued:
+            if not self.cache.due(now):
                 return 0
             cfg = self.config
             chosen = select_subscribers(self._subscribers, self._next)
             plan: list[tuple[Subscriber, list[CachedRow]]] = []
             for i in chosen:
-                batch = self.cache.pop(cfg.batch_size)
+                batch = self.cache.pop(cfg.batch_size, now)
                 if not batch:
                     break
                 plan.append((self._subscribers[i], batch))
@@ -417,7 +423,6 @@ class MessageManager:
             if not plan:
                 return 0
         rows = [r for _, batch in plan for r in batch]
-        now = self.clock.now_ns()
         jitter = draw_jitter(self.rng)
 
         def next_ns(epoch: int) -> int:
@@ -438,11 +443,13 @@ class MessageManager:
                 if sent:
                     sub.put([r.values for r in sent])
 
+        postponed: list[tuple[CachedRow, int, int]] = []  # (row, epoch, time_next) written
         try:
             if deferred:
                 self.store.send(cfg, rows, now, deliver)
             else:
-                self.store.claim(cfg, rows, now, next_ns, deliver)
+                claimed = self.store.claim(cfg, rows, now, next_ns, deliver)
+                postponed = [(r, (r.epoch or 0) + 1, next_ns(r.epoch or 0)) for r in claimed]
         except MsgtableError:
             with self._lock:
                 self.cache.pending = True  # the rows are still due: read them again soon
@@ -455,6 +462,8 @@ class MessageManager:
                 refill = self.cache.pending and self.cache.queued <= cfg.cache_size // 2
             if refill:
                 self._poll_wake.set()
+        if not deferred:
+            self._reschedule(postponed, now)
         return len(rows)
 
     def postpone_once(self, everything: bool = False) -> int:
@@ -468,11 +477,12 @@ class MessageManager:
             taken = self.cache.due_postpones(before, MAX_POSTPONE_IDS)
         if not taken:
             return 0
-        groups: dict[Sent, list[Hashable]] = {}
-        for rid, sent in taken.items():
-            groups.setdefault(sent, []).append(rid)
+        groups: dict[tuple[int | None, int], list[Hashable]] = {}
+        for rid, (epoch, sent_ns, _) in taken.items():
+            groups.setdefault((epoch, sent_ns), []).append(rid)
         jitter = draw_jitter(self.rng)
         written: list[Hashable] = []
+        again: list[tuple[CachedRow, int, int]] = []
         try:
             for (epoch, sent_ns), ids in groups.items():
                 nxt = next_delivery_ns(
@@ -485,6 +495,7 @@ class MessageManager:
                 )
                 self.store.postpone(cfg, ids, epoch, sent_ns, nxt)
                 written.extend(ids)
+                again.extend((taken[i][2], (epoch or 0) + 1, nxt) for i in ids)
         except BaseException:
             done = set(written)
             with self._lock:
@@ -493,15 +504,35 @@ class MessageManager:
             raise
         with self._lock:
             self.cache.settle(written)
+        self._reschedule(again, now)
         return len(taken)
 
-    def _next_postpone_in_s(self) -> float | None:
-        """Seconds until the oldest unclaimed row is due for its postpone (None: none)."""
+    def _reschedule(self, rows: Sequence[tuple[CachedRow, int, int]], now_ns: int) -> None:
+        """Rows just postponed (row, epoch written, time_next written) that fall due before
+        the next poll would read them: the cache waits for them, so that a redelivery after
+        a short backoff goes out at its time, not at the next poll."""
         with self._lock:
+            if not self._subscribers:
+                return
+            horizon = now_ns + round(self.config.poller_interval_s * 1e9)
+            woken = False
+            for row, epoch, time_next in rows:
+                if time_next <= horizon and self.cache.reschedule(row, epoch, time_next):
+                    woken = True
+        if woken:
+            self._send_wake.set()
+
+    def _idle_wait_s(self) -> float:
+        """How long the sender may sleep: until the next queued row falls due or the next
+        postpone is to be written, at most IDLE_WAIT_S."""
+        with self._lock:
+            times = [self.cache.next_due_ns()]
             sent = self.cache.next_postpone_sent_ns()
-            if sent is None:
-                return None
-            return max(0.0, (sent + self.config.postpone_after_ns - self.clock.now_ns()) / 1e9)
+            if sent is not None:
+                times.append(sent + self.config.postpone_after_ns)
+        now = self.clock.now_ns()
+        waits = [(t - now) / 1e9 for t in times if t is not None]
+        return max(0.0, min([IDLE_WAIT_S, *waits]))
 
     def purge_once(self) -> int:
         """Delete acked rows older than vt_purge_after in bounded batches, until none remain.
@@ -590,8 +621,7 @@ class MessageManager:
                 self._send_wake.wait(self._failed(what, exc, failures))
                 continue
             if not taken:
-                due_in = self._next_postpone_in_s()
-                self._send_wake.wait(IDLE_WAIT_S if due_in is None else min(due_in, IDLE_WAIT_S))
+                self._send_wake.wait(self._idle_wait_s())
 
     def _purge_loop(self) -> None:
         failures = 0

@@ -493,6 +493,43 @@ def test_reschedule_and_reprioritise_by_dml_take_effect_at_the_next_poll(
     c.close()
 
 
+# -- 5b. on time: a message due before the next poll goes at its time ---------------------
+ON_TIME_S = 0.25  # generous for a loaded CI machine; bench/ measures the real lateness
+
+
+def test_a_future_message_goes_at_its_time_not_at_the_next_poll(served: Served):
+    served.create_table("future", vt_poller_interval=3)
+    due = served.now_ns() + NS
+    served.sql("insert into future(id, message, time_next) values (1, 'a', :t)", t=due)
+    c = Collector(served.client, "future")  # its first poll reads the row ahead
+    c.take(1, timeout_s=5)
+    late_s = (c.arrived_ns[1][0] - due) / NS
+    assert 0 <= late_s < ON_TIME_S  # the next poll would have been 3 s after the first
+    c.close()
+
+
+@pytest.mark.parametrize("postpone_after", [0, 1])
+def test_a_redelivery_goes_at_the_end_of_its_backoff_not_at_the_next_poll(
+    served: Served, postpone_after
+):
+    served.create_table(
+        "again",
+        vt_ack_wait=0.3,
+        vt_min_backoff=0.3,
+        vt_poller_interval=3,
+        vt_postpone_after=postpone_after,
+    )
+    served.sql("insert into again(id, message) values (1, 'a')")
+    c = Collector(served.client, "again")
+    c.take(1)
+    wait_until(lambda: row_state(served, "again", 1)[0] == 1, what="the postpone")
+    due = row_state(served, "again", 1)[1]
+    c.take(1, timeout_s=5)  # not acked: it comes back
+    late_s = (c.arrived_ns[1][1] - due) / NS
+    assert 0 <= late_s < ON_TIME_S
+    c.close()
+
+
 # -- 6. purge ----------------------------------------------------------------------------
 def test_old_acked_rows_are_purged_in_batches_while_delivery_goes_on(served: Served):
     served.create_table("purged", vt_purge_after=60, vt_poller_interval=0.1)

@@ -92,7 +92,8 @@ def test_unclaimed_rows_come_due_for_their_postpone_oldest_first():
     sent(c, [2, 3], now_ns=20, epoch=4)
     assert c.next_postpone_sent_ns() == 10
     assert c.due_postpones(sent_before_ns=5, limit=10) == {}
-    assert c.due_postpones(sent_before_ns=20, limit=2) == {1: (0, 10), 2: (4, 20)}
+    taken = c.due_postpones(sent_before_ns=20, limit=2)
+    assert {i: sent[:2] for i, sent in taken.items()} == {1: (0, 10), 2: (4, 20)}
     assert c.next_postpone_sent_ns() == 20
     # Held while their postpone is written: still never queued again by a poll.
     assert c.add([row(1), row(2)]) == (0, 2) and c.unclaimed == 3
@@ -105,7 +106,7 @@ def test_an_ack_takes_only_rows_still_unclaimed_and_a_failure_puts_them_back_fir
     sent(c, [1, 2], now_ns=10)
     sent(c, [3], now_ns=20)
     taken = c.take_unclaimed([2, 3, 9])
-    assert taken == {2: (0, 10), 3: (0, 20)}
+    assert {i: sent[:2] for i, sent in taken.items()} == {2: (0, 10), 3: (0, 20)}
     assert c.take_unclaimed([2, 3]) == {}  # held: a second writer gets nothing
     assert c.add([row(2), row(3)]) == (0, 2)
     c.unhold(taken)  # the ack failed
@@ -117,7 +118,7 @@ def test_clear_keeps_rows_whose_postpone_is_still_to_write():
     c = MessageCache(10)
     sent(c, [1])
     c.clear()
-    assert c.unclaimed == 1 and c.due_postpones(100, 10) == {1: (0, 0)}
+    assert c.unclaimed == 1 and list(c.due_postpones(100, 10)) == [1]
 
 
 def test_a_full_cache_takes_in_rows_up_to_the_first_it_has_no_room_for():
@@ -133,3 +134,23 @@ def test_rows_a_subscriber_never_got_may_be_sent_again_at_once():
     assert c.unsend([1, 9]) == 1
     assert c.unclaimed == 1 and c.add([row(1), row(2)]) == (1, 2)
     assert [r.id for r in c.pop(5)] == [1]
+
+
+def test_rows_not_due_yet_wait_for_their_time_then_go_by_priority():
+    c = MessageCache(10)
+    c.add([row(1, priority=0, time_next=50), row(2, priority=1, time_next=5)], now_ns=10)
+    assert c.next_due_ns() == 50
+    assert [r.id for r in c.pop(5, now_ns=10)] == [2]
+    assert c.pop(5, now_ns=49) == [] and not c.due(49) and c.due(50)
+    assert [r.id for r in c.pop(5, now_ns=50)] == [1]
+    assert c.next_due_ns() is None
+
+
+def test_a_scheduled_row_acked_or_re_keyed_leaves_no_stale_wake_up():
+    c = MessageCache(10)
+    c.add([row(1, time_next=50), row(2, time_next=60)], now_ns=0)
+    c.forget([1])
+    assert c.next_due_ns() == 60
+    c.add([row(2, time_next=80)], now_ns=0)  # rescheduled by DML, read again
+    assert c.next_due_ns() == 80
+    assert c.pop(5, now_ns=70) == [] and [r.id for r in c.pop(5, now_ns=80)] == [2]

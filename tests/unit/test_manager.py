@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 
 import pytest
 
@@ -140,10 +141,11 @@ def test_an_unacked_message_comes_back_after_its_backoff(engine, store, clock):
     drain(sub)
     postponed(m, clock)
     clock.advance(29)
-    assert m.poll_once() == 0  # still in its lease + backoff
+    m.poll_once()
+    assert m.send_once() == 0  # still in its lease + backoff
     clock.advance(31 * 4 / 3)
-    assert m.poll_once() == 1
-    m.send_once()
+    m.poll_once()
+    assert m.send_once() == 1
     assert drain(sub) == [(1, "a")]
     postponed(m, clock)
     assert store.rows["q"][1]["epoch"] == 2
@@ -560,3 +562,112 @@ def test_batches_a_leaving_subscriber_never_got_go_to_another_at_once(engine, st
         assert m.status("memdb").sent == 4
     else:  # postponed before the send: they come back after their lease
         assert m.poll_once() == 0
+
+
+# -- on time: rows due before the next poll go out at their time -------------------------
+def test_a_row_due_before_the_next_poll_is_sent_at_its_time_not_a_poll_later(engine, store, clock):
+    due = clock.now_ns() + 10 * 10**9  # the poll interval is 30 s
+    store.insert("q", 1, message="a", time_next=due)
+    m = manager(engine)
+    sub = m.subscribe()
+    assert m.poll_once() == 1  # read ahead
+    assert m.send_once() == 0 and m.cache.next_due_ns() == due
+    assert m._idle_wait_s() == 1.0  # the sender sleeps at most IDLE_WAIT_S, then looks again
+    clock.advance(9.5)
+    assert m.send_once() == 0 and m._idle_wait_s() == pytest.approx(0.5)
+    clock.advance(0.5)
+    assert m.send_once() == 1 and drain(sub) == [(1, "a")]
+    assert m.cache.next_due_ns() is None
+
+
+def test_a_row_due_after_the_next_poll_is_left_to_that_poll(engine, store, clock):
+    store.insert("q", 1, message="a", time_next=clock.now_ns() + 31 * 10**9)
+    m = manager(engine)
+    m.subscribe()
+    assert m.poll_once() == 0
+
+
+def test_a_row_falling_due_keeps_its_priority_among_the_due(engine, store, clock):
+    store.insert("q", 1, message="later", priority=0, time_next=clock.now_ns() + 10**9)
+    store.insert("q", 2, message="now", priority=1)
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    clock.advance(1)
+    m.send_once()
+    assert [r[0] for r in drain(sub)] == [1, 2]
+
+
+def test_a_scheduled_row_rescheduled_by_dml_goes_at_its_new_time(engine, store, clock):
+    store.insert("q", 1, message="a", time_next=clock.now_ns() + 10**9)
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    store.update("q", 1, time_next=clock.now_ns() + 5 * 10**9)
+    m.poll_once()  # re-read with its new time
+    clock.advance(1)
+    assert m.send_once() == 0
+    clock.advance(4)
+    assert m.send_once() == 1 and drain(sub) == [(1, "a")]
+
+
+def test_the_sender_wakes_for_a_row_falling_due_between_polls():
+    store = InMemoryStore()
+    store.create_table("q", COMMENT)  # polls every 30 s
+    e = MessageEngine(store, rng=random.Random(1), discovery_interval_s=3600)
+    e.open()
+    try:
+        sub = e.subscribe("q")
+        assert sub.next_batch(0.5) == []  # the first poll found nothing
+        due = time.time_ns() + 300_000_000
+        store.insert("q", 1, message="a", time_next=due)
+        e._manager("q", "")._poll_wake.set()  # a poll now, which reads the row ahead
+        assert sub.next_batch(5) == [(1, "a")]
+        late_s = (time.time_ns() - due) / 1e9
+        assert 0 <= late_s < 1.0  # at its time, not 30 s later at the next poll
+    finally:
+        e.close()
+
+
+def short_backoff_table(engine, store, postpone_after) -> MessageManager:
+    """Table "r": ack wait 1 s, backoff from 1 s, polls every 30 s."""
+    comment = (
+        COMMENT.replace("vt_ack_wait=30", "vt_ack_wait=1")
+        + f",vt_min_backoff=1,vt_postpone_after={postpone_after}"
+    )
+    store.create_table("r", comment)
+    store.insert("r", 1, message="a")
+    engine.refresh()
+    return engine._manager("r", "")
+
+
+def test_a_redelivery_due_before_the_next_poll_goes_at_its_time(
+    engine, store, clock, postpone_after
+):
+    m = short_backoff_table(engine, store, postpone_after)
+    sub = m.subscribe()
+    m.poll_once()
+    sent_at = clock.now_ns()
+    assert m.send_once() == 1 and drain(sub) == [(1, "a")]
+    postponed(m, clock)
+    time_next = store.rows["r"][1]["time_next"]
+    assert sent_at + 2 * 10**9 <= time_next < sent_at + 2.34 * 10**9  # 1 s wait + 1 s backoff
+    assert m.cache.next_due_ns() == time_next  # waiting here: no poll is needed to resend it
+    clock.advance((time_next - clock.now_ns()) / 1e9 - 0.01)
+    assert m.send_once() == 0
+    clock.advance(0.01)
+    assert m.send_once() == 1 and drain(sub) == [(1, "a")]
+    postponed(m, clock)
+    assert store.rows["r"][1]["epoch"] == 2
+
+
+def test_an_ack_before_the_redelivery_cancels_it(engine, store, clock, postpone_after):
+    m = short_backoff_table(engine, store, postpone_after)
+    sub = m.subscribe()
+    m.poll_once()
+    m.send_once()
+    drain(sub)
+    postponed(m, clock)
+    assert engine.ack("r", "", [1]) == 1  # late, but before the redelivery
+    clock.advance(5)
+    assert m.send_once() == 0 and drain(sub) == []

@@ -1,4 +1,5 @@
-"""Delivery latency: an INSERT's commit -> a subscriber holds the message.
+"""Delivery latency: an INSERT's commit -> a subscriber holds the message; and how late
+messages with a future time_next arrive after it (on time).
 
 A paced producer process inserts single rows (one autocommit INSERT each) at a steady
 RATE_MSGS_S and notes each row's commit time (when the INSERT returned); one subscriber
@@ -8,6 +9,12 @@ arrival minus commit, per message; the figures are its 50th and 99th percentiles
 The engine only polls today: a row waits for the next poll (every vt_poller_interval; the
 table here uses a short one, reported with the figures), then for its claim and the stream.
 Binlog-based instant delivery is a later issue and should bring p50 down to a few ms.
+
+On time: ON_TIME_MESSAGES rows are inserted with time_next spread over ON_TIME_SPREAD_S,
+starting ON_TIME_LEAD_S from now, on a table polled only every ON_TIME_POLLER_S; then one
+subscriber subscribes. Its first poll reads them all ahead (they fall due before the next
+poll), so each must go out at its own time_next. Lateness is arrival minus time_next (wall
+clock, one machine); the target is a p99 of at most 50 ms.
 """
 
 from __future__ import annotations
@@ -35,6 +42,10 @@ from bench.common import (
 
 RATE_MSGS_S = 1000
 BATCH_SIZE = 100
+ON_TIME_MESSAGES = 2000
+ON_TIME_LEAD_S = 3.0  # the subscriber process must start and subscribe before the first
+ON_TIME_SPREAD_S = 2.0
+ON_TIME_POLLER_S = 10.0  # longer than lead + spread: only the first poll reads the rows
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,26 @@ class LatencyResult:
             "p50_ms": round(self.p50_ms, 2),
             "p99_ms": round(self.p99_ms, 2),
             "max_ms": round(self.max_ms, 2),
+        }
+
+
+@dataclass(frozen=True)
+class OnTimeResult:
+    messages: int
+    poller_interval_s: float
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    earliest_ms: float  # the smallest lateness; below 0 a message went out early
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "poller_interval_s": self.poller_interval_s,
+            "late_p50_ms": round(self.p50_ms, 2),
+            "late_p99_ms": round(self.p99_ms, 2),
+            "late_max_ms": round(self.max_ms, 2),
+            "earliest_ms": round(self.earliest_ms, 2),
         }
 
 
@@ -93,6 +124,8 @@ class ReceiverSpec:
     address: str
     table: str
     n: int
+    wall_clock: bool = False  # note arrivals in Unix time (else monotonic)
+    ack_async: bool = False  # ack with ack_async (else a MessageAck per batch, waited for)
 
 
 def receiver_worker(spec: ReceiverSpec, name: str, ready: Any, go: Any, results: Any) -> None:
@@ -106,13 +139,17 @@ def receiver_worker(spec: ReceiverSpec, name: str, ready: Any, go: Any, results:
         with Client(spec.address, timeout_s=30) as client, client.subscribe(spec.table) as sub:
             ready.put(name)
             for batch in sub.batches():
-                now = time.monotonic()
+                now = time.time() if spec.wall_clock else time.monotonic()
                 for m in batch:
                     arrived[int(m.id)] = now  # type: ignore[call-overload]
                 seen += len(batch)
-                sub.ack(batch)
+                if spec.ack_async:
+                    sub.ack_async(batch)
+                else:
+                    sub.ack(batch)
                 if seen >= spec.n:
                     break
+            sub.flush_acks(30)
         return {"arrived": arrived.tobytes(), "seen": seen}
 
     report(name, results, work)
@@ -151,4 +188,51 @@ def run(server: ServerProcess, dsn: str, seconds: float, poller_interval_s: floa
         p50_ms=percentile(latencies, 50),
         p99_ms=percentile(latencies, 99),
         max_ms=latencies[-1],
+    )
+
+
+def on_time(server: ServerProcess, dsn: str) -> OnTimeResult:
+    """How late messages with a future time_next arrive (see the module docstring)."""
+    table = "on_time"
+    n = ON_TIME_MESSAGES
+    create_table(dsn, table, message_comment(BATCH_SIZE, ON_TIME_POLLER_S))
+    try:
+        first = time.time_ns() + round(ON_TIME_LEAD_S * 1e9)
+        step = round(ON_TIME_SPREAD_S * 1e9 / n)
+        due = [first + i * step for i in range(n)]
+        literal = "'" + pymysql.converters.escape_string(PAYLOAD) + "'"
+        rows = [f"({i}, {due[i]}, {literal})" for i in range(n)]
+        execute(
+            dsn,
+            *(
+                f"insert into {table}(id, time_next, message) values " + ",".join(rows[k : k + 500])
+                for k in range(0, n, 500)
+            ),
+        )
+        with Workers() as workers:
+            spec = ReceiverSpec(server.address, table, n, wall_clock=True, ack_async=True)
+            workers.start("receiver", receiver_worker, spec)
+            workers.wait_ready()
+            if time.time_ns() >= first:
+                raise BenchError("on time: the subscriber started after the first message was due")
+            workers.go.set()
+            try:
+                results = workers.collect(ON_TIME_LEAD_S + ON_TIME_SPREAD_S + 60)
+            except BenchError:
+                server.check_alive()
+                raise
+    finally:
+        execute(dsn, f"drop table if exists {table}")
+    arrived = array("d")
+    arrived.frombytes(results["receiver"]["arrived"])
+    if results["receiver"]["seen"] != n or any(t == 0 for t in arrived):
+        raise BenchError(f"on time: {results['receiver']['seen']} of {n} messages arrived")
+    late = sorted(a * 1000 - d / 1e6 for a, d in zip(arrived, due, strict=True))
+    return OnTimeResult(
+        messages=n,
+        poller_interval_s=ON_TIME_POLLER_S,
+        p50_ms=percentile(late, 50),
+        p99_ms=percentile(late, 99),
+        max_ms=late[-1],
+        earliest_ms=late[0],
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import MIN_PRODUCER_ROWS, PAYLOAD, Throughput
-from bench.latency import LatencyResult
+from bench.latency import LatencyResult, OnTimeResult
 from bench.memory import MemoryResult
 from bench.scale import (
     DRAINS,
@@ -67,6 +67,7 @@ class Report:
     peer: Throughput | None = None
     peer_missing: str = ""
     latency: LatencyResult | None = None
+    on_time: OnTimeResult | None = None
     memory: MemoryResult | None = None
     backlog: BacklogResult | None = None
     purge: PurgeResult | None = None
@@ -123,6 +124,14 @@ class Report:
                 self.purge.ratio if self.purge else None,
                 0.8,
                 why_unmeasured=full_only,
+            ),
+            Target(
+                "on_time_p99_ms",
+                "future messages: arrival - time_next, p99",
+                self.on_time.p99_ms if self.on_time else None,
+                50,
+                unit=" ms",
+                at_most=True,
             ),
             Target(
                 "bytes_per_cached_msg",
@@ -184,6 +193,17 @@ class Report:
                 f"{lat.poller_interval_s:g} s (polling only):"
             )
             add(f"  p50 {lat.p50_ms:.1f} ms   p99 {lat.p99_ms:.1f} ms   max {lat.max_ms:.1f} ms")
+        if self.on_time:
+            ot = self.on_time
+            add("")
+            add(
+                f"on time: {ot.messages:,} messages with a future time_next, read ahead by one "
+                f"poll (vt_poller_interval {ot.poller_interval_s:g} s); arrival - time_next:"
+            )
+            add(
+                f"  p50 {ot.p50_ms:.1f} ms   p99 {ot.p99_ms:.1f} ms   max {ot.max_ms:.1f} ms   "
+                f"earliest {ot.earliest_ms:.1f} ms"
+            )
         if self.memory:
             m = self.memory
             add("")
@@ -298,6 +318,7 @@ class Report:
             "poller_interval_s": self.poller_interval_s,
             "postpone_after_s": self.postpone_after_s,
             "latency": self.latency.as_dict() if self.latency else None,
+            "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),
             "targets": {t.key: t.as_dict() for t in self.targets()},

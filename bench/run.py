@@ -32,7 +32,7 @@ from bench import common, engine, latency, memory, peer, raw, scale
 from bench.common import BenchError, Database, ServerProcess, database_server, scratch_database
 from bench.report import Report
 
-SECTIONS = ("raw", "msgtable", "latency", "peer", "memory", "backlog", "purge")
+SECTIONS = ("raw", "msgtable", "latency", "ontime", "peer", "memory", "backlog", "purge")
 FULL_ONLY = {"backlog", "purge"}  # quick mode runs them only when --only names them
 
 
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> Report:
                     r = raw.run(dsn, p.messages[b], b, k, db_pid=db.pid)
                     progress(f"raw batch {b}, {k} consumers: {r.msgs_s:,.0f} msgs/s")
                     report.runs.append(r)
-        if only & {"msgtable", "latency", "backlog", "purge"}:
+        if only & {"msgtable", "latency", "ontime", "backlog", "purge"}:
             run_engine(args, p, db, only, report)
         if "peer" in only:
             if not peer.kombu_available():
@@ -167,6 +167,10 @@ def run_engine(
             report.latency = latency.run(server, dsn, p.latency_s, args.latency_poller_interval)
             lat = report.latency
             progress(f"latency: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
+        if "ontime" in only:
+            report.on_time = latency.on_time(server, dsn)
+            ot = report.on_time
+            progress(f"on time: late p50 {ot.p50_ms:.1f} ms, p99 {ot.p99_ms:.1f} ms")
         k, b = args.subscribers, args.batch_size
         if "backlog" in only:
             report.backlog = scale.backlog(server, dsn, b, k, args.poller_interval)

@@ -15,6 +15,7 @@ import argparse
 import decimal
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -30,6 +31,7 @@ from msgtable import __version__
 from msgtable.client import DEFAULT_TARGET, Client, Field, Message, TableInfo, error_from_rpc
 from msgtable.errors import InvalidArgument, MsgtableError
 from msgtable.server import DEFAULT_GRACE_S, DEFAULT_LISTEN, MessagingServer
+from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 
 if TYPE_CHECKING:
     from msgtable.devdb import LocalServer
@@ -53,6 +55,16 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be more than zero, not {text}")
     return value
 
 
@@ -89,6 +101,13 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"HOST:PORT to listen on (env MSGTABLE_LISTEN; default "
         f"{DEFAULT_LISTEN}); there is no TLS or authentication yet, so "
         "keep it on loopback or a private network",
+    )
+    serve.add_argument(
+        "--discovery-interval",
+        type=_positive_float,
+        default=_env("MSGTABLE_DISCOVERY_INTERVAL", str(DEFAULT_DISCOVERY_INTERVAL_S)),
+        help="seconds between looks for new, changed and dropped message tables (env "
+        f"MSGTABLE_DISCOVERY_INTERVAL; default {DEFAULT_DISCOVERY_INTERVAL_S:g})",
     )
     serve.add_argument(
         "--grace-s",
@@ -163,13 +182,15 @@ def fail(message: str, stream: TextIO | None = None) -> int:
 
 
 # -- serve --------------------------------------------------------------------------------
-def open_engine(dsn: str) -> MessageEngine:
+def open_engine(
+    dsn: str, discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S
+) -> MessageEngine:
     from sqlalchemy.exc import ArgumentError
 
     from msgtable.engine import MessageEngine
 
     try:
-        return MessageEngine.from_dsn(dsn)
+        return MessageEngine.from_dsn(dsn, discovery_interval_s=discovery_interval_s)
     except ArgumentError as exc:
         raise InvalidArgument(f"invalid DSN: {exc}") from None
 
@@ -251,7 +272,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             from msgtable.store import without_driver
 
             dsn = without_driver(dsn)  # the server takes the fastest driver installed
-        engine = open_engine(dsn)
+        engine = open_engine(dsn, args.discovery_interval)
         try:
             engine.open()
             server = MessagingServer(engine, args.listen)

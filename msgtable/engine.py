@@ -29,11 +29,10 @@ from msgtable.errors import (
 from msgtable.manager import MessageManager, Subscriber
 from msgtable.status import TableStatus
 from msgtable.store import MySQLStore, Store, TableDefinition
-from msgtable.tables import TableConfig, load_table
+from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S, TableConfig, load_table
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DISCOVERY_INTERVAL_S = 5.0
 DISCOVERY_RETRY_MAX_S = 30.0
 SHARDS = ("", "0", "-")  # ways to name the one shard of an unsharded keyspace
 

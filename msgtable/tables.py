@@ -31,6 +31,10 @@ OPTIONAL_KEYS = ("vt_min_backoff", "vt_max_backoff", "vt_message_cols", "vt_post
 # Never later than vt_ack_wait. 0 postpones before the send, as Vitess does.
 DEFAULT_POSTPONE_AFTER_S = 1.0
 
+# How often the server looks for new, changed and dropped message tables (msgtable serve
+# --discovery-interval); also at once when a request names a table it does not know.
+DEFAULT_DISCOVERY_INTERVAL_S = 5.0
+
 # A backoff with no upper bound (vt_max_backoff=0) still stops here, so time_next stays a
 # valid BIGINT of nanoseconds for centuries.
 BACKOFF_CEILING_S = 365 * 86400.0

@@ -88,6 +88,7 @@ class Collector:
         self.subscription = client.subscribe(table, **kwargs)
         self.messages: queue.Queue[Message] = queue.Queue()
         self.arrived_ns: dict[object, list[int]] = {}  # id -> wall-clock times it arrived
+        self.batch_sizes: list[int] = []  # of each response, in order
         self.error: BaseException | None = None
         self.done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -95,9 +96,12 @@ class Collector:
 
     def _run(self) -> None:
         try:
-            for m in self.subscription:
-                self.arrived_ns.setdefault(m.id, []).append(time.time_ns())
-                self.messages.put(m)
+            for batch in self.subscription.batches():
+                now = time.time_ns()
+                self.batch_sizes.append(len(batch))
+                for m in batch:
+                    self.arrived_ns.setdefault(m.id, []).append(now)
+                    self.messages.put(m)
         except BaseException as exc:
             self.error = exc
         finally:

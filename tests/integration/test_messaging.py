@@ -634,6 +634,70 @@ def test_a_table_created_after_start_is_served_without_restart(served: Served):
     c.close()
 
 
+# -- live schema ---------------------------------------------------------------------------
+def test_a_new_table_is_served_within_one_discovery_interval(served: Served):
+    # The fixture's engine looks every 0.5 s; nothing here names the table to the server.
+    created = time.monotonic()
+    served.create_table("fresh")
+    wait_until(
+        lambda: any(t.name == "fresh" and t.loaded for t in served.client.list_tables()),
+        timeout_s=5,
+        what="the new table to be served",
+    )
+    assert time.monotonic() - created < 0.5 + 1.0  # one interval, and slack for a busy CI
+
+
+def test_an_altered_comment_changes_the_batch_size_while_subscribers_stay(served: Served):
+    served.create_table("resize", vt_batch_size=2, vt_poller_interval=0.05)
+    c = Collector(served.client, "resize")
+    served.sql(
+        "insert into resize(id, message) values " + ",".join(f"({i}, 'm')" for i in range(10))
+    )
+    c.subscription.ack(c.take(10))
+    assert max(c.batch_sizes) == 2
+    served.sql(f"alter table resize comment '{comment(vt_batch_size=5, vt_poller_interval=0.05)}'")
+    wait_until(
+        lambda: served.client.list_tables()[0].config.batch_size == 5,
+        what="the new comment to be applied",
+    )
+    before = len(c.batch_sizes)
+    served.sql(
+        "insert into resize(id, message) values " + ",".join(f"({i}, 'm')" for i in range(10, 20))
+    )
+    c.take(10)  # on the same stream
+    assert max(c.batch_sizes[before:]) == 5 and c.error is None
+    c.close()
+
+
+def test_dropping_a_table_ends_its_streams_with_not_found(served: Served):
+    served.create_table("doomed", vt_poller_interval=0.05)
+    c = Collector(served.client, "doomed")
+    served.sql("drop table doomed")
+    assert c.done.wait(5), "the stream should end"
+    assert isinstance(c.error, TableNotFound)
+    with pytest.raises(TableNotFound):
+        served.client.subscribe("doomed")
+
+
+def test_an_invalid_new_comment_stops_the_table_until_it_is_fixed(served: Served):
+    served.create_table("fickle", vt_poller_interval=0.05)
+    c = Collector(served.client, "fickle")
+    bad = comment(vt_poller_interval=0.05).replace("vt_batch_size=10", "vt_batch_size=0")
+    served.sql(f"alter table fickle comment '{bad}'")
+    assert c.done.wait(5), "the stream should end"
+    assert isinstance(c.error, TableLoadError) and "vt_batch_size" in str(c.error)
+    (info,) = served.client.list_tables()
+    assert not info.loaded and "vt_batch_size" in info.load_error
+    with pytest.raises(TableLoadError):
+        served.client.subscribe("fickle")
+    served.sql(f"alter table fickle comment '{comment(vt_poller_interval=0.05)}'")
+    wait_until(lambda: served.client.list_tables()[0].loaded, what="the table to come back")
+    served.sql("insert into fickle(id, message) values (1, 'back')")
+    again = Collector(served.client, "fickle")
+    assert again.take(1)[0].id == 1
+    again.close()
+
+
 def test_lower_priority_goes_first_and_dml_reprioritising_counts_at_the_next_poll(
     served: Served,
 ):

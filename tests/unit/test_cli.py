@@ -53,7 +53,13 @@ def server(engine: FakeEngine) -> Iterator[MessagingServer]:
 
 @pytest.fixture(autouse=True)
 def no_msgtable_env(monkeypatch):
-    for name in ("MSGTABLE_DSN", "MSGTABLE_LISTEN", "MSGTABLE_SERVER", "MSGTABLE_LOG_LEVEL"):
+    for name in (
+        "MSGTABLE_DSN",
+        "MSGTABLE_LISTEN",
+        "MSGTABLE_SERVER",
+        "MSGTABLE_LOG_LEVEL",
+        "MSGTABLE_DISCOVERY_INTERVAL",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -87,13 +93,45 @@ def test_flags_fall_back_to_environment_variables(monkeypatch):
     assert parser.parse_args(["tail", "t", "--server", "other:1"]).server == "other:1"
 
 
+def test_the_discovery_interval_is_a_flag_with_an_environment_fallback(monkeypatch):
+    parser = cli.build_parser()
+    assert parser.parse_args(["serve"]).discovery_interval == 5.0
+    assert parser.parse_args(["serve", "--discovery-interval", "0.5"]).discovery_interval == 0.5
+    monkeypatch.setenv("MSGTABLE_DISCOVERY_INTERVAL", "2")
+    assert cli.build_parser().parse_args(["serve"]).discovery_interval == 2.0
+
+
+def test_serve_gives_the_engine_its_discovery_interval(monkeypatch):
+    engine = ServableEngine()
+    seen = []
+
+    def open_engine(dsn, discovery_interval_s):
+        seen.append(discovery_interval_s)
+        return engine
+
+    monkeypatch.setattr(cli, "open_engine", open_engine)
+    engine.fatal.set()  # stop at once
+    argv = ["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]
+    cli.main([*argv, "--discovery-interval", "0.25"])
+    assert seen == [0.25]
+
+
 def test_tail_takes_a_name_and_its_options():
     args = cli.build_parser().parse_args(["tail", "my_message", "--ack", "--count", "5", "--json"])
     assert (args.name, args.ack, args.count, args.json) == ("my_message", True, 5, True)
 
 
 @pytest.mark.parametrize(
-    "argv", [[], ["tail"], ["tail", "t", "--count", "0"], ["serve", "--log-level", "loud"]]
+    "argv",
+    [
+        [],
+        ["tail"],
+        ["tail", "t", "--count", "0"],
+        ["serve", "--log-level", "loud"],
+        ["serve", "--discovery-interval", "0"],
+        ["serve", "--discovery-interval", "soon"],
+        ["serve", "--discovery-interval", "inf"],
+    ],
 )
 def test_bad_arguments_exit_with_usage(argv, capsys):
     with pytest.raises(SystemExit) as caught:
@@ -224,7 +262,7 @@ def test_serve_without_a_server_binary_prints_the_install_hint(monkeypatch, caps
 
 def test_serve_stops_gracefully_on_sigint_and_closes_the_engine(monkeypatch, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s: engine)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -244,7 +282,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
     engine = ServableEngine()
     engine.fatal_reason = "the poller of my_message died"
     engine.fatal.set()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]) == 1
     )
@@ -253,7 +291,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
 
 def test_serve_on_a_port_in_use_is_one_line_on_stderr(monkeypatch, server, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", server.address]) == 1
     )

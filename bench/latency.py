@@ -155,6 +155,15 @@ def receiver_worker(spec: ReceiverSpec, name: str, ready: Any, go: Any, results:
     report(name, results, work)
 
 
+def arrivals(receiver: dict[str, Any], n: int, what: str) -> array[float]:
+    """The receiver's arrival time of each message, by id; every one of ``n`` must be there."""
+    arrived = array("d")
+    arrived.frombytes(receiver["arrived"])
+    if receiver["seen"] != n or any(t == 0 for t in arrived):
+        raise BenchError(f"{what}: {receiver['seen']} of {n} messages arrived")
+    return arrived
+
+
 def run(server: ServerProcess, dsn: str, seconds: float, poller_interval_s: float) -> LatencyResult:
     """Latency at RATE_MSGS_S for ``seconds``, on a table polled every poller_interval_s."""
     table = "latency"
@@ -175,10 +184,7 @@ def run(server: ServerProcess, dsn: str, seconds: float, poller_interval_s: floa
         execute(dsn, f"drop table if exists {table}")
     committed = array("d")
     committed.frombytes(results["producer"]["committed"])
-    arrived = array("d")
-    arrived.frombytes(results["receiver"]["arrived"])
-    if results["receiver"]["seen"] != n or any(t == 0 for t in arrived):
-        raise BenchError(f"latency: {results['receiver']['seen']} of {n} messages arrived")
+    arrived = arrivals(results["receiver"], n, "latency")
     latencies = sorted((a - c) * 1000 for a, c in zip(arrived, committed, strict=True))
     producer = results["producer"]
     return LatencyResult(
@@ -223,10 +229,7 @@ def on_time(server: ServerProcess, dsn: str) -> OnTimeResult:
                 raise
     finally:
         execute(dsn, f"drop table if exists {table}")
-    arrived = array("d")
-    arrived.frombytes(results["receiver"]["arrived"])
-    if results["receiver"]["seen"] != n or any(t == 0 for t in arrived):
-        raise BenchError(f"on time: {results['receiver']['seen']} of {n} messages arrived")
+    arrived = arrivals(results["receiver"], n, "on time")
     late = sorted(a * 1000 - d / 1e6 for a, d in zip(arrived, due, strict=True))
     return OnTimeResult(
         messages=n,

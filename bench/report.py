@@ -66,7 +66,8 @@ class Report:
     runs: list[Throughput] = field(default_factory=list)
     peer: Throughput | None = None
     peer_missing: str = ""
-    latency: LatencyResult | None = None
+    latency: LatencyResult | None = None  # polling only
+    latency_binlog: LatencyResult | None = None  # msgtable serve --binlog
     on_time: OnTimeResult | None = None
     memory: MemoryResult | None = None
     backlog: BacklogResult | None = None
@@ -124,6 +125,22 @@ class Report:
                 self.purge.ratio if self.purge else None,
                 0.8,
                 why_unmeasured=full_only,
+            ),
+            Target(
+                "latency_binlog_p50_ms",
+                "INSERT commit -> receive with the binlog, p50",
+                self.latency_binlog.p50_ms if self.latency_binlog else None,
+                5,
+                unit=" ms",
+                at_most=True,
+            ),
+            Target(
+                "latency_binlog_p99_ms",
+                "INSERT commit -> receive with the binlog, p99",
+                self.latency_binlog.p99_ms if self.latency_binlog else None,
+                20,
+                unit=" ms",
+                at_most=True,
             ),
             Target(
                 "on_time_p99_ms",
@@ -184,13 +201,15 @@ class Report:
                     add(f"    {r.cpu_note()}")
         if self.mode == "full":
             out.extend(self._grid_text())
-        if self.latency:
-            lat = self.latency
+        for lat in (self.latency, self.latency_binlog):
+            if lat is None:
+                continue
             add("")
             add(
                 f"latency, INSERT commit -> subscriber has it, {lat.messages:,} single-row "
                 f"INSERTs at {lat.rate_msgs_s:,.0f} msg/s, vt_poller_interval "
-                f"{lat.poller_interval_s:g} s (polling only):"
+                f"{lat.poller_interval_s:g} s "
+                + ("(msgtable serve --binlog):" if lat.binlog else "(polling only):")
             )
             add(f"  p50 {lat.p50_ms:.1f} ms   p99 {lat.p99_ms:.1f} ms   max {lat.max_ms:.1f} ms")
         if self.on_time:
@@ -318,6 +337,13 @@ class Report:
             "poller_interval_s": self.poller_interval_s,
             "postpone_after_s": self.postpone_after_s,
             "latency": self.latency.as_dict() if self.latency else None,
+            "latency_binlog": self.latency_binlog.as_dict() if self.latency_binlog else None,
+            "latency_binlog_p50_ms": rnd(
+                self.latency_binlog.p50_ms if self.latency_binlog else None, 2
+            ),
+            "latency_binlog_p99_ms": rnd(
+                self.latency_binlog.p99_ms if self.latency_binlog else None, 2
+            ),
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

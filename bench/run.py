@@ -166,7 +166,14 @@ def run_engine(
         if "latency" in only:
             report.latency = latency.run(server, dsn, p.latency_s, args.latency_poller_interval)
             lat = report.latency
-            progress(f"latency: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
+            progress(f"latency, polling: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
+            with ServerProcess(dsn, binlog=True) as following:  # msgtable serve --binlog
+                time.sleep(1.0)  # its follower connects to the binlog after it starts serving
+                report.latency_binlog = latency.run(
+                    following, dsn, p.latency_s, args.latency_poller_interval, binlog=True
+                )
+            lat = report.latency_binlog
+            progress(f"latency, binlog: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
         if "ontime" in only:
             report.on_time = latency.on_time(server, dsn)
             ot = report.on_time

@@ -110,6 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         f"MSGTABLE_DISCOVERY_INTERVAL; default {DEFAULT_DISCOVERY_INTERVAL_S:g})",
     )
     serve.add_argument(
+        "--binlog",
+        action="store_true",
+        default=_env("MSGTABLE_BINLOG", "") not in ("", "0"),
+        help="follow the database's binlog, so rows written by any client go out at once, not "
+        "at the next poll (needs a ROW binlog and REPLICATION SLAVE + REPLICATION CLIENT; "
+        "costs server CPU under heavy writes; env MSGTABLE_BINLOG=1)",
+    )
+    serve.add_argument(
         "--grace-s",
         type=_non_negative_float,
         default=DEFAULT_GRACE_S,
@@ -183,14 +191,18 @@ def fail(message: str, stream: TextIO | None = None) -> int:
 
 # -- serve --------------------------------------------------------------------------------
 def open_engine(
-    dsn: str, discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S
+    dsn: str,
+    discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S,
+    follow_binlog: bool = False,
 ) -> MessageEngine:
     from sqlalchemy.exc import ArgumentError
 
     from msgtable.engine import MessageEngine
 
     try:
-        return MessageEngine.from_dsn(dsn, discovery_interval_s=discovery_interval_s)
+        return MessageEngine.from_dsn(
+            dsn, discovery_interval_s=discovery_interval_s, follow_binlog=follow_binlog
+        )
     except ArgumentError as exc:
         raise InvalidArgument(f"invalid DSN: {exc}") from None
 
@@ -272,7 +284,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             from msgtable.store import without_driver
 
             dsn = without_driver(dsn)  # the server takes the fastest driver installed
-        engine = open_engine(dsn, args.discovery_interval)
+        engine = open_engine(dsn, args.discovery_interval, args.binlog)
         try:
             engine.open()
             server = MessagingServer(engine, args.listen)

@@ -18,6 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from msgtable.binlog import BinlogFollower, RowChange
 from msgtable.clock import Clock, SystemClock
 from msgtable.errors import (
     InvalidArgument,
@@ -48,6 +49,7 @@ class MessageEngine:
         rng: random.Random | None = None,
         discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S,
         run_loops: bool = True,
+        follow_binlog: bool = False,
     ) -> None:
         self.store = store
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
@@ -67,6 +69,11 @@ class MessageEngine:
         self._thread: threading.Thread | None = None
         self.fatal = threading.Event()
         self.fatal_reason = ""
+        self.binlog: BinlogFollower | None = None
+        if follow_binlog and isinstance(store, MySQLStore):
+            self.binlog = BinlogFollower(
+                store.replication_settings(), store.database, store.binlog_status, self
+            )
 
     @classmethod
     def from_dsn(cls, dsn: str, **kwargs: Any) -> MessageEngine:
@@ -85,11 +92,15 @@ class MessageEngine:
             target=self._discovery_loop, daemon=True, name="msgtable-discovery"
         )
         self._thread.start()
+        if self.binlog is not None:
+            self.binlog.open()
 
     def close(self) -> None:
         """End every subscription (Unavailable), stop all loops, close connections."""
         self._stop.set()
         self._wake.set()
+        if self.binlog is not None:
+            self.binlog.close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(DISCOVERY_RETRY_MAX_S)
         with self._lock:
@@ -97,6 +108,27 @@ class MessageEngine:
         for m in managers:
             m.close(Unavailable("server shutting down"))
         self.store.close()
+
+    # -- msgtable.binlog.BinlogSink -------------------------------------------------------
+    def binlog_tables(self) -> dict[str, Sequence[str]]:
+        with self._lock:
+            return {name: m.config.column_names for name, m in self._managers.items()}
+
+    def binlog_insert(self, table: str) -> None:
+        m = self._managers.get(table)
+        if m is not None:
+            m.binlog_insert()
+
+    def binlog_changes(self, table: str, changes: list[RowChange]) -> None:
+        m = self._managers.get(table)
+        if m is not None:
+            m.binlog_changes(changes)
+
+    def binlog_resync(self) -> None:
+        with self._lock:
+            managers = list(self._managers.values())
+        for m in managers:
+            m.resync()
 
     def _on_fatal(self, reason: str) -> None:
         self.fatal_reason = reason

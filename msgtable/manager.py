@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from msgtable.acks import AckCombiner
 from msgtable.backoff import draw_jitter, next_delivery_ns
+from msgtable.binlog import RowChange
 from msgtable.cache import CachedRow, MessageCache
 from msgtable.clock import Clock
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
@@ -343,6 +344,42 @@ class MessageManager:
         with self._lock:
             self.cache.settle(first)
         return n
+
+    # -- hints from the binlog (msgtable.binlog) -------------------------------------------
+    def binlog_insert(self) -> None:
+        """Another client inserted rows: a new pass now if the sender is about to run dry
+        (at most one batch queued). Otherwise it has work, and the rows come with the refill
+        when the cache is half empty or with the next poll: a pass from the head per INSERT
+        would read the whole queued page again each time."""
+        with self._lock:
+            if not self._subscribers or self.cache.pending or self.cache.room() == 0:
+                return
+            if self.cache.queued > self.config.batch_size:
+                return
+            self._restart = True
+        self._poll_wake.set()
+
+    def binlog_changes(self, changes: Sequence[RowChange]) -> None:
+        """Another client acked or deleted rows (they leave the cache), or moved them in time,
+        epoch or priority (a new pass reads them as they are now; a row this server sent and
+        has not postponed yet is no longer held back)."""
+        gone = [c.id for c in changes if c.gone]
+        moved = [c.id for c in changes if c.moved]
+        with self._lock:
+            if gone:
+                self.cache.forget(gone)
+            if moved:
+                self.cache.unsend(moved)
+                self._restart = True
+            poll = bool(moved) and bool(self._subscribers)
+        if poll:
+            self._poll_wake.set()
+
+    def resync(self) -> None:
+        """Something may have been missed: a new pass now."""
+        with self._lock:
+            self._restart = True
+        self._poll_wake.set()
 
     def status(self, keyspace: str) -> TableStatus:
         with self._lock:

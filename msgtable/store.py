@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from msgtable.binlog import STATEMENT_MARK, BinlogStatus
 from msgtable.cache import CachedRow, PolledRow
 from msgtable.dbpool import ConnectionPool
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
@@ -175,6 +176,11 @@ def in_list(ids: Sequence[Hashable]) -> tuple[str, list[Any]]:
     return placeholders(len(ids)), list(ids)
 
 
+# Every statement that writes a message table begins with this comment, so that the binlog
+# follower knows msgtable's own writes from other clients' (msgtable.binlog).
+MARK = STATEMENT_MARK.replace("%", "%%")
+
+
 class TableStatements:
     """The SQL of one table, written once from its config. ``{ids}`` stands for an IN list.
 
@@ -217,7 +223,7 @@ class TableStatements:
         self.poll_after = select + after + tail
         self.poll_after_null = select + after_null + tail
         self.claim = (
-            f"UPDATE {tf} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
+            f"{MARK}UPDATE {tf} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND {acked} IS NULL AND {due}"
         )
         self.claimed = (
@@ -233,11 +239,11 @@ class TableStatements:
         # the send even where an ack by DML came first, and moves time_next only where no
         # ack did; a row rescheduled or re-versioned by DML since the send keeps its values.
         self.postpone = (
-            f"UPDATE {tf} SET {epoch} = COALESCE({epoch}, 0) + 1, "
+            f"{MARK}UPDATE {tf} SET {epoch} = COALESCE({epoch}, 0) + 1, "
             f"{quote('time_next')} = IF({acked} IS NULL, %s, {quote('time_next')}) "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND ({acked} IS NOT NULL OR {due})"
         )
-        set_acked = f"UPDATE {tf} SET {acked} = %s, {quote('time_next')} = NULL"
+        set_acked = f"{MARK}UPDATE {tf} SET {acked} = %s, {quote('time_next')} = NULL"
         where_unacked = f" WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
         self.ack = set_acked + where_unacked
         # An ack of rows whose send was not postponed yet counts that send: epoch + 1.
@@ -246,7 +252,7 @@ class TableStatements:
             set_acked + f", {epoch} = COALESCE({epoch}, 0) + ({rid} IN ({{first}}))" + where_unacked
         )
         self.acked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
-        self.purge = f"DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
+        self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
 
     def poll_query(self, now_ns: int, limit: int, after: PollKey | None) -> tuple[str, list[Any]]:
         if after is None:
@@ -280,6 +286,7 @@ class MySQLStore:
                 wait_s=CONNECT_TIMEOUT_S,
             )
 
+        self.url = url
         self._tx = pool(autocommit=False)  # the claim's transactions
         self._auto = pool(autocommit=True)  # one statement, one round trip: all the rest
         # By identity: hashing a TableConfig (all its columns) on every statement costs more
@@ -336,6 +343,44 @@ class MySQLStore:
             raise MsgtableError(f"database error: {_error_text(exc)}") from exc
         except OSError as exc:
             raise Unavailable(f"database unavailable: {exc}") from exc
+
+    # -- the binary log (msgtable.binlog) ------------------------------------------------
+    def binlog_status(self) -> BinlogStatus:
+        """Whether the binlog is on, its format, and where it is now."""
+        with self._errors(), self._auto.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@log_bin, @@binlog_format, VERSION()")
+            log_bin, row_format, version = cur.fetchone()
+            file, position = "", 0
+            if int(log_bin):
+                try:
+                    cur.execute("SHOW MASTER STATUS")
+                except self._auto.dbapi.ProgrammingError:  # MySQL 8.4 renamed it
+                    cur.execute("SHOW BINARY LOG STATUS")
+                row = cur.fetchone()
+                if row:
+                    file, position = _str(row[0]), int(row[1])
+        return BinlogStatus(
+            enabled=bool(int(log_bin)) and bool(file),
+            row_format=_str(row_format),
+            file=file,
+            position=position,
+            mariadb="mariadb" in _str(version).lower(),
+        )
+
+    def replication_settings(self) -> dict[str, Any]:
+        """pymysql.connect() arguments for a binlog reader, from this store's URL."""
+        url = self.url
+        settings: dict[str, Any] = {
+            "host": url.host or "localhost",
+            "port": url.port or 3306,
+            "user": url.username or "",
+            "password": url.password or "",
+            "connect_timeout": CONNECT_TIMEOUT_S,
+        }
+        socket = url.query.get("unix_socket")
+        if isinstance(socket, str):
+            settings["unix_socket"] = socket
+        return settings
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> list[TableDefinition]:
@@ -512,6 +557,10 @@ def without_driver(dsn: str) -> str:
     MySQLStore.from_dsn picks the fastest driver installed."""
     url = sa.engine.make_url(dsn)
     return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=False)
+
+
+def _str(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _text(value: object) -> str:

@@ -59,6 +59,7 @@ def no_msgtable_env(monkeypatch):
         "MSGTABLE_SERVER",
         "MSGTABLE_LOG_LEVEL",
         "MSGTABLE_DISCOVERY_INTERVAL",
+        "MSGTABLE_BINLOG",
     ):
         monkeypatch.delenv(name, raising=False)
 
@@ -101,19 +102,20 @@ def test_the_discovery_interval_is_a_flag_with_an_environment_fallback(monkeypat
     assert cli.build_parser().parse_args(["serve"]).discovery_interval == 2.0
 
 
-def test_serve_gives_the_engine_its_discovery_interval(monkeypatch):
+def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeypatch):
     engine = ServableEngine()
     seen = []
 
-    def open_engine(dsn, discovery_interval_s):
-        seen.append(discovery_interval_s)
+    def open_engine(dsn, discovery_interval_s, follow_binlog):
+        seen.append((discovery_interval_s, follow_binlog))
         return engine
 
     monkeypatch.setattr(cli, "open_engine", open_engine)
     engine.fatal.set()  # stop at once
     argv = ["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]
     cli.main([*argv, "--discovery-interval", "0.25"])
-    assert seen == [0.25]
+    cli.main([*argv, "--binlog"])
+    assert seen == [(0.25, False), (5.0, True)]
 
 
 def test_tail_takes_a_name_and_its_options():
@@ -262,7 +264,7 @@ def test_serve_without_a_server_binary_prints_the_install_hint(monkeypatch, caps
 
 def test_serve_stops_gracefully_on_sigint_and_closes_the_engine(monkeypatch, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s, follow_binlog: engine)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -282,7 +284,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
     engine = ServableEngine()
     engine.fatal_reason = "the poller of my_message died"
     engine.fatal.set()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s, follow_binlog: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]) == 1
     )
@@ -291,7 +293,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
 
 def test_serve_on_a_port_in_use_is_one_line_on_stderr(monkeypatch, server, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s, follow_binlog: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", server.address]) == 1
     )

@@ -671,3 +671,12 @@ def test_an_ack_before_the_redelivery_cancels_it(engine, store, clock, postpone_
     assert engine.ack("r", "", [1]) == 1  # late, but before the redelivery
     clock.advance(5)
     assert m.send_once() == 0 and drain(sub) == []
+
+
+def test_the_engine_follows_the_binlog_only_when_asked():
+    dsn = "mysql+pymysql://u:p@127.0.0.1:1/app"  # nothing connects before open()
+    assert MessageEngine.from_dsn(dsn).binlog is None
+    following = MessageEngine.from_dsn(dsn, follow_binlog=True)
+    assert following.binlog is not None
+    following.store.close()
+    assert MessageEngine(InMemoryStore(), follow_binlog=True).binlog is None  # nothing to follow

@@ -42,15 +42,15 @@ def test_the_statements_of_the_current_layout():
         " OR `id` > %s)))" + order
     )
     assert s.claim == (
-        "UPDATE `q` SET `time_next` = %s, `epoch` = COALESCE(`epoch`, 0) + 1 "
+        "/* msgtable */ UPDATE `q` SET `time_next` = %s, `epoch` = COALESCE(`epoch`, 0) + 1 "
         "WHERE `id` IN ({ids}) AND `epoch` <=> %s AND `time_acked` IS NULL "
         "AND (`time_next` IS NULL OR `time_next` <= %s)"
     )
     assert s.ack == (
-        "UPDATE `q` SET `time_acked` = %s, `time_next` = NULL "
+        "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL "
         "WHERE `id` IN ({ids}) AND `time_acked` IS NULL"
     )
-    assert s.purge == "DELETE FROM `q` WHERE `time_acked` < %s LIMIT %s"
+    assert s.purge == "/* msgtable */ DELETE FROM `q` WHERE `time_acked` < %s LIMIT %s"
 
 
 def test_the_statements_of_the_deferred_postpone():
@@ -61,17 +61,17 @@ def test_the_statements_of_the_deferred_postpone():
         f"AND `time_acked` IS NULL AND {due} LOCK IN SHARE MODE"
     )
     assert s.postpone == (
-        "UPDATE `q` SET `epoch` = COALESCE(`epoch`, 0) + 1, "
+        "/* msgtable */ UPDATE `q` SET `epoch` = COALESCE(`epoch`, 0) + 1, "
         "`time_next` = IF(`time_acked` IS NULL, %s, `time_next`) "
         f"WHERE `id` IN ({{ids}}) AND `epoch` <=> %s AND (`time_acked` IS NOT NULL OR {due})"
     )
     unacked = " WHERE `id` IN ({ids}) AND `time_acked` IS NULL"
     assert s.ack_first == (
-        "UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
+        "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
         "`epoch` = COALESCE(`epoch`, 0) + 1" + unacked
     )
     assert s.ack_mixed == (
-        "UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
+        "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
         "`epoch` = COALESCE(`epoch`, 0) + (`id` IN ({first}))" + unacked
     )
 

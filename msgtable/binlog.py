@@ -1,0 +1,288 @@
+"""Following the database's row-based binary log, so that a row written by any client reaches
+a subscriber at once, not at the next poll.
+
+The follower is a replica client (python-mysql-replication) reading the binlog of the served
+database from the position it had when the follower started. It reads row events of message
+tables only, and turns them into hints for the tables' managers; it never puts a value from
+the binlog into a message (the poll and the send's check stay the only readers of rows):
+
+* an INSERT into a table: poll now (a new pass), unless the table's cache is full or behind
+  a backlog, where the poller is reading anyway;
+* an UPDATE or DELETE by another client: rows acked or deleted leave the cache, and rows
+  whose time_next, epoch or priority changed make the table poll now; a row this server
+  sent and has not postponed yet, changed by someone else, is no longer held back (it goes
+  at its new time). msgtable's own writes carry the comment STATEMENT_MARK, which the
+  binlog shows in the statement's annotation (MariaDB's binlog_annotate_row_events, on by
+  default; MySQL's binlog_rows_query_log_events), and are not parsed: parsing row images is
+  pure Python, and the acks alone come by the thousand a second. Where the binlog has no
+  annotations, an event larger than PARSE_MAX_BYTES is taken for msgtable's merged acks.
+
+It needs binlog on, binlog_format=ROW, and the REPLICATION SLAVE and REPLICATION CLIENT
+privileges; without them it logs once why, and the engine polls as before. After an error
+(the database restarted, the network broke) it reconnects with backoff from the last
+position it read, and asks every table for a new pass, so nothing written meanwhile waits for
+the poll interval. The poller stays the safety net throughout: a row is cached once by id,
+however many times it is hinted or read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+RETRY_MIN_S = 0.1
+RETRY_MAX_S = 5.0
+STATEMENT_MARK = "/* msgtable */ "  # begins every statement that writes a message table
+# Without annotations: an UPDATE or DELETE event larger than this is taken for msgtable's
+# own merged acks and not parsed (the send's check covers what that misses).
+PARSE_MAX_BYTES = 8 * 1024
+_NO_PRIVILEGE = frozenset({1044, 1045, 1142, 1227, 1236})  # access denied, or no binlog there
+
+
+@dataclass(frozen=True)
+class BinlogStatus:
+    """What the database says about its binary log."""
+
+    enabled: bool
+    row_format: str  # binlog_format: ROW, MIXED or STATEMENT
+    file: str  # the current binlog file and position ("" and 0 when off)
+    position: int
+    mariadb: bool
+
+    def unusable_because(self) -> str | None:
+        if not self.enabled:
+            return "the binary log is off (log_bin)"
+        if self.row_format.upper() != "ROW":
+            return f"binlog_format is {self.row_format}, not ROW"
+        return None
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row of an UPDATE or DELETE by another client, as the binlog shows it."""
+
+    id: object
+    gone: bool  # deleted or acked
+    moved: bool  # time_next, epoch or priority changed (and not acked)
+
+
+class BinlogSink(Protocol):
+    """What the follower tells the engine."""
+
+    def binlog_tables(self) -> dict[str, Sequence[str]]:
+        """The message tables served now, with their column names in table order."""
+        ...
+
+    def binlog_insert(self, table: str) -> None: ...
+
+    def binlog_changes(self, table: str, changes: list[RowChange]) -> None: ...
+
+    def binlog_resync(self) -> None:
+        """Something may have been missed: every table should start a new pass now."""
+        ...
+
+
+class BinlogFollower:
+    """A thread following the binlog (see the module docstring); ``open()`` / ``close()``."""
+
+    def __init__(
+        self,
+        settings: dict[str, Any],
+        database: str,
+        status: Callable[[], BinlogStatus],
+        sink: BinlogSink,
+        server_id: int | None = None,
+    ) -> None:
+        self._settings = settings  # pymysql.connect() keyword arguments
+        self._database = database
+        self._status = status
+        self._sink = sink
+        self._server_id = server_id or random.randrange(2**30, 2**31)  # unique among replicas
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._stream: Any = None
+        self._thread: threading.Thread | None = None
+        self._position: tuple[str, int] | None = None  # after the last event read
+        self.following = threading.Event()  # set while a stream is open
+        self.disabled_because: str | None = None  # why the engine polls only
+        self.events = 0
+
+    def open(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True, name="msgtable-binlog")
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._close_stream()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+
+    def _close_stream(self) -> None:
+        with self._lock:
+            stream, self._stream = self._stream, None
+        if stream is not None:
+            # A read blocked in the follower's thread wakes only when the socket is shut down
+            # (closing it from here would not wake it).
+            sock = getattr(getattr(stream, "_stream_connection", None), "_sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(Exception):  # a broken stream may fail to close: it is
+                stream.close()
+        self.following.clear()
+
+    def _disable(self, why: str) -> None:
+        self.disabled_because = why
+        log.warning("not following the binlog: %s; delivery waits for polls", why)
+
+    def _run(self) -> None:
+        position: tuple[str, int] | None = None
+        mariadb = False
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                if position is None:
+                    status = self._status()
+                    why = status.unusable_because()
+                    if why is not None:
+                        self._disable(why)
+                        return
+                    position, mariadb = (status.file, status.position), status.mariadb
+                self._follow(position, mariadb)
+                return  # closed
+            except Exception as exc:
+                if self._stop.is_set():
+                    return
+                code = _error_code(exc)
+                if code in _NO_PRIVILEGE:
+                    self._disable(
+                        f"the database refused ({exc}); the msgtable user needs "
+                        "REPLICATION SLAVE and REPLICATION CLIENT"
+                    )
+                    return
+                failures += 1
+                level = logging.WARNING if failures == 1 else logging.DEBUG
+                log.log(level, "binlog: %s; reconnecting (%d in a row)", exc, failures)
+                self._close_stream()
+                self._stop.wait(min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 10)))
+                position = self._position or position
+                self._sink.binlog_resync()
+
+    def _follow(self, start: tuple[str, int], mariadb: bool) -> None:
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import (
+            HeartbeatLogEvent,
+            MariadbAnnotateRowsEvent,
+            RowsQueryLogEvent,
+        )
+        from pymysqlreplication.row_event import (
+            DeleteRowsEvent,
+            UpdateRowsEvent,
+            WriteRowsEvent,
+        )
+
+        rows_events = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
+        notes = [MariadbAnnotateRowsEvent, RowsQueryLogEvent]
+
+        stream = BinLogStreamReader(
+            connection_settings=self._settings,
+            server_id=self._server_id,
+            log_file=start[0],
+            log_pos=start[1],
+            resume_stream=True,
+            blocking=True,
+            only_schemas=[self._database],
+            only_events=[*rows_events, *notes, HeartbeatLogEvent],
+            is_mariadb=mariadb,
+            annotate_rows_event=mariadb,
+            slave_heartbeat=1.0,
+        )
+        with self._lock:
+            if self._stop.is_set():
+                stream.close()
+                return
+            self._stream = stream
+        ours: bool | None = None  # the last statement's annotation: ours, theirs, or none
+        for event in stream:  # heartbeats come every second while nothing else does
+            if self._stop.is_set():
+                break
+            self.following.set()
+            if isinstance(event, HeartbeatLogEvent):
+                continue
+            if isinstance(event, MariadbAnnotateRowsEvent | RowsQueryLogEvent):
+                text = getattr(event, "sql_statement", None) or getattr(event, "query", None) or ""
+                head = text[: len(STATEMENT_MARK)]  # statements with long IN lists: no copy
+                if isinstance(head, bytes):
+                    head = head.decode("utf-8", "replace")
+                ours = head == STATEMENT_MARK
+                continue
+            self.events += 1
+            tables = self._sink.binlog_tables()
+            columns = tables.get(event.table)
+            if columns is not None and not ours:
+                if isinstance(event, WriteRowsEvent):
+                    self._sink.binlog_insert(event.table)
+                elif ours is False or event.event_size <= PARSE_MAX_BYTES:
+                    update = isinstance(event, UpdateRowsEvent)
+                    changes = row_changes(event.rows, columns, update)
+                    if changes is None:  # the table's columns changed: read it all again
+                        self._sink.binlog_resync()
+                    elif changes:
+                        self._sink.binlog_changes(event.table, changes)
+            self._position = (stream.log_file, stream.log_pos)
+            if self._stop.is_set():
+                break
+        if not self._stop.is_set():
+            raise ConnectionError("the binlog stream ended")
+
+
+def row_changes(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], update: bool
+) -> list[RowChange] | None:
+    """The rows of an UPDATE (``update``) or DELETE event as RowChange; None when the
+    event's rows do not have the table's columns (an ALTER TABLE the engine has not seen)."""
+    out: list[RowChange] = []
+    for row in rows:
+        after = _named(row["after_values"] if update else row["values"], columns)
+        if after is None:
+            return None
+        if not update:
+            out.append(RowChange(after["id"], gone=True, moved=False))
+            continue
+        before = _named(row["before_values"], columns)
+        if before is None:
+            return None
+        acked = after.get("time_acked") is not None and before.get("time_acked") is None
+        moved = any(before.get(k) != after.get(k) for k in ("time_next", "epoch", "priority"))
+        if acked or moved:
+            out.append(RowChange(after["id"], gone=acked, moved=moved and not acked))
+    return out
+
+
+def _named(values: dict[str, Any], columns: Sequence[str]) -> dict[str, Any] | None:
+    """Values by column name. Without binlog_row_metadata=FULL the library names them
+    UNKNOWN_COL0, UNKNOWN_COL1, ... in table order."""
+    if len(values) != len(columns):
+        return None
+    if "id" in values:
+        return values
+    return {name: values.get(f"UNKNOWN_COL{i}") for i, name in enumerate(columns)}
+
+
+def _error_code(exc: BaseException | None) -> int | None:
+    """The MySQL error number of an exception or of its cause."""
+    while exc is not None:
+        args = getattr(exc, "args", ())
+        if args and isinstance(args[0], int):
+            return int(args[0])
+        exc = exc.__cause__
+    return None

@@ -216,7 +216,6 @@ def server_command(
     if binlog:
         args += ["--server-id=1", "--log-bin=binlog", "--binlog-format=ROW"]
         args.append("--binlog-row-image=FULL")
-        args.append("--binlog-row-metadata=FULL")  # column names in row events
     else:
         args.append("--skip-log-bin")  # MySQL 8 logs by default
     if version.flavour == "mysql":

@@ -560,12 +560,13 @@ def without_driver(dsn: str) -> str:
 
 
 def _str(value: object) -> str:
+    """A server's text, which some drivers hand back as bytes."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _text(value: object) -> str:
-    """information_schema text, which some servers hand back as bytes."""
-    return (value.decode() if isinstance(value, bytes) else str(value)).lower()
+    """information_schema text, which some servers hand back as bytes, lower case."""
+    return _str(value).lower()
 
 
 def _error_code(exc: BaseException) -> int | None:

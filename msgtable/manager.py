@@ -135,6 +135,12 @@ def select_subscribers(subscribers: Sequence[Subscriber], start: int) -> list[in
     return [i for i in ((start + k) % n for k in range(n)) if subscribers[i].has_room()]
 
 
+def backoff_may_end_before_next_poll(cfg: TableConfig) -> bool:
+    """Whether a row postponed at a send can fall due before the poll after it: a postpone
+    is at least vt_ack_wait + vt_min_backoff away (the backoff formula's lower bound)."""
+    return cfg.ack_wait_s + cfg.min_backoff_s <= cfg.poller_interval_s
+
+
 def coerce_ids(table: str, column: Column, ids: Sequence[object]) -> list[Hashable]:
     """Validate ack ids against the id column's type; deduplicate, keep order."""
     if not ids:
@@ -486,7 +492,9 @@ class MessageManager:
                 self.store.send(cfg, rows, now, deliver)
             else:
                 claimed = self.store.claim(cfg, rows, now, next_ns, deliver)
-                postponed = [(r, (r.epoch or 0) + 1, next_ns(r.epoch or 0)) for r in claimed]
+                if backoff_may_end_before_next_poll(cfg):
+                    nxt = {e: next_ns(e or 0) for e in {r.epoch for r in claimed}}
+                    postponed = [(r, (r.epoch or 0) + 1, nxt[r.epoch]) for r in claimed]
         except MsgtableError:
             with self._lock:
                 self.cache.pending = True  # the rows are still due: read them again soon
@@ -548,6 +556,8 @@ class MessageManager:
         """Rows just postponed (row, epoch written, time_next written) that fall due before
         the next poll would read them: the cache waits for them, so that a redelivery after
         a short backoff goes out at its time, not at the next poll."""
+        if not rows:
+            return
         with self._lock:
             if not self._subscribers:
                 return

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 RETRY_MIN_S = 0.1
 RETRY_MAX_S = 5.0
+STMT_END_F = 0x1  # rows event flag: the last event of its statement
 STATEMENT_MARK = "/* msgtable */ "  # begins every statement that writes a message table
 # Without annotations: an UPDATE or DELETE event larger than this is taken for msgtable's
 # own merged acks and not parsed (the send's check covers what that misses).
@@ -238,6 +239,8 @@ class BinlogFollower:
                         self._sink.binlog_resync()
                     elif changes:
                         self._sink.binlog_changes(event.table, changes)
+            if getattr(event, "flags", 0) & STMT_END_F:
+                ours = None  # the next statement says for itself, or has no annotation
             self._position = (stream.log_file, stream.log_pos)
             if self._stop.is_set():
                 break

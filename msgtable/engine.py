@@ -70,6 +70,7 @@ class MessageEngine:
         self.fatal = threading.Event()
         self.fatal_reason = ""
         self.binlog: BinlogFollower | None = None
+        self._binlog_columns: dict[str, Sequence[str]] = {}
         if follow_binlog and isinstance(store, MySQLStore):
             self.binlog = BinlogFollower(
                 store.replication_settings(), store.database, store.binlog_status, self
@@ -111,8 +112,7 @@ class MessageEngine:
 
     # -- msgtable.binlog.BinlogSink -------------------------------------------------------
     def binlog_tables(self) -> dict[str, Sequence[str]]:
-        with self._lock:
-            return {name: m.config.column_names for name, m in self._managers.items()}
+        return self._binlog_columns
 
     def binlog_insert(self, table: str) -> None:
         m = self._managers.get(table)
@@ -191,6 +191,8 @@ class MessageEngine:
             for name in errors.keys() - self._load_errors.keys():
                 log.error("message table failed to load: %s", errors[name])
             self._load_errors = errors
+            # read by the binlog follower for every event: replaced whole, never changed
+            self._binlog_columns = {n: m.config.column_names for n, m in self._managers.items()}
         for m, e in to_close:
             log.info("table %s: closing (%s)", m.config.name, e)
             m.close(e)

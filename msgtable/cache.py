@@ -22,7 +22,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
 from typing import Any
 
 # An unclaimed row: the epoch it was sent at (as read), when it was sent, and the row.
@@ -67,8 +67,19 @@ class MessageCache:
         self._in_flight: OrderedDict[Hashable, int] = OrderedDict()
         self._unclaimed: OrderedDict[Hashable, Sent] = OrderedDict()  # by send time
         self._held: set[Hashable] = set()
+        # Ids sent, acked or postponed since the running poll began (None: no poll runs).
+        self._changed: set[Hashable] | None = None
 
     # -- filling -------------------------------------------------------------------------
+    def begin_poll(self) -> None:
+        """A poll's read is about to start. Rows sent, acked or postponed from now until
+        its :meth:`add` are skipped there: the poll may have read them before the change."""
+        self._changed = set()
+
+    def _note(self, ids: Iterable[Hashable]) -> None:
+        if self._changed is not None:
+            self._changed.update(ids)
+
     def add(self, rows: Sequence[PolledRow], now_ns: int | None = None) -> tuple[int, int]:
         """Queue rows as a poll read them (in the poll's order); refresh rows already
         queued. A row whose time_next is after ``now_ns`` waits for it (None: every row is
@@ -76,12 +87,14 @@ class MessageCache:
         unless the cache filled up first (the rest must be read again).
 
         A row object is made only for a new or re-keyed row: most of a busy poll's rows are
-        already here (queued, being sent or in flight)."""
+        already here (queued, being sent or in flight). Rows changed since
+        :meth:`begin_poll` are skipped (the poll's copy may predate the change)."""
         added = taken = 0
         queued, sending, unclaimed, held = self._queued, self._sending, self._unclaimed, self._held
+        changed, self._changed = self._changed or (), None
         for r in rows:
             rid = r[3]
-            if rid in sending or rid in unclaimed or rid in held:
+            if rid in sending or rid in unclaimed or rid in held or rid in changed:
                 taken += 1
                 continue
             old = queued.get(rid)
@@ -147,6 +160,8 @@ class MessageCache:
         before the hand-over, so that an ack, however quick, finds them here."""
         deadline = now_ns + ack_wait_ns
         flight = self._in_flight
+        if not unclaimed:  # claimed: no longer due in the database
+            self._note(row.id for row in sent)
         for row in sent:
             flight[row.id] = deadline
             flight.move_to_end(row.id)
@@ -212,9 +227,10 @@ class MessageCache:
         heapq.heappush(self._scheduled, (time_next, next(self._seq), again))
         return True
 
-    def settle(self, ids: Iterable[Hashable]) -> None:
+    def settle(self, ids: Collection[Hashable]) -> None:
         """Their ack or postpone is written: the database has them now."""
         self._held.difference_update(ids)
+        self._note(ids)
 
     def unhold(self, taken: dict[Hashable, Sent]) -> None:
         """Writing them failed: unclaimed again, at the front (they are the oldest)."""
@@ -234,8 +250,9 @@ class MessageCache:
         return len(self._unclaimed) + len(self._held)
 
     # -- acks and resets -----------------------------------------------------------------
-    def forget(self, ids: Iterable[Hashable]) -> None:
+    def forget(self, ids: Collection[Hashable]) -> None:
         """Acked ids: never send them from the cache, and no longer in flight."""
+        self._note(ids)
         for rid in ids:
             self._queued.pop(rid, None)  # its heap entry goes stale and is skipped
             self._in_flight.pop(rid, None)

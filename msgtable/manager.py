@@ -423,6 +423,8 @@ class MessageManager:
             # pass from the head reads past them, rather than fill its page with rows the
             # cache skips.
             limit = room + (min(self.cache.unclaimed, cfg.cache_size) if after is None else 0)
+            if room:
+                self.cache.begin_poll()
         if room == 0:
             return 0
         now = self.clock.now_ns()

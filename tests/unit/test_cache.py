@@ -154,3 +154,46 @@ def test_a_scheduled_row_acked_or_re_keyed_leaves_no_stale_wake_up():
     c.add([row(2, time_next=80)], now_ns=0)  # rescheduled by DML, read again
     assert c.next_due_ns() == 80
     assert c.pop(5, now_ns=70) == [] and [r.id for r in c.pop(5, now_ns=80)] == [2]
+
+
+def test_a_poll_does_not_queue_again_a_row_acked_while_it_ran():
+    """The poll's read began before the ack was written: its copy of the row is stale."""
+    c = MessageCache(10)
+    c.add([row(1), row(2)])
+    batch = c.pop(2)
+    c.mark_sent(batch, now_ns=0, ack_wait_ns=100, unclaimed=True)
+    c.finish(batch, now_ns=0)
+    c.begin_poll()  # the poll's SELECT starts: rows 1 and 2 are still unacked in it
+    taken = c.take_unclaimed([1])
+    c.settle(taken)  # the ack of row 1 is written
+    assert c.add([row(1), row(2), row(3)]) == (1, 3)  # only row 3 is new
+    assert [r.id for r in c.pop(5)] == [3]
+
+
+def test_a_poll_does_not_queue_again_a_row_claimed_or_postponed_while_it_ran():
+    c = MessageCache(10)
+    c.add([row(1), row(2)])
+    batch = c.pop(2)
+    c.begin_poll()
+    c.mark_sent(batch[:1], now_ns=0, ack_wait_ns=100, unclaimed=False)  # row 1 claimed
+    c.mark_sent(batch[1:], now_ns=0, ack_wait_ns=100, unclaimed=True)
+    c.finish(batch, now_ns=0)
+    held = c.due_postpones(0, 10)
+    c.settle(held)  # row 2's postpone is written
+    assert c.reschedule(batch[1], epoch=1, time_next=50)  # and it falls due soon
+    assert c.add([row(1), row(2)], now_ns=0) == (0, 2)
+    assert c.pop(5, now_ns=0) == []
+    assert [(r.id, r.epoch, r.time_next) for r in c.pop(5, now_ns=50)] == [(2, 1, 50)]
+
+
+def test_rows_acked_before_a_poll_began_do_not_hide_later_reads():
+    c = MessageCache(10)
+    c.add([row(1)])
+    c.forget([1])  # no poll running: nothing to remember
+    c.begin_poll()
+    assert c.add([row(1)]) == (1, 1)  # e.g. a reschedule by DML made it due again
+    c.begin_poll()
+    c.forget([1])
+    c.add([])
+    c.begin_poll()
+    assert c.add([row(1)]) == (1, 1)  # remembered for one poll only

@@ -7,8 +7,10 @@ Rows move through three places, keyed by id:
   time_next, so that each goes out at its time, not at the next poll;
 * **sending**: popped by the sender, being claimed in the database and handed to a subscriber;
   the poller must not queue them again meanwhile;
-* **in flight**: sent by this server, lease (ack wait) not over, not acked through us. Kept for
-  operators' counts only: the database, not this set, decides what is due again;
+* **in flight**: sent by this server, lease (ack wait) not over, not acked through us, with
+  the subscriber it went to (its :class:`Window` gets the message's credit back when the
+  message leaves: acked, deleted, due again or lease over). The database, not this set,
+  decides what is due again;
 * **unclaimed**: sent, but not postponed in the database yet (vt_postpone_after), so still due
   there. The poller must not queue them again; they leave when their ack or their postpone
   is written (**held** while that statement runs, so a poll meanwhile skips them too).
@@ -23,12 +25,21 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Collection, Hashable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 # An unclaimed row: the epoch it was sent at (as read), when it was sent, and the row.
 Sent = tuple[int | None, int, "CachedRow"]
 # A row as a poll reads it: priority, time_next, epoch, then the message columns (id first).
 PolledRow = tuple[Any, ...]
+
+
+class Window(Protocol):
+    """What a subscriber has in flight: messages sent to it whose ack has not come (a
+    subscriber is sent a batch only while this is below its window). ``stalled_ns``: since
+    when it has been full, with no credit back (None: not full, or credit came since)."""
+
+    outstanding: int
+    stalled_ns: int | None
 
 
 class CachedRow:
@@ -64,9 +75,10 @@ class MessageCache:
         self._scheduled: list[tuple[int, int, CachedRow]] = []  # not due yet: (time_next, seq)
         self._seq = itertools.count()
         self._sending: set[Hashable] = set()
-        self._in_flight: OrderedDict[Hashable, int] = OrderedDict()
+        self._in_flight: OrderedDict[Hashable, tuple[int, Window | None]] = OrderedDict()
         self._unclaimed: OrderedDict[Hashable, Sent] = OrderedDict()  # by send time
         self._held: set[Hashable] = set()
+        self.credited = False  # a subscriber got credit back (its owner clears this)
         # Ids sent, acked or postponed since the running poll began (None: no poll runs).
         self._changed: set[Hashable] | None = None
 
@@ -101,7 +113,7 @@ class MessageCache:
             if old is None:
                 if len(queued) + len(sending) >= self.size:
                     break
-                self._in_flight.pop(rid, None)  # the database says it is due again
+                self._land(rid)  # the database says it is due again
                 added += 1
             elif old.priority == (r[0] or 0) and old.time_next == (r[1] or 0):
                 old.epoch, old.values = r[2], tuple(r[3:])
@@ -153,20 +165,29 @@ class MessageCache:
         return bool(self._heap)
 
     def mark_sent(
-        self, sent: Sequence[CachedRow], now_ns: int, ack_wait_ns: int, unclaimed: bool
+        self,
+        sent: Sequence[CachedRow],
+        now_ns: int,
+        ack_wait_ns: int,
+        unclaimed: bool,
+        owner: Window | None = None,
     ) -> None:
-        """Rows about to be handed to a subscriber: in flight for ack_wait, and ``unclaimed``
-        (not postponed in the database yet) when the send does not postpone them. Called
-        before the hand-over, so that an ack, however quick, finds them here."""
-        deadline = now_ns + ack_wait_ns
+        """Rows about to be handed to a subscriber (``owner``, whose outstanding count they
+        join): in flight for ack_wait, and ``unclaimed`` (not postponed in the database yet)
+        when the send does not postpone them. Called before the hand-over, so that an ack,
+        however quick, finds them here."""
+        entry = (now_ns + ack_wait_ns, owner)
         flight = self._in_flight
         if not unclaimed:  # claimed: no longer due in the database
             self._note(row.id for row in sent)
         for row in sent:
-            flight[row.id] = deadline
-            flight.move_to_end(row.id)
+            if row.id in flight:  # sent again before its lease ended (a short backoff)
+                self._land(row.id)
+            flight[row.id] = entry
             if unclaimed:
                 self._unclaimed[row.id] = (row.epoch, now_ns, row)
+        if owner is not None:
+            owner.outstanding += len(sent)
 
     def finish(self, batch: Sequence[CachedRow], now_ns: int) -> None:
         """The batch's send is over (whether or not its rows were sent)."""
@@ -209,7 +230,7 @@ class MessageCache:
         n = 0
         for rid in ids:
             if self._unclaimed.pop(rid, None) is not None:
-                self._in_flight.pop(rid, None)
+                self._land(rid)
                 n += 1
         return n
 
@@ -255,7 +276,7 @@ class MessageCache:
         self._note(ids)
         for rid in ids:
             self._queued.pop(rid, None)  # its heap entry goes stale and is skipped
-            self._in_flight.pop(rid, None)
+            self._land(rid)
         self._compact()
 
     def clear(self) -> None:
@@ -283,11 +304,33 @@ class MessageCache:
         """Ids sent whose lease is not over (expired ones are dropped here, oldest first)."""
         flight = self._in_flight
         while flight:
-            rid, deadline = next(iter(flight.items()))
+            rid, (deadline, _) = next(iter(flight.items()))
             if deadline > now_ns:
                 break
-            del flight[rid]
+            self._land(rid)
         return len(flight)
+
+    def _land(self, rid: Hashable) -> None:
+        """``rid`` is no longer in flight: its subscriber gets the credit back."""
+        entry = self._in_flight.pop(rid, None)
+        if entry is not None and entry[1] is not None:
+            owner = entry[1]
+            owner.outstanding -= 1
+            owner.stalled_ns = None
+            self.credited = True
+
+    def in_flight_of(self, owner: Window) -> list[Hashable]:
+        """The ids in flight to ``owner``."""
+        return [rid for rid, (_, o) in self._in_flight.items() if o is owner]
+
+    def land(self, owner: Window, ids: Iterable[Hashable]) -> None:
+        """Those of ``ids`` still in flight to ``owner`` left it by other means than this
+        server saw (acked or deleted by DML): its credit back."""
+        flight = self._in_flight
+        for rid in ids:
+            entry = flight.get(rid)
+            if entry is not None and entry[1] is owner:
+                self._land(rid)
 
     def _compact(self) -> None:
         queued = self._queued

@@ -523,9 +523,17 @@ class Client:
         keyspace: str = "",
         shard: str = "",
         key_range: tuple[bytes, bytes] | None = None,
+        max_in_flight: int = 0,
     ) -> Subscription:
-        """Subscribe to a message table; returns once the server accepted the subscription."""
-        request = pb.MessageStreamRequest(name=name, keyspace=keyspace, shard=shard)
+        """Subscribe to a message table; returns once the server accepted the subscription.
+
+        ``max_in_flight``: the server sends a batch only while fewer than this many of the
+        messages it sent this subscription are unacked (0: the server's default, 1,000)."""
+        if not 0 <= max_in_flight <= 0xFFFFFFFF:
+            raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
+        request = pb.MessageStreamRequest(
+            name=name, keyspace=keyspace, shard=shard, max_in_flight=max_in_flight
+        )
         if key_range is not None:
             request.key_range.start, request.key_range.end = key_range
         call = self._stub.MessageStream(request)

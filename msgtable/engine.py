@@ -276,10 +276,11 @@ class MessageEngine:
         keyspace: str = "",
         shard: str = "",
         key_range: tuple[bytes, bytes] = (b"", b""),
+        max_in_flight: int = 0,
     ) -> Subscriber:
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        return self._manager(name, keyspace, shard, key_range).subscribe()
+        return self._manager(name, keyspace, shard, key_range).subscribe(max_in_flight)
 
     def ack(self, name: str, keyspace: str, ids: Sequence[object]) -> int:
         if self._stop.is_set():

@@ -48,6 +48,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SUBSCRIBER_BUFFER_BATCHES = 2  # batches claimed for a subscriber but not yet taken by it
+# A subscriber's window (MessageStreamRequest.max_in_flight): it is sent a batch only while
+# fewer of the messages sent to it are unacked. Without one, gRPC's stream buffers let a
+# busy server push tens of thousands of messages to a subscriber ahead of its acks: each
+# waits longer for its ack (so more postpones are written), and a stalled or crashed
+# subscriber strands them all until their ack wait ends.
+DEFAULT_MAX_IN_FLIGHT = 1_000
+MAX_IN_FLIGHT = 1_000_000
+# A full window that got no credit back for this long: its messages may have been acked or
+# deleted by DML (unseen without the binlog); the database is asked.
+WINDOW_RECHECK_S = 1.0
 MAX_ACK_IDS = 10_000
 MAX_POSTPONE_IDS = 10_000  # rows per pass of the deferred postpone
 PURGE_BATCH_ROWS = 500
@@ -71,9 +81,13 @@ class Subscriber:
         self,
         manager: MessageManager,
         fields: tuple[Column, ...],
+        window: int = DEFAULT_MAX_IN_FLIGHT,
         max_batches: int = SUBSCRIBER_BUFFER_BATCHES,
     ) -> None:
         self.fields = fields
+        self.window = window  # most unacked messages sent to it (a batch goes while fewer)
+        self.outstanding = 0  # messages sent to it and in flight (the manager's lock)
+        self.stalled_ns: int | None = None  # window full since, with no credit back
         self._manager = manager
         self._max = max_batches
         self._cond = threading.Condition()
@@ -82,7 +96,12 @@ class Subscriber:
         self._closed = False
 
     def has_room(self) -> bool:
-        return self._ended is None and not self._closed and len(self._batches) < self._max
+        return (
+            self.outstanding < self.window
+            and len(self._batches) < self._max
+            and self._ended is None
+            and not self._closed
+        )
 
     def put(self, batch: list[Row]) -> None:
         """Queue a batch (never blocks; the sender checked has_room first)."""
@@ -297,10 +316,17 @@ class MessageManager:
             ev.set()
 
     # -- subscribers ---------------------------------------------------------------------
-    def subscribe(self) -> Subscriber:
+    def subscribe(self, max_in_flight: int = 0) -> Subscriber:
+        """A new subscriber, sent batches while fewer than ``max_in_flight`` of the messages
+        sent to it are unacked (0: DEFAULT_MAX_IN_FLIGHT)."""
+        if not 0 <= max_in_flight <= MAX_IN_FLIGHT:
+            raise InvalidArgument(
+                f"max_in_flight must be between 0 (the default, {DEFAULT_MAX_IN_FLIGHT}) and "
+                f"{MAX_IN_FLIGHT}, not {max_in_flight}"
+            )
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        sub = Subscriber(self, self.config.message_columns)
+        sub = Subscriber(self, self.config.message_columns, max_in_flight or DEFAULT_MAX_IN_FLIGHT)
         with self._lock:
             self._subscribers.append(sub)
             self._restart = True
@@ -335,6 +361,9 @@ class MessageManager:
         with self._lock:
             self.cache.forget(clean)
             self.acked += n
+            credited, self.cache.credited = self.cache.credited, False
+        if credited:
+            self._send_wake.set()
         return n
 
     def _write_acks(self, ids: list[Hashable], now_ns: int) -> int:
@@ -378,8 +407,11 @@ class MessageManager:
                 self.cache.unsend(moved)
                 self._restart = True
             poll = bool(moved) and bool(self._subscribers)
+            credited, self.cache.credited = self.cache.credited, False
         if poll:
             self._poll_wake.set()
+        if credited:
+            self._send_wake.set()
 
     def resync(self) -> None:
         """Something may have been missed: a new pass now."""
@@ -457,6 +489,7 @@ class MessageManager:
             if not self.cache.due(now):
                 return 0
             cfg = self.config
+            self.cache.in_flight(now)  # leases over: their subscribers' credit back
             chosen = select_subscribers(self._subscribers, self._next)
             plan: list[tuple[Subscriber, list[CachedRow]]] = []
             for i in chosen:
@@ -479,14 +512,17 @@ class MessageManager:
         ack_wait_ns = round(cfg.ack_wait_s * 1e9)
 
         def deliver(claimed: list[CachedRow]) -> None:
-            with self._lock:  # before the hand-over: an ack may come back at once
-                self.cache.mark_sent(claimed, now, ack_wait_ns, unclaimed=deferred)
-                self.sent += len(claimed)
             ours = {r.id for r in claimed} if len(claimed) < len(rows) else None
-            for sub, batch in plan:
-                sent = batch if ours is None else [r for r in batch if r.id in ours]
-                if sent:
-                    sub.put([r.values for r in sent])
+            out = []
+            with self._lock:  # before the hand-over: an ack may come back at once
+                for sub, batch in plan:
+                    sent = batch if ours is None else [r for r in batch if r.id in ours]
+                    if sent:
+                        self.cache.mark_sent(sent, now, ack_wait_ns, deferred, sub)
+                        out.append((sub, sent))
+                self.sent += len(claimed)
+            for sub, sent in out:
+                sub.put([r.values for r in sent])
 
         postponed: list[tuple[CachedRow, int, int]] = []  # (row, epoch, time_next) written
         try:
@@ -512,6 +548,39 @@ class MessageManager:
         if not deferred:
             self._reschedule(postponed, now)
         return len(rows)
+
+    def recheck_windows(self) -> int:
+        """Subscribers whose window has been full for WINDOW_RECHECK_S with no credit back:
+        their messages may have been acked or deleted by another client's DML, which this
+        server does not see without the binlog. Ask the database which are still unacked;
+        the others' credit comes back. Returns how many came back."""
+        now = self.clock.now_ns()
+        recheck_ns = round(WINDOW_RECHECK_S * 1e9)
+        asks: list[tuple[Subscriber, list[Hashable]]] = []
+        with self._lock:
+            self.cache.in_flight(now)
+            for sub in self._subscribers:
+                if sub.outstanding < sub.window:
+                    continue
+                if sub.stalled_ns is None:
+                    sub.stalled_ns = now
+                elif now - sub.stalled_ns >= recheck_ns:
+                    sub.stalled_ns = now
+                    asks.append((sub, self.cache.in_flight_of(sub)))
+            cfg = self.config
+        back = 0
+        for sub, ids in asks:
+            for i in range(0, len(ids), MAX_ACK_IDS):
+                chunk = ids[i : i + MAX_ACK_IDS]
+                still = self.store.unacked_ids(cfg, chunk)
+                with self._lock:
+                    before = sub.outstanding
+                    self.cache.land(sub, [r for r in chunk if r not in still])
+                    back += before - sub.outstanding
+        if back:
+            with self._lock:
+                self.cache.credited = False
+        return back
 
     def postpone_once(self, everything: bool = False) -> int:
         """Write the postpone of rows sent vt_postpone_after ago (``everything``: of all rows
@@ -664,6 +733,8 @@ class MessageManager:
                 taken = self.send_once()
                 what = "postpone"
                 self.postpone_once()
+                what = "window recheck"
+                taken += self.recheck_windows()
                 failures = 0
             except Exception as exc:
                 failures += 1

@@ -63,7 +63,13 @@ class Engine(Protocol):
     """What the servicer needs of the engine (msgtable.engine.MessageEngine)."""
 
     def subscribe(
-        self, name: str, keyspace: str, shard: str, key_range: tuple[bytes, bytes], /
+        self,
+        name: str,
+        keyspace: str,
+        shard: str,
+        key_range: tuple[bytes, bytes],
+        max_in_flight: int,
+        /,
     ) -> Subscription: ...
 
     def ack(self, name: str, keyspace: str, ids: Sequence[object], /) -> int: ...
@@ -163,7 +169,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
     ) -> Iterator[pb.MessageStreamResponse]:
         try:
             key_range = (request.key_range.start, request.key_range.end)
-            sub = self._engine.subscribe(request.name, request.keyspace, request.shard, key_range)
+            sub = self._engine.subscribe(
+                request.name, request.keyspace, request.shard, key_range, request.max_in_flight
+            )
         except Exception as exc:
             _fail(context, "MessageStream", exc)
         with self._lock:

@@ -135,6 +135,8 @@ class Store(Protocol):
         self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int
     ) -> set[Hashable]: ...
 
+    def unacked_ids(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]: ...
+
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int: ...
 
     def close(self) -> None: ...
@@ -252,6 +254,7 @@ class TableStatements:
             set_acked + f", {epoch} = COALESCE({epoch}, 0) + ({rid} IN ({{first}}))" + where_unacked
         )
         self.acked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
+        self.unacked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
         self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
 
     def poll_query(self, now_ns: int, limit: int, after: PollKey | None) -> tuple[str, list[Any]]:
@@ -533,6 +536,14 @@ class MySQLStore:
         sql = self.statements(cfg).acked.format(ids=in_ids)
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql, [*id_params, now_ns])
+            return {r[0] for r in cur.fetchall()}
+
+    def unacked_ids(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
+        """Which of ``ids`` are in the table and not acked."""
+        in_ids, id_params = in_list(ids)
+        sql = self.statements(cfg).unacked.format(ids=in_ids)
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            cur.execute(sql, id_params)
             return {r[0] for r in cur.fetchall()}
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:

@@ -64,6 +64,9 @@ class InMemoryStore:
     def update(self, table: str, id: Hashable, **values: Any) -> None:
         self.rows[table][id].update(values)
 
+    def delete(self, table: str, id: Hashable) -> None:
+        del self.rows[table][id]
+
     # -- Store ---------------------------------------------------------------------------
     def _table(self, name: str) -> dict[Hashable, dict[str, Any]]:
         if self.down:
@@ -201,6 +204,11 @@ class InMemoryStore:
         with self.lock:
             table = self._table(cfg.name)
             return {i for i in ids if i in table and table[i]["time_acked"] == now_ns}
+
+    def unacked_ids(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
+        with self.lock:
+            table = self._table(cfg.name)
+            return {i for i in ids if i in table and table[i]["time_acked"] is None}
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
         with self.lock:

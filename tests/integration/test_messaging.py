@@ -224,6 +224,57 @@ def test_keyspace_shard_and_key_range_may_only_name_this_database(served: Served
         next(iter(served.client.subscribe("ks", key_range=(b"", b"\x80"))))
 
 
+def test_a_subscriber_is_sent_no_more_than_its_window_and_others_get_the_rest(
+    served: Served,
+):
+    """max_in_flight: a subscriber that does not ack holds at most its window (plus the
+    batch that crossed it); the other subscribers are not held up by it."""
+    served.create_table("win", vt_batch_size=5, vt_poller_interval=0.1)
+    served.sql("insert into win(id, message) values " + ",".join(f"({i}, 'm')" for i in range(60)))
+    slow = Collector(served.client, "win", max_in_flight=10)
+    held = slow.take(10)
+    slow.nothing_for(0.5)  # 10 unacked: the window is full
+    fast = Collector(served.client, "win")
+    rest = []
+    while len(rest) < 50:
+        batch = fast.take(1)
+        rest += batch
+        batch[0].ack()
+    assert sorted(m.id for m in held + rest) == list(range(60))
+    slow.nothing_for(0.3)
+    served.sql(
+        "insert into win(id, message) values " + ",".join(f"({i}, 'n')" for i in range(60, 70))
+    )
+    served.client.ack("win", [m.id for m in held[:5]])  # 5 unacked: room for one batch
+    more = slow.take(5)
+    slow.nothing_for(0.3)
+    assert {m.id for m in more} <= set(range(60, 70))
+    slow.close()
+    fast.close()
+
+
+def test_a_window_filled_by_messages_acked_by_dml_frees_without_the_binlog(served: Served):
+    served.create_table("win_dml", vt_batch_size=5, vt_poller_interval=0.1)
+    served.sql(
+        "insert into win_dml(id, message) values " + ",".join(f"({i}, 'm')" for i in range(20))
+    )
+    c = Collector(served.client, "win_dml", max_in_flight=5)
+    first = c.take(5)
+    c.nothing_for(0.3)
+    with served.transaction() as conn:  # the application acks them by DML
+        conn.execute(
+            sa.text(
+                "update win_dml set time_acked = :now, time_next = null where id in :ids"
+            ).bindparams(sa.bindparam("ids", expanding=True)),
+            {"now": served.now_ns(), "ids": [m.id for m in first]},
+        )
+    began = time.monotonic()
+    nxt = c.take(5, timeout_s=5)  # the server asks the database after a second of no acks
+    assert time.monotonic() - began < 4
+    assert not {m.id for m in nxt} & {m.id for m in first}
+    c.close()
+
+
 # -- 4. acks -----------------------------------------------------------------------------
 def test_message_ack_counts_and_an_acked_message_never_comes_back(served: Served):
     served.create_table("acked", vt_ack_wait=0.2, vt_min_backoff=0.1, vt_poller_interval=0.1)

@@ -10,6 +10,8 @@ from msgtable.clock import FakeClock
 from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
 from msgtable.manager import (
+    DEFAULT_MAX_IN_FLIGHT,
+    MAX_IN_FLIGHT,
     PURGE_DUTY_BUSY,
     PURGE_DUTY_IDLE,
     MessageManager,
@@ -680,3 +682,90 @@ def test_the_engine_follows_the_binlog_only_when_asked():
     assert following.binlog is not None
     following.store.close()
     assert MessageEngine(InMemoryStore(), follow_binlog=True).binlog is None  # nothing to follow
+
+
+# -- a subscriber's window (max_in_flight) -----------------------------------------------
+def sent_ids(m: MessageManager, sub: Subscriber) -> list:
+    """Poll and send until nothing more goes; the ids the subscriber got."""
+    got = []
+    while True:
+        m.poll_once()
+        if not m.send_once():
+            break
+        got += [r[0] for r in drain(sub)]
+    return got
+
+
+def test_a_subscriber_is_sent_batches_only_while_its_window_has_room(engine, store, clock):
+    for i in range(10):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    sub = m.subscribe(max_in_flight=3)
+    first = sent_ids(m, sub)
+    assert first == [0, 1, 2, 3]  # batches of 2 while fewer than 3 are unacked
+    assert sub.outstanding == 4 and m.send_once() == 0
+    engine.ack("q", "", [0])
+    assert sent_ids(m, sub) == []  # 3 still unacked: no room yet
+    engine.ack("q", "", [1, 2])
+    assert sent_ids(m, sub) == [4, 5]
+    assert sub.outstanding == 3
+
+
+def test_the_window_frees_when_leases_end(engine, store, clock):
+    for i in range(6):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    sub = m.subscribe(max_in_flight=2)
+    assert sent_ids(m, sub) == [0, 1]
+    postponed(m, clock)
+    clock.advance(m.config.ack_wait_s)  # the lease of 0 and 1 is over
+    assert sent_ids(m, sub) == [2, 3]
+    assert sub.outstanding == 2
+
+
+def test_a_full_window_whose_messages_were_acked_by_dml_frees_after_a_recheck(engine, store, clock):
+    for i in range(6):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    sub = m.subscribe(max_in_flight=2)
+    assert sent_ids(m, sub) == [0, 1]
+    store.update("q", 0, time_acked=clock.now_ns(), time_next=None)  # another client's DML
+    store.delete("q", 1)
+    assert m.recheck_windows() == 0  # the window just filled: not yet
+    clock.advance(0.5)
+    assert m.recheck_windows() == 0
+    clock.advance(0.5)
+    assert m.recheck_windows() == 2 and sub.outstanding == 0
+    assert sent_ids(m, sub) == [2, 3]
+
+
+def test_a_recheck_keeps_the_credit_of_unacked_messages(engine, store, clock):
+    for i in range(4):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    sub = m.subscribe(max_in_flight=2)
+    assert sent_ids(m, sub) == [0, 1]
+    m.recheck_windows()
+    clock.advance(1)
+    assert m.recheck_windows() == 0 and sub.outstanding == 2
+    assert sent_ids(m, sub) == []
+
+
+def test_the_default_window_and_its_bounds(engine):
+    m = manager(engine)
+    assert m.subscribe().window == DEFAULT_MAX_IN_FLIGHT
+    assert m.subscribe(max_in_flight=MAX_IN_FLIGHT).window == MAX_IN_FLIGHT
+    for bad in (-1, MAX_IN_FLIGHT + 1):
+        with pytest.raises(InvalidArgument, match="max_in_flight"):
+            m.subscribe(max_in_flight=bad)
+
+
+def test_an_ack_that_frees_a_window_wakes_the_sender(engine, store, clock):
+    for i in range(4):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    sub = m.subscribe(max_in_flight=2)
+    assert sent_ids(m, sub) == [0, 1]
+    m._send_wake.clear()
+    engine.ack("q", "", [0])
+    assert m._send_wake.is_set()

@@ -102,8 +102,10 @@ class FakeEngine:
         keyspace: str = "",
         shard: str = "",
         key_range: tuple[bytes, bytes] = (b"", b""),
+        max_in_flight: int = 0,
     ) -> FakeSubscriber:
         self.subscribe_calls.append((name, keyspace, shard, key_range))
+        self.max_in_flight = max_in_flight
         if self.subscribe_gate is not None:
             self.subscribe_gate.wait(WAIT_S)
         if self.subscribe_error is not None:
@@ -234,11 +236,16 @@ def test_a_stream_sends_the_fields_first_then_one_response_per_batch(engine, stu
 def test_the_stream_request_reaches_the_engine_as_is(engine, stub):
     call = stub.MessageStream(
         pb.MessageStreamRequest(
-            name="t", keyspace="ks", shard="0", key_range=pb.KeyRange(start=b"\x00", end=b"\x80")
+            name="t",
+            keyspace="ks",
+            shard="0",
+            key_range=pb.KeyRange(start=b"\x00", end=b"\x80"),
+            max_in_flight=7,
         )
     )
     next(call)
     assert engine.subscribe_calls == [("t", "ks", "0", (b"\x00", b"\x80"))]
+    assert engine.max_in_flight == 7
     call.cancel()
 
 

@@ -125,12 +125,19 @@ class MessageStreamRequest(_message.Message):
     KEYSPACE_FIELD_NUMBER: _builtins.int
     SHARD_FIELD_NUMBER: _builtins.int
     KEY_RANGE_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
     """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
     shard: _builtins.str
     """Shard to stream from. Empty (or "0") means the only shard; a keyspace has one shard today."""
+    max_in_flight: _builtins.int
+    """The subscriber's window: the server sends this stream a batch only while fewer than this
+    many of the messages it sent to it are unacked (acked through MessageAck, or seen acked or
+    deleted in the database; a message whose ack wait ends also stops counting). 0 means the
+    server's default, 1,000; at most 1,000,000. A batch may take the count past the window.
+    """
     @_builtins.property
     def key_range(self) -> Global___KeyRange:
         """Stream only from the shards whose range matches exactly. Unset or empty means all shards."""
@@ -142,10 +149,11 @@ class MessageStreamRequest(_message.Message):
         keyspace: _builtins.str = ...,
         shard: _builtins.str = ...,
         key_range: Global___KeyRange | None = ...,
+        max_in_flight: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key_range", b"key_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_range", b"key_range", "keyspace", b"keyspace", "name", b"name", "shard", b"shard"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_range", b"key_range", "keyspace", b"keyspace", "max_in_flight", b"max_in_flight", "name", b"name", "shard", b"shard"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

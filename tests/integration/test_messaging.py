@@ -672,6 +672,10 @@ def test_unknown_tables_and_malformed_acks_get_clear_errors(served: Served):
         served.client.ack("known", [])
     with pytest.raises(InvalidArgument, match="malformed"):
         served.client.ack("known", ["not a number"])
+    with pytest.raises(InvalidArgument, match="max_in_flight"):
+        next(iter(served.client.subscribe("known", max_in_flight=1_000_001)))
+    with pytest.raises(InvalidArgument, match="max_in_flight"):
+        served.client.subscribe("known", max_in_flight=-1)
     with pytest.raises(TableNotFound):
         served.client.ack("known`; drop table known; --", [1])
     assert served.sql("select count(*) from known")[0][0] == 0  # still there

@@ -2,7 +2,9 @@
 a subscriber at once, not at the next poll.
 
 The follower is a replica client (python-mysql-replication) reading the binlog of the served
-database from the position it had when the follower started. It reads row events of message
+database from the position it had when the follower started (on MariaDB a GTID state: the
+library's MariaDB dump would otherwise start at the binlog's very beginning, replaying all
+of its history first). It reads row events of message
 tables only, and turns them into hints for the tables' managers; it never puts a value from
 the binlog into a message (the poll and the send's check stay the only readers of rows):
 
@@ -57,6 +59,7 @@ class BinlogStatus:
     file: str  # the current binlog file and position ("" and 0 when off)
     position: int
     mariadb: bool
+    gtid: str = ""  # MariaDB: @@gtid_binlog_pos, the GTID state the binlog is at now
 
     def unusable_because(self) -> str | None:
         if not self.enabled:
@@ -111,7 +114,11 @@ class BinlogFollower:
         self._lock = threading.Lock()
         self._stream: Any = None
         self._thread: threading.Thread | None = None
-        self._position: tuple[str, int] | None = None  # after the last event read
+        self._position: tuple[str, int] | None = None  # after the last event read (MySQL)
+        # MariaDB: the last GTID read to its end, per replication domain (where a new stream
+        # starts), and the GTID of the transaction being read.
+        self._gtids: dict[str, str] = {}
+        self._reading: str | None = None
         self.following = threading.Event()  # set while a stream is open
         self.disabled_because: str | None = None  # why the engine polls only
         self.events = 0
@@ -158,6 +165,7 @@ class BinlogFollower:
                         self._disable(why)
                         return
                     position, mariadb = (status.file, status.position), status.mariadb
+                    self._gtids = gtid_state(status.gtid)
                 self._follow(position, mariadb)
                 return  # closed
             except Exception as exc:
@@ -179,11 +187,16 @@ class BinlogFollower:
                 self._sink.binlog_resync()
 
     def _follow(self, start: tuple[str, int], mariadb: bool) -> None:
+        """Read from ``start`` (MySQL: binlog file and position) or, on MariaDB, from the
+        GTID state read so far (MariaDB's binlog dump takes no file position: it would start
+        at the binlog's very beginning)."""
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import (
             HeartbeatLogEvent,
             MariadbAnnotateRowsEvent,
+            MariadbGtidEvent,
             RowsQueryLogEvent,
+            XidEvent,
         )
         from pymysqlreplication.row_event import (
             DeleteRowsEvent,
@@ -193,19 +206,23 @@ class BinlogFollower:
 
         rows_events = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
         notes = [MariadbAnnotateRowsEvent, RowsQueryLogEvent]
+        where: dict[str, Any]
+        if mariadb:
+            where = {"auto_position": ",".join(self._gtids.values())}
+            notes += [MariadbGtidEvent, XidEvent]
+        else:
+            where = {"log_file": start[0], "log_pos": start[1], "resume_stream": True}
 
         stream = BinLogStreamReader(
             connection_settings=self._settings,
             server_id=self._server_id,
-            log_file=start[0],
-            log_pos=start[1],
-            resume_stream=True,
             blocking=True,
             only_schemas=[self._database],
             only_events=[*rows_events, *notes, HeartbeatLogEvent],
             is_mariadb=mariadb,
             annotate_rows_event=mariadb,
             slave_heartbeat=1.0,
+            **where,
         )
         with self._lock:
             if self._stop.is_set():
@@ -218,6 +235,13 @@ class BinlogFollower:
                 break
             self.following.set()
             if isinstance(event, HeartbeatLogEvent):
+                continue
+            if isinstance(event, MariadbGtidEvent):  # a transaction begins
+                self._read_to_end()  # (the one before had no Xid: a DDL)
+                self._reading = event.gtid
+                continue
+            if isinstance(event, XidEvent):  # and commits
+                self._read_to_end()
                 continue
             if isinstance(event, MariadbAnnotateRowsEvent | RowsQueryLogEvent):
                 text = getattr(event, "sql_statement", None) or getattr(event, "query", None) or ""
@@ -246,6 +270,22 @@ class BinlogFollower:
                 break
         if not self._stop.is_set():
             raise ConnectionError("the binlog stream ended")
+
+    def _read_to_end(self) -> None:
+        """The transaction being read is read: a new stream starts after it."""
+        if self._reading is not None:
+            self._gtids[self._reading.split("-", 1)[0]] = self._reading
+            self._reading = None
+
+
+def gtid_state(text: str) -> dict[str, str]:
+    """A MariaDB GTID position ("0-1-100,1-2-7") as its GTID per replication domain."""
+    out: dict[str, str] = {}
+    for gtid in text.split(","):
+        gtid = gtid.strip()
+        if gtid:
+            out[gtid.split("-", 1)[0]] = gtid
+    return out
 
 
 def row_changes(

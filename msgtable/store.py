@@ -362,12 +362,18 @@ class MySQLStore:
                 row = cur.fetchone()
                 if row:
                     file, position = _str(row[0]), int(row[1])
+            mariadb = "mariadb" in _str(version).lower()
+            gtid = ""
+            if mariadb and file:
+                cur.execute("SELECT @@gtid_binlog_pos")
+                gtid = _str(cur.fetchone()[0] or "")
         return BinlogStatus(
             enabled=bool(int(log_bin)) and bool(file),
             row_format=_str(row_format),
             file=file,
             position=position,
-            mariadb="mariadb" in _str(version).lower(),
+            mariadb=mariadb,
+            gtid=gtid,
         )
 
     def replication_settings(self) -> dict[str, Any]:

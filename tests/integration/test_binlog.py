@@ -96,6 +96,20 @@ def test_a_dml_ack_of_a_sent_message_is_seen_at_once(followed: Served, annotated
     c.close()
 
 
+def test_the_follower_starts_where_the_binlog_is_not_at_its_beginning(db_dsn: str):
+    with serve(db_dsn) as s:  # history written before the follower starts
+        s.sql("create table history(id int primary key, v int)")
+        for i in range(200):
+            s.sql(f"insert into history values ({i}, {i})")
+    with serve(db_dsn, follow_binlog=True) as s:
+        assert s.engine.binlog is not None
+        wait_until(s.engine.binlog.following.is_set, what="the binlog follower to start")
+        s.sql("insert into history values (1000, 0)")
+        wait_until(lambda: s.engine.binlog.events >= 1, what="the new row's event")
+        time.sleep(0.5)
+        assert s.engine.binlog.events == 1  # not the 200 before it
+
+
 def test_a_delete_of_a_cached_message_takes_it_out_of_the_cache(followed: Served):
     followed.create_table("gone", "payload mediumtext", vt_poller_interval=POLL_S, vt_batch_size=1)
     big = "x" * 100_000  # 6 MB: more than gRPC takes for a subscriber that does not read
@@ -131,10 +145,14 @@ def test_a_database_restart_mid_stream_loses_and_duplicates_nothing(tmp_path: Pa
             c = Collector(s.client, "jobs")
             s.sql("insert into jobs(id, message) values (1, 'before')")
             assert c.take(1, timeout_s=FAST_S)[0].ack() == 1
+            time.sleep(0.5)  # the follower has read the ack
+            read = s.engine.binlog.events
             s.db.dispose()
             server.stop()
             server.start()
             wait_until(s.engine.binlog.following.is_set, timeout_s=30, what="a new stream")
+            time.sleep(0.5)
+            assert s.engine.binlog.events == read  # resumed after what it read, no replay
             began = time.monotonic()
             s.sql("insert into jobs(id, message) values (2, 'after'), (3, 'after')")
             got = c.take(2, timeout_s=15)

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from msgtable.binlog import BinlogStatus, RowChange, row_changes
+from msgtable.binlog import BinlogStatus, RowChange, gtid_state, row_changes
 
 COLUMNS = ("id", "priority", "time_next", "epoch", "time_acked", "message")
 
@@ -40,3 +40,9 @@ def test_the_binlog_must_be_on_and_row_based():
     assert BinlogStatus(True, "ROW", "b.1", 4, True).unusable_because() is None
     assert "log_bin" in str(BinlogStatus(False, "ROW", "", 0, True).unusable_because())
     assert "MIXED" in str(BinlogStatus(True, "MIXED", "b.1", 4, False).unusable_because())
+
+
+def test_a_mariadb_gtid_position_is_read_per_domain():
+    assert gtid_state("") == {}
+    assert gtid_state("0-1-100") == {"0": "0-1-100"}
+    assert gtid_state("0-1-100, 7-2-3") == {"0": "0-1-100", "7": "7-2-3"}

@@ -63,6 +63,7 @@ class Report:
     low_batch_size: int
     poller_interval_s: float
     postpone_after_s: float | None = None  # None: the engine's default
+    binlog: bool = False  # the throughput server follows the binlog (--binlog)
     runs: list[Throughput] = field(default_factory=list)
     peer: Throughput | None = None
     peer_missing: str = ""
@@ -171,6 +172,7 @@ class Report:
             f"msgtable serve runs as a subprocess; vt_poller_interval {self.poller_interval_s:g}"
             " s for throughput; vt_postpone_after "
             + ("default" if self.postpone_after_s is None else f"{self.postpone_after_s:g} s")
+            + ("; throughput server follows the binlog (--binlog)" if self.binlog else "")
         )
         add("")
         add(
@@ -336,6 +338,7 @@ class Report:
             "server": self.server,
             "poller_interval_s": self.poller_interval_s,
             "postpone_after_s": self.postpone_after_s,
+            "binlog": self.binlog,
             "latency": self.latency.as_dict() if self.latency else None,
             "latency_binlog": self.latency_binlog.as_dict() if self.latency_binlog else None,
             "latency_binlog_p50_ms": rnd(

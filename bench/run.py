@@ -121,6 +121,7 @@ def run(args: argparse.Namespace) -> Report:
             low_batch_size=args.low_batch_size,
             poller_interval_s=args.poller_interval,
             postpone_after_s=args.postpone_after,
+            binlog=args.binlog,
         )
         with scratch_database(db.handle, "bench_raw") as raw_dsn:
             if only & {"msgtable", "latency", "ontime", "backlog", "purge"}:
@@ -165,7 +166,7 @@ def run_engine(
     only fair between runs made side by side."""
     with (
         scratch_database(db.handle, "bench_msgtable") as dsn,
-        ServerProcess(dsn) as server,
+        ServerProcess(dsn, binlog=args.binlog) as server,
     ):
         progress(f"msgtable server {server.address} (pid {server.pid})")
         with py_spy(server.pid, args.py_spy):  # the server idles through the raw runs
@@ -179,7 +180,11 @@ def run_engine(
                     progress(f"msgtable batch {b}, {k} subscribers: {r.msgs_s:,.0f} msgs/s")
                     report.runs.append(r)
         if "latency" in only:
-            report.latency = latency.run(server, dsn, p.latency_s, args.latency_poller_interval)
+            with contextlib.ExitStack() as stack:
+                polling = stack.enter_context(ServerProcess(dsn)) if args.binlog else server
+                report.latency = latency.run(
+                    polling, dsn, p.latency_s, args.latency_poller_interval
+                )
             lat = report.latency
             progress(f"latency, polling: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
             with ServerProcess(dsn, binlog=True) as following:  # msgtable serve --binlog
@@ -231,6 +236,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="vt_postpone_after of every table (default: the engine's, 1 s; 0 postpones "
         "before each send, as Vitess does)",
+    )
+    parser.add_argument(
+        "--binlog",
+        action="store_true",
+        help="the throughput, backlog and purge runs' server follows the binlog too "
+        "(msgtable serve --binlog); the latency section measures both either way",
     )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument(

@@ -119,6 +119,8 @@ class BinlogFollower:
         # starts), and the GTID of the transaction being read.
         self._gtids: dict[str, str] = {}
         self._reading: str | None = None
+        self._ours: bool | None = None  # the statement's annotation: ours, theirs, or none
+        self._table_ids: dict[bytes, tuple[str, str]] = {}  # binlog table id -> schema, name
         self.following = threading.Event()  # set while a stream is open
         self.disabled_because: str | None = None  # why the engine polls only
         self.events = 0
@@ -222,6 +224,7 @@ class BinlogFollower:
             is_mariadb=mariadb,
             annotate_rows_event=mariadb,
             slave_heartbeat=1.0,
+            freeze_schema=True,  # a table id's columns never change: ALTER TABLE gets a new id
             **where,
         )
         with self._lock:
@@ -229,7 +232,25 @@ class BinlogFollower:
                 stream.close()
                 return
             self._stream = stream
-        ours: bool | None = None  # the last statement's annotation: ours, theirs, or none
+        self._ours = None
+        self._table_ids.clear()  # table ids are the server's, and may change when it restarts
+        _reader.follower = self if install_fast_path() else None
+        try:
+            self._read(stream)
+        finally:
+            _reader.follower = None
+
+    def _read(self, stream: Any) -> None:
+        """The events the fast path (:meth:`fast`) leaves to the library."""
+        from pymysqlreplication.event import (
+            HeartbeatLogEvent,
+            MariadbAnnotateRowsEvent,
+            MariadbGtidEvent,
+            RowsQueryLogEvent,
+            XidEvent,
+        )
+        from pymysqlreplication.row_event import UpdateRowsEvent, WriteRowsEvent
+
         for event in stream:  # heartbeats come every second while nothing else does
             if self._stop.is_set():
                 break
@@ -248,11 +269,12 @@ class BinlogFollower:
                 head = text[: len(STATEMENT_MARK)]  # statements with long IN lists: no copy
                 if isinstance(head, bytes):
                     head = head.decode("utf-8", "replace")
-                ours = head == STATEMENT_MARK
+                self._ours = head == STATEMENT_MARK
                 continue
             self.events += 1
             tables = self._sink.binlog_tables()
             columns = tables.get(event.table)
+            ours = self._ours
             if columns is not None and not ours:
                 if isinstance(event, WriteRowsEvent):
                     self._sink.binlog_insert(event.table)
@@ -264,18 +286,112 @@ class BinlogFollower:
                     elif changes:
                         self._sink.binlog_changes(event.table, changes)
             if getattr(event, "flags", 0) & STMT_END_F:
-                ours = None  # the next statement says for itself, or has no annotation
+                self._ours = None  # the next statement says for itself, or has no annotation
             self._position = (stream.log_file, stream.log_pos)
             if self._stop.is_set():
                 break
         if not self._stop.is_set():
             raise ConnectionError("the binlog stream ended")
 
+    def fast(self, data: bytes) -> bool:
+        """Handle one binlog event from its raw packet (``data``: the OK byte, the 19-byte
+        event header, the event) where its bytes say enough: annotations, GTIDs and
+        commits, table maps, the row events of msgtable's own statements and of other
+        schemas, and INSERTs (only the table matters). True: handled, the library need not
+        build the event; False: the library parses it (another client's UPDATE or DELETE,
+        and every other kind). The library's event objects cost about ten times more, and
+        a busy table writes thousands of these a second."""
+        kind = data[5]
+        if kind in _ROWS_EVENTS:
+            table = self._table_ids.get(data[20:26])
+            if table is None:
+                return False  # its table map went to the library
+            if table[0] == self._database:
+                ours = self._ours
+                if not ours and kind not in _WRITE_EVENTS:
+                    size = int.from_bytes(data[10:14], "little")
+                    if ours is False or size <= PARSE_MAX_BYTES:
+                        return False  # another client's UPDATE or DELETE: its rows matter
+                self.events += 1
+                if not ours and kind in _WRITE_EVENTS and table[1] in self._sink.binlog_tables():
+                    self._sink.binlog_insert(table[1])
+            if data[26] & STMT_END_F:
+                self._ours = None
+        elif kind == _TABLE_MAP_EVENT:
+            n = data[28]
+            m = data[30 + n]
+            schema = data[29 : 29 + n].decode("utf-8", "replace")
+            name = data[31 + n : 31 + n + m].decode("utf-8", "replace")
+            self._table_ids[data[20:26]] = (schema, name)
+            if schema == self._database and not self._ours:
+                return False  # the library maps it too, for the rows it may have to parse
+        elif kind == _MARIADB_ANNOTATE_ROWS_EVENT:
+            self._ours = data[20 : 20 + len(_MARK)] == _MARK
+        elif kind == _ROWS_QUERY_LOG_EVENT:
+            self._ours = data[21 : 21 + len(_MARK)] == _MARK
+        elif kind == _MARIADB_GTID_EVENT:
+            self._read_to_end()  # (the transaction before had no Xid: a DDL)
+            seq = int.from_bytes(data[20:28], "little")
+            domain = int.from_bytes(data[28:32], "little")
+            self._reading = f"{domain}-{int.from_bytes(data[6:10], 'little')}-{seq}"
+        elif kind == _XID_EVENT:
+            self._read_to_end()
+        else:
+            return False
+        stream = self._stream
+        if stream is not None:
+            self._position = (stream.log_file, int.from_bytes(data[14:18], "little"))
+        return True
+
     def _read_to_end(self) -> None:
         """The transaction being read is read: a new stream starts after it."""
         if self._reading is not None:
             self._gtids[self._reading.split("-", 1)[0]] = self._reading
             self._reading = None
+
+
+# Binlog event types (the event header's byte 4; the packet's byte 5, after the OK byte).
+_XID_EVENT = 0x10
+_TABLE_MAP_EVENT = 0x13
+_ROWS_QUERY_LOG_EVENT = 0x1D
+_MARIADB_ANNOTATE_ROWS_EVENT = 0xA0
+_MARIADB_GTID_EVENT = 0xA2
+_WRITE_EVENTS = frozenset({0x17, 0x1E})  # WRITE_ROWS v1, v2
+_ROWS_EVENTS = _WRITE_EVENTS | {0x18, 0x19, 0x1F, 0x20}  # and UPDATE_ROWS, DELETE_ROWS
+_MARK = STATEMENT_MARK.encode()
+_reader = threading.local()  # .follower: the follower reading on this thread, for the hook
+
+
+def install_fast_path() -> bool:
+    """Route the library's packets through BinlogFollower.fast (the follower reading on
+    the current thread) before it builds an event object. Returns whether the hook is in
+    place: where the library's internals differ from what it expects, events all go the
+    library's way, as before."""
+    from pymysqlreplication import binlogstream, packet
+
+    current = getattr(binlogstream, "BinLogPacketWrapper", None)
+    if getattr(current, "msgtable_fast_path", False):
+        return True
+    if current is not packet.BinLogPacketWrapper:
+        return False
+
+    class FastPathPacket(packet.BinLogPacketWrapper):  # type: ignore[misc]
+        msgtable_fast_path = True
+
+        def __init__(self, from_packet: Any, *args: Any, **kwargs: Any) -> None:
+            follower = getattr(_reader, "follower", None)
+            if follower is not None:
+                data = from_packet.get_all_data()
+                if len(data) >= 28 and follower.fast(data):
+                    self.event = None  # the library skips it
+                    self.event_type = data[5]
+                    self.timestamp = int.from_bytes(data[1:5], "little")
+                    self.log_pos = int.from_bytes(data[14:18], "little")
+                    return
+            super().__init__(from_packet, *args, **kwargs)
+
+    binlogstream.BinLogPacketWrapper = FastPathPacket
+    return True
 
 
 def gtid_state(text: str) -> dict[str, str]:

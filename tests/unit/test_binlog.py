@@ -1,6 +1,15 @@
 from __future__ import annotations
 
-from msgtable.binlog import BinlogStatus, RowChange, gtid_state, row_changes
+from msgtable.binlog import (
+    PARSE_MAX_BYTES,
+    STATEMENT_MARK,
+    BinlogFollower,
+    BinlogStatus,
+    RowChange,
+    gtid_state,
+    install_fast_path,
+    row_changes,
+)
 
 COLUMNS = ("id", "priority", "time_next", "epoch", "time_acked", "message")
 
@@ -46,3 +55,117 @@ def test_a_mariadb_gtid_position_is_read_per_domain():
     assert gtid_state("") == {}
     assert gtid_state("0-1-100") == {"0": "0-1-100"}
     assert gtid_state("0-1-100, 7-2-3") == {"0": "0-1-100", "7": "7-2-3"}
+
+
+# -- the fast path: events handled from their raw bytes ------------------------------------
+class Sink:
+    def __init__(self, tables=("jobs",)):
+        self.tables = {t: COLUMNS for t in tables}
+        self.inserts: list[str] = []
+
+    def binlog_tables(self):
+        return self.tables
+
+    def binlog_insert(self, table):
+        self.inserts.append(table)
+
+    def binlog_changes(self, table, changes):  # pragma: no cover - the library's path
+        raise AssertionError("parsed by the library, not here")
+
+    def binlog_resync(self):  # pragma: no cover
+        raise AssertionError("no resync expected")
+
+
+def packet(kind: int, body: bytes, size: int | None = None, server_id: int = 1) -> bytes:
+    """A binlog packet as the stream delivers it: OK byte, 19-byte event header, event."""
+    size = 19 + len(body) if size is None else size
+    header = (
+        (1700000000).to_bytes(4, "little")
+        + bytes([kind])
+        + server_id.to_bytes(4, "little")
+        + size.to_bytes(4, "little")
+        + (1234).to_bytes(4, "little")  # next position
+        + (0).to_bytes(2, "little")
+    )
+    return b"\x00" + header + body
+
+
+def table_map(table_id: int, schema: str, table: str) -> bytes:
+    body = table_id.to_bytes(6, "little") + b"\x00\x00"
+    body += bytes([len(schema)]) + schema.encode() + b"\x00"
+    body += bytes([len(table)]) + table.encode() + b"\x00" + b"\x01\x08\x00\x00"
+    return packet(0x13, body)
+
+
+def rows(kind: int, table_id: int, end: bool = True, size: int | None = None) -> bytes:
+    body = table_id.to_bytes(6, "little") + (1 if end else 0).to_bytes(2, "little") + b"\x02\x00"
+    return packet(kind, body + b"\x01\xff\x00" * 4, size=size)
+
+
+WRITE, UPDATE, DELETE = 0x1E, 0x1F, 0x20
+
+
+def follower(sink):
+    return BinlogFollower({}, "app", lambda: None, sink)
+
+
+def test_another_clients_insert_is_a_hint_without_the_library():
+    sink = Sink()
+    f = follower(sink)
+    assert f.fast(packet(0xA0, b"INSERT INTO jobs VALUES (1)"))  # MariaDB annotation
+    assert f._ours is False
+    assert not f.fast(table_map(7, "app", "jobs"))  # the library maps it too
+    assert f.fast(rows(WRITE, 7))
+    assert sink.inserts == ["jobs"] and f.events == 1 and f._ours is None
+
+
+def test_msgtable_s_own_statements_are_skipped_unparsed():
+    sink = Sink()
+    f = follower(sink)
+    f.fast(table_map(7, "app", "jobs"))
+    assert f.fast(packet(0xA0, STATEMENT_MARK.encode() + b"UPDATE `jobs` SET time_acked = 1"))
+    assert f.fast(table_map(7, "app", "jobs"))  # ours: the library need not map it
+    assert f.fast(rows(UPDATE, 7, end=False))
+    assert f._ours is True  # until the statement's last event
+    assert f.fast(rows(UPDATE, 7, end=True))
+    assert f._ours is None and sink.inserts == []
+
+
+def test_another_clients_update_or_delete_goes_to_the_library():
+    f = follower(Sink())
+    f.fast(table_map(7, "app", "jobs"))
+    f.fast(packet(0xA0, b"UPDATE jobs SET time_acked = 5 WHERE id = 1"))
+    assert not f.fast(rows(UPDATE, 7))
+    assert not f.fast(rows(DELETE, 7))
+    assert f.events == 0  # counted where the library hands the event over
+
+
+def test_without_annotations_a_large_update_is_taken_for_msgtable_s_merged_acks():
+    f = follower(Sink())
+    f.fast(table_map(7, "app", "jobs"))
+    assert not f.fast(rows(UPDATE, 7, size=PARSE_MAX_BYTES))
+    assert f.fast(rows(UPDATE, 7, size=PARSE_MAX_BYTES + 1))
+
+
+def test_rows_of_other_schemas_and_unmapped_tables():
+    sink = Sink()
+    f = follower(sink)
+    assert f.fast(table_map(9, "elsewhere", "jobs"))  # another schema: skipped here
+    assert f.fast(rows(WRITE, 9))
+    assert sink.inserts == [] and f.events == 0
+    assert not f.fast(rows(WRITE, 10))  # no table map seen here: the library's
+
+
+def test_gtids_read_to_their_commit_are_where_a_stream_resumes():
+    f = follower(Sink())
+    f._gtids = gtid_state("0-1-5")
+    gtid = (6).to_bytes(8, "little") + (0).to_bytes(4, "little") + b"\x00"
+    assert f.fast(packet(0xA2, gtid, server_id=3))
+    assert f._gtids == {"0": "0-1-5"} and f._reading == "0-3-6"
+    assert f.fast(packet(0x10, (99).to_bytes(8, "little")))  # Xid: committed
+    assert f._gtids == {"0": "0-3-6"} and f._reading is None
+
+
+def test_the_fast_path_hooks_into_the_pinned_library():
+    assert install_fast_path()
+    assert install_fast_path()  # once

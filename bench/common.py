@@ -423,10 +423,10 @@ class ServerProcess:
     """``python -m msgtable serve --dsn DSN --listen 127.0.0.1:0`` in a subprocess of its own
     (the server gets its own GIL); ``address`` once started, ``rss_mb()`` its memory."""
 
-    def __init__(self, dsn: str, log_level: str = "warning", binlog: bool = False) -> None:
+    def __init__(self, dsn: str, log_level: str = "warning", binlog: bool = True) -> None:
         self.dsn = dsn
         self.log_level = log_level
-        self.binlog = binlog  # True: msgtable serve --binlog
+        self.binlog = binlog  # False: msgtable serve --no-binlog (polling only)
         self.address = ""
         self.process: subprocess.Popen[str] | None = None
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in stop())
@@ -453,7 +453,7 @@ class ServerProcess:
             "1",
             "--log-level",
             self.log_level,
-            *(["--binlog"] if self.binlog else []),
+            "--binlog" if self.binlog else "--no-binlog",
         ]
         self.process = subprocess.Popen(
             command,

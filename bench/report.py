@@ -63,7 +63,7 @@ class Report:
     low_batch_size: int
     poller_interval_s: float
     postpone_after_s: float | None = None  # None: the engine's default
-    binlog: bool = False  # the throughput server follows the binlog (--binlog)
+    binlog: bool = True  # the throughput server follows the binlog (not --no-binlog)
     runs: list[Throughput] = field(default_factory=list)
     peer: Throughput | None = None
     peer_missing: str = ""
@@ -172,7 +172,7 @@ class Report:
             f"msgtable serve runs as a subprocess; vt_poller_interval {self.poller_interval_s:g}"
             " s for throughput; vt_postpone_after "
             + ("default" if self.postpone_after_s is None else f"{self.postpone_after_s:g} s")
-            + ("; throughput server follows the binlog (--binlog)" if self.binlog else "")
+            + ("; binlog followed" if self.binlog else "; polling only (--no-binlog)")
         )
         add("")
         add(

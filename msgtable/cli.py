@@ -111,11 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--binlog",
-        action="store_true",
-        default=_env("MSGTABLE_BINLOG", "") not in ("", "0"),
-        help="follow the database's binlog, so rows written by any client go out at once, not "
-        "at the next poll (needs a ROW binlog and REPLICATION SLAVE + REPLICATION CLIENT; "
-        "costs server CPU under heavy writes; env MSGTABLE_BINLOG=1)",
+        action=argparse.BooleanOptionalAction,
+        default=(_env("MSGTABLE_BINLOG") or "1").strip().lower() not in ("0", "false", "no", "off"),
+        help="follow the database's binlog (the default), so rows written by any client go out "
+        "at once, not at the next poll; it needs a ROW binlog and REPLICATION SLAVE + "
+        "REPLICATION CLIENT, and without them the server says why once and polls. "
+        "--no-binlog polls only (env MSGTABLE_BINLOG=0)",
     )
     serve.add_argument(
         "--grace-s",

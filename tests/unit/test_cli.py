@@ -114,8 +114,11 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
     engine.fatal.set()  # stop at once
     argv = ["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]
     cli.main([*argv, "--discovery-interval", "0.25"])
+    cli.main([*argv, "--no-binlog"])
     cli.main([*argv, "--binlog"])
-    assert seen == [(0.25, False), (5.0, True)]
+    monkeypatch.setenv("MSGTABLE_BINLOG", "0")
+    cli.main(argv)
+    assert seen == [(0.25, True), (5.0, False), (5.0, True), (5.0, False)]
 
 
 def test_tail_takes_a_name_and_its_options():

@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import itertools
 import os
+import signal
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,13 @@ from sqlalchemy.engine import Connection, CursorResult, Engine
 from msgtable.devdb import ExternalServer, LocalServer, ServerHandle
 from msgtable.errors import MsgtableError
 from msgtable.mysqld import INSTALL_HINT, find_server_binary
+
+# The tests press Ctrl-C (SIGINT) on the commands they start, as a user at a terminal would.
+# A shell that runs the suite in the background (nohup, `&`, some CI runners) makes SIGINT
+# ignored, and every command started from here would inherit that: give the suite the
+# disposition of a foreground process.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 DSN_ENV = "MSGTABLE_TEST_DSN"
 MYSQL_IMAGE = "mysql:8.0"

@@ -696,11 +696,16 @@ def sent_ids(m: MessageManager, sub: Subscriber) -> list:
     return got
 
 
-def test_a_subscriber_is_sent_batches_only_while_its_window_has_room(engine, store, clock):
-    for i in range(10):
+def windowed(engine, store, rows: int, window: int) -> tuple[MessageManager, Subscriber]:
+    """``rows`` due messages (ids 0 on) and one subscriber with that window."""
+    for i in range(rows):
         store.insert("q", i, message=str(i))
     m = manager(engine)
-    sub = m.subscribe(max_in_flight=3)
+    return m, m.subscribe(max_in_flight=window)
+
+
+def test_a_subscriber_is_sent_batches_only_while_its_window_has_room(engine, store, clock):
+    m, sub = windowed(engine, store, rows=10, window=3)
     first = sent_ids(m, sub)
     assert first == [0, 1, 2, 3]  # batches of 2 while fewer than 3 are unacked
     assert sub.outstanding == 4 and m.send_once() == 0
@@ -712,10 +717,7 @@ def test_a_subscriber_is_sent_batches_only_while_its_window_has_room(engine, sto
 
 
 def test_the_window_frees_when_leases_end(engine, store, clock):
-    for i in range(6):
-        store.insert("q", i, message=str(i))
-    m = manager(engine)
-    sub = m.subscribe(max_in_flight=2)
+    m, sub = windowed(engine, store, rows=6, window=2)
     assert sent_ids(m, sub) == [0, 1]
     postponed(m, clock)
     clock.advance(m.config.ack_wait_s)  # the lease of 0 and 1 is over
@@ -724,10 +726,7 @@ def test_the_window_frees_when_leases_end(engine, store, clock):
 
 
 def test_a_full_window_whose_messages_were_acked_by_dml_frees_after_a_recheck(engine, store, clock):
-    for i in range(6):
-        store.insert("q", i, message=str(i))
-    m = manager(engine)
-    sub = m.subscribe(max_in_flight=2)
+    m, sub = windowed(engine, store, rows=6, window=2)
     assert sent_ids(m, sub) == [0, 1]
     store.update("q", 0, time_acked=clock.now_ns(), time_next=None)  # another client's DML
     store.delete("q", 1)
@@ -740,10 +739,7 @@ def test_a_full_window_whose_messages_were_acked_by_dml_frees_after_a_recheck(en
 
 
 def test_a_recheck_keeps_the_credit_of_unacked_messages(engine, store, clock):
-    for i in range(4):
-        store.insert("q", i, message=str(i))
-    m = manager(engine)
-    sub = m.subscribe(max_in_flight=2)
+    m, sub = windowed(engine, store, rows=4, window=2)
     assert sent_ids(m, sub) == [0, 1]
     m.recheck_windows()
     clock.advance(1)
@@ -761,10 +757,7 @@ def test_the_default_window_and_its_bounds(engine):
 
 
 def test_an_ack_that_frees_a_window_wakes_the_sender(engine, store, clock):
-    for i in range(4):
-        store.insert("q", i, message=str(i))
-    m = manager(engine)
-    sub = m.subscribe(max_in_flight=2)
+    m, sub = windowed(engine, store, rows=4, window=2)
     assert sent_ids(m, sub) == [0, 1]
     m._send_wake.clear()
     engine.ack("q", "", [0])

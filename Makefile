@@ -26,7 +26,8 @@ TEST_STAMP := $(VENV)/.stamp-install-test
 BENCH_STAMP := $(VENV)/.stamp-install-bench
 
 .DEFAULT_GOAL := help
-.PHONY: help run test venv install install-test mysql-server mysql-client-dev lint proto proto-check pytest \
+.PHONY: help run test venv install install-test mysql-server mysql-client-dev spark-deps lint proto \
+	proto-check pytest \
 	clean distclean bench bench-full
 
 help:
@@ -41,7 +42,7 @@ help:
 run: $(INSTALL_STAMP) mysql-server
 	$(VENV)/bin/msgtable serve $(ARGS)
 
-test: $(TEST_STAMP) mysql-server
+test: $(TEST_STAMP) mysql-server spark-deps
 	$(proto-check-commands)
 	$(lint-commands)
 	$(pytest-commands)
@@ -92,9 +93,27 @@ $(INSTALL_STAMP): $(VENV_STAMP) pyproject.toml
 
 install-test: $(TEST_STAMP)
 
+# The tests cover the Spark pipeline too: the spark extra (PySpark, pyarrow, matplotlib).
 $(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
-	$(PIP) install -e '.[test]'
+	$(PIP) install -e '.[test,spark]'
 	@touch $@
+
+# What Spark needs besides PySpark: a Java runtime (17) and MariaDB Connector/J, Debian's
+# libmariadb-java (/usr/share/java/mariadb-java-client.jar), installed with apt-get as root.
+JDBC_JAR ?= /usr/share/java/mariadb-java-client.jar
+spark-deps:
+	@missing=""; \
+	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
+	[ -f "$(JDBC_JAR)" ] || missing="$$missing libmariadb-java"; \
+	if [ -z "$$missing" ]; then \
+		:; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing$$missing with apt-get (for Spark)"; \
+		apt-get update && apt-get install -y $$missing; \
+	else \
+		echo "Spark needs$$missing, and only root with apt-get can install it here" >&2; \
+		exit 1; \
+	fi
 
 # The bench extra brings the peer queue (kombu) the benchmarks compare against.
 $(BENCH_STAMP): $(INSTALL_STAMP) pyproject.toml
@@ -156,7 +175,7 @@ proto: $(TEST_STAMP)
 lint: $(TEST_STAMP)
 	$(lint-commands)
 
-pytest: $(TEST_STAMP) mysql-server
+pytest: $(TEST_STAMP) mysql-server spark-deps
 	$(pytest-commands)
 
 # --- cleaning ------------------------------------------------------------------------------

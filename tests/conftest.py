@@ -47,7 +47,11 @@ CONTAINER_OPTIONS = (
 )
 DOCKER_PING_TIMEOUT_S = 3
 TESTS_DIR = Path(__file__).parent
-LAYER_MARKERS = {"integration": pytest.mark.integration, "acceptance": pytest.mark.acceptance}
+LAYER_MARKERS = {
+    "integration": pytest.mark.integration,
+    "acceptance": pytest.mark.acceptance,
+    "spark": pytest.mark.spark,
+}
 
 _database_numbers = itertools.count(1)
 

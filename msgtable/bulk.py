@@ -1,0 +1,113 @@
+"""The SQL of bulk work on a message table: partitioned reads, bulk enqueue, and the archive's
+delete (msgtable.spark). Like msgtable.store for the engine's statements, every statement is
+written here once per table from its loaded config: table and column names come from
+information_schema and are quoted, values are bound parameters.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+from msgtable.errors import InvalidArgument
+from msgtable.store import MARK, placeholders, quote
+from msgtable.tables import Layout, TableConfig
+
+
+class RowState(enum.Enum):
+    """Which rows of a message table a read takes, as the database has them now."""
+
+    ALL = "all"
+    UNACKED = "unacked"  # not acked: due, scheduled or in flight
+    DUE = "due"  # unacked and time_next is now or past: the next poll may send it
+    SCHEDULED = "scheduled"  # unacked, never sent (epoch 0), time_next in the future
+    IN_FLIGHT = "in_flight"  # unacked, sent (epoch > 0), its backoff not over
+    ACKED = "acked"
+
+    @classmethod
+    def parse(cls, text: str) -> RowState:
+        try:
+            return cls(text.strip().lower())
+        except ValueError:
+            names = ", ".join(s.value for s in cls)
+            raise InvalidArgument(f"state must be one of {names}, not {text!r}") from None
+
+
+class BulkStatements:
+    """The bulk SQL of one table. ``where`` arguments come from :meth:`state`."""
+
+    def __init__(self, cfg: TableConfig) -> None:
+        self.config = cfg
+        self.table = quote(cfg.name)
+        self.columns = cfg.column_names
+        self._select = f"SELECT {', '.join(quote(c) for c in self.columns)} FROM {self.table}"
+        self._id = quote(cfg.id_column.name)
+
+    def state(self, state: RowState, now_ns: int) -> tuple[str, list[Any]]:
+        """The condition (and its parameters) of the rows in ``state`` at ``now_ns``."""
+        acked, due = quote("time_acked"), quote("time_next")
+        epoch = quote("epoch")
+        if state is RowState.ALL:
+            return "TRUE", []
+        if state is RowState.ACKED:
+            return f"{acked} IS NOT NULL", []
+        if state is RowState.UNACKED:
+            return f"{acked} IS NULL", []
+        if state is RowState.DUE:
+            return f"{acked} IS NULL AND ({due} IS NULL OR {due} <= %s)", [now_ns]
+        sent = ">" if state is RowState.IN_FLIGHT else "="
+        return f"{acked} IS NULL AND {due} > %s AND COALESCE({epoch}, 0) {sent} 0", [now_ns]
+
+    def id_bounds(self, where: str) -> str:
+        """The smallest and largest id, and the count, of the rows ``where`` holds."""
+        return f"SELECT MIN({self._id}), MAX({self._id}), COUNT(*) FROM {self.table} WHERE {where}"
+
+    def count(self, where: str) -> str:
+        return f"SELECT COUNT(*) FROM {self.table} WHERE {where}"
+
+    def select_range(self, where: str) -> str:
+        """Rows with lo <= id <= hi (the first two parameters) among ``where``'s, by id."""
+        return (
+            f"{self._select} WHERE {self._id} BETWEEN %s AND %s AND ({where}) ORDER BY {self._id}"
+        )
+
+    def select_hashed(self, where: str) -> str:
+        """Rows whose id hashes to one of n buckets (parameters n, bucket): any id type."""
+        return f"{self._select} WHERE MOD(CRC32({self._id}), %s) = %s AND ({where})"
+
+    def select(self, where: str) -> str:
+        return f"{self._select} WHERE {where}"
+
+    def insert(self, columns: Sequence[str], rows: int, skip_duplicates: bool) -> str:
+        """A multi-row INSERT of ``rows`` rows of ``columns`` (each a table column). With
+        ``skip_duplicates`` a row whose id is taken is left as it is (and not counted by
+        the affected-rows count), where another error still fails the statement."""
+        unknown = [c for c in columns if c not in self.columns]
+        if unknown:
+            raise InvalidArgument(f"table {self.config.name} has no column {unknown[0]!r}")
+        names = ", ".join(quote(c) for c in columns)
+        values = ", ".join([f"({placeholders(len(columns))})"] * rows)
+        sql = f"INSERT INTO {self.table} ({names}) VALUES {values}"
+        if skip_duplicates:
+            sql += f" ON DUPLICATE KEY UPDATE {self._id} = {self._id}"
+        return sql
+
+    def delete_acked(self, ids: int) -> str:
+        """Delete acked rows by id (the archive's rows, exactly: an id that is not acked, or
+        no longer there, is left alone)."""
+        return (
+            f"{MARK}DELETE FROM {self.table} WHERE {self._id} IN ({placeholders(ids)}) "
+            f"AND {quote('time_acked')} IS NOT NULL"
+        )
+
+    def engine_defaults(self, now_ns: int) -> dict[str, Any]:
+        """Values of the engine's columns for a new message: due now, never sent."""
+        out: dict[str, Any] = {"epoch": 0, "time_next": now_ns, "time_acked": None}
+        if self.config.layout is Layout.CURRENT:
+            out["priority"] = 0
+        else:
+            out["time_scheduled"] = now_ns
+        if "time_created" in self.columns:
+            out["time_created"] = now_ns
+        return {k: v for k, v in out.items() if k in self.columns}

@@ -1,0 +1,302 @@
+"""The ``msgtable`` Spark data source (PySpark 4's Python Data Source API).
+
+Batch read, ``spark.read.format("msgtable").option("dsn", URL).load(TABLE)``: the table's rows
+with its real column types, split into ``partitions`` (default 4) id ranges (an integer id)
+or id hash buckets (any other id), optionally only the rows in one ``state`` (all, unacked,
+due, scheduled, in_flight, acked: msgtable.bulk.RowState).
+
+Batch write, ``df.write.format("msgtable").option("dsn", URL).mode("append").save(TABLE)``:
+bulk enqueue. Columns are matched by name (``id`` required); the engine's columns a frame
+does not bring get a new message's values (due now, epoch 0, priority 0). Each partition is
+one transaction of multi-row INSERTs (``batchRows`` rows each, default 1,000): it is enqueued
+whole or not at all. A duplicate id fails its partition with a clear error, or with
+``onDuplicate=skip`` is left as it is and counted. The driver logs what each job did.
+
+Stream read, ``spark.readStream.format("msgtable").option("server", HOST:PORT).load(TABLE)``:
+see msgtable.spark.stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from msgtable.bulk import BulkStatements, RowState
+from msgtable.errors import InvalidArgument, MsgtableError
+from msgtable.spark.schema import connect_args, describe, spark_schema
+from msgtable.tables import TableConfig
+
+log = logging.getLogger("msgtable.spark")
+
+DEFAULT_PARTITIONS = 4
+DEFAULT_BATCH_ROWS = 1_000
+FETCH_ROWS = 10_000  # rows an executor fetches per round trip
+_DUPLICATE_KEY = 1062
+
+
+def option(options: Mapping[str, str], name: str, default: str | None = None) -> str:
+    """An option by case-insensitive name (Spark passes them so already)."""
+    value = options.get(name, options.get(name.lower(), default))
+    if value is None:
+        raise InvalidArgument(f"the msgtable data source needs the option {name!r}")
+    return value
+
+
+def int_option(options: Mapping[str, str], name: str, default: int, low: int = 1) -> int:
+    raw = option(options, name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"option {name} must be a whole number, not {raw!r}") from None
+    if value < low:
+        raise InvalidArgument(f"option {name} must be at least {low}, not {value}")
+    return value
+
+
+def table_option(options: Mapping[str, str]) -> str:
+    name = options.get("table") or options.get("path")
+    if not name:
+        raise InvalidArgument("name the message table: .load(TABLE) or .option('table', ...)")
+    return name
+
+
+def dsn_option(options: Mapping[str, str]) -> str:
+    import os
+
+    dsn = options.get("dsn") or os.environ.get("MSGTABLE_DSN")
+    if not dsn:
+        raise InvalidArgument("the msgtable data source needs .option('dsn', URL) or MSGTABLE_DSN")
+    return dsn
+
+
+class MsgtableDataSource(DataSource):
+    """``format("msgtable")``: message tables as Spark tables (see the module docstring)."""
+
+    def __init__(self, options: MutableMapping[str, str]) -> None:
+        super().__init__(options)
+        self._config: TableConfig | None = None
+
+    @classmethod
+    def name(cls) -> str:
+        return "msgtable"
+
+    def config(self) -> TableConfig:
+        if self._config is None:
+            self._config = describe(dsn_option(self.options), table_option(self.options))
+        return self._config
+
+    def schema(self) -> str:
+        if "server" in self.options and "dsn" not in self.options:
+            from msgtable.spark.stream import stream_schema
+
+            return stream_schema(self.options)
+        RowState.parse(option(self.options, "state", "all"))  # bad read options fail at load()
+        int_option(self.options, "partitions", DEFAULT_PARTITIONS)
+        return spark_schema(self.config().columns)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return MsgtableReader(self.options, self.config())
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise InvalidArgument("msgtable only appends (enqueues): use mode('append')")
+        return MsgtableWriter(self.options, self.config(), schema.fieldNames())
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from msgtable.spark.stream import MsgtableStreamReader
+
+        return MsgtableStreamReader(self.options, schema)
+
+
+# -- batch read ----------------------------------------------------------------------------
+@dataclass
+class Slice(InputPartition):
+    """One read partition: ids lo..hi (inclusive), or hash bucket ``bucket`` of ``buckets``."""
+
+    lo: Any = None
+    hi: Any = None
+    bucket: int = 0
+    buckets: int = 0
+
+
+class MsgtableReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str], cfg: TableConfig) -> None:
+        self.dsn = dsn_option(options)
+        self.cfg = cfg
+        self.state = RowState.parse(option(options, "state", "all"))
+        self.partitions_wanted = int_option(options, "partitions", DEFAULT_PARTITIONS)
+        self.now_ns = time.time_ns()  # one "now" for every partition of the read
+
+    def partitions(self) -> Sequence[InputPartition]:
+        n = self.partitions_wanted
+        if not self.cfg.id_column.is_integer:
+            return [Slice(bucket=k, buckets=n) for k in range(n)]
+        import pymysql
+
+        bulk = BulkStatements(self.cfg)
+        where, params = bulk.state(self.state, self.now_ns)
+        conn = pymysql.connect(**connect_args(self.dsn))
+        try:
+            with conn.cursor() as cur:
+                cur.execute(bulk.id_bounds(where), params)
+                lo, hi, count = cur.fetchone()
+        finally:
+            conn.close()
+        if not count:
+            return [Slice(lo=1, hi=0)]  # an empty range: no rows, the schema still holds
+        lo, hi = int(lo), int(hi)
+        n = max(1, min(n, hi - lo + 1))
+        step = (hi - lo + 1) // n
+        bounds = [lo + k * step for k in range(n)] + [hi + 1]
+        return [Slice(lo=bounds[k], hi=bounds[k + 1] - 1) for k in range(n)]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        import pymysql
+        import pymysql.cursors
+
+        assert isinstance(partition, Slice)
+        bulk = BulkStatements(self.cfg)
+        where, params = bulk.state(self.state, self.now_ns)
+        if partition.buckets:
+            sql, args = bulk.select_hashed(where), [partition.buckets, partition.bucket, *params]
+        else:
+            sql, args = bulk.select_range(where), [partition.lo, partition.hi, *params]
+        conn = pymysql.connect(**connect_args(self.dsn), cursorclass=pymysql.cursors.SSCursor)
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                while rows := cur.fetchmany(FETCH_ROWS):
+                    for row in rows:
+                        yield tuple(_spark_value(v) for v in row)
+        finally:
+            conn.close()
+
+
+def _spark_value(value: Any) -> Any:
+    """A value as PyMySQL returns it, as its Spark type takes it."""
+    if isinstance(value, timedelta):  # TIME: a duration, read as its text
+        total = int(value.total_seconds())
+        sign = "-" if total < 0 else ""
+        h, rest = divmod(abs(total), 3600)
+        return f"{sign}{h:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    if isinstance(value, int) and value >= 2**63:  # bigint unsigned: DECIMAL(20,0)
+        return Decimal(value)
+    return value
+
+
+# -- batch write (bulk enqueue) ------------------------------------------------------------
+@dataclass
+class Enqueued(WriterCommitMessage):
+    """What one partition's transaction did."""
+
+    partition: int
+    inserted: int
+    skipped: int
+
+
+class DuplicateMessage(MsgtableError):
+    """A bulk enqueue met an id the table already has (and duplicates were not skipped)."""
+
+
+class MsgtableWriter(DataSourceWriter):
+    def __init__(self, options: Mapping[str, str], cfg: TableConfig, fields: list[str]) -> None:
+        self.dsn = dsn_option(options)
+        self.cfg = cfg
+        mode = option(options, "onDuplicate", "error").strip().lower()
+        if mode not in ("error", "skip"):
+            raise InvalidArgument(f"onDuplicate must be error or skip, not {mode!r}")
+        self.skip = mode == "skip"
+        self.batch_rows = int_option(options, "batchRows", DEFAULT_BATCH_ROWS)
+        self.fields = fields
+        id_name = cfg.id_column.name
+        if id_name not in fields:
+            raise InvalidArgument(f"the frame needs the id column {id_name!r} to enqueue")
+        unknown = [f for f in fields if f not in cfg.column_names]
+        if unknown:
+            raise InvalidArgument(
+                f"table {cfg.name} has no column {unknown[0]!r} (its columns: "
+                f"{', '.join(cfg.column_names)})"
+            )
+
+    def write(self, iterator: Iterator[Any]) -> Enqueued:
+        import pymysql
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        bulk = BulkStatements(self.cfg)
+        defaults = bulk.engine_defaults(time.time_ns())
+        extra = [c for c in defaults if c not in self.fields]
+        columns = [*self.fields, *extra]
+        fixed = tuple(defaults[c] for c in extra)
+        full_sql = bulk.insert(columns, self.batch_rows, self.skip)
+        conn = pymysql.connect(**connect_args(self.dsn), autocommit=False)
+        inserted = total = 0
+        try:
+            with conn.cursor() as cur:
+                chunk: list[Any] = []
+                for row in iterator:
+                    chunk.extend(row)
+                    chunk.extend(fixed)
+                    total += 1
+                    if total % self.batch_rows == 0:
+                        inserted += cur.execute(full_sql, chunk)
+                        chunk = []
+                left = total % self.batch_rows
+                if left:
+                    inserted += cur.execute(bulk.insert(columns, left, self.skip), chunk)
+            conn.commit()
+        except pymysql.err.IntegrityError as exc:
+            conn.rollback()
+            if exc.args and exc.args[0] == _DUPLICATE_KEY:
+                raise DuplicateMessage(
+                    f"partition {partition}: {exc.args[1]}; nothing of this partition was "
+                    "enqueued (rerun with .option('onDuplicate', 'skip') to leave ids the "
+                    "table has as they are)"
+                ) from None
+            raise
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+        return Enqueued(partition, inserted, total - inserted)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        done = [m for m in messages if isinstance(m, Enqueued)]
+        inserted = sum(m.inserted for m in done)
+        skipped = sum(m.skipped for m in done)
+        log.warning(
+            "msgtable: enqueued %d messages into %s in %d partitions (%d duplicate ids skipped)",
+            inserted,
+            self.cfg.name,
+            len(done),
+            skipped,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        done = [m for m in messages if isinstance(m, Enqueued)]
+        log.warning(
+            "msgtable: the enqueue into %s failed; %d partitions (%s) committed %d messages "
+            "before it did, every other partition none: rerun with onDuplicate=skip to "
+            "enqueue the rest once",
+            self.cfg.name,
+            len(done),
+            ", ".join(str(m.partition) for m in done) or "none",
+            sum(m.inserted for m in done),
+        )

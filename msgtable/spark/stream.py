@@ -1,0 +1,191 @@
+"""``spark.readStream.format("msgtable")``: a streaming query that consumes a message table as
+one more subscriber, and acks a message only once the micro-batch that carried it is
+committed.
+
+How it works. The reader runs on the driver (in Spark's long-lived Python process for the
+query's source) and subscribes to the table over gRPC (``server``, default MSGTABLE_SERVER or
+127.0.0.1:50051) like any worker, so the server's round-robin and leases apply: no message is
+in flight to it and to another subscriber at once. A thread reads the subscription; each
+``latestOffset`` turns what arrived into the next micro-batch (at most
+``maxMessagesPerBatch``, default 10,000; offsets are {"batch": N}); ``partitions`` hands the
+batch's rows to the executors inside its partitions; ``commit`` (Spark calls it once the
+batch's sink has committed) acks the batch's messages with MessageAck.
+
+Spark calls ``commit(N)`` only when it plans batch N+1. So that the last batch is not left
+unacked while no new message comes, the reader then offers one empty batch: a batch is acked
+at most one trigger after its sink committed, even on an idle stream. What is still unacked
+when the query stops or fails (the batch being written, the last batch of a stopped query)
+comes back after the table's ``vt_ack_wait``, to this query when it restarts or to another
+subscriber: delivery is at least once, and a sink that must not see a message twice should
+write idempotently (by ``id``). Choose a ``vt_ack_wait`` longer than a micro-batch takes; a
+batch replayed after a restart holds no messages (those it had come back by their lease).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.types import StructType
+
+from msgtable.codec import FieldType
+from msgtable.errors import TableLoadError, TableNotFound
+from msgtable.spark.schema import spark_schema
+from msgtable.spark.source import int_option, table_option
+from msgtable.tables import Column
+
+log = logging.getLogger("msgtable.spark")
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+DEFAULT_MAX_MESSAGES = 10_000
+ROWS_PER_PARTITION = 5_000
+ACK_IDS = 10_000
+_TEXT_TIMES = {FieldType.DATETIME, FieldType.TIMESTAMP}
+
+
+def server_option(options: Mapping[str, str]) -> str:
+    return options.get("server") or os.environ.get("MSGTABLE_SERVER") or DEFAULT_SERVER
+
+
+def _columns(options: Mapping[str, str]) -> tuple[tuple[Column, ...], tuple[FieldType, ...]]:
+    """The table's message columns (id first), as the server reports them."""
+    from msgtable.client import Client
+
+    name = table_option(options)
+    with Client(server_option(options)) as client:
+        tables = {t.name: t for t in client.list_tables()}
+    info = tables.get(name)
+    if info is None:
+        raise TableNotFound(f"the server serves no message table {name!r}")
+    if info.config is None:
+        raise TableLoadError(f"message table {name} failed to load: {info.load_error}")
+    fields = info.config.message_columns
+    columns = tuple(
+        Column(f.name, f.column_type.split("(")[0].split()[0].lower(), f.column_type)
+        for f in fields
+    )
+    return columns, tuple(f.type for f in fields)
+
+
+def stream_schema(options: Mapping[str, str]) -> str:
+    return spark_schema(_columns(options)[0])
+
+
+@dataclass
+class Delivered(InputPartition):
+    """Rows of one micro-batch, carried to an executor."""
+
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+class MsgtableStreamReader(DataSourceStreamReader):
+    """The driver's side of a streaming query on a message table (see the module docstring)."""
+
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
+        self.options = dict(options)
+        self.table = table_option(options)
+        self.max_messages = int_option(options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
+        self.window = int_option(options, "maxInFlight", 2 * self.max_messages)
+        self._lock = threading.Lock()
+        self._arrived: deque[Any] = deque()  # messages received, not in a batch yet
+        self._batches: dict[int, list[Any]] = {}  # planned, not committed: batch -> messages
+        self._last = -1  # the last batch planned
+        self._error: BaseException | None = None
+        self._client: Any = None
+        self._subscription: Any = None
+        self._thread: threading.Thread | None = None
+        self._kinds: tuple[FieldType, ...] = ()
+
+    # -- the subscription ----------------------------------------------------------------
+    def _start(self) -> None:
+        if self._thread is not None:
+            return
+        from msgtable.client import Client
+
+        _, self._kinds = _columns(self.options)
+        self._client = Client(server_option(self.options), timeout_s=30)
+        self._subscription = self._client.subscribe(
+            self.table, self.options.get("keyspace", ""), max_in_flight=self.window
+        )
+        self._thread = threading.Thread(target=self._receive, daemon=True, name="msgtable-stream")
+        self._thread.start()
+
+    def _receive(self) -> None:
+        try:
+            for batch in self._subscription.batches():
+                with self._lock:
+                    self._arrived.extend(batch)
+        except BaseException as exc:  # the next latestOffset raises it in the query
+            with self._lock:
+                self._error = exc
+
+    def _row(self, message: Any) -> tuple[Any, ...]:
+        out = []
+        for kind, value in zip(self._kinds, message.row, strict=True):
+            if value is not None and kind in _TEXT_TIMES and isinstance(value, str):
+                value = datetime.fromisoformat(value)
+            elif value is not None and kind is FieldType.DATE and isinstance(value, str):
+                value = date.fromisoformat(value)
+            out.append(value)
+        return tuple(out)
+
+    # -- Spark's calls -------------------------------------------------------------------
+    def initialOffset(self) -> dict[str, int]:
+        return {"batch": -1}
+
+    def latestOffset(self) -> dict[str, int]:  # type: ignore[override]  # the 4.0 form
+        self._start()
+        with self._lock:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+            take = min(len(self._arrived), self.max_messages)
+            messages = [self._arrived.popleft() for _ in range(take)]
+            last_had_messages = bool(self._batches.get(self._last))
+            if messages or last_had_messages:
+                # an empty batch after one with messages: Spark then commits that one
+                self._last += 1
+                self._batches[self._last] = messages
+            return {"batch": self._last}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        first, last = start["batch"] + 1, end["batch"]
+        with self._lock:
+            if last > self._last:  # a restarted query replays a batch planned before
+                self._last = last
+            messages = [m for b in range(first, last + 1) for m in self._batches.get(b, [])]
+        rows = [self._row(m) for m in messages]
+        return [
+            Delivered(rows[i : i + ROWS_PER_PARTITION])
+            for i in range(0, len(rows), ROWS_PER_PARTITION)
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        assert isinstance(partition, Delivered)
+        yield from partition.rows
+
+    def commit(self, end: dict[str, int]) -> None:
+        with self._lock:
+            done = sorted(b for b in self._batches if b <= end["batch"])
+            messages = [m for b in done for m in self._batches.pop(b)]
+        if messages and self._client is not None:
+            ids = [m.id for m in messages]
+            keyspace = self.options.get("keyspace", "")
+            for i in range(0, len(ids), ACK_IDS):  # the server takes 10,000 ids a call
+                self._client.ack(self.table, ids[i : i + ACK_IDS], keyspace)
+
+    def stop(self) -> None:
+        """The query ended: what is not acked comes back after its lease."""
+        subscription, client = self._subscription, self._client
+        self._subscription = self._client = None
+        if subscription is not None:
+            subscription.close()
+        if client is not None:
+            client.close()

@@ -93,6 +93,20 @@ class MsgtableStreamReader(DataSourceStreamReader):
         self.table = table_option(options)
         self.max_messages = int_option(options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
         self.window = int_option(options, "maxInFlight", 2 * self.max_messages)
+        self._fresh()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Spark ships the reader to its Python workers: the options, not the connection."""
+        return {"options": self.options, "table": self.table}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.options, self.table = state["options"], state["table"]
+        self.max_messages = int_option(self.options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
+        self.window = int_option(self.options, "maxInFlight", 2 * self.max_messages)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """No subscription yet, nothing received, nothing planned."""
         self._lock = threading.Lock()
         self._arrived: deque[Any] = deque()  # messages received, not in a batch yet
         self._batches: dict[int, list[Any]] = {}  # planned, not committed: batch -> messages

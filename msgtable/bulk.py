@@ -93,6 +93,18 @@ class BulkStatements:
             sql += f" ON DUPLICATE KEY UPDATE {self._id} = {self._id}"
         return sql
 
+    def archived(self, cutoff_ns: int) -> tuple[str, list[Any]]:
+        """The condition of the rows an archive takes: acked before the cutoff."""
+        acked = quote("time_acked")
+        return f"{acked} IS NOT NULL AND {acked} < %s", [cutoff_ns]
+
+    def archived_query(self, cutoff_ns: int) -> str:
+        """The archive's SELECT with its cutoff written in (for Spark's JDBC reader, which
+        binds no parameters; the cutoff is an int, so nothing but digits goes in)."""
+        acked = quote("time_acked").replace("%%", "%")
+        select = self._select.replace("%%", "%")
+        return f"{select} WHERE {acked} IS NOT NULL AND {acked} < {int(cutoff_ns)}"
+
     def delete_acked(self, ids: int) -> str:
         """Delete acked rows by id (the archive's rows, exactly: an id that is not acked, or
         no longer there, is left alone)."""

@@ -163,7 +163,64 @@ def build_parser() -> argparse.ArgumentParser:
         help="one JSON object per line (DECIMAL as a string, binary as 0x hex)",
     )
     tail.add_argument("--server", default=_env("MSGTABLE_SERVER", DEFAULT_TARGET), help=server_help)
+    _pipeline_commands(commands)
     return parser
+
+
+def _duration(text: str) -> float:
+    """Seconds from "90", "90s", "15m", "12h" or "7d"."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1:], 0)
+    try:
+        value = float(raw[:-1] if scale else raw) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration (90s, 15m, 12h, 7d): {text!r}") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
+    return value
+
+
+def _pipeline_commands(commands: Any) -> None:
+    """archive and report: Spark jobs (the spark extra)."""
+    spark_help = (
+        "Spark master (default local[*]; SPARK_REMOTE selects Spark Connect instead); needs "
+        "pip install 'msgtable[spark]'"
+    )
+    dsn_help = "SQLAlchemy URL of the database (env MSGTABLE_DSN)"
+    archive = commands.add_parser(
+        "archive",
+        help="copy old acked rows to Parquet, then delete them",
+        description="Copy the rows of message table NAME acked more than --older-than ago "
+        "to Parquet under PATH (partitioned by the UTC day they were acked), check the copy's "
+        "row count, then delete exactly the copied rows. A crash at any point loses nothing, "
+        "and a rerun finishes what was left without copying anything twice.",
+    )
+    archive.add_argument("name", help="message table")
+    archive.add_argument("--to", required=True, metavar="PATH", help="the archive's directory")
+    archive.add_argument(
+        "--older-than",
+        type=_duration,
+        default=86400.0,
+        metavar="AGE",
+        help="archive rows acked more than this long ago: 90s, 15m, 12h, 7d (default 1d)",
+    )
+    archive.add_argument("--dsn", default=_env("MSGTABLE_DSN"), help=dsn_help)
+    archive.add_argument("--master", default=None, help=spark_help)
+
+    report = commands.add_parser(
+        "report",
+        help="delivery statistics of a message table or an archive",
+        description="Delivery latency percentiles (created -> acked, where the table has "
+        "time_created), redeliveries by epoch, backlog by age and priority, and throughput "
+        "per hour, of message table NAME (or of the archive at --archive PATH): a table in "
+        "the terminal and an HTML report with plots.",
+    )
+    report.add_argument("name", help="message table (or a title, with --archive)")
+    report.add_argument("--archive", default=None, metavar="PATH", help="read this archive")
+    report.add_argument("--html", default=None, metavar="FILE", help="default NAME-report.html")
+    report.add_argument("--dsn", default=_env("MSGTABLE_DSN"), help=dsn_help)
+    report.add_argument("--master", default=None, help=spark_help)
 
 
 # -- entry point --------------------------------------------------------------------------
@@ -436,8 +493,22 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return EXIT_OK
 
 
+def archive(args: argparse.Namespace) -> int:
+    from msgtable.spark.commands import archive_command
+
+    return archive_command(args)
+
+
+def report(args: argparse.Namespace) -> int:
+    from msgtable.spark.commands import report_command
+
+    return report_command(args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": serve,
     "tables": tables,
     "tail": tail,
+    "archive": archive,
+    "report": report,
 }

@@ -20,6 +20,7 @@ from bench.scale import (
     BacklogResult,
     PurgeResult,
 )
+from bench.spark import SparkResult
 
 LABELS = {
     "raw": "raw SQL lifecycle (PyMySQL, no engine)",
@@ -73,6 +74,8 @@ class Report:
     memory: MemoryResult | None = None
     backlog: BacklogResult | None = None
     purge: PurgeResult | None = None
+    spark: SparkResult | None = None
+    spark_missing: str = ""
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -150,6 +153,22 @@ class Report:
                 50,
                 unit=" ms",
                 at_most=True,
+            ),
+            Target(
+                "spark_enqueue_rows_s",
+                "Spark bulk enqueue of 1M rows, rows/s",
+                self.spark.enqueue_rows_s if self.spark else None,
+                100_000,
+                why_unmeasured=self.spark_missing or full_only,
+            ),
+            Target(
+                "spark_archive_s",
+                "Spark archive + delete of 1M acked rows",
+                self.spark.archive_s if self.spark else None,
+                20,
+                unit=" s",
+                at_most=True,
+                why_unmeasured=self.spark_missing or full_only,
             ),
             Target(
                 "bytes_per_cached_msg",
@@ -235,6 +254,14 @@ class Report:
             )
         if self.backlog:
             out.extend(self._backlog_text(self.backlog))
+        if self.spark:
+            sp = self.spark
+            add("")
+            add(
+                f"spark: bulk enqueue of {sp.rows:,} rows ({sp.path}) in {sp.enqueue_s:.1f} s: "
+                f"{sp.enqueue_rows_s:,.0f} rows/s; archive + delete of {sp.archived:,} acked "
+                f"rows in {sp.archive_s:.1f} s"
+            )
         if self.purge:
             p = self.purge
             first = p.without[0]
@@ -357,6 +384,8 @@ class Report:
             doc["backlog"] = self.backlog.as_dict()
         if self.purge:
             doc["purge"] = self.purge.as_dict()
+        if self.spark:
+            doc["spark"] = self.spark.as_dict()
         return json.dumps(doc, separators=(",", ":"))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import shutil
 import signal
 import subprocess
@@ -28,12 +29,22 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import common, engine, latency, memory, peer, raw, scale
+from bench import common, engine, latency, memory, peer, raw, scale, spark
 from bench.common import BenchError, Database, ServerProcess, database_server, scratch_database
 from bench.report import Report
 
-SECTIONS = ("raw", "msgtable", "latency", "ontime", "peer", "memory", "backlog", "purge")
-FULL_ONLY = {"backlog", "purge"}  # quick mode runs them only when --only names them
+SECTIONS = (
+    "raw",
+    "msgtable",
+    "latency",
+    "ontime",
+    "peer",
+    "memory",
+    "backlog",
+    "purge",
+    "spark",
+)
+FULL_ONLY = {"backlog", "purge", "spark"}  # quick mode runs them only when --only names them
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,17 @@ def run(args: argparse.Namespace) -> Report:
                 with scratch_database(db.handle, "bench_peer") as dsn:
                     report.peer = peer.run(dsn, p.peer_messages, p.peer_max_s)
                 progress(f"peer (kombu): {report.peer.msgs_s:,.0f} msgs/s")
+        if "spark" in only:
+            if importlib.util.find_spec("pyspark") is None:
+                report.spark_missing = "pyspark is not installed (pip install -e '.[spark]')"
+                progress(f"spark: {report.spark_missing}")
+            else:
+                with scratch_database(db.handle, "bench_spark") as dsn:
+                    report.spark = spark.run(dsn)
+                sp = report.spark
+                progress(
+                    f"spark: enqueue {sp.enqueue_rows_s:,.0f} rows/s, archive {sp.archive_s:.1f} s"
+                )
         if "memory" in only:
             with scratch_database(db.handle, "bench_memory") as dsn:
                 report.memory = memory.run(dsn)

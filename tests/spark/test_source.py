@@ -121,3 +121,24 @@ def test_a_text_id_table_is_read_in_hash_buckets(spark, sql, db_dsn):
     df = spark.read.format("msgtable").option("dsn", db_dsn).option("partitions", 3).load("texty")
     assert df.rdd.getNumPartitions() == 3
     assert sorted(r.id for r in df.collect()) == sorted(f"k{i}" for i in range(500))
+
+
+def test_enqueue_takes_the_jdbc_path_and_fills_the_engine_columns(spark, sql, db_dsn):
+    from msgtable.spark.jdbc import enqueue
+
+    make_table(sql, "fast")
+    df = spark.range(N).selectExpr("id", "concat('m', id) as message", "id % 3 as priority")
+    began = time.time_ns()
+    assert enqueue(df, db_dsn, "fast", partitions=4) == "jdbc"
+    assert sql.scalar("select count(*) from fast") == N
+    assert sql.rows("select min(epoch), max(epoch), max(priority) from fast") == [(0, 0, 2)]
+    assert sql.scalar("select count(*) from fast where time_next < :t", {"t": began - 10**9}) == 0
+    back = spark.read.format("msgtable").option("dsn", db_dsn).load("fast")
+    assert (
+        back.select("id", "message").orderBy("id").collect()
+        == df.select("id", "message").orderBy("id").collect()
+    )
+    # skipping duplicates needs the msgtable writer (Spark's JDBC writer has no upsert)
+    again = spark.range(N - 5, N + 5).selectExpr("id", "'again' as message")
+    assert enqueue(again, db_dsn, "fast", on_duplicate="skip") == "msgtable"
+    assert sql.scalar("select count(*) from fast") == N + 5

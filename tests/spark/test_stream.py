@@ -37,6 +37,7 @@ def stream(spark, address: str, table: str, checkpoint: Path, sink):
 def test_a_sink_that_fails_once_still_gets_every_message_and_all_are_acked(spark, db_dsn, tmp_path):
     with serve(db_dsn) as s:
         s.create_table("jobs", vt_ack_wait=3, vt_poller_interval=0.2, vt_batch_size=50)
+        s.engine.refresh()  # served now, not at the next discovery
         s.sql("insert into jobs(id, message) values " + ",".join(f"({i}, 'm')" for i in range(N)))
         seen: list[int] = []
         failed = threading.Event()
@@ -69,6 +70,7 @@ def test_a_sink_that_fails_once_still_gets_every_message_and_all_are_acked(spark
 def test_the_query_shares_the_table_with_other_subscribers(spark, db_dsn, tmp_path):
     with serve(db_dsn) as s:
         s.create_table("shared", vt_ack_wait=30, vt_poller_interval=0.2, vt_batch_size=20)
+        s.engine.refresh()
         other = Collector(s.client, "shared", max_in_flight=40)
         seen: list[int] = []
         lock = threading.Lock()

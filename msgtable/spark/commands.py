@@ -24,9 +24,10 @@ def archive_command(args: argparse.Namespace) -> int:
     if not args.dsn:
         raise InvalidArgument("archive needs the database: --dsn URL or MSGTABLE_DSN")
     from msgtable.spark.archive import archive
-    from msgtable.spark.session import session
+    from msgtable.spark.session import describe_session, session
 
     spark = session(args.master, "msgtable-archive")
+    print(f"msgtable: {describe_session(spark)}", file=sys.stderr)
     try:
         result = archive(spark, args.dsn, args.name, args.to, args.older_than)
     finally:
@@ -45,9 +46,10 @@ def report_command(args: argparse.Namespace) -> int:
     if not args.archive and not args.dsn:
         raise InvalidArgument("report needs --dsn URL (or MSGTABLE_DSN) or --archive PATH")
     from msgtable.spark.report import build_report, write_html
-    from msgtable.spark.session import session
+    from msgtable.spark.session import describe_session, session
 
     spark = session(args.master, "msgtable-report")
+    print(f"msgtable: {describe_session(spark)}", file=sys.stderr)
     try:
         report = build_report(spark, args.name, dsn=args.dsn, archive=args.archive)
     finally:

@@ -24,6 +24,14 @@ def jdbc_jar() -> str | None:
     return path if Path(path).is_file() else None
 
 
+def describe_session(spark: SparkSession) -> str:
+    """Which Spark this is: "Spark Connect at URL" or "Spark MASTER"."""
+    remote = os.environ.get("SPARK_REMOTE")
+    if type(spark).__module__.startswith("pyspark.sql.connect"):
+        return f"Spark Connect at {remote}"
+    return f"Spark {spark.sparkContext.master}"
+
+
 def session(master: str | None = None, app_name: str = "msgtable") -> SparkSession:
     from pyspark.sql import SparkSession
 

@@ -3,6 +3,7 @@ histogram, backlog and hourly throughput; the same from an archive; the HTML has
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -77,6 +78,22 @@ def test_the_report_of_an_archive_and_the_command(spark, sql, db_dsn, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "p50 50.5 ms" in done.stdout and f"HTML report: {html}" in done.stdout
+    assert "msgtable: Spark local[1]" in done.stderr
     page = html.read_text()
     assert page.count("data:image/png;base64,") == 3  # latency, redeliveries, hourly
     assert "Redeliveries" in page
+
+
+def test_the_report_command_runs_on_spark_connect(sql, db_dsn, tmp_path):
+    """SPARK_REMOTE: the same command through a Spark Connect session (a local one here)."""
+    known(sql)
+    env = {**os.environ, "SPARK_REMOTE": "local[1]"}
+    done = subprocess.run(
+        [sys.executable, "-m", "msgtable", "report", "known", "--dsn", db_dsn,
+         "--html", str(tmp_path / "c.html")],
+        capture_output=True, text=True, timeout=240, check=False, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "msgtable: Spark Connect at local[1]" in done.stderr
+    assert "105 rows (100 acked) from table known" in done.stdout
+    assert "p50 50.5 ms" in done.stdout

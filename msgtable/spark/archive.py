@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from msgtable.bulk import BulkStatements
 from msgtable.errors import MsgtableError
-from msgtable.spark.schema import connect_args, describe
+from msgtable.spark.schema import connect_args, describe, id_bounds
 from msgtable.tables import TableConfig
 
 if TYPE_CHECKING:
@@ -117,20 +117,13 @@ def copy(
 ) -> int:
     """Copy the rows acked before the cutoff to PATH/_staging/RUN, count them, and write the
     run's manifest (state ``copied``). Returns how many rows it copied (0: nothing to do)."""
-    import pymysql
     from pyspark.sql import functions as F
 
     from msgtable.spark.jdbc import jdbc_available, read_query
 
     bulk = BulkStatements(cfg)
     where, params = bulk.archived(cutoff_ns)
-    conn = pymysql.connect(**connect_args(dsn))
-    try:
-        with conn.cursor() as cur:
-            cur.execute(bulk.id_bounds(where), params)
-            lo, hi, count = cur.fetchone()
-    finally:
-        conn.close()
+    lo, hi, count = id_bounds(dsn, bulk.id_bounds(where), params)
     if not count:
         return 0
     show.step(f"archive {cfg.name}: copying {count:,} rows acked before the cutoff")

@@ -91,6 +91,20 @@ def connect_args(dsn: str) -> dict[str, Any]:
     return args
 
 
+def id_bounds(dsn: str, sql: str, params: list[Any]) -> tuple[Any, Any, int]:
+    """The (smallest id, largest id, count) a msgtable.bulk id_bounds query answers."""
+    import pymysql
+
+    conn = pymysql.connect(**connect_args(dsn))
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, params)
+            lo, hi, count = cur.fetchone()
+    finally:
+        conn.close()
+    return lo, hi, int(count or 0)
+
+
 def jdbc_url(dsn: str) -> tuple[str, dict[str, str]]:
     """A JDBC URL and connection properties for MariaDB Connector/J. The URL must say
     jdbc:mysql:// with org.mariadb.jdbc.Driver: a jdbc:mariadb:// URL gets Spark's no-op

@@ -38,7 +38,7 @@ from pyspark.sql.types import StructType
 
 from msgtable.bulk import BulkStatements, RowState
 from msgtable.errors import InvalidArgument, MsgtableError
-from msgtable.spark.schema import connect_args, describe, spark_schema
+from msgtable.spark.schema import connect_args, describe, id_bounds, spark_schema
 from msgtable.tables import TableConfig
 
 log = logging.getLogger("msgtable.spark")
@@ -146,17 +146,9 @@ class MsgtableReader(DataSourceReader):
         n = self.partitions_wanted
         if not self.cfg.id_column.is_integer:
             return [Slice(bucket=k, buckets=n) for k in range(n)]
-        import pymysql
-
         bulk = BulkStatements(self.cfg)
         where, params = bulk.state(self.state, self.now_ns)
-        conn = pymysql.connect(**connect_args(self.dsn))
-        try:
-            with conn.cursor() as cur:
-                cur.execute(bulk.id_bounds(where), params)
-                lo, hi, count = cur.fetchone()
-        finally:
-            conn.close()
+        lo, hi, count = id_bounds(self.dsn, bulk.id_bounds(where), params)
         if not count:
             return [Slice(lo=1, hi=0)]  # an empty range: no rows, the schema still holds
         lo, hi = int(lo), int(hi)

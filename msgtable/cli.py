@@ -28,9 +28,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 import grpc
 
 from msgtable import __version__
+from msgtable.auth import Authorizer
 from msgtable.client import DEFAULT_TARGET, Client, Field, Message, TableInfo, error_from_rpc
 from msgtable.errors import InvalidArgument, MsgtableError
-from msgtable.server import DEFAULT_GRACE_S, DEFAULT_LISTEN, MessagingServer
+from msgtable.server import (
+    DEFAULT_GRACE_S,
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_STREAMS_PER_CLIENT,
+    DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+    MessagingServer,
+    TlsFiles,
+)
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 
 if TYPE_CHECKING:
@@ -99,8 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--listen",
         default=_env("MSGTABLE_LISTEN", DEFAULT_LISTEN),
         help=f"HOST:PORT to listen on (env MSGTABLE_LISTEN; default "
-        f"{DEFAULT_LISTEN}); there is no TLS or authentication yet, so "
-        "keep it on loopback or a private network",
+        f"{DEFAULT_LISTEN}); elsewhere than loopback, use --tls-cert and --auth",
     )
     serve.add_argument(
         "--discovery-interval",
@@ -117,6 +124,46 @@ def build_parser() -> argparse.ArgumentParser:
         "at once, not at the next poll; it needs a ROW binlog and REPLICATION SLAVE + "
         "REPLICATION CLIENT, and without them the server says why once and polls. "
         "--no-binlog polls only (env MSGTABLE_BINLOG=0)",
+    )
+    serve.add_argument(
+        "--auth",
+        default=_env("MSGTABLE_AUTH"),
+        metavar="FILE",
+        help="tokens, client certificate names and per-table rules (TOML; see the README); "
+        "without it every caller may do everything (env MSGTABLE_AUTH)",
+    )
+    serve.add_argument(
+        "--tls-cert",
+        default=_env("MSGTABLE_TLS_CERT"),
+        metavar="PEM",
+        help="the server's certificate: serve TLS (env MSGTABLE_TLS_CERT)",
+    )
+    serve.add_argument(
+        "--tls-key",
+        default=_env("MSGTABLE_TLS_KEY"),
+        metavar="PEM",
+        help="the server certificate's key (env MSGTABLE_TLS_KEY)",
+    )
+    serve.add_argument(
+        "--tls-client-ca",
+        default=_env("MSGTABLE_TLS_CLIENT_CA"),
+        metavar="PEM",
+        help="require client certificates signed by this CA (env MSGTABLE_TLS_CLIENT_CA)",
+    )
+    serve.add_argument(
+        "--max-subscribers-per-table",
+        type=_positive_int,
+        default=DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+        metavar="N",
+        help=f"then RESOURCE_EXHAUSTED (default {DEFAULT_MAX_SUBSCRIBERS_PER_TABLE:,})",
+    )
+    serve.add_argument(
+        "--max-streams-per-client",
+        type=_positive_int,
+        default=DEFAULT_MAX_STREAMS_PER_CLIENT,
+        metavar="N",
+        help="streams of one principal (or, without --auth, one address); then "
+        f"RESOURCE_EXHAUSTED (default {DEFAULT_MAX_STREAMS_PER_CLIENT})",
     )
     serve.add_argument(
         "--grace-s",
@@ -143,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument(
         "--server", default=_env("MSGTABLE_SERVER", DEFAULT_TARGET), help=server_help
     )
+    _client_flags(tables)
 
     tail = commands.add_parser(
         "tail",
@@ -163,8 +211,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="one JSON object per line (DECIMAL as a string, binary as 0x hex)",
     )
     tail.add_argument("--server", default=_env("MSGTABLE_SERVER", DEFAULT_TARGET), help=server_help)
+    _client_flags(tail)
     _pipeline_commands(commands)
     return parser
+
+
+def _client_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--token",
+        default=_env("MSGTABLE_TOKEN"),
+        help="bearer token for a server with --auth (env MSGTABLE_TOKEN)",
+    )
+    parser.add_argument(
+        "--tls-ca",
+        default=_env("MSGTABLE_TLS_CA"),
+        metavar="PEM",
+        help="connect with TLS, trusting this CA (env MSGTABLE_TLS_CA)",
+    )
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.server, token=args.token, tls_ca=args.tls_ca)
 
 
 def _duration(text: str) -> float:
@@ -345,7 +412,16 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         engine = open_engine(dsn, args.discovery_interval, args.binlog)
         try:
             engine.open()
-            server = MessagingServer(engine, args.listen)
+            server = MessagingServer(
+                engine,
+                args.listen,
+                authorizer=Authorizer.from_file(args.auth) if args.auth else None,
+                tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+                if args.tls_cert
+                else None,
+                max_subscribers_per_table=args.max_subscribers_per_table,
+                max_streams_per_client=args.max_streams_per_client,
+            )
             server.start()
             if local is not None:
                 print(_demo_instructions(local, server.address, args.listen), file=out)
@@ -442,7 +518,7 @@ def format_tables(tables: Sequence[TableInfo]) -> str:
 
 
 def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    with Client(args.server) as client:
+    with _client(args) as client:
         print(format_tables(client.list_tables()), file=out or sys.stdout)
     return EXIT_OK
 
@@ -476,7 +552,7 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     seen = 0
     try:
-        with Client(args.server) as client, client.subscribe(args.name, args.keyspace) as sub:
+        with _client(args) as client, client.subscribe(args.name, args.keyspace) as sub:
             for batch in sub.batches():
                 if args.count is not None:
                     batch = batch[: args.count - seen]

@@ -40,8 +40,11 @@ from msgtable.codec import FieldType
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
+    PermissionDenied,
+    ResourceExhausted,
     TableLoadError,
     TableNotFound,
+    Unauthenticated,
     Unavailable,
 )
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -74,7 +77,9 @@ ERRORS_BY_CODE: dict[grpc.StatusCode, type[MsgtableError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.INTERNAL: MsgtableError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: Unavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
     grpc.StatusCode.CANCELLED: Unavailable,
 }
@@ -499,6 +504,45 @@ class AckQueue:
                 self._lock.notify_all()
 
 
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise InvalidArgument(f"cannot read {path}: {exc}") from None
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
+    """Adds ``authorization: Bearer TOKEN`` to every call's metadata."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details: Any) -> Any:
+        metadata = [*(details.metadata or ()), self._header]
+        return (
+            details._replace(metadata=metadata)
+            if hasattr(details, "_replace")
+            else (_CallDetails(details, metadata))
+        )
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+
+class _CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
+    def __init__(self, base: Any, metadata: Any) -> None:
+        self.method = base.method
+        self.timeout = base.timeout
+        self.metadata = metadata
+        self.credentials = base.credentials
+        self.wait_for_ready = getattr(base, "wait_for_ready", None)
+        self.compression = getattr(base, "compression", None)
+
+
 class Client:
     """A connection to one msgtable server. Thread-safe; close() (or use as a context manager)."""
 
@@ -508,14 +552,34 @@ class Client:
         *,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         ack_linger_s: float = DEFAULT_ACK_LINGER_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
     ) -> None:
+        """``token``: sent as ``authorization: Bearer TOKEN`` with every call. ``tls_ca``
+        (the CA that signed the server's certificate; a PEM file), or ``tls_cert`` and
+        ``tls_key`` (a client certificate for mutual TLS), make the channel TLS."""
         if ack_linger_s < 0:
             raise InvalidArgument(f"ack_linger_s must be >= 0, not {ack_linger_s}")
         self.target = target
         self.timeout_s = timeout_s  # for unary calls and for the first response of a stream
         self.ack_linger_s = ack_linger_s  # see Subscription.ack_async
-        self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
-        self._stub = pb_grpc.MessagingStub(self._channel)
+        if tls_ca or tls_cert or tls_key:
+            if bool(tls_cert) != bool(tls_key):
+                raise InvalidArgument("a client certificate needs both tls_cert and tls_key")
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=_read(tls_ca) if tls_ca else None,
+                private_key=_read(tls_key) if tls_key else None,
+                certificate_chain=_read(tls_cert) if tls_cert else None,
+            )
+            self._channel = grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
+        else:
+            self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+        channel: grpc.Channel = self._channel
+        if token:
+            channel = grpc.intercept_channel(channel, _BearerToken(token))
+        self._stub = pb_grpc.MessagingStub(channel)
 
     def subscribe(
         self,

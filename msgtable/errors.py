@@ -29,3 +29,15 @@ class Unavailable(MsgtableError):
 
 class ServerBinaryNotFound(MsgtableError):
     """No mysqld / mariadbd binary exists to start a throwaway local server."""
+
+
+class Unauthenticated(MsgtableError):
+    """The call carries no credentials this server accepts."""
+
+
+class PermissionDenied(MsgtableError):
+    """The caller may not do this to this table."""
+
+
+class ResourceExhausted(Unavailable):
+    """A limit is reached (streams of one client, subscribers of one table): retry later."""

@@ -11,11 +11,14 @@ beyond ``max_streams`` are refused with RESOURCE_EXHAUSTED instead of starving a
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import threading
 from collections.abc import Iterator, Sequence
 from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 import grpc
@@ -23,11 +26,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from msgtable import codec
+from msgtable.auth import ANONYMOUS, Authorizer
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
+    PermissionDenied,
+    ResourceExhausted,
     TableLoadError,
     TableNotFound,
+    Unauthenticated,
     Unavailable,
 )
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -43,6 +50,9 @@ DEFAULT_MAX_WORKERS = 256
 DEFAULT_GRACE_S = 5.0
 STREAM_POLL_S = 1.0  # how often an idle stream checks that its client is still there
 INTERNAL_MESSAGE = "internal server error (details are in the server log)"
+MAX_REQUEST_BYTES = 4 * 1024 * 1024  # larger requests are RESOURCE_EXHAUSTED (by gRPC)
+DEFAULT_MAX_SUBSCRIBERS_PER_TABLE = 1_000
+DEFAULT_MAX_STREAMS_PER_CLIENT = 64
 SHUTTING_DOWN = "server shutting down"
 
 
@@ -82,6 +92,9 @@ STATUS_CODES: dict[type[MsgtableError], grpc.StatusCode] = {
     TableNotFound: grpc.StatusCode.NOT_FOUND,
     TableLoadError: grpc.StatusCode.FAILED_PRECONDITION,
     InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Unavailable: grpc.StatusCode.UNAVAILABLE,
     # A MsgtableError without a more precise class: its message is meant for users, so it
     # goes out as is, under the code for "the server could not do it".
@@ -123,9 +136,17 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         *,
         max_streams: int | None = None,
         stream_poll_s: float = STREAM_POLL_S,
+        authorizer: Authorizer | None = None,
+        max_subscribers_per_table: int = DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+        max_streams_per_client: int = DEFAULT_MAX_STREAMS_PER_CLIENT,
     ) -> None:
         self._engine = engine
         self._stream_poll_s = stream_poll_s
+        self._authorizer = authorizer
+        self._max_per_table = max_subscribers_per_table
+        self._max_per_client = max_streams_per_client
+        self._per_table: dict[tuple[str, str], int] = {}
+        self._per_client: dict[str, int] = {}
         self._max_streams = max_streams
         self._stream_slots = (
             threading.BoundedSemaphore(max_streams) if max_streams is not None else None
@@ -159,10 +180,60 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                 "retry later or use another server",
             )
         try:
-            yield from self._stream(request, context)
+            principal = self._allowed(context, "subscribe", request.name)
+            with self._counted(principal or _peer_host(context), request) as refused:
+                if refused:
+                    _fail(context, "MessageStream", ResourceExhausted(refused))
+                yield from self._stream(request, context)
+        except MsgtableError as exc:
+            _fail(context, "MessageStream", exc)
         finally:
             if self._stream_slots is not None:
                 self._stream_slots.release()
+
+    def _allowed(self, context: grpc.ServicerContext, action: str, table: str) -> str:
+        """The caller's principal, if it may do ``action`` to ``table`` (else raises)."""
+        if self._authorizer is None:
+            return ANONYMOUS
+        principal = self._principal(context)
+        self._authorizer.check(principal, action, table)
+        return principal
+
+    def _principal(self, context: grpc.ServicerContext) -> str:
+        assert self._authorizer is not None
+        names = [
+            n.decode("utf-8", "replace")
+            for n in (context.auth_context() or {}).get("x509_common_name", [])
+        ]
+        return self._authorizer.authenticate(context.invocation_metadata() or (), names)
+
+    @contextlib.contextmanager
+    def _counted(self, client: str, request: Any) -> Iterator[str]:
+        """Count a stream against its client's and its table's limits while it lives;
+        yields why it is refused ("" if it is not)."""
+        table = (request.keyspace, request.name)
+        with self._lock:
+            if self._per_client.get(client, 0) >= self._max_per_client:
+                refused = (
+                    f"this client already has {self._max_per_client} streams open "
+                    "(--max-streams-per-client)"
+                )
+            elif self._per_table.get(table, 0) >= self._max_per_table:
+                refused = (
+                    f"table {request.name} already has {self._max_per_table} subscribers "
+                    "(--max-subscribers-per-table)"
+                )
+            else:
+                refused = ""
+                self._per_client[client] = self._per_client.get(client, 0) + 1
+                self._per_table[table] = self._per_table.get(table, 0) + 1
+        try:
+            yield refused
+        finally:
+            if not refused:
+                with self._lock:
+                    _uncount(self._per_client, client)
+                    _uncount(self._per_table, table)
 
     def _stream(
         self, request: Any, context: grpc.ServicerContext
@@ -200,6 +271,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
 
     def MessageAck(self, request: Any, context: grpc.ServicerContext) -> pb.MessageAckResponse:
         try:
+            self._allowed(context, "ack", request.name)
             try:
                 ids = codec.decode_ids(request.ids)
             except ValueError as exc:
@@ -212,9 +284,24 @@ class MessagingServicer(pb_grpc.MessagingServicer):
     def ListTables(self, request: Any, context: grpc.ServicerContext) -> pb.ListTablesResponse:
         try:
             tables = self._engine.list_tables()
+            if self._authorizer is not None:
+                principal = self._principal(context)
+                tables = [t for t in tables if self._authorizer.allows(principal, "list", t.name)]
             return pb.ListTablesResponse(tables=[codec.table_status_to_proto(t) for t in tables])
         except Exception as exc:
             _fail(context, "ListTables", exc)
+
+
+def _uncount(counts: dict[Any, int], key: Any) -> None:
+    counts[key] -= 1
+    if not counts[key]:
+        del counts[key]
+
+
+def _peer_host(context: grpc.ServicerContext) -> str:
+    """The caller's address without its port ("ipv4:10.0.0.5:51234" -> "ipv4:10.0.0.5")."""
+    peer: str = context.peer() or ""
+    return peer.rsplit(":", 1)[0] if peer.count(":") >= 2 else peer
 
 
 def is_loopback(listen: str) -> bool:
@@ -228,6 +315,31 @@ def is_loopback(listen: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False  # a host name: it may resolve to anything
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """The server's certificate and key (PEM files), and optionally the CA whose client
+    certificates it requires (mutual TLS; the certificate's common name can then be a
+    principal in the auth file's [certificates])."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        def read(path: str) -> bytes:
+            try:
+                return Path(path).read_bytes()
+            except OSError as exc:
+                raise InvalidArgument(f"cannot read {path}: {exc}") from None
+
+        ca = read(self.client_ca) if self.client_ca else None
+        return grpc.ssl_server_credentials(
+            [(read(self.key), read(self.cert))],
+            root_certificates=ca,
+            require_client_auth=ca is not None,
+        )
 
 
 class MessagingServer:
@@ -246,6 +358,10 @@ class MessagingServer:
         max_workers: int = DEFAULT_MAX_WORKERS,
         max_streams: int | None = None,
         stream_poll_s: float = STREAM_POLL_S,
+        authorizer: Authorizer | None = None,
+        tls: TlsFiles | None = None,
+        max_subscribers_per_table: int = DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+        max_streams_per_client: int = DEFAULT_MAX_STREAMS_PER_CLIENT,
     ) -> None:
         if max_workers < 2:
             raise InvalidArgument("max_workers must be at least 2")
@@ -257,8 +373,17 @@ class MessagingServer:
         self.listen = listen
         self.max_workers = max_workers
         self.max_streams = max_streams
+        if max_subscribers_per_table < 1 or max_streams_per_client < 1:
+            raise InvalidArgument("the per-table and per-client stream limits must be >= 1")
+        self.authorizer = authorizer
+        self.tls = tls
         self.servicer = MessagingServicer(
-            engine, max_streams=max_streams, stream_poll_s=stream_poll_s
+            engine,
+            max_streams=max_streams,
+            stream_poll_s=stream_poll_s,
+            authorizer=authorizer,
+            max_subscribers_per_table=max_subscribers_per_table,
+            max_streams_per_client=max_streams_per_client,
         )
         self.health = health.HealthServicer()
         self.port = 0
@@ -274,6 +399,7 @@ class MessagingServer:
             # clients ping idle streams (client.KEEPALIVE_TIME_MS) to notice dead peers
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
         ]
         server = grpc.server(
             futures.ThreadPoolExecutor(
@@ -297,17 +423,31 @@ class MessagingServer:
             f"cannot listen on {self.listen}: the address is in use or not one of this machine's"
         )
         try:
-            port = server.add_insecure_port(self.listen)
+            if self.tls is None:
+                port = server.add_insecure_port(self.listen)
+            else:
+                port = server.add_secure_port(self.listen, self.tls.server_credentials())
         except RuntimeError:  # grpc logs the cause (e.g. "Address already in use")
             raise cannot from None
         if port == 0 and not self.listen.startswith("unix"):
             raise cannot
-        if not is_loopback(self.listen):
+        if not is_loopback(self.listen) and (self.tls is None or self.authorizer is None):
+            missing = " and ".join(
+                what
+                for what, absent in (
+                    ("TLS (--tls-cert/--tls-key)", self.tls is None),
+                    ("authentication (--auth)", self.authorizer is None),
+                )
+                if absent
+            )
             log.warning(
-                "listening on %s, reachable from other machines: msgtable has no TLS "
-                "or authentication yet; anyone who can connect can read and ack "
-                "messages",
+                "listening on %s, reachable from other machines, without %s: anyone who "
+                "can connect %s",
                 self.listen,
+                missing,
+                "can read and ack messages"
+                if self.authorizer is None
+                else "can read the traffic, tokens included",
             )
         server.start()
         self.port = port

@@ -15,8 +15,11 @@ from msgtable.codec import FieldType
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
+    PermissionDenied,
+    ResourceExhausted,
     TableLoadError,
     TableNotFound,
+    Unauthenticated,
     Unavailable,
 )
 from msgtable.server import STATUS_CODES, MessagingServer
@@ -216,7 +219,9 @@ class _FakeRpcError(grpc.RpcError):
 @pytest.mark.parametrize(
     ("code", "cls"),
     [
-        (grpc.StatusCode.RESOURCE_EXHAUSTED, Unavailable),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, ResourceExhausted),  # an Unavailable: retry later
+        (grpc.StatusCode.UNAUTHENTICATED, Unauthenticated),
+        (grpc.StatusCode.PERMISSION_DENIED, PermissionDenied),
         (grpc.StatusCode.DEADLINE_EXCEEDED, Unavailable),
         (grpc.StatusCode.UNIMPLEMENTED, MsgtableError),
         (grpc.StatusCode.DATA_LOSS, MsgtableError),
@@ -225,3 +230,4 @@ class _FakeRpcError(grpc.RpcError):
 def test_other_status_codes_map_to_the_nearest_error(code, cls):
     error = error_from_rpc(_FakeRpcError(code, "details"), "host:1")
     assert type(error) is cls
+    assert isinstance(ResourceExhausted("x"), Unavailable)

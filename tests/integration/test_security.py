@@ -1,0 +1,176 @@
+"""TLS, bearer tokens, client certificates and per-table ACLs over a real TLS channel, and the
+per-client and per-table stream limits, against a real server."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from msgtable.auth import Authorizer
+from msgtable.client import Client
+from msgtable.engine import MessageEngine
+from msgtable.errors import PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
+from msgtable.server import MessagingServer, TlsFiles
+from msgtable.tables import current_layout_ddl
+
+from .helpers import Collector, comment
+
+WORKER = "token-of-the-billing-worker"
+OPS = "token-of-the-ops-dashboard"
+AUTH = {
+    "tokens": {WORKER: "billing", OPS: "ops"},
+    "certificates": {"worker-1": "billing"},
+    "allow": [
+        {"principal": "billing", "tables": ["invoice_*"], "actions": ["subscribe", "ack"]},
+        {"principal": "ops", "tables": ["*"], "actions": ["list"]},
+        {"principal": "billing", "tables": ["invoice_in"], "actions": ["list"]},
+    ],
+}
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, a server certificate for 127.0.0.1, and a client certificate (CN worker-1)."""
+    d = tmp_path_factory.mktemp("pki")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.pem", "-days", "2", "-subj", "/CN=test-ca", cwd=d)  # fmt: skip
+    (d / "san.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    for name, cn in (("server", "localhost"), ("client", "worker-1")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+                f"{name}.csr", "-subj", f"/CN={cn}", cwd=d)  # fmt: skip
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.pem", "-days", "2",
+                *(["-extfile", "san.cnf"] if name == "server" else []), cwd=d)  # fmt: skip
+    return d
+
+
+@contextmanager
+def secured(dsn: str, pki: Path, **server_kwargs) -> Iterator[MessagingServer]:
+    db = sa.create_engine(dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        for t in ("invoice_in", "invoice_out", "payroll"):
+            conn.execute(sa.text(current_layout_ddl(t, comment(vt_poller_interval=0.2))))
+        conn.execute(sa.text("insert into invoice_in(id, message) values (1, 'i'), (2, 'j')"))
+        conn.execute(sa.text("insert into payroll(id, message) values (1, 'secret')"))
+    db.dispose()
+    engine = MessageEngine.from_dsn(dsn, discovery_interval_s=0.5)
+    engine.open()
+    engine.refresh()
+    server_kwargs.setdefault("authorizer", Authorizer.from_dict(AUTH))
+    server_kwargs.setdefault(
+        "tls", TlsFiles(str(pki / "server.pem"), str(pki / "server.key"), str(pki / "ca.pem"))
+    )
+    server = MessagingServer(engine, "127.0.0.1:0", **server_kwargs)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop(1.0)
+        engine.close()
+
+
+def client(server: MessagingServer, pki: Path, token: str | None = None, cert: bool = False):
+    files = {"tls_cert": str(pki / "client.pem"), "tls_key": str(pki / "client.key")}
+    return Client(
+        server.address, token=token, tls_ca=str(pki / "ca.pem"), **(files if cert else {})
+    )
+
+
+def test_a_token_s_principal_may_do_what_the_rules_allow_and_nothing_else(db_dsn, pki):
+    with secured(db_dsn, pki, tls=TlsFiles(str(pki / "server.pem"), str(pki / "server.key"))) as s:
+        with client(s, pki, WORKER) as worker:
+            c = Collector(worker, "invoice_in")
+            got = c.take(2)
+            assert worker.ack("invoice_in", [m.id for m in got]) == 2
+            c.close()
+            with pytest.raises(PermissionDenied, match=r"billing may not subscribe.*payroll"):
+                next(iter(worker.subscribe("payroll")))
+            with pytest.raises(PermissionDenied):
+                worker.ack("payroll", [1])
+            with pytest.raises(PermissionDenied):  # the same answer for a table that is not
+                next(iter(worker.subscribe("nope")))
+            assert [t.name for t in worker.list_tables()] == ["invoice_in"]
+        with client(s, pki, OPS) as ops:
+            assert [t.name for t in ops.list_tables()] == ["invoice_in", "invoice_out", "payroll"]
+            with pytest.raises(PermissionDenied):
+                ops.ack("invoice_in", [1])
+
+
+def test_calls_without_valid_credentials_are_unauthenticated(db_dsn, pki):
+    with secured(db_dsn, pki, tls=TlsFiles(str(pki / "server.pem"), str(pki / "server.key"))) as s:
+        for token in (None, "not-a-token-of-this-server"):
+            with client(s, pki, token) as anonymous:
+                with pytest.raises(Unauthenticated):
+                    anonymous.list_tables()
+                with pytest.raises(Unauthenticated):
+                    next(iter(anonymous.subscribe("invoice_in")))
+                with pytest.raises(Unauthenticated):
+                    anonymous.ack("invoice_in", [1])
+        plaintext = Client(s.address, token=WORKER)  # no TLS: no connection
+        with plaintext, pytest.raises(Unavailable):
+            plaintext.list_tables()
+
+
+def test_a_client_certificate_is_a_principal_with_mutual_tls(db_dsn, pki):
+    with secured(db_dsn, pki) as s:  # the server requires client certificates
+        with client(s, pki, cert=True) as worker:
+            assert [t.name for t in worker.list_tables()] == ["invoice_in"]
+            c = Collector(worker, "invoice_in")
+            assert len(c.take(2)) == 2
+            c.close()
+        no_cert = client(s, pki, WORKER)  # a token, but no certificate: refused
+        with no_cert, pytest.raises(Unavailable):
+            no_cert.list_tables()
+
+
+def test_streams_per_client_and_subscribers_per_table_are_bounded(db_dsn, pki):
+    limits = {"max_streams_per_client": 2, "max_subscribers_per_table": 1}
+    with (
+        secured(db_dsn, pki, authorizer=None, tls=None, **limits) as s,
+        Client(s.address) as c,
+    ):
+        first = Collector(c, "invoice_in")
+        first.take(1)
+        with pytest.raises(ResourceExhausted, match="invoice_in already has 1 subscribers"):
+            next(iter(c.subscribe("invoice_in")))
+        second = Collector(c, "payroll")
+        second.take(1)
+        with pytest.raises(ResourceExhausted, match="already has 2 streams"):
+            next(iter(c.subscribe("invoice_out")))
+        first.close()
+        second.close()
+        third = Collector(c, "invoice_out")  # the slots came back
+        third.nothing_for(0.3)
+        assert third.error is None
+        third.close()
+
+
+@pytest.mark.parametrize(
+    ("secure", "warned"),
+    [({}, "without TLS (--tls-cert/--tls-key) and authentication (--auth)"), (None, "")],
+)
+def test_listening_beyond_loopback_without_tls_and_auth_warns(db_dsn, pki, caplog, secure, warned):
+    engine = MessageEngine.from_dsn(db_dsn, discovery_interval_s=60)
+    kwargs = {"authorizer": None, "tls": None} if secure is not None else {
+        "authorizer": Authorizer.from_dict(AUTH),
+        "tls": TlsFiles(str(pki / "server.pem"), str(pki / "server.key")),
+    }  # fmt: skip
+    server = MessagingServer(engine, "0.0.0.0:0", **kwargs)
+    with caplog.at_level("WARNING", logger="msgtable.server"):
+        server.start()
+    server.stop(0)
+    engine.close()
+    messages = [r.getMessage() for r in caplog.records if "reachable" in r.getMessage()]
+    if warned:
+        assert len(messages) == 1 and warned in messages[0]
+    else:
+        assert messages == []

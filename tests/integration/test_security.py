@@ -18,7 +18,8 @@ from msgtable.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from msgtable.server import MessagingServer, TlsFiles
 from msgtable.tables import current_layout_ddl
 
-from .helpers import Collector, comment
+from ..waiting import wait_until
+from .helpers import Collector, comment, serve
 
 WORKER = "token-of-the-billing-worker"
 OPS = "token-of-the-ops-dashboard"
@@ -174,3 +175,44 @@ def test_listening_beyond_loopback_without_tls_and_auth_warns(db_dsn, pki, caplo
         assert len(messages) == 1 and warned in messages[0]
     else:
         assert messages == []
+
+
+def test_the_documented_minimal_grants_are_enough_to_serve(db_dsn):
+    """README, Database user: SELECT, UPDATE, DELETE on the database, and REPLICATION SLAVE,
+    REPLICATION CLIENT for the binlog follower; nothing else."""
+    url = sa.engine.make_url(db_dsn)
+    user, password = f"mt_{url.database}"[-32:], "a-password-for-msgtable"
+    admin = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"drop user if exists '{user}'@'%'"))
+        conn.execute(sa.text(f"create user '{user}'@'%' identified by '{password}'"))
+        conn.execute(sa.text(f"grant select, update, delete on `{url.database}`.* to '{user}'@'%'"))
+        conn.execute(sa.text(f"grant replication slave, replication client on *.* to '{user}'@'%'"))
+        conn.execute(
+            sa.text(current_layout_ddl("jobs", comment(vt_poller_interval=0.2, vt_purge_after=0)))
+        )
+        conn.execute(sa.text("insert into jobs(id, message) values (1, 'a'), (2, 'b')"))
+    restricted = url.set(username=user, password=password).render_as_string(hide_password=False)
+    try:
+        with serve(restricted, follow_binlog=True) as s:
+            follower = s.engine.binlog
+            assert follower is not None
+            wait_until(follower.following.is_set, what="the binlog follower")
+            c = Collector(s.client, "jobs")
+            got = c.take(2)
+            assert s.client.ack("jobs", [m.id for m in got]) == 2
+            with admin.connect() as conn:
+                conn.execute(sa.text("insert into jobs(id, message) values (3, 'c')"))
+            assert c.take(1)[0].id == 3
+            c.close()
+            assert follower.disabled_because is None
+
+            def purged() -> bool:
+                with admin.connect() as conn:
+                    return conn.execute(sa.text("select count(*) from jobs")).scalar() == 1
+
+            wait_until(purged, timeout_s=15, what="the purge of the acked rows")
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"drop user if exists '{user}'@'%'"))
+        admin.dispose()

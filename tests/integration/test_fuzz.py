@@ -1,0 +1,146 @@
+"""10,000 hostile requests against a real server (hypothesis): names with quotes, backticks,
+semicolons, unicode, empty and 1 MB strings, ids of the wrong type, huge id lists, valueless
+ids, streams cancelled at once. Each must get a clean status (never INTERNAL or UNKNOWN), the
+server must keep serving, and no table may change that was not named legitimately."""
+
+from __future__ import annotations
+
+import grpc
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+
+from .helpers import Collector, serve
+
+EXAMPLES = 10_000
+CLEAN = {
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.CANCELLED,  # the test cancelled the stream
+}
+NASTY = [
+    "",
+    "'",
+    '"',
+    "`",
+    "``",
+    "canary`; drop table canary; --",
+    "canary' or '1'='1",
+    "canary; delete from canary",
+    "canary%s",
+    "canary\x00",
+    "{ids}",
+    "../canary",
+    "ça😀表",
+    "\u202ecanary",
+    "x" * 1_000_000,
+    "CANARY",
+    "canary ",
+]
+names = st.one_of(st.sampled_from(NASTY), st.text(max_size=80)).filter(lambda n: n != "canary")
+values = st.one_of(
+    st.builds(pb.Value),  # no kind set
+    st.builds(lambda t: pb.Value(text_value=t), st.text(max_size=40)),
+    st.builds(lambda b: pb.Value(bytes_value=b), st.binary(max_size=40)),
+    st.builds(lambda f: pb.Value(double_value=f), st.floats(allow_nan=True)),
+    st.builds(lambda i: pb.Value(int_value=i), st.integers(-(2**63), 2**63 - 1)),
+    st.builds(lambda i: pb.Value(uint_value=i), st.integers(0, 2**64 - 1)),
+    st.just(pb.Value(null_value=0)),
+)
+
+
+def _not_a_canary_id(v: pb.Value) -> bool:
+    """Not a value the server could read as id 1 or 2 (the canary's rows must stay)."""
+    kind = v.WhichOneof("kind")
+    if kind in ("int_value", "uint_value"):
+        return False
+    raw = getattr(v, kind) if kind else None
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    if isinstance(raw, str):
+        return raw.strip().lstrip("+-0") not in ("1", "2", "1.0", "2.0", "")
+    if isinstance(raw, float):
+        return raw not in (1.0, 2.0)
+    return True
+
+
+HUGE = [pb.Value(int_value=10_000_000 + i) for i in range(10_001)]  # over the 10,000 limit
+kinds = st.sampled_from(["stream"] * 4 + ["ack"] * 4 + ["ack_canary"] * 3 + ["huge_ack"])
+requests = kinds.flatmap(
+    lambda kind: {
+        "stream": st.tuples(
+            st.just("stream"), names, names, st.sampled_from(["", "0", "-", "-80", "'"])
+        ),
+        "ack": st.tuples(st.just("ack"), names, st.lists(values, max_size=5)),
+        "ack_canary": st.tuples(
+            st.just("ack_canary"), st.lists(values.filter(_not_a_canary_id), max_size=5)
+        ),
+        "huge_ack": st.just(("huge_ack",)),
+    }[kind]
+)
+
+
+def test_hostile_requests_get_clean_statuses_and_touch_nothing(db_dsn):
+    with serve(db_dsn) as s:
+        s.create_table("canary", vt_poller_interval=0.2)
+        s.sql("insert into canary(id, message) values (1, 'kept'), (2, 'kept')")
+        s.engine.refresh()
+        before = s.sql("select id, epoch, time_next, time_acked, message from canary order by id")
+        tables_before = s.sql("show tables")
+        seen: dict[str, int] = {}
+        with grpc.insecure_channel(
+            s.server.address, options=[("grpc.max_send_message_length", 8 * 1024 * 1024)]
+        ) as channel:
+            stub = pb_grpc.MessagingStub(channel)
+
+            @settings(
+                max_examples=EXAMPLES,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(requests)
+            def hostile(request):
+                code = send(stub, request)
+                seen[code.name] = seen.get(code.name, 0) + 1
+                assert code in CLEAN or code is grpc.StatusCode.OK, (request[0], code)
+
+            hostile()
+        assert sum(seen.values()) >= EXAMPLES
+        # still serving, and nothing was touched
+        assert s.sql("show tables") == tables_before
+        after = s.sql("select id, epoch, time_next, time_acked, message from canary order by id")
+        assert after == before
+        c = Collector(s.client, "canary")
+        assert sorted(m.id for m in c.take(2)) == [1, 2]
+        c.close()
+
+
+def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
+    kind = request[0]
+    try:
+        if kind == "stream":
+            _, name, keyspace, shard = request
+            call = stub.MessageStream(
+                pb.MessageStreamRequest(name=name, keyspace=keyspace, shard=shard), timeout=10
+            )
+            try:
+                next(call)
+            finally:
+                call.cancel()
+            return grpc.StatusCode.OK
+        if kind == "ack":
+            _, name, ids = request
+            stub.MessageAck(pb.MessageAckRequest(name=name, ids=ids), timeout=10)
+        elif kind == "ack_canary":  # ids of the wrong type for a bigint id, or none
+            _, ids = request
+            stub.MessageAck(pb.MessageAckRequest(name="canary", ids=ids), timeout=10)
+        else:
+            stub.MessageAck(pb.MessageAckRequest(name="canary", ids=HUGE), timeout=10)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as exc:
+        return exc.code()

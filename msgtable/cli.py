@@ -125,31 +125,14 @@ def build_parser() -> argparse.ArgumentParser:
         "REPLICATION CLIENT, and without them the server says why once and polls. "
         "--no-binlog polls only (env MSGTABLE_BINLOG=0)",
     )
-    serve.add_argument(
-        "--auth",
-        default=_env("MSGTABLE_AUTH"),
-        metavar="FILE",
-        help="tokens, client certificate names and per-table rules (TOML; see the README); "
-        "without it every caller may do everything (env MSGTABLE_AUTH)",
-    )
-    serve.add_argument(
-        "--tls-cert",
-        default=_env("MSGTABLE_TLS_CERT"),
-        metavar="PEM",
-        help="the server's certificate: serve TLS (env MSGTABLE_TLS_CERT)",
-    )
-    serve.add_argument(
-        "--tls-key",
-        default=_env("MSGTABLE_TLS_KEY"),
-        metavar="PEM",
-        help="the server certificate's key (env MSGTABLE_TLS_KEY)",
-    )
-    serve.add_argument(
-        "--tls-client-ca",
-        default=_env("MSGTABLE_TLS_CLIENT_CA"),
-        metavar="PEM",
-        help="require client certificates signed by this CA (env MSGTABLE_TLS_CLIENT_CA)",
-    )
+    for flag, metavar, what in (
+        ("--auth", "FILE", "tokens, client certificate names and per-table rules (TOML; see "
+         "the README); without it every caller may do everything"),
+        ("--tls-cert", "PEM", "the server's certificate: serve TLS"),
+        ("--tls-key", "PEM", "the server certificate's key"),
+        ("--tls-client-ca", "PEM", "require client certificates signed by this CA"),
+    ):  # fmt: skip
+        _env_flag(serve, flag, metavar, what)
     serve.add_argument(
         "--max-subscribers-per-table",
         type=_positive_int,
@@ -216,18 +199,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _env_flag(parser: argparse.ArgumentParser, flag: str, metavar: str, what: str) -> None:
+    """A flag that falls back to its MSGTABLE_* environment variable."""
+    env = "MSGTABLE_" + flag.lstrip("-").replace("-", "_").upper()
+    parser.add_argument(flag, default=_env(env), metavar=metavar, help=f"{what} (env {env})")
+
+
 def _client_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--token",
-        default=_env("MSGTABLE_TOKEN"),
-        help="bearer token for a server with --auth (env MSGTABLE_TOKEN)",
-    )
-    parser.add_argument(
-        "--tls-ca",
-        default=_env("MSGTABLE_TLS_CA"),
-        metavar="PEM",
-        help="connect with TLS, trusting this CA (env MSGTABLE_TLS_CA)",
-    )
+    _env_flag(parser, "--token", "TOKEN", "bearer token for a server with --auth")
+    _env_flag(parser, "--tls-ca", "PEM", "connect with TLS, trusting this CA")
 
 
 def _client(args: argparse.Namespace) -> Client:

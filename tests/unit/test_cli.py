@@ -317,3 +317,20 @@ def test_an_unexpected_error_is_one_line_without_a_traceback(monkeypatch, capsys
     monkeypatch.setitem(cli.COMMANDS, "tables", broken)
     assert cli.main(["tables"]) == 1
     assert_one_line_error(capsys.readouterr().err, "RuntimeError: kaput")
+
+
+def test_security_flags_fall_back_to_their_environment_variables(monkeypatch):
+    parser = cli.build_parser()
+    args = parser.parse_args(["serve", "--auth", "a.toml", "--tls-cert", "c.pem", "--tls-key", "k"])
+    assert (args.auth, args.tls_cert, args.tls_key, args.tls_client_ca) == (
+        "a.toml",
+        "c.pem",
+        "k",
+        None,
+    )
+    monkeypatch.setenv("MSGTABLE_TOKEN", "from-the-environment")
+    monkeypatch.setenv("MSGTABLE_TLS_CLIENT_CA", "ca.pem")
+    parser = cli.build_parser()
+    assert parser.parse_args(["tables"]).token == "from-the-environment"
+    assert parser.parse_args(["serve"]).tls_client_ca == "ca.pem"
+    assert parser.parse_args(["tail", "t", "--tls-ca", "x.pem"]).tls_ca == "x.pem"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -160,6 +161,11 @@ def backoff_may_end_before_next_poll(cfg: TableConfig) -> bool:
     return cfg.ack_wait_s + cfg.min_backoff_s <= cfg.poller_interval_s
 
 
+# An integer id sent as text: ASCII digits only (str.isdigit also takes "²" and other
+# Unicode digits that int() refuses; int() also takes "1_000").
+_DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
 def coerce_ids(table: str, column: Column, ids: Sequence[object]) -> list[Hashable]:
     """Validate ack ids against the id column's type; deduplicate, keep order."""
     if not ids:
@@ -185,7 +191,7 @@ def _coerce_id(table: str, column: Column, raw: object) -> Hashable:
             return raw
         if isinstance(raw, float) and raw.is_integer():
             return int(raw)
-        if isinstance(raw, str) and raw.strip().lstrip("-").isdigit():
+        if isinstance(raw, str) and _DECIMAL_INTEGER.fullmatch(raw.strip()):
             return int(raw)
         raise bad
     binary = column.data_type in (

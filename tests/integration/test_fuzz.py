@@ -45,6 +45,11 @@ names = st.one_of(st.sampled_from(NASTY), st.text(max_size=80)).filter(lambda n:
 values = st.one_of(
     st.builds(pb.Value),  # no kind set
     st.builds(lambda t: pb.Value(text_value=t), st.text(max_size=40)),
+    # text Python's str.isdigit() takes but int() does not: once an INTERNAL error
+    st.builds(
+        lambda t: pb.Value(text_value=t),
+        st.sampled_from(["\u00b2", "\u0663", "1_000", "--1", "+-3", " 7 ", "1e3", "0x10"]),
+    ),
     st.builds(lambda b: pb.Value(bytes_value=b), st.binary(max_size=40)),
     st.builds(lambda f: pb.Value(double_value=f), st.floats(allow_nan=True)),
     st.builds(lambda i: pb.Value(int_value=i), st.integers(-(2**63), 2**63 - 1)),

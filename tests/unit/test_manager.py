@@ -258,6 +258,11 @@ def test_ack_validates_ids(engine):
     assert engine.ack("q", "", ["7", 7.0]) == 0
     with pytest.raises(InvalidArgument, match="malformed"):
         engine.ack("q", "", [1, True])  # a bool is not an id, though Python calls it an int
+    # digits Python's str.isdigit() takes and int() does not (found by the fuzz test)
+    for text in ("\u00b2", "\u0663", "1\u00b2", "--1", "1_000", "+-1"):
+        with pytest.raises(InvalidArgument, match="malformed"):
+            engine.ack("q", "", [text])
+    assert engine.ack("q", "", [" 12 ", "+3", "-4"]) == 0
 
 
 def test_an_id_named_twice_in_one_ack_counts_once(engine, store):

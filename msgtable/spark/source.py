@@ -19,6 +19,7 @@ see msgtable.spark.stream.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from msgtable.bulk import BulkStatements, RowState
+from msgtable.codec import format_time
 from msgtable.errors import InvalidArgument, MsgtableError
 from msgtable.spark.schema import connect_args, describe, id_bounds, spark_schema
 from msgtable.tables import TableConfig
@@ -76,8 +78,6 @@ def table_option(options: Mapping[str, str]) -> str:
 
 
 def dsn_option(options: Mapping[str, str]) -> str:
-    import os
-
     dsn = options.get("dsn") or os.environ.get("MSGTABLE_DSN")
     if not dsn:
         raise InvalidArgument("the msgtable data source needs .option('dsn', URL) or MSGTABLE_DSN")
@@ -181,11 +181,8 @@ class MsgtableReader(DataSourceReader):
 
 def _spark_value(value: Any) -> Any:
     """A value as PyMySQL returns it, as its Spark type takes it."""
-    if isinstance(value, timedelta):  # TIME: a duration, read as its text
-        total = int(value.total_seconds())
-        sign = "-" if total < 0 else ""
-        h, rest = divmod(abs(total), 3600)
-        return f"{sign}{h:02d}:{rest // 60:02d}:{rest % 60:02d}"
+    if isinstance(value, timedelta):  # TIME: a duration, read as its text (as MessageStream)
+        return format_time(value)
     if isinstance(value, int) and value >= 2**63:  # bigint unsigned: DECIMAL(20,0)
         return Decimal(value)
     return value
@@ -215,15 +212,7 @@ class MsgtableWriter(DataSourceWriter):
         self.skip = mode == "skip"
         self.batch_rows = int_option(options, "batchRows", DEFAULT_BATCH_ROWS)
         self.fields = fields
-        id_name = cfg.id_column.name
-        if id_name not in fields:
-            raise InvalidArgument(f"the frame needs the id column {id_name!r} to enqueue")
-        unknown = [f for f in fields if f not in cfg.column_names]
-        if unknown:
-            raise InvalidArgument(
-                f"table {cfg.name} has no column {unknown[0]!r} (its columns: "
-                f"{', '.join(cfg.column_names)})"
-            )
+        BulkStatements(cfg).check_enqueue_columns(fields)
 
     def write(self, iterator: Iterator[Any]) -> Enqueued:
         import pymysql

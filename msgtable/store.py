@@ -378,18 +378,7 @@ class MySQLStore:
 
     def replication_settings(self) -> dict[str, Any]:
         """pymysql.connect() arguments for a binlog reader, from this store's URL."""
-        url = self.url
-        settings: dict[str, Any] = {
-            "host": url.host or "localhost",
-            "port": url.port or 3306,
-            "user": url.username or "",
-            "password": url.password or "",
-            "connect_timeout": CONNECT_TIMEOUT_S,
-        }
-        socket = url.query.get("unix_socket")
-        if isinstance(socket, str):
-            settings["unix_socket"] = socket
-        return settings
+        return pymysql_args(self.url)
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> list[TableDefinition]:
@@ -557,6 +546,22 @@ class MySQLStore:
         sql = self.statements(cfg).purge
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, [cutoff_ns, limit]))
+
+
+def pymysql_args(url: sa.URL) -> dict[str, Any]:
+    """pymysql.connect() arguments (server, account, socket) from a SQLAlchemy URL, for the
+    connections made outside the store's pools: the binlog reader, Spark's executors."""
+    args: dict[str, Any] = {
+        "host": url.host or "localhost",
+        "port": url.port or 3306,
+        "user": url.username or "",
+        "password": url.password or "",
+        "connect_timeout": CONNECT_TIMEOUT_S,
+    }
+    socket = url.query.get("unix_socket")
+    if isinstance(socket, str):
+        args["unix_socket"] = socket
+    return args
 
 
 def fastest_driver() -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
-from msgtable.store import MySQLStore
+from msgtable.store import MySQLStore, pymysql_args
 from msgtable.tables import Column, TableConfig, load_table
 
 _DECIMAL = re.compile(r"decimal\((\d+)(?:,(\d+))?\)")
@@ -76,18 +76,8 @@ def connect_args(dsn: str) -> dict[str, Any]:
         raise InvalidArgument(f"not a valid database URL: {exc}") from None
     if not url.database:
         raise InvalidArgument("the database URL must name a database")
-    args: dict[str, Any] = {
-        "host": url.host or "localhost",
-        "port": url.port or 3306,
-        "user": url.username or "",
-        "password": url.password or "",
-        "database": url.database,
-        "charset": "utf8mb4",
-        "connect_timeout": 10,
-    }
-    socket = url.query.get("unix_socket")
-    if isinstance(socket, str):
-        args["unix_socket"] = socket
+    args = pymysql_args(url)
+    args.update(database=url.database, charset="utf8mb4", connect_timeout=10)
     return args
 
 

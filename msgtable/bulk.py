@@ -113,6 +113,20 @@ class BulkStatements:
             f"AND {quote('time_acked')} IS NOT NULL"
         )
 
+    def check_enqueue_columns(self, fields: Sequence[str]) -> None:
+        """A frame to enqueue must bring the id and only columns the table has."""
+        cfg = self.config
+        if cfg.id_column.name not in fields:
+            raise InvalidArgument(
+                f"the frame needs the id column {cfg.id_column.name!r} to enqueue"
+            )
+        unknown = [f for f in fields if f not in self.columns]
+        if unknown:
+            raise InvalidArgument(
+                f"table {cfg.name} has no column {unknown[0]!r} (its columns: "
+                f"{', '.join(self.columns)})"
+            )
+
     def engine_defaults(self, now_ns: int) -> dict[str, Any]:
         """Values of the engine's columns for a new message: due now, never sent."""
         out: dict[str, Any] = {"epoch": 0, "time_next": now_ns, "time_acked": None}

@@ -61,13 +61,10 @@ def with_defaults(df: DataFrame, cfg: TableConfig) -> DataFrame:
     """``df`` with the engine's columns it lacks set as a new message's (due now)."""
     from pyspark.sql import functions as F
 
+    bulk = BulkStatements(cfg)
+    bulk.check_enqueue_columns(df.columns)
     fields = set(df.columns)
-    if cfg.id_column.name not in fields:
-        raise InvalidArgument(f"the frame needs the id column {cfg.id_column.name!r}")
-    unknown = [f for f in df.columns if f not in cfg.column_names]
-    if unknown:
-        raise InvalidArgument(f"table {cfg.name} has no column {unknown[0]!r}")
-    for name, value in BulkStatements(cfg).engine_defaults(time.time_ns()).items():
+    for name, value in bulk.engine_defaults(time.time_ns()).items():
         if name not in fields:
             df = df.withColumn(name, F.lit(value).cast("bigint"))
     return df

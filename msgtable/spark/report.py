@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from msgtable.errors import InvalidArgument
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
@@ -72,7 +74,7 @@ def load(spark: SparkSession, name: str, dsn: str | None, archive: str | None) -
     if archive:
         return spark.read.parquet(archive)
     if not dsn:
-        raise ValueError("a report needs a database URL or an archive path")
+        raise InvalidArgument("a report needs a database URL or an archive path")
     return spark.read.format("msgtable").option("dsn", dsn).load(name)
 
 

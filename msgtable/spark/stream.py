@@ -89,24 +89,18 @@ class MsgtableStreamReader(DataSourceStreamReader):
     """The driver's side of a streaming query on a message table (see the module docstring)."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
-        self.options = dict(options)
-        self.table = table_option(options)
-        self.max_messages = int_option(options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
-        self.window = int_option(options, "maxInFlight", 2 * self.max_messages)
-        self._fresh()
+        self.__setstate__({"options": dict(options)})
 
     def __getstate__(self) -> dict[str, Any]:
         """Spark ships the reader to its Python workers: the options, not the connection."""
-        return {"options": self.options, "table": self.table}
+        return {"options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.options, self.table = state["options"], state["table"]
-        self.max_messages = int_option(self.options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
-        self.window = int_option(self.options, "maxInFlight", 2 * self.max_messages)
-        self._fresh()
-
-    def _fresh(self) -> None:
-        """No subscription yet, nothing received, nothing planned."""
+        """From the options alone: no subscription yet, nothing received, nothing planned."""
+        self.options = options = state["options"]
+        self.table = table_option(options)
+        self.max_messages = int_option(options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
+        self.window = int_option(options, "maxInFlight", 2 * self.max_messages)
         self._lock = threading.Lock()
         self._arrived: deque[Any] = deque()  # messages received, not in a batch yet
         self._batches: dict[int, list[Any]] = {}  # planned, not committed: batch -> messages

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import grpc
 import pytest
 import sqlalchemy as sa
 
@@ -15,6 +16,8 @@ from msgtable.auth import Authorizer
 from msgtable.client import Client
 from msgtable.engine import MessageEngine
 from msgtable.errors import PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server import MessagingServer, TlsFiles
 from msgtable.tables import current_layout_ddl
 
@@ -216,3 +219,22 @@ def test_the_documented_minimal_grants_are_enough_to_serve(db_dsn):
         with admin.connect() as conn:
             conn.execute(sa.text(f"drop user if exists '{user}'@'%'"))
         admin.dispose()
+
+
+def test_a_request_over_4_mib_is_resource_exhausted(db_dsn, pki):
+    with (
+        secured(db_dsn, pki, authorizer=None, tls=None) as s,
+        grpc.insecure_channel(
+            s.address, options=[("grpc.max_send_message_length", 16 * 1024 * 1024)]
+        ) as channel,
+    ):
+        stub = pb_grpc.MessagingStub(channel)
+        with pytest.raises(grpc.RpcError) as caught:
+            stub.MessageAck(pb.MessageAckRequest(name="x" * (5 * 1024 * 1024)), timeout=10)
+        assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert (
+            stub.MessageAck(  # and it goes on serving
+                pb.MessageAckRequest(name="invoice_in", ids=[pb.Value(int_value=99)]), timeout=10
+            ).count
+            == 0
+        )

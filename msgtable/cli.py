@@ -31,6 +31,7 @@ from msgtable import __version__
 from msgtable.auth import Authorizer
 from msgtable.client import DEFAULT_TARGET, Client, Field, Message, TableInfo, error_from_rpc
 from msgtable.errors import InvalidArgument, MsgtableError
+from msgtable.lease import DEFAULT_LEASE_PERIOD_S
 from msgtable.server import (
     DEFAULT_GRACE_S,
     DEFAULT_LISTEN,
@@ -124,6 +125,30 @@ def build_parser() -> argparse.ArgumentParser:
         "at once, not at the next poll; it needs a ROW binlog and REPLICATION SLAVE + "
         "REPLICATION CLIENT, and without them the server says why once and polls. "
         "--no-binlog polls only (env MSGTABLE_BINLOG=0)",
+    )
+    serve.add_argument(
+        "--lease",
+        action=argparse.BooleanOptionalAction,
+        default=(_env("MSGTABLE_LEASE") or "1").strip().lower() not in ("0", "false", "no", "off"),
+        help="share the database with other msgtable servers (the default): the one holding "
+        "the lease (the table msgtable_lease) sends, the others answer subscribers with "
+        "UNAVAILABLE and its address. --no-lease: this server is the only one "
+        "(env MSGTABLE_LEASE=0)",
+    )
+    serve.add_argument(
+        "--lease-period",
+        type=_positive_float,
+        default=_env("MSGTABLE_LEASE_PERIOD", str(DEFAULT_LEASE_PERIOD_S)),
+        metavar="SECONDS",
+        help="how long a lease lasts unless renewed; another server takes over within two "
+        f"(env MSGTABLE_LEASE_PERIOD; default {DEFAULT_LEASE_PERIOD_S:g})",
+    )
+    serve.add_argument(
+        "--advertise",
+        default=_env("MSGTABLE_ADVERTISE"),
+        metavar="HOST:PORT",
+        help="the address other servers send clients to when this one leads (env "
+        "MSGTABLE_ADVERTISE; default the listen address, or this host's name on a wildcard)",
     )
     for flag, metavar, what in (
         ("--auth", "FILE", "tokens, client certificate names and per-table rules (TOML; see "
@@ -299,6 +324,7 @@ def open_engine(
     dsn: str,
     discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S,
     follow_binlog: bool = False,
+    lease_period_s: float | None = None,
 ) -> MessageEngine:
     from sqlalchemy.exc import ArgumentError
 
@@ -306,7 +332,10 @@ def open_engine(
 
     try:
         return MessageEngine.from_dsn(
-            dsn, discovery_interval_s=discovery_interval_s, follow_binlog=follow_binlog
+            dsn,
+            discovery_interval_s=discovery_interval_s,
+            follow_binlog=follow_binlog,
+            lease_period_s=lease_period_s,
         )
     except ArgumentError as exc:
         raise InvalidArgument(f"invalid DSN: {exc}") from None
@@ -389,7 +418,12 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             from msgtable.store import without_driver
 
             dsn = without_driver(dsn)  # the server takes the fastest driver installed
-        engine = open_engine(dsn, args.discovery_interval, args.binlog)
+        engine = open_engine(
+            dsn,
+            args.discovery_interval,
+            args.binlog,
+            lease_period_s=args.lease_period if args.lease else None,
+        )
         try:
             engine.open()
             server = MessagingServer(
@@ -403,6 +437,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 max_streams_per_client=args.max_streams_per_client,
             )
             server.start()
+            engine.campaign(args.advertise or advertised_address(args.listen, server.address))
             if local is not None:
                 print(_demo_instructions(local, server.address, args.listen), file=out)
             print(
@@ -416,6 +451,17 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         if local is not None:
             local.stop()
+
+
+def advertised_address(listen: str, bound: str) -> str:
+    """What other servers tell clients to reach this one at: the address it is bound to,
+    or on a wildcard listen (0.0.0.0, [::]) this host's name and the port."""
+    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        import socket
+
+        return f"{socket.gethostname()}:{bound.rsplit(':', 1)[1]}"
+    return bound
 
 
 def _serve_until_stopped(engine: MessageEngine, server: MessagingServer, grace_s: float) -> int:

@@ -24,10 +24,12 @@ msgtable.codec: dates and times stay text.
 from __future__ import annotations
 
 import contextlib
+import logging
+import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -38,8 +40,10 @@ import grpc.experimental
 from msgtable import codec
 from msgtable.codec import FieldType
 from msgtable.errors import (
+    LEADER_METADATA_KEY,
     InvalidArgument,
     MsgtableError,
+    NotLeader,
     PermissionDenied,
     ResourceExhausted,
     TableLoadError,
@@ -49,6 +53,8 @@ from msgtable.errors import (
 )
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 10.0
@@ -85,12 +91,26 @@ ERRORS_BY_CODE: dict[grpc.StatusCode, type[MsgtableError]] = {
 }
 
 
+# Which errors a subscription or an ack retries: the server or the database is away for
+# now, a limit is reached for now, or this server is not the leader (NotLeader, also an
+# Unavailable). The others (no such table, bad request, not allowed) would fail again.
+RETRYABLE: tuple[type[MsgtableError], ...] = (Unavailable,)
+DEFAULT_RETRY_FOR_S = 300.0  # a subscription gives up after this long without a stream
+RETRY_MIN_S = 0.1  # the first retry's backoff; it doubles per failure, with full jitter,
+RETRY_MAX_S = 5.0  # up to this
+
+
 def error_from_rpc(error: grpc.RpcError, target: str = "") -> MsgtableError:
     """The MsgtableError for a failed call (the one place that maps status codes back)."""
     code: grpc.StatusCode | None = error.code() if hasattr(error, "code") else None
     details: str = (error.details() if hasattr(error, "details") else None) or ""
     name = code.name if code is not None else "UNKNOWN"
     cls = ERRORS_BY_CODE.get(code) if code is not None else None
+    if code is grpc.StatusCode.UNAVAILABLE:
+        trailing = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
+        for key, value in trailing or ():
+            if key == LEADER_METADATA_KEY:
+                return NotLeader(details or name, leader=str(value))
     if code is grpc.StatusCode.UNAVAILABLE and details.lower().startswith("failed to connect"):
         return Unavailable(f"cannot reach the msgtable server at {target}: {details}")
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
@@ -214,69 +234,143 @@ class Message:
 class Subscription:
     """An open MessageStream: iterate it for messages (or batches()); close() to leave.
 
-    Iteration blocks until messages arrive and ends after close(). If the server ends the
-    stream (table dropped, server shutting down) iteration raises the MsgtableError.
+    Iteration blocks until messages arrive and ends after close(). When the stream breaks
+    for a reason that passes (the server restarted or shut down, the database is away, a
+    limit, another server became the leader) the subscription subscribes again by itself,
+    with backoff (RETRY_MIN_S doubling to RETRY_MAX_S, full jitter), going to the leader a
+    NotLeader answer names, and iteration goes on; messages received before still ack by
+    id. After the client's ``retry_for_s`` without a stream, or for any other error (table
+    dropped or not found, not allowed), iteration raises the MsgtableError.
     """
 
     def __init__(
-        self, client: Client, name: str, keyspace: str, call: Any, first_timeout_s: float | None
+        self,
+        client: Client,
+        request: pb.MessageStreamRequest,
+        first_timeout_s: float | None,
+        retry: bool = True,
     ) -> None:
-        self.name = name
-        self.keyspace = keyspace
+        self.name = request.name
+        self.keyspace = request.keyspace
+        self.reconnects = 0  # how many times the stream was opened again
+        self.target = ""  # the server the current stream goes to
         self._client = client
-        self._call = call
+        self._request = request
+        self._first_timeout_s = first_timeout_s
+        self._retry = retry
         self._closed = False
+        self._closing = threading.Event()
+        self._call: Any = None
         self._pending: deque[Message] = deque()
         self._ack_queue: AckQueue | None = None
-        self._first: Any = None
-        first = self._first_response(first_timeout_s)
-        self._first = first
-        self.fields = tuple(_field(f) for f in first.fields)
-        self.field_names = tuple(f.name for f in self.fields)
-        self._decoder = codec.RowDecoder([f.type for f in self.fields])
+        self.fields: tuple[Field, ...] = ()
+        self.field_names: tuple[str, ...] = ()
+        self._decoder: codec.RowDecoder | None = None
+        self._first: Any = self._connect(None)
 
-    def _first_response(self, timeout_s: float | None) -> Any:
+    # -- the stream ------------------------------------------------------------------------
+    def _connect(self, broken: MsgtableError | None) -> Any:
+        """Open the stream (again, after ``broken``), retrying what passes; its first
+        response. Raises the error that does not pass, or the last one after retry_for_s."""
+        client = self._client
+        error = broken
+        failures = 0 if broken is None else 1
+        started = time.monotonic()
+        target = self.target  # where the last attempt went
+        while True:
+            if error is not None:
+                if not self._retry or not isinstance(error, RETRYABLE):
+                    raise error
+                retry_for = client.retry_for_s
+                if retry_for is not None and time.monotonic() - started >= retry_for:
+                    raise type(error)(f"{error} (gave up after {retry_for:g}s of retrying)")
+                leader = error.leader if isinstance(error, NotLeader) else ""
+                delay = client._after_failure(error, target, failures)
+                if failures > 1 or not leader:
+                    log.warning(
+                        "stream of %s: %s; subscribing again in %.1fs", self.name, error, delay
+                    )
+                if self._closing.wait(delay):
+                    return None
+            target = client._next_target()
+            try:
+                call = client._stub(target).MessageStream(self._request)
+                first = self._first_response(call, target)
+            except MsgtableError as exc:
+                error = exc
+                failures += 1
+                continue
+            if self._closed:
+                call.cancel()
+                return None
+            self._call, self.target = call, target
+            client._succeeded(target)
+            if broken is not None:
+                self.reconnects += 1
+                log.info("stream of %s: subscribed again at %s", self.name, target)
+            self._adopt(first)
+            return first
+
+    def _first_response(self, call: Any, target: str) -> Any:
+        timeout_s = self._first_timeout_s
         timed_out = threading.Event()
 
         def give_up() -> None:
             timed_out.set()
-            self._call.cancel()
+            call.cancel()
 
         timer = threading.Timer(timeout_s, give_up) if timeout_s is not None else None
         if timer is not None:
             timer.daemon = True
             timer.start()
         try:
-            first = next(self._call)
+            first = next(call)
         except StopIteration:
             raise Unavailable(f"the server ended the stream of {self.name} at once") from None
         except grpc.RpcError as exc:
             if timed_out.is_set():
                 raise Unavailable(
-                    f"no answer from the msgtable server at {self._client.target} "
-                    f"within {timeout_s}s"
+                    f"no answer from the msgtable server at {target} within {timeout_s}s"
                 ) from None
-            raise error_from_rpc(exc, self._client.target) from None
+            raise error_from_rpc(exc, target) from None
         finally:
             if timer is not None:
                 timer.cancel()
         if not first.fields:
-            self._call.cancel()
+            call.cancel()
             raise MsgtableError("the server's first stream response carried no fields")
         return first
 
+    def _adopt(self, first: Any) -> None:
+        """Take the columns of a (new) stream's first response."""
+        fields = tuple(_field(f) for f in first.fields)
+        if fields != self.fields:
+            self.fields = fields
+            self.field_names = tuple(f.name for f in fields)
+            self._decoder = codec.RowDecoder([f.type for f in fields])
+
     def _receive(self) -> Any:
-        """The next response, or None when the stream ended because we closed it."""
-        try:
-            return next(self._call)
-        except StopIteration:
-            return None
-        except grpc.RpcError as exc:
-            if self._closed:
+        """The next response (a new stream's first one after a reconnect), or None when the
+        stream ended because we closed it."""
+        while True:
+            call = self._call
+            try:
+                return next(call)
+            except StopIteration:
+                if self._closed:
+                    return None
+                error: MsgtableError = Unavailable(f"the server ended the stream of {self.name}")
+            except grpc.RpcError as exc:
+                if self._closed:
+                    return None
+                error = error_from_rpc(exc, self.target)
+            first = self._connect(error)
+            if first is None:
                 return None
-            raise error_from_rpc(exc, self._client.target) from None
+            return first
 
     def _messages(self, response: Any) -> list[Message]:
+        assert self._decoder is not None
         decode = self._decoder.decode
         return [Message(self, decode(row), row.values[0]) for row in response.rows]
 
@@ -323,7 +417,7 @@ class Subscription:
         ids = [m._id_value for m in messages]
         if not ids:
             return 0
-        count = self._client._ack_values(self.name, self.keyspace, ids)
+        count = self._client._ack_values(self.name, self.keyspace, ids, self.target)
         self._acker().counted(count)
         return count
 
@@ -359,7 +453,11 @@ class Subscription:
     def _acker(self) -> AckQueue:
         if self._ack_queue is None:
             self._ack_queue = AckQueue(
-                self._client, self.name, self.keyspace, self._client.ack_linger_s
+                self._client,
+                self.name,
+                self.keyspace,
+                self._client.ack_linger_s,
+                lambda: self.target,
             )
         return self._ack_queue
 
@@ -374,7 +472,9 @@ class Subscription:
                     with contextlib.suppress(MsgtableError):
                         self._ack_queue.close(self._client.timeout_s)
             finally:
-                self._call.cancel()
+                self._closing.set()
+                if self._call is not None:
+                    self._call.cancel()
 
     def __enter__(self) -> Subscription:
         return self
@@ -390,8 +490,16 @@ class AckQueue:
     MAX_ACK_IDS ids); each queued batch gets a future that completes with its call.
     """
 
-    def __init__(self, client: Client, name: str, keyspace: str, linger_s: float) -> None:
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        keyspace: str,
+        linger_s: float,
+        target: Callable[[], str] = str,
+    ) -> None:
         self._client = client
+        self._target = target  # the server of the subscription's stream (its leader)
         self._name = name
         self._keyspace = keyspace
         self._lock = threading.Condition()
@@ -464,7 +572,7 @@ class AckQueue:
             error: BaseException | None = None
             count = 0
             try:
-                count = self._client._ack_values(self._name, self._keyspace, ids)
+                count = self._client._ack_values(self._name, self._keyspace, ids, self._target())
             except BaseException as exc:  # handed to the futures
                 error = exc
             with self._lock:
@@ -544,7 +652,12 @@ class _CallDetails(grpc.ClientCallDetails):  # type: ignore[misc]
 
 
 class Client:
-    """A connection to one msgtable server. Thread-safe; close() (or use as a context manager)."""
+    """A connection to msgtable servers. Thread-safe; close() (or use as a context manager).
+
+    ``target``: one server's HOST:PORT, or several separated by commas (servers of one
+    database: the one holding the lease sends, the others answer NotLeader with its
+    address). Calls go to the leader once one answer named it, else to the targets in turn.
+    """
 
     def __init__(
         self,
@@ -552,35 +665,93 @@ class Client:
         *,
         timeout_s: float | None = DEFAULT_TIMEOUT_S,
         ack_linger_s: float = DEFAULT_ACK_LINGER_S,
+        retry_for_s: float | None = DEFAULT_RETRY_FOR_S,
         token: str | None = None,
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
     ) -> None:
-        """``token``: sent as ``authorization: Bearer TOKEN`` with every call. ``tls_ca``
-        (the CA that signed the server's certificate; a PEM file), or ``tls_cert`` and
-        ``tls_key`` (a client certificate for mutual TLS), make the channel TLS."""
+        """``timeout_s``: for each unary call, for the first response of a stream, and for
+        the retries of an ack. ``retry_for_s``: how long a subscription keeps subscribing
+        again after its stream broke (None: for ever). ``token``: sent as
+        ``authorization: Bearer TOKEN`` with every call. ``tls_ca`` (the CA that signed the
+        server's certificate; a PEM file), or ``tls_cert`` and ``tls_key`` (a client
+        certificate for mutual TLS), make the channels TLS."""
         if ack_linger_s < 0:
             raise InvalidArgument(f"ack_linger_s must be >= 0, not {ack_linger_s}")
+        if retry_for_s is not None and retry_for_s < 0:
+            raise InvalidArgument(f"retry_for_s must be >= 0 or None, not {retry_for_s}")
+        self.targets = tuple(t.strip() for t in target.split(",") if t.strip())
+        if not self.targets:
+            raise InvalidArgument("no server address given")
         self.target = target
-        self.timeout_s = timeout_s  # for unary calls and for the first response of a stream
+        self.timeout_s = timeout_s
         self.ack_linger_s = ack_linger_s  # see Subscription.ack_async
+        self.retry_for_s = retry_for_s
+        self._credentials: grpc.ChannelCredentials | None = None
         if tls_ca or tls_cert or tls_key:
             if bool(tls_cert) != bool(tls_key):
                 raise InvalidArgument("a client certificate needs both tls_cert and tls_key")
-            credentials = grpc.ssl_channel_credentials(
+            self._credentials = grpc.ssl_channel_credentials(
                 root_certificates=_read(tls_ca) if tls_ca else None,
                 private_key=_read(tls_key) if tls_key else None,
                 certificate_chain=_read(tls_cert) if tls_cert else None,
             )
-            self._channel = grpc.secure_channel(target, credentials, options=CHANNEL_OPTIONS)
-        else:
-            self._channel = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
-        channel: grpc.Channel = self._channel
-        if token:
-            channel = grpc.intercept_channel(channel, _BearerToken(token))
-        self._stub = pb_grpc.MessagingStub(channel)
+        self._token = token
+        self._lock = threading.Lock()
+        self._channels: dict[str, tuple[grpc.Channel, pb_grpc.MessagingStub]] = {}
+        self._leader = ""  # the address a NotLeader answer named, until it fails
+        self._turn = 0  # which of the targets is next when no leader is known
+        self._closed = False
+        self._stub(self.targets[0])  # channels connect lazily: this only builds it
 
+    # -- channels and the choice of server ------------------------------------------------
+    def _stub(self, target: str) -> pb_grpc.MessagingStub:
+        with self._lock:
+            if self._closed:
+                raise Unavailable("the client is closed")
+            entry = self._channels.get(target)
+            if entry is None:
+                if self._credentials is not None:
+                    raw = grpc.secure_channel(target, self._credentials, options=CHANNEL_OPTIONS)
+                else:
+                    raw = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+                channel: grpc.Channel = raw
+                if self._token:
+                    channel = grpc.intercept_channel(raw, _BearerToken(self._token))
+                entry = self._channels[target] = (raw, pb_grpc.MessagingStub(channel))
+            return entry[1]
+
+    def _next_target(self) -> str:
+        """Where the next call goes: the known leader, else the targets in turn."""
+        with self._lock:
+            if self._leader:
+                return self._leader
+            return self.targets[self._turn % len(self.targets)]
+
+    def _succeeded(self, target: str) -> None:
+        with self._lock:
+            if target in self.targets:
+                self._turn = self.targets.index(target)
+
+    def _after_failure(self, error: MsgtableError, target: str, failures: int) -> float:
+        """Note a failed call to ``target``; how long to wait before the next attempt."""
+        with self._lock:
+            if isinstance(error, NotLeader) and error.leader and error.leader != target:
+                self._leader = error.leader
+                if failures <= 2:
+                    return 0.0  # a redirect: at once (a loop of them backs off)
+            elif target == self._leader or not self._leader:
+                self._leader = ""
+                self._turn += 1  # try the next target
+        return backoff_s(failures)
+
+    @property
+    def leader(self) -> str:
+        """The leader's address as the last NotLeader answer named it ("" if none)."""
+        return self._leader
+
+    # -- calls -------------------------------------------------------------------------------
     def subscribe(
         self,
         name: str,
@@ -588,11 +759,14 @@ class Client:
         shard: str = "",
         key_range: tuple[bytes, bytes] | None = None,
         max_in_flight: int = 0,
+        retry: bool = True,
     ) -> Subscription:
-        """Subscribe to a message table; returns once the server accepted the subscription.
+        """Subscribe to a message table; returns once a server accepted the subscription.
 
         ``max_in_flight``: the server sends a batch only while fewer than this many of the
-        messages it sent this subscription are unacked (0: the server's default, 1,000)."""
+        messages it sent this subscription are unacked (0: the server's default, 1,000).
+        ``retry``: subscribe again by itself when the stream breaks for a passing reason,
+        and retry the first subscribe too (see Subscription); False raises instead."""
         if not 0 <= max_in_flight <= 0xFFFFFFFF:
             raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
         request = pb.MessageStreamRequest(
@@ -600,11 +774,14 @@ class Client:
         )
         if key_range is not None:
             request.key_range.start, request.key_range.end = key_range
-        call = self._stub.MessageStream(request)
-        return Subscription(self, name, keyspace, call, self.timeout_s)
+        return Subscription(self, request, self.timeout_s, retry)
 
     def ack(self, name: str, ids: Sequence[object], keyspace: str = "") -> int:
-        """Acknowledge messages by id; returns how many this call acked."""
+        """Acknowledge messages by id; returns how many this call acked.
+
+        A call that fails for a passing reason is tried again (to the leader, if a server
+        named one) with backoff within the client's ``timeout_s``; acks are idempotent, so
+        one that was written before its answer was lost counts 0 the second time."""
         values = []
         for i, raw in enumerate(ids):
             try:
@@ -613,28 +790,55 @@ class Client:
                 raise InvalidArgument(f"ids[{i}]: {exc}") from None
         return self._ack_values(name, keyspace, values)
 
-    def _ack_values(self, name: str, keyspace: str, ids: Sequence[pb.Value]) -> int:
+    def _ack_values(
+        self, name: str, keyspace: str, ids: Sequence[pb.Value], target: str = ""
+    ) -> int:
         request = pb.MessageAckRequest(name=name, keyspace=keyspace, ids=ids)
-        try:
-            response = self._stub.MessageAck(request, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, self.target) from None
+        response = self._unary("MessageAck", request, target)
         count: int = response.count
         return count
 
+    def _unary(self, method: str, request: Any, target: str = "") -> Any:
+        """One unary call with retries of passing errors until the time-out is spent."""
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        failures = 0
+        while True:
+            where = target or self._next_target()
+            left = None if deadline is None else max(0.001, deadline - time.monotonic())
+            try:
+                return getattr(self._stub(where), method)(request, timeout=left)
+            except grpc.RpcError as exc:
+                error = error_from_rpc(exc, where)
+            failures += 1
+            target = ""  # a retry goes where the client now thinks best
+            delay = self._after_failure(error, where, failures)
+            if not isinstance(error, RETRYABLE) or (
+                deadline is not None and time.monotonic() + delay >= deadline
+            ):
+                raise error
+            time.sleep(delay)
+
     def list_tables(self) -> list[TableInfo]:
         """Every message table the server knows, with config or load error and counters."""
-        try:
-            response = self._stub.ListTables(pb.ListTablesRequest(), timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc, self.target) from None
+        response = self._unary("ListTables", pb.ListTablesRequest())
         return [_table_info(t) for t in response.tables]
 
     def close(self) -> None:
-        self._channel.close()
+        with self._lock:
+            self._closed = True
+            channels, self._channels = list(self._channels.values()), {}
+        for raw, _ in channels:
+            raw.close()
 
     def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def backoff_s(failures: int) -> float:
+    """The wait before retry number ``failures`` (1, 2, ...): full jitter over an
+    exponential ceiling, RETRY_MIN_S * 2^(failures-1) up to RETRY_MAX_S."""
+    ceiling = min(RETRY_MAX_S, RETRY_MIN_S * 2.0 ** min(failures - 1, 16))
+    return random.uniform(ceiling / 2, ceiling)

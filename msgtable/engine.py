@@ -23,10 +23,12 @@ from msgtable.clock import Clock, SystemClock
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
+    NotLeader,
     TableLoadError,
     TableNotFound,
     Unavailable,
 )
+from msgtable.lease import Lease, Takeover
 from msgtable.manager import MessageManager, Subscriber
 from msgtable.status import TableStatus
 from msgtable.store import MySQLStore, Store, TableDefinition
@@ -50,7 +52,11 @@ class MessageEngine:
         discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S,
         run_loops: bool = True,
         follow_binlog: bool = False,
+        lease_period_s: float | None = None,
     ) -> None:
+        """``lease_period_s``: share the database with other msgtable servers; this one
+        sends only while it holds the lease (msgtable.lease), from ``campaign()`` on. None:
+        this server is the only one and sends from ``open()`` on."""
         self.store = store
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
         self.keyspace = store.database
@@ -69,6 +75,12 @@ class MessageEngine:
         self._thread: threading.Thread | None = None
         self.fatal = threading.Event()
         self.fatal_reason = ""
+        self.lease_period_s = lease_period_s
+        self._lease: Lease | None = None
+        self._leading = lease_period_s is None  # whether this server sends (the lock)
+        self._takeover: tuple[float, Takeover] | None = None  # (monotonic when, what)
+        self._clean_demotion = True  # the last loss of the lease wrote every postpone
+        self._leader_hint = ""  # the leader named when this server lost the lease
         self.binlog: BinlogFollower | None = None
         self._binlog_columns: dict[str, Sequence[str]] = {}
         if follow_binlog and isinstance(store, MySQLStore):
@@ -96,8 +108,34 @@ class MessageEngine:
         if self.binlog is not None:
             self.binlog.open()
 
+    def campaign(self, address: str) -> None:
+        """Start competing for the lease, as the server clients reach at ``address``.
+
+        Creates the lease table if it is missing (raises MsgtableError if it cannot). A
+        server without a lease period sends already: nothing to do."""
+        if self.lease_period_s is None or self._lease is not None:
+            return
+        if not isinstance(self.store, MySQLStore):
+            raise InvalidArgument("a lease needs a MySQL-family database")
+        lease = Lease(
+            self.store.lease_connection,
+            address,
+            self.lease_period_s,
+            on_gain=self._gain,
+            on_loss=self._lose,
+        )
+        lease.prepare()
+        self._lease = lease
+        lease.start()
+
+    @property
+    def leading(self) -> bool:
+        """Whether this server sends now (it holds the lease, or has no lease to share)."""
+        return self._leading
+
     def close(self) -> None:
-        """End every subscription (Unavailable), stop all loops, close connections."""
+        """End every subscription (Unavailable), stop all loops, give the lease back,
+        close connections."""
         self._stop.set()
         self._wake.set()
         if self.binlog is not None:
@@ -106,9 +144,85 @@ class MessageEngine:
             self._thread.join(DISCOVERY_RETRY_MAX_S)
         with self._lock:
             managers, self._managers = list(self._managers.values()), {}
+        clean = True
         for m in managers:
-            m.close(Unavailable("server shutting down"))
+            clean = m.close(Unavailable("server shutting down")) and clean
+        if self._lease is not None:
+            self._lease.close(released=clean)
         self.store.close()
+
+    # -- the lease (msgtable.lease) -----------------------------------------------------------
+    def _may_send(self) -> bool:
+        lease = self._lease
+        return lease.valid() if lease is not None else self._leading
+
+    def _gain(self, takeover: Takeover) -> None:
+        """This server now holds the lease: serve every table, holding back the sends of
+        those the old holder may have messages in flight for."""
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._takeover = (time.monotonic(), takeover)
+            self._leading = True
+            managers = list(self._managers.values())
+        for m in managers:
+            self._start(m)
+
+    def _hold_s(self, cfg: TableConfig) -> float:
+        """How long a table's sends wait after a takeover: until vt_ack_wait after the
+        old holder's lease ended, when that holder may have sent messages whose postpone
+        (their lease in the table) it never wrote. Nothing to wait for when it gave the
+        lease back cleanly, when there was none, or with vt_postpone_after=0 (the postpone
+        is written before the send)."""
+        if self._takeover is None or cfg.postpone_after_ns == 0:
+            return 0.0
+        at, t = self._takeover
+        if not t.previous or t.released or (t.by_me and self._clean_demotion):
+            return 0.0
+        return max(0.0, cfg.ack_wait_s - t.ended_s_ago - (time.monotonic() - at))
+
+    def _start(self, m: MessageManager) -> None:
+        hold = self._hold_s(m.config)
+        if hold > 0:
+            m.hold(hold)
+            log.info(
+                "table %s: sending in %.1fs, once the previous server's leases are over",
+                m.config.name,
+                hold,
+            )
+        if self.run_loops:
+            m.open()
+
+    def _lose(self, leader: str) -> None:
+        """This server lost the lease: end its subscriptions with NotLeader (clients go
+        to the leader), stop sending, keep answering acks and ListTables."""
+        error = self._not_leader(leader)
+        with self._lock:
+            self._leading = False
+            self._leader_hint = leader
+            old = list(self._managers.values())
+            self._managers = {m.config.name: self._new_manager(m.config) for m in old}
+        clean = True
+        for m in old:
+            clean = m.close(error) and clean
+        self._clean_demotion = clean
+
+    def _not_leader(self, leader: str | None = None) -> NotLeader:
+        if leader is None:
+            lease = self._lease
+            leader = lease.leader_address if lease is not None else self._leader_hint
+            if lease is not None and leader == lease.address:
+                leader = ""
+        where = f"the leader is at {leader}" if leader else "no server holds the lease now; retry"
+        return NotLeader(
+            f"this server does not send the messages of keyspace {self.keyspace!r}: {where}",
+            leader=leader,
+        )
+
+    def _new_manager(self, cfg: TableConfig) -> MessageManager:
+        return MessageManager(
+            self.store, cfg, self.clock, self.rng, self._on_fatal, may_send=self._may_send
+        )
 
     # -- msgtable.binlog.BinlogSink -------------------------------------------------------
     def binlog_tables(self) -> dict[str, Sequence[str]]:
@@ -185,9 +299,10 @@ class MessageEngine:
                         )
             for name, cfg in configs.items():
                 if name not in self._managers:
-                    m = MessageManager(self.store, cfg, self.clock, self.rng, self._on_fatal)
+                    m = self._new_manager(cfg)
                     self._managers[name] = m
-                    to_open.append(m)
+                    if self._leading:
+                        to_open.append(m)
             for name in errors.keys() - self._load_errors.keys():
                 log.error("message table failed to load: %s", errors[name])
             self._load_errors = errors
@@ -198,8 +313,7 @@ class MessageEngine:
             m.close(e)
         for m in to_open:
             log.info("table %s: serving", m.config.name)
-            if self.run_loops:
-                m.open()
+            self._start(m)
 
     def _discovery_loop(self) -> None:
         failures = 0
@@ -280,7 +394,10 @@ class MessageEngine:
     ) -> Subscriber:
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        return self._manager(name, keyspace, shard, key_range).subscribe(max_in_flight)
+        m = self._manager(name, keyspace, shard, key_range)
+        if not self._leading:
+            raise self._not_leader()
+        return m.subscribe(max_in_flight)
 
     def ack(self, name: str, keyspace: str, ids: Sequence[object]) -> int:
         if self._stop.is_set():

@@ -41,3 +41,15 @@ class PermissionDenied(MsgtableError):
 
 class ResourceExhausted(Unavailable):
     """A limit is reached (streams of one client, subscribers of one table): retry later."""
+
+
+LEADER_METADATA_KEY = "msgtable-leader"  # NotLeader's trailing metadata: the leader's address
+
+
+class NotLeader(Unavailable):
+    """Another server sends this database's messages (the lease holder); ``leader`` is its
+    address ("" while no server holds the lease). Clients resubscribe there."""
+
+    def __init__(self, message: str, leader: str = "") -> None:
+        super().__init__(message)
+        self.leader = leader

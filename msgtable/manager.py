@@ -38,7 +38,13 @@ from msgtable.backoff import draw_jitter, next_delivery_ns
 from msgtable.binlog import RowChange
 from msgtable.cache import CachedRow, MessageCache
 from msgtable.clock import Clock
-from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
+from msgtable.errors import (
+    InvalidArgument,
+    MsgtableError,
+    NotLeader,
+    TableNotFound,
+    Unavailable,
+)
 from msgtable.status import TableStatus
 from msgtable.store import poll_key
 from msgtable.tables import Column, TableConfig
@@ -228,8 +234,13 @@ class MessageManager:
         clock: Clock,
         rng: random.Random,
         on_fatal: Callable[[str], None] | None = None,
+        may_send: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
+        # Whether this server may hand messages over now (msgtable.lease: it holds the
+        # lease); checked after each claim, before the hand-over.
+        self._may_send = may_send or (lambda: True)
+        self._hold_until_ns = 0  # after a takeover: no send before this (see hold())
         self.config = config
         self.clock = clock
         self.rng = rng
@@ -277,8 +288,16 @@ class MessageManager:
             self._threads.append(t)
             t.start()
 
-    def close(self, error: MsgtableError | None = None, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Stop the loops (letting a send in progress finish) and end every subscriber."""
+    def hold(self, seconds: float) -> None:
+        """Send nothing for ``seconds`` (a new lease holder waits out the leases of what the
+        old one sent without writing them; msgtable.lease)."""
+        with self._lock:
+            self._hold_until_ns = self.clock.now_ns() + round(max(0.0, seconds) * 1e9)
+        self._send_wake.set()
+
+    def close(self, error: MsgtableError | None = None, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
+        """Stop the loops (letting a send in progress finish) and end every subscriber.
+        Returns whether every message sent and not acked has its postpone written."""
         self._stop.set()
         for ev in (self._poll_wake, self._send_wake, self._purge_wake):
             ev.set()
@@ -292,16 +311,17 @@ class MessageManager:
         err = error or Unavailable("server shutting down")
         for s in subs:
             s.end(err)
-        self._postpone_all()
+        return self._postpone_all()
 
-    def _postpone_all(self) -> None:
+    def _postpone_all(self) -> bool:
         """On close: write the postpone of every row sent and not acked yet, so that a clean
         shutdown keeps their leases (a crash does not: they are due again at once)."""
         try:
             while self.postpone_once(everything=True):
                 pass
+            return True
         except TableNotFound:
-            pass  # dropped: nothing left to postpone
+            return True  # dropped: nothing left to postpone
         except Exception as exc:
             with self._lock:
                 left = self.cache.unclaimed
@@ -312,6 +332,7 @@ class MessageManager:
                 left,
                 exc,
             )
+            return False
 
     def reconfigure(self, config: TableConfig) -> None:
         """Take new comment settings live; subscribers stay connected."""
@@ -492,7 +513,7 @@ class MessageManager:
         """
         now = self.clock.now_ns()
         with self._lock:
-            if not self.cache.due(now):
+            if now < self._hold_until_ns or not self.cache.due(now):
                 return 0
             cfg = self.config
             self.cache.in_flight(now)  # leases over: their subscribers' credit back
@@ -518,6 +539,8 @@ class MessageManager:
         ack_wait_ns = round(cfg.ack_wait_s * 1e9)
 
         def deliver(claimed: list[CachedRow]) -> None:
+            if not self._may_send():  # the lease ended during the claim: roll it back
+                raise NotLeader("this server no longer holds the lease")
             ours = {r.id for r in claimed} if len(claimed) < len(rows) else None
             out = []
             with self._lock:  # before the hand-over: an ack may come back at once
@@ -651,6 +674,8 @@ class MessageManager:
         postpone is to be written, at most IDLE_WAIT_S."""
         with self._lock:
             times = [self.cache.next_due_ns()]
+            if self._hold_until_ns > self.clock.now_ns():
+                times = [self._hold_until_ns]
             sent = self.cache.next_postpone_sent_ns()
             if sent is not None:
                 times.append(sent + self.config.postpone_after_ns)

@@ -28,8 +28,10 @@ from grpc_reflection.v1alpha import reflection
 from msgtable import codec
 from msgtable.auth import ANONYMOUS, Authorizer
 from msgtable.errors import (
+    LEADER_METADATA_KEY,
     InvalidArgument,
     MsgtableError,
+    NotLeader,
     PermissionDenied,
     ResourceExhausted,
     TableLoadError,
@@ -115,6 +117,8 @@ def status_for(error: BaseException) -> tuple[grpc.StatusCode, str]:
 def _fail(context: grpc.ServicerContext, method: str, exc: Exception) -> NoReturn:
     """End the RPC with the status for ``exc``; log it if it is a bug."""
     code, details = status_for(exc)
+    if isinstance(exc, NotLeader) and exc.leader:
+        context.set_trailing_metadata(((LEADER_METADATA_KEY, exc.leader),))
     if not isinstance(exc, MsgtableError):
         log.error("%s failed unexpectedly", method, exc_info=exc)
     elif code is grpc.StatusCode.INTERNAL:

@@ -39,6 +39,7 @@ MAX_CONNECTIONS = 50
 MAX_IDLE_CONNECTIONS = 10
 CONNECT_TIMEOUT_S = 5
 IO_TIMEOUT_S = 30
+LEASE_IO_TIMEOUT_S = 5
 SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 
 # MySQL / MariaDB error numbers that mean "try again later".
@@ -374,6 +375,20 @@ class MySQLStore:
             position=position,
             mariadb=mariadb,
             gtid=gtid,
+        )
+
+    def lease_connection(self) -> Any:
+        """A new PyMySQL connection of its own for msgtable.lease (transactions, short
+        time-outs: a lease step that hangs must fail before the lease would end)."""
+        import pymysql
+
+        args = pymysql_args(self.url)
+        return pymysql.connect(
+            **args,
+            database=self.database,
+            autocommit=False,
+            read_timeout=LEASE_IO_TIMEOUT_S,
+            write_timeout=LEASE_IO_TIMEOUT_S,
         )
 
     def replication_settings(self) -> dict[str, Any]:

@@ -58,7 +58,7 @@ def test_a_server_started_while_the_database_is_down_serves_once_it_is_up(
         with pytest.raises(Unavailable):
             s.client.list_tables()
         with pytest.raises(Unavailable):
-            s.client.subscribe("jobs")
+            s.client.subscribe("jobs", retry=False)
         own_server.start()
         s.sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
         wait_until(lambda: _tables(s.client), timeout_s=20, what="discovery after the outage")

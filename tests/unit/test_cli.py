@@ -30,9 +30,13 @@ class ServableEngine(FakeEngine):
         self.fatal = threading.Event()
         self.fatal_reason = ""
         self.opened = self.closed = False
+        self.campaigned_as: str | None = None
 
     def open(self) -> None:
         self.opened = True
+
+    def campaign(self, address: str) -> None:
+        self.campaigned_as = address
 
     def close(self) -> None:
         self.closed = True
@@ -105,9 +109,11 @@ def test_the_discovery_interval_is_a_flag_with_an_environment_fallback(monkeypat
 def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeypatch):
     engine = ServableEngine()
     seen = []
+    leases: list[float | None] = []
 
-    def open_engine(dsn, discovery_interval_s, follow_binlog):
+    def open_engine(dsn, discovery_interval_s, follow_binlog, lease_period_s):
         seen.append((discovery_interval_s, follow_binlog))
+        leases.append(lease_period_s)
         return engine
 
     monkeypatch.setattr(cli, "open_engine", open_engine)
@@ -119,6 +125,19 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
     monkeypatch.setenv("MSGTABLE_BINLOG", "0")
     cli.main(argv)
     assert seen == [(0.25, True), (5.0, False), (5.0, True), (5.0, False)]
+    assert leases == [5.0] * 4
+    cli.main([*argv, "--lease-period", "2.5"])
+    cli.main([*argv, "--no-lease"])
+    assert leases[-2:] == [2.5, None]
+    assert engine.campaigned_as is not None and engine.campaigned_as.startswith("127.0.0.1:")
+    cli.main([*argv, "--advertise", "mq1.example:7000"])
+    assert engine.campaigned_as == "mq1.example:7000"
+
+
+def test_the_advertised_address_names_this_host_on_a_wildcard_listen():
+    assert cli.advertised_address("127.0.0.1:0", "127.0.0.1:4567") == "127.0.0.1:4567"
+    host = cli.advertised_address("0.0.0.0:50051", "127.0.0.1:50051")
+    assert host == f"{socket.gethostname()}:50051"
 
 
 def test_tail_takes_a_name_and_its_options():
@@ -267,7 +286,7 @@ def test_serve_without_a_server_binary_prints_the_install_hint(monkeypatch, caps
 
 def test_serve_stops_gracefully_on_sigint_and_closes_the_engine(monkeypatch, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s, follow_binlog: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda *_, **__: engine)
     before = signal.getsignal(signal.SIGINT)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -288,7 +307,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
     engine = ServableEngine()
     engine.fatal_reason = "the poller of my_message died"
     engine.fatal.set()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s, follow_binlog: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda *_, **__: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]) == 1
     )
@@ -297,7 +316,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
 
 def test_serve_on_a_port_in_use_is_one_line_on_stderr(monkeypatch, server, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli, "open_engine", lambda dsn, discovery_interval_s, follow_binlog: engine)
+    monkeypatch.setattr(cli, "open_engine", lambda *_, **__: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", server.address]) == 1
     )

@@ -87,12 +87,14 @@ class FakeEngine:
     def __init__(self) -> None:
         self.fields = FIELDS
         self.subscribe_error: BaseException | None = None
+        self.subscribe_errors: list[BaseException] = []  # raised once each, in order, first
         self.subscribe_gate: threading.Event | None = None  # subscribe waits for it if set
         self.subscribe_calls: list[tuple[str, str, str, tuple[bytes, bytes]]] = []
         self.subscribers: queue.Queue[FakeSubscriber] = queue.Queue()
         self.acks: list[tuple[str, str, list[object]]] = []
         self.ack_result = 0
         self.ack_error: BaseException | None = None
+        self.ack_errors: list[BaseException] = []  # raised once each, in order, first
         self.tables: list[TableStatus] = []
         self.list_error: BaseException | None = None
 
@@ -108,6 +110,8 @@ class FakeEngine:
         self.max_in_flight = max_in_flight
         if self.subscribe_gate is not None:
             self.subscribe_gate.wait(WAIT_S)
+        if self.subscribe_errors:
+            raise self.subscribe_errors.pop(0)
         if self.subscribe_error is not None:
             raise self.subscribe_error
         sub = FakeSubscriber(self.fields)
@@ -119,6 +123,8 @@ class FakeEngine:
 
     def ack(self, name: str, keyspace: str, ids: Sequence[object]) -> int:
         self.acks.append((name, keyspace, list(ids)))
+        if self.ack_errors:
+            raise self.ack_errors.pop(0)
         if self.ack_error is not None:
             raise self.ack_error
         return self.ack_result

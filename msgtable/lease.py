@@ -1,0 +1,255 @@
+"""The lease: which of the msgtable servers on one database sends its messages.
+
+Several ``msgtable serve`` processes may point at one database. One row of the table
+``msgtable_lease`` (created on first use) names the holder, its address and when its lease
+ends, in the database's own clock (UTC_TIMESTAMP), so the servers' clocks never meet. The
+holder renews it every third of the period; another server takes it over once it has ended
+(a crashed holder) or was given back (a clean shutdown). Every step is one transaction
+that reads the row FOR UPDATE, so two servers never both win.
+
+The holder fences itself without asking anyone: a renewal that began at local time t makes
+the lease valid until t + period on this server's monotonic clock, which ends no later than
+the end the database wrote. A send hands messages over only while the lease is valid
+(``valid()``), so once another server holds the lease the old holder sends nothing more.
+
+What the new holder must still wait for is the old holder's messages in flight whose lease
+(vt_ack_wait) was not written yet (vt_postpone_after > 0). ``Takeover`` tells the engine
+how long ago the old lease ended, and whether it was given back cleanly (every postpone
+written); the engine holds each such table's sends until vt_ack_wait after that end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from msgtable.errors import MsgtableError, Unavailable
+
+log = logging.getLogger(__name__)
+
+LEASE_TABLE = "msgtable_lease"
+DEFAULT_LEASE_PERIOD_S = 5.0
+MIN_LEASE_PERIOD_S = 0.3
+LEASE_DDL = f"""CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (
+  name VARCHAR(64) NOT NULL,
+  holder VARCHAR(64) NOT NULL,
+  address VARCHAR(255) NOT NULL,
+  expires DATETIME(6) NOT NULL,
+  released TINYINT NOT NULL DEFAULT 0,
+  PRIMARY KEY (name)
+) COMMENT='msgtable: which server sends this database''s messages'"""
+LEASE_NAME = "sender"  # the one row: one holder sends every message table of the database
+_ACCESS_DENIED = (1142, 1044, 1045)  # table, database, user access denied
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """What a new holder learns about the one before it."""
+
+    previous: str  # the previous holder's id ("" if there was none)
+    ended_s_ago: float  # how long ago, in the database's clock, its lease ended
+    released: bool  # it gave the lease back after writing its postpones
+    by_me: bool  # the previous holder was this very server (it lost the lease and got it back)
+
+
+class Lease:
+    """Campaigns for the lease on its own connection and keeps it while it can.
+
+    ``on_gain(takeover)`` and ``on_loss(leader_address)`` run on the lease's thread; the
+    engine promotes and demotes itself there.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Any],
+        address: str,
+        period_s: float = DEFAULT_LEASE_PERIOD_S,
+        *,
+        on_gain: Callable[[Takeover], None],
+        on_loss: Callable[[str], None],
+        holder: str | None = None,
+    ) -> None:
+        if period_s < MIN_LEASE_PERIOD_S:
+            raise MsgtableError(f"the lease period must be at least {MIN_LEASE_PERIOD_S}s")
+        self.holder = holder or uuid.uuid4().hex
+        self.address = address
+        self.period_s = period_s
+        self.leader_address = ""  # the holder's address as last read ("" if none)
+        self._connect = connect
+        self._conn: Any = None
+        self._on_gain, self._on_loss = on_gain, on_loss
+        self._valid_until = 0.0  # monotonic; 0: not held
+        self._held = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- what others ask -------------------------------------------------------------------
+    def valid(self) -> bool:
+        """Whether this server holds the lease now (by its own clock, conservatively)."""
+        return time.monotonic() < self._valid_until
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    # -- set-up ----------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Create the lease table if it is missing; raise a clear error if we cannot."""
+        try:
+            with self._cursor() as cur:
+                cur.execute(f"SELECT 1 FROM {LEASE_TABLE} LIMIT 1")
+                cur.fetchall()
+            return
+        except Unavailable:
+            raise
+        except Exception as exc:  # missing (1146): create it below
+            if _code(exc) in _ACCESS_DENIED:
+                raise self._denied(exc) from None
+        try:
+            with self._cursor() as cur:
+                cur.execute(LEASE_DDL)
+        except Unavailable:
+            raise
+        except Exception as exc:
+            raise self._denied(exc) from None
+
+    def _denied(self, exc: BaseException) -> MsgtableError:
+        return MsgtableError(
+            f"cannot use the lease table {LEASE_TABLE} ({exc}); create it once with "
+            f"schema/msgtable_lease.sql and grant SELECT, INSERT, UPDATE on it, or run one "
+            "server alone with --no-lease"
+        )
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True, name="msgtable-lease")
+            self._thread.start()
+
+    def close(self, released: bool) -> None:
+        """Stop campaigning; give the lease back if held (``released``: every message sent
+        has its postpone written, so the next holder need not wait for their leases)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(self.period_s + 10)
+        with self._lock:
+            if self._held:
+                self._valid_until = 0.0
+                try:
+                    with self._cursor() as cur:
+                        cur.execute(
+                            f"UPDATE {LEASE_TABLE} SET expires = UTC_TIMESTAMP(6), released = %s "
+                            "WHERE name = %s AND holder = %s",
+                            (1 if released else 0, LEASE_NAME, self.holder),
+                        )
+                        self._conn.commit()
+                except Exception as exc:
+                    log.warning("could not give the lease back (it ends by itself): %s", exc)
+                self._held = False
+            self._close_connection()
+
+    # -- the campaign ----------------------------------------------------------------------
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            began = time.monotonic()
+            try:
+                with self._lock:
+                    if self._stop.is_set():
+                        break
+                    takeover = self._step(began)
+                if failures:
+                    log.info("lease: the database answers again")
+                failures = 0
+            except Exception as exc:
+                failures += 1
+                takeover = None
+                if failures == 1:
+                    log.warning("lease: cannot reach the database (%s); retrying", exc)
+                self._drop_connection()
+            if takeover is not None:
+                log.info("lease: this server (%s) now sends", self.address)
+                self._on_gain(takeover)
+            elif self._held and not self.valid():
+                self._held = False
+                log.warning(
+                    "lease: lost (not renewed within %gs); this server stops sending",
+                    self.period_s,
+                )
+                self._on_loss(self.leader_address if self.leader_address != self.address else "")
+            self._stop.wait(max(0.0, self.period_s / 3 - (time.monotonic() - began)))
+
+    def _step(self, began: float) -> Takeover | None:
+        """One transaction: renew, take over, or read who holds it. Returns the Takeover
+        when this step gained the lease."""
+        period_us = round(self.period_s * 1e6)
+        with self._cursor() as cur:
+            cur.execute(
+                f"SELECT holder, address, released, "
+                "TIMESTAMPDIFF(MICROSECOND, expires, UTC_TIMESTAMP(6)) "
+                f"FROM {LEASE_TABLE} WHERE name = %s FOR UPDATE",
+                (LEASE_NAME,),
+            )
+            row = cur.fetchone()
+            set_me = (
+                f"UPDATE {LEASE_TABLE} SET holder = %s, address = %s, released = 0, "
+                "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND WHERE name = %s"
+            )
+            takeover: Takeover | None = None
+            if row is None:
+                cur.execute(
+                    f"INSERT INTO {LEASE_TABLE} (name, holder, address, expires, released) "
+                    "VALUES (%s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND, 0)",
+                    (LEASE_NAME, self.holder, self.address, period_us),
+                )
+                takeover = Takeover("", float("inf"), True, False)
+            else:
+                holder, address, released, over_us = row[0], row[1], bool(row[2]), int(row[3])
+                mine = holder == self.holder
+                if mine and self._held:
+                    cur.execute(set_me, (self.holder, self.address, period_us, LEASE_NAME))
+                elif mine or over_us >= 0 or released:
+                    cur.execute(set_me, (self.holder, self.address, period_us, LEASE_NAME))
+                    takeover = Takeover(holder, max(0.0, over_us / 1e6), released, mine)
+                else:
+                    self._conn.rollback()
+                    self.leader_address = address
+                    self._valid_until = 0.0  # if we thought we held it: we do not
+                    return None
+            self._conn.commit()
+        self._valid_until = began + self.period_s
+        self.leader_address = self.address
+        if self._held:
+            return None
+        self._held = True
+        return takeover
+
+    # -- the connection --------------------------------------------------------------------
+    def _cursor(self) -> Any:
+        if self._conn is None:
+            try:
+                self._conn = self._connect()
+            except Exception as exc:
+                raise Unavailable(f"database unavailable: {exc}") from None
+        return self._conn.cursor()
+
+    def _drop_connection(self) -> None:
+        with self._lock:
+            self._close_connection()
+
+    def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # it is broken already: nothing to say
+                conn.close()
+
+
+def _code(exc: BaseException) -> int | None:
+    args = getattr(exc, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None

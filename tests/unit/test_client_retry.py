@@ -1,0 +1,189 @@
+"""The client's retries over real gRPC channels (fake engines behind real servers): a
+subscription that subscribes again when its stream breaks, redirects to the leader a
+NotLeader answer names, gives up after retry_for_s, and acks that retry passing errors."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from msgtable import client as client_module
+from msgtable.client import Client, backoff_s
+from msgtable.errors import NotLeader, ResourceExhausted, TableNotFound, Unavailable
+from msgtable.server import MessagingServer
+
+from .test_server import WAIT_S, FakeEngine
+
+
+@pytest.fixture(autouse=True)
+def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(client_module, "RETRY_MIN_S", 0.01)
+    monkeypatch.setattr(client_module, "RETRY_MAX_S", 0.05)
+
+
+@pytest.fixture
+def engine() -> FakeEngine:
+    return FakeEngine()
+
+
+@pytest.fixture
+def server(engine: FakeEngine) -> Iterator[MessagingServer]:
+    s = MessagingServer(engine, "127.0.0.1:0", max_workers=16, stream_poll_s=0.05)
+    s.start()
+    yield s
+    s.stop(0)
+
+
+def _next_in_thread(sub: object) -> tuple[threading.Event, list[object]]:
+    got: list[object] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            got.append(next(sub))  # type: ignore[call-overload]
+        except BaseException as exc:
+            got.append(exc)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done, got
+
+
+def test_a_stream_that_breaks_is_opened_again_and_iteration_goes_on(engine, server):
+    with Client(server.address, timeout_s=WAIT_S) as c, c.subscribe("t") as sub:
+        first = engine.next_subscriber()
+        first.put([(1, "a", None)])
+        assert next(sub).id == 1
+        first.end(Unavailable("database unavailable: lost connection"))
+        done, got = _next_in_thread(sub)
+        second = engine.next_subscriber()  # the client subscribed again by itself
+        second.put([(2, "b", None)])
+        assert done.wait(WAIT_S)
+        assert got[0].id == 2  # type: ignore[attr-defined]
+        assert sub.reconnects == 1
+        assert len(engine.subscribe_calls) == 2
+
+
+def test_a_passing_error_at_subscribe_is_retried_with_backoff(engine, server):
+    engine.subscribe_errors = [
+        Unavailable("database unavailable"),
+        ResourceExhausted("table t already has 1 subscribers"),
+    ]
+    with Client(server.address, timeout_s=WAIT_S) as c, c.subscribe("t") as sub:
+        engine.next_subscriber().put([(7, "x", None)])
+        assert next(sub).id == 7
+        assert len(engine.subscribe_calls) == 3
+        assert sub.reconnects == 0  # the first stream, after two refusals
+
+
+def test_an_error_that_would_come_again_is_raised_at_once(engine, server):
+    with Client(server.address, timeout_s=WAIT_S) as c:
+        engine.subscribe_error = TableNotFound("message table 't' not found")
+        with pytest.raises(TableNotFound):
+            c.subscribe("t")
+        assert len(engine.subscribe_calls) == 1
+        engine.subscribe_error = None
+        sub = c.subscribe("t")
+        engine.next_subscriber().end(TableNotFound("message table 't' was dropped"))
+        time.sleep(0.1)
+        with pytest.raises(TableNotFound, match="dropped"):
+            next(sub)
+        assert len(engine.subscribe_calls) == 2
+        sub.close()
+
+
+def test_a_subscription_gives_up_after_retry_for_s(engine, server):
+    engine.subscribe_error = Unavailable("database unavailable")
+    began = time.monotonic()
+    with (
+        Client(server.address, timeout_s=WAIT_S, retry_for_s=0.3) as c,
+        pytest.raises(Unavailable, match=r"gave up after 0\.3s"),
+    ):
+        c.subscribe("t")
+    assert 0.3 <= time.monotonic() - began < WAIT_S
+    assert len(engine.subscribe_calls) >= 3
+
+
+def test_close_stops_a_subscription_that_is_retrying(engine, server):
+    with Client(server.address, timeout_s=WAIT_S) as c:
+        sub = c.subscribe("t")
+        engine.subscribe_error = Unavailable("database unavailable")
+        engine.next_subscriber().end(Unavailable("database unavailable"))
+        done, got = _next_in_thread(sub)
+        time.sleep(0.2)  # it is retrying now
+        assert not done.is_set()
+        sub.close()
+        assert done.wait(WAIT_S)
+        assert isinstance(got[0], StopIteration)
+
+
+def test_not_leader_sends_the_subscription_and_its_acks_to_the_leader(engine, server):
+    follower_engine = FakeEngine()
+    follower_engine.subscribe_error = NotLeader(
+        "not the leader of keyspace app", leader=server.address
+    )
+    follower_engine.ack_error = NotLeader("not the leader", leader=server.address)
+    follower = MessagingServer(follower_engine, "127.0.0.1:0", max_workers=8)
+    follower.start()
+    try:
+        with Client(follower.address, timeout_s=WAIT_S) as c, c.subscribe("t") as sub:
+            assert sub.target == server.address
+            assert c.leader == server.address
+            engine.next_subscriber().put([(3, "c", None)])
+            message = next(sub)
+            engine.ack_result = 1
+            assert message.ack() == 1
+            assert sub.ack_async([message]).result(WAIT_S) is None
+            assert [a[2] for a in engine.acks] == [[3], [3]]
+            assert len(follower_engine.subscribe_calls) == 1
+            assert c.ack("t", [4]) == 1  # the client's own calls go to the leader too
+            assert follower_engine.acks == []
+    finally:
+        follower.stop(0)
+
+
+def test_a_dead_leader_sends_the_client_back_to_its_targets(engine, server):
+    follower_engine = FakeEngine()
+    follower = MessagingServer(follower_engine, "127.0.0.1:0", max_workers=8)
+    follower.start()
+    gone = MessagingServer(FakeEngine(), "127.0.0.1:0", max_workers=4)
+    gone.start()
+    dead = gone.address
+    gone.stop(0)  # a leader that died: nobody answers at its address
+    try:
+        follower_engine.subscribe_errors = [NotLeader("not the leader", leader=dead)]
+        with (
+            Client(f"{follower.address},{server.address}", timeout_s=WAIT_S) as c,
+            c.subscribe("t") as sub,
+        ):
+            assert sub.target in (follower.address, server.address)
+            assert c.leader == ""
+    finally:
+        follower.stop(0)
+
+
+def test_an_ack_that_fails_for_a_passing_reason_is_sent_again(engine, server):
+    engine.ack_errors = [Unavailable("database unavailable: lost connection")]
+    engine.ack_result = 2
+    with Client(server.address, timeout_s=WAIT_S) as c:
+        assert c.ack("t", [1, 2]) == 2
+    assert [a[2] for a in engine.acks] == [[1, 2], [1, 2]]
+
+
+def test_an_ack_gives_up_when_its_time_out_is_spent(engine, server):
+    engine.ack_error = Unavailable("database unavailable")
+    began = time.monotonic()
+    with Client(server.address, timeout_s=0.3) as c, pytest.raises(Unavailable):
+        c.ack("t", [1])
+    assert time.monotonic() - began < WAIT_S
+    assert len(engine.acks) >= 2
+
+
+def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
+    for failures, ceiling in ((1, 0.01), (2, 0.02), (3, 0.04), (4, 0.05), (40, 0.05)):
+        waits = [backoff_s(failures) for _ in range(200)]
+        assert all(ceiling / 2 <= w <= ceiling for w in waits)
+        assert len(set(waits)) > 1

@@ -1,0 +1,131 @@
+"""The engine's side of the lease, driven by hand on the in-memory store: a server without
+the lease redirects subscribers, a new holder waits out the old one's unwritten leases, a
+lost lease ends subscriptions with NotLeader, and a send never hands over without the lease.
+(The lease table itself, against a real MariaDB, is in tests/integration/test_lease.py.)"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from msgtable.clock import FakeClock
+from msgtable.engine import MessageEngine
+from msgtable.errors import NotLeader
+from msgtable.lease import Takeover
+from msgtable.tables import DEMO_COMMENT
+from msgtable.testing import InMemoryStore
+
+from .test_manager import drain, postponed
+
+COMMENT = DEMO_COMMENT.replace("vt_ack_wait=30", "vt_ack_wait=10")
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def store():
+    s = InMemoryStore()
+    s.create_table("later", f"{COMMENT},vt_postpone_after=1")  # sent rows: lease unwritten
+    s.create_table("before", f"{COMMENT},vt_postpone_after=0")  # lease written at the send
+    return s
+
+
+@pytest.fixture
+def engine(store, clock):
+    e = MessageEngine(
+        store,
+        clock=clock,
+        rng=random.Random(1),
+        discovery_interval_s=3600,
+        run_loops=False,
+        lease_period_s=1.0,
+    )
+    e.refresh()
+    yield e
+    e.close()
+
+
+def test_without_the_lease_subscribers_are_sent_to_the_leader_and_acks_are_served(engine, store):
+    assert not engine.leading
+    with pytest.raises(NotLeader, match="no server holds the lease") as caught:
+        engine.subscribe("later")
+    assert caught.value.leader == ""
+    store.insert("later", 1, message="a")
+    assert engine.ack("later", "", [1]) == 1  # any server may write an ack
+    assert [t.name for t in engine.list_tables()] == ["before", "later"]
+
+
+def test_the_first_holder_sends_at_once(engine, store):
+    engine._gain(Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
+    store.insert("later", 1, message="a")
+    m = engine._manager("later", "")
+    sub = engine.subscribe("later")
+    m.poll_once()
+    assert m.send_once() == 1 and drain(sub) == [(1, "a")]
+
+
+@pytest.mark.parametrize(
+    ("takeover", "hold_later"),
+    [
+        (Takeover("old", 2.0, released=False, by_me=False), 8.0),  # crashed 2 s ago
+        (Takeover("old", 30.0, released=False, by_me=False), 0.0),  # long ago: leases over
+        (Takeover("old", 0.0, released=True, by_me=False), 0.0),  # gave it back cleanly
+    ],
+)
+def test_a_new_holder_waits_out_the_leases_the_old_one_did_not_write(
+    engine, store, clock, takeover, hold_later
+):
+    engine._gain(takeover)
+    assert engine._hold_s(engine._manager("later", "").config) == pytest.approx(hold_later, abs=0.5)
+    # vt_postpone_after=0: every send wrote its lease first, nothing to wait for
+    assert engine._hold_s(engine._manager("before", "").config) == 0.0
+    store.insert("later", 1, message="a")
+    m = engine._manager("later", "")
+    sub = engine.subscribe("later")
+    m.poll_once()
+    if hold_later:
+        assert m.send_once() == 0  # held: the old holder's subscriber may still have it
+        clock.advance(hold_later + 0.5)
+    assert m.send_once() == 1 and drain(sub) == [(1, "a")]
+
+
+def test_losing_the_lease_ends_subscriptions_with_the_leaders_address(engine, store, clock):
+    engine._gain(Takeover("", float("inf"), True, False))
+    store.insert("later", 1, message="a")
+    m = engine._manager("later", "")
+    sub = engine.subscribe("later")
+    m.poll_once()
+    assert m.send_once() == 1
+    drain(sub)
+    engine._lose("10.0.0.2:50051")
+    assert not engine.leading
+    with pytest.raises(NotLeader) as caught:
+        sub.next_batch(0)
+    assert caught.value.leader == "10.0.0.2:50051"
+    # the sent row's postpone was written on the way out (a clean hand-over)
+    assert store.rows["later"][1]["epoch"] == 1
+    assert engine._clean_demotion
+    with pytest.raises(NotLeader, match=r"the leader is at 10\.0\.0\.2:50051"):
+        engine.subscribe("later")
+    # got back, by this same server after a clean loss: no wait
+    engine._gain(Takeover("me", 0.0, released=False, by_me=True))
+    assert engine._hold_s(engine._manager("later", "").config) == 0.0
+
+
+def test_a_send_does_not_hand_over_once_the_lease_is_gone(engine, store, clock):
+    engine._gain(Takeover("", float("inf"), True, False))
+    store.insert("later", 1, message="a")
+    m = engine._manager("later", "")
+    sub = engine.subscribe("later")
+    m.poll_once()
+    m._may_send = lambda: False  # the lease ended while the claim ran
+    with pytest.raises(NotLeader):
+        m.send_once()
+    assert drain(sub) == []
+    assert m.sent == 0
+    postponed(m, clock)
+    assert store.rows["later"][1]["epoch"] == 0  # nothing was sent, so nothing postponed

@@ -28,7 +28,7 @@ BENCH_STAMP := $(VENV)/.stamp-install-bench
 .DEFAULT_GOAL := help
 .PHONY: help run test venv install install-test mysql-server mysql-client-dev spark-deps lint proto \
 	proto-check pytest \
-	clean distclean bench bench-full
+	clean distclean bench bench-full chaos
 
 help:
 	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
@@ -37,6 +37,7 @@ help:
 	@echo "make lint|proto|proto-check|pytest             the checks on their own"
 	@echo "make bench          quick benchmark suite (under a minute): table, targets, JSON line"
 	@echo "make bench-full     the full benchmark suite (minutes)"
+	@echo "make chaos          the fault suite alone (tests/faults, about a minute), with its counts"
 	@echo "make clean|distclean                            remove caches | and the virtualenv"
 
 run: $(INSTALL_STAMP) mysql-server
@@ -53,6 +54,12 @@ bench: $(BENCH_STAMP) mysql-server spark-deps
 
 bench-full: $(BENCH_STAMP) mysql-server spark-deps
 	$(PY) -m bench.run --full $(BENCH_ARGS)
+
+# The fault suite (also part of `make test`): 100,000 messages through two servers while the
+# database restarts, servers are killed, subscribers die, stall and ack late; prints its counts.
+# MSGTABLE_CHAOS_MESSAGES=N for another size.
+chaos: $(TEST_STAMP) mysql-server
+	$(PY) -m pytest -p no:cacheprovider -q -s tests/faults $(PYTEST_ARGS)
 
 # --- set-up --------------------------------------------------------------------------------
 

@@ -578,7 +578,10 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     seen = 0
     try:
-        with _client(args) as client, client.subscribe(args.name, args.keyspace) as sub:
+        with (
+            _client(args) as client,
+            client.subscribe(args.name, args.keyspace, retry=False) as sub,
+        ):
             for batch in sub.batches():
                 if args.count is not None:
                     batch = batch[: args.count - seen]

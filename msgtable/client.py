@@ -279,6 +279,11 @@ class Subscription:
         target = self.target  # where the last attempt went
         while True:
             if error is not None:
+                if client.closed:  # closing the client ends its subscriptions
+                    if broken is None:
+                        raise error
+                    self._closed = True
+                    return None
                 if not self._retry or not isinstance(error, RETRYABLE):
                     raise error
                 retry_for = client.retry_for_s
@@ -745,6 +750,10 @@ class Client:
                 self._leader = ""
                 self._turn += 1  # try the next target
         return backoff_s(failures)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @property
     def leader(self) -> str:

@@ -70,6 +70,7 @@ def serve(dsn: str, **engine_kwargs: Any) -> Iterator[Served]:
     engine.open()
     server = MessagingServer(engine, "127.0.0.1:0")
     server.start()
+    engine.campaign(server.address)  # with a lease_period_s: compete for the lease
     client = Client(server.address)
     db = sa.create_engine(dsn, isolation_level="AUTOCOMMIT")
     try:

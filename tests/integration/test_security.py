@@ -16,6 +16,7 @@ from msgtable.auth import Authorizer
 from msgtable.client import Client
 from msgtable.engine import MessageEngine
 from msgtable.errors import PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
+from msgtable.lease import LEASE_DDL
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server import MessagingServer, TlsFiles
@@ -180,9 +181,21 @@ def test_listening_beyond_loopback_without_tls_and_auth_warns(db_dsn, pki, caplo
         assert messages == []
 
 
+def lease_ddl_file() -> str:
+    """The statement of schema/msgtable_lease.sql (its comment lines dropped)."""
+    text = (Path(__file__).parents[2] / "schema" / "msgtable_lease.sql").read_text()
+    lines = [line for line in text.splitlines() if not line.startswith("--")]
+    return "\n".join(lines).strip().rstrip(";")
+
+
+def test_the_schema_file_holds_the_lease_ddl_msgtable_runs():
+    assert lease_ddl_file() == LEASE_DDL
+
+
 def test_the_documented_minimal_grants_are_enough_to_serve(db_dsn):
-    """README, Database user: SELECT, UPDATE, DELETE on the database, and REPLICATION SLAVE,
-    REPLICATION CLIENT for the binlog follower; nothing else."""
+    """README, Database user: SELECT, UPDATE, DELETE on the database, INSERT on the lease
+    table (created once by an administrator from schema/msgtable_lease.sql), and REPLICATION
+    SLAVE, REPLICATION CLIENT for the binlog follower; nothing else."""
     url = sa.engine.make_url(db_dsn)
     user, password = f"mt_{url.database}"[-32:], "a-password-for-msgtable"
     admin = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
@@ -190,6 +203,10 @@ def test_the_documented_minimal_grants_are_enough_to_serve(db_dsn):
         conn.execute(sa.text(f"drop user if exists '{user}'@'%'"))
         conn.execute(sa.text(f"create user '{user}'@'%' identified by '{password}'"))
         conn.execute(sa.text(f"grant select, update, delete on `{url.database}`.* to '{user}'@'%'"))
+        conn.execute(sa.text(lease_ddl_file()))
+        conn.execute(
+            sa.text(f"grant insert on `{url.database}`.msgtable_lease to '{user}'@'%'")
+        )
         conn.execute(sa.text(f"grant replication slave, replication client on *.* to '{user}'@'%'"))
         conn.execute(
             sa.text(current_layout_ddl("jobs", comment(vt_poller_interval=0.2, vt_purge_after=0)))
@@ -197,7 +214,8 @@ def test_the_documented_minimal_grants_are_enough_to_serve(db_dsn):
         conn.execute(sa.text("insert into jobs(id, message) values (1, 'a'), (2, 'b')"))
     restricted = url.set(username=user, password=password).render_as_string(hide_password=False)
     try:
-        with serve(restricted, follow_binlog=True) as s:
+        with serve(restricted, follow_binlog=True, lease_period_s=1.0) as s:
+            wait_until(lambda: s.engine.leading, what="the lease")
             follower = s.engine.binlog
             assert follower is not None
             wait_until(follower.following.is_set, what="the binlog follower")

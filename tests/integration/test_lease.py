@@ -1,0 +1,172 @@
+"""The lease on a real MariaDB: one holder at a time, takeover once a holder stops renewing
+(within two periods), an immediate hand-over when it gives the lease back, and two servers
+on one database: the follower sends subscribers to the leader, the leader sends."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import grpc
+import pytest
+import sqlalchemy as sa
+
+from msgtable.client import Client
+from msgtable.engine import MessageEngine
+from msgtable.errors import LEADER_METADATA_KEY
+from msgtable.lease import Lease, Takeover
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+from msgtable.server import MessagingServer
+from msgtable.store import MySQLStore
+from msgtable.tables import current_layout_ddl
+
+from ..waiting import wait_until
+from .helpers import Collector, comment
+
+PERIOD_S = 0.6
+
+
+class Candidate:
+    """A Lease with callbacks that record what happened."""
+
+    def __init__(self, store: MySQLStore, address: str) -> None:
+        self.gains: list[tuple[float, Takeover]] = []
+        self.losses: list[str] = []
+        self.gained = threading.Event()
+        self.lease = Lease(
+            store.lease_connection,
+            address,
+            PERIOD_S,
+            on_gain=self._gain,
+            on_loss=self.losses.append,
+        )
+
+    def _gain(self, takeover: Takeover) -> None:
+        self.gains.append((time.monotonic(), takeover))
+        self.gained.set()
+
+    def crash(self) -> None:
+        """Stop renewing without giving the lease back (as a killed process would)."""
+        self.lease._stop.set()
+        assert self.lease._thread is not None
+        self.lease._thread.join(5)
+        self.lease._drop_connection()
+
+
+@pytest.fixture
+def store(db_dsn: str) -> Iterator[MySQLStore]:
+    s = MySQLStore.from_dsn(db_dsn)
+    yield s
+    s.close()
+
+
+def _campaign(store: MySQLStore, address: str) -> Candidate:
+    c = Candidate(store, address)
+    c.lease.prepare()
+    c.lease.start()
+    return c
+
+
+def test_one_holder_at_a_time_and_a_takeover_within_two_periods(store):
+    a = _campaign(store, "a:1")
+    assert a.gained.wait(5)
+    b = _campaign(store, "b:2")
+    wait_until(lambda: b.lease.leader_address == "a:1", what="b reads who leads")
+    time.sleep(PERIOD_S * 2)
+    assert not b.gained.is_set() and a.lease.valid() and not b.lease.valid()
+    crashed_at = time.monotonic()
+    a.crash()
+    assert b.gained.wait(5)
+    took, takeover = b.gains[0][0] - crashed_at, b.gains[0][1]
+    assert took <= 2 * PERIOD_S, f"takeover took {took:.2f}s"
+    assert takeover.previous == a.lease.holder and not takeover.released
+    assert 0 <= takeover.ended_s_ago < PERIOD_S
+    assert not a.lease.valid()  # the old holder's own clock ended it first
+    b.lease.close(released=True)
+
+
+def test_a_lease_given_back_is_taken_over_at_once_with_no_wait(store):
+    a = _campaign(store, "a:1")
+    assert a.gained.wait(5)
+    b = _campaign(store, "b:2")
+    wait_until(lambda: b.lease.leader_address == "a:1", what="b reads who leads")
+    a.lease.close(released=True)
+    released_at = time.monotonic()
+    assert b.gained.wait(5)
+    assert b.gains[0][0] - released_at <= PERIOD_S / 3 + 0.5
+    assert b.gains[0][1].released
+    b.lease.close(released=True)
+
+
+def test_a_holder_that_cannot_renew_stops_sending_and_says_so(store):
+    a = _campaign(store, "a:1")
+    assert a.gained.wait(5)
+    real = a.lease._connect
+
+    def refused() -> None:
+        raise OSError("connection refused")
+
+    a.lease._connect = refused  # the database is gone for this server
+    a.lease._drop_connection()
+    wait_until(lambda: a.losses, timeout_s=5, what="the loss of the lease")
+    assert not a.lease.valid() and not a.lease.held
+    a.lease._connect = real
+    wait_until(lambda: len(a.gains) == 2, timeout_s=5, what="the lease back")
+    assert a.gains[1][1].by_me
+    a.lease.close(released=True)
+
+
+@contextmanager
+def _server(dsn: str) -> Iterator[tuple[MessageEngine, MessagingServer]]:
+    engine = MessageEngine.from_dsn(dsn, discovery_interval_s=0.3, lease_period_s=PERIOD_S)
+    engine.open()
+    server = MessagingServer(engine, "127.0.0.1:0")
+    server.start()
+    engine.campaign(server.address)
+    try:
+        yield engine, server
+    finally:
+        server.stop(0.5)
+        engine.close()
+
+
+def test_two_servers_on_one_database_one_sends_and_the_other_redirects(db_dsn):
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
+    with _server(db_dsn) as (first, first_server):
+        wait_until(lambda: first.leading, what="the first server leads")
+        with _server(db_dsn) as (second, second_server):
+            wait_until(lambda: second.list_tables(), what="the second server's discovery")
+            assert not second.leading
+            # the follower answers UNAVAILABLE with the leader's address in the metadata
+            with grpc.insecure_channel(second_server.address) as channel:
+                stub = pb_grpc.MessagingStub(channel)
+                with pytest.raises(grpc.RpcError) as caught:
+                    next(stub.MessageStream(pb.MessageStreamRequest(name="jobs"), timeout=5))
+            assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+            assert (LEADER_METADATA_KEY, first_server.address) in caught.value.trailing_metadata()
+            # a client given both addresses, follower first, ends up at the leader
+            targets = f"{second_server.address},{first_server.address}"
+            with Client(targets) as client:
+                c = Collector(client, "jobs")
+                assert c.subscription.target == first_server.address
+                with db.connect() as conn:
+                    conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a'), (2, 'b')")
+                got = c.take(2)
+                assert client.ack("jobs", [m.id for m in got]) == 2
+                # the leader shuts down cleanly: the follower takes over at once and the
+                # same subscription goes on there
+                first_server.stop(0.5)
+                first.close()
+                wait_until(lambda: second.leading, timeout_s=2 * PERIOD_S + 2, what="takeover")
+                with db.connect() as conn:
+                    conn.exec_driver_sql("insert into jobs(id, message) values (3, 'c')")
+                (m,) = c.take(1, timeout_s=15)
+                assert m.id == 3 and c.subscription.target == second_server.address
+                assert m.ack() == 1
+                c.close()
+    db.dispose()

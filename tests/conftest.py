@@ -51,6 +51,7 @@ LAYER_MARKERS = {
     "integration": pytest.mark.integration,
     "acceptance": pytest.mark.acceptance,
     "spark": pytest.mark.spark,
+    "faults": pytest.mark.faults,
 }
 
 _database_numbers = itertools.count(1)

@@ -111,8 +111,9 @@ class MessageEngine:
     def campaign(self, address: str) -> None:
         """Start competing for the lease, as the server clients reach at ``address``.
 
-        Creates the lease table if it is missing (raises MsgtableError if it cannot). A
-        server without a lease period sends already: nothing to do."""
+        Creates the lease table if it is missing (raises MsgtableError if it cannot; if the
+        database is down, the lease's thread does it once it answers). A server without a
+        lease period sends already: nothing to do."""
         if self.lease_period_s is None or self._lease is not None:
             return
         if not isinstance(self.store, MySQLStore):
@@ -124,7 +125,10 @@ class MessageEngine:
             on_gain=self._gain,
             on_loss=self._lose,
         )
-        lease.prepare()
+        try:
+            lease.prepare()
+        except Unavailable as exc:  # the lease's thread prepares it once the database answers
+            log.warning("database unavailable at start; campaigning once it answers: %s", exc)
         self._lease = lease
         lease.start()
 

@@ -86,6 +86,7 @@ class Lease:
         self._on_gain, self._on_loss = on_gain, on_loss
         self._valid_until = 0.0  # monotonic; 0: not held
         self._held = False
+        self._prepared = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -106,6 +107,7 @@ class Lease:
             with self._cursor() as cur:
                 cur.execute(f"SELECT 1 FROM {LEASE_TABLE} LIMIT 1")
                 cur.fetchall()
+            self._prepared = True
             return
         except Unavailable:
             raise
@@ -118,7 +120,10 @@ class Lease:
         except Unavailable:
             raise
         except Exception as exc:
+            if _code(exc) is None or 2000 <= (_code(exc) or 0) < 3000:  # the connection broke
+                raise Unavailable(f"database unavailable: {exc}") from None
             raise self._denied(exc) from None
+        self._prepared = True
 
     def _denied(self, exc: BaseException) -> MsgtableError:
         return MsgtableError(
@@ -163,6 +168,8 @@ class Lease:
                 with self._lock:
                     if self._stop.is_set():
                         break
+                    if not self._prepared:
+                        self.prepare()
                     takeover = self._step(began)
                 if failures:
                     log.info("lease: the database answers again")
@@ -170,8 +177,9 @@ class Lease:
             except Exception as exc:
                 failures += 1
                 takeover = None
-                if failures == 1:
-                    log.warning("lease: cannot reach the database (%s); retrying", exc)
+                if failures == 1 or (not isinstance(exc, Unavailable) and failures % 60 == 1):
+                    level = logging.WARNING if isinstance(exc, Unavailable) else logging.ERROR
+                    log.log(level, "lease: %s; retrying", exc)
                 self._drop_connection()
             if takeover is not None:
                 log.info("lease: this server (%s) now sends", self.address)

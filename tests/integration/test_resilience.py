@@ -96,3 +96,19 @@ def test_shutdown_while_streaming_loses_nothing(db_dsn: str):
         wait_until(all_acked, timeout_s=20, what="every message delivered after the restart")
         assert s.sql("select count(*) from work where time_acked is null")[0][0] == 0
         c.close()
+
+
+def test_a_server_with_a_lease_started_while_the_database_is_down_leads_once_it_is_up(
+    own_server: LocalServer,
+):
+    dsn = own_server.dsn("app")
+    own_server.stop()
+    with serve(dsn, discovery_interval_s=0.2, lease_period_s=0.5) as s:  # campaign() at once
+        assert not s.engine.leading
+        own_server.start()
+        s.sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
+        wait_until(lambda: s.engine.leading, timeout_s=20, what="the lease after the outage")
+        s.sql("insert into jobs(id, message) values (1, 'x')")
+        c = Collector(s.client, "jobs")
+        assert c.take(1)[0].id == 1
+        c.close()

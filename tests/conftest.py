@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy
 from sqlalchemy.engine import Connection, CursorResult, Engine
 
-from msgtable.devdb import ExternalServer, LocalServer, ServerHandle
+from msgtable.devdb import ExternalServer, LocalServer, ServerHandle, free_port
 from msgtable.errors import MsgtableError
 from msgtable.mysqld import INSTALL_HINT, find_server_binary
 
@@ -147,6 +147,20 @@ def _mysql_container() -> Iterator[ServerHandle]:
     container.with_command(CONTAINER_OPTIONS)
     with container:
         yield ExternalServer(container.get_connection_url())
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[LocalServer]:
+    """A database server of this test's own (database "app"), which it may stop and start
+    again (the data directory is kept until the end of the test)."""
+    server = LocalServer(tmp_path / "db", port=free_port(), keep=True)
+    server.start()
+    server.create_database("app")
+    try:
+        yield server
+    finally:
+        server.keep = False
+        server.stop()
 
 
 @pytest.fixture

@@ -13,13 +13,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
-from msgtable.devdb import LocalServer, free_port
+from msgtable.devdb import LocalServer
 from msgtable.tables import current_layout_ddl
 
 from ..integration.helpers import comment
@@ -36,24 +35,12 @@ PAUSE_S = 2.0  # between faults
 DRAIN_TIMEOUT_S = 300.0
 
 
-@pytest.fixture
-def database(tmp_path: Path) -> Iterator[LocalServer]:
-    server = LocalServer(tmp_path / "db", port=free_port(), keep=True)
-    server.start()
-    server.create_database("chaos")
-    try:
-        yield server
-    finally:
-        server.keep = False
-        server.stop()
-
-
 class Run:
     """The moving parts of one chaos run, and the faults it can inflict."""
 
     def __init__(self, database: LocalServer, tmp_path: Path) -> None:
         self.database = database
-        self.dsn = database.dsn("chaos")
+        self.dsn = database.dsn("app")
         self.checker = Checker(ACK_WAIT_S)
         self.servers = [
             ServerProcess(self.dsn, tmp_path, f"server{n}", LEASE_PERIOD_S) for n in (1, 2)
@@ -156,8 +143,8 @@ class Run:
         ]
 
 
-def test_no_message_is_lost_or_in_flight_twice_under_faults(database, tmp_path, capsys):
-    run = Run(database, tmp_path)
+def test_no_message_is_lost_or_in_flight_twice_under_faults(own_server, tmp_path, capsys):
+    run = Run(own_server, tmp_path)
     ddl = current_layout_ddl(
         "chaos",
         comment(

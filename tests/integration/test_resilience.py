@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from msgtable.client import Client
-from msgtable.devdb import LocalServer, free_port
+from msgtable.devdb import LocalServer
 from msgtable.errors import Unavailable
 from msgtable.tables import current_layout_ddl
 
 from ..waiting import wait_until
 from .helpers import Collector, comment, serve
-
-
-@pytest.fixture
-def own_server(tmp_path: Path):
-    """A database server of this test's own, which it may stop and start again."""
-    server = LocalServer(tmp_path / "db", port=free_port(), keep=True)
-    server.start()
-    server.create_database("app")
-    try:
-        yield server
-    finally:
-        server.keep = False
-        server.stop()
 
 
 def test_a_database_outage_gives_unavailable_and_delivery_resumes(own_server: LocalServer):

@@ -49,6 +49,18 @@ def engine(store, clock):
     e.close()
 
 
+FIRST = Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False)
+
+
+def one_row_polled(engine, store, table: str = "later"):
+    """Row 1 of ``table`` inserted, a subscriber, and a poll: (manager, subscriber)."""
+    store.insert(table, 1, message="a")
+    m = engine._manager(table, "")
+    sub = engine.subscribe(table)
+    m.poll_once()
+    return m, sub
+
+
 def test_without_the_lease_subscribers_are_sent_to_the_leader_and_acks_are_served(engine, store):
     assert not engine.leading
     with pytest.raises(NotLeader, match="no server holds the lease") as caught:
@@ -60,11 +72,8 @@ def test_without_the_lease_subscribers_are_sent_to_the_leader_and_acks_are_serve
 
 
 def test_the_first_holder_sends_at_once(engine, store):
-    engine._gain(Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
-    store.insert("later", 1, message="a")
-    m = engine._manager("later", "")
-    sub = engine.subscribe("later")
-    m.poll_once()
+    engine._gain(FIRST)
+    m, sub = one_row_polled(engine, store)
     assert m.send_once() == 1 and drain(sub) == [(1, "a")]
 
 
@@ -83,10 +92,7 @@ def test_a_new_holder_waits_out_the_leases_the_old_one_did_not_write(
     assert engine._hold_s(engine._manager("later", "").config) == pytest.approx(hold_later, abs=0.5)
     # vt_postpone_after=0: every send wrote its lease first, nothing to wait for
     assert engine._hold_s(engine._manager("before", "").config) == 0.0
-    store.insert("later", 1, message="a")
-    m = engine._manager("later", "")
-    sub = engine.subscribe("later")
-    m.poll_once()
+    m, sub = one_row_polled(engine, store)
     if hold_later:
         assert m.send_once() == 0  # held: the old holder's subscriber may still have it
         clock.advance(hold_later + 0.5)
@@ -94,11 +100,8 @@ def test_a_new_holder_waits_out_the_leases_the_old_one_did_not_write(
 
 
 def test_losing_the_lease_ends_subscriptions_with_the_leaders_address(engine, store, clock):
-    engine._gain(Takeover("", float("inf"), True, False))
-    store.insert("later", 1, message="a")
-    m = engine._manager("later", "")
-    sub = engine.subscribe("later")
-    m.poll_once()
+    engine._gain(FIRST)
+    m, sub = one_row_polled(engine, store)
     assert m.send_once() == 1
     drain(sub)
     engine._lose("10.0.0.2:50051")
@@ -117,11 +120,8 @@ def test_losing_the_lease_ends_subscriptions_with_the_leaders_address(engine, st
 
 
 def test_a_send_does_not_hand_over_once_the_lease_is_gone(engine, store, clock):
-    engine._gain(Takeover("", float("inf"), True, False))
-    store.insert("later", 1, message="a")
-    m = engine._manager("later", "")
-    sub = engine.subscribe("later")
-    m.poll_once()
+    engine._gain(FIRST)
+    m, sub = one_row_polled(engine, store)
     m._may_send = lambda: False  # the lease ended while the claim ran
     with pytest.raises(NotLeader):
         m.send_once()

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msgtable.errors import MsgtableError, Unavailable
+from msgtable.store import database_error, error_code
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,8 @@ class Lease:
 
     # -- set-up ----------------------------------------------------------------------------
     def prepare(self) -> None:
-        """Create the lease table if it is missing; raise a clear error if we cannot."""
+        """Create the lease table if it is missing; raise a clear error if we cannot (and
+        Unavailable if the database does not answer)."""
         try:
             with self._cursor() as cur:
                 cur.execute(f"SELECT 1 FROM {LEASE_TABLE} LIMIT 1")
@@ -111,18 +113,21 @@ class Lease:
             return
         except Unavailable:
             raise
-        except Exception as exc:  # missing (1146): create it below
-            if _code(exc) in _ACCESS_DENIED:
+        except Exception as exc:
+            error = database_error(exc)
+            if isinstance(error, Unavailable):
+                raise error from None
+            if error_code(exc) in _ACCESS_DENIED:
                 raise self._denied(exc) from None
+            # else it is missing (1146): create it
         try:
             with self._cursor() as cur:
                 cur.execute(LEASE_DDL)
         except Unavailable:
             raise
         except Exception as exc:
-            if _code(exc) is None or 2000 <= (_code(exc) or 0) < 3000:  # the connection broke
-                raise Unavailable(f"database unavailable: {exc}") from None
-            raise self._denied(exc) from None
+            error = database_error(exc)
+            raise (error if isinstance(error, Unavailable) else self._denied(exc)) from None
         self._prepared = True
 
     def _denied(self, exc: BaseException) -> MsgtableError:
@@ -195,7 +200,7 @@ class Lease:
 
     def _step(self, began: float) -> Takeover | None:
         """One transaction: renew, take over, or read who holds it. Returns the Takeover
-        when this step gained the lease."""
+        when this step gained the lease (None when it renewed it, or another holds it)."""
         period_us = round(self.period_s * 1e6)
         with self._cursor() as cur:
             cur.execute(
@@ -209,7 +214,6 @@ class Lease:
                 f"UPDATE {LEASE_TABLE} SET holder = %s, address = %s, released = 0, "
                 "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND WHERE name = %s"
             )
-            takeover: Takeover | None = None
             if row is None:
                 cur.execute(
                     f"INSERT INTO {LEASE_TABLE} (name, holder, address, expires, released) "
@@ -220,16 +224,13 @@ class Lease:
             else:
                 holder, address, released, over_us = row[0], row[1], bool(row[2]), int(row[3])
                 mine = holder == self.holder
-                if mine and self._held:
-                    cur.execute(set_me, (self.holder, self.address, period_us, LEASE_NAME))
-                elif mine or over_us >= 0 or released:
-                    cur.execute(set_me, (self.holder, self.address, period_us, LEASE_NAME))
-                    takeover = Takeover(holder, max(0.0, over_us / 1e6), released, mine)
-                else:
+                if not (mine or over_us >= 0 or released):  # another holds it
                     self._conn.rollback()
                     self.leader_address = address
                     self._valid_until = 0.0  # if we thought we held it: we do not
                     return None
+                cur.execute(set_me, (self.holder, self.address, period_us, LEASE_NAME))
+                takeover = Takeover(holder, max(0.0, over_us / 1e6), released, mine)
             self._conn.commit()
         self._valid_until = began + self.period_s
         self.leader_address = self.address
@@ -256,8 +257,3 @@ class Lease:
         if conn is not None:
             with contextlib.suppress(Exception):  # it is broken already: nothing to say
                 conn.close()
-
-
-def _code(exc: BaseException) -> int | None:
-    args = getattr(exc, "args", ())
-    return args[0] if args and isinstance(args[0], int) else None

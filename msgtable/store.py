@@ -339,12 +339,7 @@ class MySQLStore:
         except MsgtableError:
             raise
         except self._auto.dbapi.Error as exc:
-            code = _error_code(exc)
-            if code == _NO_SUCH_TABLE and table is not None:
-                raise TableNotFound(f"message table {table!r} no longer exists") from exc
-            if code is None or code in _RETRYABLE or 2000 <= code < 3000:  # 2xxx: client side
-                raise Unavailable(f"database unavailable: {_error_text(exc)}") from exc
-            raise MsgtableError(f"database error: {_error_text(exc)}") from exc
+            raise database_error(exc, table) from exc
         except OSError as exc:
             raise Unavailable(f"database unavailable: {exc}") from exc
 
@@ -379,7 +374,8 @@ class MySQLStore:
 
     def lease_connection(self) -> Any:
         """A new PyMySQL connection of its own for msgtable.lease (transactions, short
-        time-outs: a lease step that hangs must fail before the lease would end)."""
+        time-outs so that a hung step is retried soon; the holder's own clock ends its
+        lease on time whatever a step does)."""
         import pymysql
 
         args = pymysql_args(self.url)
@@ -606,7 +602,19 @@ def _text(value: object) -> str:
     return _str(value).lower()
 
 
-def _error_code(exc: BaseException) -> int | None:
+def database_error(exc: BaseException, table: str | None = None) -> MsgtableError:
+    """The MsgtableError for a driver's error (the one place that sorts them): a dropped
+    ``table``, a passing trouble (Unavailable), or anything else."""
+    code = error_code(exc)
+    if code == _NO_SUCH_TABLE and table is not None:
+        return TableNotFound(f"message table {table!r} no longer exists")
+    if code is None or code in _RETRYABLE or 2000 <= code < 3000:  # 2xxx: client side
+        return Unavailable(f"database unavailable: {_error_text(exc)}")
+    return MsgtableError(f"database error: {_error_text(exc)}")
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The MySQL error number of a driver's error (None if it has none)."""
     args = getattr(exc, "args", ())
     if args and isinstance(args[0], int) and args[0] != 0:
         return args[0]

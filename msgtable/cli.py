@@ -60,6 +60,11 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name) or default
 
 
+def _env_on(name: str) -> bool:
+    """A switch that is on unless the variable says 0, false, no or off."""
+    return (_env(name) or "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -120,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--binlog",
         action=argparse.BooleanOptionalAction,
-        default=(_env("MSGTABLE_BINLOG") or "1").strip().lower() not in ("0", "false", "no", "off"),
+        default=_env_on("MSGTABLE_BINLOG"),
         help="follow the database's binlog (the default), so rows written by any client go out "
         "at once, not at the next poll; it needs a ROW binlog and REPLICATION SLAVE + "
         "REPLICATION CLIENT, and without them the server says why once and polls. "
@@ -129,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--lease",
         action=argparse.BooleanOptionalAction,
-        default=(_env("MSGTABLE_LEASE") or "1").strip().lower() not in ("0", "false", "no", "off"),
+        default=_env_on("MSGTABLE_LEASE"),
         help="share the database with other msgtable servers (the default): the one holding "
         "the lease (the table msgtable_lease) sends, the others answer subscribers with "
         "UNAVAILABLE and its address. --no-lease: this server is the only one "

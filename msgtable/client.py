@@ -357,22 +357,17 @@ class Subscription:
     def _receive(self) -> Any:
         """The next response (a new stream's first one after a reconnect), or None when the
         stream ended because we closed it."""
-        while True:
-            call = self._call
-            try:
-                return next(call)
-            except StopIteration:
-                if self._closed:
-                    return None
-                error: MsgtableError = Unavailable(f"the server ended the stream of {self.name}")
-            except grpc.RpcError as exc:
-                if self._closed:
-                    return None
-                error = error_from_rpc(exc, self.target)
-            first = self._connect(error)
-            if first is None:
+        try:
+            return next(self._call)
+        except StopIteration:
+            if self._closed:
                 return None
-            return first
+            error: MsgtableError = Unavailable(f"the server ended the stream of {self.name}")
+        except grpc.RpcError as exc:
+            if self._closed:
+                return None
+            error = error_from_rpc(exc, self.target)
+        return self._connect(error)
 
     def _messages(self, response: Any) -> list[Message]:
         assert self._decoder is not None

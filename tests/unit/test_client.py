@@ -24,20 +24,7 @@ from msgtable.errors import (
 )
 from msgtable.server import STATUS_CODES, MessagingServer
 
-from .test_server import ERROR_CODES, WAIT_S, FakeEngine, failed_table, loaded_table
-
-
-@pytest.fixture
-def engine() -> FakeEngine:
-    return FakeEngine()
-
-
-@pytest.fixture
-def server(engine: FakeEngine) -> Iterator[MessagingServer]:
-    s = MessagingServer(engine, "127.0.0.1:0", max_workers=16, stream_poll_s=0.05)
-    s.start()
-    yield s
-    s.stop(0)
+from .test_server import ERROR_CODES, WAIT_S, failed_table, loaded_table
 
 
 @pytest.fixture

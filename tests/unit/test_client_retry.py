@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -22,19 +21,6 @@ from .test_server import WAIT_S, FakeEngine
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(client_module, "RETRY_MIN_S", 0.01)
     monkeypatch.setattr(client_module, "RETRY_MAX_S", 0.05)
-
-
-@pytest.fixture
-def engine() -> FakeEngine:
-    return FakeEngine()
-
-
-@pytest.fixture
-def server(engine: FakeEngine) -> Iterator[MessagingServer]:
-    s = MessagingServer(engine, "127.0.0.1:0", max_workers=16, stream_poll_s=0.05)
-    s.start()
-    yield s
-    s.stop(0)
 
 
 def _next_in_thread(sub: object) -> tuple[threading.Event, list[object]]:

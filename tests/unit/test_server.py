@@ -180,19 +180,6 @@ def wait_until(predicate, what: str) -> None:
 
 
 @pytest.fixture
-def engine() -> FakeEngine:
-    return FakeEngine()
-
-
-@pytest.fixture
-def server(engine: FakeEngine) -> Iterator[MessagingServer]:
-    s = MessagingServer(engine, "127.0.0.1:0", max_workers=16, stream_poll_s=0.05)
-    s.start()
-    yield s
-    s.stop(0)
-
-
-@pytest.fixture
 def channel(server: MessagingServer) -> Iterator[grpc.Channel]:
     with grpc.insecure_channel(server.address) as ch:
         yield ch

@@ -33,9 +33,10 @@ from typing import Any
 import pymysql
 from sqlalchemy.engine import make_url
 
-from msgtable.devdb import ExternalServer, LocalServer, ServerHandle
-from msgtable.store import without_driver
+from msgtable.devdb import LocalServer
+from msgtable.mysql import without_driver
 from msgtable.tables import current_layout_ddl
+from msgtable.testing import ExternalServer, ServerHandle
 
 # The message every benchmark sends: a small JSON document (66 bytes).
 PAYLOAD = '{"order": 123456, "sku": "ABC-123", "qty": 2, "note": "ship fast"}'

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Hashable, Sequence
 
-MAX_MERGED_IDS = 10_000
+from msgtable.limits import MAX_ACK_IDS
 
 
 class _Request:
@@ -66,7 +66,7 @@ class AckCombiner:
     def _take(self) -> list[_Request]:
         group: list[_Request] = []
         total = 0
-        while self._pending and (not group or total + len(self._pending[0].ids) <= MAX_MERGED_IDS):
+        while self._pending and (not group or total + len(self._pending[0].ids) <= MAX_ACK_IDS):
             r = self._pending.pop(0)
             group.append(r)
             total += len(r.ids)

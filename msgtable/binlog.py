@@ -35,47 +35,21 @@ import random
 import socket
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from msgtable.mysql import NO_REPLICATION, BinlogStatus, error_code
+from msgtable.retry import Backoff, Retry
+from msgtable.rows import RowChange
+from msgtable.sql import STATEMENT_MARK
 
 log = logging.getLogger(__name__)
 
-RETRY_MIN_S = 0.1
+RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
 STMT_END_F = 0x1  # rows event flag: the last event of its statement
-STATEMENT_MARK = "/* msgtable */ "  # begins every statement that writes a message table
 # Without annotations: an UPDATE or DELETE event larger than this is taken for msgtable's
 # own merged acks and not parsed (the send's check covers what that misses).
 PARSE_MAX_BYTES = 8 * 1024
-_NO_PRIVILEGE = frozenset({1044, 1045, 1142, 1227, 1236})  # access denied, or no binlog there
-
-
-@dataclass(frozen=True)
-class BinlogStatus:
-    """What the database says about its binary log."""
-
-    enabled: bool
-    row_format: str  # binlog_format: ROW, MIXED or STATEMENT
-    file: str  # the current binlog file and position ("" and 0 when off)
-    position: int
-    mariadb: bool
-    gtid: str = ""  # MariaDB: @@gtid_binlog_pos, the GTID state the binlog is at now
-
-    def unusable_because(self) -> str | None:
-        if not self.enabled:
-            return "the binary log is off (log_bin)"
-        if self.row_format.upper() != "ROW":
-            return f"binlog_format is {self.row_format}, not ROW"
-        return None
-
-
-@dataclass(frozen=True)
-class RowChange:
-    """One row of an UPDATE or DELETE by another client, as the binlog shows it."""
-
-    id: object
-    gone: bool  # deleted or acked
-    moved: bool  # time_next, epoch or priority changed (and not acked)
 
 
 class BinlogSink(Protocol):
@@ -157,7 +131,7 @@ class BinlogFollower:
     def _run(self) -> None:
         position: tuple[str, int] | None = None
         mariadb = False
-        failures = 0
+        retry = Retry("binlog: following", log, Backoff(RETRY_MIN_S, RETRY_MAX_S))
         while not self._stop.is_set():
             try:
                 if position is None:
@@ -168,27 +142,24 @@ class BinlogFollower:
                         return
                     position, mariadb = (status.file, status.position), status.mariadb
                     self._gtids = gtid_state(status.gtid)
-                self._follow(position, mariadb)
+                self._follow(position, mariadb, retry)
                 return  # closed
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                code = _error_code(exc)
-                if code in _NO_PRIVILEGE:
+                if error_code(exc, follow_cause=True) in NO_REPLICATION:
                     self._disable(
                         f"the database refused ({exc}); the msgtable user needs "
                         "REPLICATION SLAVE and REPLICATION CLIENT"
                     )
                     return
-                failures += 1
-                level = logging.WARNING if failures == 1 else logging.DEBUG
-                log.log(level, "binlog: %s; reconnecting (%d in a row)", exc, failures)
+                delay = retry.failed(exc)
                 self._close_stream()
-                self._stop.wait(min(RETRY_MAX_S, RETRY_MIN_S * 2 ** min(failures, 10)))
+                self._stop.wait(delay)
                 position = self._position or position
                 self._sink.binlog_resync()
 
-    def _follow(self, start: tuple[str, int], mariadb: bool) -> None:
+    def _follow(self, start: tuple[str, int], mariadb: bool, retry: Retry) -> None:
         """Read from ``start`` (MySQL: binlog file and position) or, on MariaDB, from the
         GTID state read so far (MariaDB's binlog dump takes no file position: it would start
         at the binlog's very beginning)."""
@@ -236,11 +207,11 @@ class BinlogFollower:
         self._table_ids.clear()  # table ids are the server's, and may change when it restarts
         _reader.follower = self if install_fast_path() else None
         try:
-            self._read(stream)
+            self._read(stream, retry)
         finally:
             _reader.follower = None
 
-    def _read(self, stream: Any) -> None:
+    def _read(self, stream: Any, retry: Retry) -> None:
         """The events the fast path (:meth:`fast`) leaves to the library."""
         from pymysqlreplication.event import (
             HeartbeatLogEvent,
@@ -254,7 +225,9 @@ class BinlogFollower:
         for event in stream:  # heartbeats come every second while nothing else does
             if self._stop.is_set():
                 break
-            self.following.set()
+            if not self.following.is_set():
+                self.following.set()
+                retry.succeeded()
             if isinstance(event, HeartbeatLogEvent):
                 continue
             if isinstance(event, MariadbGtidEvent):  # a transaction begins
@@ -435,13 +408,3 @@ def _named(values: dict[str, Any], columns: Sequence[str]) -> dict[str, Any] | N
     if "id" in values:
         return values
     return {name: values.get(f"UNKNOWN_COL{i}") for i, name in enumerate(columns)}
-
-
-def _error_code(exc: BaseException | None) -> int | None:
-    """The MySQL error number of an exception or of its cause."""
-    while exc is not None:
-        args = getattr(exc, "args", ())
-        if args and isinstance(args[0], int):
-            return int(args[0])
-        exc = exc.__cause__
-    return None

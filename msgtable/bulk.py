@@ -1,7 +1,7 @@
-"""The SQL of bulk work on a message table: partitioned reads, bulk enqueue, and the archive's
-delete (msgtable.spark). Like msgtable.store for the engine's statements, every statement is
-written here once per table from its loaded config: table and column names come from
-information_schema and are quoted, values are bound parameters.
+"""The pipeline's SQL, all of it: partitioned reads, bulk enqueue and the archive's delete of a
+message table (msgtable.spark). Like msgtable.store for the engine's statements, every
+statement is written here once per table from its loaded config: table and column names come
+from information_schema and are quoted, values are bound parameters.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from msgtable.errors import InvalidArgument
-from msgtable.store import MARK, placeholders, quote
+from msgtable.sql import MARK, placeholders, quote
 from msgtable.tables import Layout, TableConfig
 
 

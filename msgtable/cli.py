@@ -32,14 +32,12 @@ from msgtable.auth import Authorizer
 from msgtable.client import DEFAULT_TARGET, Client, Field, Message, TableInfo, error_from_rpc
 from msgtable.errors import InvalidArgument, MsgtableError
 from msgtable.lease import DEFAULT_LEASE_PERIOD_S
-from msgtable.server import (
-    DEFAULT_GRACE_S,
-    DEFAULT_LISTEN,
+from msgtable.limits import (
+    DEFAULT_ADDRESS,
     DEFAULT_MAX_STREAMS_PER_CLIENT,
     DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
-    MessagingServer,
-    TlsFiles,
 )
+from msgtable.server import DEFAULT_GRACE_S, MessagingServer, TlsFiles
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 
 if TYPE_CHECKING:
@@ -111,9 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--listen",
-        default=_env("MSGTABLE_LISTEN", DEFAULT_LISTEN),
+        default=_env("MSGTABLE_LISTEN", DEFAULT_ADDRESS),
         help=f"HOST:PORT to listen on (env MSGTABLE_LISTEN; default "
-        f"{DEFAULT_LISTEN}); elsewhere than loopback, use --tls-cert and --auth",
+        f"{DEFAULT_ADDRESS}); elsewhere than loopback, use --tls-cert and --auth",
     )
     serve.add_argument(
         "--discovery-interval",
@@ -420,7 +418,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             local.create_database(DEMO_DATABASE)
             dsn = local.dsn(DEMO_DATABASE)
             create_demo_table(dsn)
-            from msgtable.store import without_driver
+            from msgtable.mysql import without_driver
 
             dsn = without_driver(dsn)  # the server takes the fastest driver installed
         engine = open_engine(
@@ -484,7 +482,7 @@ def _serve_until_stopped(engine: MessageEngine, server: MessagingServer, grace_s
 
 
 def _demo_instructions(local: LocalServer, address: str, listen: str) -> str:
-    server_flag = "" if listen == DEFAULT_LISTEN else f" --server {address}"
+    server_flag = "" if listen == DEFAULT_ADDRESS else f" --server {address}"
     return "\n".join(
         (
             f"msgtable: a throwaway server runs on 127.0.0.1:{local.port} (deleted on exit), "

@@ -20,6 +20,7 @@ import enum
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from msgtable import mysql
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.status import TableStatus
 from msgtable.tables import Column
@@ -47,54 +48,20 @@ class FieldType(enum.IntEnum):
 
 
 _TYPE_BY_DATA_TYPE: dict[str, FieldType] = {
+    **dict.fromkeys(mysql.INTEGER_TYPES | {mysql.YEAR}, FieldType.INT),
+    **dict.fromkeys(mysql.FLOAT_TYPES, FieldType.FLOAT),
+    **dict.fromkeys(mysql.DECIMAL_TYPES, FieldType.DECIMAL),
     **dict.fromkeys(
-        ("tinyint", "smallint", "mediumint", "int", "integer", "bigint", "year"), FieldType.INT
-    ),
-    **dict.fromkeys(("float", "double", "real", "double precision"), FieldType.FLOAT),
-    **dict.fromkeys(("decimal", "numeric", "dec", "fixed"), FieldType.DECIMAL),
-    **dict.fromkeys(
-        (
-            "char",
-            "varchar",
-            "tinytext",
-            "text",
-            "mediumtext",
-            "longtext",
-            "enum",
-            "set",
-            "uuid",
-            "inet4",
-            "inet6",
-        ),
-        FieldType.TEXT,
+        mysql.TEXT_TYPES | mysql.CHOICE_TYPES | mysql.MARIADB_TEXT_TYPES, FieldType.TEXT
     ),
     **dict.fromkeys(
-        (
-            "binary",
-            "varbinary",
-            "tinyblob",
-            "blob",
-            "mediumblob",
-            "longblob",
-            "bit",
-            "geometry",
-            "point",
-            "linestring",
-            "polygon",
-            "multipoint",
-            "multilinestring",
-            "multipolygon",
-            "geometrycollection",
-            "geomcollection",
-            "vector",
-        ),
-        FieldType.BYTES,
+        mysql.BINARY_TYPES | mysql.SPATIAL_TYPES | {mysql.BIT, mysql.VECTOR}, FieldType.BYTES
     ),
-    "json": FieldType.JSON,
-    "datetime": FieldType.DATETIME,
-    "timestamp": FieldType.TIMESTAMP,
-    "date": FieldType.DATE,
-    "time": FieldType.TIME,
+    mysql.JSON: FieldType.JSON,
+    mysql.DATETIME: FieldType.DATETIME,
+    mysql.TIMESTAMP: FieldType.TIMESTAMP,
+    mysql.DATE: FieldType.DATE,
+    mysql.TIME: FieldType.TIME,
 }
 
 

@@ -19,9 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.errors import Unavailable
-
-# Client error numbers that mean the connection itself is gone.
-LOST_CONNECTION = frozenset({0, 2006, 2013, 2014, 2055, 4031, 1927})
+from msgtable.mysql import lost_connection
 
 
 class ConnectionPool:
@@ -66,7 +64,7 @@ class ConnectionPool:
                 yield conn
             except BaseException as exc:
                 _close(conn)
-                if _lost(exc):
+                if lost_connection(exc):
                     self.clear()
                 raise
             with self._lock:
@@ -95,11 +93,6 @@ def _dialect(url: sa.URL) -> Any:
     """The SQLAlchemy dialect of the URL, with its DBAPI module loaded (no engine, no pool)."""
     dialect_cls: Any = url.get_dialect()
     return dialect_cls(dbapi=dialect_cls.import_dbapi())
-
-
-def _lost(exc: BaseException) -> bool:
-    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
-    return bool(args) and isinstance(args[0], int) and args[0] in LOST_CONNECTION
 
 
 def _close(conn: Any) -> None:

@@ -23,7 +23,6 @@ import argparse
 import atexit
 import contextlib
 import os
-import re
 import shlex
 import shutil
 import signal
@@ -35,9 +34,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar
+from typing import Any, Self, TypeVar
 
-from msgtable.errors import InvalidArgument, MsgtableError, ServerBinaryNotFound
+from msgtable.errors import MsgtableError, ServerBinaryNotFound
 from msgtable.mysqld import (
     HOST,
     INSTALL_HINT,
@@ -50,26 +49,16 @@ from msgtable.mysqld import (
     server_command,
     server_version,
 )
+from msgtable.sql import quote_database_name
+from msgtable.watchdog import STOP_TIMEOUT_S
 
 USER = "msgtable"
 PASSWORD = "msgtable"
-STOP_TIMEOUT_S = 30.0
 POLL_INTERVAL_S = 0.01
 PORT_ATTEMPTS = 3
 MAX_SOCKET_PATH = 100  # unix socket paths are limited to 104-108 bytes
-DATABASE_NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 
 _T = TypeVar("_T")
-
-
-class ServerHandle(Protocol):
-    """What tests and benchmarks need of a MySQL-family server: DSNs and scratch databases."""
-
-    def dsn(self, database: str = "") -> str: ...
-
-    def create_database(self, name: str) -> None: ...
-
-    def drop_database(self, name: str) -> None: ...
 
 
 def free_port() -> int:
@@ -80,15 +69,6 @@ def free_port() -> int:
         return port
 
 
-def quote_database_name(name: str) -> str:
-    """`name` as a quoted identifier; only [A-Za-z0-9_], 1-64 characters, is accepted."""
-    if not DATABASE_NAME.fullmatch(name):
-        raise InvalidArgument(
-            f"invalid database name {name!r}: use 1-64 letters, digits or underscores"
-        )
-    return f"`{name}`"
-
-
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     """The last `lines` lines of a log file, or a note that it does not exist."""
     try:
@@ -96,35 +76,6 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     except OSError:
         return f"({path} does not exist)"
     return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-# Run as `python -c WATCHDOG PID DIR... KEEP`, its stdin a pipe whose write end only the owner
-# holds: data means "I stopped the server myself"; EOF without data means the owner died, so
-# the watchdog stops the server and deletes its directories.
-WATCHDOG = f"""\
-import os, shutil, signal, sys, time
-pid, dirs, keep = int(sys.argv[1]), sys.argv[2:-1], sys.argv[-1] == "1"
-if sys.stdin.buffer.read():
-    sys.exit(0)
-def alive():
-    try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
-for sig, wait_s in ((signal.SIGTERM, {STOP_TIMEOUT_S!r}), (signal.SIGKILL, 5.0)):
-    if alive():
-        try:
-            os.killpg(pid, sig)
-        except OSError:
-            pass
-        deadline = time.monotonic() + wait_s
-        while alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-if not keep:
-    for d in dirs:
-        shutil.rmtree(d, ignore_errors=True)
-"""
 
 
 class _PortInUse(MsgtableError):
@@ -323,7 +274,14 @@ class LocalServer:
             )
         read_end, write_end = os.pipe()
         dirs = [str(self.datadir)] + ([str(self._socket_dir)] if self._socket_dir else [])
-        argv = [sys.executable, "-c", WATCHDOG, str(self._process.pid), *dirs, str(int(self.keep))]
+        argv = [
+            sys.executable,
+            "-m",
+            "msgtable.watchdog",
+            str(self._process.pid),
+            *dirs,
+            str(int(self.keep)),
+        ]
         try:
             self._watchdog = subprocess.Popen(
                 argv,
@@ -416,40 +374,6 @@ class LocalServer:
                 f"GRANT ALL PRIVILEGES ON *.* TO {account} WITH GRANT OPTION",
             ]
         self.execute(*statements)
-
-
-class ExternalServer:
-    """A server run by someone else, reached by a SQLAlchemy URL whose account may create
-    databases; `dsn()` swaps in the database name. Satisfies ServerHandle."""
-
-    def __init__(self, url: str) -> None:
-        from sqlalchemy.engine import make_url
-
-        self._url = make_url(url)
-
-    def dsn(self, database: str = "") -> str:
-        """The server's URL with `database` as its database part."""
-        if database:
-            quote_database_name(database)
-        return self._url.set(database=database).render_as_string(hide_password=False)
-
-    def create_database(self, name: str) -> None:
-        """CREATE DATABASE IF NOT EXISTS `name`."""
-        self._execute(f"CREATE DATABASE IF NOT EXISTS {quote_database_name(name)}")
-
-    def drop_database(self, name: str) -> None:
-        """DROP DATABASE IF EXISTS `name`."""
-        self._execute(f"DROP DATABASE IF EXISTS {quote_database_name(name)}")
-
-    def _execute(self, statement: str) -> None:
-        import sqlalchemy
-
-        engine = sqlalchemy.create_engine(self.dsn(), poolclass=sqlalchemy.NullPool)
-        try:
-            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.exec_driver_sql(statement)
-        finally:
-            engine.dispose()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from msgtable.binlog import BinlogFollower, RowChange
+from msgtable.binlog import BinlogFollower
 from msgtable.clock import Clock, SystemClock
 from msgtable.errors import (
     InvalidArgument,
@@ -29,13 +29,17 @@ from msgtable.errors import (
     Unavailable,
 )
 from msgtable.lease import Lease, Takeover
-from msgtable.manager import MessageManager, Subscriber
+from msgtable.manager import MessageManager
+from msgtable.retry import Backoff, Retry
+from msgtable.rows import RowChange
 from msgtable.status import TableStatus
 from msgtable.store import MySQLStore, Store, TableDefinition
+from msgtable.subscriber import Subscriber
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S, TableConfig, load_table
 
 log = logging.getLogger(__name__)
 
+DISCOVERY_RETRY_MIN_S = 1.0
 DISCOVERY_RETRY_MAX_S = 30.0
 SHARDS = ("", "0", "-")  # ways to name the one shard of an unsharded keyspace
 
@@ -320,27 +324,23 @@ class MessageEngine:
             self._start(m)
 
     def _discovery_loop(self) -> None:
-        failures = 0
+        retry = Retry(
+            "discovery of message tables",
+            log,
+            Backoff(DISCOVERY_RETRY_MIN_S, DISCOVERY_RETRY_MAX_S),
+        )
+        delay = self.discovery_interval_s
         while not self._stop.is_set():
-            delay = self.discovery_interval_s
-            if failures:
-                delay = min(DISCOVERY_RETRY_MAX_S, 0.5 * 2 ** min(failures, 10))
             self._wake.wait(delay)
             self._wake.clear()
             if self._stop.is_set():
                 break
             try:
                 self.refresh()
-                if failures:
-                    log.info("database reachable again")
-                failures = 0
-            except Unavailable as exc:
-                failures += 1
-                if failures == 1:
-                    log.warning("discovery failed, retrying with backoff: %s", exc)
-            except Exception:
-                failures += 1
-                log.exception("discovery failed unexpectedly")
+                retry.succeeded()
+                delay = self.discovery_interval_s
+            except Exception as exc:
+                delay = retry.failed(exc)
 
     # -- lookups -------------------------------------------------------------------------
     def _manager(

@@ -1,4 +1,5 @@
-"""The lease: which of the msgtable servers on one database sends its messages.
+"""The lease: which of the msgtable servers on one database sends its messages (and the
+lease's SQL, all of it: the one table it owns).
 
 Several ``msgtable serve`` processes may point at one database. One row of the table
 ``msgtable_lease`` (created on first use) names the holder, its address and when its lease
@@ -30,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from msgtable.errors import MsgtableError, Unavailable
-from msgtable.store import database_error, error_code
+from msgtable.mysql import ACCESS_DENIED, database_error, error_code
+from msgtable.retry import Backoff, Retry
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +48,6 @@ LEASE_DDL = f"""CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (
   PRIMARY KEY (name)
 ) COMMENT='msgtable: which server sends this database''s messages'"""
 LEASE_NAME = "sender"  # the one row: one holder sends every message table of the database
-_ACCESS_DENIED = (1142, 1044, 1045)  # table, database, user access denied
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class Lease:
             error = database_error(exc)
             if isinstance(error, Unavailable):
                 raise error from None
-            if error_code(exc) in _ACCESS_DENIED:
+            if error_code(exc) in ACCESS_DENIED:
                 raise self._denied(exc) from None
             # else it is missing (1146): create it
         try:
@@ -166,7 +167,8 @@ class Lease:
 
     # -- the campaign ----------------------------------------------------------------------
     def _run(self) -> None:
-        failures = 0
+        step_s = self.period_s / 3
+        retry = Retry("lease", log, Backoff(step_s, step_s))
         while not self._stop.is_set():
             began = time.monotonic()
             try:
@@ -176,15 +178,10 @@ class Lease:
                     if not self._prepared:
                         self.prepare()
                     takeover = self._step(began)
-                if failures:
-                    log.info("lease: the database answers again")
-                failures = 0
+                retry.succeeded()
             except Exception as exc:
-                failures += 1
                 takeover = None
-                if failures == 1 or (not isinstance(exc, Unavailable) and failures % 60 == 1):
-                    level = logging.WARNING if isinstance(exc, Unavailable) else logging.ERROR
-                    log.log(level, "lease: %s; retrying", exc)
+                retry.failed(exc)
                 self._drop_connection()
             if takeover is not None:
                 log.info("lease: this server (%s) now sends", self.address)
@@ -196,7 +193,7 @@ class Lease:
                     self.period_s,
                 )
                 self._on_loss(self.leader_address if self.leader_address != self.address else "")
-            self._stop.wait(max(0.0, self.period_s / 3 - (time.monotonic() - began)))
+            self._stop.wait(max(0.0, step_s - (time.monotonic() - began)))
 
     def _step(self, began: float) -> Takeover | None:
         """One transaction: renew, take over, or read who holds it. Returns the Takeover

@@ -39,6 +39,12 @@ from msgtable.errors import (
     Unauthenticated,
     Unavailable,
 )
+from msgtable.limits import (
+    DEFAULT_ADDRESS,
+    DEFAULT_MAX_STREAMS_PER_CLIENT,
+    DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+    MAX_REQUEST_BYTES,
+)
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.status import TableStatus
@@ -47,19 +53,15 @@ from msgtable.tables import Column
 log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Messaging"].full_name
-DEFAULT_LISTEN = "127.0.0.1:50051"
 DEFAULT_MAX_WORKERS = 256
 DEFAULT_GRACE_S = 5.0
 STREAM_POLL_S = 1.0  # how often an idle stream checks that its client is still there
 INTERNAL_MESSAGE = "internal server error (details are in the server log)"
-MAX_REQUEST_BYTES = 4 * 1024 * 1024  # larger requests are RESOURCE_EXHAUSTED (by gRPC)
-DEFAULT_MAX_SUBSCRIBERS_PER_TABLE = 1_000
-DEFAULT_MAX_STREAMS_PER_CLIENT = 64
 SHUTTING_DOWN = "server shutting down"
 
 
-class Subscription(Protocol):
-    """What the servicer needs of a subscription (msgtable.manager.Subscriber)."""
+class Subscriber(Protocol):
+    """What the servicer needs of a subscriber (msgtable.subscriber.Subscriber)."""
 
     @property
     def fields(self) -> Sequence[Column]: ...
@@ -82,7 +84,7 @@ class Engine(Protocol):
         key_range: tuple[bytes, bytes],
         max_in_flight: int,
         /,
-    ) -> Subscription: ...
+    ) -> Subscriber: ...
 
     def ack(self, name: str, keyspace: str, ids: Sequence[object], /) -> int: ...
 
@@ -156,7 +158,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             threading.BoundedSemaphore(max_streams) if max_streams is not None else None
         )
         self._lock = threading.Lock()
-        self._active: set[Subscription] = set()
+        self._active: set[Subscriber] = set()
         self._stopping = threading.Event()
 
     def shutdown(self) -> None:
@@ -357,7 +359,7 @@ class MessagingServer:
     def __init__(
         self,
         engine: Engine,
-        listen: str = DEFAULT_LISTEN,
+        listen: str = DEFAULT_ADDRESS,
         *,
         max_workers: int = DEFAULT_MAX_WORKERS,
         max_streams: int | None = None,

@@ -1,4 +1,6 @@
-"""Every SQL statement msgtable runs, in one place.
+"""Every SQL statement of the engine, in one place (the lease's are in msgtable.lease, the
+pipeline's in msgtable.bulk, the demo table's DDL in msgtable.tables, and the throwaway
+server's own set-up in msgtable.devdb).
 
 ``Store`` is what the engine needs from a database; ``MySQLStore`` implements it on MySQL 8
 and MariaDB 10.6+. The statements of a table are written out once per TableConfig
@@ -18,7 +20,6 @@ first; an ack that comes first counts the send (epoch + 1) in its own UPDATE.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
@@ -27,39 +28,28 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from msgtable.binlog import STATEMENT_MARK, BinlogStatus
-from msgtable.cache import CachedRow, PolledRow
 from msgtable.dbpool import ConnectionPool
-from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
-from msgtable.tables import Column, Layout, TableConfig
+from msgtable.errors import InvalidArgument, MsgtableError, Unavailable
+from msgtable.mysql import (
+    CONNECT_TIMEOUT_S,
+    IO_TIMEOUT_S,
+    SESSION_SETUP,
+    BinlogStatus,
+    database_error,
+    parse_url,
+    pymysql_args,
+    server_text,
+    with_driver,
+)
+from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch, poll_key
+from msgtable.sql import MARK, in_list, placeholders, quote
+from msgtable.tables import Column, Layout, TableConfig, is_message_comment
 
 log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 50
 MAX_IDLE_CONNECTIONS = 10
-CONNECT_TIMEOUT_S = 5
-IO_TIMEOUT_S = 30
 LEASE_IO_TIMEOUT_S = 5
-SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
-
-# MySQL / MariaDB error numbers that mean "try again later".
-_RETRYABLE = frozenset(
-    {
-        1040,  # too many connections
-        1053,  # server shutdown in progress
-        1205,  # lock wait timeout
-        1213,  # deadlock
-        1927,  # MariaDB: connection killed
-        2002,  # client: cannot connect (socket)
-        2003,  # client: cannot connect (TCP)
-        2006,  # client: server has gone away
-        2013,  # client: lost connection during query
-        2014,
-        2055,
-        4031,  # MySQL 8: disconnected by the server for inactivity
-    }
-)
-_NO_SUCH_TABLE = 1146
 
 _FIND_TABLES = (
     "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
@@ -87,8 +77,6 @@ class TableDefinition:
 
 
 Deliver = Callable[[list[CachedRow]], None]
-# Where a poll stopped: (priority, time_next as read, possibly NULL, id) of its last row.
-PollKey = tuple[int, int | None, Hashable]
 
 
 class Store(Protocol):
@@ -141,47 +129,6 @@ class Store(Protocol):
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int: ...
 
     def close(self) -> None: ...
-
-
-def poll_key(row: PolledRow) -> PollKey:
-    """The key a poll continues after, of a row as a poll read it."""
-    return (row[0], row[1], row[3])
-
-
-def is_message_comment(comment: str) -> bool:
-    return comment.split(",", 1)[0].strip() == "vitess_message"
-
-
-def group_by_epoch(batch: Sequence[CachedRow]) -> dict[int | None, list[CachedRow]]:
-    """Rows of one batch by the epoch they were read at (usually one group)."""
-    groups: dict[int | None, list[CachedRow]] = {}
-    for row in batch:
-        groups.setdefault(row.epoch, []).append(row)
-    return groups
-
-
-def quote(name: str) -> str:
-    """A MySQL identifier, backtick-quoted, for a DBAPI query string (``%`` doubled)."""
-    return "`" + name.replace("`", "``").replace("%", "%%") + "`"
-
-
-def placeholders(n: int) -> str:
-    return ",".join(["%s"] * n)
-
-
-def in_list(ids: Sequence[Hashable]) -> tuple[str, list[Any]]:
-    """An IN list for ids and its parameters. Integer ids (the usual key) are written into
-    the SQL as decimal literals, which cannot carry anything but digits and a sign, and that
-    costs a tenth of the driver's escaping of one parameter each; any other id is a
-    parameter."""
-    if all(type(i) is int for i in ids):
-        return ",".join(map(str, ids)), []
-    return placeholders(len(ids)), list(ids)
-
-
-# Every statement that writes a message table begins with this comment, so that the binlog
-# follower knows msgtable's own writes from other clients' (msgtable.binlog).
-MARK = STATEMENT_MARK.replace("%", "%%")
 
 
 class TableStatements:
@@ -305,16 +252,7 @@ class MySQLStore:
         mysqlclient (C, ``pip install 'msgtable[fast]'``) when it imports, else PyMySQL. A URL
         that names one (``mysql+pymysql://``, ``mysql+mysqldb://``) gets that one.
         """
-        try:
-            url = sa.engine.make_url(dsn)
-        except Exception as exc:
-            raise InvalidArgument(f"not a valid database URL: {exc}") from None
-        if not url.database:
-            raise InvalidArgument(f"the database URL must name a database: {url!r}")
-        if not url.drivername.startswith(("mysql", "mariadb")):
-            raise InvalidArgument(f"msgtable needs a MySQL-family database, not {url.drivername}")
-        if url.drivername in ("mysql", "mariadb"):
-            url = url.set(drivername=f"{url.drivername}+{fastest_driver()}")
+        url = with_driver(parse_url(dsn))
         try:
             return cls(url, str(url.database))
         except ImportError as exc:
@@ -357,15 +295,15 @@ class MySQLStore:
                     cur.execute("SHOW BINARY LOG STATUS")
                 row = cur.fetchone()
                 if row:
-                    file, position = _str(row[0]), int(row[1])
-            mariadb = "mariadb" in _str(version).lower()
+                    file, position = server_text(row[0]), int(row[1])
+            mariadb = "mariadb" in server_text(version).lower()
             gtid = ""
             if mariadb and file:
                 cur.execute("SELECT @@gtid_binlog_pos")
-                gtid = _str(cur.fetchone()[0] or "")
+                gtid = server_text(cur.fetchone()[0] or "")
         return BinlogStatus(
             enabled=bool(int(log_bin)) and bool(file),
-            row_format=_str(row_format),
+            row_format=server_text(row_format),
             file=file,
             position=position,
             mariadb=mariadb,
@@ -404,7 +342,9 @@ class MySQLStore:
             columns: dict[str, list[Column]] = {n: [] for n in tables}
             cur.execute(_COLUMNS.format(names=in_names), [self.database, *names])
             for tname, cname, data_type, column_type in cur.fetchall():
-                columns[tname].append(Column(cname, _text(data_type), _text(column_type)))
+                columns[tname].append(
+                    Column(cname, server_text(data_type).lower(), server_text(column_type).lower())
+                )
             indexes: dict[tuple[str, str], list[str]] = {}
             cur.execute(_UNIQUE_INDEXES.format(names=in_names), [self.database, *names])
             for tname, iname, cname in cur.fetchall():
@@ -557,72 +497,3 @@ class MySQLStore:
         sql = self.statements(cfg).purge
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, [cutoff_ns, limit]))
-
-
-def pymysql_args(url: sa.URL) -> dict[str, Any]:
-    """pymysql.connect() arguments (server, account, socket) from a SQLAlchemy URL, for the
-    connections made outside the store's pools: the binlog reader, Spark's executors."""
-    args: dict[str, Any] = {
-        "host": url.host or "localhost",
-        "port": url.port or 3306,
-        "user": url.username or "",
-        "password": url.password or "",
-        "connect_timeout": CONNECT_TIMEOUT_S,
-    }
-    socket = url.query.get("unix_socket")
-    if isinstance(socket, str):
-        args["unix_socket"] = socket
-    return args
-
-
-def fastest_driver() -> str:
-    """The SQLAlchemy driver name of the fastest MySQL driver installed: ``mysqldb``
-    (mysqlclient, C: reads rows about ten times faster) or ``pymysql`` (pure Python)."""
-    try:
-        importlib.import_module("MySQLdb")
-    except ImportError:
-        return "pymysql"
-    return "mysqldb"
-
-
-def without_driver(dsn: str) -> str:
-    """The URL with its driver taken out (``mysql+pymysql://`` -> ``mysql://``), so that
-    MySQLStore.from_dsn picks the fastest driver installed."""
-    url = sa.engine.make_url(dsn)
-    return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=False)
-
-
-def _str(value: object) -> str:
-    """A server's text, which some drivers hand back as bytes."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _text(value: object) -> str:
-    """information_schema text, which some servers hand back as bytes, lower case."""
-    return _str(value).lower()
-
-
-def database_error(exc: BaseException, table: str | None = None) -> MsgtableError:
-    """The MsgtableError for a driver's error (the one place that sorts them): a dropped
-    ``table``, a passing trouble (Unavailable), or anything else."""
-    code = error_code(exc)
-    if code == _NO_SUCH_TABLE and table is not None:
-        return TableNotFound(f"message table {table!r} no longer exists")
-    if code is None or code in _RETRYABLE or 2000 <= code < 3000:  # 2xxx: client side
-        return Unavailable(f"database unavailable: {_error_text(exc)}")
-    return MsgtableError(f"database error: {_error_text(exc)}")
-
-
-def error_code(exc: BaseException) -> int | None:
-    """The MySQL error number of a driver's error (None if it has none)."""
-    args = getattr(exc, "args", ())
-    if args and isinstance(args[0], int) and args[0] != 0:
-        return args[0]
-    return None
-
-
-def _error_text(exc: BaseException) -> str:
-    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
-    if len(args) >= 2:
-        return f"({args[0]}) {args[1]}"
-    return str(exc) or type(exc).__name__

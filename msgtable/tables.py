@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from msgtable.errors import TableLoadError
+from msgtable.mysql import BINARY_TYPES, INTEGER_TYPES
 
 COMMENT_MARKER = "vitess_message"
 
@@ -38,8 +39,6 @@ DEFAULT_DISCOVERY_INTERVAL_S = 5.0
 # A backoff with no upper bound (vt_max_backoff=0) still stops here, so time_next stays a
 # valid BIGINT of nanoseconds for centuries.
 BACKOFF_CEILING_S = 365 * 86400.0
-
-INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
 
 
 class Layout(enum.Enum):
@@ -72,6 +71,10 @@ class Column:
     def is_integer(self) -> bool:
         return self.data_type in INTEGER_TYPES
 
+    @property
+    def is_binary(self) -> bool:
+        return self.data_type in BINARY_TYPES
+
 
 @dataclass(frozen=True)
 class TableConfig:
@@ -102,6 +105,10 @@ class TableConfig:
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.columns)
+
+
+def is_message_comment(comment: str) -> bool:
+    return comment.split(",", 1)[0].strip() == COMMENT_MARKER
 
 
 def parse_comment(table: str, comment: str) -> dict[str, str]:

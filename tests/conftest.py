@@ -27,9 +27,10 @@ import pytest
 import sqlalchemy
 from sqlalchemy.engine import Connection, CursorResult, Engine
 
-from msgtable.devdb import ExternalServer, LocalServer, ServerHandle, free_port
+from msgtable.devdb import LocalServer, free_port
 from msgtable.errors import MsgtableError
 from msgtable.mysqld import INSTALL_HINT, find_server_binary
+from msgtable.testing import ExternalServer, ServerHandle
 
 # The tests press Ctrl-C (SIGINT) on the commands they start, as a user at a terminal would.
 # A shell that runs the suite in the background (nohup, `&`, some CI runners) makes SIGINT

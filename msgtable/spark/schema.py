@@ -9,7 +9,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
-from msgtable.store import MySQLStore, pymysql_args
+from msgtable.mysql import pymysql_args
+from msgtable.store import MySQLStore
 from msgtable.tables import Column, TableConfig, load_table
 
 _DECIMAL = re.compile(r"decimal\((\d+)(?:,(\d+))?\)")

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from msgtable import devdb
-from msgtable.devdb import LocalServer, ServerHandle
+from msgtable import devdb, watchdog
+from msgtable.devdb import LocalServer
 from msgtable.errors import MsgtableError
 from msgtable.mysqld import INSTALL_HINT, find_server_binary
+from msgtable.testing import ServerHandle
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -159,7 +160,7 @@ def test_a_killed_owner_does_not_leave_its_server_running(tmp_path: Path) -> Non
     assert alive(pid)
     owner.kill()  # no atexit, no finally: only the watchdog can clean up
     owner.wait()
-    wait_until(lambda: not alive(pid), devdb.STOP_TIMEOUT_S + 10, "the orphaned server stops")
+    wait_until(lambda: not alive(pid), watchdog.STOP_TIMEOUT_S + 10, "the orphaned server stops")
     wait_until(lambda: not Path(datadir).exists(), 10, "its data directory is removed")
 
 

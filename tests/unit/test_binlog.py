@@ -2,14 +2,14 @@ from __future__ import annotations
 
 from msgtable.binlog import (
     PARSE_MAX_BYTES,
-    STATEMENT_MARK,
     BinlogFollower,
-    BinlogStatus,
-    RowChange,
     gtid_state,
     install_fast_path,
     row_changes,
 )
+from msgtable.mysql import BinlogStatus
+from msgtable.rows import RowChange
+from msgtable.sql import STATEMENT_MARK
 
 COLUMNS = ("id", "priority", "time_next", "epoch", "time_acked", "message")
 

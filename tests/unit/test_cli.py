@@ -17,7 +17,8 @@ from msgtable.client import Field, TableInfo, TableSettings
 from msgtable.codec import FieldType
 from msgtable.devdb import INSTALL_HINT
 from msgtable.errors import ServerBinaryNotFound, TableNotFound
-from msgtable.server import DEFAULT_LISTEN, MessagingServer
+from msgtable.limits import DEFAULT_ADDRESS
+from msgtable.server import MessagingServer
 
 from .test_server import FakeEngine
 
@@ -84,7 +85,7 @@ def assert_one_line_error(err: str, *fragments: str) -> None:
 # -- arguments ----------------------------------------------------------------------------
 def test_serve_defaults_to_no_dsn_and_the_loopback_address():
     args = cli.build_parser().parse_args(["serve"])
-    assert (args.dsn, args.listen, args.log_level) == (None, DEFAULT_LISTEN, "info")
+    assert (args.dsn, args.listen, args.log_level) == (None, DEFAULT_ADDRESS, "info")
 
 
 def test_flags_fall_back_to_environment_variables(monkeypatch):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from msgtable import devdb, mysqld
-from msgtable.devdb import ExternalServer, LocalServer, quote_database_name
+from msgtable.devdb import LocalServer
 from msgtable.errors import InvalidArgument, MsgtableError, ServerBinaryNotFound
 from msgtable.mysqld import (
     INSTALL_HINT,
@@ -19,6 +19,8 @@ from msgtable.mysqld import (
     parse_version,
     server_command,
 )
+from msgtable.sql import quote_database_name
+from msgtable.testing import ExternalServer
 
 MARIADB = ServerVersion("mariadb", (10, 11, 6), "mariadbd  Ver 10.11.6-MariaDB")
 MYSQL = ServerVersion("mysql", (8, 0, 36), "mysqld  Ver 8.0.36")

@@ -9,15 +9,10 @@ import pytest
 from msgtable.clock import FakeClock
 from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
-from msgtable.manager import (
-    DEFAULT_MAX_IN_FLIGHT,
-    MAX_IN_FLIGHT,
-    PURGE_DUTY_BUSY,
-    PURGE_DUTY_IDLE,
-    MessageManager,
-    Subscriber,
-    select_subscribers,
-)
+from msgtable.limits import DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT
+from msgtable.manager import MessageManager
+from msgtable.purger import PURGE_DUTY_BUSY, PURGE_DUTY_IDLE
+from msgtable.subscriber import Subscriber, select_subscribers
 from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
 
@@ -78,7 +73,7 @@ def drain(sub: Subscriber) -> list:
 def test_nothing_is_polled_or_cached_without_a_subscriber(engine, store):
     store.insert("q", 1, message="a")
     m = manager(engine)
-    assert m.poll_once() == 0 and store.polls == 0 and m.cache.queued == 0
+    assert m.poll_once() == 0 and store.polls == 0 and m.cache.due.queued == 0
 
 
 def test_a_due_row_is_polled_sent_and_postponed_with_epoch_plus_one(engine, store, clock):
@@ -144,7 +139,7 @@ def test_an_unacked_message_comes_back_after_its_backoff(engine, store, clock):
     postponed(m, clock)
     clock.advance(29)
     m.poll_once()
-    assert m.send_once() == 0  # still in its lease + backoff
+    assert m.send_once() == 0  # still in its ack wait + backoff
     clock.advance(31 * 4 / 3)
     m.poll_once()
     assert m.send_once() == 1
@@ -207,7 +202,7 @@ def test_cache_is_bounded_and_refills_when_room_frees(engine, store):
     m = manager(engine)
     sub = m.subscribe()
     assert m.poll_once() == 4
-    assert m.cache.pending
+    assert m.cache.due.pending
     m._poll_wake.clear()
     m.send_once()
     m.send_once()
@@ -221,7 +216,7 @@ def test_leaving_subscribers_drop_the_cache(engine, store):
     sub = m.subscribe()
     m.poll_once()
     sub.close()
-    assert m.cache.queued == 0 and m.status("memdb").subscribers == 0
+    assert m.cache.due.queued == 0 and m.status("memdb").subscribers == 0
 
 
 def test_a_message_stays_in_flight_after_its_subscriber_left(engine, store, clock):
@@ -232,7 +227,7 @@ def test_a_message_stays_in_flight_after_its_subscriber_left(engine, store, cloc
     m.send_once()
     assert drain(sub) == [(1, "a")]
     sub.close()
-    assert m.status("memdb").in_flight == 1  # its lease runs on
+    assert m.status("memdb").in_flight == 1  # its ack wait runs on
     clock.advance(31)
     assert m.status("memdb").in_flight == 0
 
@@ -242,7 +237,7 @@ def test_purge_deletes_old_acked_rows_in_batches(engine, store, clock):
         store.insert("q", i, message="x", time_acked=clock.now_ns() - 86401 * 10**9)
     store.insert("q", "fresh", message="x", time_acked=clock.now_ns())
     store.insert("q", "open", message="x")
-    assert manager(engine).purge_once() == 1200
+    assert manager(engine).purger.purge_once() == 1200
     assert sorted(store.rows["q"]) == ["fresh", "open"]
 
 
@@ -356,7 +351,7 @@ def test_a_dying_loop_is_reported_as_fatal(store):
             def clear(self) -> None:
                 raise RuntimeError("the loop's own machinery broke")
 
-        old, m._purge_wake = m._purge_wake, Broken()
+        old, m.purger._wake = m.purger._wake, Broken()
         old.set()
         assert e.fatal.wait(5)
         assert "purger loop died" in e.fatal_reason
@@ -409,17 +404,17 @@ def test_purge_rests_between_batches_so_its_deletes_take_a_bounded_share_of_time
         store.insert("q", i, message="x", time_acked=clock.now_ns() - 86401 * 10**9)
     m = manager(engine)
     ticks = iter(range(0, 100, 1))  # every store.purge takes one "second" of the timer
-    m._timer = lambda: float(next(ticks))
+    m.purger.timer = lambda: float(next(ticks))
     rests: list[float] = []
-    m._rest = rests.append
-    assert m.purge_once() == 1200  # two full batches and a short last one
+    m.purger.rest = rests.append
+    assert m.purger.purge_once() == 1200  # two full batches and a short last one
     idle = 1 / PURGE_DUTY_IDLE - 1
     assert rests == [pytest.approx(idle)] * 2  # no rest after the last, short batch
     for i in range(2000, 3000):
         store.insert("q", i, message="x", time_acked=clock.now_ns() - 86401 * 10**9)
     rests.clear()
     sub = m.subscribe()  # a served table: the purger yields more
-    assert m.purge_once() == 1000
+    assert m.purger.purge_once() == 1000
     assert rests == [pytest.approx(1 / PURGE_DUTY_BUSY - 1)] * 2
     sub.close()
 
@@ -521,7 +516,7 @@ def test_an_ack_that_arrives_while_its_send_commits_counts_the_send(engine, stor
     m.send_once()
     acker.join(5)
     assert store.rows["q"][1]["epoch"] == 1 and store.rows["q"][1]["time_acked"] is not None
-    assert m.cache.unclaimed == 0
+    assert m.cache.inflight.unclaimed == 0
 
 
 def test_close_writes_the_postpones_not_yet_due(engine, deferred, store, clock):
@@ -567,7 +562,7 @@ def test_batches_a_leaving_subscriber_never_got_go_to_another_at_once(engine, st
         assert m.poll_once() == 2 and m.send_once() == 2
         assert sorted(r[0] for r in got_a + drain(a)) == [0, 1, 2, 3]
         assert m.status("memdb").sent == 4
-    else:  # postponed before the send: they come back after their lease
+    else:  # postponed before the send: they come back after their backoff
         assert m.poll_once() == 0
 
 
@@ -578,13 +573,13 @@ def test_a_row_due_before_the_next_poll_is_sent_at_its_time_not_a_poll_later(eng
     m = manager(engine)
     sub = m.subscribe()
     assert m.poll_once() == 1  # read ahead
-    assert m.send_once() == 0 and m.cache.next_due_ns() == due
+    assert m.send_once() == 0 and m.cache.due.next_due_ns() == due
     assert m._idle_wait_s() == 1.0  # the sender sleeps at most IDLE_WAIT_S, then looks again
     clock.advance(9.5)
     assert m.send_once() == 0 and m._idle_wait_s() == pytest.approx(0.5)
     clock.advance(0.5)
     assert m.send_once() == 1 and drain(sub) == [(1, "a")]
-    assert m.cache.next_due_ns() is None
+    assert m.cache.due.next_due_ns() is None
 
 
 def test_a_row_due_after_the_next_poll_is_left_to_that_poll(engine, store, clock):
@@ -659,7 +654,7 @@ def test_a_redelivery_due_before_the_next_poll_goes_at_its_time(
     postponed(m, clock)
     time_next = store.rows["r"][1]["time_next"]
     assert sent_at + 2 * 10**9 <= time_next < sent_at + 2.34 * 10**9  # 1 s wait + 1 s backoff
-    assert m.cache.next_due_ns() == time_next  # waiting here: no poll is needed to resend it
+    assert m.cache.due.next_due_ns() == time_next  # waiting here: no poll is needed to resend it
     clock.advance((time_next - clock.now_ns()) / 1e9 - 0.01)
     assert m.send_once() == 0
     clock.advance(0.01)
@@ -713,21 +708,21 @@ def test_a_subscriber_is_sent_batches_only_while_its_window_has_room(engine, sto
     m, sub = windowed(engine, store, rows=10, window=3)
     first = sent_ids(m, sub)
     assert first == [0, 1, 2, 3]  # batches of 2 while fewer than 3 are unacked
-    assert sub.outstanding == 4 and m.send_once() == 0
+    assert sub.window.outstanding == 4 and m.send_once() == 0
     engine.ack("q", "", [0])
     assert sent_ids(m, sub) == []  # 3 still unacked: no room yet
     engine.ack("q", "", [1, 2])
     assert sent_ids(m, sub) == [4, 5]
-    assert sub.outstanding == 3
+    assert sub.window.outstanding == 3
 
 
-def test_the_window_frees_when_leases_end(engine, store, clock):
+def test_the_window_frees_when_ack_waits_end(engine, store, clock):
     m, sub = windowed(engine, store, rows=6, window=2)
     assert sent_ids(m, sub) == [0, 1]
     postponed(m, clock)
-    clock.advance(m.config.ack_wait_s)  # the lease of 0 and 1 is over
+    clock.advance(m.config.ack_wait_s)  # the ack wait of 0 and 1 is over
     assert sent_ids(m, sub) == [2, 3]
-    assert sub.outstanding == 2
+    assert sub.window.outstanding == 2
 
 
 def test_a_full_window_whose_messages_were_acked_by_dml_frees_after_a_recheck(engine, store, clock):
@@ -739,7 +734,7 @@ def test_a_full_window_whose_messages_were_acked_by_dml_frees_after_a_recheck(en
     clock.advance(0.5)
     assert m.recheck_windows() == 0
     clock.advance(0.5)
-    assert m.recheck_windows() == 2 and sub.outstanding == 0
+    assert m.recheck_windows() == 2 and sub.window.outstanding == 0
     assert sent_ids(m, sub) == [2, 3]
 
 
@@ -748,14 +743,14 @@ def test_a_recheck_keeps_the_credit_of_unacked_messages(engine, store, clock):
     assert sent_ids(m, sub) == [0, 1]
     m.recheck_windows()
     clock.advance(1)
-    assert m.recheck_windows() == 0 and sub.outstanding == 2
+    assert m.recheck_windows() == 0 and sub.window.outstanding == 2
     assert sent_ids(m, sub) == []
 
 
 def test_the_default_window_and_its_bounds(engine):
     m = manager(engine)
-    assert m.subscribe().window == DEFAULT_MAX_IN_FLIGHT
-    assert m.subscribe(max_in_flight=MAX_IN_FLIGHT).window == MAX_IN_FLIGHT
+    assert m.subscribe().window.size == DEFAULT_MAX_IN_FLIGHT
+    assert m.subscribe(max_in_flight=MAX_IN_FLIGHT).window.size == MAX_IN_FLIGHT
     for bad in (-1, MAX_IN_FLIGHT + 1):
         with pytest.raises(InvalidArgument, match="max_in_flight"):
             m.subscribe(max_in_flight=bad)

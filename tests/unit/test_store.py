@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import importlib
 
-from msgtable.store import (
-    MySQLStore,
-    TableStatements,
-    fastest_driver,
-    in_list,
-    placeholders,
-    quote,
-    without_driver,
-)
+from msgtable.mysql import fastest_driver, without_driver
+from msgtable.sql import in_list, placeholders, quote
+from msgtable.store import MySQLStore, TableStatements
 from msgtable.tables import load_table
 from msgtable.testing import CURRENT_COLUMNS
 

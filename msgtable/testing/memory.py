@@ -2,7 +2,8 @@
 
 It mirrors MySQLStore statement by statement: the poll's due condition and order, the
 claim's compare-and-set on (unacked, due, epoch), the send's check of the same, the deferred
-postpone, the ack (counting a send not postponed yet) and the bounded purge. It is no
+postpone, the ack (counting a send not postponed yet) and the bounded purge; the same cases
+run on both (tests/integration/test_store_contract.py), so the two cannot drift. It is no
 substitute for the integration tests against a real server, which cover the SQL itself.
 """
 
@@ -12,9 +13,9 @@ import threading
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
-from msgtable.cache import CachedRow, PolledRow
 from msgtable.errors import TableNotFound, Unavailable
-from msgtable.store import Deliver, PollKey, TableDefinition, group_by_epoch
+from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch
+from msgtable.store import Deliver, TableDefinition
 from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig
 
 CURRENT_COLUMNS = (

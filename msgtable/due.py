@@ -1,0 +1,170 @@
+"""The rows of one table that are due, or fall due before the next poll: Vitess's cache.
+
+Rows read by the poller wait here, keyed by id, in one of three places:
+
+* **queued**, once due, in a heap by (priority, time_next): the best row goes first;
+* **scheduled**, until due (a poll also reads the rows due before the next poll), in a second
+  heap by time_next, so that each goes out at its time, not at the next poll;
+* **sending**: popped by the sender, being checked in the database and handed to a
+  subscriber; a poll must not queue them again meanwhile.
+
+Capacity (``size``) bounds queued + sending. Heap entries of rows that left (acked, re-keyed by
+a newer read) go stale and are skipped, and compacted when they outnumber the live ones. Not
+thread-safe: the table's manager guards it with its lock (msgtable.cache says how).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Collection, Hashable, Iterable, Sequence
+
+from msgtable.rows import CachedRow, PolledRow
+
+
+class DueRows:
+    """Queued, scheduled and sending rows (see the module docstring)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.pending = False  # the last poll filled its limit: more due rows may wait in the DB
+        self._queued: dict[Hashable, CachedRow] = {}
+        self._heap: list[tuple[int, int, int, CachedRow]] = []  # due: (priority, time_next)
+        self._scheduled: list[tuple[int, int, CachedRow]] = []  # not due yet: (time_next, seq)
+        self._seq = itertools.count()
+        self.sending: set[Hashable] = set()
+
+    # -- filling -------------------------------------------------------------------------
+    def add(
+        self,
+        rows: Sequence[PolledRow],
+        now_ns: int | None,
+        unclaimed: Collection[Hashable],
+        held: Collection[Hashable],
+        changed: Collection[Hashable],
+    ) -> tuple[list[Hashable], int]:
+        """Queue rows as a poll read them (in the poll's order); refresh rows already
+        queued. A row whose time_next is after ``now_ns`` waits for it (None: every row is
+        due). Rows being sent, and the ids of ``unclaimed``, ``held`` and ``changed`` (sent
+        and not postponed yet; their ack or postpone being written; changed since the poll's
+        read began), are skipped: the table's copy is stale or still to be overwritten.
+
+        Returns the ids that are new here, and how many of ``rows`` were taken in: all,
+        unless the cache filled up first (the rest must be read again). A row object is made
+        only for a new or re-keyed row: most of a busy poll's rows are already here."""
+        new: list[Hashable] = []
+        taken = 0
+        queued, sending = self._queued, self.sending
+        for r in rows:
+            rid = r[3]
+            if rid in sending or rid in unclaimed or rid in held or rid in changed:
+                taken += 1
+                continue
+            old = queued.get(rid)
+            if old is None:
+                if len(queued) + len(sending) >= self.size:
+                    break
+                new.append(rid)
+            elif old.priority == (r[0] or 0) and old.time_next == (r[1] or 0):
+                old.epoch, old.values = r[2], tuple(r[3:])
+                taken += 1
+                continue
+            row = CachedRow.polled(r)
+            queued[rid] = row
+            if now_ns is not None and row.time_next > now_ns:
+                heapq.heappush(self._scheduled, (row.time_next, next(self._seq), row))
+            else:
+                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+            taken += 1
+        self._compact()
+        return new, taken
+
+    def reschedule(self, row: CachedRow, epoch: int, time_next: int) -> bool:
+        """``row``, just postponed to ``time_next`` (epoch as written), falls due before the
+        next poll would read it: wait for it here, if there is room and it is not here
+        already. Its send checks it as any other."""
+        rid = row.id
+        if rid in self._queued or rid in self.sending:
+            return False
+        if len(self._queued) + len(self.sending) >= self.size:
+            return False
+        again = CachedRow(row.priority, time_next, epoch, row.values)
+        self._queued[rid] = again
+        heapq.heappush(self._scheduled, (time_next, next(self._seq), again))
+        return True
+
+    # -- sending -------------------------------------------------------------------------
+    def pop(self, n: int, now_ns: int | None = None) -> list[CachedRow]:
+        """Take up to n rows due at ``now_ns`` (None: all queued), best first, and mark them
+        as sending (until :meth:`finish`)."""
+        self._release(now_ns)
+        batch: list[CachedRow] = []
+        heap, queued = self._heap, self._queued
+        while heap and len(batch) < n:
+            row = heapq.heappop(heap)[3]
+            if queued.get(row.id) is row:
+                del queued[row.id]
+                self.sending.add(row.id)
+                batch.append(row)
+        return batch
+
+    def finish(self, batch: Iterable[CachedRow]) -> None:
+        """The batch's send is over (whether or not its rows were sent)."""
+        for row in batch:
+            self.sending.discard(row.id)
+
+    def due(self, now_ns: int) -> bool:
+        """Whether a queued row is due at ``now_ns``."""
+        self._release(now_ns)
+        return bool(self._heap)
+
+    def next_due_ns(self) -> int | None:
+        """When the first queued row that is not due yet falls due (None: there is none)."""
+        scheduled, queued = self._scheduled, self._queued
+        while scheduled and queued.get(scheduled[0][2].id) is not scheduled[0][2]:
+            heapq.heappop(scheduled)  # stale: sent, acked or re-keyed meanwhile
+        return scheduled[0][0] if scheduled else None
+
+    def _release(self, now_ns: int | None) -> None:
+        """Move the scheduled rows due at ``now_ns`` (None: all) to the due heap."""
+        scheduled, queued = self._scheduled, self._queued
+        while scheduled and (now_ns is None or scheduled[0][0] <= now_ns):
+            row = heapq.heappop(scheduled)[2]
+            if queued.get(row.id) is row:
+                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+
+    # -- leaving -------------------------------------------------------------------------
+    def forget(self, ids: Iterable[Hashable]) -> None:
+        """Acked or deleted ids: never send them from here (their heap entries go stale)."""
+        queued = self._queued
+        for rid in ids:
+            queued.pop(rid, None)
+        self._compact()
+
+    def clear(self) -> None:
+        """Drop everything queued (the last subscriber left). Sending rows finish normally."""
+        self._queued.clear()
+        self._heap.clear()
+        self._scheduled.clear()
+        self.pending = False
+
+    # -- counts --------------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        return len(self._queued)
+
+    def room(self) -> int:
+        return max(0, self.size - len(self._queued) - len(self.sending))
+
+    def wants_refill(self) -> bool:
+        """More due rows wait in the table and the cache is half empty: read them now."""
+        return self.pending and len(self._queued) <= self.size // 2
+
+    def _compact(self) -> None:
+        queued = self._queued
+        if len(self._heap) > 2 * len(queued) + 64:
+            self._heap = [e for e in self._heap if queued.get(e[3].id) is e[3]]
+            heapq.heapify(self._heap)
+        if len(self._scheduled) > 2 * len(queued) + 64:
+            self._scheduled = [e for e in self._scheduled if queued.get(e[2].id) is e[2]]
+            heapq.heapify(self._scheduled)

@@ -1,0 +1,30 @@
+"""What msgtable allows, and where it listens, at its edges: one home for each limit and
+default that more than one module (or the README's Limits table) names."""
+
+from __future__ import annotations
+
+# Where the server listens and the clients connect by default (loopback: see Security).
+DEFAULT_ADDRESS = "127.0.0.1:50051"
+
+# Ids in one MessageAck; the client's ack_async and the Spark stream send at most this many a
+# call, and the server merges concurrent acks up to it (group commit).
+MAX_ACK_IDS = 10_000
+
+# A request's size; larger ones are RESOURCE_EXHAUSTED (by gRPC).
+MAX_REQUEST_BYTES = 4 * 1024 * 1024
+
+# A subscriber's window (MessageStreamRequest.max_in_flight, msgtable.window).
+DEFAULT_MAX_IN_FLIGHT = 1_000
+MAX_IN_FLIGHT = 1_000_000
+
+# Batches claimed for a subscriber but not yet taken by its stream; with more, the next
+# subscriber gets the batch.
+SUBSCRIBER_BUFFER_BATCHES = 2
+
+# Streams a server takes before RESOURCE_EXHAUSTED (msgtable serve flags).
+DEFAULT_MAX_SUBSCRIBERS_PER_TABLE = 1_000
+DEFAULT_MAX_STREAMS_PER_CLIENT = 64
+
+# Rows a statement of the purger deletes, and sent rows whose postpone one pass writes.
+PURGE_BATCH_ROWS = 500
+MAX_POSTPONE_IDS = 10_000

@@ -1,0 +1,191 @@
+"""What msgtable knows of MySQL and MariaDB, in one place: connection arguments from a URL, the
+driver, error numbers and what they mean, column kinds, and what a server says of its binlog.
+
+Every module that connects (the store's pools, the lease, the binlog follower, Spark's
+executors, the bench) takes its arguments and its reading of errors from here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
+
+CONNECT_TIMEOUT_S = 5
+IO_TIMEOUT_S = 30  # a statement's reads and writes (PyMySQL and mysqlclient)
+# Every connection of msgtable's reads committed rows only: a poll never waits for a lock.
+SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
+
+# -- error numbers -----------------------------------------------------------------------------
+DUPLICATE_KEY = 1062
+NO_SUCH_TABLE = 1146
+ACCESS_DENIED = frozenset({1044, 1045, 1142})  # database, user, table
+# The binlog follower's "it will not work here": access denied, or no binlog to read.
+NO_REPLICATION = ACCESS_DENIED | {1227, 1236}
+# Errors that mean "try again later".
+RETRYABLE = frozenset(
+    {
+        1040,  # too many connections
+        1053,  # server shutdown in progress
+        1205,  # lock wait timeout
+        1213,  # deadlock
+        1927,  # MariaDB: connection killed
+        2002,  # client: cannot connect (socket)
+        2003,  # client: cannot connect (TCP)
+        2006,  # client: server has gone away
+        2013,  # client: lost connection during query
+        2014,
+        2055,
+        4031,  # MySQL 8: disconnected by the server for inactivity
+    }
+)
+# Errors that mean the connection itself is gone (0: the driver's own "not connected").
+LOST_CONNECTION = frozenset({0, 1927, 2006, 2013, 2014, 2055, 4031})
+
+
+def error_code(exc: BaseException | None, follow_cause: bool = False) -> int | None:
+    """The MySQL error number of a driver's error (None if it has none); with
+    ``follow_cause``, of the first error in its ``__cause__`` chain that has one."""
+    while exc is not None:
+        args = getattr(exc, "args", ())
+        if args and isinstance(args[0], int) and (args[0] != 0 or follow_cause):
+            return int(args[0])
+        exc = exc.__cause__ if follow_cause else None
+    return None
+
+
+def error_text(exc: BaseException) -> str:
+    """A driver's error as ``(number) message``."""
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    if len(args) >= 2:
+        return f"({args[0]}) {args[1]}"
+    return str(exc) or type(exc).__name__
+
+
+def database_error(exc: BaseException, table: str | None = None) -> MsgtableError:
+    """The MsgtableError for a driver's error (the one place that sorts them): a dropped
+    ``table``, a passing trouble (Unavailable), or anything else."""
+    code = error_code(exc)
+    if code == NO_SUCH_TABLE and table is not None:
+        return TableNotFound(f"message table {table!r} no longer exists")
+    if code is None or code in RETRYABLE or 2000 <= code < 3000:  # 2xxx: client side
+        return Unavailable(f"database unavailable: {error_text(exc)}")
+    return MsgtableError(f"database error: {error_text(exc)}")
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether an error says the connection itself is gone."""
+    args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))
+    return bool(args) and isinstance(args[0], int) and args[0] in LOST_CONNECTION
+
+
+# -- URLs and drivers --------------------------------------------------------------------------
+def parse_url(dsn: str) -> sa.URL:
+    """A SQLAlchemy URL of a MySQL-family database (``mysql://u:pw@host:3306/db``), checked:
+    InvalidArgument names what is wrong."""
+    try:
+        url = sa.engine.make_url(dsn)
+    except Exception as exc:
+        raise InvalidArgument(f"not a valid database URL: {exc}") from None
+    if not url.database:
+        raise InvalidArgument(f"the database URL must name a database: {url!r}")
+    if not url.drivername.startswith(("mysql", "mariadb")):
+        raise InvalidArgument(f"msgtable needs a MySQL-family database, not {url.drivername}")
+    return url
+
+
+def fastest_driver() -> str:
+    """The SQLAlchemy driver name of the fastest MySQL driver installed: ``mysqldb``
+    (mysqlclient, C: reads rows about ten times faster) or ``pymysql`` (pure Python)."""
+    try:
+        importlib.import_module("MySQLdb")
+    except ImportError:
+        return "pymysql"
+    return "mysqldb"
+
+
+def with_driver(url: sa.URL) -> sa.URL:
+    """The URL with a driver: the one it names, else the fastest installed."""
+    if url.drivername in ("mysql", "mariadb"):
+        return url.set(drivername=f"{url.drivername}+{fastest_driver()}")
+    return url
+
+
+def without_driver(dsn: str) -> str:
+    """The URL with its driver taken out (``mysql+pymysql://`` -> ``mysql://``), so that the
+    server picks the fastest driver installed."""
+    url = sa.engine.make_url(dsn)
+    return url.set(drivername=url.get_backend_name()).render_as_string(hide_password=False)
+
+
+def pymysql_args(url: sa.URL) -> dict[str, Any]:
+    """pymysql.connect() arguments (server, account, socket) from a SQLAlchemy URL, for the
+    connections made outside the store's pools: the lease, the binlog reader, Spark's
+    executors, the bench. No database: callers add the one they need."""
+    args: dict[str, Any] = {
+        "host": url.host or "localhost",
+        "port": url.port or 3306,
+        "user": url.username or "",
+        "password": url.password or "",
+        "connect_timeout": CONNECT_TIMEOUT_S,
+    }
+    socket = url.query.get("unix_socket")
+    if isinstance(socket, tuple):
+        socket = socket[0] if socket else None
+    if isinstance(socket, str):
+        args["unix_socket"] = socket
+    return args
+
+
+def server_text(value: object) -> str:
+    """A server's text, which some drivers hand back as bytes."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- column kinds (information_schema's DATA_TYPE, lower case) -------------------------------
+INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
+FLOAT_TYPES = frozenset({"float", "double", "real", "double precision"})
+DECIMAL_TYPES = frozenset({"decimal", "numeric", "dec", "fixed"})
+TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+CHOICE_TYPES = frozenset({"enum", "set"})  # text values from a list
+MARIADB_TEXT_TYPES = frozenset({"uuid", "inet4", "inet6"})  # MariaDB types read as text
+BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+SPATIAL_TYPES = frozenset(
+    {
+        "geometry",
+        "point",
+        "linestring",
+        "polygon",
+        "multipoint",
+        "multilinestring",
+        "multipolygon",
+        "geometrycollection",
+        "geomcollection",
+    }
+)
+# BIT and YEAR read as integers in PyMySQL only for YEAR; BIT comes back as bytes.
+BIT, YEAR, JSON, VECTOR = "bit", "year", "json", "vector"
+DATETIME, TIMESTAMP, DATE, TIME = "datetime", "timestamp", "date", "time"
+
+
+@dataclass(frozen=True)
+class BinlogStatus:
+    """What the database says about its binary log."""
+
+    enabled: bool
+    row_format: str  # binlog_format: ROW, MIXED or STATEMENT
+    file: str  # the current binlog file and position ("" and 0 when off)
+    position: int
+    mariadb: bool
+    gtid: str = ""  # MariaDB: @@gtid_binlog_pos, the GTID state the binlog is at now
+
+    def unusable_because(self) -> str | None:
+        if not self.enabled:
+            return "the binary log is off (log_bin)"
+        if self.row_format.upper() != "ROW":
+            return f"binlog_format is {self.row_format}, not ROW"
+        return None

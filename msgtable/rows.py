@@ -1,0 +1,67 @@
+"""A message row as the engine moves it: as a poll reads it, where a pass of polls stopped,
+cached waiting for its send, and changed by another client (as the binlog shows it).
+
+The store, the cache and the binlog follower share these shapes; none of them needs the others
+to know what a row is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# A row as a poll reads it: priority, time_next, epoch, then the message columns (id first).
+PolledRow = tuple[Any, ...]
+# Where a poll stopped: (priority, time_next as read, possibly NULL, id) of its last row.
+PollKey = tuple[int, int | None, Hashable]
+# A message's values as a subscriber gets them: the message columns, id first.
+Values = tuple[object, ...]
+
+
+def poll_key(row: PolledRow) -> PollKey:
+    """The key a poll continues after, of a row as a poll read it."""
+    return (row[0], row[1], row[3])
+
+
+class CachedRow:
+    """One due message: engine fields for ordering and claiming, and the values to send."""
+
+    __slots__ = ("epoch", "id", "priority", "time_next", "values")
+
+    def __init__(
+        self,
+        priority: int | None,
+        time_next: int | None,
+        epoch: int | None,
+        values: Values,
+    ) -> None:
+        self.priority = priority or 0
+        self.time_next = time_next or 0
+        self.epoch = epoch  # as read; may be NULL, the claim compares NULL-safely
+        self.values = values  # message columns, id first
+        self.id: Hashable = values[0]
+
+    @classmethod
+    def polled(cls, row: PolledRow) -> CachedRow:
+        return cls(row[0], row[1], row[2], tuple(row[3:]))
+
+    def __repr__(self) -> str:
+        return f"CachedRow(id={self.id!r}, priority={self.priority}, time_next={self.time_next})"
+
+
+def group_by_epoch(batch: Sequence[CachedRow]) -> dict[int | None, list[CachedRow]]:
+    """Rows of one batch by the epoch they were read at (usually one group)."""
+    groups: dict[int | None, list[CachedRow]] = {}
+    for row in batch:
+        groups.setdefault(row.epoch, []).append(row)
+    return groups
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row of an UPDATE or DELETE by another client, as the binlog shows it."""
+
+    id: object
+    gone: bool  # deleted or acked
+    moved: bool  # time_next, epoch or priority changed (and not acked)

@@ -1,0 +1,103 @@
+"""A subscriber: one MessageStream as the server sees it.
+
+The table's sender puts batches into a subscriber's small bounded buffer (at most
+SUBSCRIBER_BUFFER_BATCHES batches claimed for it and not yet taken by its stream) while its
+:class:`~msgtable.window.Window` is open; the stream's thread takes them out. Round-robin over
+the subscribers that have room decides who gets the next batch.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+
+from msgtable.errors import MsgtableError, Unavailable
+from msgtable.limits import SUBSCRIBER_BUFFER_BATCHES
+from msgtable.rows import Values
+from msgtable.tables import Column
+from msgtable.window import Window
+
+
+class Subscriber:
+    """One MessageStream: its window, and a small bounded queue of batches the sender fills.
+
+    ``on_room`` runs when the stream took a batch (the sender may have another for it);
+    ``on_close(subscriber, unsent)`` when the client went away, with the batches it never
+    took."""
+
+    def __init__(
+        self,
+        fields: tuple[Column, ...],
+        window: Window,
+        on_room: Callable[[], object],
+        on_close: Callable[[Subscriber, list[list[Values]]], object],
+        max_batches: int = SUBSCRIBER_BUFFER_BATCHES,
+    ) -> None:
+        self.fields = fields
+        self.window = window
+        self._on_room = on_room
+        self._on_close = on_close
+        self._max = max_batches
+        self._cond = threading.Condition()
+        self._batches: deque[list[Values]] = deque()
+        self._ended: MsgtableError | None = None
+        self._closed = False
+
+    def has_room(self) -> bool:
+        return (
+            self.window.open
+            and len(self._batches) < self._max
+            and self._ended is None
+            and not self._closed
+        )
+
+    def put(self, batch: list[Values]) -> None:
+        """Queue a batch (never blocks; the sender checked has_room first)."""
+        with self._cond:
+            self._batches.append(batch)
+            self._cond.notify()
+
+    def next_batch(self, timeout_s: float | None = None) -> list[Values]:
+        """The next batch; [] on timeout; raises the error that ended the subscriber."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._batches or self._ended or self._closed, timeout_s)
+            if self._batches:
+                batch = self._batches.popleft()
+            elif self._ended is not None:
+                raise self._ended
+            elif self._closed:
+                raise Unavailable("subscription closed")
+            else:
+                return []
+        self._on_room()
+        return batch
+
+    def end(self, error: MsgtableError) -> None:
+        """End the subscriber; batches already queued are still handed out first."""
+        with self._cond:
+            if self._ended is None:
+                self._ended = error
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """The client went away. Idempotent. Its queued batches never went out: they are due
+        again at once, or after their ack wait where their postpone was already written."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            unsent = list(self._batches)
+            self._batches.clear()
+            self._cond.notify_all()
+        self._on_close(self, unsent)
+
+
+def select_subscribers(subscribers: Sequence[Subscriber], start: int) -> list[int]:
+    """Round-robin: the subscribers that have room, in turn from ``start`` on.
+
+    The one place that decides who gets the next batches (filters and consumer groups will
+    choose here too).
+    """
+    n = len(subscribers)
+    return [i for i in ((start + k) % n for k in range(n)) if subscribers[i].has_room()]

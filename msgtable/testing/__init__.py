@@ -1,0 +1,11 @@
+"""Helpers for tests, msgtable's own and its users': an in-memory Store with MySQL's semantics
+(:class:`InMemoryStore`), and handles on MySQL-family servers to test against
+(:class:`ServerHandle`: a throwaway local one is msgtable.devdb.LocalServer, one run by someone
+else :class:`ExternalServer`)."""
+
+from __future__ import annotations
+
+from msgtable.testing.memory import CURRENT_COLUMNS, InMemoryStore
+from msgtable.testing.servers import ExternalServer, ServerHandle
+
+__all__ = ["CURRENT_COLUMNS", "ExternalServer", "InMemoryStore", "ServerHandle"]

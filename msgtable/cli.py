@@ -29,7 +29,7 @@ import grpc
 
 from msgtable import __version__
 from msgtable.auth import Authorizer
-from msgtable.client import DEFAULT_TARGET, Client, Field, Message, TableInfo, error_from_rpc
+from msgtable.client import Client, Field, Message, TableInfo, error_from_rpc
 from msgtable.errors import InvalidArgument, MsgtableError
 from msgtable.lease import DEFAULT_LEASE_PERIOD_S
 from msgtable.limits import (
@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="env MSGTABLE_LOG_LEVEL; default info",
     )
 
-    server_help = f"msgtable server HOST:PORT (env MSGTABLE_SERVER; default {DEFAULT_TARGET})"
+    server_help = f"msgtable server HOST:PORT (env MSGTABLE_SERVER; default {DEFAULT_ADDRESS})"
     tables = commands.add_parser(
         "tables",
         help="list message tables",
@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         "error, and live counters.",
     )
     tables.add_argument(
-        "--server", default=_env("MSGTABLE_SERVER", DEFAULT_TARGET), help=server_help
+        "--server", default=_env("MSGTABLE_SERVER", DEFAULT_ADDRESS), help=server_help
     )
     _client_flags(tables)
 
@@ -221,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one JSON object per line (DECIMAL as a string, binary as 0x hex)",
     )
-    tail.add_argument("--server", default=_env("MSGTABLE_SERVER", DEFAULT_TARGET), help=server_help)
+    tail.add_argument(
+        "--server", default=_env("MSGTABLE_SERVER", DEFAULT_ADDRESS), help=server_help
+    )
     _client_flags(tail)
     _pipeline_commands(commands)
     return parser

@@ -1,4 +1,5 @@
-"""Pure conversions between Python values and the wire types of msgtable.v1.
+"""Pure conversions between Python values and the wire types of msgtable.v1, both ways: the
+server's encoders and the client's decoders (rows, ack ids, table status) sit together.
 
 Rows travel as tuples of the values PyMySQL returns (int, float, Decimal, str, bytes,
 datetime/date/timedelta, None). Each column gets one encoder, chosen once from its MySQL
@@ -18,6 +19,7 @@ import datetime
 import decimal
 import enum
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from msgtable import mysql
@@ -290,32 +292,102 @@ def decode_ids(values: Sequence[pb.Value]) -> list[object]:
     return out
 
 
-# -- table status -------------------------------------------------------------------------
+# -- table status: the server's encoder and the client's decoder, side by side ------------------
+# The settings and counters ListTables carries, by name: the same on both sides of the wire.
+_SETTINGS = (
+    "ack_wait_s",
+    "purge_after_s",
+    "batch_size",
+    "cache_size",
+    "poller_interval_s",
+    "min_backoff_s",
+    "max_backoff_s",
+    "postpone_after_s",
+)
+_COUNTERS = ("cached", "in_flight", "subscribers", "sent", "acked")
+
+
 def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
     message = pb.TableStatus(
         name=status.name,
         keyspace=status.keyspace,
         load_error=status.load_error or "",
-        cached=status.cached,
-        in_flight=status.in_flight,
-        subscribers=status.subscribers,
-        sent=status.sent,
-        acked=status.acked,
+        **{name: getattr(status, name) for name in _COUNTERS},
     )
     config = status.config
     if config is not None:
         message.config.CopyFrom(
             pb.TableConfig(
-                ack_wait_s=config.ack_wait_s,
-                purge_after_s=config.purge_after_s,
-                batch_size=config.batch_size,
-                cache_size=config.cache_size,
-                poller_interval_s=config.poller_interval_s,
-                min_backoff_s=config.min_backoff_s,
-                max_backoff_s=config.max_backoff_s,
-                postpone_after_s=config.postpone_after_s,
                 layout=config.layout.value,
                 message_columns=[field_to_proto(c) for c in config.message_columns],
+                **{name: getattr(config, name) for name in _SETTINGS},
             )
         )
     return message
+
+
+@dataclass(frozen=True)
+class Field:
+    """One streamed column, as a client sees it: its name, how its values are read, and its
+    MySQL type."""
+
+    name: str
+    type: FieldType
+    column_type: str
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """The configuration of a loaded message table, as the server reports it."""
+
+    ack_wait_s: float
+    purge_after_s: float
+    batch_size: int
+    cache_size: int
+    poller_interval_s: float
+    min_backoff_s: float
+    max_backoff_s: float  # 0 means unbounded
+    layout: str  # "current" or "2018"
+    message_columns: tuple[Field, ...]
+    postpone_after_s: float  # vt_postpone_after (0: postponed before the send)
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """One message table as a server sees it (msgtable.status.TableStatus, remotely)."""
+
+    name: str
+    keyspace: str
+    config: TableSettings | None  # None when the table failed to load
+    load_error: str  # "" when the table is loaded
+    cached: int
+    in_flight: int
+    subscribers: int
+    sent: int
+    acked: int
+
+    @property
+    def loaded(self) -> bool:
+        return not self.load_error
+
+
+def field_from_proto(message: pb.Field) -> Field:
+    return Field(message.name, to_field_type(message.type), message.column_type)
+
+
+def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
+    config = None
+    if message.HasField("config"):
+        c = message.config
+        config = TableSettings(
+            layout=c.layout,
+            message_columns=tuple(field_from_proto(f) for f in c.message_columns),
+            **{name: getattr(c, name) for name in _SETTINGS},
+        )
+    return TableInfo(
+        name=message.name,
+        keyspace=message.keyspace,
+        config=config,
+        load_error=message.load_error,
+        **{name: getattr(message, name) for name in _COUNTERS},
+    )

@@ -54,18 +54,24 @@ class Retry:
         self._level = level
 
     def failed(
-        self, exc: BaseException, delay_s: float | None = None, *, what: str | None = None
+        self,
+        exc: BaseException,
+        delay_s: float | None = None,
+        *,
+        what: str | None = None,
+        level: int | None = None,
     ) -> float:
         """Count a failure; returns how long to wait before the next attempt (``delay_s``
         when the caller knows better, e.g. a redirect followed at once). ``what``: this
-        attempt, when a loop makes several kinds."""
+        attempt, when a loop makes several kinds; ``level``: of this first failure, when
+        it is an expected one (a redirect)."""
         self.failures += 1
         what = what or self.what
         delay = self.backoff.delay_s(self.failures) if delay_s is None else delay_s
         if self.failures == 1:
             bug = not isinstance(exc, MsgtableError)
             self._log.log(
-                logging.ERROR if bug else self._level,
+                logging.ERROR if bug else (level or self._level),
                 "%s failed: %s; retrying in %.1fs",
                 what,
                 exc if str(exc) else repr(exc),

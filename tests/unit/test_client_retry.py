@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from msgtable import client as client_module
-from msgtable.client import Client, backoff_s
+from msgtable.client import Client, router
 from msgtable.errors import NotLeader, ResourceExhausted, TableNotFound, Unavailable
 from msgtable.server import MessagingServer
 
@@ -19,8 +18,8 @@ from .test_server import WAIT_S, FakeEngine
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(client_module, "RETRY_MIN_S", 0.01)
-    monkeypatch.setattr(client_module, "RETRY_MAX_S", 0.05)
+    monkeypatch.setattr(router, "RETRY_MIN_S", 0.01)
+    monkeypatch.setattr(router, "RETRY_MAX_S", 0.05)
 
 
 def _next_in_thread(sub: object) -> tuple[threading.Event, list[object]]:
@@ -169,7 +168,8 @@ def test_an_ack_gives_up_when_its_time_out_is_spent(engine, server):
 
 
 def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
+    backoff = router.Router(("a:1",), None, None, 1.0).backoff
     for failures, ceiling in ((1, 0.01), (2, 0.02), (3, 0.04), (4, 0.05), (40, 0.05)):
-        waits = [backoff_s(failures) for _ in range(200)]
+        waits = [backoff.delay_s(failures) for _ in range(200)]
         assert all(ceiling / 2 <= w <= ceiling for w in waits)
         assert len(set(waits)) > 1

@@ -1,0 +1,131 @@
+"""The Client: a connection to msgtable servers, and the calls users make (subscribe, ack,
+list tables)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from msgtable import codec
+from msgtable.client.acks import DEFAULT_ACK_LINGER_S
+from msgtable.client.credentials import channel_credentials
+from msgtable.client.router import Router
+from msgtable.client.subscriber import Subscriber
+from msgtable.codec import TableInfo
+from msgtable.errors import InvalidArgument
+from msgtable.limits import DEFAULT_ADDRESS
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+
+DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_RETRY_FOR_S = 300.0  # a subscriber gives up after this long without a stream
+
+
+class Client:
+    """A connection to msgtable servers. Thread-safe; close() (or use as a context manager).
+
+    ``target``: one server's HOST:PORT, or several separated by commas (servers of one
+    database: the one holding the lease sends, the others answer NotLeader with its
+    address). Calls go to the leader once one answer named it, else to the targets in turn.
+    """
+
+    def __init__(
+        self,
+        target: str = DEFAULT_ADDRESS,
+        *,
+        timeout_s: float | None = DEFAULT_TIMEOUT_S,
+        ack_linger_s: float = DEFAULT_ACK_LINGER_S,
+        retry_for_s: float | None = DEFAULT_RETRY_FOR_S,
+        token: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+    ) -> None:
+        """``timeout_s``: for each unary call, for the first response of a stream, and for
+        the retries of an ack. ``retry_for_s``: how long a subscriber keeps subscribing
+        again after its stream broke (None: for ever). ``token``: sent as
+        ``authorization: Bearer TOKEN`` with every call. ``tls_ca`` (the CA that signed the
+        server's certificate; a PEM file), or ``tls_cert`` and ``tls_key`` (a client
+        certificate for mutual TLS), make the channels TLS."""
+        if ack_linger_s < 0:
+            raise InvalidArgument(f"ack_linger_s must be >= 0, not {ack_linger_s}")
+        if retry_for_s is not None and retry_for_s < 0:
+            raise InvalidArgument(f"retry_for_s must be >= 0 or None, not {retry_for_s}")
+        targets = tuple(t.strip() for t in target.split(",") if t.strip())
+        if not targets:
+            raise InvalidArgument("no server address given")
+        self.target = target
+        self.targets = targets
+        self.timeout_s = timeout_s
+        self.ack_linger_s = ack_linger_s  # see Subscriber.ack_async
+        self.retry_for_s = retry_for_s
+        self._router = Router(
+            targets, channel_credentials(tls_ca, tls_cert, tls_key), token, timeout_s
+        )
+        self._router.stub(targets[0])  # channels connect lazily: this only builds it
+
+    @property
+    def closed(self) -> bool:
+        return self._router.closed
+
+    @property
+    def leader(self) -> str:
+        """The leader's address as the last NotLeader answer named it ("" if none)."""
+        return self._router.leader
+
+    def subscribe(
+        self,
+        name: str,
+        keyspace: str = "",
+        shard: str = "",
+        key_range: tuple[bytes, bytes] | None = None,
+        max_in_flight: int = 0,
+        retry: bool = True,
+    ) -> Subscriber:
+        """Subscribe to a message table; returns once a server accepted the subscriber.
+
+        ``max_in_flight``: the server sends a batch only while fewer than this many of the
+        messages it sent this subscriber are unacked (0: the server's default, 1,000).
+        ``retry``: subscribe again by itself when the stream breaks for a passing reason,
+        and retry the first subscribe too (see msgtable.client.stream); False raises
+        instead."""
+        if not 0 <= max_in_flight <= 0xFFFFFFFF:
+            raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
+        request = pb.MessageStreamRequest(
+            name=name, keyspace=keyspace, shard=shard, max_in_flight=max_in_flight
+        )
+        if key_range is not None:
+            request.key_range.start, request.key_range.end = key_range
+        return Subscriber(
+            self._router,
+            request,
+            retry=retry,
+            retry_for_s=self.retry_for_s,
+            ack_linger_s=self.ack_linger_s,
+        )
+
+    def ack(self, name: str, ids: Sequence[object], keyspace: str = "") -> int:
+        """Acknowledge messages by id; returns how many this call acked.
+
+        A call that fails for a passing reason is tried again (to the leader, if a server
+        named one) with backoff within the client's ``timeout_s``; acks are idempotent, so
+        one that was written before its answer was lost counts 0 the second time."""
+        values = []
+        for i, raw in enumerate(ids):
+            try:
+                values.append(codec.encode_value(raw))
+            except (TypeError, ValueError) as exc:
+                raise InvalidArgument(f"ids[{i}]: {exc}") from None
+        return self._router.ack(name, keyspace, values)
+
+    def list_tables(self) -> list[TableInfo]:
+        """Every message table the server knows, with config or load error and counters."""
+        response = self._router.unary("ListTables", pb.ListTablesRequest())
+        return [codec.table_info_from_proto(t) for t in response.tables]
+
+    def close(self) -> None:
+        self._router.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

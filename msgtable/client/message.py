@@ -1,0 +1,45 @@
+"""One message a subscriber received: its values, and its ack."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+
+if TYPE_CHECKING:
+    from msgtable.client.subscriber import Subscriber
+
+
+class Message:
+    """One message received by a subscriber."""
+
+    __slots__ = ("_id_value", "_subscriber", "_values", "row")
+
+    def __init__(self, subscriber: Subscriber, row: tuple[object, ...], id_value: pb.Value) -> None:
+        self.row = row  # values in the order of subscriber.fields, id first
+        self._subscriber = subscriber
+        self._id_value = id_value  # the id as it came, to ack it as it came
+        self._values: dict[str, object] | None = None
+
+    @property
+    def id(self) -> object:
+        return self.row[0]
+
+    @property
+    def id_value(self) -> pb.Value:
+        """The id as the server sent it (what an ack sends back)."""
+        return self._id_value
+
+    @property
+    def values(self) -> dict[str, object]:
+        """Column name -> value, id included."""
+        if self._values is None:
+            self._values = dict(zip(self._subscriber.field_names, self.row, strict=True))
+        return self._values
+
+    def ack(self) -> int:
+        """Acknowledge this message; returns 1 if this call acked it, 0 if it was already."""
+        return self._subscriber.ack([self])
+
+    def __repr__(self) -> str:
+        return f"Message({self._subscriber.name}, {self.values!r})"

@@ -13,6 +13,7 @@ from decimal import Decimal
 import pytest
 
 from msgtable import cli
+from msgtable.cli import output
 from msgtable.client import Field, TableInfo, TableSettings
 from msgtable.codec import FieldType
 from msgtable.devdb import INSTALL_HINT
@@ -117,7 +118,7 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
         leases.append(lease_period_s)
         return engine
 
-    monkeypatch.setattr(cli, "open_engine", open_engine)
+    monkeypatch.setattr(cli.serve, "open_engine", open_engine)
     engine.fatal.set()  # stop at once
     argv = ["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]
     cli.main([*argv, "--discovery-interval", "0.25"])
@@ -136,8 +137,8 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
 
 
 def test_the_advertised_address_names_this_host_on_a_wildcard_listen():
-    assert cli.advertised_address("127.0.0.1:0", "127.0.0.1:4567") == "127.0.0.1:4567"
-    host = cli.advertised_address("0.0.0.0:50051", "127.0.0.1:50051")
+    assert cli.serve.advertised_address("127.0.0.1:0", "127.0.0.1:4567") == "127.0.0.1:4567"
+    host = cli.serve.advertised_address("0.0.0.0:50051", "127.0.0.1:50051")
     assert host == f"{socket.gethostname()}:50051"
 
 
@@ -169,7 +170,7 @@ def test_bad_arguments_exit_with_usage(argv, capsys):
 def test_tables_are_shown_with_their_settings_and_load_errors_in_full():
     columns = (Field("id", FieldType.INT, "bigint"),)
     settings = TableSettings(30, 86400, 10, 10000, 30, 30, 0, "current", columns, 1.0)
-    text = cli.format_tables(
+    text = output.format_tables(
         [
             TableInfo("my_message", "app", settings, "", 3, 2, 1, 9, 7),
             TableInfo(
@@ -201,7 +202,7 @@ def test_tables_are_shown_with_their_settings_and_load_errors_in_full():
 
 
 def test_no_tables_says_so():
-    assert cli.format_tables([]) == "no message tables"
+    assert output.format_tables([]) == "no message tables"
 
 
 def test_tables_command_prints_what_the_server_reports(engine, server, capsys):
@@ -279,7 +280,7 @@ def test_serve_without_a_server_binary_prints_the_install_hint(monkeypatch, caps
     def no_binary():
         raise ServerBinaryNotFound(f"no mariadbd or mysqld binary found.\n{INSTALL_HINT}")
 
-    monkeypatch.setattr(cli, "start_local_server", no_binary)
+    monkeypatch.setattr(cli.serve, "start_local_server", no_binary)
     assert cli.main(["serve", "--listen", "127.0.0.1:0"]) == 1
     err = capsys.readouterr().err
     assert_one_line_error(err, "no mariadbd or mysqld", "apt-get install mariadb-server")
@@ -287,7 +288,7 @@ def test_serve_without_a_server_binary_prints_the_install_hint(monkeypatch, caps
 
 def test_serve_stops_gracefully_on_sigint_and_closes_the_engine(monkeypatch, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli, "open_engine", lambda *_, **__: engine)
+    monkeypatch.setattr(cli.serve, "open_engine", lambda *_, **__: engine)
     before = signal.getsignal(signal.SIGINT)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -308,7 +309,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
     engine = ServableEngine()
     engine.fatal_reason = "the poller of my_message died"
     engine.fatal.set()
-    monkeypatch.setattr(cli, "open_engine", lambda *_, **__: engine)
+    monkeypatch.setattr(cli.serve, "open_engine", lambda *_, **__: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]) == 1
     )
@@ -317,7 +318,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
 
 def test_serve_on_a_port_in_use_is_one_line_on_stderr(monkeypatch, server, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli, "open_engine", lambda *_, **__: engine)
+    monkeypatch.setattr(cli.serve, "open_engine", lambda *_, **__: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", server.address]) == 1
     )
@@ -354,3 +355,28 @@ def test_security_flags_fall_back_to_their_environment_variables(monkeypatch):
     assert parser.parse_args(["tables"]).token == "from-the-environment"
     assert parser.parse_args(["serve"]).tls_client_ca == "ca.pem"
     assert parser.parse_args(["tail", "t", "--tls-ca", "x.pem"]).tls_ca == "x.pem"
+
+
+def test_every_flag_declared_with_an_environment_variable_falls_back_to_it(monkeypatch):
+    from msgtable.cli import flags
+
+    checked = 0
+    for command in flags.COMMANDS:
+        words = [command.name]
+        for f in command.flags:
+            if not f.name.startswith("-"):
+                words.append("x")
+            elif f.required:
+                words += [f.name, "x"]
+        for flag in command.flags:
+            if flag.env is None:
+                continue
+            value = flag.choices[-1] if flag.choices else "7"
+            monkeypatch.setenv(flag.env, "0" if flag.switch else value)
+            args = cli.build_parser().parse_args(words)
+            got = getattr(args, flag.name.lstrip("-").replace("-", "_"))
+            assert got == (False if flag.switch else (flag.type or str)(value)), flag.name
+            assert f"env {flag.env}" in flag.help_text
+            monkeypatch.delenv(flag.env)
+            checked += 1
+    assert checked >= 12

@@ -1,0 +1,65 @@
+"""The ``msgtable`` command: serve, tables, tail, archive, report.
+
+    msgtable serve [--dsn URL] [--listen HOST:PORT]   run the server (no DSN: a throwaway
+                                                       local MariaDB/MySQL with a demo table)
+    msgtable tables [--server HOST:PORT]               every message table, its config and state
+    msgtable tail NAME [--ack] [--count N] [--json]    print messages as they arrive
+    msgtable archive NAME --to PATH / report NAME      the Spark pipeline's jobs
+
+Flags fall back to MSGTABLE_* environment variables (flags.py declares them). Errors are one
+message on stderr and a non-zero exit status, never a traceback (``--log-level debug`` logs
+the traceback). The package: flags.py (the commands and flags, as data), serve.py (serve),
+commands.py (the others), output.py (what they print).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+import grpc
+
+from msgtable.cli import commands, serve
+from msgtable.cli.flags import build_parser
+from msgtable.client import error_from_rpc
+from msgtable.errors import MsgtableError
+
+log = logging.getLogger("msgtable.cli")
+
+EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "serve": serve.serve,
+    "tables": commands.tables,
+    "tail": commands.tail,
+    "archive": commands.archive,
+    "report": commands.report,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    level = getattr(args, "log_level", "warning")
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    command = COMMANDS[args.command]
+    try:
+        return command(args)
+    except MsgtableError as exc:
+        return fail(str(exc))
+    except grpc.RpcError as exc:  # the client maps these; this is a safety net
+        return fail(str(error_from_rpc(exc, getattr(args, "server", ""))))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:
+        log.debug("unexpected error", exc_info=True)
+        return fail(f"unexpected {type(exc).__name__}: {exc} (--log-level debug shows more)")
+
+
+def fail(message: str, stream: TextIO | None = None) -> int:
+    print(f"msgtable: error: {message}", file=stream or sys.stderr)
+    return EXIT_ERROR

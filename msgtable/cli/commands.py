@@ -1,0 +1,59 @@
+"""The client-side commands: ``msgtable tables`` and ``msgtable tail`` (over gRPC), and the
+Spark pipeline's ``msgtable archive`` and ``msgtable report`` (the spark extra)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from msgtable.cli.output import format_message, format_tables
+from msgtable.client import Client
+
+EXIT_OK = 0
+
+
+def _client(args: argparse.Namespace) -> Client:
+    return Client(args.server, token=args.token, tls_ca=args.tls_ca)
+
+
+def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    with _client(args) as client:
+        print(format_tables(client.list_tables()), file=out or sys.stdout)
+    return EXIT_OK
+
+
+def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    seen = 0
+    try:
+        with (
+            _client(args) as client,
+            client.subscribe(args.name, args.keyspace, retry=False) as sub,
+        ):
+            for batch in sub.batches():
+                if args.count is not None:
+                    batch = batch[: args.count - seen]
+                for message in batch:
+                    print(format_message(message, sub.fields, args.json), file=out)
+                out.flush()
+                if args.ack:
+                    sub.ack(batch)
+                seen += len(batch)
+                if args.count is not None and seen >= args.count:
+                    break
+    except KeyboardInterrupt:
+        pass  # Ctrl-C is how tail ends
+    return EXIT_OK
+
+
+def archive(args: argparse.Namespace) -> int:
+    from msgtable.spark.commands import archive_command
+
+    return archive_command(args)
+
+
+def report(args: argparse.Namespace) -> int:
+    from msgtable.spark.commands import report_command
+
+    return report_command(args)

@@ -1,0 +1,337 @@
+"""The ``msgtable`` command's commands and flags, declared as data, and the parser built from
+them. Every flag that has an environment variable names it here (``MSGTABLE_*``), and that
+variable is its default."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from msgtable import __version__
+from msgtable.lease import DEFAULT_LEASE_PERIOD_S
+from msgtable.limits import (
+    DEFAULT_ADDRESS,
+    DEFAULT_MAX_STREAMS_PER_CLIENT,
+    DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+)
+from msgtable.server import DEFAULT_GRACE_S
+from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
+
+
+# -- value types ---------------------------------------------------------------------------
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be more than zero, not {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
+    return value
+
+
+def duration(text: str) -> float:
+    """Seconds from "90", "90s", "15m", "12h" or "7d"."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    raw = text.strip().lower()
+    scale = units.get(raw[-1:], 0)
+    try:
+        value = float(raw[:-1] if scale else raw) * (scale or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration (90s, 15m, 12h, 7d): {text!r}") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
+    return value
+
+
+def switched_on(text: str) -> bool:
+    """An on/off environment variable: on unless it says 0, false, no or off."""
+    return text.strip().lower() not in ("0", "false", "no", "off")
+
+
+# -- declarations ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Flag:
+    """One argument of a command. ``env``: the environment variable its default comes from
+    (a ``switch`` reads it as on/off); ``default`` when that is unset."""
+
+    name: str  # "--dsn", or "name" for a positional argument
+    help: str
+    env: str | None = None
+    default: Any = None
+    type: Callable[[str], Any] | None = None
+    metavar: str | None = None
+    switch: bool = False  # --x / --no-x
+    store_true: bool = False
+    required: bool = False
+    choices: tuple[str, ...] | None = None
+
+    @property
+    def help_text(self) -> str:
+        """The help, naming the environment variable beside the default it replaces."""
+        text, env = self.help, self.env
+        if not env:
+            return text
+        if self.switch:  # on by default: what the variable is set to, to turn it off
+            return f"{text} (env {env}=0)"
+        at = text.rfind("(default ")
+        if at >= 0 and text.endswith(")"):
+            return f"{text[:at]}(env {env}; {text[at + 1 :]}"
+        return f"{text} (env {env})"
+
+    def add_to(self, parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+        default = self.default
+        if self.env and environ.get(self.env):
+            raw = environ[self.env]
+            default = switched_on(raw) if self.switch else raw
+        options: dict[str, Any] = {"help": self.help_text}
+        if self.switch:
+            options.update(action=argparse.BooleanOptionalAction, default=default)
+        elif self.store_true:
+            options.update(action="store_true")
+        else:
+            if not self.name.startswith("-"):
+                parser.add_argument(self.name, **options)
+                return
+            options.update(default=default, type=self.type, metavar=self.metavar)
+            if self.required:
+                options["required"] = True
+            if self.choices:
+                options["choices"] = self.choices
+        parser.add_argument(self.name, **options)
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    description: str
+    flags: tuple[Flag, ...]
+
+
+SERVER_FLAG = Flag(
+    "--server",
+    f"msgtable server HOST:PORT (default {DEFAULT_ADDRESS})",
+    env="MSGTABLE_SERVER",
+    default=DEFAULT_ADDRESS,
+)
+CLIENT_FLAGS = (
+    SERVER_FLAG,
+    Flag("--token", "bearer token for a server with --auth", env="MSGTABLE_TOKEN", metavar="TOKEN"),
+    Flag("--tls-ca", "connect with TLS, trusting this CA", env="MSGTABLE_TLS_CA", metavar="PEM"),
+)
+DSN_FLAG = Flag("--dsn", "SQLAlchemy URL of the database", env="MSGTABLE_DSN")
+SPARK_MASTER_FLAG = Flag(
+    "--master",
+    "Spark master (default local[*]; SPARK_REMOTE selects Spark Connect instead); needs "
+    "pip install 'msgtable[spark]'",
+)
+
+SERVE = Command(
+    "serve",
+    "run the server",
+    "Serve the message tables of one database over gRPC. Without a DSN, start a throwaway "
+    "local MariaDB/MySQL server with a demo table (deleted on exit).",
+    (
+        Flag(
+            "--dsn",
+            "SQLAlchemy URL of the database, e.g. mysql+pymysql://user:password@host:3306/db",
+            env="MSGTABLE_DSN",
+        ),
+        Flag(
+            "--listen",
+            "HOST:PORT to listen on; elsewhere than loopback, use --tls-cert and --auth "
+            f"(default {DEFAULT_ADDRESS})",
+            env="MSGTABLE_LISTEN",
+            default=DEFAULT_ADDRESS,
+        ),
+        Flag(
+            "--discovery-interval",
+            "seconds between looks for new, changed and dropped message tables (default "
+            f"{DEFAULT_DISCOVERY_INTERVAL_S:g})",
+            env="MSGTABLE_DISCOVERY_INTERVAL",
+            default=str(DEFAULT_DISCOVERY_INTERVAL_S),
+            type=positive_float,
+        ),
+        Flag(
+            "--binlog",
+            "follow the database's binlog (the default), so rows written by any client go out "
+            "at once, not at the next poll; it needs a ROW binlog and REPLICATION SLAVE + "
+            "REPLICATION CLIENT, and without them the server says why once and polls. "
+            "--no-binlog polls only",
+            env="MSGTABLE_BINLOG",
+            default=True,
+            switch=True,
+        ),
+        Flag(
+            "--lease",
+            "share the database with other msgtable servers (the default): the one holding "
+            "the lease (the table msgtable_lease) sends, the others answer subscribers with "
+            "UNAVAILABLE and its address. --no-lease: this server is the only one",
+            env="MSGTABLE_LEASE",
+            default=True,
+            switch=True,
+        ),
+        Flag(
+            "--lease-period",
+            "how long a lease lasts unless renewed; another server takes over within two "
+            f"(default {DEFAULT_LEASE_PERIOD_S:g})",
+            env="MSGTABLE_LEASE_PERIOD",
+            default=str(DEFAULT_LEASE_PERIOD_S),
+            type=positive_float,
+            metavar="SECONDS",
+        ),
+        Flag(
+            "--advertise",
+            "the address other servers send clients to when this one leads (default the "
+            "listen address, or this host's name on a wildcard)",
+            env="MSGTABLE_ADVERTISE",
+            metavar="HOST:PORT",
+        ),
+        Flag(
+            "--auth",
+            "tokens, client certificate names and per-table rules (TOML; see the README); "
+            "without it every caller may do everything",
+            env="MSGTABLE_AUTH",
+            metavar="FILE",
+        ),
+        Flag(
+            "--tls-cert",
+            "the server's certificate: serve TLS",
+            env="MSGTABLE_TLS_CERT",
+            metavar="PEM",
+        ),
+        Flag("--tls-key", "the server certificate's key", env="MSGTABLE_TLS_KEY", metavar="PEM"),
+        Flag(
+            "--tls-client-ca",
+            "require client certificates signed by this CA",
+            env="MSGTABLE_TLS_CLIENT_CA",
+            metavar="PEM",
+        ),
+        Flag(
+            "--max-subscribers-per-table",
+            f"then RESOURCE_EXHAUSTED (default {DEFAULT_MAX_SUBSCRIBERS_PER_TABLE:,})",
+            default=DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+            type=positive_int,
+            metavar="N",
+        ),
+        Flag(
+            "--max-streams-per-client",
+            "streams of one principal (or, without --auth, one address); then "
+            f"RESOURCE_EXHAUSTED (default {DEFAULT_MAX_STREAMS_PER_CLIENT})",
+            default=DEFAULT_MAX_STREAMS_PER_CLIENT,
+            type=positive_int,
+            metavar="N",
+        ),
+        Flag(
+            "--grace-s",
+            "on SIGINT/SIGTERM, seconds to let calls in flight finish "
+            f"(default {DEFAULT_GRACE_S:g})",
+            default=DEFAULT_GRACE_S,
+            type=non_negative_float,
+        ),
+        Flag(
+            "--log-level",
+            "(default info)",
+            env="MSGTABLE_LOG_LEVEL",
+            default="info",
+            type=str.lower,
+            choices=("debug", "info", "warning", "error"),
+        ),
+    ),
+)
+TABLES = Command(
+    "tables",
+    "list message tables",
+    "List every message table the server knows: configuration or load error, and live counters.",
+    CLIENT_FLAGS,
+)
+TAIL = Command(
+    "tail",
+    "print messages as they arrive",
+    "Subscribe to a message table and print each message (id and columns) as it arrives, "
+    "until Ctrl-C. Without --ack the messages are not acknowledged, so they are sent again "
+    "after the table's ack wait.",
+    (
+        Flag("name", "message table"),
+        Flag("--keyspace", "keyspace (database); default the server's", default=""),
+        Flag("--ack", "acknowledge each batch once printed", store_true=True),
+        Flag("--count", "exit after N messages", type=positive_int, metavar="N"),
+        Flag(
+            "--json",
+            "one JSON object per line (DECIMAL as a string, binary as 0x hex)",
+            store_true=True,
+        ),
+        *CLIENT_FLAGS,
+    ),
+)
+ARCHIVE = Command(
+    "archive",
+    "copy old acked rows to Parquet, then delete them",
+    "Copy the rows of message table NAME acked more than --older-than ago to Parquet under "
+    "PATH (partitioned by the UTC day they were acked), check the copy's row count, then "
+    "delete exactly the copied rows. A crash at any point loses nothing, and a rerun finishes "
+    "what was left without copying anything twice.",
+    (
+        Flag("name", "message table"),
+        Flag("--to", "the archive's directory", metavar="PATH", required=True),
+        Flag(
+            "--older-than",
+            "archive rows acked more than this long ago: 90s, 15m, 12h, 7d (default 1d)",
+            default=86400.0,
+            type=duration,
+            metavar="AGE",
+        ),
+        DSN_FLAG,
+        SPARK_MASTER_FLAG,
+    ),
+)
+REPORT = Command(
+    "report",
+    "delivery statistics of a message table or an archive",
+    "Delivery latency percentiles (created -> acked, where the table has time_created), "
+    "redeliveries by epoch, backlog by age and priority, and throughput per hour, of message "
+    "table NAME (or of the archive at --archive PATH): a table in the terminal and an HTML "
+    "report with plots.",
+    (
+        Flag("name", "message table (or a title, with --archive)"),
+        Flag("--archive", "read this archive", metavar="PATH"),
+        Flag("--html", "default NAME-report.html", metavar="FILE"),
+        DSN_FLAG,
+        SPARK_MASTER_FLAG,
+    ),
+)
+COMMANDS = (SERVE, TABLES, TAIL, ARCHIVE, REPORT)
+
+
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, with defaults from ``environ`` (the process's)."""
+    env = os.environ if environ is None else environ
+    parser = argparse.ArgumentParser(
+        prog="msgtable",
+        description="A message-table engine for MySQL: enqueue with SQL, stream over gRPC.",
+    )
+    parser.add_argument("--version", action="version", version=f"msgtable {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.description)
+        for flag in command.flags:
+            flag.add_to(p, env)
+    return parser

@@ -1,0 +1,86 @@
+"""What the ``msgtable`` command prints: the table of message tables, and a message as tail
+shows it (text or JSON)."""
+
+from __future__ import annotations
+
+import decimal
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from msgtable.client import Field, Message, TableInfo
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def format_tables(tables: Sequence[TableInfo]) -> str:
+    """A readable table of every message table; load errors in full below it."""
+    if not tables:
+        return "no message tables"
+    header = (
+        "TABLE",
+        "KEYSPACE",
+        "STATUS",
+        "BATCH",
+        "CACHE",
+        "ACK WAIT",
+        "CACHED",
+        "IN FLIGHT",
+        "SUBSCRIBERS",
+        "SENT",
+        "ACKED",
+    )
+    rows = [header]
+    for t in tables:
+        c = t.config
+        rows.append(
+            (
+                t.name,
+                t.keyspace,
+                "loaded" if c is not None else "error",
+                str(c.batch_size) if c else "-",
+                str(c.cache_size) if c else "-",
+                _seconds(c.ack_wait_s) if c else "-",
+                str(t.cached),
+                str(t.in_flight),
+                str(t.subscribers),
+                str(t.sent),
+                str(t.acked),
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    ]
+    failed = [t for t in tables if t.load_error]
+    if failed:
+        lines.append("")
+        lines.append("load errors:")
+        lines.extend(f"  {t.name}: {t.load_error}" for t in failed)
+    return "\n".join(lines)
+
+
+def _json_default(value: Any) -> str:
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    raise TypeError(f"cannot show {type(value).__name__}")
+
+
+def _text(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bytes):
+        return "0x" + value.hex()
+    return str(value)
+
+
+def format_message(message: Message, fields: Sequence[Field], as_json: bool = False) -> str:
+    if as_json:
+        return json.dumps(message.values, default=_json_default, ensure_ascii=False)
+    return " ".join(f"{f.name}={_text(v)}" for f, v in zip(fields, message.row, strict=True))

@@ -1,0 +1,201 @@
+"""``msgtable serve``: the engine and the gRPC server on one database (or on a throwaway local
+one with a demo table), until SIGINT or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import TYPE_CHECKING, TextIO
+
+from msgtable.auth import Authorizer
+from msgtable.errors import InvalidArgument
+from msgtable.limits import DEFAULT_ADDRESS
+from msgtable.server import MessagingServer, TlsFiles
+from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
+
+if TYPE_CHECKING:
+    from msgtable.devdb import LocalServer
+    from msgtable.engine import MessageEngine
+
+log = logging.getLogger("msgtable.cli")
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+DEMO_DATABASE = "msgtable"
+
+
+def open_engine(
+    dsn: str,
+    discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S,
+    follow_binlog: bool = False,
+    lease_period_s: float | None = None,
+) -> MessageEngine:
+    from sqlalchemy.exc import ArgumentError
+
+    from msgtable.engine import MessageEngine
+
+    try:
+        return MessageEngine.from_dsn(
+            dsn,
+            discovery_interval_s=discovery_interval_s,
+            follow_binlog=follow_binlog,
+            lease_period_s=lease_period_s,
+        )
+    except ArgumentError as exc:
+        raise InvalidArgument(f"invalid DSN: {exc}") from None
+
+
+def start_local_server() -> LocalServer:
+    """Start a throwaway server (raises ServerBinaryNotFound with the install hint)."""
+    from msgtable.devdb import LocalServer
+
+    local = LocalServer()
+    local.start()
+    return local
+
+
+def create_demo_table(dsn: str) -> None:
+    import sqlalchemy
+
+    from msgtable.tables import DEMO_COMMENT, DEMO_TABLE, current_layout_ddl
+
+    # The documented comment, but polling every second: a demo should answer at once.
+    comment = DEMO_COMMENT.replace("vt_poller_interval=30", "vt_poller_interval=1")
+    engine = sqlalchemy.create_engine(dsn)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(current_layout_ddl(DEMO_TABLE, comment))
+    finally:
+        engine.dispose()
+
+
+def _hide_password(dsn: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(dsn).render_as_string(hide_password=True)
+    except Exception:
+        return "(unparsable DSN)"
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            log.warning("already stopping")
+        stop.set()
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def serve(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    # Until serving starts, SIGTERM unwinds like Ctrl-C, so a throwaway database caught
+    # half-started is still stopped and its data directory removed (the default action
+    # would end the process before any clean-up runs).
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        return _serve(args, out or sys.stdout)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    local: LocalServer | None = None
+    try:
+        dsn: str | None = args.dsn
+        if not dsn:
+            print(
+                "msgtable: no DSN given (--dsn or MSGTABLE_DSN): starting a throwaway local "
+                "database server...",
+                file=out,
+                flush=True,
+            )
+            local = start_local_server()
+            local.create_database(DEMO_DATABASE)
+            dsn = local.dsn(DEMO_DATABASE)
+            create_demo_table(dsn)
+            from msgtable.mysql import without_driver
+
+            dsn = without_driver(dsn)  # the server takes the fastest driver installed
+        engine = open_engine(
+            dsn,
+            args.discovery_interval,
+            args.binlog,
+            lease_period_s=args.lease_period if args.lease else None,
+        )
+        try:
+            engine.open()
+            server = MessagingServer(
+                engine,
+                args.listen,
+                authorizer=Authorizer.from_file(args.auth) if args.auth else None,
+                tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+                if args.tls_cert
+                else None,
+                max_subscribers_per_table=args.max_subscribers_per_table,
+                max_streams_per_client=args.max_streams_per_client,
+            )
+            server.start()
+            engine.campaign(args.advertise or advertised_address(args.listen, server.address))
+            if local is not None:
+                print(_demo_instructions(local, server.address, args.listen), file=out)
+            print(
+                f"serving on {server.address} (database {_hide_password(dsn)}); Ctrl-C to stop",
+                file=out,
+                flush=True,
+            )
+            return _serve_until_stopped(engine, server, args.grace_s)
+        finally:
+            engine.close()
+    finally:
+        if local is not None:
+            local.stop()
+
+
+def advertised_address(listen: str, bound: str) -> str:
+    """What other servers tell clients to reach this one at: the address it is bound to,
+    or on a wildcard listen (0.0.0.0, [::]) this host's name and the port."""
+    host = listen.rsplit(":", 1)[0] if ":" in listen else listen
+    if host in ("", "0.0.0.0", "[::]", "::"):
+        import socket
+
+        return f"{socket.gethostname()}:{bound.rsplit(':', 1)[1]}"
+    return bound
+
+
+def _serve_until_stopped(engine: MessageEngine, server: MessagingServer, grace_s: float) -> int:
+    stop = threading.Event()
+    code = EXIT_OK
+    with _stop_on_signals(stop):
+        while not stop.wait(0.5):
+            if engine.fatal.is_set():
+                log.error("stopping: %s", engine.fatal_reason)
+                code = EXIT_ERROR
+                break
+        log.info("stopping (up to %gs for calls in flight)", grace_s)
+        server.stop(grace_s)
+    return code
+
+
+def _demo_instructions(local: LocalServer, address: str, listen: str) -> str:
+    server_flag = "" if listen == DEFAULT_ADDRESS else f" --server {address}"
+    return "\n".join(
+        (
+            f"msgtable: a throwaway server runs on 127.0.0.1:{local.port} (deleted on exit), "
+            f"with the message table my_message in database {DEMO_DATABASE}.",
+            f"  look inside:  {local.mysql_cli_command(DEMO_DATABASE)}",
+            "  enqueue:      insert into my_message(id, message) values (1, 'hello world');",
+            f"  receive:      msgtable tail my_message --ack{server_flag}",
+        )
+    )

@@ -30,18 +30,10 @@ from typing import Any
 
 import pymysql
 
-from bench.common import (
-    PAYLOAD,
-    BenchError,
-    ServerProcess,
-    Workers,
-    connect,
-    create_table,
-    execute,
-    message_comment,
-    percentile,
-    report,
-)
+from bench.database import PAYLOAD, connect, create_table, execute, message_comment
+from bench.errors import BenchError
+from bench.measure import percentile
+from bench.processes import ServerProcess, Workers, report
 
 RATE_MSGS_S = 1000
 BATCH_SIZE = 100

@@ -23,16 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import (
-    BenchError,
-    ServerProcess,
-    Workers,
-    bulk_insert,
-    connect,
-    create_table,
-    message_comment,
-    report,
-)
+from bench.database import bulk_insert, connect, create_table, message_comment
+from bench.errors import BenchError
+from bench.processes import ServerProcess, Workers, report
 
 TABLES = 10
 CACHE_SIZE = 10_000

@@ -29,8 +29,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import common, engine, latency, memory, peer, raw, scale, spark
-from bench.common import BenchError, Database, ServerProcess, database_server, scratch_database
+from bench import database, engine, latency, memory, peer, raw, scale, spark
+from bench.database import Database, database_server, scratch_database
+from bench.errors import BenchError
+from bench.processes import ServerProcess
 from bench.report import Report
 
 SECTIONS = (
@@ -121,7 +123,7 @@ def run(args: argparse.Namespace) -> Report:
     if args.postpone_after is not None:
         if args.postpone_after < 0:
             raise BenchError("--postpone-after must be 0 or more")
-        common.POSTPONE_AFTER_S = args.postpone_after
+        database.POSTPONE_AFTER_S = args.postpone_after
     progress(f"{p.mode} mode; starting or reaching the database server")
     with database_server() as db:
         report = Report(

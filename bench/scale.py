@@ -33,11 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import engine
-from bench.common import (
+from bench.database import (
     NS,
-    BenchError,
-    ServerProcess,
-    Throughput,
     bulk_insert,
     connect,
     count_rows,
@@ -45,6 +42,9 @@ from bench.common import (
     execute,
     message_comment,
 )
+from bench.errors import BenchError
+from bench.measure import Throughput
+from bench.processes import ServerProcess
 from msgtable.tables import DEFAULT_POSTPONE_AFTER_S
 
 SMALL_BACKLOG = 10_000

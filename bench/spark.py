@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import count_rows, create_table, execute, message_comment
+from bench.database import count_rows, create_table, execute, message_comment
 
 ROWS = 1_000_000
 PARTITIONS = 4

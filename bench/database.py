@@ -2,7 +2,8 @@
 connections, message tables (their COMMENT and DDL), bulk rows and the lifecycle check.
 
 Every benchmark sends the same message (PAYLOAD) and makes its tables with
-:func:`create_table` and a COMMENT from :func:`message_comment`.
+:func:`create_table` and a COMMENT from :func:`message_comment`; the run's settings that go
+into every COMMENT (``postpone_after_s``) are passed in by the caller, from ``bench.run``.
 """
 
 from __future__ import annotations
@@ -111,19 +112,18 @@ def execute(dsn: str, *statements: str) -> list[tuple[Any, ...]]:
     return rows
 
 
-# vt_postpone_after of every message table the bench makes (python -m bench.run
-# --postpone-after); None leaves the engine's default.
-POSTPONE_AFTER_S: float | None = None
-
-
 def message_comment(
     batch_size: int,
     poller_interval_s: float,
     *,
+    postpone_after_s: float | None,
     cache_size: int = CACHE_SIZE,
     purge_after_s: float = PURGE_AFTER_S,
 ) -> str:
-    postpone = "" if POSTPONE_AFTER_S is None else f",vt_postpone_after={POSTPONE_AFTER_S:g}"
+    """The COMMENT of a message table the bench makes. ``postpone_after_s`` is the run's
+    (``python -m bench.run --postpone-after``); None leaves out vt_postpone_after, so the
+    engine's default applies. It has no default here so that no caller forgets the run's."""
+    postpone = "" if postpone_after_s is None else f",vt_postpone_after={postpone_after_s:g}"
     return (
         f"vitess_message,vt_ack_wait={ACK_WAIT_S},vt_purge_after={purge_after_s:g},"
         f"vt_batch_size={batch_size},vt_cache_size={cache_size},"

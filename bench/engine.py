@@ -174,19 +174,22 @@ def run(
     subscribers: int,
     poller_interval_s: float,
     *,
+    postpone_after_s: float | None,
     table: str | None = None,
     first_id: int = 0,
     db_pid: int | None = None,
 ) -> Throughput:
     """One end-to-end run: a producer of ``n`` messages and ``subscribers`` subscribers.
 
-    Without ``table`` the run makes a fresh message table and drops it afterwards; with one,
-    the table exists already (bench.scale) and only the ids it inserts are checked.
+    Without ``table`` the run makes a fresh message table (with the run's
+    ``postpone_after_s``) and drops it afterwards; with one, the table exists already
+    (bench.scale) and only the ids it inserts are checked.
     """
     fresh = table is None
     table = table or f"mt_b{batch_size}_s{subscribers}"
     if fresh:
-        create_table(dsn, table, message_comment(batch_size, poller_interval_s))
+        comment = message_comment(batch_size, poller_interval_s, postpone_after_s=postpone_after_s)
+        create_table(dsn, table, comment)
     try:
         shared = Shared.new(0)
         with Workers() as workers:

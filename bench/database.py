@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 from bench.errors import BenchError
 from msgtable.devdb import LocalServer
+from msgtable.mysql import SESSION_SETUP, pymysql_args
 from msgtable.tables import current_layout_ddl
 from msgtable.testing import ExternalServer, ServerHandle
 
@@ -85,21 +86,13 @@ def scratch_database(server: ServerHandle, name: str) -> Iterator[str]:
 def connect(dsn: str) -> Any:
     """A PyMySQL connection (autocommit, READ COMMITTED like msgtable's store) for a DSN."""
     url = make_url(dsn)
-    kwargs: dict[str, Any] = {
-        "user": url.username or "",
-        "password": url.password or "",
-        "database": url.database or None,
-        "autocommit": True,
-        "charset": "utf8mb4",
-        "init_command": "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
-    }
-    unix_socket = url.query.get("unix_socket")
-    if unix_socket:
-        kwargs["unix_socket"] = unix_socket if isinstance(unix_socket, str) else unix_socket[0]
-    else:
-        kwargs["host"] = url.host or "127.0.0.1"
-        kwargs["port"] = url.port or 3306
-    return pymysql.connect(**kwargs)
+    return pymysql.connect(
+        **pymysql_args(url),
+        database=url.database or None,
+        autocommit=True,
+        charset="utf8mb4",
+        init_command=SESSION_SETUP,
+    )
 
 
 def execute(dsn: str, *statements: str) -> list[tuple[Any, ...]]:

@@ -186,6 +186,7 @@ def run_engine(
     its msgtable run: the machine's speed drifts over minutes (every process's CPU per
     message, the same work, has been seen to rise by a third for a while), so a ratio is
     only fair between runs made side by side."""
+    postpone = args.postpone_after  # of every message table; None: the engine's default
     with (
         scratch_database(db.handle, "bench_msgtable") as dsn,
         ServerProcess(dsn, binlog=not args.no_binlog) as server,
@@ -203,7 +204,7 @@ def run_engine(
                         b,
                         k,
                         args.poller_interval,
-                        postpone_after_s=args.postpone_after,
+                        postpone_after_s=postpone,
                         db_pid=db.pid,
                     )
                     progress(f"msgtable batch {b}, {k} subscribers: {r.msgs_s:,.0f} msgs/s")
@@ -215,7 +216,7 @@ def run_engine(
                     dsn,
                     p.latency_s,
                     args.latency_poller_interval,
-                    postpone_after_s=args.postpone_after,
+                    postpone_after_s=postpone,
                 )
             lat = report.latency
             progress(f"latency, polling: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
@@ -227,29 +228,23 @@ def run_engine(
                     p.latency_s,
                     args.latency_poller_interval,
                     binlog=True,
-                    postpone_after_s=args.postpone_after,
+                    postpone_after_s=postpone,
                 )
             lat = report.latency_binlog
             progress(f"latency, binlog: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
         if "ontime" in only:
-            report.on_time = latency.on_time(server, dsn, postpone_after_s=args.postpone_after)
+            report.on_time = latency.on_time(server, dsn, postpone_after_s=postpone)
             ot = report.on_time
             progress(f"on time: late p50 {ot.p50_ms:.1f} ms, p99 {ot.p99_ms:.1f} ms")
         k, b = args.subscribers, args.batch_size
         if "backlog" in only:
             report.backlog = scale.backlog(
-                server, dsn, b, k, args.poller_interval, postpone_after_s=args.postpone_after
+                server, dsn, b, k, args.poller_interval, postpone_after_s=postpone
             )
             progress(f"backlog: 1M vs 10k {report.backlog.ratio:.2f}")
         if "purge" in only:
             report.purge = scale.purge(
-                server,
-                dsn,
-                p.purge_messages,
-                b,
-                k,
-                args.poller_interval,
-                postpone_after_s=args.postpone_after,
+                server, dsn, p.purge_messages, b, k, args.poller_interval, postpone_after_s=postpone
             )
             progress(f"purge: during / without {report.purge.ratio:.2f}")
         server.check_alive()

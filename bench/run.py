@@ -210,28 +210,24 @@ def run_engine(
                     progress(f"msgtable batch {b}, {k} subscribers: {r.msgs_s:,.0f} msgs/s")
                     report.runs.append(r)
         if "latency" in only:  # each on a fresh server: polling only, then the default
-            with ServerProcess(dsn, binlog=False) as polling:
-                report.latency = latency.run(
-                    polling,
-                    dsn,
-                    p.latency_s,
-                    args.latency_poller_interval,
-                    postpone_after_s=postpone,
-                )
-            lat = report.latency
-            progress(f"latency, polling: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
-            with ServerProcess(dsn) as following:
-                time.sleep(1.0)  # its follower connects to the binlog after it starts serving
-                report.latency_binlog = latency.run(
-                    following,
-                    dsn,
-                    p.latency_s,
-                    args.latency_poller_interval,
-                    binlog=True,
-                    postpone_after_s=postpone,
-                )
-            lat = report.latency_binlog
-            progress(f"latency, binlog: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
+            for binlog in (False, True):
+                with ServerProcess(dsn, binlog=binlog) as fresh:
+                    if binlog:
+                        time.sleep(1.0)  # its follower connects to the binlog after it serves
+                    lat = latency.run(
+                        fresh,
+                        dsn,
+                        p.latency_s,
+                        args.latency_poller_interval,
+                        binlog=binlog,
+                        postpone_after_s=postpone,
+                    )
+                if binlog:
+                    report.latency_binlog = lat
+                else:
+                    report.latency = lat
+                how = "binlog" if binlog else "polling"
+                progress(f"latency, {how}: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
         if "ontime" in only:
             report.on_time = latency.on_time(server, dsn, postpone_after_s=postpone)
             ot = report.on_time

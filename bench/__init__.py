@@ -4,7 +4,9 @@ One run measures, on one MySQL-family server and with one message shape, the raw
 the message lifecycle (bench.raw), msgtable end to end (bench.engine), a peer queue on the
 same database (bench.peer), delivery latency (bench.latency) and the server's memory per
 cached message (bench.memory); ``--full`` adds batch-size and subscriber sweeps, a large
-backlog, purge under load and the poll query's plan (bench.scale). Shared pieces (the
-database, the producer, worker processes, the msgtable server subprocess) are in
-bench.common; bench.report prints the table, the targets and the closing JSON line.
+backlog, purge under load and the poll query's plan (bench.scale). Shared pieces: the
+database and its message tables (bench.database), the producer both throughput runs use
+(bench.producer), worker processes and the msgtable server subprocess (bench.processes),
+measurement (bench.measure) and BenchError (bench.errors); bench.report prints the table,
+the targets and the closing JSON line.
 """

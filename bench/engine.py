@@ -1,6 +1,6 @@
 """msgtable end to end: SQL INSERT -> poll -> claim -> MessageStream -> MessageAck.
 
-The real server runs as a subprocess (``python -m msgtable serve``, bench.common.ServerProcess)
+The real server runs as a subprocess (``python -m msgtable serve``, bench.processes.ServerProcess)
 on loopback; a producer process inserts the rows with the same multi-row INSERTs as the raw
 run while K subscriber processes (one Client each) stream the table and ack every batch with
 MessageAck. The figure is the number of messages over the time from the first INSERT to the
@@ -19,24 +19,11 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import (
-    CTX,
-    BenchError,
-    Flag,
-    ProducerSpec,
-    ServerProcess,
-    Throughput,
-    Workers,
-    check_lifecycle,
-    cpu_meter,
-    create_table,
-    execute,
-    message_comment,
-    producer_rows,
-    producer_worker,
-    report,
-    run_timeout_s,
-)
+from bench.database import check_lifecycle, create_table, execute, message_comment
+from bench.errors import BenchError
+from bench.measure import Throughput, cpu_meter, run_timeout_s
+from bench.processes import CTX, Flag, ServerProcess, Workers, report
+from bench.producer import ProducerSpec, producer_rows, producer_worker
 
 CLIENT_TIMEOUT_S = 30.0
 LEAVE_POLL_S = 0.01  # how often an idle subscriber checks whether the run is over
@@ -187,19 +174,22 @@ def run(
     subscribers: int,
     poller_interval_s: float,
     *,
+    postpone_after_s: float | None,
     table: str | None = None,
     first_id: int = 0,
     db_pid: int | None = None,
 ) -> Throughput:
     """One end-to-end run: a producer of ``n`` messages and ``subscribers`` subscribers.
 
-    Without ``table`` the run makes a fresh message table and drops it afterwards; with one,
-    the table exists already (bench.scale) and only the ids it inserts are checked.
+    Without ``table`` the run makes a fresh message table (with the run's
+    ``postpone_after_s``) and drops it afterwards; with one, the table exists already
+    (bench.scale) and only the ids it inserts are checked.
     """
     fresh = table is None
     table = table or f"mt_b{batch_size}_s{subscribers}"
     if fresh:
-        create_table(dsn, table, message_comment(batch_size, poller_interval_s))
+        comment = message_comment(batch_size, poller_interval_s, postpone_after_s=postpone_after_s)
+        create_table(dsn, table, comment)
     try:
         shared = Shared.new(0)
         with Workers() as workers:

@@ -30,18 +30,10 @@ from typing import Any
 
 import pymysql
 
-from bench.common import (
-    PAYLOAD,
-    BenchError,
-    ServerProcess,
-    Workers,
-    connect,
-    create_table,
-    execute,
-    message_comment,
-    percentile,
-    report,
-)
+from bench.database import PAYLOAD, connect, create_table, execute, message_comment
+from bench.errors import BenchError
+from bench.measure import percentile
+from bench.processes import ServerProcess, Workers, report
 
 RATE_MSGS_S = 1000
 BATCH_SIZE = 100
@@ -170,13 +162,20 @@ def arrivals(receiver: dict[str, Any], n: int, what: str) -> array[float]:
 
 
 def run(
-    server: ServerProcess, dsn: str, seconds: float, poller_interval_s: float, binlog: bool = False
+    server: ServerProcess,
+    dsn: str,
+    seconds: float,
+    poller_interval_s: float,
+    binlog: bool = False,
+    *,
+    postpone_after_s: float | None,
 ) -> LatencyResult:
     """Latency at RATE_MSGS_S for ``seconds``, on a table polled every poller_interval_s
     (``binlog``: the server follows the binlog, as the report says)."""
     table = "latency_binlog" if binlog else "latency"
     n = round(RATE_MSGS_S * seconds)
-    create_table(dsn, table, message_comment(BATCH_SIZE, poller_interval_s))
+    comment = message_comment(BATCH_SIZE, poller_interval_s, postpone_after_s=postpone_after_s)
+    create_table(dsn, table, comment)
     try:
         with Workers() as workers:
             spec = ReceiverSpec(server.address, table, n, ack_async=True)
@@ -207,11 +206,12 @@ def run(
     )
 
 
-def on_time(server: ServerProcess, dsn: str) -> OnTimeResult:
+def on_time(server: ServerProcess, dsn: str, *, postpone_after_s: float | None) -> OnTimeResult:
     """How late messages with a future time_next arrive (see the module docstring)."""
     table = "on_time"
     n = ON_TIME_MESSAGES
-    create_table(dsn, table, message_comment(BATCH_SIZE, ON_TIME_POLLER_S))
+    comment = message_comment(BATCH_SIZE, ON_TIME_POLLER_S, postpone_after_s=postpone_after_s)
+    create_table(dsn, table, comment)
     try:
         first = time.time_ns() + round(ON_TIME_LEAD_S * 1e9)
         step = round(ON_TIME_SPREAD_S * 1e9 / n)

@@ -23,16 +23,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import (
-    BenchError,
-    ServerProcess,
-    Workers,
-    bulk_insert,
-    connect,
-    create_table,
-    message_comment,
-    report,
-)
+from bench.database import bulk_insert, connect, create_table, message_comment
+from bench.errors import BenchError
+from bench.processes import ServerProcess, Workers, report
 
 TABLES = 10
 CACHE_SIZE = 10_000
@@ -87,12 +80,15 @@ def holder_worker(spec: HolderSpec, name: str, ready: Any, go: Any, results: Any
     report(name, results, work)
 
 
-def run(dsn: str) -> MemoryResult:
-    """Measure on the (empty, dedicated) database ``dsn``."""
+def run(dsn: str, *, postpone_after_s: float | None) -> MemoryResult:
+    """Measure on the (empty, dedicated) database ``dsn``; its tables get the run's
+    ``postpone_after_s``."""
     from msgtable.client import Client
 
     tables = tuple(f"mem_{i}" for i in range(TABLES))
-    comment = message_comment(BATCH_SIZE, POLLER_INTERVAL_S, cache_size=CACHE_SIZE)
+    comment = message_comment(
+        BATCH_SIZE, POLLER_INTERVAL_S, postpone_after_s=postpone_after_s, cache_size=CACHE_SIZE
+    )
     for t in tables:
         create_table(dsn, t, comment)
         bulk_insert(dsn, t, ROWS_PER_TABLE)

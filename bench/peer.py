@@ -22,7 +22,9 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from bench.common import PAYLOAD, Throughput, Workers, report
+from bench.database import PAYLOAD
+from bench.measure import Throughput
+from bench.processes import Workers, report
 
 POLLING_INTERVAL_S = 0.01
 QUEUE = "bench"

@@ -17,7 +17,7 @@ msgtable.tables.current_layout_ddl, in tight loops:
 
 How it is made fair (the point is "what the database can do for this lifecycle here"):
 
-* one producer process inserts the same rows as the msgtable run (bench.common.producer_rows
+* one producer process inserts the same rows as the msgtable run (bench.producer.producer_rows
   rows per INSERT), concurrently with the consumers; the clock runs from its first INSERT to
   the last ack, as for msgtable;
 * there are as many consumer connections as msgtable has subscribers, each in a process of its
@@ -45,23 +45,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import (
-    NS,
-    BenchError,
-    ProducerSpec,
-    Throughput,
-    Workers,
-    check_lifecycle,
-    connect,
-    cpu_meter,
-    create_table,
-    execute,
-    partition_sizes,
-    producer_rows,
-    producer_worker,
-    report,
-    run_timeout_s,
-)
+from bench.database import NS, check_lifecycle, connect, create_table, execute
+from bench.errors import BenchError
+from bench.measure import Throughput, cpu_meter, run_timeout_s
+from bench.processes import Workers, report
+from bench.producer import ProducerSpec, partition_sizes, producer_rows, producer_worker
 
 IDLE_SLEEP_S = 0.001
 IDLE_MAX_S = 0.016
@@ -74,7 +62,7 @@ class ConsumerSpec:
     dsn: str
     table: str
     partition: int
-    expected: int  # rows of priority == partition (bench.common.partition_sizes)
+    expected: int  # rows of priority == partition (bench.producer.partition_sizes)
     batch_size: int
     idle_sleep_s: float = IDLE_SLEEP_S
 

@@ -8,9 +8,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.common import MIN_PRODUCER_ROWS, PAYLOAD, Throughput
+from bench.database import PAYLOAD
 from bench.latency import LatencyResult, OnTimeResult
+from bench.measure import Throughput
 from bench.memory import MemoryResult
+from bench.producer import MIN_PRODUCER_ROWS
 from bench.scale import (
     DRAINS,
     LARGE_BACKLOG,

@@ -29,8 +29,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import common, engine, latency, memory, peer, raw, scale, spark
-from bench.common import BenchError, Database, ServerProcess, database_server, scratch_database
+from bench import engine, latency, memory, peer, raw, scale, spark
+from bench.database import Database, database_server, scratch_database
+from bench.errors import BenchError
+from bench.processes import ServerProcess
 from bench.report import Report
 
 SECTIONS = (
@@ -118,10 +120,8 @@ def run(args: argparse.Namespace) -> Report:
             raise BenchError(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
     else:
         only = set(SECTIONS) - (FULL_ONLY if p.mode == "quick" else set())
-    if args.postpone_after is not None:
-        if args.postpone_after < 0:
-            raise BenchError("--postpone-after must be 0 or more")
-        common.POSTPONE_AFTER_S = args.postpone_after
+    if args.postpone_after is not None and args.postpone_after < 0:
+        raise BenchError("--postpone-after must be 0 or more")
     progress(f"{p.mode} mode; starting or reaching the database server")
     with database_server() as db:
         report = Report(
@@ -154,14 +154,14 @@ def run(args: argparse.Namespace) -> Report:
                 progress(f"spark: {report.spark_missing}")
             else:
                 with scratch_database(db.handle, "bench_spark") as dsn:
-                    report.spark = spark.run(dsn)
+                    report.spark = spark.run(dsn, postpone_after_s=args.postpone_after)
                 sp = report.spark
                 progress(
                     f"spark: enqueue {sp.enqueue_rows_s:,.0f} rows/s, archive {sp.archive_s:.1f} s"
                 )
         if "memory" in only:
             with scratch_database(db.handle, "bench_memory") as dsn:
-                report.memory = memory.run(dsn)
+                report.memory = memory.run(dsn, postpone_after_s=args.postpone_after)
             m = report.memory
             progress(f"memory: {m.base_mb:.1f} -> {m.full_mb:.1f} MB, {m.cached:,} cached")
     report.wall_s = time.monotonic() - began
@@ -186,6 +186,7 @@ def run_engine(
     its msgtable run: the machine's speed drifts over minutes (every process's CPU per
     message, the same work, has been seen to rise by a third for a while), so a ratio is
     only fair between runs made side by side."""
+    postpone = args.postpone_after  # of every message table; None: the engine's default
     with (
         scratch_database(db.handle, "bench_msgtable") as dsn,
         ServerProcess(dsn, binlog=not args.no_binlog) as server,
@@ -197,34 +198,50 @@ def run_engine(
                     run_raw(p, db, raw_dsn, b, k, report)
                 if "msgtable" in only:
                     r = engine.run(
-                        server, dsn, p.messages[b], b, k, args.poller_interval, db_pid=db.pid
+                        server,
+                        dsn,
+                        p.messages[b],
+                        b,
+                        k,
+                        args.poller_interval,
+                        postpone_after_s=postpone,
+                        db_pid=db.pid,
                     )
                     progress(f"msgtable batch {b}, {k} subscribers: {r.msgs_s:,.0f} msgs/s")
                     report.runs.append(r)
         if "latency" in only:  # each on a fresh server: polling only, then the default
-            with ServerProcess(dsn, binlog=False) as polling:
-                report.latency = latency.run(
-                    polling, dsn, p.latency_s, args.latency_poller_interval
-                )
-            lat = report.latency
-            progress(f"latency, polling: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
-            with ServerProcess(dsn) as following:
-                time.sleep(1.0)  # its follower connects to the binlog after it starts serving
-                report.latency_binlog = latency.run(
-                    following, dsn, p.latency_s, args.latency_poller_interval, binlog=True
-                )
-            lat = report.latency_binlog
-            progress(f"latency, binlog: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
+            for binlog in (False, True):
+                with ServerProcess(dsn, binlog=binlog) as fresh:
+                    if binlog:
+                        time.sleep(1.0)  # its follower connects to the binlog after it serves
+                    lat = latency.run(
+                        fresh,
+                        dsn,
+                        p.latency_s,
+                        args.latency_poller_interval,
+                        binlog=binlog,
+                        postpone_after_s=postpone,
+                    )
+                if binlog:
+                    report.latency_binlog = lat
+                else:
+                    report.latency = lat
+                how = "binlog" if binlog else "polling"
+                progress(f"latency, {how}: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
         if "ontime" in only:
-            report.on_time = latency.on_time(server, dsn)
+            report.on_time = latency.on_time(server, dsn, postpone_after_s=postpone)
             ot = report.on_time
             progress(f"on time: late p50 {ot.p50_ms:.1f} ms, p99 {ot.p99_ms:.1f} ms")
         k, b = args.subscribers, args.batch_size
         if "backlog" in only:
-            report.backlog = scale.backlog(server, dsn, b, k, args.poller_interval)
+            report.backlog = scale.backlog(
+                server, dsn, b, k, args.poller_interval, postpone_after_s=postpone
+            )
             progress(f"backlog: 1M vs 10k {report.backlog.ratio:.2f}")
         if "purge" in only:
-            report.purge = scale.purge(server, dsn, p.purge_messages, b, k, args.poller_interval)
+            report.purge = scale.purge(
+                server, dsn, p.purge_messages, b, k, args.poller_interval, postpone_after_s=postpone
+            )
             progress(f"purge: during / without {report.purge.ratio:.2f}")
         server.check_alive()
 

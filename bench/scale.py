@@ -33,11 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import engine
-from bench.common import (
+from bench.database import (
     NS,
-    BenchError,
-    ServerProcess,
-    Throughput,
     bulk_insert,
     connect,
     count_rows,
@@ -45,6 +42,9 @@ from bench.common import (
     execute,
     message_comment,
 )
+from bench.errors import BenchError
+from bench.measure import Throughput
+from bench.processes import ServerProcess
 from msgtable.tables import DEFAULT_POSTPONE_AFTER_S
 
 SMALL_BACKLOG = 10_000
@@ -133,12 +133,18 @@ def _timed_poll_ms(dsn: str, table: str) -> float:
 
 
 def backlog(
-    server: ServerProcess, dsn: str, batch_size: int, subscribers: int, poller_interval_s: float
+    server: ServerProcess,
+    dsn: str,
+    batch_size: int,
+    subscribers: int,
+    poller_interval_s: float,
+    *,
+    postpone_after_s: float | None,
 ) -> BacklogResult:
     """DRAINS drains of WINDOW messages from a fresh SMALL_BACKLOG table each, and DRAINS
     from one LARGE_BACKLOG table (the last going on to SUSTAINED messages); medians compare."""
     result = BacklogResult()
-    comment = message_comment(batch_size, poller_interval_s)
+    comment = message_comment(batch_size, poller_interval_s, postpone_after_s=postpone_after_s)
     for i in range(DRAINS):
         table = f"backlog_small_{i}"
         create_table(dsn, table, comment)
@@ -209,12 +215,18 @@ def purge(
     batch_size: int,
     subscribers: int,
     poller_interval_s: float,
+    *,
+    postpone_after_s: float | None,
 ) -> PurgeResult:
     """PURGE_RUNS deliveries with purge off, then PURGE_RUNS with the purger at work."""
     from msgtable.client import Client
 
     table = "purge_load"
-    create_table(dsn, table, message_comment(batch_size, poller_interval_s))
+    create_table(
+        dsn,
+        table,
+        message_comment(batch_size, poller_interval_s, postpone_after_s=postpone_after_s),
+    )
     old = f"time_acked < {time.time_ns() - 3600 * NS}"
     next_id = 0
 
@@ -222,7 +234,15 @@ def purge(
         nonlocal next_id
         first, next_id = next_id, next_id + n
         return engine.run(
-            server, dsn, n, batch_size, subscribers, poller_interval_s, table=table, first_id=first
+            server,
+            dsn,
+            n,
+            batch_size,
+            subscribers,
+            poller_interval_s,
+            postpone_after_s=postpone_after_s,
+            table=table,
+            first_id=first,
         )
 
     try:
@@ -232,7 +252,12 @@ def purge(
         without = [deliver() for _ in range(PURGE_RUNS)]
         if count_rows(dsn, table, old) != PURGE_ROWS:
             raise BenchError("purge: rows were purged while vt_purge_after was one day")
-        comment = message_comment(batch_size, poller_interval_s, purge_after_s=PURGE_AFTER_S)
+        comment = message_comment(
+            batch_size,
+            poller_interval_s,
+            postpone_after_s=postpone_after_s,
+            purge_after_s=PURGE_AFTER_S,
+        )
         execute(dsn, f"alter table {table} comment '{comment}'")
         with Client(server.address, timeout_s=30) as client:
             deadline = time.monotonic() + CONFIG_TIMEOUT_S

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import count_rows, create_table, execute, message_comment
+from bench.database import count_rows, create_table, execute, message_comment
 
 ROWS = 1_000_000
 PARTITIONS = 4
@@ -43,14 +43,15 @@ class SparkResult:
         }
 
 
-def run(dsn: str, rows: int = ROWS) -> SparkResult:
+def run(dsn: str, rows: int = ROWS, *, postpone_after_s: float | None) -> SparkResult:
     from msgtable.spark.archive import Progress, archive
     from msgtable.spark.jdbc import enqueue
     from msgtable.spark.session import session
 
+    comment = message_comment(100, 30, postpone_after_s=postpone_after_s)
     spark = session("local[*]", "msgtable-bench")
     try:
-        create_table(dsn, "spark_enqueue", message_comment(100, 30))
+        create_table(dsn, "spark_enqueue", comment)
         df = spark.range(rows).selectExpr("id", "concat('{\"order\": ', id, '}') as message")
         df = df.repartition(PARTITIONS).cache()
         df.count()  # the frame is made before the clock runs
@@ -61,7 +62,7 @@ def run(dsn: str, rows: int = ROWS) -> SparkResult:
             raise RuntimeError("the bulk enqueue lost rows")
         execute(dsn, "drop table spark_enqueue")
 
-        create_table(dsn, "spark_archive", message_comment(100, 30))
+        create_table(dsn, "spark_archive", comment)
         acked = time.time_ns() - 7 * 86_400 * 10**9
         old = df.selectExpr("id", "message", f"{acked} + id as time_acked", "1 as epoch")
         enqueue(old, dsn, "spark_archive")

@@ -19,7 +19,6 @@ see msgtable.spark.stream.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ from pyspark.sql.types import StructType
 from msgtable.bulk import BulkStatements, RowState
 from msgtable.codec import format_time
 from msgtable.errors import InvalidArgument, MsgtableError
+from msgtable.spark.options import dsn_option, int_option, option, table_option
 from msgtable.spark.schema import connect_args, describe, id_bounds, spark_schema
 from msgtable.tables import TableConfig
 
@@ -49,39 +49,6 @@ DEFAULT_PARTITIONS = 4
 DEFAULT_BATCH_ROWS = 1_000
 FETCH_ROWS = 10_000  # rows an executor fetches per round trip
 _DUPLICATE_KEY = 1062
-
-
-def option(options: Mapping[str, str], name: str, default: str | None = None) -> str:
-    """An option by case-insensitive name (Spark passes them so already)."""
-    value = options.get(name, options.get(name.lower(), default))
-    if value is None:
-        raise InvalidArgument(f"the msgtable data source needs the option {name!r}")
-    return value
-
-
-def int_option(options: Mapping[str, str], name: str, default: int, low: int = 1) -> int:
-    raw = option(options, name, str(default))
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(f"option {name} must be a whole number, not {raw!r}") from None
-    if value < low:
-        raise InvalidArgument(f"option {name} must be at least {low}, not {value}")
-    return value
-
-
-def table_option(options: Mapping[str, str]) -> str:
-    name = options.get("table") or options.get("path")
-    if not name:
-        raise InvalidArgument("name the message table: .load(TABLE) or .option('table', ...)")
-    return name
-
-
-def dsn_option(options: Mapping[str, str]) -> str:
-    dsn = options.get("dsn") or os.environ.get("MSGTABLE_DSN")
-    if not dsn:
-        raise InvalidArgument("the msgtable data source needs .option('dsn', URL) or MSGTABLE_DSN")
-    return dsn
 
 
 class MsgtableDataSource(DataSource):

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from msgtable.bulk import BulkStatements
 from msgtable.errors import MsgtableError
-from msgtable.spark.schema import connect_args, describe, id_bounds
+from msgtable.spark.database import connect_args, describe, id_bounds
 from msgtable.tables import TableConfig
 
 if TYPE_CHECKING:

@@ -39,8 +39,10 @@ from pyspark.sql.types import StructType
 from msgtable.bulk import BulkStatements, RowState
 from msgtable.codec import format_time
 from msgtable.errors import InvalidArgument, MsgtableError
+from msgtable.mysql import DUPLICATE_KEY
+from msgtable.spark.database import connect_args, describe, id_bounds
 from msgtable.spark.options import dsn_option, int_option, option, table_option
-from msgtable.spark.schema import connect_args, describe, id_bounds, spark_schema
+from msgtable.spark.schema import spark_schema
 from msgtable.tables import TableConfig
 
 log = logging.getLogger("msgtable.spark")
@@ -48,7 +50,6 @@ log = logging.getLogger("msgtable.spark")
 DEFAULT_PARTITIONS = 4
 DEFAULT_BATCH_ROWS = 1_000
 FETCH_ROWS = 10_000  # rows an executor fetches per round trip
-_DUPLICATE_KEY = 1062
 
 
 class MsgtableDataSource(DataSource):
@@ -211,7 +212,7 @@ class MsgtableWriter(DataSourceWriter):
             conn.commit()
         except pymysql.err.IntegrityError as exc:
             conn.rollback()
-            if exc.args and exc.args[0] == _DUPLICATE_KEY:
+            if exc.args and exc.args[0] == DUPLICATE_KEY:
                 raise DuplicateMessage(
                     f"partition {partition}: {exc.args[1]}; nothing of this partition was "
                     "enqueued (rerun with .option('onDuplicate', 'skip') to leave ids the "

@@ -1,5 +1,5 @@
 """How the Spark driver and its executors reach the database: a message table's config (read as
-the engine reads it), PyMySQL connection arguments (executors need no C driver), the id-bounds query
+the engine reads it), PyMySQL connections (executors need no C driver), the id-bounds query
 that plans a partitioned read, and the JDBC URL of Spark's own reader and writer.
 
 The statements themselves are msgtable.bulk's; this module only runs them.
@@ -7,6 +7,8 @@ The statements themselves are msgtable.bulk's; this module only runs them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from msgtable.errors import TableLoadError, TableNotFound
@@ -46,17 +48,24 @@ def connect_args(dsn: str) -> dict[str, Any]:
     return args
 
 
-def id_bounds(dsn: str, sql: str, params: list[Any]) -> tuple[Any, Any, int]:
-    """The (smallest id, largest id, count) a msgtable.bulk id_bounds query answers."""
+@contextmanager
+def connection(dsn: str, **options: Any) -> Iterator[Any]:
+    """A PyMySQL connection to the database of ``dsn`` (``options`` go to pymysql.connect:
+    autocommit, cursorclass), closed when the block ends."""
     import pymysql
 
-    conn = pymysql.connect(**connect_args(dsn))
+    conn = pymysql.connect(**connect_args(dsn), **options)
     try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            lo, hi, count = cur.fetchone()
+        yield conn
     finally:
         conn.close()
+
+
+def id_bounds(dsn: str, sql: str, params: list[Any]) -> tuple[Any, Any, int]:
+    """The (smallest id, largest id, count) a msgtable.bulk id_bounds query answers."""
+    with connection(dsn) as conn, conn.cursor() as cur:
+        cur.execute(sql, params)
+        lo, hi, count = cur.fetchone()
     return lo, hi, int(count or 0)
 
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from msgtable.bulk import BulkStatements
 from msgtable.errors import MsgtableError
-from msgtable.spark.schema import connect_args, describe, id_bounds
+from msgtable.spark.database import connection, describe, id_bounds
 from msgtable.tables import TableConfig
 
 if TYPE_CHECKING:
@@ -175,23 +175,17 @@ def move(base: Path, run: str, show: Progress) -> None:
 def delete(base: Path, cfg: TableConfig, dsn: str, run: str, show: Progress) -> int:
     """Delete exactly the ids a moved run copied (still acked: an id that is not is left
     alone); then state ``done``. Returns how many rows it deleted."""
-    import pymysql
-
     manifest = _load(base, run)
     ids = list(_ids(base, manifest["files"]))
     bulk = BulkStatements(cfg)
     deleted = 0
-    conn = pymysql.connect(**connect_args(dsn), autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            full = bulk.delete_acked(DELETE_IDS)
-            for i in range(0, len(ids), DELETE_IDS):
-                chunk = ids[i : i + DELETE_IDS]
-                sql = full if len(chunk) == DELETE_IDS else bulk.delete_acked(len(chunk))
-                deleted += cur.execute(sql, chunk)
-                show.bar(f"archive {cfg.name}: deleting", i + len(chunk), len(ids))
-    finally:
-        conn.close()
+    with connection(dsn, autocommit=True) as conn, conn.cursor() as cur:
+        full = bulk.delete_acked(DELETE_IDS)
+        for i in range(0, len(ids), DELETE_IDS):
+            chunk = ids[i : i + DELETE_IDS]
+            sql = full if len(chunk) == DELETE_IDS else bulk.delete_acked(len(chunk))
+            deleted += cur.execute(sql, chunk)
+            show.bar(f"archive {cfg.name}: deleting", i + len(chunk), len(ids))
     manifest["state"] = "done"
     manifest["deleted"] = manifest.get("deleted", 0) + deleted
     _save(base, run, manifest)

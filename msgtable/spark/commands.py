@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from msgtable.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def _pyspark() -> None:
@@ -19,19 +25,28 @@ def _pyspark() -> None:
         ) from None
 
 
+@contextmanager
+def _session(master: str | None, app_name: str) -> Iterator[SparkSession]:
+    """A command's Spark session, named on stderr (which Spark ran the job), stopped when the
+    command ends."""
+    from msgtable.spark.session import describe_session, session
+
+    spark = session(master, app_name)
+    print(f"msgtable: {describe_session(spark)}", file=sys.stderr)
+    try:
+        yield spark
+    finally:
+        spark.stop()
+
+
 def archive_command(args: argparse.Namespace) -> int:
     _pyspark()
     if not args.dsn:
         raise InvalidArgument("archive needs the database: --dsn URL or MSGTABLE_DSN")
     from msgtable.spark.archive import archive
-    from msgtable.spark.session import describe_session, session
 
-    spark = session(args.master, "msgtable-archive")
-    print(f"msgtable: {describe_session(spark)}", file=sys.stderr)
-    try:
+    with _session(args.master, "msgtable-archive") as spark:
         result = archive(spark, args.dsn, args.name, args.to, args.older_than)
-    finally:
-        spark.stop()
     print(
         f"archived {result.copied:,} rows of {args.name} to {args.to} "
         f"(run {result.run}; {result.deleted:,} deleted; {result.seconds:.1f} s)"
@@ -46,14 +61,9 @@ def report_command(args: argparse.Namespace) -> int:
     if not args.archive and not args.dsn:
         raise InvalidArgument("report needs --dsn URL (or MSGTABLE_DSN) or --archive PATH")
     from msgtable.spark.report import build_report, write_html
-    from msgtable.spark.session import describe_session, session
 
-    spark = session(args.master, "msgtable-report")
-    print(f"msgtable: {describe_session(spark)}", file=sys.stderr)
-    try:
+    with _session(args.master, "msgtable-report") as spark:
         report = build_report(spark, args.name, dsn=args.dsn, archive=args.archive)
-    finally:
-        spark.stop()
     sys.stdout.write(report.text())
     html = Path(args.html or f"{args.name}-report.html")
     write_html(report, html)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from msgtable.bulk import BulkStatements
 from msgtable.errors import InvalidArgument
-from msgtable.spark.schema import describe, jdbc_url
+from msgtable.spark.database import describe, jdbc_url
 from msgtable.tables import TableConfig
 
 if TYPE_CHECKING:

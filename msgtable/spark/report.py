@@ -155,8 +155,12 @@ def build_report(
 
 # -- HTML ----------------------------------------------------------------------------------
 def _png(fig: Any) -> str:
+    """A figure as a base64 PNG; the figure is closed (pyplot keeps each open one alive)."""
+    import matplotlib.pyplot as plt
+
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
 
 
@@ -173,14 +177,12 @@ def plots(report: Report) -> list[tuple[str, str]]:
         ax.bar(list(report.latency_ms), list(report.latency_ms.values()), color="#4477aa")
         ax.set_ylabel("ms")
         out.append(("Delivery latency, created -> acked", _png(fig)))
-        plt.close(fig)
     if report.epochs:
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.bar([str(e) for e, _ in report.epochs], [n for _, n in report.epochs], color="#228833")
         ax.set_xlabel("epoch (sends)")
         ax.set_ylabel("acked messages")
         out.append(("Redeliveries", _png(fig)))
-        plt.close(fig)
     if report.backlog:
         fig, ax = plt.subplots(figsize=(6, 3))
         labels = [label for label, _ in AGE_BUCKETS]
@@ -194,14 +196,12 @@ def plots(report: Report) -> list[tuple[str, str]]:
         ax.set_ylabel("unacked messages")
         ax.legend()
         out.append(("Backlog by age and priority", _png(fig)))
-        plt.close(fig)
     if report.hourly:
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.plot([h for h, _ in report.hourly], [n for _, n in report.hourly], marker="o")
         ax.set_ylabel("acked per hour")
         ax.tick_params(axis="x", labelrotation=45)
         out.append(("Throughput per hour (UTC)", _png(fig)))
-        plt.close(fig)
     return out
 
 

@@ -19,7 +19,6 @@ see msgtable.spark.stream.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +39,10 @@ from pyspark.sql.types import StructType
 from msgtable.bulk import BulkStatements, RowState
 from msgtable.codec import format_time
 from msgtable.errors import InvalidArgument, MsgtableError
-from msgtable.spark.schema import connect_args, describe, id_bounds, spark_schema
+from msgtable.mysql import DUPLICATE_KEY, error_code
+from msgtable.spark.database import connection, describe, id_bounds
+from msgtable.spark.options import dsn_option, int_option, option, table_option
+from msgtable.spark.schema import spark_schema
 from msgtable.tables import TableConfig
 
 log = logging.getLogger("msgtable.spark")
@@ -48,40 +50,6 @@ log = logging.getLogger("msgtable.spark")
 DEFAULT_PARTITIONS = 4
 DEFAULT_BATCH_ROWS = 1_000
 FETCH_ROWS = 10_000  # rows an executor fetches per round trip
-_DUPLICATE_KEY = 1062
-
-
-def option(options: Mapping[str, str], name: str, default: str | None = None) -> str:
-    """An option by case-insensitive name (Spark passes them so already)."""
-    value = options.get(name, options.get(name.lower(), default))
-    if value is None:
-        raise InvalidArgument(f"the msgtable data source needs the option {name!r}")
-    return value
-
-
-def int_option(options: Mapping[str, str], name: str, default: int, low: int = 1) -> int:
-    raw = option(options, name, str(default))
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidArgument(f"option {name} must be a whole number, not {raw!r}") from None
-    if value < low:
-        raise InvalidArgument(f"option {name} must be at least {low}, not {value}")
-    return value
-
-
-def table_option(options: Mapping[str, str]) -> str:
-    name = options.get("table") or options.get("path")
-    if not name:
-        raise InvalidArgument("name the message table: .load(TABLE) or .option('table', ...)")
-    return name
-
-
-def dsn_option(options: Mapping[str, str]) -> str:
-    dsn = options.get("dsn") or os.environ.get("MSGTABLE_DSN")
-    if not dsn:
-        raise InvalidArgument("the msgtable data source needs .option('dsn', URL) or MSGTABLE_DSN")
-    return dsn
 
 
 class MsgtableDataSource(DataSource):
@@ -158,7 +126,6 @@ class MsgtableReader(DataSourceReader):
         return [Slice(lo=bounds[k], hi=bounds[k + 1] - 1) for k in range(n)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        import pymysql
         import pymysql.cursors
 
         assert isinstance(partition, Slice)
@@ -168,15 +135,12 @@ class MsgtableReader(DataSourceReader):
             sql, args = bulk.select_hashed(where), [partition.buckets, partition.bucket, *params]
         else:
             sql, args = bulk.select_range(where), [partition.lo, partition.hi, *params]
-        conn = pymysql.connect(**connect_args(self.dsn), cursorclass=pymysql.cursors.SSCursor)
-        try:
-            with conn.cursor() as cur:
-                cur.execute(sql, args)
-                while rows := cur.fetchmany(FETCH_ROWS):
-                    for row in rows:
-                        yield tuple(_spark_value(v) for v in row)
-        finally:
-            conn.close()
+        unbuffered = pymysql.cursors.SSCursor  # rows stream in: a partition may not fit memory
+        with connection(self.dsn, cursorclass=unbuffered) as conn, conn.cursor() as cur:
+            cur.execute(sql, args)
+            while rows := cur.fetchmany(FETCH_ROWS):
+                for row in rows:
+                    yield tuple(_spark_value(v) for v in row)
 
 
 def _spark_value(value: Any) -> Any:
@@ -226,36 +190,34 @@ class MsgtableWriter(DataSourceWriter):
         columns = [*self.fields, *extra]
         fixed = tuple(defaults[c] for c in extra)
         full_sql = bulk.insert(columns, self.batch_rows, self.skip)
-        conn = pymysql.connect(**connect_args(self.dsn), autocommit=False)
         inserted = total = 0
-        try:
-            with conn.cursor() as cur:
-                chunk: list[Any] = []
-                for row in iterator:
-                    chunk.extend(row)
-                    chunk.extend(fixed)
-                    total += 1
-                    if total % self.batch_rows == 0:
-                        inserted += cur.execute(full_sql, chunk)
-                        chunk = []
-                left = total % self.batch_rows
-                if left:
-                    inserted += cur.execute(bulk.insert(columns, left, self.skip), chunk)
-            conn.commit()
-        except pymysql.err.IntegrityError as exc:
-            conn.rollback()
-            if exc.args and exc.args[0] == _DUPLICATE_KEY:
-                raise DuplicateMessage(
-                    f"partition {partition}: {exc.args[1]}; nothing of this partition was "
-                    "enqueued (rerun with .option('onDuplicate', 'skip') to leave ids the "
-                    "table has as they are)"
-                ) from None
-            raise
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.close()
+        with connection(self.dsn, autocommit=False) as conn:
+            try:
+                with conn.cursor() as cur:
+                    chunk: list[Any] = []
+                    for row in iterator:
+                        chunk.extend(row)
+                        chunk.extend(fixed)
+                        total += 1
+                        if total % self.batch_rows == 0:
+                            inserted += cur.execute(full_sql, chunk)
+                            chunk = []
+                    left = total % self.batch_rows
+                    if left:
+                        inserted += cur.execute(bulk.insert(columns, left, self.skip), chunk)
+                conn.commit()
+            except pymysql.err.IntegrityError as exc:
+                conn.rollback()
+                if error_code(exc) == DUPLICATE_KEY:
+                    raise DuplicateMessage(
+                        f"partition {partition}: {exc.args[1]}; nothing of this partition was "
+                        "enqueued (rerun with .option('onDuplicate', 'skip') to leave ids the "
+                        "table has as they are)"
+                    ) from None
+                raise
+            except BaseException:
+                conn.rollback()
+                raise
         return Enqueued(partition, inserted, total - inserted)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:

@@ -24,7 +24,6 @@ batch replayed after a restart holds no messages (those it had come back by thei
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -37,21 +36,16 @@ from pyspark.sql.types import StructType
 
 from msgtable.codec import FieldType
 from msgtable.errors import TableLoadError, TableNotFound
+from msgtable.limits import MAX_ACK_IDS
+from msgtable.spark.options import int_option, server_option, table_option
 from msgtable.spark.schema import spark_schema
-from msgtable.spark.source import int_option, table_option
 from msgtable.tables import Column
 
 log = logging.getLogger("msgtable.spark")
 
-DEFAULT_SERVER = "127.0.0.1:50051"
 DEFAULT_MAX_MESSAGES = 10_000
 ROWS_PER_PARTITION = 5_000
-ACK_IDS = 10_000
 _TEXT_TIMES = {FieldType.DATETIME, FieldType.TIMESTAMP}
-
-
-def server_option(options: Mapping[str, str]) -> str:
-    return options.get("server") or os.environ.get("MSGTABLE_SERVER") or DEFAULT_SERVER
 
 
 def _columns(options: Mapping[str, str]) -> tuple[tuple[Column, ...], tuple[FieldType, ...]]:
@@ -186,8 +180,8 @@ class MsgtableStreamReader(DataSourceStreamReader):
         if messages and self._client is not None:
             ids = [m.id for m in messages]
             keyspace = self.options.get("keyspace", "")
-            for i in range(0, len(ids), ACK_IDS):  # the server takes 10,000 ids a call
-                self._client.ack(self.table, ids[i : i + ACK_IDS], keyspace)
+            for i in range(0, len(ids), MAX_ACK_IDS):  # the most one MessageAck takes
+                self._client.ack(self.table, ids[i : i + MAX_ACK_IDS], keyspace)
 
     def stop(self) -> None:
         """The query ended: what is not acked comes back after its lease."""

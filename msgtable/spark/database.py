@@ -1,0 +1,85 @@
+"""How the Spark driver and its executors reach the database: a message table's config (read as
+the engine reads it), PyMySQL connections (executors need no C driver), the id-bounds query
+that plans a partitioned read, and the JDBC URL of Spark's own reader and writer.
+
+The statements themselves are msgtable.bulk's; this module only runs them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from msgtable.errors import TableLoadError, TableNotFound
+from msgtable.mysql import parse_url, pymysql_args
+from msgtable.store import MySQLStore
+from msgtable.tables import TableConfig, load_table
+
+# The Spark side's connections wait 10 s to connect, as they always have: twice the server's
+# msgtable.mysql.CONNECT_TIMEOUT_S (no reason is recorded for the difference).
+CONNECT_TIMEOUT_S = 10
+
+
+def describe(dsn: str, table: str) -> TableConfig:
+    """The loaded config of message table ``table`` (TableNotFound, TableLoadError)."""
+    store = MySQLStore.from_dsn(dsn)
+    try:
+        definitions = {d.name: d for d in store.discover()}
+    finally:
+        store.close()
+    d = definitions.get(table)
+    if d is None:
+        raise TableNotFound(f"no message table {table!r} in {store.database}")
+    try:
+        return load_table(d.name, d.comment, d.columns, d.unique_indexes)
+    except TableLoadError:
+        raise
+    except Exception as exc:  # pragma: no cover - load_table raises TableLoadError
+        raise TableLoadError(f"table {table}: {exc}") from None
+
+
+def connect_args(dsn: str) -> dict[str, Any]:
+    """pymysql.connect() arguments for a SQLAlchemy URL (InvalidArgument if it is not one of a
+    MySQL-family database)."""
+    url = parse_url(dsn)
+    args = pymysql_args(url)
+    args.update(database=url.database, charset="utf8mb4", connect_timeout=CONNECT_TIMEOUT_S)
+    return args
+
+
+@contextmanager
+def connection(dsn: str, **options: Any) -> Iterator[Any]:
+    """A PyMySQL connection to the database of ``dsn`` (``options`` go to pymysql.connect:
+    autocommit, cursorclass), closed when the block ends."""
+    import pymysql
+
+    conn = pymysql.connect(**connect_args(dsn), **options)
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def id_bounds(dsn: str, sql: str, params: list[Any]) -> tuple[Any, Any, int]:
+    """The (smallest id, largest id, count) a msgtable.bulk id_bounds query answers."""
+    with connection(dsn) as conn, conn.cursor() as cur:
+        cur.execute(sql, params)
+        lo, hi, count = cur.fetchone()
+    return lo, hi, int(count or 0)
+
+
+def jdbc_url(dsn: str) -> tuple[str, dict[str, str]]:
+    """A JDBC URL and connection properties for MariaDB Connector/J. The URL must say
+    jdbc:mysql:// with org.mariadb.jdbc.Driver: a jdbc:mariadb:// URL gets Spark's no-op
+    dialect, which quotes names wrongly and returns wrong results."""
+    a = connect_args(dsn)
+    url = f"jdbc:mysql://{a['host']}:{a['port']}/{a['database']}"
+    props = {
+        "driver": "org.mariadb.jdbc.Driver",
+        "user": a["user"],
+        "password": a["password"],
+        "rewriteBatchedStatements": "true",
+        "useServerPrepStmts": "false",
+    }
+    return url, props

@@ -1,0 +1,53 @@
+"""The ``format("msgtable")`` data source's options, read and checked in one place for its batch
+(msgtable.spark.source) and stream (msgtable.spark.stream) sides: a bad option is an
+InvalidArgument that names it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from msgtable.errors import InvalidArgument
+from msgtable.limits import DEFAULT_ADDRESS
+
+
+def option(options: Mapping[str, str], name: str, default: str | None = None) -> str:
+    """An option by case-insensitive name (Spark passes them so already)."""
+    value = options.get(name, options.get(name.lower(), default))
+    if value is None:
+        raise InvalidArgument(f"the msgtable data source needs the option {name!r}")
+    return value
+
+
+def int_option(options: Mapping[str, str], name: str, default: int, low: int = 1) -> int:
+    """A whole-number option, at least ``low``."""
+    raw = option(options, name, str(default))
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"option {name} must be a whole number, not {raw!r}") from None
+    if value < low:
+        raise InvalidArgument(f"option {name} must be at least {low}, not {value}")
+    return value
+
+
+def table_option(options: Mapping[str, str]) -> str:
+    """The message table: ``.load(TABLE)`` (Spark's ``path``) or ``.option("table", ...)``."""
+    name = options.get("table") or options.get("path")
+    if not name:
+        raise InvalidArgument("name the message table: .load(TABLE) or .option('table', ...)")
+    return name
+
+
+def dsn_option(options: Mapping[str, str]) -> str:
+    """The database URL of a batch read or write: ``dsn``, else MSGTABLE_DSN."""
+    dsn = options.get("dsn") or os.environ.get("MSGTABLE_DSN")
+    if not dsn:
+        raise InvalidArgument("the msgtable data source needs .option('dsn', URL) or MSGTABLE_DSN")
+    return dsn
+
+
+def server_option(options: Mapping[str, str]) -> str:
+    """The msgtable server a stream subscribes to: ``server``, else MSGTABLE_SERVER, else the
+    default address."""
+    return options.get("server") or os.environ.get("MSGTABLE_SERVER") or DEFAULT_ADDRESS

@@ -29,8 +29,9 @@ import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
+from msgtable import postpone
 from msgtable.acks import AckCombiner
-from msgtable.backoff import draw_jitter, next_delivery_ns
+from msgtable.backoff import draw_jitter
 from msgtable.cache import MessageCache, Sending
 from msgtable.clock import Clock
 from msgtable.errors import MsgtableError, NotLeader, TableNotFound, Unavailable
@@ -53,12 +54,6 @@ RETRY_MIN_S = 0.2  # a loop's first wait after a failure; doubling up to the pol
 RETRY_MAX_S = 100.0
 IDLE_WAIT_S = 1.0
 CLOSE_TIMEOUT_S = 10.0
-
-
-def backoff_may_end_before_next_poll(cfg: TableConfig) -> bool:
-    """Whether a row postponed at a send can fall due before the poll after it: a postpone
-    is at least vt_ack_wait + vt_min_backoff away (the backoff formula's lower bound)."""
-    return cfg.ack_wait_s + cfg.min_backoff_s <= cfg.poller_interval_s
 
 
 class MessageManager:
@@ -366,18 +361,12 @@ class MessageManager:
 
     def _send(
         self, cfg: TableConfig, plan: list[tuple[Subscriber, list[CachedRow]]], sending: Sending
-    ) -> list[tuple[CachedRow, int, int]]:
+    ) -> list[postpone.Postponed]:
         """The check and the hand-over of a send's batches; returns the rows it postponed
-        that may fall due before the next poll (row, epoch written, time_next written)."""
+        that may fall due before the next poll."""
         now = sending.now_ns
         rows = sending.rows
-        jitter = draw_jitter(self.rng)
-
-        def next_ns(epoch: int) -> int:
-            return next_delivery_ns(
-                now, epoch, cfg.ack_wait_s, cfg.min_backoff_s, cfg.max_backoff_s, jitter
-            )
-
+        next_ns = postpone.next_delivery(cfg, now, draw_jitter(self.rng))
         deferred = cfg.postpone_after_ns > 0
         ack_wait_ns = round(cfg.ack_wait_s * 1e9)
 
@@ -407,10 +396,7 @@ class MessageManager:
                 self._restart = True
             self._poll_wake.set()
             raise
-        if not backoff_may_end_before_next_poll(cfg):
-            return []
-        nxt = {e: next_ns(e or 0) for e in {r.epoch for r in claimed}}
-        return [(r, (r.epoch or 0) + 1, nxt[r.epoch]) for r in claimed]
+        return postpone.claimed(cfg, claimed, next_ns)
 
     def recheck_windows(self) -> int:
         """Subscribers whose window has been full for a while with no credit back: their
@@ -443,34 +429,16 @@ class MessageManager:
         now = self.clock.now_ns()
         cfg = self.config
         before = now if everything else now - cfg.postpone_after_ns
-        again: list[tuple[CachedRow, int, int]] = []
         with self.cache.holding_postpones(before, MAX_POSTPONE_IDS) as hold:
-            taken = hold.rows
-            if not taken:
+            if not hold.rows:
                 return 0
-            groups: dict[tuple[int | None, int], list[Hashable]] = {}
-            for rid, (epoch, sent_ns, _) in taken.items():
-                groups.setdefault((epoch, sent_ns), []).append(rid)
-            jitter = draw_jitter(self.rng)
-            for (epoch, sent_ns), ids in groups.items():
-                nxt = next_delivery_ns(
-                    sent_ns,
-                    epoch or 0,
-                    cfg.ack_wait_s,
-                    cfg.min_backoff_s,
-                    cfg.max_backoff_s,
-                    jitter,
-                )
-                self.store.postpone(cfg, ids, epoch, sent_ns, nxt)
-                hold.written(ids)
-                again.extend((taken[i][2], (epoch or 0) + 1, nxt) for i in ids)
-        self._reschedule(again, now)
-        return len(taken)
+            written = postpone.write(self.store, cfg, hold, draw_jitter(self.rng))
+        self._reschedule(written, now)
+        return len(hold.rows)
 
-    def _reschedule(self, rows: Sequence[tuple[CachedRow, int, int]], now_ns: int) -> None:
-        """Rows just postponed (row, epoch written, time_next written) that fall due before
-        the next poll would read them: the cache waits for them, so that a redelivery after
-        a short backoff goes out at its time, not at the next poll."""
+    def _reschedule(self, rows: Sequence[postpone.Postponed], now_ns: int) -> None:
+        """Rows just postponed that fall due before the next poll would read them: the cache
+        waits for them (msgtable.postpone)."""
         if not rows:
             return
         with self._lock:

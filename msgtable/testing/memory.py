@@ -16,7 +16,7 @@ from typing import Any
 from msgtable.errors import TableNotFound, Unavailable
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch
 from msgtable.store import Deliver, TableDefinition
-from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig
+from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig, is_message_comment
 
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
@@ -88,7 +88,12 @@ class InMemoryStore:
     def discover(self) -> list[TableDefinition]:
         if self.down:
             raise Unavailable("database unavailable: (2003) test outage")
-        return [self.definitions[n] for n in sorted(self.definitions)]
+        # MySQLStore's filter: COMMENT LIKE 'vitess%' (no leading blanks), then the marker
+        return [
+            d
+            for n, d in sorted(self.definitions.items())
+            if d.comment.startswith("vitess") and is_message_comment(d.comment)
+        ]
 
     def _key(self, cfg: TableConfig, row: dict[str, Any]) -> PollKey:
         """(priority, time_next as SQL reads it, id)."""

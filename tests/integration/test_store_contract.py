@@ -236,6 +236,8 @@ def test_discover_describes_message_tables_only_as_load_table_needs_them(tables:
     tables.create("old", Layout.V2018)
     tables.create_plain("plain", "just a table")
     tables.create_plain("near", DEMO_COMMENT.replace("vitess_message", "vitess_messages"))
+    tables.create_plain("upper", DEMO_COMMENT.replace("vitess_message", "VITESS_MESSAGE"))
+    tables.create_plain("spaced", " " + DEMO_COMMENT)  # MySQLStore's LIKE 'vitess%'
     found = tables.store.discover()
     assert [d.name for d in found] == ["old", "q"]
     old, q = found

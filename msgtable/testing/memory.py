@@ -16,7 +16,14 @@ from typing import Any
 from msgtable.errors import TableNotFound, Unavailable
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch
 from msgtable.store import Deliver, TableDefinition
-from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig, is_message_comment
+from msgtable.tables import (
+    DEMO_COMMENT,
+    Column,
+    Layout,
+    TableConfig,
+    detect_layout,
+    is_message_comment,
+)
 
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
@@ -56,9 +63,13 @@ class InMemoryStore:
         self.rows.pop(name, None)
 
     def insert(self, table: str, id: Hashable, **values: Any) -> None:
-        cols = {c.name for c in self.definitions[table].columns}
-        row: dict[str, Any] = dict.fromkeys(cols)
-        row.update(priority=0, time_next=0, epoch=0)
+        """A row as an INSERT of ``values`` makes it in a table of the schema file of its
+        layout: schema/current.sql's defaults (priority, time_next, epoch 0), v2018.sql's
+        (none: NULL); any other column NULL."""
+        columns = self.definitions[table].columns
+        row: dict[str, Any] = dict.fromkeys(c.name for c in columns)
+        if detect_layout(columns) is Layout.CURRENT:
+            row.update((k, 0) for k in ("priority", "time_next", "epoch") if k in row)
         row.update(values, id=id)
         self.rows[table][id] = row
 

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from msgtable.devdb import free_port
-from msgtable.errors import TableNotFound, Unavailable
+from msgtable.errors import NotLeader, TableNotFound, Unavailable
 from msgtable.rows import CachedRow, PollKey
 from msgtable.store import MySQLStore, Store
 from msgtable.tables import (
@@ -45,12 +46,15 @@ V2018_UNIQUE = (("time_scheduled", "id"), ("id",))
 
 # -- the adapter: one table, set up and read back as another client would ---------------------
 class Tables:
-    """A store and the means to set up its tables as an application would."""
+    """A store, and its tables set up and read back as another client would: create a message
+    table of a schema file's layout (or a plain one), insert, update, delete and read a row,
+    drop the table; ``held``: whether a writer of a row would have to wait now (in memory: for
+    the store's lock); ``unreachable``: the store of a database that does not answer."""
 
     store: Store
 
     def create(self, name: str, layout: Layout = Layout.CURRENT) -> TableConfig:
-        """A message table of the schema file's layout; its config as the engine loads it."""
+        """The table, and its config as the engine loads it (through discover)."""
         self._create(name, layout)
         (d,) = [d for d in self.store.discover() if d.name == name]
         return load_table(d.name, d.comment, d.columns, d.unique_indexes)
@@ -62,14 +66,8 @@ class Tables:
     def update(self, table: str, id: Hashable, **values: Any) -> None: ...
     def delete(self, table: str, id: Hashable) -> None: ...
     def drop(self, table: str) -> None: ...
-
-    def held(self, table: str, id: Hashable) -> bool:
-        """Whether a writer of the row would have to wait now (memory: the store's lock)."""
-        ...
-
-    def unreachable(self) -> Store:
-        """The store of a database that does not answer."""
-        ...
+    def held(self, table: str, id: Hashable) -> bool: ...
+    def unreachable(self) -> Store: ...
 
 
 class MemoryTables(Tables):
@@ -85,13 +83,13 @@ class MemoryTables(Tables):
     def create_plain(self, name: str, comment: str) -> None:
         self.memory.create_table(name, comment, (Column("id", "bigint", "bigint"),), (("id",),))
 
-    def insert(self, table: str, id: Hashable, **values: Any) -> None:
-        self.memory.insert(table, id, **values)
-
     def row(self, table: str, id: Hashable) -> dict[str, Any] | None:
         row = self.memory.rows[table].get(id)
         columns = self.memory.definitions[table].columns
         return None if row is None else {c.name: row[c.name] for c in columns}
+
+    def insert(self, table: str, id: Hashable, **values: Any) -> None:
+        self.memory.insert(table, id, **values)
 
     def update(self, table: str, id: Hashable, **values: Any) -> None:
         self.memory.update(table, id, **values)
@@ -149,8 +147,6 @@ class MySQLTables(Tables):
         self.sql.execute(f"drop table {table}")
 
     def held(self, table: str, id: Hashable) -> bool:
-        import sqlalchemy as sa
-
         with self.sql.engine.connect() as conn:
             try:
                 conn.execute(
@@ -181,6 +177,21 @@ def poll_all(t: Tables, cfg: TableConfig, now_ns: int = NOW) -> list[CachedRow]:
     return [CachedRow.polled(r) for r in rows]
 
 
+def one_pass(t: Tables, cfg: TableConfig, limit: int) -> tuple[list[Any], list[PollKey]]:
+    """A pass of polls of ``limit`` rows each: the ids read, and the key each poll returned."""
+    read: list[Any] = []
+    keys: list[PollKey] = []
+    after: PollKey | None = None
+    while True:
+        rows, after = t.store.poll(cfg, NOW, limit, after)
+        if after is None:
+            assert rows == []
+            return read, keys
+        assert 0 < len(rows) <= limit
+        read.extend(r[3] for r in rows)
+        keys.append(after)
+
+
 def ids(rows: list[CachedRow]) -> list[Hashable]:
     return [r.id for r in rows]
 
@@ -198,12 +209,24 @@ class Deliveries:
         self.held.extend(self.t.held(self.table, r.id) for r in rows)
 
 
+FRESH = {"priority": 0, "time_next": 0, "epoch": 0, "time_acked": None, "message": None}
+
+
+def fresh(i: int, **engine: Any) -> dict[str, Any]:
+    """Row i of a current-layout table as an insert of its id makes it, with ``engine``."""
+    return {"id": i, **FRESH, **engine}
+
+
 def changed_by_others(t: Tables, table: str) -> None:
     """Rows 2-5 change after the poll: acked, rescheduled, re-versioned, deleted."""
     t.update(table, 2, time_acked=NOW - 1, time_next=None)
     t.update(table, 3, time_next=NOW + 1)
     t.update(table, 4, epoch=7)
     t.delete(table, 5)
+
+
+def kinds(columns: tuple[Column, ...]) -> list[tuple[str, str]]:
+    return [(c.name, c.data_type) for c in columns]
 
 
 def raised(call: Callable[[], object]) -> str:
@@ -214,6 +237,11 @@ def raised(call: Callable[[], object]) -> str:
     return "nothing"
 
 
+def outcomes(store: Store, cfg: TableConfig, batch: list[CachedRow]) -> dict[str, str]:
+    """What each statement of STATEMENTS raised (by name)."""
+    return {n: raised(lambda c=c: c(store, cfg, batch)) for n, c in STATEMENTS.items()}
+
+
 # -- the adapter itself: rows as the schema files make them ----------------------------------
 @pytest.mark.parametrize("layout", [Layout.CURRENT, Layout.V2018])
 def test_a_row_inserted_with_its_message_only_gets_the_schema_defaults(
@@ -222,12 +250,11 @@ def test_a_row_inserted_with_its_message_only_gets_the_schema_defaults(
     tables.create("q", layout)
     if layout is Layout.CURRENT:
         tables.insert("q", 1, message="hi")
-        engine = {"priority": 0, "time_next": 0, "epoch": 0, "time_acked": None}
+        assert tables.row("q", 1) == fresh(1, message="hi")
     else:  # time_scheduled is part of the 2018 primary key: an insert must set it
         tables.insert("q", 1, message="hi", time_scheduled=NOW)
-        engine = dict(time_scheduled=NOW, time_next=None, epoch=None, time_created=None)
-        engine["time_acked"] = None
-    assert tables.row("q", 1) == {"id": 1, "message": "hi", **engine}
+        nulls = dict.fromkeys(("time_next", "epoch", "time_created", "time_acked"))
+        assert tables.row("q", 1) == {"id": 1, "message": "hi", "time_scheduled": NOW, **nulls}
 
 
 # -- discover ---------------------------------------------------------------------------------
@@ -243,12 +270,8 @@ def test_discover_describes_message_tables_only_as_load_table_needs_them(tables:
     old, q = found
     assert q.comment == old.comment == DEMO_COMMENT
     # column_type is the server's spelling ("bigint(20)" on MariaDB): load_table reads the rest
-    assert [(c.name, c.data_type) for c in q.columns] == [
-        (c.name, c.data_type) for c in CURRENT_COLUMNS
-    ]
-    assert [(c.name, c.data_type) for c in old.columns] == [
-        (c.name, c.data_type) for c in V2018_COLUMNS
-    ]
+    assert kinds(q.columns) == kinds(CURRENT_COLUMNS)
+    assert kinds(old.columns) == kinds(V2018_COLUMNS)
     assert set(q.unique_indexes) == {("id",)}
     assert set(old.unique_indexes) == set(V2018_UNIQUE)
     configs = [load_table(d.name, d.comment, d.columns, d.unique_indexes) for d in found]
@@ -294,22 +317,10 @@ def test_poll_orders_by_priority_then_time_next_null_first_then_id(tables: Table
 
 def test_a_pass_of_limited_polls_reads_each_due_row_once(tables: Tables):
     cfg = insert_order_case(tables)
-    read: list[CachedRow] = []
-    keys: list[PollKey] = []
-    after: PollKey | None = None
-    while True:
-        rows, after = tables.store.poll(cfg, NOW, 2, after)
-        if after is None:
-            assert rows == []
-            break
-        assert len(rows) <= 2
-        read.extend(CachedRow.polled(r) for r in rows)
-        keys.append(after)
-    assert ids(read) == IN_ORDER
-    assert keys == [(0, None, 7), (0, 5, 2), (1, None, 1), (1, 0, 6)]  # two after a NULL
-    assert ids([CachedRow.polled(r) for r in tables.store.poll(cfg, NOW, 1, (0, None, 3))[0]]) == [
-        7
-    ]
+    keys = [(0, None, 7), (0, 5, 2), (1, None, 1), (1, 0, 6)]  # two continue after a NULL
+    assert one_pass(tables, cfg, 2) == (IN_ORDER, keys)
+    rows, _ = tables.store.poll(cfg, NOW, 1, (0, None, 3))
+    assert [r[3] for r in rows] == [7]
 
 
 def test_the_2018_layout_polls_time_scheduled_where_time_next_is_null(tables: Tables):
@@ -326,10 +337,7 @@ def test_the_2018_layout_polls_time_scheduled_where_time_next_is_null(tables: Ta
         (0, NOW - 2, 1, 1, "a"),
     ]
     assert key == (0, NOW - 2, 1)
-    keys, after = [], None
-    while (after := tables.store.poll(cfg, NOW, 1, after)[1]) is not None:
-        keys.append(after)
-    assert keys == [(0, 0, 4), (0, NOW - 3, 3), (0, NOW - 2, 1)]
+    assert one_pass(tables, cfg, 1) == ([4, 3, 1], [(0, 0, 4), (0, NOW - 3, 3), (0, NOW - 2, 1)])
 
 
 # -- claim and send ---------------------------------------------------------------------------
@@ -368,11 +376,7 @@ def test_claim_leaves_rows_acked_rescheduled_re_versioned_or_deleted_since_the_p
     assert ids(tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver)) == [1]
     assert deliver.calls == [[1]]
     assert {i: tables.row("q", i) for i in range(2, 6)} == before
-    assert tables.row("q", 1) == {**before_claim(1), "time_next": LATER, "epoch": 1}
-
-
-def before_claim(i: int) -> dict[str, Any]:
-    return {"id": i, "priority": 0, "time_next": 0, "epoch": 0, "time_acked": None, "message": None}
+    assert tables.row("q", 1) == fresh(1, time_next=LATER, epoch=1)
 
 
 def test_a_claim_or_send_that_matches_no_row_delivers_nothing(tables: Tables):
@@ -384,6 +388,22 @@ def test_a_claim_or_send_that_matches_no_row_delivers_nothing(tables: Tables):
     assert tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver) == []
     assert tables.store.send(cfg, batch, NOW, deliver) == []
     assert deliver.calls == []
+
+
+def test_a_claim_whose_deliver_raises_writes_nothing(tables: Tables):
+    cfg = tables.create("q")
+    for i in (1, 2):
+        tables.insert("q", i)
+    batch = poll_all(tables, cfg)
+
+    def deliver(rows: list[CachedRow]) -> None:
+        raise NotLeader("the lease ended during the claim")
+
+    with pytest.raises(NotLeader):
+        tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver)
+    assert [tables.row("q", i) for i in (1, 2)] == [fresh(1), fresh(2)]
+    assert not tables.held("q", 1)
+    assert ids(tables.store.claim(cfg, batch, NOW, lambda e: LATER, lambda r: None)) == [1, 2]
 
 
 def test_send_delivers_inside_a_lock_the_rows_still_due_and_unchanged_and_writes_nothing(
@@ -431,9 +451,9 @@ def test_postpone_moves_only_rows_still_due_at_the_send_and_at_the_epoch_sent(ta
     before = {i: tables.row("q", i) for i in range(1, 6)}
     assert tables.store.postpone(cfg, [1, 2, 3, 4, 5, 6], 2, NOW, LATER) == 3
     after = {i: tables.row("q", i) for i in range(1, 6)}
-    assert after[1] == {**before_claim(1), "time_next": LATER, "epoch": 3}
-    assert after[2] == {**before_claim(2), "time_next": LATER, "epoch": 3}
-    assert after[3] == {**before_claim(3), "time_next": None, "epoch": 3, "time_acked": NOW}
+    assert after[1] == fresh(1, time_next=LATER, epoch=3)
+    assert after[2] == fresh(2, time_next=LATER, epoch=3)
+    assert after[3] == fresh(3, time_next=None, epoch=3, time_acked=NOW)
     assert (after[4], after[5]) == (before[4], before[5])
 
 
@@ -447,7 +467,7 @@ def test_the_2018_layout_postpones_by_time_scheduled_and_a_null_epoch(tables: Ta
     assert tables.store.postpone(cfg, [1, 2, 3, 4], None, NOW, LATER) == 2
     after = {i: tables.row("old", i) for i in range(1, 5)}
     for i in (1, 3):
-        assert after[i] == {**before[i], "time_next": LATER, "epoch": 1}  # type: ignore[dict-item]
+        assert after[i] == {**before[i], "time_next": LATER, "epoch": 1}
     assert (after[2], after[4]) == (before[2], before[4])
 
 
@@ -458,18 +478,8 @@ def test_ack_acks_only_rows_unacked_before_and_clears_their_time_next(tables: Ta
     tables.insert("q", 2, time_next=None, epoch=4, time_acked=NOW - NS)
     tables.insert("q", 3, time_next=NOW + NS, epoch=4)
     assert tables.store.ack(cfg, [1, 2, 9], NOW) == 1
-    assert tables.row("q", 1) == {
-        **before_claim(1),
-        "time_next": None,
-        "epoch": 4,
-        "time_acked": NOW,
-    }
-    assert tables.row("q", 2) == {
-        **before_claim(2),
-        "time_next": None,
-        "epoch": 4,
-        "time_acked": NOW - NS,
-    }
+    assert tables.row("q", 1) == fresh(1, time_next=None, epoch=4, time_acked=NOW)
+    assert tables.row("q", 2) == fresh(2, time_next=None, epoch=4, time_acked=NOW - NS)
     assert tables.store.acked_ids(cfg, [1, 2, 3, 9], NOW) == {1}
     assert tables.store.acked_ids(cfg, [1, 2, 3, 9], NOW - NS) == {2}
     assert tables.store.unacked_ids(cfg, [1, 2, 3, 9]) == {3}
@@ -524,8 +534,7 @@ def test_every_statement_on_a_dropped_table_raises_table_not_found(tables: Table
     batch = poll_all(tables, cfg)
     tables.drop("q")
     assert tables.store.discover() == []
-    outcomes = {n: raised(lambda c=c: c(tables.store, cfg, batch)) for n, c in STATEMENTS.items()}
-    assert outcomes == dict.fromkeys(STATEMENTS, "TableNotFound")
+    assert outcomes(tables.store, cfg, batch) == dict.fromkeys(STATEMENTS, "TableNotFound")
     with pytest.raises(TableNotFound, match="'q'"):
         tables.store.poll(cfg, NOW, 10)
 
@@ -536,8 +545,7 @@ def test_every_statement_of_an_unreachable_database_raises_unavailable(tables: T
     batch = poll_all(tables, cfg)
     down = tables.unreachable()
     try:
-        outcomes = {n: raised(lambda c=c: c(down, cfg, batch)) for n, c in STATEMENTS.items()}
-        assert outcomes == dict.fromkeys(STATEMENTS, "Unavailable")
+        assert outcomes(down, cfg, batch) == dict.fromkeys(STATEMENTS, "Unavailable")
         with pytest.raises(Unavailable):
             down.discover()
     finally:

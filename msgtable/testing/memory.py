@@ -150,15 +150,22 @@ class InMemoryStore:
         with self.lock:
             table = self._table(cfg.name)
             claimed: list[CachedRow] = []
+            undo: list[tuple[dict[str, Any], Any, Any]] = []  # the transaction's rollback
             for epoch, rows in group_by_epoch(batch).items():
                 nxt = next_ns(epoch or 0)
                 for r in rows:
                     row = table.get(r.id)
                     if row is not None and self._due(cfg, row, now_ns) and row["epoch"] == epoch:
+                        undo.append((row, row["time_next"], row["epoch"]))
                         row["time_next"], row["epoch"] = nxt, (epoch or 0) + 1
                         claimed.append(r)
             if claimed:
-                deliver(claimed)
+                try:
+                    deliver(claimed)
+                except BaseException:
+                    for row, old_next, old_epoch in undo:
+                        row["time_next"], row["epoch"] = old_next, old_epoch
+                    raise
             return claimed
 
     def send(

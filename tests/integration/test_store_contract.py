@@ -1,163 +1,30 @@
 """The Store contract: every case runs on InMemoryStore and on MySQLStore, so the fake cannot
 drift from the real store (msgtable.testing.memory says it mirrors it statement by statement).
 
-Each case sets up its table through a small adapter (``Tables``): on MySQL real DDL and DML on
-the test's own connection, in memory InMemoryStore's helpers; then it asks the store and reads
-the rows back. A case that passes on one store and fails on the other is a drift: fix the fake
-(or the real store), never the case.
+Each case sets up its table through a small adapter (``Tables``, in contract_tables.py): on
+MySQL real DDL and DML on the test's own connection, in memory InMemoryStore's helpers; then it
+asks the store and reads the rows back. A case that passes on one store and fails on the other
+is a drift: fix the fake (or the real store), never the case.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
-from msgtable.devdb import free_port
 from msgtable.errors import NotLeader, TableNotFound, Unavailable
 from msgtable.rows import CachedRow, PollKey
-from msgtable.store import MySQLStore, Store
-from msgtable.tables import (
-    DEMO_COMMENT,
-    Column,
-    Layout,
-    TableConfig,
-    current_layout_ddl,
-    load_table,
-)
-from msgtable.testing import CURRENT_COLUMNS, InMemoryStore
+from msgtable.store import Store
+from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig, load_table
+from msgtable.testing import CURRENT_COLUMNS
+
+from .contract_tables import V2018_COLUMNS, V2018_UNIQUE, MemoryTables, MySQLTables, Tables
 
 NS = 10**9
 NOW = 1_700_000_000 * NS
 LATER = NOW + 600 * NS  # a new time_next the cases write
-V2018_SQL = (Path(__file__).parents[2] / "schema" / "v2018.sql").read_text()
-V2018_COLUMNS = (
-    *(
-        Column(n, "bigint", "bigint")
-        for n in ("time_scheduled", "id", "time_next", "epoch", "time_created", "time_acked")
-    ),
-    Column("message", "varchar", "varchar(128)"),
-)
-V2018_UNIQUE = (("time_scheduled", "id"), ("id",))
-
-
-# -- the adapter: one table, set up and read back as another client would ---------------------
-class Tables:
-    """A store, and its tables set up and read back as another client would: create a message
-    table of a schema file's layout (or a plain one), insert, update, delete and read a row,
-    drop the table; ``held``: whether a writer of a row would have to wait now (in memory: for
-    the store's lock); ``unreachable``: the store of a database that does not answer."""
-
-    store: Store
-
-    def create(self, name: str, layout: Layout = Layout.CURRENT) -> TableConfig:
-        """The table, and its config as the engine loads it (through discover)."""
-        self._create(name, layout)
-        (d,) = [d for d in self.store.discover() if d.name == name]
-        return load_table(d.name, d.comment, d.columns, d.unique_indexes)
-
-    def _create(self, name: str, layout: Layout) -> None: ...
-    def create_plain(self, name: str, comment: str) -> None: ...
-    def insert(self, table: str, id: Hashable, **values: Any) -> None: ...
-    def row(self, table: str, id: Hashable) -> dict[str, Any] | None: ...
-    def update(self, table: str, id: Hashable, **values: Any) -> None: ...
-    def delete(self, table: str, id: Hashable) -> None: ...
-    def drop(self, table: str) -> None: ...
-    def held(self, table: str, id: Hashable) -> bool: ...
-    def unreachable(self) -> Store: ...
-
-
-class MemoryTables(Tables):
-    def __init__(self) -> None:
-        self.store = self.memory = InMemoryStore()
-
-    def _create(self, name: str, layout: Layout) -> None:
-        if layout is Layout.CURRENT:
-            self.memory.create_table(name, DEMO_COMMENT)
-        else:
-            self.memory.create_table(name, DEMO_COMMENT, V2018_COLUMNS, V2018_UNIQUE)
-
-    def create_plain(self, name: str, comment: str) -> None:
-        self.memory.create_table(name, comment, (Column("id", "bigint", "bigint"),), (("id",),))
-
-    def row(self, table: str, id: Hashable) -> dict[str, Any] | None:
-        row = self.memory.rows[table].get(id)
-        columns = self.memory.definitions[table].columns
-        return None if row is None else {c.name: row[c.name] for c in columns}
-
-    def insert(self, table: str, id: Hashable, **values: Any) -> None:
-        self.memory.insert(table, id, **values)
-
-    def update(self, table: str, id: Hashable, **values: Any) -> None:
-        self.memory.update(table, id, **values)
-
-    def delete(self, table: str, id: Hashable) -> None:
-        self.memory.delete(table, id)
-
-    def drop(self, table: str) -> None:
-        self.memory.drop_table(table)
-
-    def held(self, table: str, id: Hashable) -> bool:
-        if not self.memory.lock.acquire(blocking=False):
-            return True
-        self.memory.lock.release()
-        return False
-
-    def unreachable(self) -> Store:
-        down = InMemoryStore()
-        down.down = True
-        return down
-
-
-class MySQLTables(Tables):
-    def __init__(self, sql: Any, dsn: str) -> None:
-        self.sql, self.store = sql, MySQLStore.from_dsn(dsn)
-
-    def _create(self, name: str, layout: Layout) -> None:
-        if layout is Layout.CURRENT:
-            self.sql.execute(current_layout_ddl(name, DEMO_COMMENT))
-        else:
-            lines = [s for s in V2018_SQL.splitlines() if not s.startswith("--")]
-            self.sql.execute("\n".join(lines).replace("my_message", name).rstrip().rstrip(";"))
-
-    def create_plain(self, name: str, comment: str) -> None:
-        self.sql.execute(f"create table {name}(id bigint primary key) comment '{comment}'")
-
-    def insert(self, table: str, id: Hashable, **values: Any) -> None:
-        values = {"id": id, **values}
-        names = ", ".join(values)
-        self.sql.execute(f"insert into {table}({names}) values (:{', :'.join(values)})", values)
-
-    def row(self, table: str, id: Hashable) -> dict[str, Any] | None:
-        found = self.sql.execute(f"select * from {table} where id = :id", {"id": id})
-        row = found.mappings().first()
-        return None if row is None else dict(row)
-
-    def update(self, table: str, id: Hashable, **values: Any) -> None:
-        sets = ", ".join(f"{k} = :{k}" for k in values)
-        self.sql.execute(f"update {table} set {sets} where id = :id", {**values, "id": id})
-
-    def delete(self, table: str, id: Hashable) -> None:
-        self.sql.execute(f"delete from {table} where id = :id", {"id": id})
-
-    def drop(self, table: str) -> None:
-        self.sql.execute(f"drop table {table}")
-
-    def held(self, table: str, id: Hashable) -> bool:
-        with self.sql.engine.connect() as conn:
-            try:
-                conn.execute(
-                    sa.text(f"select id from {table} where id = :id for update nowait"), {"id": id}
-                )
-            except sa.exc.OperationalError:
-                return True
-            return False
-
-    def unreachable(self) -> Store:
-        return MySQLStore.from_dsn(f"mysql://nobody@127.0.0.1:{free_port()}/nothing")
 
 
 @pytest.fixture(params=["memory", "mysql"])
@@ -217,12 +84,22 @@ def fresh(i: int, **engine: Any) -> dict[str, Any]:
     return {"id": i, **FRESH, **engine}
 
 
-def changed_by_others(t: Tables, table: str) -> None:
-    """Rows 2-5 change after the poll: acked, rescheduled, re-versioned, deleted."""
-    t.update(table, 2, time_acked=NOW - 1, time_next=None)
-    t.update(table, 3, time_next=NOW + 1)
-    t.update(table, 4, epoch=7)
-    t.delete(table, 5)
+def rows_of(t: Tables, table: str, span: range) -> dict[int, dict[str, Any] | None]:
+    return {i: t.row(table, i) for i in span}
+
+
+def stale_batch(t: Tables) -> tuple[TableConfig, list[CachedRow]]:
+    """Table q's rows 1-5 as a poll read them; since then another client acked row 2,
+    rescheduled row 3, re-versioned row 4 and deleted row 5."""
+    cfg = t.create("q")
+    for i in range(1, 6):
+        t.insert("q", i)
+    batch = poll_all(t, cfg)
+    t.update("q", 2, time_acked=NOW - 1, time_next=None)
+    t.update("q", 3, time_next=NOW + 1)
+    t.update("q", 4, epoch=7)
+    t.delete("q", 5)
+    return cfg, batch
 
 
 def kinds(columns: tuple[Column, ...]) -> list[tuple[str, str]]:
@@ -366,16 +243,12 @@ def test_claim_writes_time_next_and_epoch_plus_one_and_delivers_inside_its_trans
 def test_claim_leaves_rows_acked_rescheduled_re_versioned_or_deleted_since_the_poll(
     tables: Tables,
 ):
-    cfg = tables.create("q")
-    for i in range(1, 6):
-        tables.insert("q", i, epoch=0)
-    batch = poll_all(tables, cfg)
-    changed_by_others(tables, "q")
-    before = {i: tables.row("q", i) for i in range(2, 6)}
+    cfg, batch = stale_batch(tables)
+    before = rows_of(tables, "q", range(2, 6))
     deliver = Deliveries(tables, "q")
     assert ids(tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver)) == [1]
     assert deliver.calls == [[1]]
-    assert {i: tables.row("q", i) for i in range(2, 6)} == before
+    assert rows_of(tables, "q", range(2, 6)) == before
     assert tables.row("q", 1) == fresh(1, time_next=LATER, epoch=1)
 
 
@@ -409,17 +282,13 @@ def test_a_claim_whose_deliver_raises_writes_nothing(tables: Tables):
 def test_send_delivers_inside_a_lock_the_rows_still_due_and_unchanged_and_writes_nothing(
     tables: Tables,
 ):
-    cfg = tables.create("q")
-    for i in range(1, 6):
-        tables.insert("q", i, epoch=0)
-    batch = poll_all(tables, cfg)
-    changed_by_others(tables, "q")
-    before = {i: tables.row("q", i) for i in range(1, 6)}
+    cfg, batch = stale_batch(tables)
+    before = rows_of(tables, "q", range(1, 6))
     deliver = Deliveries(tables, "q")
     assert ids(tables.store.send(cfg, batch, NOW, deliver)) == [1]
     assert deliver.calls == [[1]] and deliver.held == [True]
     assert not tables.held("q", 1)
-    assert {i: tables.row("q", i) for i in range(1, 6)} == before
+    assert rows_of(tables, "q", range(1, 6)) == before
 
 
 def test_the_2018_layout_sends_and_claims_by_time_scheduled_and_a_null_epoch(tables: Tables):
@@ -448,9 +317,9 @@ def test_postpone_moves_only_rows_still_due_at_the_send_and_at_the_epoch_sent(ta
     tables.insert("q", 3, time_next=None, epoch=2, time_acked=NOW)  # acked first: counted only
     tables.insert("q", 4, time_next=NOW + 1, epoch=2)  # rescheduled since the send
     tables.insert("q", 5, time_next=NOW - 1, epoch=3)  # re-versioned since the send
-    before = {i: tables.row("q", i) for i in range(1, 6)}
+    before = rows_of(tables, "q", range(1, 6))
     assert tables.store.postpone(cfg, [1, 2, 3, 4, 5, 6], 2, NOW, LATER) == 3
-    after = {i: tables.row("q", i) for i in range(1, 6)}
+    after = rows_of(tables, "q", range(1, 6))
     assert after[1] == fresh(1, time_next=LATER, epoch=3)
     assert after[2] == fresh(2, time_next=LATER, epoch=3)
     assert after[3] == fresh(3, time_next=None, epoch=3, time_acked=NOW)
@@ -463,9 +332,9 @@ def test_the_2018_layout_postpones_by_time_scheduled_and_a_null_epoch(tables: Ta
     tables.insert("old", 2, time_scheduled=NOW + 1, time_next=None, epoch=None)  # not due
     tables.insert("old", 3, time_scheduled=NOW + 1, time_next=NOW - 1, epoch=None)  # moved
     tables.insert("old", 4, time_scheduled=NOW - 1, time_next=None, epoch=0)  # not at NULL
-    before = {i: tables.row("old", i) for i in range(1, 5)}
+    before = rows_of(tables, "old", range(1, 5))
     assert tables.store.postpone(cfg, [1, 2, 3, 4], None, NOW, LATER) == 2
-    after = {i: tables.row("old", i) for i in range(1, 5)}
+    after = rows_of(tables, "old", range(1, 5))
     for i in (1, 3):
         assert after[i] == {**before[i], "time_next": LATER, "epoch": 1}
     assert (after[2], after[4]) == (before[2], before[4])
@@ -522,6 +391,7 @@ STATEMENTS: dict[str, Call] = {
     "postpone": lambda s, cfg, batch: s.postpone(cfg, [1], 0, NOW, LATER),
     "ack": lambda s, cfg, batch: s.ack(cfg, [1], NOW),
     "ack first": lambda s, cfg, batch: s.ack(cfg, [1], NOW, first=[1]),
+    "ack some first": lambda s, cfg, batch: s.ack(cfg, [1, 2], NOW, first=[1]),
     "acked_ids": lambda s, cfg, batch: s.acked_ids(cfg, [1], NOW),
     "unacked_ids": lambda s, cfg, batch: s.unacked_ids(cfg, [1]),
     "purge": lambda s, cfg, batch: s.purge(cfg, NOW, 10),

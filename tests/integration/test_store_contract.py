@@ -252,6 +252,23 @@ def test_claim_leaves_rows_acked_rescheduled_re_versioned_or_deleted_since_the_p
     assert tables.row("q", 1) == fresh(1, time_next=LATER, epoch=1)
 
 
+def test_claim_leaves_a_stale_copy_of_a_row_it_claimed_already_for_the_same_time(
+    tables: Tables, request: pytest.FixtureRequest
+):
+    # Row 1 was claimed (epoch 1, time_next LATER) since this batch read it at epoch 0.
+    if isinstance(tables, MySQLTables):  # reported, not fixed here: remove the mark with the fix
+        reason = "MySQLStore: a partial claim's read-back (epoch + 1, time_next) takes it too"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    cfg = tables.create("q")
+    for i in (1, 2):
+        tables.insert("q", i)
+    batch = poll_all(tables, cfg)
+    tables.store.claim(cfg, batch[:1], NOW, lambda e: LATER, lambda r: None)  # row 1: epoch 1
+    deliver = Deliveries(tables, "q")
+    assert ids(tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver)) == [2]
+    assert deliver.calls == [[2]]
+
+
 def test_a_claim_or_send_that_matches_no_row_delivers_nothing(tables: Tables):
     cfg = tables.create("q")
     tables.insert("q", 1)

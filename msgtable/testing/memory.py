@@ -16,7 +16,14 @@ from typing import Any
 from msgtable.errors import TableNotFound, Unavailable
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch
 from msgtable.store import Deliver, TableDefinition
-from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig
+from msgtable.tables import (
+    DEMO_COMMENT,
+    Column,
+    Layout,
+    TableConfig,
+    detect_layout,
+    is_message_comment,
+)
 
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
@@ -56,9 +63,13 @@ class InMemoryStore:
         self.rows.pop(name, None)
 
     def insert(self, table: str, id: Hashable, **values: Any) -> None:
-        cols = {c.name for c in self.definitions[table].columns}
-        row: dict[str, Any] = dict.fromkeys(cols)
-        row.update(priority=0, time_next=0, epoch=0)
+        """A row as an INSERT of ``values`` makes it in a table of the schema file of its
+        layout: schema/current.sql's defaults (priority, time_next, epoch 0), v2018.sql's
+        (none: NULL); any other column NULL."""
+        columns = self.definitions[table].columns
+        row: dict[str, Any] = dict.fromkeys(c.name for c in columns)
+        if detect_layout(columns) is Layout.CURRENT:
+            row.update((k, 0) for k in ("priority", "time_next", "epoch") if k in row)
         row.update(values, id=id)
         self.rows[table][id] = row
 
@@ -88,7 +99,12 @@ class InMemoryStore:
     def discover(self) -> list[TableDefinition]:
         if self.down:
             raise Unavailable("database unavailable: (2003) test outage")
-        return [self.definitions[n] for n in sorted(self.definitions)]
+        # MySQLStore's filter: COMMENT LIKE 'vitess%' (no leading blanks), then the marker
+        return [
+            d
+            for n, d in sorted(self.definitions.items())
+            if d.comment.startswith("vitess") and is_message_comment(d.comment)
+        ]
 
     def _key(self, cfg: TableConfig, row: dict[str, Any]) -> PollKey:
         """(priority, time_next as SQL reads it, id)."""
@@ -134,15 +150,22 @@ class InMemoryStore:
         with self.lock:
             table = self._table(cfg.name)
             claimed: list[CachedRow] = []
+            undo: list[tuple[dict[str, Any], Any, Any]] = []  # the transaction's rollback
             for epoch, rows in group_by_epoch(batch).items():
                 nxt = next_ns(epoch or 0)
                 for r in rows:
                     row = table.get(r.id)
                     if row is not None and self._due(cfg, row, now_ns) and row["epoch"] == epoch:
+                        undo.append((row, row["time_next"], row["epoch"]))
                         row["time_next"], row["epoch"] = nxt, (epoch or 0) + 1
                         claimed.append(r)
             if claimed:
-                deliver(claimed)
+                try:
+                    deliver(claimed)
+                except BaseException:
+                    for row, old_next, old_epoch in undo:
+                        row["time_next"], row["epoch"] = old_next, old_epoch
+                    raise
             return claimed
 
     def send(

@@ -1,0 +1,148 @@
+"""The adapter of the Store contract (test_store_contract.py): a store, and its tables set up
+and read back as another client would, on MySQL through real DDL and DML, in memory through
+InMemoryStore's own helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from msgtable.devdb import free_port
+from msgtable.store import MySQLStore, Store
+from msgtable.tables import (
+    DEMO_COMMENT,
+    Column,
+    Layout,
+    TableConfig,
+    current_layout_ddl,
+    load_table,
+)
+from msgtable.testing import InMemoryStore
+
+V2018_SQL = (Path(__file__).parents[2] / "schema" / "v2018.sql").read_text()
+V2018_COLUMNS = (
+    *(
+        Column(n, "bigint", "bigint")
+        for n in ("time_scheduled", "id", "time_next", "epoch", "time_created", "time_acked")
+    ),
+    Column("message", "varchar", "varchar(128)"),
+)
+V2018_UNIQUE = (("time_scheduled", "id"), ("id",))
+
+
+class Tables:
+    """A store, and its tables set up and read back as another client would: create a message
+    table of a schema file's layout (or a plain one), insert, update, delete and read a row,
+    drop the table; ``held``: whether a writer of a row would have to wait now (in memory: for
+    the store's lock); ``unreachable``: the store of a database that does not answer."""
+
+    store: Store
+
+    def create(self, name: str, layout: Layout = Layout.CURRENT) -> TableConfig:
+        """The table, and its config as the engine loads it (through discover)."""
+        self._create(name, layout)
+        (d,) = [d for d in self.store.discover() if d.name == name]
+        return load_table(d.name, d.comment, d.columns, d.unique_indexes)
+
+    def _create(self, name: str, layout: Layout) -> None: ...
+    def create_plain(self, name: str, comment: str) -> None: ...
+    def insert(self, table: str, id: Hashable, **values: Any) -> None: ...
+    def row(self, table: str, id: Hashable) -> dict[str, Any] | None: ...
+    def update(self, table: str, id: Hashable, **values: Any) -> None: ...
+    def delete(self, table: str, id: Hashable) -> None: ...
+    def drop(self, table: str) -> None: ...
+    def held(self, table: str, id: Hashable) -> bool: ...
+    def unreachable(self) -> Store: ...
+
+
+class MemoryTables(Tables):
+    def __init__(self) -> None:
+        self.store = self.memory = InMemoryStore()
+
+    def _create(self, name: str, layout: Layout) -> None:
+        if layout is Layout.CURRENT:
+            self.memory.create_table(name, DEMO_COMMENT)
+        else:
+            self.memory.create_table(name, DEMO_COMMENT, V2018_COLUMNS, V2018_UNIQUE)
+
+    def create_plain(self, name: str, comment: str) -> None:
+        self.memory.create_table(name, comment, (Column("id", "bigint", "bigint"),), (("id",),))
+
+    def row(self, table: str, id: Hashable) -> dict[str, Any] | None:
+        row = self.memory.rows[table].get(id)
+        columns = self.memory.definitions[table].columns
+        return None if row is None else {c.name: row[c.name] for c in columns}
+
+    def insert(self, table: str, id: Hashable, **values: Any) -> None:
+        self.memory.insert(table, id, **values)
+
+    def update(self, table: str, id: Hashable, **values: Any) -> None:
+        self.memory.update(table, id, **values)
+
+    def delete(self, table: str, id: Hashable) -> None:
+        self.memory.delete(table, id)
+
+    def drop(self, table: str) -> None:
+        self.memory.drop_table(table)
+
+    def held(self, table: str, id: Hashable) -> bool:
+        if not self.memory.lock.acquire(blocking=False):
+            return True
+        self.memory.lock.release()
+        return False
+
+    def unreachable(self) -> Store:
+        down = InMemoryStore()
+        down.down = True
+        return down
+
+
+class MySQLTables(Tables):
+    def __init__(self, sql: Any, dsn: str) -> None:
+        self.sql, self.store = sql, MySQLStore.from_dsn(dsn)
+
+    def _create(self, name: str, layout: Layout) -> None:
+        if layout is Layout.CURRENT:
+            self.sql.execute(current_layout_ddl(name, DEMO_COMMENT))
+        else:
+            lines = [s for s in V2018_SQL.splitlines() if not s.startswith("--")]
+            self.sql.execute("\n".join(lines).replace("my_message", name).rstrip().rstrip(";"))
+
+    def create_plain(self, name: str, comment: str) -> None:
+        self.sql.execute(f"create table {name}(id bigint primary key) comment '{comment}'")
+
+    def insert(self, table: str, id: Hashable, **values: Any) -> None:
+        values = {"id": id, **values}
+        names = ", ".join(values)
+        self.sql.execute(f"insert into {table}({names}) values (:{', :'.join(values)})", values)
+
+    def row(self, table: str, id: Hashable) -> dict[str, Any] | None:
+        found = self.sql.execute(f"select * from {table} where id = :id", {"id": id})
+        row = found.mappings().first()
+        return None if row is None else dict(row)
+
+    def update(self, table: str, id: Hashable, **values: Any) -> None:
+        sets = ", ".join(f"{k} = :{k}" for k in values)
+        self.sql.execute(f"update {table} set {sets} where id = :id", {**values, "id": id})
+
+    def delete(self, table: str, id: Hashable) -> None:
+        self.sql.execute(f"delete from {table} where id = :id", {"id": id})
+
+    def drop(self, table: str) -> None:
+        self.sql.execute(f"drop table {table}")
+
+    def held(self, table: str, id: Hashable) -> bool:
+        with self.sql.engine.connect() as conn:
+            try:
+                conn.execute(
+                    sa.text(f"select id from {table} where id = :id for update nowait"), {"id": id}
+                )
+            except sa.exc.OperationalError:
+                return True
+            return False
+
+    def unreachable(self) -> Store:
+        return MySQLStore.from_dsn(f"mysql://nobody@127.0.0.1:{free_port()}/nothing")

@@ -1,0 +1,439 @@
+"""The Store contract: every case runs on InMemoryStore and on MySQLStore, so the fake cannot
+drift from the real store (msgtable.testing.memory says it mirrors it statement by statement).
+
+Each case sets up its table through a small adapter (``Tables``, in contract_tables.py): on
+MySQL real DDL and DML on the test's own connection, in memory InMemoryStore's helpers; then it
+asks the store and reads the rows back. A case that passes on one store and fails on the other
+is a drift: fix the fake (or the real store), never the case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
+
+import pytest
+
+from msgtable.errors import NotLeader, TableNotFound, Unavailable
+from msgtable.rows import CachedRow, PollKey
+from msgtable.store import Store
+from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig, load_table
+from msgtable.testing import CURRENT_COLUMNS
+
+from .contract_tables import V2018_COLUMNS, V2018_UNIQUE, MemoryTables, MySQLTables, Tables
+
+NS = 10**9
+NOW = 1_700_000_000 * NS
+LATER = NOW + 600 * NS  # a new time_next the cases write
+
+
+@pytest.fixture(params=["memory", "mysql"])
+def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
+    """The same cases on InMemoryStore and on MySQLStore (a fresh database per test)."""
+    if request.param == "memory":
+        yield MemoryTables()
+        return
+    t = MySQLTables(request.getfixturevalue("sql"), request.getfixturevalue("db_dsn"))
+    yield t
+    t.store.close()
+
+
+# -- helpers of the cases -------------------------------------------------------------------
+def poll_all(t: Tables, cfg: TableConfig, now_ns: int = NOW) -> list[CachedRow]:
+    rows, _ = t.store.poll(cfg, now_ns, 1000)
+    return [CachedRow.polled(r) for r in rows]
+
+
+def one_pass(t: Tables, cfg: TableConfig, limit: int) -> tuple[list[Any], list[PollKey]]:
+    """A pass of polls of ``limit`` rows each: the ids read, and the key each poll returned."""
+    read: list[Any] = []
+    keys: list[PollKey] = []
+    after: PollKey | None = None
+    while True:
+        rows, after = t.store.poll(cfg, NOW, limit, after)
+        if after is None:
+            assert rows == []
+            return read, keys
+        assert 0 < len(rows) <= limit
+        read.extend(r[3] for r in rows)
+        keys.append(after)
+
+
+def ids(rows: list[CachedRow]) -> list[Hashable]:
+    return [r.id for r in rows]
+
+
+class Deliveries:
+    """A deliver callback that records what it got and whether the rows were held then."""
+
+    def __init__(self, t: Tables, table: str) -> None:
+        self.t, self.table = t, table
+        self.calls: list[list[Hashable]] = []
+        self.held: list[bool] = []
+
+    def __call__(self, rows: list[CachedRow]) -> None:
+        self.calls.append(ids(rows))
+        self.held.extend(self.t.held(self.table, r.id) for r in rows)
+
+
+FRESH = {"priority": 0, "time_next": 0, "epoch": 0, "time_acked": None, "message": None}
+
+
+def fresh(i: int, **engine: Any) -> dict[str, Any]:
+    """Row i of a current-layout table as an insert of its id makes it, with ``engine``."""
+    return {"id": i, **FRESH, **engine}
+
+
+def rows_of(t: Tables, table: str, span: range) -> dict[int, dict[str, Any] | None]:
+    return {i: t.row(table, i) for i in span}
+
+
+def stale_batch(t: Tables) -> tuple[TableConfig, list[CachedRow]]:
+    """Table q's rows 1-5 as a poll read them; since then another client acked row 2,
+    rescheduled row 3, re-versioned row 4 and deleted row 5."""
+    cfg = t.create("q")
+    for i in range(1, 6):
+        t.insert("q", i)
+    batch = poll_all(t, cfg)
+    t.update("q", 2, time_acked=NOW - 1, time_next=None)
+    t.update("q", 3, time_next=NOW + 1)
+    t.update("q", 4, epoch=7)
+    t.delete("q", 5)
+    return cfg, batch
+
+
+def kinds(columns: tuple[Column, ...]) -> list[tuple[str, str]]:
+    return [(c.name, c.data_type) for c in columns]
+
+
+def raised(call: Callable[[], object]) -> str:
+    try:
+        call()
+    except Exception as exc:
+        return type(exc).__name__
+    return "nothing"
+
+
+def outcomes(store: Store, cfg: TableConfig, batch: list[CachedRow]) -> dict[str, str]:
+    """What each statement of STATEMENTS raised (by name)."""
+    return {n: raised(lambda c=c: c(store, cfg, batch)) for n, c in STATEMENTS.items()}
+
+
+# -- the adapter itself: rows as the schema files make them ----------------------------------
+@pytest.mark.parametrize("layout", [Layout.CURRENT, Layout.V2018])
+def test_a_row_inserted_with_its_message_only_gets_the_schema_defaults(
+    tables: Tables, layout: Layout
+):
+    tables.create("q", layout)
+    if layout is Layout.CURRENT:
+        tables.insert("q", 1, message="hi")
+        assert tables.row("q", 1) == fresh(1, message="hi")
+    else:  # time_scheduled is part of the 2018 primary key: an insert must set it
+        tables.insert("q", 1, message="hi", time_scheduled=NOW)
+        nulls = dict.fromkeys(("time_next", "epoch", "time_created", "time_acked"))
+        assert tables.row("q", 1) == {"id": 1, "message": "hi", "time_scheduled": NOW, **nulls}
+
+
+# -- discover ---------------------------------------------------------------------------------
+def test_discover_describes_message_tables_only_as_load_table_needs_them(tables: Tables):
+    tables.create("q")
+    tables.create("old", Layout.V2018)
+    tables.create_plain("plain", "just a table")
+    tables.create_plain("near", DEMO_COMMENT.replace("vitess_message", "vitess_messages"))
+    tables.create_plain("upper", DEMO_COMMENT.replace("vitess_message", "VITESS_MESSAGE"))
+    tables.create_plain("spaced", " " + DEMO_COMMENT)  # MySQLStore's LIKE 'vitess%'
+    found = tables.store.discover()
+    assert [d.name for d in found] == ["old", "q"]
+    old, q = found
+    assert q.comment == old.comment == DEMO_COMMENT
+    # column_type is the server's spelling ("bigint(20)" on MariaDB): load_table reads the rest
+    assert kinds(q.columns) == kinds(CURRENT_COLUMNS)
+    assert kinds(old.columns) == kinds(V2018_COLUMNS)
+    assert set(q.unique_indexes) == {("id",)}
+    assert set(old.unique_indexes) == set(V2018_UNIQUE)
+    configs = [load_table(d.name, d.comment, d.columns, d.unique_indexes) for d in found]
+    assert [c.layout for c in configs] == [Layout.V2018, Layout.CURRENT]
+    assert [[m.name for m in c.message_columns] for c in configs] == [["id", "message"]] * 2
+
+
+# -- poll -------------------------------------------------------------------------------------
+def test_poll_reads_unacked_rows_whose_time_next_is_null_zero_or_not_after_now(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1, time_next=None)
+    tables.insert("q", 2, time_next=0)
+    tables.insert("q", 3, time_next=NOW - NS)
+    tables.insert("q", 4, time_next=NOW)
+    tables.insert("q", 5, time_next=NOW + NS)  # within a poll's 30 s lookahead
+    tables.insert("q", 6, time_next=NOW + 60 * NS)
+    tables.insert("q", 7, time_next=None, time_acked=NOW - NS)
+    tables.insert("q", 8, time_next=0, time_acked=NOW - NS)  # acked rows never, however due
+    assert sorted(ids(poll_all(tables, cfg))) == [1, 2, 3, 4]
+    assert sorted(ids(poll_all(tables, cfg, NOW + 30 * NS))) == [1, 2, 3, 4, 5]
+
+
+ORDER_CASE = [(1, 1, None), (2, 0, 5), (3, 0, None), (4, 0, 0), (5, 0, 5), (6, 1, 0), (7, 0, None)]
+IN_ORDER = [3, 7, 4, 2, 5, 1, 6]  # priority, then time_next with NULL first, then id
+
+
+def insert_order_case(tables: Tables) -> TableConfig:
+    cfg = tables.create("q")
+    for i, priority, time_next in ORDER_CASE:
+        tables.insert("q", i, priority=priority, time_next=time_next, epoch=i, message=f"m{i}")
+    tables.insert("q", 8, time_next=NOW + NS)  # not due: never read
+    return cfg
+
+
+def test_poll_orders_by_priority_then_time_next_null_first_then_id(tables: Tables):
+    cfg = insert_order_case(tables)
+    rows, key = tables.store.poll(cfg, NOW, 100)
+    by_id = {i: (p, t) for i, p, t in ORDER_CASE}
+    assert [tuple(r) for r in rows] == [(*by_id[i], i, i, f"m{i}") for i in IN_ORDER]
+    assert key == (1, 0, 6)
+    assert tables.store.poll(cfg, NOW, 3) == (rows[:3], (0, 0, 4))
+
+
+def test_a_pass_of_limited_polls_reads_each_due_row_once(tables: Tables):
+    cfg = insert_order_case(tables)
+    keys = [(0, None, 7), (0, 5, 2), (1, None, 1), (1, 0, 6)]  # two continue after a NULL
+    assert one_pass(tables, cfg, 2) == (IN_ORDER, keys)
+    rows, _ = tables.store.poll(cfg, NOW, 1, (0, None, 3))
+    assert [r[3] for r in rows] == [7]
+
+
+def test_the_2018_layout_polls_time_scheduled_where_time_next_is_null(tables: Tables):
+    cfg = tables.create("old", Layout.V2018)
+    tables.insert("old", 1, time_scheduled=NOW - 2, time_next=None, epoch=1, message="a")
+    tables.insert("old", 2, time_scheduled=NOW + NS, time_next=None, epoch=1)  # not yet
+    tables.insert("old", 3, time_scheduled=NOW + NS, time_next=NOW - 3, epoch=None)
+    tables.insert("old", 4, time_scheduled=0, time_next=None, epoch=0)
+    tables.insert("old", 5, time_scheduled=NOW - 2, time_next=None, time_acked=NOW)
+    rows, key = tables.store.poll(cfg, NOW, 10)
+    assert [tuple(r) for r in rows] == [
+        (0, 0, 0, 4, None),
+        (0, NOW - 3, None, 3, None),
+        (0, NOW - 2, 1, 1, "a"),
+    ]
+    assert key == (0, NOW - 2, 1)
+    assert one_pass(tables, cfg, 1) == ([4, 3, 1], [(0, 0, 4), (0, NOW - 3, 3), (0, NOW - 2, 1)])
+
+
+# -- claim and send ---------------------------------------------------------------------------
+def test_claim_writes_time_next_and_epoch_plus_one_and_delivers_inside_its_transaction(
+    tables: Tables,
+):
+    cfg = tables.create("q")
+    for i, epoch in [(1, 0), (2, 3), (3, 0)]:
+        tables.insert("q", i, epoch=epoch)
+    asked: list[int] = []
+
+    def next_ns(epoch: int) -> int:
+        asked.append(epoch)
+        return LATER + epoch
+
+    deliver = Deliveries(tables, "q")
+    claimed = tables.store.claim(cfg, poll_all(tables, cfg), NOW, next_ns, deliver)
+    assert sorted(ids(claimed)) == [1, 2, 3]
+    assert deliver.calls == [ids(claimed)] and deliver.held == [True] * 3
+    assert not tables.held("q", 1)  # committed
+    assert sorted(asked) == [0, 3]
+    new = {i: (r["time_next"], r["epoch"]) for i in (1, 2, 3) if (r := tables.row("q", i))}
+    assert new == {1: (LATER, 1), 2: (LATER + 3, 4), 3: (LATER, 1)}
+
+
+def test_claim_leaves_rows_acked_rescheduled_re_versioned_or_deleted_since_the_poll(
+    tables: Tables,
+):
+    cfg, batch = stale_batch(tables)
+    before = rows_of(tables, "q", range(2, 6))
+    deliver = Deliveries(tables, "q")
+    assert ids(tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver)) == [1]
+    assert deliver.calls == [[1]]
+    assert rows_of(tables, "q", range(2, 6)) == before
+    assert tables.row("q", 1) == fresh(1, time_next=LATER, epoch=1)
+
+
+def test_claim_leaves_a_stale_copy_of_a_row_it_claimed_already_for_the_same_time(
+    tables: Tables, request: pytest.FixtureRequest
+):
+    # Row 1 was claimed (epoch 1, time_next LATER) since this batch read it at epoch 0.
+    if isinstance(tables, MySQLTables):  # reported, not fixed here: remove the mark with the fix
+        reason = "MySQLStore: a partial claim's read-back (epoch + 1, time_next) takes it too"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    cfg = tables.create("q")
+    for i in (1, 2):
+        tables.insert("q", i)
+    batch = poll_all(tables, cfg)
+    tables.store.claim(cfg, batch[:1], NOW, lambda e: LATER, lambda r: None)  # row 1: epoch 1
+    deliver = Deliveries(tables, "q")
+    assert ids(tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver)) == [2]
+    assert deliver.calls == [[2]]
+
+
+def test_a_claim_or_send_that_matches_no_row_delivers_nothing(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1)
+    batch = poll_all(tables, cfg)
+    tables.update("q", 1, time_acked=NOW, time_next=None)
+    deliver = Deliveries(tables, "q")
+    assert tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver) == []
+    assert tables.store.send(cfg, batch, NOW, deliver) == []
+    assert deliver.calls == []
+
+
+def test_a_claim_whose_deliver_raises_writes_nothing(tables: Tables):
+    cfg = tables.create("q")
+    for i in (1, 2):
+        tables.insert("q", i)
+    batch = poll_all(tables, cfg)
+
+    def deliver(rows: list[CachedRow]) -> None:
+        raise NotLeader("the lease ended during the claim")
+
+    with pytest.raises(NotLeader):
+        tables.store.claim(cfg, batch, NOW, lambda e: LATER, deliver)
+    assert [tables.row("q", i) for i in (1, 2)] == [fresh(1), fresh(2)]
+    assert not tables.held("q", 1)
+    assert ids(tables.store.claim(cfg, batch, NOW, lambda e: LATER, lambda r: None)) == [1, 2]
+
+
+def test_send_delivers_inside_a_lock_the_rows_still_due_and_unchanged_and_writes_nothing(
+    tables: Tables,
+):
+    cfg, batch = stale_batch(tables)
+    before = rows_of(tables, "q", range(1, 6))
+    deliver = Deliveries(tables, "q")
+    assert ids(tables.store.send(cfg, batch, NOW, deliver)) == [1]
+    assert deliver.calls == [[1]] and deliver.held == [True]
+    assert not tables.held("q", 1)
+    assert rows_of(tables, "q", range(1, 6)) == before
+
+
+def test_the_2018_layout_sends_and_claims_by_time_scheduled_and_a_null_epoch(tables: Tables):
+    cfg = tables.create("old", Layout.V2018)
+    for i in (1, 2, 3):
+        tables.insert("old", i, time_scheduled=NOW - 1, time_next=None, epoch=None)
+    batch = poll_all(tables, cfg)
+    assert [r.epoch for r in batch] == [None] * 3
+    tables.update("old", 2, epoch=0)  # NULL -> 0 is a new version
+    tables.update("old", 3, time_scheduled=NOW + NS)  # no longer due
+    deliver = Deliveries(tables, "old")
+    assert ids(tables.store.send(cfg, batch, NOW, deliver)) == [1]
+    asked: list[int] = []
+    claimed = tables.store.claim(cfg, batch, NOW, lambda e: asked.append(e) or LATER, deliver)
+    assert ids(claimed) == [1] and asked == [0] and deliver.calls == [[1], [1]]
+    row = tables.row("old", 1)
+    assert row is not None and (row["time_next"], row["epoch"]) == (LATER, 1)
+    assert row["time_scheduled"] == NOW - 1
+
+
+# -- postpone ---------------------------------------------------------------------------------
+def test_postpone_moves_only_rows_still_due_at_the_send_and_at_the_epoch_sent(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1, time_next=NOW, epoch=2)  # due at the send: moved
+    tables.insert("q", 2, time_next=None, epoch=2)  # due (NULL): moved
+    tables.insert("q", 3, time_next=None, epoch=2, time_acked=NOW)  # acked first: counted only
+    tables.insert("q", 4, time_next=NOW + 1, epoch=2)  # rescheduled since the send
+    tables.insert("q", 5, time_next=NOW - 1, epoch=3)  # re-versioned since the send
+    before = rows_of(tables, "q", range(1, 6))
+    assert tables.store.postpone(cfg, [1, 2, 3, 4, 5, 6], 2, NOW, LATER) == 3
+    after = rows_of(tables, "q", range(1, 6))
+    assert after[1] == fresh(1, time_next=LATER, epoch=3)
+    assert after[2] == fresh(2, time_next=LATER, epoch=3)
+    assert after[3] == fresh(3, time_next=None, epoch=3, time_acked=NOW)
+    assert (after[4], after[5]) == (before[4], before[5])
+
+
+def test_the_2018_layout_postpones_by_time_scheduled_and_a_null_epoch(tables: Tables):
+    cfg = tables.create("old", Layout.V2018)
+    tables.insert("old", 1, time_scheduled=NOW - 1, time_next=None, epoch=None)  # moved
+    tables.insert("old", 2, time_scheduled=NOW + 1, time_next=None, epoch=None)  # not due
+    tables.insert("old", 3, time_scheduled=NOW + 1, time_next=NOW - 1, epoch=None)  # moved
+    tables.insert("old", 4, time_scheduled=NOW - 1, time_next=None, epoch=0)  # not at NULL
+    before = rows_of(tables, "old", range(1, 5))
+    assert tables.store.postpone(cfg, [1, 2, 3, 4], None, NOW, LATER) == 2
+    after = rows_of(tables, "old", range(1, 5))
+    for i in (1, 3):
+        assert after[i] == {**before[i], "time_next": LATER, "epoch": 1}
+    assert (after[2], after[4]) == (before[2], before[4])
+
+
+# -- ack --------------------------------------------------------------------------------------
+def test_ack_acks_only_rows_unacked_before_and_clears_their_time_next(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1, time_next=NOW - 1, epoch=4)
+    tables.insert("q", 2, time_next=None, epoch=4, time_acked=NOW - NS)
+    tables.insert("q", 3, time_next=NOW + NS, epoch=4)
+    assert tables.store.ack(cfg, [1, 2, 9], NOW) == 1
+    assert tables.row("q", 1) == fresh(1, time_next=None, epoch=4, time_acked=NOW)
+    assert tables.row("q", 2) == fresh(2, time_next=None, epoch=4, time_acked=NOW - NS)
+    assert tables.store.acked_ids(cfg, [1, 2, 3, 9], NOW) == {1}
+    assert tables.store.acked_ids(cfg, [1, 2, 3, 9], NOW - NS) == {2}
+    assert tables.store.unacked_ids(cfg, [1, 2, 3, 9]) == {3}
+    assert tables.store.ack(cfg, [1, 3], NOW + 1) == 1
+
+
+@pytest.mark.parametrize("first", [(), (1, 2, 3, 4), (2, 4)], ids=["none", "all", "some"])
+def test_an_ack_counts_the_send_of_its_first_rows_that_it_acks(
+    tables: Tables, first: tuple[int, ...]
+):
+    cfg = tables.create("q")
+    for i in (1, 2, 3):
+        tables.insert("q", i, epoch=4)
+    tables.insert("q", 4, epoch=4, time_next=None, time_acked=NOW - 1)  # acked before
+    assert tables.store.ack(cfg, [1, 2, 3, 4], NOW, first=first) == 3
+    epochs = {i: r["epoch"] for i in (1, 2, 3, 4) if (r := tables.row("q", i))}
+    assert epochs == {i: 5 if i in first and i != 4 else 4 for i in (1, 2, 3, 4)}
+    assert tables.store.acked_ids(cfg, [1, 2, 3, 4], NOW) == {1, 2, 3}
+
+
+# -- purge ------------------------------------------------------------------------------------
+def test_purge_deletes_at_most_limit_rows_acked_before_the_cutoff_a_call(tables: Tables):
+    cfg = tables.create("q")
+    for i in range(1, 6):
+        tables.insert("q", i, time_next=None, time_acked=NOW - i * NS)
+    tables.insert("q", 6, time_next=None, time_acked=NOW)  # at the cutoff: kept
+    tables.insert("q", 7)  # unacked
+    tables.insert("q", 8, time_next=None, time_acked=NOW + NS)
+    assert [tables.store.purge(cfg, NOW, 2) for _ in range(4)] == [2, 2, 1, 0]
+    assert [i for i in range(1, 9) if tables.row("q", i) is not None] == [6, 7, 8]
+
+
+# -- a dropped table, a database away ---------------------------------------------------------
+Call = Callable[[Store, TableConfig, list[CachedRow]], object]
+STATEMENTS: dict[str, Call] = {
+    "poll": lambda s, cfg, batch: s.poll(cfg, NOW, 10),
+    "poll after": lambda s, cfg, batch: s.poll(cfg, NOW, 10, (0, None, 1)),
+    "claim": lambda s, cfg, batch: s.claim(cfg, batch, NOW, lambda e: LATER, lambda r: None),
+    "send": lambda s, cfg, batch: s.send(cfg, batch, NOW, lambda r: None),
+    "postpone": lambda s, cfg, batch: s.postpone(cfg, [1], 0, NOW, LATER),
+    "ack": lambda s, cfg, batch: s.ack(cfg, [1], NOW),
+    "ack first": lambda s, cfg, batch: s.ack(cfg, [1], NOW, first=[1]),
+    "ack some first": lambda s, cfg, batch: s.ack(cfg, [1, 2], NOW, first=[1]),
+    "acked_ids": lambda s, cfg, batch: s.acked_ids(cfg, [1], NOW),
+    "unacked_ids": lambda s, cfg, batch: s.unacked_ids(cfg, [1]),
+    "purge": lambda s, cfg, batch: s.purge(cfg, NOW, 10),
+}
+
+
+def test_every_statement_on_a_dropped_table_raises_table_not_found(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1)
+    batch = poll_all(tables, cfg)
+    tables.drop("q")
+    assert tables.store.discover() == []
+    assert outcomes(tables.store, cfg, batch) == dict.fromkeys(STATEMENTS, "TableNotFound")
+    with pytest.raises(TableNotFound, match="'q'"):
+        tables.store.poll(cfg, NOW, 10)
+
+
+def test_every_statement_of_an_unreachable_database_raises_unavailable(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1)
+    batch = poll_all(tables, cfg)
+    down = tables.unreachable()
+    try:
+        assert outcomes(down, cfg, batch) == dict.fromkeys(STATEMENTS, "Unavailable")
+        with pytest.raises(Unavailable):
+            down.discover()
+    finally:
+        down.close()

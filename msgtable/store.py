@@ -176,9 +176,11 @@ class TableStatements:
             f"{MARK}UPDATE {tf} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND {acked} IS NULL AND {due}"
         )
-        self.claimed = (
-            f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {epoch} = %s "
-            f"AND {quote('time_next')} = %s"
+        # The claim's slow path: the rows it may claim, locked before its UPDATE (which then
+        # matches exactly these), when an UPDATE alone matched only some of its rows.
+        self.claimable = (
+            f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
+            f"AND {acked} IS NULL AND {due} FOR UPDATE"
         )
         # The send's locking read: rows a concurrent ack by DML has not reached (it waits).
         self.lock = (
@@ -389,23 +391,15 @@ class MySQLStore:
         Returns the rows delivered.
         """
         s = self.statements(cfg)
-        claimed: list[CachedRow] = []
         # On any error the pool closes the connection, which rolls the transaction back.
         with self._errors(cfg.name), self._tx.connection() as conn:
+            groups = [(e, rows, next_ns(e or 0)) for e, rows in group_by_epoch(batch).items()]
             with conn.cursor() as cur:
-                for epoch, rows in group_by_epoch(batch).items():
-                    in_ids, id_params = in_list([r.id for r in rows])
-                    nxt = next_ns(epoch or 0)
-                    sql = s.claim.format(ids=in_ids)
-                    done = cur.execute(sql, [nxt, *id_params, epoch, now_ns])
-                    if done == len(rows):
-                        claimed.extend(rows)
-                    elif done > 0:
-                        cur.execute(
-                            s.claimed.format(ids=in_ids), [*id_params, (epoch or 0) + 1, nxt]
-                        )
-                        ours = {r[0] for r in cur.fetchall()}
-                        claimed.extend(r for r in rows if r.id in ours)
+                claimed = _claim_rows(cur, s, groups, now_ns, lock_first=False)
+                if claimed is None:
+                    conn.rollback()
+                    claimed = _claim_rows(cur, s, groups, now_ns, lock_first=True)
+                assert claimed is not None
             if claimed:
                 deliver(claimed)
             conn.commit()
@@ -497,3 +491,35 @@ class MySQLStore:
         sql = self.statements(cfg).purge
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, [cutoff_ns, limit]))
+
+
+def _claim_rows(
+    cur: Any,
+    s: TableStatements,
+    groups: Sequence[tuple[int | None, list[CachedRow], int]],
+    now_ns: int,
+    lock_first: bool,
+) -> list[CachedRow] | None:
+    """The claim's UPDATEs, one per (epoch, rows read at it, their new time_next); returns
+    the rows claimed.
+
+    An UPDATE's count says how many rows it changed, not which: when it changed some of its
+    rows but not all, the rows it changed cannot be told from a row that had the new values
+    already, so this returns None, and the caller rolls back and claims again with
+    ``lock_first``: a locking read picks the rows first, and the UPDATE takes exactly those."""
+    claimed: list[CachedRow] = []
+    for epoch, rows, nxt in groups:
+        if lock_first:
+            in_ids, id_params = in_list([r.id for r in rows])
+            cur.execute(s.claimable.format(ids=in_ids), [*id_params, epoch, now_ns])
+            ours = {r[0] for r in cur.fetchall()}
+            rows = [r for r in rows if r.id in ours]
+            if not rows:
+                continue
+        in_ids, id_params = in_list([r.id for r in rows])
+        done = cur.execute(s.claim.format(ids=in_ids), [nxt, *id_params, epoch, now_ns])
+        if done == len(rows):
+            claimed.extend(rows)
+        elif done and not lock_first:
+            return None
+    return claimed

@@ -253,12 +253,9 @@ def test_claim_leaves_rows_acked_rescheduled_re_versioned_or_deleted_since_the_p
 
 
 def test_claim_leaves_a_stale_copy_of_a_row_it_claimed_already_for_the_same_time(
-    tables: Tables, request: pytest.FixtureRequest
+    tables: Tables,
 ):
     # Row 1 was claimed (epoch 1, time_next LATER) since this batch read it at epoch 0.
-    if isinstance(tables, MySQLTables):  # reported, not fixed here: remove the mark with the fix
-        reason = "MySQLStore: a partial claim's read-back (epoch + 1, time_next) takes it too"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     cfg = tables.create("q")
     for i in (1, 2):
         tables.insert("q", i)

@@ -40,6 +40,10 @@ def test_the_statements_of_the_current_layout():
         "WHERE `id` IN ({ids}) AND `epoch` <=> %s AND `time_acked` IS NULL "
         "AND (`time_next` IS NULL OR `time_next` <= %s)"
     )
+    assert s.claimable == (
+        "SELECT `id` FROM `q` WHERE `id` IN ({ids}) AND `epoch` <=> %s AND `time_acked` IS NULL "
+        "AND (`time_next` IS NULL OR `time_next` <= %s) FOR UPDATE"
+    )
     assert s.ack == (
         "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL "
         "WHERE `id` IN ({ids}) AND `time_acked` IS NULL"
@@ -117,7 +121,7 @@ def test_a_url_without_a_driver_gets_the_fastest_one_installed(monkeypatch):
 def test_a_table_name_with_braces_survives_the_id_list_template():
     cfg = load_table("we{ids}r{d", GOOD, CURRENT_COLUMNS, (("id",),))
     s = TableStatements(cfg)
-    for template in (s.claim, s.claimed, s.lock, s.postpone, s.ack, s.ack_first, s.acked):
+    for template in (s.claim, s.claimable, s.lock, s.postpone, s.ack, s.ack_first, s.acked):
         sql = template.format(ids="1,2")
         assert "`we{ids}r{d`" in sql and "IN (1,2)" in sql
     assert "`we{ids}r{d`" in s.ack_mixed.format(ids="1,2", first="1")

@@ -179,7 +179,7 @@ class MessageEngine:
     def _hold_s(self, cfg: TableConfig) -> float:
         """How long a table's sends wait after a takeover: until vt_ack_wait after the
         old holder's lease ended, when that holder may have sent messages whose postpone
-        (their lease in the table) it never wrote. Nothing to wait for when it gave the
+        (their ack wait in the table) it never wrote. Nothing to wait for when it gave the
         lease back cleanly, when there was none, or with vt_postpone_after=0 (the postpone
         is written before the send)."""
         if self._takeover is None or cfg.postpone_after_ns == 0:

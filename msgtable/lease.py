@@ -13,10 +13,11 @@ the lease valid until t + period on this server's monotonic clock, which ends no
 the end the database wrote. A send hands messages over only while the lease is valid
 (``valid()``), so once another server holds the lease the old holder sends nothing more.
 
-What the new holder must still wait for is the old holder's messages in flight whose lease
-(vt_ack_wait) was not written yet (vt_postpone_after > 0). ``Takeover`` tells the engine
-how long ago the old lease ended, and whether it was given back cleanly (every postpone
-written); the engine holds each such table's sends until vt_ack_wait after that end.
+What the new holder must still wait for is the old holder's messages in flight whose postpone
+(their ack wait, in the table) was not written yet (vt_postpone_after > 0). ``Takeover``
+tells the engine how long ago the old lease ended, and whether it was given back cleanly
+(every postpone written); the engine holds each such table's sends until vt_ack_wait after
+that end.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ class Lease:
 
     def close(self, released: bool) -> None:
         """Stop campaigning; give the lease back if held (``released``: every message sent
-        has its postpone written, so the next holder need not wait for their leases)."""
+        has its postpone written, so the next holder need not wait for their ack waits)."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.period_s + 10)

@@ -4,8 +4,8 @@ committed.
 
 How it works. The reader runs on the driver (in Spark's long-lived Python process for the
 query's source) and subscribes to the table over gRPC (``server``, default MSGTABLE_SERVER or
-127.0.0.1:50051) like any worker, so the server's round-robin and leases apply: no message is
-in flight to it and to another subscriber at once. A thread reads the subscription; each
+127.0.0.1:50051) like any worker, so the server's round-robin and ack waits apply: no message is
+in flight to it and to another subscriber at once. A thread reads the subscriber; each
 ``latestOffset`` turns what arrived into the next micro-batch (at most
 ``maxMessagesPerBatch``, default 10,000; offsets are {"batch": N}); ``partitions`` hands the
 batch's rows to the executors inside its partitions; ``commit`` (Spark calls it once the
@@ -18,7 +18,7 @@ when the query stops or fails (the batch being written, the last batch of a stop
 comes back after the table's ``vt_ack_wait``, to this query when it restarts or to another
 subscriber: delivery is at least once, and a sink that must not see a message twice should
 write idempotently (by ``id``). Choose a ``vt_ack_wait`` longer than a micro-batch takes; a
-batch replayed after a restart holds no messages (those it had come back by their lease).
+batch replayed after a restart holds no messages (those it had come back after their ack wait).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ class MsgtableStreamReader(DataSourceStreamReader):
         return {"options": self.options}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """From the options alone: no subscription yet, nothing received, nothing planned."""
+        """From the options alone: no subscriber yet, nothing received, nothing planned."""
         self.options = options = state["options"]
         self.table = table_option(options)
         self.max_messages = int_option(options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
@@ -101,11 +101,11 @@ class MsgtableStreamReader(DataSourceStreamReader):
         self._last = -1  # the last batch planned
         self._error: BaseException | None = None
         self._client: Any = None
-        self._subscription: Any = None
+        self._subscriber: Any = None
         self._thread: threading.Thread | None = None
         self._kinds: tuple[FieldType, ...] = ()
 
-    # -- the subscription ----------------------------------------------------------------
+    # -- the subscriber ------------------------------------------------------------------
     def _start(self) -> None:
         if self._thread is not None:
             return
@@ -113,7 +113,7 @@ class MsgtableStreamReader(DataSourceStreamReader):
 
         _, self._kinds = _columns(self.options)
         self._client = Client(server_option(self.options), timeout_s=30)
-        self._subscription = self._client.subscribe(
+        self._subscriber = self._client.subscribe(
             self.table, self.options.get("keyspace", ""), max_in_flight=self.window
         )
         self._thread = threading.Thread(target=self._receive, daemon=True, name="msgtable-stream")
@@ -121,7 +121,7 @@ class MsgtableStreamReader(DataSourceStreamReader):
 
     def _receive(self) -> None:
         try:
-            for batch in self._subscription.batches():
+            for batch in self._subscriber.batches():
                 with self._lock:
                     self._arrived.extend(batch)
         except BaseException as exc:  # the next latestOffset raises it in the query
@@ -184,10 +184,10 @@ class MsgtableStreamReader(DataSourceStreamReader):
                 self._client.ack(self.table, ids[i : i + MAX_ACK_IDS], keyspace)
 
     def stop(self) -> None:
-        """The query ended: what is not acked comes back after its lease."""
-        subscription, client = self._subscription, self._client
-        self._subscription = self._client = None
-        if subscription is not None:
-            subscription.close()
+        """The query ended: what is not acked comes back after its ack wait."""
+        subscriber, client = self._subscriber, self._client
+        self._subscriber = self._client = None
+        if subscriber is not None:
+            subscriber.close()
         if client is not None:
             client.close()

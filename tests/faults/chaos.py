@@ -10,7 +10,7 @@ clock, and judges at the end:
 - no id was delivered after an ack of it had returned (a slack covers the wire);
 - two deliveries of one id are at least vt_ack_wait apart: a message is never in flight to
   two subscribers at once, whatever was killed (at-least-once duplicates come only after
-  the first delivery's lease ended: a subscriber killed, stalled or too late, an ack lost);
+  the first delivery's ack wait ended: a subscriber killed, stalled or too late, an ack lost);
 - duplicates are counted, each with the reason its first delivery was not acked in time.
 """
 
@@ -40,7 +40,7 @@ from ..acceptance.helpers import health_status
 from ..waiting import wait_until
 
 WIRE_SLACK_S = 0.5  # a delivery this soon after an ack returned was on the wire already
-# How long a late subscriber holds a batch before it acks: past its lease (vt_ack_wait), the
+# How long a late subscriber holds a batch before it acks: past its ack wait (vt_ack_wait), the
 # backoff (vt_max_backoff) and a poll, so the batch went to another subscriber meanwhile.
 LATE_BY_S = 6.0
 
@@ -258,7 +258,7 @@ class Subscriber(threading.Thread):
                     time.sleep(self.stall_s)
                     self.client.close()
                     return
-                if order == "late":  # acks after its lease ended: redelivered meanwhile
+                if order == "late":  # acks after its ack wait ended: redelivered meanwhile
                     self.checker.dropped(ids, self.name, "ack too late")
                     late = threading.Timer(LATE_BY_S, self._ack, (batch, ids, True))
                     late.daemon = True

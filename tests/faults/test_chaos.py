@@ -1,7 +1,7 @@
 """The fault suite (`make chaos` runs it and shows the counts): 100,000 messages through two
 real `msgtable serve` processes sharing one database (the lease), four subscribers and a
 producer, while, over and over: a subscriber is killed mid-batch, the leading server is
-killed with SIGKILL, a subscriber acks after its lease ended, the database restarts, a
+killed with SIGKILL, a subscriber acks after its ack wait ended, the database restarts, a
 subscriber stalls without reading, and the leading server gets SIGTERM under load.
 
 The judge is tests/faults/chaos.Checker, which sees only what a user sees. Set
@@ -122,7 +122,7 @@ class Run:
 
     def late_ack(self) -> None:
         self.live().order = "late"
-        self.checker.event("ack after its lease")
+        self.checker.event("ack after its ack wait")
 
     def restart_database(self) -> None:
         self.database.stop()

@@ -449,7 +449,7 @@ def test_an_unacked_message_is_postponed_vt_postpone_after_its_send(served: Serv
     assert served.now_ns() >= received + 0.2 * NS  # not before vt_postpone_after
     # by backoff from the send: ack wait 1 s + clamp(min_backoff 1 s * jitter) >= 1 s
     assert row_state(served, "late", 1)[1] >= before + 2 * NS
-    c.nothing_for(1.0)  # not sent again within its lease
+    c.nothing_for(1.0)  # not sent again within its ack wait
     c.close()
 
 
@@ -491,7 +491,7 @@ def test_a_clean_shutdown_writes_the_postpones_still_waiting(db_dsn: str):
         c.close()
     with serve(db_dsn) as s:
         epoch, time_next, _ = row_state(s, "shut", 1)
-        assert epoch == 1 and time_next >= before + 60 * NS  # its lease kept across restart
+        assert epoch == 1 and time_next >= before + 60 * NS  # its postpone kept across restart
         s.sql("drop table shut")
 
 

@@ -90,7 +90,7 @@ def test_a_new_holder_waits_out_the_leases_the_old_one_did_not_write(
 ):
     engine._gain(takeover)
     assert engine._hold_s(engine._manager("later", "").config) == pytest.approx(hold_later, abs=0.5)
-    # vt_postpone_after=0: every send wrote its lease first, nothing to wait for
+    # vt_postpone_after=0: every send wrote its postpone first, nothing to wait for
     assert engine._hold_s(engine._manager("before", "").config) == 0.0
     m, sub = one_row_polled(engine, store)
     if hold_later:

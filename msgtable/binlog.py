@@ -1,5 +1,6 @@
 """Following the database's row-based binary log, so that a row written by any client reaches
-a subscriber at once, not at the next poll.
+a subscriber at once, not at the next poll (and the one SQL statement it needs: where the
+binlog is now).
 
 The follower is a replica client (python-mysql-replication) reading the binlog of the served
 database from the position it had when the follower started (on MariaDB a GTID state: the
@@ -37,7 +38,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from msgtable.mysql import NO_REPLICATION, BinlogStatus, error_code
+from msgtable.mysql import NO_REPLICATION, BinlogStatus, error_code, server_text
 from msgtable.retry import Backoff, Retry
 from msgtable.rows import RowChange
 from msgtable.sql import STATEMENT_MARK
@@ -68,20 +69,60 @@ class BinlogSink(Protocol):
         ...
 
 
+def read_status(settings: dict[str, Any]) -> BinlogStatus:
+    """Whether the database's binlog is on, its format, and where it is now (the follower's
+    own SQL, on a connection of its own: ``settings`` are pymysql.connect() arguments)."""
+    import pymysql
+
+    conn = pymysql.connect(**settings)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT @@log_bin, @@binlog_format, VERSION()")
+            log_bin, row_format, version = cur.fetchone()
+            file, position = "", 0
+            if int(log_bin):
+                try:
+                    cur.execute("SHOW MASTER STATUS")
+                except pymysql.err.ProgrammingError:  # MySQL 8.4 renamed it
+                    cur.execute("SHOW BINARY LOG STATUS")
+                row = cur.fetchone()
+                if row:
+                    file, position = server_text(row[0]), int(row[1])
+            mariadb = "mariadb" in server_text(version).lower()
+            gtid = ""
+            if mariadb and file:
+                cur.execute("SELECT @@gtid_binlog_pos")
+                gtid = server_text(cur.fetchone()[0] or "")
+    finally:
+        conn.close()
+    return BinlogStatus(
+        enabled=bool(int(log_bin)) and bool(file),
+        row_format=server_text(row_format),
+        file=file,
+        position=position,
+        mariadb=mariadb,
+        gtid=gtid,
+    )
+
+
 class BinlogFollower:
-    """A thread following the binlog (see the module docstring); ``open()`` / ``close()``."""
+    """A thread following the binlog (see the module docstring); ``open()`` / ``close()``.
+
+    ``settings``: pymysql.connect() arguments; ``status``: how it learns where the binlog is
+    (read_status, unless a test says otherwise)."""
 
     def __init__(
         self,
         settings: dict[str, Any],
         database: str,
-        status: Callable[[], BinlogStatus],
         sink: BinlogSink,
+        *,
+        status: Callable[[], BinlogStatus] | None = None,
         server_id: int | None = None,
     ) -> None:
-        self._settings = settings  # pymysql.connect() keyword arguments
+        self._settings = settings
         self._database = database
-        self._status = status
+        self._status = status or (lambda: read_status(settings))
         self._sink = sink
         self._server_id = server_id or random.randrange(2**30, 2**31)  # unique among replicas
         self._stop = threading.Event()

@@ -28,8 +28,9 @@ from msgtable.errors import (
     TableNotFound,
     Unavailable,
 )
-from msgtable.lease import Lease, Takeover
+from msgtable.lease import Lease, Takeover, connector
 from msgtable.manager import MessageManager
+from msgtable.mysql import pymysql_args
 from msgtable.retry import Backoff, Retry
 from msgtable.rows import RowChange
 from msgtable.status import TableStatus
@@ -88,9 +89,7 @@ class MessageEngine:
         self.binlog: BinlogFollower | None = None
         self._binlog_columns: dict[str, Sequence[str]] = {}
         if follow_binlog and isinstance(store, MySQLStore):
-            self.binlog = BinlogFollower(
-                store.replication_settings(), store.database, store.binlog_status, self
-            )
+            self.binlog = BinlogFollower(pymysql_args(store.url), store.database, self)
 
     @classmethod
     def from_dsn(cls, dsn: str, **kwargs: Any) -> MessageEngine:
@@ -123,7 +122,7 @@ class MessageEngine:
         if not isinstance(self.store, MySQLStore):
             raise InvalidArgument("a lease needs a MySQL-family database")
         lease = Lease(
-            self.store.lease_connection,
+            connector(self.store.url, self.store.database),
             address,
             self.lease_period_s,
             on_gain=self._gain,

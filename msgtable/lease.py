@@ -31,8 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import sqlalchemy as sa
+
 from msgtable.errors import MsgtableError, Unavailable
-from msgtable.mysql import ACCESS_DENIED, database_error, error_code
+from msgtable.mysql import ACCESS_DENIED, database_error, error_code, pymysql_args
 from msgtable.retry import Backoff, Retry
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,26 @@ LEASE_DDL = f"""CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (
   PRIMARY KEY (name)
 ) COMMENT='msgtable: which server sends this database''s messages'"""
 LEASE_NAME = "sender"  # the one row: one holder sends every message table of the database
+# A step's reads and writes: a hung step is retried soon (the holder's own clock ends its
+# lease on time whatever a step does).
+IO_TIMEOUT_S = 5
+
+
+def connector(url: sa.URL, database: str) -> Callable[[], Any]:
+    """How the lease opens its connection of its own (transactions, short time-outs)."""
+
+    def connect() -> Any:
+        import pymysql
+
+        return pymysql.connect(
+            **pymysql_args(url),
+            database=database,
+            autocommit=False,
+            read_timeout=IO_TIMEOUT_S,
+            write_timeout=IO_TIMEOUT_S,
+        )
+
+    return connect
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,8 @@ from msgtable.mysql import (
     CONNECT_TIMEOUT_S,
     IO_TIMEOUT_S,
     SESSION_SETUP,
-    BinlogStatus,
     database_error,
     parse_url,
-    pymysql_args,
     server_text,
     with_driver,
 )
@@ -49,7 +47,6 @@ log = logging.getLogger(__name__)
 
 MAX_CONNECTIONS = 50
 MAX_IDLE_CONNECTIONS = 10
-LEASE_IO_TIMEOUT_S = 5
 
 _FIND_TABLES = (
     "SELECT TABLE_NAME, TABLE_COMMENT FROM information_schema.TABLES "
@@ -282,54 +279,6 @@ class MySQLStore:
             raise database_error(exc, table) from exc
         except OSError as exc:
             raise Unavailable(f"database unavailable: {exc}") from exc
-
-    # -- the binary log (msgtable.binlog) ------------------------------------------------
-    def binlog_status(self) -> BinlogStatus:
-        """Whether the binlog is on, its format, and where it is now."""
-        with self._errors(), self._auto.connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT @@log_bin, @@binlog_format, VERSION()")
-            log_bin, row_format, version = cur.fetchone()
-            file, position = "", 0
-            if int(log_bin):
-                try:
-                    cur.execute("SHOW MASTER STATUS")
-                except self._auto.dbapi.ProgrammingError:  # MySQL 8.4 renamed it
-                    cur.execute("SHOW BINARY LOG STATUS")
-                row = cur.fetchone()
-                if row:
-                    file, position = server_text(row[0]), int(row[1])
-            mariadb = "mariadb" in server_text(version).lower()
-            gtid = ""
-            if mariadb and file:
-                cur.execute("SELECT @@gtid_binlog_pos")
-                gtid = server_text(cur.fetchone()[0] or "")
-        return BinlogStatus(
-            enabled=bool(int(log_bin)) and bool(file),
-            row_format=server_text(row_format),
-            file=file,
-            position=position,
-            mariadb=mariadb,
-            gtid=gtid,
-        )
-
-    def lease_connection(self) -> Any:
-        """A new PyMySQL connection of its own for msgtable.lease (transactions, short
-        time-outs so that a hung step is retried soon; the holder's own clock ends its
-        lease on time whatever a step does)."""
-        import pymysql
-
-        args = pymysql_args(self.url)
-        return pymysql.connect(
-            **args,
-            database=self.database,
-            autocommit=False,
-            read_timeout=LEASE_IO_TIMEOUT_S,
-            write_timeout=LEASE_IO_TIMEOUT_S,
-        )
-
-    def replication_settings(self) -> dict[str, Any]:
-        """pymysql.connect() arguments for a binlog reader, from this store's URL."""
-        return pymysql_args(self.url)
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> list[TableDefinition]:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import Protocol
 
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
-if TYPE_CHECKING:
-    from msgtable.client.subscriber import Subscriber
+
+class Receiver(Protocol):
+    """What a message needs of the subscriber that received it (msgtable.client.subscriber)."""
+
+    name: str
+    field_names: tuple[str, ...]
+
+    def ack(self, messages: Iterable[Message]) -> int: ...
 
 
 class Message:
@@ -15,7 +22,7 @@ class Message:
 
     __slots__ = ("_id_value", "_subscriber", "_values", "row")
 
-    def __init__(self, subscriber: Subscriber, row: tuple[object, ...], id_value: pb.Value) -> None:
+    def __init__(self, subscriber: Receiver, row: tuple[object, ...], id_value: pb.Value) -> None:
         self.row = row  # values in the order of subscriber.fields, id first
         self._subscriber = subscriber
         self._id_value = id_value  # the id as it came, to ack it as it came

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from msgtable.client import Client
 from msgtable.engine import MessageEngine
 from msgtable.errors import LEADER_METADATA_KEY
-from msgtable.lease import Lease, Takeover
+from msgtable.lease import Lease, Takeover, connector
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server import MessagingServer
@@ -37,7 +37,7 @@ class Candidate:
         self.losses: list[str] = []
         self.gained = threading.Event()
         self.lease = Lease(
-            store.lease_connection,
+            connector(store.url, store.database),
             address,
             PERIOD_S,
             on_gain=self._gain,

@@ -106,7 +106,7 @@ WRITE, UPDATE, DELETE = 0x1E, 0x1F, 0x20
 
 
 def follower(sink):
-    return BinlogFollower({}, "app", lambda: None, sink)
+    return BinlogFollower({}, "app", sink, status=lambda: None)
 
 
 def test_another_clients_insert_is_a_hint_without_the_library():

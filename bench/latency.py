@@ -133,7 +133,12 @@ def receiver_worker(spec: ReceiverSpec, name: str, ready: Any, go: Any, results:
 
         arrived = array("d", bytes(8 * spec.n))
         seen = 0
-        with Client(spec.address, timeout_s=30) as client, client.subscribe(spec.table) as sub:
+        # retry=False: a subscriber redirected to another server (the lease holder) would
+        # measure that server, not the one under test
+        with (
+            Client(spec.address, timeout_s=30) as client,
+            client.subscribe(spec.table, retry=False) as sub,
+        ):
             ready.put(name)
             for batch in sub.batches():
                 now = time.time() if spec.wall_clock else time.monotonic()

@@ -181,10 +181,15 @@ class ServerProcess:
     """``python -m msgtable serve --dsn DSN --listen 127.0.0.1:0`` in a subprocess of its own
     (the server gets its own GIL); ``address`` once started, ``rss_mb()`` its memory."""
 
-    def __init__(self, dsn: str, log_level: str = "warning", binlog: bool = True) -> None:
+    def __init__(
+        self, dsn: str, log_level: str = "warning", binlog: bool = True, lease: bool = True
+    ) -> None:
         self.dsn = dsn
         self.log_level = log_level
         self.binlog = binlog  # False: msgtable serve --no-binlog (polling only)
+        # False: --no-lease, for a second server beside the bench's main one (which holds the
+        # database's lease), serving tables only its own subscribers use
+        self.lease = lease
         self.address = ""
         self.process: subprocess.Popen[str] | None = None
         self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed in stop())
@@ -212,6 +217,7 @@ class ServerProcess:
             "--log-level",
             self.log_level,
             "--binlog" if self.binlog else "--no-binlog",
+            "--lease" if self.lease else "--no-lease",
         ]
         self.process = subprocess.Popen(
             command,

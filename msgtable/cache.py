@@ -194,6 +194,3 @@ class MessageCache:
     def cached(self) -> int:
         """Rows in memory waiting to be sent (queued or being sent)."""
         return self.due.queued + len(self.due.sending)
-
-    def resize(self, size: int) -> None:
-        self.due.size = size

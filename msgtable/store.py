@@ -1,6 +1,6 @@
 """Every SQL statement of the engine, in one place (the lease's are in msgtable.lease, the
-pipeline's in msgtable.bulk, the demo table's DDL in msgtable.tables, and the throwaway
-server's own set-up in msgtable.devdb).
+binlog follower's one in msgtable.binlog, the pipeline's in msgtable.bulk, the demo table's
+DDL in msgtable.tables, and the throwaway server's own set-up in msgtable.devdb).
 
 ``Store`` is what the engine needs from a database; ``MySQLStore`` implements it on MySQL 8
 and MariaDB 10.6+. The statements of a table are written out once per TableConfig

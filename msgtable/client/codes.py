@@ -5,28 +5,18 @@ from __future__ import annotations
 
 import grpc
 
-from msgtable.errors import (
-    LEADER_METADATA_KEY,
-    InvalidArgument,
-    MsgtableError,
-    NotLeader,
-    PermissionDenied,
-    ResourceExhausted,
-    TableLoadError,
-    TableNotFound,
-    Unauthenticated,
-    Unavailable,
-)
+from msgtable import errors
+from msgtable.errors import LEADER_METADATA_KEY, MsgtableError, NotLeader, Unavailable
 
 ERRORS_BY_CODE: dict[grpc.StatusCode, type[MsgtableError]] = {
-    grpc.StatusCode.NOT_FOUND: TableNotFound,
-    grpc.StatusCode.FAILED_PRECONDITION: TableLoadError,
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
+    grpc.StatusCode.NOT_FOUND: errors.TableNotFound,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.TableLoadError,
+    grpc.StatusCode.INVALID_ARGUMENT: errors.InvalidArgument,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.INTERNAL: MsgtableError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.ResourceExhausted,
+    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: errors.PermissionDenied,
     grpc.StatusCode.DEADLINE_EXCEEDED: Unavailable,
     grpc.StatusCode.CANCELLED: Unavailable,
 }

@@ -38,7 +38,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from msgtable.mysql import NO_REPLICATION, BinlogStatus, error_code, server_text
+from msgtable.mysql import NO_REPLICATION, BinlogStatus, error_code, server_text, sorted_error
 from msgtable.retry import Backoff, Retry
 from msgtable.rows import RowChange
 from msgtable.sql import STATEMENT_MARK
@@ -194,7 +194,7 @@ class BinlogFollower:
                         "REPLICATION SLAVE and REPLICATION CLIENT"
                     )
                     return
-                delay = retry.failed(exc)
+                delay = retry.failed(sorted_error(exc))
                 self._close_stream()
                 self._stop.wait(delay)
                 position = self._position or position

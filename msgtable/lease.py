@@ -34,7 +34,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.errors import MsgtableError, Unavailable
-from msgtable.mysql import ACCESS_DENIED, database_error, error_code, pymysql_args
+from msgtable.mysql import ACCESS_DENIED, database_error, error_code, pymysql_args, sorted_error
 from msgtable.retry import Backoff, Retry
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class Lease:
                 retry.succeeded()
             except Exception as exc:
                 takeover = None
-                retry.failed(exc)
+                retry.failed(sorted_error(exc))
                 self._drop_connection()
             if takeover is not None:
                 log.info("lease: this server (%s) now sends", self.address)

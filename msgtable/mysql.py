@@ -77,6 +77,20 @@ def database_error(exc: BaseException, table: str | None = None) -> MsgtableErro
     return MsgtableError(f"database error: {error_text(exc)}")
 
 
+def sorted_error(exc: BaseException) -> BaseException:
+    """An error as the MsgtableError it means when it came from the database, its driver or
+    the network (database_error: mostly Unavailable); any other error (a bug) as it is."""
+    if isinstance(exc, MsgtableError):
+        return exc
+    module = type(exc).__module__
+    if isinstance(exc, OSError) or module.startswith(_DRIVER_MODULES):
+        return database_error(exc)
+    return exc
+
+
+_DRIVER_MODULES = ("pymysql", "MySQLdb", "pymysqlreplication")
+
+
 def lost_connection(exc: BaseException) -> bool:
     """Whether an error says the connection itself is gone."""
     args: tuple[Any, ...] = tuple(getattr(exc, "args", ()))

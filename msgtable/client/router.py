@@ -116,8 +116,17 @@ class Router:
         return not self._closed and isinstance(error, Unavailable)
 
     def failed(self, error: MsgtableError, target: str, retry: Retry) -> float:
-        """Note a failed call to ``target`` (counted and logged by ``retry``); returns how
-        long to wait before the next attempt."""
+        """Note a failed call to ``target`` that will be tried again (counted and logged by
+        ``retry``); returns how long to wait before the next attempt."""
+        redirect = self._note(error, target)
+        failures = retry.failures + 1
+        if redirect and failures <= 2:  # a redirect: at once (a loop of them backs off)
+            return retry.failed(error, delay_s=0.0, level=logging.INFO)
+        return retry.failed(error, delay_s=self.backoff.delay_s(failures))
+
+    def _note(self, error: MsgtableError, target: str) -> bool:
+        """Where calls go after ``error`` from ``target``: to the leader it names, else on to
+        the next target. Returns whether it was a redirect."""
         leader = error.leader if isinstance(error, NotLeader) else ""
         redirect = bool(leader) and leader != target
         with self._lock:
@@ -126,10 +135,7 @@ class Router:
             elif target == self._leader or not self._leader:
                 self._leader = ""
                 self._turn += 1  # try the next target
-        failures = retry.failures + 1
-        if redirect and failures <= 2:  # a redirect: at once (a loop of them backs off)
-            return retry.failed(error, delay_s=0.0, level=logging.INFO)
-        return retry.failed(error, delay_s=self.backoff.delay_s(failures))
+        return redirect
 
     def unary(self, method: str, request: Any, target: str = "") -> Any:
         """One unary call (to ``target``, else where the router thinks best) with retries of
@@ -147,10 +153,11 @@ class Router:
                 retry.succeeded()
                 return response
             target = ""  # a retry goes where the client now thinks best
+            if not self.should_retry(error):
+                self._note(error, where)
+                raise error
             delay = self.failed(error, where, retry)
-            if not self.should_retry(error) or (
-                deadline is not None and time.monotonic() + delay >= deadline
-            ):
+            if deadline is not None and time.monotonic() + delay >= deadline:
                 raise error
             time.sleep(delay)
 

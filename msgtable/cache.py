@@ -23,8 +23,8 @@ managers are entered outside it, and take it themselves where they must.
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Hashable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from types import TracebackType
 
 from msgtable.due import DueRows
 from msgtable.inflight import InFlight, Sent
@@ -33,12 +33,23 @@ from msgtable.window import Window
 
 
 class Poll:
-    """One poll's read (see :meth:`MessageCache.poll`)."""
+    """One poll's read (see :meth:`MessageCache.poll`): a context manager entered before the
+    read begins; :meth:`add` queues what it returned."""
 
     def __init__(self, cache: MessageCache) -> None:
         self._cache = cache
         self.changed: set[Hashable] = set()  # sent, acked or postponed since the read began
         self.added = False
+
+    def __enter__(self) -> Poll:
+        with self._cache.lock:
+            self._cache.polls.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.added:
+            with self._cache.lock:
+                self._cache.polls.remove(self)
 
     def add(self, rows: Sequence[PolledRow], now_ns: int | None = None) -> tuple[int, int]:
         """Queue the rows the read returned (under the lock). Returns how many are new, and
@@ -57,12 +68,24 @@ class Poll:
 
 
 class Sending:
-    """One send (see :meth:`MessageCache.sending`)."""
+    """One send at ``now_ns`` (see :meth:`MessageCache.sending`): a context manager; the rows
+    popped through it are sending until it exits, whatever happens."""
 
     def __init__(self, cache: MessageCache, now_ns: int) -> None:
         self._cache = cache
         self.now_ns = now_ns
         self.rows: list[CachedRow] = []  # every row popped, sent or not
+
+    def __enter__(self) -> Sending:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.rows:
+            cache = self._cache
+            with cache.lock:
+                cache.due.finish(self.rows)
+                # ack waits over leave, so the set stays bounded by rate x ack wait
+                cache.inflight.count(self.now_ns)
 
     def pop(self, n: int) -> list[CachedRow]:
         """Up to ``n`` rows due now, best first (under the lock)."""
@@ -83,11 +106,36 @@ class Sending:
 
 
 class Hold:
-    """Unclaimed rows held while their ack or postpone is written (see the holding_ methods)."""
+    """Unclaimed rows held while their ack or postpone is written (see the holding_
+    methods): a context manager that takes them on entry and, on exit, settles those
+    written (all of them, when the block ended without an error) and puts the others back."""
 
-    def __init__(self, rows: dict[Hashable, Sent]) -> None:
-        self.rows = rows
+    def __init__(
+        self, cache: MessageCache, take: Callable[[InFlight], dict[Hashable, Sent]]
+    ) -> None:
+        self._cache = cache
+        self._take = take
+        self.rows: dict[Hashable, Sent] = {}
         self._written: list[Hashable] = []
+
+    def __enter__(self) -> Hold:
+        with self._cache.lock:
+            self.rows = self._take(self._cache.inflight)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        cache = self._cache
+        if kind is None:
+            if self.rows:
+                with cache.lock:
+                    cache.settle(self.rows)
+            return
+        done = set(self._written)
+        with cache.lock:
+            cache.settle(done)
+            cache.inflight.unhold({r: s for r, s in self.rows.items() if r not in done})
 
     def written(self, ids: Iterable[Hashable]) -> None:
         """Some of the rows are written, whatever becomes of the others."""
@@ -101,66 +149,26 @@ class MessageCache:
         self.due = DueRows(size)
         self.inflight = InFlight()
         self.polls: list[Poll] = []  # polls whose read is running
-        self._lock = lock
+        self.lock = lock
 
     # -- the protocols -----------------------------------------------------------------------
-    @contextmanager
-    def poll(self) -> Iterator[Poll]:
+    def poll(self) -> Poll:
         """A poll's read: enter before the read begins, ``add`` its rows under the lock."""
-        poll = Poll(self)
-        with self._lock:
-            self.polls.append(poll)
-        try:
-            yield poll
-        finally:
-            if not poll.added:
-                with self._lock:
-                    self.polls.remove(poll)
+        return Poll(self)
 
-    @contextmanager
-    def sending(self, now_ns: int) -> Iterator[Sending]:
+    def sending(self, now_ns: int) -> Sending:
         """A send at ``now_ns``: pop rows through it; they are sending until the block ends."""
-        sending = Sending(self, now_ns)
-        try:
-            yield sending
-        finally:
-            if sending.rows:
-                with self._lock:
-                    self.due.finish(sending.rows)
-                    # ack waits over leave, so the set stays bounded by rate x ack wait
-                    self.inflight.count(now_ns)
+        return Sending(self, now_ns)
 
-    @contextmanager
-    def holding_acks(self, ids: Iterable[Hashable]) -> Iterator[Hold]:
+    def holding_acks(self, ids: Iterable[Hashable]) -> Hold:
         """Those of ``ids`` sent and not postponed yet, held while their ack is written (it
         counts their send)."""
-        with self._lock:
-            hold = Hold(self.inflight.take_unclaimed(ids))
-        with self._settled(hold):
-            yield hold
+        return Hold(self, lambda inflight: inflight.take_unclaimed(ids))
 
-    @contextmanager
-    def holding_postpones(self, sent_before_ns: int, limit: int) -> Iterator[Hold]:
+    def holding_postpones(self, sent_before_ns: int, limit: int) -> Hold:
         """Up to ``limit`` unclaimed rows sent at or before the time, oldest first, held while
         their postpones are written (mark each with :meth:`Hold.written`)."""
-        with self._lock:
-            hold = Hold(self.inflight.due_postpones(sent_before_ns, limit))
-        with self._settled(hold):
-            yield hold
-
-    @contextmanager
-    def _settled(self, hold: Hold) -> Iterator[None]:
-        try:
-            yield
-        except BaseException:
-            done = set(hold._written)
-            with self._lock:
-                self.settle(done)
-                self.inflight.unhold({r: s for r, s in hold.rows.items() if r not in done})
-            raise
-        if hold.rows:
-            with self._lock:
-                self.settle(hold.rows)
+        return Hold(self, lambda inflight: inflight.due_postpones(sent_before_ns, limit))
 
     # -- under the lock ----------------------------------------------------------------------
     def note(self, ids: Iterable[Hashable]) -> None:

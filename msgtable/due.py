@@ -69,7 +69,7 @@ class DueRows:
                 old.epoch, old.values = r[2], tuple(r[3:])
                 taken += 1
                 continue
-            row = CachedRow.polled(r)
+            row = CachedRow(r[0], r[1], r[2], tuple(r[3:]))
             queued[rid] = row
             if now_ns is not None and row.time_next > now_ns:
                 heapq.heappush(self._scheduled, (row.time_next, next(self._seq), row))

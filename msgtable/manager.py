@@ -39,7 +39,7 @@ from msgtable.ids import coerce_ids
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 from msgtable.purger import Purger
 from msgtable.retry import Backoff, Retry
-from msgtable.rows import CachedRow, PollKey, RowChange, Values, poll_key
+from msgtable.rows import Batch, CachedRow, PollKey, RowChange, poll_key
 from msgtable.status import TableStatus
 from msgtable.subscriber import Subscriber, select_subscribers
 from msgtable.tables import TableConfig
@@ -192,7 +192,7 @@ class MessageManager:
         self._poll_wake.set()
         return sub
 
-    def unsubscribe(self, sub: Subscriber, unsent: Sequence[list[Values]] = ()) -> None:
+    def unsubscribe(self, sub: Subscriber, unsent: Sequence[Batch] = ()) -> None:
         """``sub`` left; ``unsent``: the batches it still had queued, which never went out.
         Those whose postpone is not written yet are due again at once (with
         vt_postpone_after=0 they were postponed before the send, and come back after their
@@ -343,7 +343,7 @@ class MessageManager:
                 chosen = select_subscribers(self._subscribers, self._next)
                 plan: list[tuple[Subscriber, list[CachedRow]]] = []
                 for i in chosen:
-                    batch = sending.pop(cfg.batch_size)
+                    batch = sending.pop(min(cfg.batch_size, self._subscribers[i].window.room))
                     if not batch:
                         break
                     plan.append((self._subscribers[i], batch))
@@ -383,7 +383,7 @@ class MessageManager:
                         out.append((sub, sent))
                 self.sent += len(claimed)
             for sub, sent in out:
-                sub.put([r.values for r in sent])
+                sub.put(Batch.of(sent, now))
 
         try:
             if deferred:

@@ -50,6 +50,26 @@ class CachedRow:
         return f"CachedRow(id={self.id!r}, priority={self.priority}, time_next={self.time_next})"
 
 
+class Batch(list[Values]):
+    """A batch as the sender hands it to a subscriber: the messages' values (id first), how
+    many times each was sent before (``sent_before``, in the same order; None when none was,
+    the usual case) and when the batch was sent (``sent_ns``, unix nanoseconds)."""
+
+    __slots__ = ("sent_before", "sent_ns")
+
+    def __init__(
+        self, rows: list[Values], sent_before: list[int] | None = None, sent_ns: int = 0
+    ) -> None:
+        super().__init__(rows)
+        self.sent_before = sent_before
+        self.sent_ns = sent_ns
+
+    @classmethod
+    def of(cls, rows: Sequence[CachedRow], sent_ns: int) -> Batch:
+        epochs = [r.epoch or 0 for r in rows]
+        return cls([r.values for r in rows], epochs if any(epochs) else None, sent_ns)
+
+
 def group_by_epoch(batch: Sequence[CachedRow]) -> dict[int | None, list[CachedRow]]:
     """Rows of one batch by the epoch they were read at (usually one group)."""
     groups: dict[int | None, list[CachedRow]] = {}

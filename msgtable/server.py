@@ -47,6 +47,7 @@ from msgtable.limits import (
 )
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+from msgtable.rows import Batch
 from msgtable.status import TableStatus
 from msgtable.tables import Column
 
@@ -66,7 +67,7 @@ class Subscriber(Protocol):
     @property
     def fields(self) -> Sequence[Column]: ...
 
-    def next_batch(self, timeout_s: float | None = None, /) -> Sequence[Sequence[object]]: ...
+    def next_batch(self, timeout_s: float | None = None, /) -> Batch: ...
 
     def end(self, error: MsgtableError, /) -> None: ...
 
@@ -259,9 +260,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             encoder = codec.RowEncoder(sub.fields)
             yield encoder.fields_response()
             while context.is_active():
-                rows = sub.next_batch(self._stream_poll_s)
-                if rows:
-                    yield encoder.rows_response(rows)
+                batch = sub.next_batch(self._stream_poll_s)
+                if batch:
+                    yield encoder.rows_response(batch, batch.sent_before, batch.sent_ns)
         except Exception as exc:
             if not self._stopping.is_set() and not context.is_active():
                 return  # the client left; sub.close() ended next_batch

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.limits import SUBSCRIBER_BUFFER_BATCHES
-from msgtable.rows import Values
+from msgtable.rows import Batch
 from msgtable.tables import Column
 from msgtable.window import Window
 
@@ -31,7 +31,7 @@ class Subscriber:
         fields: tuple[Column, ...],
         window: Window,
         on_room: Callable[[], object],
-        on_close: Callable[[Subscriber, list[list[Values]]], object],
+        on_close: Callable[[Subscriber, list[Batch]], object],
         max_batches: int = SUBSCRIBER_BUFFER_BATCHES,
     ) -> None:
         self.fields = fields
@@ -40,26 +40,27 @@ class Subscriber:
         self._on_close = on_close
         self._max = max_batches
         self._cond = threading.Condition()
-        self._batches: deque[list[Values]] = deque()
+        self._batches: deque[Batch] = deque()
         self._ended: MsgtableError | None = None
         self._closed = False
 
     def has_room(self) -> bool:
         return (
-            self.window.open
+            self.window.room > 0
             and len(self._batches) < self._max
             and self._ended is None
             and not self._closed
         )
 
-    def put(self, batch: list[Values]) -> None:
+    def put(self, batch: Batch) -> None:
         """Queue a batch (never blocks; the sender checked has_room first)."""
         with self._cond:
             self._batches.append(batch)
             self._cond.notify()
 
-    def next_batch(self, timeout_s: float | None = None) -> list[Values]:
-        """The next batch; [] on timeout; raises the error that ended the subscriber."""
+    def next_batch(self, timeout_s: float | None = None) -> Batch:
+        """The next batch; an empty one on timeout; raises the error that ended the
+        subscriber."""
         with self._cond:
             self._cond.wait_for(lambda: self._batches or self._ended or self._closed, timeout_s)
             if self._batches:
@@ -69,7 +70,7 @@ class Subscriber:
             elif self._closed:
                 raise Unavailable("subscription closed")
             else:
-                return []
+                return Batch([])
         self._on_room()
         return batch
 

@@ -1,8 +1,8 @@
 """A subscriber's window: how many of the messages sent to it may be in flight at once.
 
-A subscriber (one MessageStream) is sent a batch only while fewer than its window
-(``max_in_flight``) of the messages sent to it are in flight, so a batch may take it past the
-window by up to one batch. Without a window, gRPC's stream buffers let a busy server push tens
+A subscriber (one MessageStream) has at most its window (``max_in_flight``) of the messages
+sent to it in flight at once: it is sent a batch only while the window has room, and the batch
+is cut to that room. Without a window, gRPC's stream buffers let a busy server push tens
 of thousands of messages to a subscriber ahead of its acks: each waits longer for its ack (so
 more postpones are written), and a stalled or crashed subscriber strands them all until their
 ack wait ends while other subscribers idle.
@@ -52,6 +52,11 @@ class Window:
     def open(self) -> bool:
         """Whether it may be sent a batch now."""
         return self.outstanding < self.size
+
+    @property
+    def room(self) -> int:
+        """How many messages it may be sent now: a batch is cut to this."""
+        return self.size - self.outstanding
 
     def take(self, n: int) -> None:
         """``n`` messages were sent to it."""

@@ -9,6 +9,7 @@ from typing import TextIO
 
 from msgtable.cli.output import format_message, format_tables
 from msgtable.client import Client
+from msgtable.limits import MAX_IN_FLIGHT
 
 EXIT_OK = 0
 
@@ -27,15 +28,18 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     seen = 0
     try:
+        # With --count N the window is N: the server sends no more than tail will show, so
+        # no message is left in flight unseen when it exits.
+        window = min(args.count, MAX_IN_FLIGHT) if args.count is not None else 0
         with (
             _client(args) as client,
-            client.subscribe(args.name, args.keyspace, retry=False) as sub,
+            client.subscribe(args.name, args.keyspace, max_in_flight=window, retry=False) as sub,
         ):
             for batch in sub.batches():
                 if args.count is not None:
                     batch = batch[: args.count - seen]
                 for message in batch:
-                    print(format_message(message, sub.fields, args.json), file=out)
+                    print(format_message(message, sub.fields, args.json, args.time), file=out)
                 out.flush()
                 if args.ack:
                     sub.ack(batch)

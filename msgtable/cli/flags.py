@@ -267,8 +267,9 @@ TAIL = Command(
     "tail",
     "print messages as they arrive",
     "Subscribe to a message table and print each message (id and columns) as it arrives, "
-    "until Ctrl-C. Without --ack the messages are not acknowledged, so they are sent again "
-    "after the table's ack wait.",
+    "until Ctrl-C; a redelivery ends with (attempt N). Without --ack the messages are not "
+    "acknowledged, so they are sent again after the table's ack wait. With --count N the "
+    "server sends at most N, so none is left in flight unseen.",
     (
         Flag("name", "message table"),
         Flag("--keyspace", "keyspace (database); default the server's", default=""),
@@ -276,9 +277,11 @@ TAIL = Command(
         Flag("--count", "exit after N messages", type=positive_int, metavar="N"),
         Flag(
             "--json",
-            "one JSON object per line (DECIMAL as a string, binary as 0x hex)",
+            "one JSON object per line (DECIMAL as a string, binary as 0x hex; a redelivery's "
+            "_attempt, and with --time _sent)",
             store_true=True,
         ),
+        Flag("--time", "show when the server sent each message", store_true=True),
         *CLIENT_FLAGS,
     ),
 )

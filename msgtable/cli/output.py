@@ -3,6 +3,7 @@ shows it (text or JSON)."""
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import json
 from collections.abc import Sequence
@@ -80,7 +81,27 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def format_message(message: Message, fields: Sequence[Field], as_json: bool = False) -> str:
+def sent_time(message: Message) -> str:
+    """When the server sent a message, local time to the millisecond ("-" if it did not say)."""
+    if not message.sent_ns:
+        return "-"
+    sent = datetime.datetime.fromtimestamp(message.sent_ns / 1e9)
+    return sent.isoformat(" ", timespec="milliseconds")
+
+
+def format_message(
+    message: Message, fields: Sequence[Field], as_json: bool = False, show_time: bool = False
+) -> str:
+    """One message as tail prints it: its columns; a redelivery says which attempt it is
+    (``attempt 2``: the second delivery); ``show_time`` puts the send time first."""
     if as_json:
-        return json.dumps(message.values, default=_json_default, ensure_ascii=False)
-    return " ".join(f"{f.name}={_text(v)}" for f, v in zip(fields, message.row, strict=True))
+        out = dict(message.values)
+        if message.attempt > 1:
+            out["_attempt"] = message.attempt
+        if show_time:
+            out["_sent"] = sent_time(message)
+        return json.dumps(out, default=_json_default, ensure_ascii=False)
+    text = " ".join(f"{f.name}={_text(v)}" for f, v in zip(fields, message.row, strict=True))
+    if message.attempt > 1:
+        text += f" (attempt {message.attempt})"
+    return f"{sent_time(message)} {text}" if show_time else text

@@ -20,10 +20,21 @@ class Receiver(Protocol):
 class Message:
     """One message received by a subscriber."""
 
-    __slots__ = ("_id_value", "_subscriber", "_values", "row")
+    __slots__ = ("_id_value", "_subscriber", "_values", "attempt", "row", "sent_ns")
 
-    def __init__(self, subscriber: Receiver, row: tuple[object, ...], id_value: pb.Value) -> None:
+    def __init__(
+        self,
+        subscriber: Receiver,
+        row: tuple[object, ...],
+        id_value: pb.Value,
+        attempt: int = 1,
+        sent_ns: int = 0,
+    ) -> None:
         self.row = row  # values in the order of subscriber.fields, id first
+        # Which delivery of the message this is: 1 the first, n the n-th (from its epoch: how
+        # many times it was sent before, plus one). An older server says nothing: 1.
+        self.attempt = attempt
+        self.sent_ns = sent_ns  # when the server sent it, unix ns (0: the server did not say)
         self._subscriber = subscriber
         self._id_value = id_value  # the id as it came, to ack it as it came
         self._values: dict[str, object] | None = None

@@ -86,8 +86,11 @@ class Subscriber:
     # -- messages ----------------------------------------------------------------------------
     def _messages(self, response: pb.MessageStreamResponse) -> list[Message]:
         assert self._decoder is not None
-        decode = self._decoder.decode
-        return [Message(self, decode(row), row.values[0]) for row in response.rows]
+        decode, sent_ns = self._decoder.decode, response.sent_ns
+        return [
+            Message(self, decode(row), row.values[0], row.sent_before + 1, sent_ns)
+            for row in response.rows
+        ]
 
     def next_batch(self) -> list[Message]:
         """The next batch as the server sent it (up to vt_batch_size); [] once closed."""

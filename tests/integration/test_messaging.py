@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from msgtable import cli
 from msgtable.client import Client, Message
 from msgtable.errors import InvalidArgument, MsgtableError, TableLoadError, TableNotFound
 from msgtable.store import MySQLStore
@@ -227,8 +228,8 @@ def test_keyspace_shard_and_key_range_may_only_name_this_database(served: Served
 def test_a_subscriber_is_sent_no_more_than_its_window_and_others_get_the_rest(
     served: Served,
 ):
-    """max_in_flight: a subscriber that does not ack holds at most its window (plus the
-    batch that crossed it); the other subscribers are not held up by it."""
+    """max_in_flight: a subscriber that does not ack holds at most its window; the other
+    subscribers are not held up by it."""
     served.create_table("win", vt_batch_size=5, vt_poller_interval=0.1)
     served.sql("insert into win(id, message) values " + ",".join(f"({i}, 'm')" for i in range(60)))
     slow = Collector(served.client, "win", max_in_flight=10)
@@ -251,6 +252,22 @@ def test_a_subscriber_is_sent_no_more_than_its_window_and_others_get_the_rest(
     assert {m.id for m in more} <= set(range(60, 70))
     slow.close()
     fast.close()
+
+
+def test_tail_with_a_count_leaves_no_message_in_flight_that_it_did_not_show(
+    served: Served, capsys: pytest.CaptureFixture[str]
+):
+    """msgtable tail --count 3 on a table of batch 10: the other 7 are not sent to it (where
+    they would wait out their ack wait), so another subscriber gets them at once."""
+    served.create_table("t", vt_batch_size=10, vt_poller_interval=0.1)
+    served.sql("insert into t(id, message) values " + ",".join(f"({i}, 'm')" for i in range(10)))
+    assert cli.main(["tail", "t", "--count", "3", "--server", served.server.address]) == 0
+    shown = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert len(shown) == 3
+    other = Collector(served.client, "t")
+    rest = other.take(7, timeout_s=5)  # the ack wait is 30 s: in flight, they would not come
+    assert sorted({f"id={m.id}" for m in rest} | set(shown)) == sorted(f"id={i}" for i in range(10))
+    other.close()
 
 
 def test_a_window_filled_by_messages_acked_by_dml_frees_without_the_binlog(served: Served):
@@ -511,16 +528,19 @@ def test_an_unacked_message_comes_back_after_its_backoff(served: Served):
         )
         return int(served.sql("select time_next from retry")[0][0])
 
-    c.take(1)
+    (first,) = c.take(1)
+    assert first.attempt == 1 and abs(first.sent_ns - served.now_ns()) < 5 * NS
     first_next = claimed(1)
     # sent at epoch 0: ack wait 0.3 s + backoff clamp(0.3 * 2^0 * jitter) >= 0.3 s
     assert first_next >= before + 0.6 * NS
-    c.take(1, timeout_s=5)
+    (second,) = c.take(1, timeout_s=5)
+    assert second.attempt == 2 and second.sent_ns >= first_next  # the message's second delivery
     assert served.now_ns() >= first_next  # not a moment before its time
     second_next = claimed(2)
     # sent again at epoch 1, no earlier than first_next: 0.3 s + clamp(0.3 * 2^1 * jitter) >= 0.4
     assert second_next >= first_next + 0.7 * NS
-    c.take(1, timeout_s=5)  # and again, after the longer backoff
+    (third,) = c.take(1, timeout_s=5)  # and again, after the longer backoff
+    assert third.attempt == 3
     claimed(3)
     c.close()
 

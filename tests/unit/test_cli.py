@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from msgtable.codec import FieldType
 from msgtable.devdb import INSTALL_HINT
 from msgtable.errors import ServerBinaryNotFound, TableNotFound
 from msgtable.limits import DEFAULT_ADDRESS
+from msgtable.rows import Batch
 from msgtable.server import MessagingServer
 
 from .test_server import FakeEngine
@@ -267,6 +269,31 @@ def test_tail_json_writes_one_object_per_line(engine, server, capsys):
     assert cli.main(["tail", "t", "--json", "--count", "1", "--server", server.address]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line) == {"id": 1, "message": "a", "raw": "0x00ff"}
+
+
+def test_tail_marks_a_redelivery_and_shows_the_send_time_when_asked(engine, server, capsys):
+    sent_ns = 1_700_000_000_123_000_000
+    feed_when_subscribed(engine, Batch([(1, "a", None), (2, "b", None)], [0, 1], sent_ns))
+    argv = ["tail", "t", "--count", "2", "--server", server.address]
+    assert cli.main([*argv, "--time"]) == 0
+    first, second = capsys.readouterr().out.splitlines()
+    sent = datetime.datetime.fromtimestamp(sent_ns / 1e9).isoformat(" ", timespec="milliseconds")
+    assert first == f'{sent} id=1 message="a" price=NULL'
+    assert second == f'{sent} id=2 message="b" price=NULL (attempt 2)'
+    feed_when_subscribed(engine, Batch([(2, "b", None)], [3], sent_ns))
+    assert cli.main([*argv[:2], "--json", "--count", "1", "--server", server.address]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line) == {"id": 2, "message": "b", "price": None, "_attempt": 4}
+
+
+def test_tail_with_a_count_asks_the_server_for_no_more(engine, server, capsys):
+    feed_when_subscribed(engine, [(1, "a", None)])
+    assert cli.main(["tail", "t", "--count", "1", "--server", server.address]) == 0
+    assert engine.max_in_flight == 1
+    feed_when_subscribed(engine, [(1, "a", None)])
+    threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    assert cli.main(["tail", "t", "--server", server.address]) == 0  # Ctrl-C ends it
+    assert engine.max_in_flight == 0  # no count: the server's default window
 
 
 def test_tail_of_an_unknown_table_is_one_line_on_stderr(engine, server, capsys):

@@ -233,3 +233,11 @@ def test_table_status_of_a_failed_table_has_no_config():
     )
     assert not message.HasField("config")
     assert message.load_error == "table bad: missing vt_ack_wait"
+
+
+def test_a_batch_says_when_it_was_sent_and_which_rows_were_sent_before():
+    encoder = RowEncoder([Column("id", "bigint", "bigint")])
+    response = encoder.rows_response([(1,), (2,)], [0, 2], 123)
+    assert response.sent_ns == 123
+    assert [r.sent_before for r in response.rows] == [0, 2]
+    assert encoder.rows_response([(3,)]).rows[0].sent_before == 0  # a first delivery

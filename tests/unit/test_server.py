@@ -29,6 +29,7 @@ from msgtable.errors import (
 )
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+from msgtable.rows import Batch
 from msgtable.server import (
     INTERNAL_MESSAGE,
     SERVICE_NAME,
@@ -62,19 +63,19 @@ class FakeSubscriber:
     def end(self, error: Exception) -> None:
         self._items.put(error)
 
-    def next_batch(self, timeout_s: float | None = None) -> list[tuple[object, ...]]:
+    def next_batch(self, timeout_s: float | None = None) -> Batch:
         if self.closed.is_set():
             raise Unavailable("subscription closed")
         try:
             item = self._items.get(timeout=timeout_s)
         except queue.Empty:
-            return []
+            return Batch([])
         if item is _CLOSED:
             raise Unavailable("subscription closed")
         if isinstance(item, Exception):
             raise item
         assert isinstance(item, list)
-        return item
+        return item if isinstance(item, Batch) else Batch(item)
 
     def close(self) -> None:
         self.closed.set()

@@ -25,39 +25,39 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmsgtable/v1/messaging.proto\x12\x0bmsgtable.v1\x1a\x1cgoogle/protobuf/struct.proto\"&\n\x08KeyRange\x12\r\n\x05start\x18\x01 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x0c\"\x86\x01\n\x14MessageStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08keyspace\x18\x02 \x01(\t\x12\r\n\x05shard\x18\x03 \x01(\t\x12(\n\tkey_range\x18\x04 \x01(\x0b\x32\x15.msgtable.v1.KeyRange\x12\x15\n\rmax_in_flight\x18\x05 \x01(\r\"[\n\x15MessageStreamResponse\x12\"\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x12.msgtable.v1.Field\x12\x1e\n\x04rows\x18\x02 \x03(\x0b\x32\x10.msgtable.v1.Row\"P\n\x05\x46ield\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x04type\x18\x02 \x01(\x0e\x32\x16.msgtable.v1.FieldType\x12\x13\n\x0b\x63olumn_type\x18\x03 \x01(\t\")\n\x03Row\x12\"\n\x06values\x18\x01 \x03(\x0b\x32\x12.msgtable.v1.Value\"\xb1\x01\n\x05Value\x12\x30\n\nnull_value\x18\x01 \x01(\x0e\x32\x1a.google.protobuf.NullValueH\x00\x12\x13\n\tint_value\x18\x02 \x01(\x12H\x00\x12\x14\n\nuint_value\x18\x03 \x01(\x04H\x00\x12\x16\n\x0c\x64ouble_value\x18\x04 \x01(\x01H\x00\x12\x14\n\ntext_value\x18\x05 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x06 \x01(\x0cH\x00\x42\x06\n\x04kind\"T\n\x11MessageAckRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08keyspace\x18\x02 \x01(\t\x12\x1f\n\x03ids\x18\x03 \x03(\x0b\x32\x12.msgtable.v1.Value\"#\n\x12MessageAckResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\"\x13\n\x11ListTablesRequest\">\n\x12ListTablesResponse\x12(\n\x06tables\x18\x01 \x03(\x0b\x32\x18.msgtable.v1.TableStatus\"\xc0\x01\n\x0bTableStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08keyspace\x18\x02 \x01(\t\x12(\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x18.msgtable.v1.TableConfig\x12\x12\n\nload_error\x18\x04 \x01(\t\x12\x0e\n\x06\x63\x61\x63hed\x18\x05 \x01(\x03\x12\x11\n\tin_flight\x18\x06 \x01(\x03\x12\x13\n\x0bsubscribers\x18\x07 \x01(\x03\x12\x0c\n\x04sent\x18\x08 \x01(\x03\x12\r\n\x05\x61\x63ked\x18\t \x01(\x03\"\x80\x02\n\x0bTableConfig\x12\x12\n\nack_wait_s\x18\x01 \x01(\x01\x12\x15\n\rpurge_after_s\x18\x02 \x01(\x01\x12\x12\n\nbatch_size\x18\x03 \x01(\x03\x12\x12\n\ncache_size\x18\x04 \x01(\x03\x12\x19\n\x11poller_interval_s\x18\x05 \x01(\x01\x12\x15\n\rmin_backoff_s\x18\x06 \x01(\x01\x12\x15\n\rmax_backoff_s\x18\x07 \x01(\x01\x12\x0e\n\x06layout\x18\x08 \x01(\t\x12+\n\x0fmessage_columns\x18\t \x03(\x0b\x32\x12.msgtable.v1.Field\x12\x18\n\x10postpone_after_s\x18\n \x01(\x01*\x9b\x02\n\tFieldType\x12\x1a\n\x16\x46IELD_TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x46IELD_TYPE_INT\x10\x01\x12\x13\n\x0f\x46IELD_TYPE_UINT\x10\x02\x12\x14\n\x10\x46IELD_TYPE_FLOAT\x10\x03\x12\x16\n\x12\x46IELD_TYPE_DECIMAL\x10\x04\x12\x13\n\x0f\x46IELD_TYPE_TEXT\x10\x05\x12\x14\n\x10\x46IELD_TYPE_BYTES\x10\x06\x12\x13\n\x0f\x46IELD_TYPE_JSON\x10\x07\x12\x17\n\x13\x46IELD_TYPE_DATETIME\x10\x08\x12\x18\n\x14\x46IELD_TYPE_TIMESTAMP\x10\t\x12\x13\n\x0f\x46IELD_TYPE_DATE\x10\n\x12\x13\n\x0f\x46IELD_TYPE_TIME\x10\x0b\x32\x83\x02\n\tMessaging\x12X\n\rMessageStream\x12!.msgtable.v1.MessageStreamRequest\x1a\".msgtable.v1.MessageStreamResponse0\x01\x12M\n\nMessageAck\x12\x1e.msgtable.v1.MessageAckRequest\x1a\x1f.msgtable.v1.MessageAckResponse\x12M\n\nListTables\x12\x1e.msgtable.v1.ListTablesRequest\x1a\x1f.msgtable.v1.ListTablesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bmsgtable/v1/messaging.proto\x12\x0bmsgtable.v1\x1a\x1cgoogle/protobuf/struct.proto\"&\n\x08KeyRange\x12\r\n\x05start\x18\x01 \x01(\x0c\x12\x0b\n\x03\x65nd\x18\x02 \x01(\x0c\"\x86\x01\n\x14MessageStreamRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08keyspace\x18\x02 \x01(\t\x12\r\n\x05shard\x18\x03 \x01(\t\x12(\n\tkey_range\x18\x04 \x01(\x0b\x32\x15.msgtable.v1.KeyRange\x12\x15\n\rmax_in_flight\x18\x05 \x01(\r\"l\n\x15MessageStreamResponse\x12\"\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x12.msgtable.v1.Field\x12\x1e\n\x04rows\x18\x02 \x03(\x0b\x32\x10.msgtable.v1.Row\x12\x0f\n\x07sent_ns\x18\x03 \x01(\x03\"P\n\x05\x46ield\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x04type\x18\x02 \x01(\x0e\x32\x16.msgtable.v1.FieldType\x12\x13\n\x0b\x63olumn_type\x18\x03 \x01(\t\">\n\x03Row\x12\"\n\x06values\x18\x01 \x03(\x0b\x32\x12.msgtable.v1.Value\x12\x13\n\x0bsent_before\x18\x02 \x01(\r\"\xb1\x01\n\x05Value\x12\x30\n\nnull_value\x18\x01 \x01(\x0e\x32\x1a.google.protobuf.NullValueH\x00\x12\x13\n\tint_value\x18\x02 \x01(\x12H\x00\x12\x14\n\nuint_value\x18\x03 \x01(\x04H\x00\x12\x16\n\x0c\x64ouble_value\x18\x04 \x01(\x01H\x00\x12\x14\n\ntext_value\x18\x05 \x01(\tH\x00\x12\x15\n\x0b\x62ytes_value\x18\x06 \x01(\x0cH\x00\x42\x06\n\x04kind\"T\n\x11MessageAckRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08keyspace\x18\x02 \x01(\t\x12\x1f\n\x03ids\x18\x03 \x03(\x0b\x32\x12.msgtable.v1.Value\"#\n\x12MessageAckResponse\x12\r\n\x05\x63ount\x18\x01 \x01(\x03\"\x13\n\x11ListTablesRequest\"V\n\x12ListTablesResponse\x12(\n\x06tables\x18\x01 \x03(\x0b\x32\x18.msgtable.v1.TableStatus\x12\x16\n\x0e\x64\x61tabase_error\x18\x02 \x01(\t\"\xc0\x01\n\x0bTableStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08keyspace\x18\x02 \x01(\t\x12(\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x18.msgtable.v1.TableConfig\x12\x12\n\nload_error\x18\x04 \x01(\t\x12\x0e\n\x06\x63\x61\x63hed\x18\x05 \x01(\x03\x12\x11\n\tin_flight\x18\x06 \x01(\x03\x12\x13\n\x0bsubscribers\x18\x07 \x01(\x03\x12\x0c\n\x04sent\x18\x08 \x01(\x03\x12\r\n\x05\x61\x63ked\x18\t \x01(\x03\"\x80\x02\n\x0bTableConfig\x12\x12\n\nack_wait_s\x18\x01 \x01(\x01\x12\x15\n\rpurge_after_s\x18\x02 \x01(\x01\x12\x12\n\nbatch_size\x18\x03 \x01(\x03\x12\x12\n\ncache_size\x18\x04 \x01(\x03\x12\x19\n\x11poller_interval_s\x18\x05 \x01(\x01\x12\x15\n\rmin_backoff_s\x18\x06 \x01(\x01\x12\x15\n\rmax_backoff_s\x18\x07 \x01(\x01\x12\x0e\n\x06layout\x18\x08 \x01(\t\x12+\n\x0fmessage_columns\x18\t \x03(\x0b\x32\x12.msgtable.v1.Field\x12\x18\n\x10postpone_after_s\x18\n \x01(\x01*\x9b\x02\n\tFieldType\x12\x1a\n\x16\x46IELD_TYPE_UNSPECIFIED\x10\x00\x12\x12\n\x0e\x46IELD_TYPE_INT\x10\x01\x12\x13\n\x0f\x46IELD_TYPE_UINT\x10\x02\x12\x14\n\x10\x46IELD_TYPE_FLOAT\x10\x03\x12\x16\n\x12\x46IELD_TYPE_DECIMAL\x10\x04\x12\x13\n\x0f\x46IELD_TYPE_TEXT\x10\x05\x12\x14\n\x10\x46IELD_TYPE_BYTES\x10\x06\x12\x13\n\x0f\x46IELD_TYPE_JSON\x10\x07\x12\x17\n\x13\x46IELD_TYPE_DATETIME\x10\x08\x12\x18\n\x14\x46IELD_TYPE_TIMESTAMP\x10\t\x12\x13\n\x0f\x46IELD_TYPE_DATE\x10\n\x12\x13\n\x0f\x46IELD_TYPE_TIME\x10\x0b\x32\x83\x02\n\tMessaging\x12X\n\rMessageStream\x12!.msgtable.v1.MessageStreamRequest\x1a\".msgtable.v1.MessageStreamResponse0\x01\x12M\n\nMessageAck\x12\x1e.msgtable.v1.MessageAckRequest\x1a\x1f.msgtable.v1.MessageAckResponse\x12M\n\nListTables\x12\x1e.msgtable.v1.ListTablesRequest\x1a\x1f.msgtable.v1.ListTablesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'msgtable.proto.msgtable.v1.messaging_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_FIELDTYPE']._serialized_start=1312
-  _globals['_FIELDTYPE']._serialized_end=1595
+  _globals['_FIELDTYPE']._serialized_start=1374
+  _globals['_FIELDTYPE']._serialized_end=1657
   _globals['_KEYRANGE']._serialized_start=74
   _globals['_KEYRANGE']._serialized_end=112
   _globals['_MESSAGESTREAMREQUEST']._serialized_start=115
   _globals['_MESSAGESTREAMREQUEST']._serialized_end=249
   _globals['_MESSAGESTREAMRESPONSE']._serialized_start=251
-  _globals['_MESSAGESTREAMRESPONSE']._serialized_end=342
-  _globals['_FIELD']._serialized_start=344
-  _globals['_FIELD']._serialized_end=424
-  _globals['_ROW']._serialized_start=426
-  _globals['_ROW']._serialized_end=467
-  _globals['_VALUE']._serialized_start=470
-  _globals['_VALUE']._serialized_end=647
-  _globals['_MESSAGEACKREQUEST']._serialized_start=649
-  _globals['_MESSAGEACKREQUEST']._serialized_end=733
-  _globals['_MESSAGEACKRESPONSE']._serialized_start=735
-  _globals['_MESSAGEACKRESPONSE']._serialized_end=770
-  _globals['_LISTTABLESREQUEST']._serialized_start=772
-  _globals['_LISTTABLESREQUEST']._serialized_end=791
-  _globals['_LISTTABLESRESPONSE']._serialized_start=793
-  _globals['_LISTTABLESRESPONSE']._serialized_end=855
-  _globals['_TABLESTATUS']._serialized_start=858
-  _globals['_TABLESTATUS']._serialized_end=1050
-  _globals['_TABLECONFIG']._serialized_start=1053
-  _globals['_TABLECONFIG']._serialized_end=1309
-  _globals['_MESSAGING']._serialized_start=1598
-  _globals['_MESSAGING']._serialized_end=1857
+  _globals['_MESSAGESTREAMRESPONSE']._serialized_end=359
+  _globals['_FIELD']._serialized_start=361
+  _globals['_FIELD']._serialized_end=441
+  _globals['_ROW']._serialized_start=443
+  _globals['_ROW']._serialized_end=505
+  _globals['_VALUE']._serialized_start=508
+  _globals['_VALUE']._serialized_end=685
+  _globals['_MESSAGEACKREQUEST']._serialized_start=687
+  _globals['_MESSAGEACKREQUEST']._serialized_end=771
+  _globals['_MESSAGEACKRESPONSE']._serialized_start=773
+  _globals['_MESSAGEACKRESPONSE']._serialized_end=808
+  _globals['_LISTTABLESREQUEST']._serialized_start=810
+  _globals['_LISTTABLESREQUEST']._serialized_end=829
+  _globals['_LISTTABLESRESPONSE']._serialized_start=831
+  _globals['_LISTTABLESRESPONSE']._serialized_end=917
+  _globals['_TABLESTATUS']._serialized_start=920
+  _globals['_TABLESTATUS']._serialized_end=1112
+  _globals['_TABLECONFIG']._serialized_start=1115
+  _globals['_TABLECONFIG']._serialized_end=1371
+  _globals['_MESSAGING']._serialized_start=1660
+  _globals['_MESSAGING']._serialized_end=1919
 # @@protoc_insertion_point(module_scope)

@@ -133,10 +133,10 @@ class MessageStreamRequest(_message.Message):
     shard: _builtins.str
     """Shard to stream from. Empty (or "0") means the only shard; a keyspace has one shard today."""
     max_in_flight: _builtins.int
-    """The subscriber's window: the server sends this stream a batch only while fewer than this
-    many of the messages it sent to it are unacked (acked through MessageAck, or seen acked or
-    deleted in the database; a message whose ack wait ends also stops counting). 0 means the
-    server's default, 1,000; at most 1,000,000. A batch may take the count past the window.
+    """The subscriber's window: at most this many of the messages the server sent this stream
+    are unacked at once (a message stops counting when it is acked through MessageAck, is seen
+    acked or deleted in the database, or its ack wait ends); a batch is cut to what is left of
+    the window. 0 means the server's default, 1,000; at most 1,000,000.
     """
     @_builtins.property
     def key_range(self) -> Global___KeyRange:
@@ -169,6 +169,11 @@ class MessageStreamResponse(_message.Message):
 
     FIELDS_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
+    SENT_NS_FIELD_NUMBER: _builtins.int
+    sent_ns: _builtins.int
+    """When the server sent this batch, unix nanoseconds (0 in the first response, and from
+    servers older than this field).
+    """
     @_builtins.property
     def fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___Field]:
         """The message columns, `id` first; set in the first response only."""
@@ -184,10 +189,11 @@ class MessageStreamResponse(_message.Message):
         *,
         fields: _abc.Iterable[Global___Field] | None = ...,
         rows: _abc.Iterable[Global___Row] | None = ...,
+        sent_ns: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "rows", b"rows"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "rows", b"rows", "sent_ns", b"sent_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -232,6 +238,11 @@ class Row(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     VALUES_FIELD_NUMBER: _builtins.int
+    SENT_BEFORE_FIELD_NUMBER: _builtins.int
+    sent_before: _builtins.int
+    """How many times this message was sent before this delivery (its epoch as the server read
+    it): 0 on the first delivery, and from servers older than this field.
+    """
     @_builtins.property
     def values(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """One value per field, in the order of MessageStreamResponse.fields."""
@@ -240,10 +251,11 @@ class Row(_message.Message):
         self,
         *,
         values: _abc.Iterable[Global___Value] | None = ...,
+        sent_before: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["sent_before", b"sent_before", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -371,18 +383,26 @@ class ListTablesResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TABLES_FIELD_NUMBER: _builtins.int
+    DATABASE_ERROR_FIELD_NUMBER: _builtins.int
+    database_error: _builtins.str
+    """Why the server cannot reach its database now ("" while it can): the server answers
+    ListTables at once either way.
+    """
     @_builtins.property
     def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableStatus]:
-        """One entry per table, ordered by keyspace and name."""
+        """One entry per table, ordered by keyspace and name (the tables last seen, while the
+        database is away).
+        """
 
     def __init__(
         self,
         *,
         tables: _abc.Iterable[Global___TableStatus] | None = ...,
+        database_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["database_error", b"database_error", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -412,13 +432,17 @@ class TableStatus(_message.Message):
     cached: _builtins.int
     """Rows queued in the server's memory, waiting to be sent."""
     in_flight: _builtins.int
-    """Messages sent by this server and not yet acked through it, whose ack wait has not expired."""
+    """Messages sent by this server whose ack wait has not ended and that are not acked (through
+    MessageAck, or by DML the binlog showed).
+    """
     subscribers: _builtins.int
     """Open MessageStream subscriptions."""
     sent: _builtins.int
     """Messages sent since the table was opened."""
     acked: _builtins.int
-    """Messages acked through MessageAck since the table was opened."""
+    """Messages acked since the table was opened: through MessageAck, and by other clients'
+    DML as the binlog shows it (not seen without the binlog).
+    """
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""

@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from msgtable.mysql import NO_REPLICATION, BinlogStatus, error_code, server_text, sorted_error
-from msgtable.retry import Backoff, Retry
+from msgtable.retry import Backoff, Outage, Retry
 from msgtable.rows import RowChange
 from msgtable.sql import STATEMENT_MARK
 
@@ -119,10 +119,12 @@ class BinlogFollower:
         *,
         status: Callable[[], BinlogStatus] | None = None,
         server_id: int | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self._settings = settings
         self._database = database
         self._status = status or (lambda: read_status(settings))
+        self._outage = outage  # the database's: it tells of an outage, not this loop
         self._sink = sink
         self._server_id = server_id or random.randrange(2**30, 2**31)  # unique among replicas
         self._stop = threading.Event()
@@ -172,7 +174,9 @@ class BinlogFollower:
     def _run(self) -> None:
         position: tuple[str, int] | None = None
         mariadb = False
-        retry = Retry("binlog: following", log, Backoff(RETRY_MIN_S, RETRY_MAX_S))
+        retry = Retry(
+            "binlog: following", log, Backoff(RETRY_MIN_S, RETRY_MAX_S), outage=self._outage
+        )
         while not self._stop.is_set():
             try:
                 if position is None:

@@ -381,6 +381,15 @@ class TableInfo:
         return not self.load_error
 
 
+@dataclass(frozen=True)
+class ServerStatus:
+    """What a server says of itself (ListTables): its tables, and why it cannot reach its
+    database now ("" while it can)."""
+
+    tables: list[TableInfo]
+    database_error: str
+
+
 def field_from_proto(message: pb.Field) -> Field:
     return Field(message.name, to_field_type(message.type), message.column_type)
 

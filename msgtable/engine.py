@@ -21,6 +21,7 @@ from typing import Any
 from msgtable.binlog import BinlogFollower
 from msgtable.clock import Clock, SystemClock
 from msgtable.errors import (
+    DatabaseUnavailable,
     InvalidArgument,
     MsgtableError,
     NotLeader,
@@ -72,7 +73,6 @@ class MessageEngine:
         self._managers: dict[str, MessageManager] = {}
         self._load_errors: dict[str, str] = {}
         self._discovered = False
-        self._db_error: str | None = "database not reached yet"
         self._last_refresh = 0.0
         self._refresh_lock = threading.RLock()
         self._stop = threading.Event()
@@ -89,7 +89,9 @@ class MessageEngine:
         self.binlog: BinlogFollower | None = None
         self._binlog_columns: dict[str, Sequence[str]] = {}
         if follow_binlog and isinstance(store, MySQLStore):
-            self.binlog = BinlogFollower(pymysql_args(store.url), store.database, self)
+            self.binlog = BinlogFollower(
+                pymysql_args(store.url), store.database, self, outage=store.outage
+            )
 
     @classmethod
     def from_dsn(cls, dsn: str, **kwargs: Any) -> MessageEngine:
@@ -100,10 +102,10 @@ class MessageEngine:
         """Discover tables (without failing if the database is down) and start serving."""
         if self._thread is not None:
             return
-        try:
+        # A database that does not answer yet: the store's outage says so once; discovery
+        # retries in the background and requests get UNAVAILABLE until it answers.
+        with contextlib.suppress(Unavailable):
             self.refresh()
-        except Unavailable as exc:
-            log.warning("database unavailable at start, retrying in the background: %s", exc)
         self._thread = threading.Thread(
             target=self._discovery_loop, daemon=True, name="msgtable-discovery"
         )
@@ -127,11 +129,12 @@ class MessageEngine:
             self.lease_period_s,
             on_gain=self._gain,
             on_loss=self._lose,
+            outage=self.store.outage,
         )
         try:
             lease.prepare()
         except Unavailable as exc:  # the lease's thread prepares it once the database answers
-            log.warning("database unavailable at start; campaigning once it answers: %s", exc)
+            self.store.outage.down(exc)
         self._lease = lease
         lease.start()
 
@@ -228,7 +231,13 @@ class MessageEngine:
 
     def _new_manager(self, cfg: TableConfig) -> MessageManager:
         return MessageManager(
-            self.store, cfg, self.clock, self.rng, self._on_fatal, may_send=self._may_send
+            self.store,
+            cfg,
+            self.clock,
+            self.rng,
+            self._on_fatal,
+            may_send=self._may_send,
+            outage=self.store.outage,
         )
 
     # -- msgtable.binlog.BinlogSink -------------------------------------------------------
@@ -260,12 +269,7 @@ class MessageEngine:
         """Read the message tables now and open, reconfigure or close managers to match."""
         with self._refresh_lock:
             self._last_refresh = time.monotonic()
-            try:
-                defs = self.store.discover()
-            except Unavailable as exc:
-                self._db_error = str(exc)
-                raise
-            self._db_error = None
+            defs = self.store.discover()
             self._apply(defs)
             self._discovered = True
 
@@ -327,6 +331,7 @@ class MessageEngine:
             "discovery of message tables",
             log,
             Backoff(DISCOVERY_RETRY_MIN_S, DISCOVERY_RETRY_MAX_S),
+            outage=self.store.outage,
         )
         delay = self.discovery_interval_s
         while not self._stop.is_set():
@@ -373,7 +378,7 @@ class MessageEngine:
             if attempt == 0:
                 self._refresh_on_demand(asked_at)
         if not self._discovered:
-            raise Unavailable(self._db_error or "database unavailable")
+            raise self._unreached()
         raise TableNotFound(f"message table {name!r} not found in keyspace {self.keyspace!r}")
 
     def _refresh_on_demand(self, asked_at: float) -> None:
@@ -407,10 +412,23 @@ class MessageEngine:
             raise Unavailable("server shutting down")
         return self._manager(name, keyspace).ack(ids)
 
+    def _unreached(self) -> DatabaseUnavailable:
+        reason = self.store.outage.reason or "not reached yet"
+        return DatabaseUnavailable(f"database unavailable: {reason}")
+
+    def database_error(self) -> str:
+        """Why the database is away now, and since when ("" while it answers)."""
+        if not self._discovered and not self.store.outage.away:
+            return "the database has not answered yet"
+        return self.store.outage.describe()
+
     def list_tables(self) -> list[TableStatus]:
-        """Every message table: loaded ones with live counts, failed ones with their error."""
-        if not self._discovered:
-            raise Unavailable(self._db_error or "database unavailable")
+        """Every message table: loaded ones with live counts, failed ones with their error.
+
+        Discovers first (a table created a moment ago shows), unless the database is away:
+        then the tables as last seen, at once (``database_error()`` says why)."""
+        if not self.store.outage.away:
+            self._refresh_on_demand(time.monotonic())
         with self._lock:
             managers = list(self._managers.values())
             errors = dict(self._load_errors)

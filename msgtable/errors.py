@@ -27,6 +27,11 @@ class Unavailable(MsgtableError):
     """The database cannot be reached right now, or the server is shutting down; retry later."""
 
 
+class DatabaseUnavailable(Unavailable):
+    """The database does not answer, or refuses this server (a wrong password, an unknown
+    database): the server waits for it, and says once why (msgtable.retry.Outage)."""
+
+
 class ServerBinaryNotFound(MsgtableError):
     """No mysqld / mariadbd binary exists to start a throwaway local server."""
 

@@ -35,7 +35,7 @@ import sqlalchemy as sa
 
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.mysql import ACCESS_DENIED, database_error, error_code, pymysql_args, sorted_error
-from msgtable.retry import Backoff, Retry
+from msgtable.retry import Backoff, Outage, Retry
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ class Lease:
         on_gain: Callable[[Takeover], None],
         on_loss: Callable[[str], None],
         holder: str | None = None,
+        outage: Outage | None = None,
     ) -> None:
         if period_s < MIN_LEASE_PERIOD_S:
             raise MsgtableError(f"the lease period must be at least {MIN_LEASE_PERIOD_S}s")
@@ -107,6 +108,7 @@ class Lease:
         self.period_s = period_s
         self.leader_address = ""  # the holder's address as last read ("" if none)
         self._connect = connect
+        self._outage = outage  # the database's: it tells of an outage, not the lease
         self._conn: Any = None
         self._on_gain, self._on_loss = on_gain, on_loss
         self._valid_until = 0.0  # monotonic; 0: not held
@@ -191,7 +193,7 @@ class Lease:
     # -- the campaign ----------------------------------------------------------------------
     def _run(self) -> None:
         step_s = self.period_s / 3
-        retry = Retry("lease", log, Backoff(step_s, step_s))
+        retry = Retry("lease", log, Backoff(step_s, step_s), outage=self._outage)
         while not self._stop.is_set():
             began = time.monotonic()
             try:
@@ -202,6 +204,8 @@ class Lease:
                         self.prepare()
                     takeover = self._step(began)
                 retry.succeeded()
+                if self._outage is not None:
+                    self._outage.up()  # the lease's own connection answered
             except Exception as exc:
                 takeover = None
                 retry.failed(sorted_error(exc))
@@ -265,7 +269,7 @@ class Lease:
             try:
                 self._conn = self._connect()
             except Exception as exc:
-                raise Unavailable(f"database unavailable: {exc}") from None
+                raise sorted_error(exc) from None
         return self._conn.cursor()
 
     def _drop_connection(self) -> None:

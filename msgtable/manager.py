@@ -38,7 +38,7 @@ from msgtable.errors import MsgtableError, NotLeader, TableNotFound, Unavailable
 from msgtable.ids import coerce_ids
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 from msgtable.purger import Purger
-from msgtable.retry import Backoff, Retry
+from msgtable.retry import Backoff, Outage, Retry
 from msgtable.rows import Batch, CachedRow, PollKey, RowChange, poll_key
 from msgtable.status import TableStatus
 from msgtable.subscriber import Subscriber, select_subscribers
@@ -67,8 +67,10 @@ class MessageManager:
         rng: random.Random,
         on_fatal: Callable[[str], None] | None = None,
         may_send: Callable[[], bool] | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self.store = store
+        self._outage = outage  # the database's: it tells of an outage, not each loop
         # Whether this server may hand messages over now (msgtable.lease: it holds the
         # lease); checked after each claim, before the hand-over.
         self._may_send = may_send or (lambda: True)
@@ -93,7 +95,7 @@ class MessageManager:
         self._send_wake = threading.Event()
         self._backoff = Backoff(RETRY_MIN_S, min(config.poller_interval_s, RETRY_MAX_S))
         self.purger = Purger(
-            store, lambda: self.config, clock, self._stop, self._busy, self._backoff
+            store, lambda: self.config, clock, self._stop, self._busy, self._backoff, outage
         )
         self._threads: list[threading.Thread] = []
         self._opened = False
@@ -477,7 +479,7 @@ class MessageManager:
                 self._on_fatal(msg)
 
     def _poll_loop(self) -> None:
-        retry = Retry(f"table {self.config.name}: poll", log, self._backoff)
+        retry = Retry(f"table {self.config.name}: poll", log, self._backoff, outage=self._outage)
         while not self._stop.is_set():
             with self._lock:
                 idle = not self._subscribers
@@ -500,7 +502,7 @@ class MessageManager:
 
     def _send_loop(self) -> None:
         """Sends, and writes the deferred postpones as they fall due."""
-        retry = Retry(f"table {self.config.name}: send", log, self._backoff)
+        retry = Retry(f"table {self.config.name}: send", log, self._backoff, outage=self._outage)
         while not self._stop.is_set():
             self._send_wake.clear()
             what = "send"

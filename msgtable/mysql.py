@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
+from msgtable.errors import DatabaseUnavailable, InvalidArgument, MsgtableError, TableNotFound
 
 CONNECT_TIMEOUT_S = 5
 IO_TIMEOUT_S = 30  # a statement's reads and writes (PyMySQL and mysqlclient)
@@ -24,6 +24,10 @@ SESSION_SETUP = "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED"
 DUPLICATE_KEY = 1062
 NO_SUCH_TABLE = 1146
 ACCESS_DENIED = frozenset({1044, 1045, 1142})  # database, user, table
+# The database refuses this server as a whole (not one table): a wrong account or password,
+# no access to the database, an unknown database. Like a database that does not answer, these
+# keep the server waiting (and saying why), not failing.
+REFUSED = frozenset({1044, 1045, 1049})
 # The binlog follower's "it will not work here": access denied, or no binlog to read.
 NO_REPLICATION = ACCESS_DENIED | {1227, 1236}
 # Errors that mean "try again later".
@@ -68,12 +72,13 @@ def error_text(exc: BaseException) -> str:
 
 def database_error(exc: BaseException, table: str | None = None) -> MsgtableError:
     """The MsgtableError for a driver's error (the one place that sorts them): a dropped
-    ``table``, a passing trouble (Unavailable), or anything else."""
+    ``table``, a database that is away or refuses us (DatabaseUnavailable: wait for it), or
+    anything else."""
     code = error_code(exc)
     if code == NO_SUCH_TABLE and table is not None:
         return TableNotFound(f"message table {table!r} no longer exists")
-    if code is None or code in RETRYABLE or 2000 <= code < 3000:  # 2xxx: client side
-        return Unavailable(f"database unavailable: {error_text(exc)}")
+    if code is None or code in RETRYABLE or code in REFUSED or 2000 <= code < 3000:  # 2xxx: client
+        return DatabaseUnavailable(f"database unavailable: {error_text(exc)}")
     return MsgtableError(f"database error: {error_text(exc)}")
 
 
@@ -153,6 +158,16 @@ def pymysql_args(url: sa.URL) -> dict[str, Any]:
     if isinstance(socket, str):
         args["unix_socket"] = socket
     return args
+
+
+def address(url: sa.URL) -> str:
+    """Where a URL's server is, for people: HOST:PORT, or its unix socket."""
+    socket = url.query.get("unix_socket")
+    if isinstance(socket, tuple):
+        socket = socket[0] if socket else None
+    if isinstance(socket, str):
+        return socket
+    return f"{url.host or 'localhost'}:{url.port or 3306}"
 
 
 def server_text(value: object) -> str:

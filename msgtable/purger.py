@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from msgtable.clock import Clock
 from msgtable.limits import PURGE_BATCH_ROWS
-from msgtable.retry import Backoff, Retry
+from msgtable.retry import Backoff, Outage, Retry
 from msgtable.tables import TableConfig
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ class Purger:
         stop: threading.Event,
         busy: Callable[[], bool],
         backoff: Backoff,
+        outage: Outage | None = None,
     ) -> None:
         self._store = store
         self._config = config
@@ -52,6 +53,7 @@ class Purger:
         self._stop = stop
         self._busy = busy
         self._backoff = backoff
+        self._outage = outage
         self._wake = threading.Event()
         self.timer: Callable[[], float] = time.monotonic  # the pacing's clock (tests swap)
         self.rest: Callable[[float], object] = stop.wait
@@ -78,7 +80,9 @@ class Purger:
 
     def run(self) -> None:
         """The loop: a pass every interval (sooner when woken) until stopped."""
-        retry = Retry(f"table {self._config().name}: purge", log, self._backoff)
+        retry = Retry(
+            f"table {self._config().name}: purge", log, self._backoff, outage=self._outage
+        )
         while not self._stop.is_set():
             self._wake.clear()
             try:

@@ -91,6 +91,8 @@ class Engine(Protocol):
 
     def list_tables(self) -> list[TableStatus]: ...
 
+    def database_error(self) -> str: ...
+
 
 # The one mapping from domain errors to status codes; the first class in an error's MRO wins.
 STATUS_CODES: dict[type[MsgtableError], grpc.StatusCode] = {
@@ -294,7 +296,10 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             if self._authorizer is not None:
                 principal = self._principal(context)
                 tables = [t for t in tables if self._authorizer.allows(principal, "list", t.name)]
-            return pb.ListTablesResponse(tables=[codec.table_status_to_proto(t) for t in tables])
+            return pb.ListTablesResponse(
+                tables=[codec.table_status_to_proto(t) for t in tables],
+                database_error=self._engine.database_error(),
+            )
         except Exception as exc:
             _fail(context, "ListTables", exc)
 

@@ -29,16 +29,18 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from msgtable.dbpool import ConnectionPool
-from msgtable.errors import InvalidArgument, MsgtableError, Unavailable
+from msgtable.errors import DatabaseUnavailable, InvalidArgument, MsgtableError
 from msgtable.mysql import (
     CONNECT_TIMEOUT_S,
     IO_TIMEOUT_S,
     SESSION_SETUP,
+    address,
     database_error,
     parse_url,
     server_text,
     with_driver,
 )
+from msgtable.retry import Outage
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch, poll_key
 from msgtable.sql import MARK, in_list, placeholders, quote
 from msgtable.tables import Column, Layout, TableConfig, is_message_comment
@@ -80,6 +82,7 @@ class Store(Protocol):
     """What the engine asks of a database. Implementations: MySQLStore, InMemoryStore."""
 
     database: str
+    outage: Outage  # whether the database answers (msgtable.retry)
 
     def discover(self) -> list[TableDefinition]: ...
 
@@ -220,6 +223,7 @@ class MySQLStore:
 
     def __init__(self, url: sa.URL, database: str) -> None:
         self.database = database
+        self.outage = Outage(f"the database at {address(url)}", log)
         connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
         if url.get_driver_name() in ("pymysql", "mysqldb"):
             connect_args.update(read_timeout=IO_TIMEOUT_S, write_timeout=IO_TIMEOUT_S)
@@ -275,10 +279,12 @@ class MySQLStore:
             yield
         except MsgtableError:
             raise
-        except self._auto.dbapi.Error as exc:
-            raise database_error(exc, table) from exc
-        except OSError as exc:
-            raise Unavailable(f"database unavailable: {exc}") from exc
+        except (self._auto.dbapi.Error, OSError) as exc:
+            error = database_error(exc, table)
+            if isinstance(error, DatabaseUnavailable):
+                self.outage.down(error)
+            raise error from exc
+        self.outage.up()
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> list[TableDefinition]:

@@ -20,7 +20,10 @@ def _client(args: argparse.Namespace) -> Client:
 
 def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:
     with _client(args) as client:
-        print(format_tables(client.list_tables()), file=out or sys.stdout)
+        status = client.status()
+    print(format_tables(status.tables), file=out or sys.stdout)
+    if status.database_error:
+        print(f"database: {status.database_error}", file=out or sys.stdout)
     return EXIT_OK
 
 

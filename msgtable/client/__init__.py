@@ -33,7 +33,7 @@ from msgtable.client.client import DEFAULT_RETRY_FOR_S, DEFAULT_TIMEOUT_S, Clien
 from msgtable.client.codes import ERRORS_BY_CODE, error_from_rpc
 from msgtable.client.message import Message
 from msgtable.client.subscriber import Subscriber
-from msgtable.codec import Field, TableInfo, TableSettings
+from msgtable.codec import Field, ServerStatus, TableInfo, TableSettings
 from msgtable.limits import DEFAULT_ADDRESS, MAX_ACK_IDS
 
 # The former name of Subscriber (what client.subscribe() returns), kept for code written
@@ -51,6 +51,7 @@ __all__ = [
     "Client",
     "Field",
     "Message",
+    "ServerStatus",
     "Subscriber",
     "Subscription",
     "TableInfo",

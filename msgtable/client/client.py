@@ -10,7 +10,7 @@ from msgtable.client.acks import DEFAULT_ACK_LINGER_S
 from msgtable.client.credentials import channel_credentials
 from msgtable.client.router import Router
 from msgtable.client.subscriber import Subscriber
-from msgtable.codec import TableInfo
+from msgtable.codec import ServerStatus, TableInfo
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -118,8 +118,15 @@ class Client:
 
     def list_tables(self) -> list[TableInfo]:
         """Every message table the server knows, with config or load error and counters."""
+        return self.status().tables
+
+    def status(self) -> ServerStatus:
+        """The server's tables (as list_tables), and why it cannot reach its database now
+        ("" while it can): a server answers at once while its database is away."""
         response = self._router.unary("ListTables", pb.ListTablesRequest())
-        return [codec.table_info_from_proto(t) for t in response.tables]
+        return ServerStatus(
+            [codec.table_info_from_proto(t) for t in response.tables], response.database_error
+        )
 
     def close(self) -> None:
         self._router.close()

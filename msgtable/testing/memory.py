@@ -9,11 +9,13 @@ substitute for the integration tests against a real server, which cover the SQL 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
-from msgtable.errors import TableNotFound, Unavailable
+from msgtable.errors import DatabaseUnavailable, TableNotFound
+from msgtable.retry import Outage
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch
 from msgtable.store import Deliver, TableDefinition
 from msgtable.tables import (
@@ -36,10 +38,11 @@ CURRENT_COLUMNS = (
 
 
 class InMemoryStore:
-    """Tables as dicts of rows; ``down`` makes every call raise Unavailable."""
+    """Tables as dicts of rows; ``down`` makes every call raise DatabaseUnavailable."""
 
     def __init__(self, database: str = "memdb") -> None:
         self.database = database
+        self.outage = Outage(f"the in-memory database {database}", logging.getLogger(__name__))
         self.definitions: dict[str, TableDefinition] = {}
         self.rows: dict[str, dict[Hashable, dict[str, Any]]] = {}
         self.down = False
@@ -82,7 +85,7 @@ class InMemoryStore:
     # -- Store ---------------------------------------------------------------------------
     def _table(self, name: str) -> dict[Hashable, dict[str, Any]]:
         if self.down:
-            raise Unavailable("database unavailable: (2003) test outage")
+            raise DatabaseUnavailable("database unavailable: (2003) test outage")
         if name not in self.rows:
             raise TableNotFound(f"message table {name!r} no longer exists")
         return self.rows[name]
@@ -98,7 +101,7 @@ class InMemoryStore:
 
     def discover(self) -> list[TableDefinition]:
         if self.down:
-            raise Unavailable("database unavailable: (2003) test outage")
+            raise DatabaseUnavailable("database unavailable: (2003) test outage")
         # MySQLStore's filter: COMMENT LIKE 'vitess%' (no leading blanks), then the marker
         return [
             d

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 import pytest
 
 from msgtable.client import Client
@@ -40,8 +43,8 @@ def test_a_server_started_while_the_database_is_down_serves_once_it_is_up(
     dsn = own_server.dsn("app")
     own_server.stop()
     with serve(dsn, discovery_interval_s=0.2) as s:
-        with pytest.raises(Unavailable):
-            s.client.list_tables()
+        assert s.client.list_tables() == []  # at once, with the reason:
+        assert s.client.status().database_error.startswith("waiting for the database at ")
         with pytest.raises(Unavailable):
             s.client.subscribe("jobs", retry=False)
         own_server.start()
@@ -51,6 +54,40 @@ def test_a_server_started_while_the_database_is_down_serves_once_it_is_up(
         c = Collector(s.client, "jobs")
         assert c.take(1)[0].id == 1
         c.close()
+
+
+def test_an_outage_is_said_once_when_it_begins_and_once_when_it_ends(
+    own_server: LocalServer, caplog: pytest.LogCaptureFixture
+):
+    """Every loop (poller, sender, purger, discovery, binlog follower, lease) fails while the
+    database is away; the user reads one line when it goes and one when it is back."""
+    with (
+        caplog.at_level(logging.INFO, logger="msgtable"),
+        serve(own_server.dsn("app"), discovery_interval_s=0.2, follow_binlog=True,
+              lease_period_s=0.6) as s,
+    ):  # fmt: skip
+        s.sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
+        wait_until(lambda: s.engine.leading, what="the lease")
+        c = Collector(s.client, "jobs")
+        s.db.dispose()
+        outage = s.engine.store.outage
+        own_server.stop()
+        wait_until(lambda: outage.away, what="the outage noticed")
+        time.sleep(1.5)  # every loop fails meanwhile, some more than once
+        own_server.start()
+        wait_until(lambda: not outage.away, timeout_s=20, what="the database back")
+        s.sql("insert into jobs(id, message) values (1, 'after')")
+        assert c.take(1, timeout_s=15)[0].id == 1
+        c.close()
+    said = [  # the server's lines (the client, in this same process, says its own)
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.INFO and not r.name.startswith("msgtable.client")
+    ]
+    waiting = [m for m in said if m.startswith("waiting for the database at ")]
+    back = [m for m in said if "answers again after" in m]
+    assert len(waiting) == 1 and len(back) == 1, said
+    assert [m for m in said if " failed" in m or "works again" in m] == [], said
 
 
 def _tables(client: Client) -> list[str]:

@@ -306,7 +306,7 @@ def test_a_changed_comment_is_applied_live(engine, store):
     assert sub.next_batch(0) == []  # still subscribed
 
 
-def test_database_down_before_discovery_is_unavailable(clock):
+def test_database_down_before_discovery_is_unavailable_and_list_tables_says_why_at_once(clock):
     s = InMemoryStore()
     s.down = True
     e = MessageEngine(s, clock=clock, discovery_interval_s=3600)
@@ -314,8 +314,11 @@ def test_database_down_before_discovery_is_unavailable(clock):
         e.refresh()
     with pytest.raises(Unavailable):
         e.subscribe("q")
-    with pytest.raises(Unavailable):
-        e.list_tables()
+    assert e.list_tables() == []
+    assert e.database_error() == "the database has not answered yet"
+    s.outage.down(Unavailable("database unavailable: (2003) gone"))
+    assert e.database_error().startswith("waiting for the in-memory database memdb since ")
+    assert e.database_error().endswith(": (2003) gone")
 
 
 def test_close_ends_subscribers_with_unavailable(engine):

@@ -9,9 +9,9 @@ import random
 import pymysql
 import pytest
 
-from msgtable.errors import MsgtableError, Unavailable
+from msgtable.errors import DatabaseUnavailable, MsgtableError, Unavailable
 from msgtable.mysql import sorted_error
-from msgtable.retry import Backoff, Retry
+from msgtable.retry import Backoff, Outage, Retry
 
 log = logging.getLogger("msgtable.test_retry")
 
@@ -77,3 +77,33 @@ def test_the_databases_trouble_is_sorted_as_unavailable_not_as_a_bug(raw):
 def test_a_bug_and_a_msgtable_error_stay_as_they_are():
     bug, ours = KeyError("x"), MsgtableError("y")
     assert sorted_error(bug) is bug and sorted_error(ours) is ours
+
+
+def test_an_outage_is_said_once_when_it_begins_and_once_when_it_ends(caplog):
+    outage = Outage("the database at db:3306", log)
+    with caplog.at_level(logging.DEBUG, logger=log.name):
+        outage.up()  # nothing to say: it answers
+        outage.down(Unavailable("database unavailable: (2003) refused"))
+        outage.down(Unavailable("database unavailable: (1045) Access denied"))
+        assert outage.away and outage.reason == "(1045) Access denied"
+        assert outage.describe().startswith("waiting for the database at db:3306 since ")
+        outage.up()
+        outage.up()
+    assert [(r.levelname, r.getMessage().split(" after ")[0]) for r in caplog.records] == [
+        ("WARNING", "waiting for the database at db:3306: (2003) refused"),
+        ("INFO", "the database at db:3306 answers again"),
+    ]
+    assert not outage.away and outage.describe() == ""
+
+
+def test_a_loop_with_an_outage_leaves_the_database_to_it(caplog):
+    outage = Outage("the database at db:3306", log)
+    retry = Retry("table t: poll", log, Backoff(0.2, 1.0), outage=outage)
+    with caplog.at_level(logging.DEBUG, logger=log.name):
+        retry.failed(DatabaseUnavailable("database unavailable: (2003) refused"))
+        retry.succeeded()
+        retry.failed(Unavailable("not the database"))  # other trouble: the loop says so
+    levels = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert levels[0] == ("WARNING", "waiting for the database at db:3306: (2003) refused")
+    assert [level for level, _ in levels[1:]] == ["DEBUG", "DEBUG", "WARNING"]
+    assert outage.away  # only a statement that went through says it is back

@@ -98,6 +98,7 @@ class FakeEngine:
         self.ack_errors: list[BaseException] = []  # raised once each, in order, first
         self.tables: list[TableStatus] = []
         self.list_error: BaseException | None = None
+        self.db_error = ""
 
     def subscribe(
         self,
@@ -134,6 +135,9 @@ class FakeEngine:
         if self.list_error is not None:
             raise self.list_error
         return self.tables
+
+    def database_error(self) -> str:
+        return self.db_error
 
 
 def loaded_table(name: str = "my_message") -> TableStatus:

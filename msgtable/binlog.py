@@ -298,7 +298,7 @@ class BinlogFollower:
                     self._sink.binlog_insert(event.table)
                 elif ours is False or event.event_size <= PARSE_MAX_BYTES:
                     update = isinstance(event, UpdateRowsEvent)
-                    changes = row_changes(event.rows, columns, update)
+                    changes = row_changes(event.rows, columns, update, theirs=ours is False)
                     if changes is None:  # the table's columns changed: read it all again
                         self._sink.binlog_resync()
                     elif changes:
@@ -423,10 +423,12 @@ def gtid_state(text: str) -> dict[str, str]:
 
 
 def row_changes(
-    rows: Sequence[dict[str, Any]], columns: Sequence[str], update: bool
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], update: bool, theirs: bool = False
 ) -> list[RowChange] | None:
     """The rows of an UPDATE (``update``) or DELETE event as RowChange; None when the
-    event's rows do not have the table's columns (an ALTER TABLE the engine has not seen)."""
+    event's rows do not have the table's columns (an ALTER TABLE the engine has not seen).
+    ``theirs``: the statement's annotation says another client wrote it, so its acks count
+    (without annotations msgtable's own small acks are parsed too, and would count twice)."""
     out: list[RowChange] = []
     for row in rows:
         after = _named(row["after_values"] if update else row["values"], columns)
@@ -441,7 +443,7 @@ def row_changes(
         acked = after.get("time_acked") is not None and before.get("time_acked") is None
         moved = any(before.get(k) != after.get(k) for k in ("time_next", "epoch", "priority"))
         if acked or moved:
-            out.append(RowChange(after["id"], gone=acked, moved=moved and not acked))
+            out.append(RowChange(after["id"], acked, moved and not acked, acked and theirs))
     return out
 
 

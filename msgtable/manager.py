@@ -249,12 +249,15 @@ class MessageManager:
         self._poll_wake.set()
 
     def binlog_changes(self, changes: Sequence[RowChange]) -> None:
-        """Another client acked or deleted rows (they leave the cache), or moved them in time,
-        epoch or priority (a new pass reads them as they are now; a row this server sent and
-        has not postponed yet is no longer held back)."""
+        """Another client acked or deleted rows (they leave the cache and flight; its acks
+        count in ``acked``), or moved them in time, epoch or priority (a new pass reads them
+        as they are now; a row this server sent and has not postponed yet is no longer held
+        back)."""
         gone = [c.id for c in changes if c.gone]
         moved = [c.id for c in changes if c.moved]
+        acked = sum(1 for c in changes if c.acked)
         with self._lock:
+            self.acked += acked
             if gone:
                 self.cache.forget(gone)
             if moved:

@@ -85,3 +85,4 @@ class RowChange:
     id: object
     gone: bool  # deleted or acked
     moved: bool  # time_next, epoch or priority changed (and not acked)
+    acked: bool = False  # acked by another client (as its annotation shows: not msgtable)

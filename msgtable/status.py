@@ -16,7 +16,7 @@ class TableStatus:
     config: TableConfig | None  # None when the table failed to load
     load_error: str | None
     cached: int = 0  # rows queued in memory, waiting to be sent
-    in_flight: int = 0  # sent by this server, not acked through it, ack wait not over
+    in_flight: int = 0  # sent by this server, not acked (as far as it saw), ack wait not over
     subscribers: int = 0
     sent: int = 0  # messages sent since the table was opened
-    acked: int = 0  # rows acked through MessageAck since the table was opened
+    acked: int = 0  # acked since the table was opened: MessageAck, and DML the binlog showed

@@ -44,12 +44,13 @@ BACKOFF_CEILING_S = 365 * 86400.0
 class Layout(enum.Enum):
     """Which engine columns a table has."""
 
-    CURRENT = "current"  # id, priority, time_next, epoch, time_acked (Vitess 6.0+)
+    CURRENT = "current"  # id, priority, time_next, epoch, time_acked (Vitess 6.0+), time_created
     V2018 = "2018"  # time_scheduled, id, time_next, epoch, time_created, time_acked
 
 
 ENGINE_COLUMNS = {
-    Layout.CURRENT: ("priority", "time_next", "epoch", "time_acked"),
+    # time_created is optional here (when a message was enqueued: the report's latency)
+    Layout.CURRENT: ("priority", "time_next", "epoch", "time_acked", "time_created"),
     Layout.V2018: ("time_scheduled", "time_next", "epoch", "time_created", "time_acked"),
 }
 REQUIRED_COLUMNS = {
@@ -260,6 +261,7 @@ def current_layout_ddl(table: str = DEMO_TABLE, comment: str = DEMO_COMMENT) -> 
   time_next bigint default 0,
   epoch bigint not null default 0,
   time_acked bigint,
+  time_created bigint default (unix_timestamp(now(6)) * 1000000000),
   message varchar(128),
   primary key(id),
   index poller_idx(time_acked, priority, time_next)

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import shutil
 import signal
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
@@ -150,11 +152,11 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             engine.campaign(args.advertise or advertised_address(args.listen, server.address))
             if local is not None:
                 print(_demo_instructions(local, server.address, args.listen), file=out)
-            print(
-                f"serving on {server.address} (database {_hide_password(dsn)}); Ctrl-C to stop",
-                file=out,
-                flush=True,
-            )
+            # A throwaway database's password is no secret: its DSN is printed as it works
+            # (for msgtable report --dsn, say); a real one's is hidden.
+            shown = dsn if local is not None else _hide_password(dsn)
+            print(f"serving on {server.address} (database {shown}); Ctrl-C to stop", file=out)
+            out.flush()
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:
             engine.close()
@@ -188,6 +190,20 @@ def _serve_until_stopped(engine: MessageEngine, server: MessagingServer, grace_s
     return code
 
 
+def command_name() -> str:
+    """How the user runs this msgtable: ``msgtable`` when that is on PATH, else the path of
+    this installation's script (``.venv/bin/msgtable`` in a clone), else ``python -m``."""
+    if shutil.which("msgtable"):
+        return "msgtable"
+    script = Path(sys.executable).with_name("msgtable")
+    if script.is_file():
+        try:
+            return str(script.relative_to(Path.cwd()))
+        except ValueError:
+            return str(script)
+    return f"{sys.executable} -m msgtable"
+
+
 def _demo_instructions(local: LocalServer, address: str, listen: str) -> str:
     server_flag = "" if listen == DEFAULT_ADDRESS else f" --server {address}"
     return "\n".join(
@@ -196,6 +212,6 @@ def _demo_instructions(local: LocalServer, address: str, listen: str) -> str:
             f"with the message table my_message in database {DEMO_DATABASE}.",
             f"  look inside:  {local.mysql_cli_command(DEMO_DATABASE)}",
             "  enqueue:      insert into my_message(id, message) values (1, 'hello world');",
-            f"  receive:      msgtable tail my_message --ack{server_flag}",
+            f"  receive:      {command_name()} tail my_message --ack{server_flag}",
         )
     )

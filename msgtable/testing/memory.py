@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
@@ -33,6 +34,7 @@ CURRENT_COLUMNS = (
     Column("time_next", "bigint", "bigint"),
     Column("epoch", "bigint", "bigint"),
     Column("time_acked", "bigint", "bigint"),
+    Column("time_created", "bigint", "bigint"),
     Column("message", "varchar", "varchar(128)"),
 )
 
@@ -67,12 +69,14 @@ class InMemoryStore:
 
     def insert(self, table: str, id: Hashable, **values: Any) -> None:
         """A row as an INSERT of ``values`` makes it in a table of the schema file of its
-        layout: schema/current.sql's defaults (priority, time_next, epoch 0), v2018.sql's
-        (none: NULL); any other column NULL."""
+        layout: schema/current.sql's defaults (priority, time_next, epoch 0, time_created
+        now), v2018.sql's (none: NULL); any other column NULL."""
         columns = self.definitions[table].columns
         row: dict[str, Any] = dict.fromkeys(c.name for c in columns)
         if detect_layout(columns) is Layout.CURRENT:
             row.update((k, 0) for k in ("priority", "time_next", "epoch") if k in row)
+            if "time_created" in row:
+                row["time_created"] = time.time_ns()
         row.update(values, id=id)
         self.rows[table][id] = row
 

@@ -14,12 +14,14 @@ import shlex
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pymysql
 import pytest
 
 from msgtable.mysqld import BINARY_ENV, SEARCH_DIRS, SERVER_NAMES
+from msgtable.store import MySQLStore
 
 from .helpers import Cli, describe, free_port, pid_alive, run, wait_until
 
@@ -29,8 +31,8 @@ INSTRUCTIONS = (
     r"throwaway server runs on 127\.0\.0\.1:(?P<port>\d+)",
     r"^\s*look inside:\s+(?P<mysql>mysql .+?)\s*$",
     r"^\s*enqueue:\s+(?P<insert>insert .+?);\s*$",
-    r"^\s*receive:\s+(?P<tail>msgtable tail .+?)\s*$",
-    r"^serving on (?P<address>\S+)",
+    r"^\s*receive:\s+(?P<tail>\S*msgtable tail .+?)\s*$",
+    r"^serving on (?P<address>\S+) \(database (?P<dsn>\S+)\)",
 )
 
 
@@ -81,13 +83,27 @@ def test_serve_without_a_dsn_runs_a_throwaway_database_with_the_demo_table(
         with conn, conn.cursor() as cur:
             cur.execute(printed["insert"])
 
-    # receive the way the instructions say (and stop after the one message)
+    # receive the way the instructions say, with the command as printed: on PATH, or the
+    # clone's .venv/bin/msgtable (and stop after the one message)
     words = shlex.split(printed["tail"])
-    assert words[:3] == ["msgtable", "tail", "my_message"], printed["tail"]
-    received = cli.run(*words[1:], "--count", "1")
+    assert words[1:3] == ["tail", "my_message"], printed["tail"]
+    assert shutil.which(words[0]) or Path(words[0]).is_file(), printed["tail"]
+    received = run([*words, "--count", "1"], env=cli.env())
 
     assert received.returncode == 0, describe(received)
     assert received.stdout == 'id=1 message="hello world"\n', describe(received)
+
+    # the printed DSN works as printed (for msgtable report --dsn, say): the password shows
+    store = MySQLStore.from_dsn(printed["dsn"])
+    try:
+        assert [d.name for d in store.discover()] == ["my_message"]
+    finally:
+        store.close()
+    # the demo table says when each message was enqueued (the report's latency needs it)
+    with pymysql.connect(**vars(login) | {"autocommit": True}) as conn, conn.cursor() as cur:
+        cur.execute("select time_created from my_message where id = 1")
+        (created,) = cur.fetchone()
+    assert abs(created - time.time_ns()) < 120 * 10**9
 
     serve.send_signal(signal.SIGTERM)
 

@@ -35,9 +35,10 @@ V2018_UNIQUE = (("time_scheduled", "id"), ("id",))
 
 class Tables:
     """A store, and its tables set up and read back as another client would: create a message
-    table of a schema file's layout (or a plain one), insert, update, delete and read a row,
-    drop the table; ``held``: whether a writer of a row would have to wait now (in memory: for
-    the store's lock); ``unreachable``: the store of a database that does not answer."""
+    table of a schema file's layout (or a plain one), insert, update, delete and read a row
+    (without time_created, which the database's clock sets: ``created`` reads it), drop the
+    table; ``held``: whether a writer of a row would have to wait now (in memory: for the
+    store's lock); ``unreachable``: the store of a database that does not answer."""
 
     store: Store
 
@@ -48,6 +49,7 @@ class Tables:
         return load_table(d.name, d.comment, d.columns, d.unique_indexes)
 
     def _create(self, name: str, layout: Layout) -> None: ...
+    def created(self, table: str, id: Hashable) -> int | None: ...
     def create_plain(self, name: str, comment: str) -> None: ...
     def insert(self, table: str, id: Hashable, **values: Any) -> None: ...
     def row(self, table: str, id: Hashable) -> dict[str, Any] | None: ...
@@ -74,7 +76,13 @@ class MemoryTables(Tables):
     def row(self, table: str, id: Hashable) -> dict[str, Any] | None:
         row = self.memory.rows[table].get(id)
         columns = self.memory.definitions[table].columns
-        return None if row is None else {c.name: row[c.name] for c in columns}
+        if row is None:
+            return None
+        return {c.name: row[c.name] for c in columns if c.name != "time_created"}
+
+    def created(self, table: str, id: Hashable) -> int | None:
+        value: int | None = self.memory.rows[table][id]["time_created"]
+        return value
 
     def insert(self, table: str, id: Hashable, **values: Any) -> None:
         self.memory.insert(table, id, **values)
@@ -122,7 +130,13 @@ class MySQLTables(Tables):
     def row(self, table: str, id: Hashable) -> dict[str, Any] | None:
         found = self.sql.execute(f"select * from {table} where id = :id", {"id": id})
         row = found.mappings().first()
-        return None if row is None else dict(row)
+        if row is None:
+            return None
+        return {k: v for k, v in row.items() if k != "time_created"}
+
+    def created(self, table: str, id: Hashable) -> int | None:
+        value = self.sql.scalar(f"select time_created from {table} where id = :id", {"id": id})
+        return None if value is None else int(value)
 
     def update(self, table: str, id: Hashable, **values: Any) -> None:
         sets = ", ".join(f"{k} = :{k}" for k in values)

@@ -9,6 +9,7 @@ is a drift: fix the fake (or the real store), never the case.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
@@ -128,10 +129,13 @@ def test_a_row_inserted_with_its_message_only_gets_the_schema_defaults(
     if layout is Layout.CURRENT:
         tables.insert("q", 1, message="hi")
         assert tables.row("q", 1) == fresh(1, message="hi")
+        created = tables.created("q", 1)
+        assert created is not None and abs(created - time.time_ns()) < 60 * 10**9  # now
     else:  # time_scheduled is part of the 2018 primary key: an insert must set it
         tables.insert("q", 1, message="hi", time_scheduled=NOW)
-        nulls = dict.fromkeys(("time_next", "epoch", "time_created", "time_acked"))
+        nulls = dict.fromkeys(("time_next", "epoch", "time_acked"))
         assert tables.row("q", 1) == {"id": 1, "message": "hi", "time_scheduled": NOW, **nulls}
+        assert tables.created("q", 1) is None
 
 
 # -- discover ---------------------------------------------------------------------------------
@@ -429,7 +433,7 @@ def test_every_statement_of_an_unreachable_database_raises_unavailable(tables: T
     batch = poll_all(tables, cfg)
     down = tables.unreachable()
     try:
-        assert outcomes(down, cfg, batch) == dict.fromkeys(STATEMENTS, "Unavailable")
+        assert outcomes(down, cfg, batch) == dict.fromkeys(STATEMENTS, "DatabaseUnavailable")
         with pytest.raises(Unavailable):
             down.discover()
     finally:

@@ -35,6 +35,14 @@ def test_an_ack_by_dml_is_gone_and_a_reschedule_is_moved():
     ]
 
 
+def test_an_ack_by_dml_counts_as_acked_only_when_another_client_wrote_it():
+    rows = [{"before_values": row(1), "after_values": row(1, time_next=None, acked=5)}]
+    assert row_changes(rows, COLUMNS, update=True, theirs=True) == [
+        RowChange(1, gone=True, moved=False, acked=True)
+    ]
+    assert row_changes(rows, COLUMNS, update=True)[0].acked is False
+
+
 def test_deleted_rows_are_gone_and_numbered_columns_are_named_by_position():
     rows = [{"values": row(7, unnamed=True)}]
     assert row_changes(rows, COLUMNS, update=False) == [RowChange(7, gone=True, moved=False)]

@@ -1,7 +1,9 @@
 # Set-up on a fresh machine is two commands: `make run` (serve) and `make test` (check).
 # Both create the virtualenv .venv, install msgtable into it, and install a MySQL-family server
 # (MariaDB, with apt-get as root) when the machine has none. Nothing but python3 (with venv),
-# make and, for the server, apt-get is assumed.
+# make and, for the server, apt-get is assumed. Every apt-get runs through .ci/apt-install,
+# which waits for another package manager (unattended upgrades) to finish first: up to
+# MSGTABLE_APT_LOCK_TIMEOUT seconds (default 600).
 #
 #   make run ARGS="--listen 0.0.0.0:50051"     arguments for `msgtable serve`
 #   make test PYTEST_ARGS="-k ack -x"          arguments for pytest
@@ -16,6 +18,7 @@ RUFF := $(VENV)/bin/ruff
 ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+APT_INSTALL := bash .ci/apt-install
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export DEBIAN_FRONTEND := noninteractive
@@ -74,8 +77,8 @@ $(VENV_STAMP):
 		if ! $(PYTHON) -m venv $(VENV); then \
 			rm -rf $(VENV); \
 			if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-				echo "$(PYTHON) -m venv failed: installing python3-venv with apt-get"; \
-				apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); \
+				echo "$(PYTHON) -m venv failed"; \
+				$(APT_INSTALL) --for "the virtualenv" python3-venv && $(PYTHON) -m venv $(VENV); \
 			else \
 				echo "$(PYTHON) -m venv failed: install your Python's venv module" \
 					"(Debian/Ubuntu: apt-get install python3-venv)" >&2; \
@@ -112,15 +115,7 @@ spark-deps:
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
 	[ -f "$(JDBC_JAR)" ] || missing="$$missing libmariadb-java"; \
-	if [ -z "$$missing" ]; then \
-		:; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing$$missing with apt-get (for Spark)"; \
-		apt-get update && apt-get install -y $$missing; \
-	else \
-		echo "Spark needs$$missing, and only root with apt-get can install it here" >&2; \
-		exit 1; \
-	fi
+	[ -z "$$missing" ] || $(APT_INSTALL) --for Spark $$missing
 
 # The bench extra brings the peer queue (kombu) the benchmarks compare against; the spark
 # extra the pipeline's figures.
@@ -130,24 +125,16 @@ $(BENCH_STAMP): $(INSTALL_STAMP) pyproject.toml
 
 # The headers and pkg-config entry mysqlclient builds against (Debian: libmariadb-dev).
 mysql-client-dev:
-	@if pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null; then \
-		:; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing libmariadb-dev and pkg-config with apt-get (for mysqlclient)"; \
-		apt-get update && apt-get install -y libmariadb-dev pkg-config; \
-	else \
-		echo "no MySQL client headers (libmariadb-dev) and only root with apt-get can" \
-			"install them here" >&2; \
-		exit 1; \
-	fi
+	@pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null || \
+		$(APT_INSTALL) --for mysqlclient libmariadb-dev pkg-config
 
 # Idempotent: finds the server binary the way msgtable.devdb does, installs MariaDB if none.
 mysql-server: $(INSTALL_STAMP)
 	@if $(PY) -m msgtable.devdb find 2>/dev/null; then \
 		:; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "no mariadbd/mysqld found: installing mariadb-server with apt-get"; \
-		apt-get update && apt-get install -y mariadb-server && $(PY) -m msgtable.devdb find; \
+		echo "no mariadbd/mysqld found"; \
+		$(APT_INSTALL) mariadb-server && $(PY) -m msgtable.devdb find; \
 	else \
 		echo "no mariadbd/mysqld found, and only root with apt-get can install one here." >&2; \
 		$(PY) -m msgtable.devdb find; \

@@ -27,16 +27,18 @@ VENV_STAMP := $(VENV)/.stamp-venv
 INSTALL_STAMP := $(VENV)/.stamp-install
 TEST_STAMP := $(VENV)/.stamp-install-test
 BENCH_STAMP := $(VENV)/.stamp-install-bench
+SPARK_STAMP := $(VENV)/.stamp-install-spark
 
 .DEFAULT_GOAL := help
-.PHONY: help run test venv install install-test mysql-server mysql-client-dev spark-deps lint proto \
-	proto-check pytest \
+.PHONY: help run test venv install install-test mysql-server mysql-client-dev spark spark-deps \
+	browser-deps lint proto proto-check pytest \
 	clean distclean bench bench-full chaos
 
 help:
 	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
 	@echo "make test           install what is missing, then proto check, lint, mypy, pytest"
 	@echo "make venv|install|install-test|mysql-server   the set-up steps on their own"
+	@echo "make spark          the spark extra (PySpark) in .venv, with Java and the JDBC jar"
 	@echo "make lint|proto|proto-check|pytest             the checks on their own"
 	@echo "make bench          quick benchmark suite (under a minute): table, targets, JSON line"
 	@echo "make bench-full     the full benchmark suite (minutes)"
@@ -46,7 +48,7 @@ help:
 run: $(INSTALL_STAMP) mysql-server
 	$(VENV)/bin/msgtable serve $(ARGS)
 
-test: $(TEST_STAMP) mysql-server spark-deps
+test: $(TEST_STAMP) mysql-server spark-deps browser-deps
 	$(proto-check-commands)
 	$(lint-commands)
 	$(pytest-commands)
@@ -108,6 +110,14 @@ $(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
 	$(PIP) install -e '.[test,spark]'
 	@touch $@
 
+# The pipeline (msgtable.spark) in a clone: `pip install 'msgtable[spark]'` is for the published
+# package; here the spark extra goes into .venv.
+spark: $(SPARK_STAMP) spark-deps
+
+$(SPARK_STAMP): $(INSTALL_STAMP) pyproject.toml
+	$(PIP) install -e '.[spark]'
+	@touch $@
+
 # What Spark needs besides PySpark: a Java runtime (17) and MariaDB Connector/J, Debian's
 # libmariadb-java (/usr/share/java/mariadb-java-client.jar), installed with apt-get as root.
 JDBC_JAR ?= /usr/share/java/mariadb-java-client.jar
@@ -116,6 +126,11 @@ spark-deps:
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
 	[ -f "$(JDBC_JAR)" ] || missing="$$missing libmariadb-java"; \
 	[ -z "$$missing" ] || $(APT_INSTALL) --for Spark $$missing
+
+# The browser tests render msgtable's HTML report in headless Chromium: Debian's chromium
+# (/usr/bin/chromium), installed with apt-get as root.
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || $(APT_INSTALL) --for "the browser tests" chromium
 
 # The bench extra brings the peer queue (kombu) the benchmarks compare against; the spark
 # extra the pipeline's figures.
@@ -170,7 +185,7 @@ proto: $(TEST_STAMP)
 lint: $(TEST_STAMP)
 	$(lint-commands)
 
-pytest: $(TEST_STAMP) mysql-server spark-deps
+pytest: $(TEST_STAMP) mysql-server spark-deps browser-deps
 	$(pytest-commands)
 
 # --- cleaning ------------------------------------------------------------------------------

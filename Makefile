@@ -1,7 +1,9 @@
 # Set-up on a fresh machine is two commands: `make run` (serve) and `make test` (check).
 # Both create the virtualenv .venv, install msgtable into it, and install a MySQL-family server
 # (MariaDB, with apt-get as root) when the machine has none. Nothing but python3 (with venv),
-# make and, for the server, apt-get is assumed.
+# make and, for the server, apt-get is assumed. Every apt-get runs through .ci/apt-install,
+# which waits for another package manager (unattended upgrades) to finish first: up to
+# MSGTABLE_APT_LOCK_TIMEOUT seconds (default 600).
 #
 #   make run ARGS="--listen 0.0.0.0:50051"     arguments for `msgtable serve`
 #   make test PYTEST_ARGS="-k ack -x"          arguments for pytest
@@ -16,6 +18,7 @@ RUFF := $(VENV)/bin/ruff
 ARGS ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+APT_INSTALL := bash .ci/apt-install
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export DEBIAN_FRONTEND := noninteractive
@@ -24,16 +27,18 @@ VENV_STAMP := $(VENV)/.stamp-venv
 INSTALL_STAMP := $(VENV)/.stamp-install
 TEST_STAMP := $(VENV)/.stamp-install-test
 BENCH_STAMP := $(VENV)/.stamp-install-bench
+SPARK_STAMP := $(VENV)/.stamp-install-spark
 
 .DEFAULT_GOAL := help
-.PHONY: help run test venv install install-test mysql-server mysql-client-dev spark-deps lint proto \
-	proto-check pytest \
+.PHONY: help run test venv install install-test mysql-server mysql-client-dev spark spark-deps \
+	browser-deps lint proto proto-check pytest \
 	clean distclean bench bench-full chaos
 
 help:
 	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
 	@echo "make test           install what is missing, then proto check, lint, mypy, pytest"
 	@echo "make venv|install|install-test|mysql-server   the set-up steps on their own"
+	@echo "make spark          the spark extra (PySpark) in .venv, with Java and the JDBC jar"
 	@echo "make lint|proto|proto-check|pytest             the checks on their own"
 	@echo "make bench          quick benchmark suite (under a minute): table, targets, JSON line"
 	@echo "make bench-full     the full benchmark suite (minutes)"
@@ -43,7 +48,7 @@ help:
 run: $(INSTALL_STAMP) mysql-server
 	$(VENV)/bin/msgtable serve $(ARGS)
 
-test: $(TEST_STAMP) mysql-server spark-deps
+test: $(TEST_STAMP) mysql-server spark-deps browser-deps
 	$(proto-check-commands)
 	$(lint-commands)
 	$(pytest-commands)
@@ -74,8 +79,8 @@ $(VENV_STAMP):
 		if ! $(PYTHON) -m venv $(VENV); then \
 			rm -rf $(VENV); \
 			if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-				echo "$(PYTHON) -m venv failed: installing python3-venv with apt-get"; \
-				apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); \
+				echo "$(PYTHON) -m venv failed"; \
+				$(APT_INSTALL) --for "the virtualenv" python3-venv && $(PYTHON) -m venv $(VENV); \
 			else \
 				echo "$(PYTHON) -m venv failed: install your Python's venv module" \
 					"(Debian/Ubuntu: apt-get install python3-venv)" >&2; \
@@ -105,6 +110,14 @@ $(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
 	$(PIP) install -e '.[test,spark]'
 	@touch $@
 
+# The pipeline (msgtable.spark) in a clone: `pip install 'msgtable[spark]'` is for the published
+# package; here the spark extra goes into .venv.
+spark: $(SPARK_STAMP) spark-deps
+
+$(SPARK_STAMP): $(INSTALL_STAMP) pyproject.toml
+	$(PIP) install -e '.[spark]'
+	@touch $@
+
 # What Spark needs besides PySpark: a Java runtime (17) and MariaDB Connector/J, Debian's
 # libmariadb-java (/usr/share/java/mariadb-java-client.jar), installed with apt-get as root.
 JDBC_JAR ?= /usr/share/java/mariadb-java-client.jar
@@ -112,15 +125,12 @@ spark-deps:
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing default-jre-headless"; \
 	[ -f "$(JDBC_JAR)" ] || missing="$$missing libmariadb-java"; \
-	if [ -z "$$missing" ]; then \
-		:; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing$$missing with apt-get (for Spark)"; \
-		apt-get update && apt-get install -y $$missing; \
-	else \
-		echo "Spark needs$$missing, and only root with apt-get can install it here" >&2; \
-		exit 1; \
-	fi
+	[ -z "$$missing" ] || $(APT_INSTALL) --for Spark $$missing
+
+# The browser tests render msgtable's HTML report in headless Chromium: Debian's chromium
+# (/usr/bin/chromium), installed with apt-get as root.
+browser-deps:
+	@command -v chromium >/dev/null 2>&1 || $(APT_INSTALL) --for "the browser tests" chromium
 
 # The bench extra brings the peer queue (kombu) the benchmarks compare against; the spark
 # extra the pipeline's figures.
@@ -130,24 +140,16 @@ $(BENCH_STAMP): $(INSTALL_STAMP) pyproject.toml
 
 # The headers and pkg-config entry mysqlclient builds against (Debian: libmariadb-dev).
 mysql-client-dev:
-	@if pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null; then \
-		:; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing libmariadb-dev and pkg-config with apt-get (for mysqlclient)"; \
-		apt-get update && apt-get install -y libmariadb-dev pkg-config; \
-	else \
-		echo "no MySQL client headers (libmariadb-dev) and only root with apt-get can" \
-			"install them here" >&2; \
-		exit 1; \
-	fi
+	@pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null || \
+		$(APT_INSTALL) --for mysqlclient libmariadb-dev pkg-config
 
 # Idempotent: finds the server binary the way msgtable.devdb does, installs MariaDB if none.
 mysql-server: $(INSTALL_STAMP)
 	@if $(PY) -m msgtable.devdb find 2>/dev/null; then \
 		:; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "no mariadbd/mysqld found: installing mariadb-server with apt-get"; \
-		apt-get update && apt-get install -y mariadb-server && $(PY) -m msgtable.devdb find; \
+		echo "no mariadbd/mysqld found"; \
+		$(APT_INSTALL) mariadb-server && $(PY) -m msgtable.devdb find; \
 	else \
 		echo "no mariadbd/mysqld found, and only root with apt-get can install one here." >&2; \
 		$(PY) -m msgtable.devdb find; \
@@ -183,7 +185,7 @@ proto: $(TEST_STAMP)
 lint: $(TEST_STAMP)
 	$(lint-commands)
 
-pytest: $(TEST_STAMP) mysql-server spark-deps
+pytest: $(TEST_STAMP) mysql-server spark-deps browser-deps
 	$(pytest-commands)
 
 # --- cleaning ------------------------------------------------------------------------------

@@ -38,7 +38,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from msgtable.mysql import NO_REPLICATION, BinlogStatus, error_code, server_text, sorted_error
+from msgtable.mysql import (
+    NO_REPLICATION,
+    BinlogStatus,
+    error_code,
+    open_connection,
+    server_text,
+    sorted_error,
+)
 from msgtable.retry import Backoff, Outage, Retry
 from msgtable.rows import RowChange
 from msgtable.sql import STATEMENT_MARK
@@ -74,7 +81,7 @@ def read_status(settings: dict[str, Any]) -> BinlogStatus:
     own SQL, on a connection of its own: ``settings`` are pymysql.connect() arguments)."""
     import pymysql
 
-    conn = pymysql.connect(**settings)
+    conn = open_connection(pymysql.connect, **settings)
     try:
         with conn.cursor() as cur:
             cur.execute("SELECT @@log_bin, @@binlog_format, VERSION()")

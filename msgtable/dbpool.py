@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.errors import Unavailable
-from msgtable.mysql import lost_connection
+from msgtable.mysql import lost_connection, open_connection
 
 
 class ConnectionPool:
@@ -59,7 +59,7 @@ class ConnectionPool:
             with self._lock:
                 conn = self._idle.pop() if self._idle else None
             if conn is None:
-                conn = self.dbapi.connect(*self._cargs, **self._cparams)
+                conn = open_connection(self.dbapi.connect, *self._cargs, **self._cparams)
             try:
                 yield conn
             except BaseException as exc:

@@ -34,7 +34,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.errors import MsgtableError, Unavailable
-from msgtable.mysql import ACCESS_DENIED, database_error, error_code, pymysql_args, sorted_error
+from msgtable.mysql import (
+    ACCESS_DENIED,
+    database_error,
+    error_code,
+    open_connection,
+    pymysql_args,
+    sorted_error,
+)
 from msgtable.retry import Backoff, Outage, Retry
 
 log = logging.getLogger(__name__)
@@ -62,7 +69,8 @@ def connector(url: sa.URL, database: str) -> Callable[[], Any]:
     def connect() -> Any:
         import pymysql
 
-        return pymysql.connect(
+        return open_connection(
+            pymysql.connect,
             **pymysql_args(url),
             database=database,
             autocommit=False,
@@ -137,7 +145,7 @@ class Lease:
                 cur.fetchall()
             self._prepared = True
             return
-        except Unavailable:
+        except MsgtableError:  # Unavailable, or a package the driver lacks
             raise
         except Exception as exc:
             error = database_error(exc)
@@ -149,7 +157,7 @@ class Lease:
         try:
             with self._cursor() as cur:
                 cur.execute(LEASE_DDL)
-        except Unavailable:
+        except MsgtableError:  # Unavailable, or a package the driver lacks
             raise
         except Exception as exc:
             error = database_error(exc)
@@ -268,6 +276,8 @@ class Lease:
         if self._conn is None:
             try:
                 self._conn = self._connect()
+            except MsgtableError:
+                raise
             except Exception as exc:
                 raise sorted_error(exc) from None
         return self._conn.cursor()

@@ -8,6 +8,8 @@ executors, the bench) takes its arguments and its reading of errors from here.
 from __future__ import annotations
 
 import importlib
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,8 +74,11 @@ def error_text(exc: BaseException) -> str:
 
 def database_error(exc: BaseException, table: str | None = None) -> MsgtableError:
     """The MsgtableError for a driver's error (the one place that sorts them): a dropped
-    ``table``, a database that is away or refuses us (DatabaseUnavailable: wait for it), or
-    anything else."""
+    ``table``, a database that is away or refuses us (DatabaseUnavailable: wait for it), a
+    package the driver lacks, or anything else."""
+    missing = missing_auth_package(exc)
+    if missing is not None:
+        return missing
     code = error_code(exc)
     if code == NO_SUCH_TABLE and table is not None:
         return TableNotFound(f"message table {table!r} no longer exists")
@@ -84,16 +89,59 @@ def database_error(exc: BaseException, table: str | None = None) -> MsgtableErro
 
 def sorted_error(exc: BaseException) -> BaseException:
     """An error as the MsgtableError it means when it came from the database, its driver or
-    the network (database_error: mostly Unavailable); any other error (a bug) as it is."""
+    the network (database_error: mostly Unavailable), or PyMySQL's lack of a package for the
+    database's authentication; any other error (a bug) as it is."""
     if isinstance(exc, MsgtableError):
         return exc
     module = type(exc).__module__
     if isinstance(exc, OSError) or module.startswith(_DRIVER_MODULES):
         return database_error(exc)
-    return exc
+    return missing_auth_package(exc) or exc
 
 
 _DRIVER_MODULES = ("pymysql", "MySQLdb", "pymysqlreplication")
+
+# PyMySQL logs in with some authentication methods only with an optional package installed,
+# and without it raises a bare RuntimeError ("'cryptography' package is required for ...") in
+# the handshake. MySQL 8's default, caching_sha2_password, needs `cryptography` over TCP
+# without TLS (whenever the server has not cached the account's password yet: the first login
+# after it starts). The package, its PyMySQL extra, and the methods that need it:
+AUTH_PACKAGES = {
+    "cryptography": (
+        "PyMySQL[rsa]",
+        "caching_sha2_password (MySQL 8's default) or sha256_password",
+    ),
+    "pynacl": ("PyMySQL[ed25519]", "MariaDB's ed25519"),
+}
+_PACKAGE_REQUIRED = re.compile(r"'(\w+)' package is required for")
+
+
+def missing_auth_package(exc: BaseException) -> MsgtableError | None:
+    """The error that says what to install when PyMySQL lacks the package the database's
+    authentication method needs; None for any other error."""
+    if not isinstance(exc, RuntimeError):
+        return None
+    match = _PACKAGE_REQUIRED.match(str(exc))
+    if match is None or match.group(1).lower() not in AUTH_PACKAGES:
+        return None
+    package = match.group(1)
+    extra, methods = AUTH_PACKAGES[package.lower()]
+    return MsgtableError(
+        f"the database asks for {methods} authentication, which PyMySQL does only with the "
+        f"{package!r} package: pip install '{extra}'"
+    )
+
+
+def open_connection(connect: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``connect(*args, **kwargs)``, a driver's connect(); an authentication method the driver
+    lacks a package for raises the MsgtableError that says what to install."""
+    try:
+        return connect(*args, **kwargs)
+    except RuntimeError as exc:
+        missing = missing_auth_package(exc)
+        if missing is None:
+            raise
+        raise missing from None
 
 
 def lost_connection(exc: BaseException) -> bool:

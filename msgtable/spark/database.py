@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from msgtable.errors import TableLoadError, TableNotFound
-from msgtable.mysql import parse_url, pymysql_args
+from msgtable.mysql import open_connection, parse_url, pymysql_args
 from msgtable.store import MySQLStore
 from msgtable.tables import TableConfig, load_table
 
@@ -54,7 +54,7 @@ def connection(dsn: str, **options: Any) -> Iterator[Any]:
     autocommit, cursorclass), closed when the block ends."""
     import pymysql
 
-    conn = pymysql.connect(**connect_args(dsn), **options)
+    conn = open_connection(pymysql.connect, **connect_args(dsn), **options)
     try:
         yield conn
     finally:

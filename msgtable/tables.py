@@ -112,11 +112,35 @@ def is_message_comment(comment: str) -> bool:
     return comment.split(",", 1)[0].strip() == COMMENT_MARKER
 
 
+class Problems:
+    """What is wrong with a table's definition: every problem found, not only the first, so a
+    user fixes a comment once (TableLoadError names the table and each field)."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+        self.found: list[str] = []
+
+    def add(self, problem: str) -> None:
+        self.found.append(problem)
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise TableLoadError(f"table {self.table}: " + "; ".join(self.found))
+
+
 def parse_comment(table: str, comment: str) -> dict[str, str]:
     """Split a ``vitess_message,vt_key=value,...`` comment into raw key/value strings."""
+    problems = Problems(table)
+    fields = _comment_fields(comment, problems)
+    problems.raise_any()
+    return fields
+
+
+def _comment_fields(comment: str, problems: Problems) -> dict[str, str]:
     parts = [p.strip() for p in comment.split(",")]
     if not parts or parts[0] != COMMENT_MARKER:
-        raise TableLoadError(f"table {table}: comment does not start with {COMMENT_MARKER!r}")
+        problems.add(f"comment does not start with {COMMENT_MARKER!r}")
+        return {}
     fields: dict[str, str] = {}
     for part in parts[1:]:
         if not part:
@@ -124,38 +148,50 @@ def parse_comment(table: str, comment: str) -> dict[str, str]:
         key, sep, value = part.partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key:
-            raise TableLoadError(
-                f"table {table}: comment field {part!r} is not of the form vt_key=value"
-            )
-        if key not in REQUIRED_KEYS and key not in OPTIONAL_KEYS:
-            raise TableLoadError(f"table {table}: unknown comment field {key!r}")
-        if key in fields:
-            raise TableLoadError(f"table {table}: comment field {key} is given twice")
-        fields[key] = value
+            problems.add(f"comment field {part!r} is not of the form vt_key=value")
+        elif key not in REQUIRED_KEYS and key not in OPTIONAL_KEYS:
+            problems.add(f"unknown comment field {key!r}")
+        elif key in fields:
+            problems.add(f"comment field {key} is given twice")
+        else:
+            fields[key] = value
     missing = [k for k in REQUIRED_KEYS if k not in fields]
     if missing:
-        raise TableLoadError(f"table {table}: missing comment field {', '.join(missing)}")
+        problems.add(f"missing comment field {', '.join(missing)}")
     return fields
 
 
-def _seconds(table: str, key: str, raw: str, *, allow_zero: bool) -> float:
+def _seconds(
+    problems: Problems, fields: dict[str, str], key: str, default: float, *, allow_zero: bool
+) -> float:
+    """The field in seconds (``default`` when absent, or wrong: the problem is noted)."""
+    raw = fields.get(key)
+    if raw is None:
+        return default
     try:
         value = float(raw)
     except ValueError:
-        raise TableLoadError(f"table {table}: {key}={raw!r} is not a number") from None
+        problems.add(f"{key}={raw!r} is not a number")
+        return default
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         need = "zero or more" if allow_zero else "greater than zero"
-        raise TableLoadError(f"table {table}: {key}={raw} must be {need}")
+        problems.add(f"{key}={raw} must be {need}")
+        return default
     return value
 
 
-def _count(table: str, key: str, raw: str) -> int:
+def _count(problems: Problems, fields: dict[str, str], key: str) -> int:
+    raw = fields.get(key)
+    if raw is None:
+        return 1
     try:
         value = int(raw)
     except ValueError:
-        raise TableLoadError(f"table {table}: {key}={raw!r} is not a whole number") from None
+        problems.add(f"{key}={raw!r} is not a whole number")
+        return 1
     if value < 1:
-        raise TableLoadError(f"table {table}: {key}={raw} must be at least 1")
+        problems.add(f"{key}={raw} must be at least 1")
+        return 1
     return value
 
 
@@ -169,66 +205,43 @@ def detect_layout(columns: Iterable[Column]) -> Layout:
 def load_table(
     table: str, comment: str, columns: Sequence[Column], unique_indexes: Iterable[Sequence[str]]
 ) -> TableConfig:
-    """Build the config of one table or raise TableLoadError naming table and field.
+    """Build the config of one table, or raise TableLoadError naming the table and every
+    field or column that is wrong.
 
     ``unique_indexes`` lists the column names of each unique index (primary key included).
     """
-    fields = parse_comment(table, comment)
-    ack_wait = _seconds(table, "vt_ack_wait", fields["vt_ack_wait"], allow_zero=False)
-    purge_after = _seconds(table, "vt_purge_after", fields["vt_purge_after"], allow_zero=True)
-    batch_size = _count(table, "vt_batch_size", fields["vt_batch_size"])
-    cache_size = _count(table, "vt_cache_size", fields["vt_cache_size"])
-    poller = _seconds(table, "vt_poller_interval", fields["vt_poller_interval"], allow_zero=False)
-    min_backoff = ack_wait
-    if "vt_min_backoff" in fields:
-        min_backoff = _seconds(table, "vt_min_backoff", fields["vt_min_backoff"], allow_zero=False)
-    max_backoff = 0.0
-    if "vt_max_backoff" in fields:
-        max_backoff = _seconds(table, "vt_max_backoff", fields["vt_max_backoff"], allow_zero=True)
-        if 0 < max_backoff < min_backoff:
-            raise TableLoadError(
-                f"table {table}: vt_max_backoff={fields['vt_max_backoff']} is below "
-                f"vt_min_backoff ({min_backoff:g})"
-            )
-
-    postpone_after = DEFAULT_POSTPONE_AFTER_S
-    if "vt_postpone_after" in fields:
-        raw = fields["vt_postpone_after"]
-        postpone_after = _seconds(table, "vt_postpone_after", raw, allow_zero=True)
+    problems = Problems(table)
+    fields = _comment_fields(comment, problems)
+    if not fields and problems.found:
+        problems.raise_any()  # not a comment of fields at all
+    ack_wait = _seconds(problems, fields, "vt_ack_wait", 1.0, allow_zero=False)
+    purge_after = _seconds(problems, fields, "vt_purge_after", 0.0, allow_zero=True)
+    batch_size = _count(problems, fields, "vt_batch_size")
+    cache_size = _count(problems, fields, "vt_cache_size")
+    poller = _seconds(problems, fields, "vt_poller_interval", 1.0, allow_zero=False)
+    min_backoff = _seconds(problems, fields, "vt_min_backoff", ack_wait, allow_zero=False)
+    max_backoff = _seconds(problems, fields, "vt_max_backoff", 0.0, allow_zero=True)
+    if 0 < max_backoff < min_backoff:
+        problems.add(
+            f"vt_max_backoff={fields['vt_max_backoff']} is below vt_min_backoff ({min_backoff:g})"
+        )
+    postpone_after = _seconds(
+        problems, fields, "vt_postpone_after", DEFAULT_POSTPONE_AFTER_S, allow_zero=True
+    )
 
     layout = detect_layout(columns)
     by_name = {c.name: c for c in columns}
     missing = [c for c in REQUIRED_COLUMNS[layout] if c not in by_name]
     if missing:
-        raise TableLoadError(f"table {table}: missing required column {', '.join(missing)}")
+        problems.add(f"missing required column {', '.join(missing)}")
     for name in INTEGER_COLUMNS:
         col = by_name.get(name)
         if col is not None and not col.is_integer:
-            raise TableLoadError(
-                f"table {table}: column {name} must be an integer (bigint), not {col.column_type}"
-            )
+            problems.add(f"column {name} must be an integer (bigint), not {col.column_type}")
     if not any(list(idx) == ["id"] for idx in unique_indexes):
-        raise TableLoadError(
-            f"table {table}: column id must be unique on its own "
-            "(primary key or unique index on id)"
-        )
-
-    engine_cols = set(ENGINE_COLUMNS[layout])
-    if "vt_message_cols" in fields:
-        names = [n.strip() for n in fields["vt_message_cols"].split("|")]
-        if not names or names[0] != "id":
-            raise TableLoadError(f"table {table}: vt_message_cols must start with id")
-        for n in names:
-            if n not in by_name:
-                raise TableLoadError(f"table {table}: vt_message_cols names unknown column {n!r}")
-        if len(set(names)) != len(names):
-            raise TableLoadError(f"table {table}: vt_message_cols repeats a column")
-        message_columns = tuple(by_name[n] for n in names)
-    else:
-        message_columns = (
-            by_name["id"],
-            *(c for c in columns if c.name != "id" and c.name not in engine_cols),
-        )
+        problems.add("column id must be unique on its own (primary key or unique index on id)")
+    message_columns = _message_columns(fields, columns, layout, problems)
+    problems.raise_any()
 
     return TableConfig(
         name=table,
@@ -244,6 +257,27 @@ def load_table(
         message_columns=message_columns,
         postpone_after_s=postpone_after,
     )
+
+
+def _message_columns(
+    fields: dict[str, str], columns: Sequence[Column], layout: Layout, problems: Problems
+) -> tuple[Column, ...]:
+    """The columns streamed to subscribers: vt_message_cols, or id and every application
+    column."""
+    by_name = {c.name: c for c in columns}
+    if "vt_message_cols" not in fields:
+        engine_cols = set(ENGINE_COLUMNS[layout])
+        rest = (c for c in columns if c.name != "id" and c.name not in engine_cols)
+        return (by_name["id"], *rest) if "id" in by_name else ()
+    names = [n.strip() for n in fields["vt_message_cols"].split("|")]
+    if not names or names[0] != "id":
+        problems.add("vt_message_cols must start with id")
+    unknown = [n for n in names if n not in by_name]
+    for n in unknown:
+        problems.add(f"vt_message_cols names unknown column {n!r}")
+    if len(set(names)) != len(names):
+        problems.add("vt_message_cols repeats a column")
+    return tuple(by_name[n] for n in names if n in by_name)
 
 
 DEMO_TABLE = "my_message"

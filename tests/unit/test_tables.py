@@ -131,3 +131,30 @@ def test_schema_current_sql_is_the_recommended_ddl():
 
     text = (Path(__file__).parents[2] / "schema" / "current.sql").read_text()
     assert current_layout_ddl().strip() + ";" in text
+
+
+def test_every_problem_of_a_table_is_reported_at_once():
+    comment = GOOD.replace("vt_ack_wait=30", "vt_ack_wait=soon").replace(
+        "vt_batch_size=10", "vt_batch_size=0"
+    )
+    comment += ",vt_colour=blue,vt_message_cols=message"
+    columns = tuple(c for c in CURRENT_COLUMNS if c.name != "epoch")
+    with pytest.raises(TableLoadError) as raised:
+        load(comment, columns, unique=())
+    text = str(raised.value)
+    assert text.startswith("table my_message: ")
+    for problem in (
+        "unknown comment field 'vt_colour'",
+        "vt_ack_wait='soon' is not a number",
+        "vt_batch_size=0 must be at least 1",
+        "missing required column epoch",
+        "column id must be unique on its own",
+        "vt_message_cols must start with id",
+    ):
+        assert problem in text, text
+    assert text.count("; ") == 5  # six problems, one message
+
+
+def test_time_created_is_an_engine_column_of_the_current_layout_too():
+    assert [c.name for c in load().message_columns] == ["id", "message"]
+    assert "time_created" in [c.name for c in load().columns]

@@ -176,7 +176,7 @@ class BinlogFollower:
 
     def _disable(self, why: str) -> None:
         self.disabled_because = why
-        log.warning("not following the binlog: %s; delivery waits for polls", why)
+        log.warning("binlog: not following it (%s); new rows wait for the next poll", why)
 
     def _run(self) -> None:
         position: tuple[str, int] | None = None

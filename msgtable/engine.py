@@ -196,7 +196,7 @@ class MessageEngine:
         if hold > 0:
             m.hold(hold)
             log.info(
-                "table %s: sending in %.1fs, once the previous server's leases are over",
+                "table %s: sending in %.1fs, once what the last server sent had its ack wait",
                 m.config.name,
                 hold,
             )
@@ -315,7 +315,7 @@ class MessageEngine:
                     if self._leading:
                         to_open.append(m)
             for name in errors.keys() - self._load_errors.keys():
-                log.error("message table failed to load: %s", errors[name])
+                log.error("%s (not served until it is fixed)", errors[name])
             self._load_errors = errors
             # read by the binlog follower for every event: replaced whole, never changed
             self._binlog_columns = {n: m.config.column_names for n, m in self._managers.items()}

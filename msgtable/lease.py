@@ -194,7 +194,7 @@ class Lease:
                         )
                         self._conn.commit()
                 except Exception as exc:
-                    log.warning("could not give the lease back (it ends by itself): %s", exc)
+                    log.warning("lease: could not give it back (it ends by itself): %s", exc)
                 self._held = False
             self._close_connection()
 

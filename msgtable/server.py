@@ -125,9 +125,9 @@ def _fail(context: grpc.ServicerContext, method: str, exc: Exception) -> NoRetur
     if isinstance(exc, NotLeader) and exc.leader:
         context.set_trailing_metadata(((LEADER_METADATA_KEY, exc.leader),))
     if not isinstance(exc, MsgtableError):
-        log.error("%s failed unexpectedly", method, exc_info=exc)
+        log.error("server: %s failed unexpectedly", method, exc_info=exc)
     elif code is grpc.StatusCode.INTERNAL:
-        log.error("%s failed: %s", method, exc)
+        log.error("server: %s failed: %s", method, exc)
     _abort(context, code, details)
 
 
@@ -453,7 +453,7 @@ class MessagingServer:
                 if absent
             )
             log.warning(
-                "listening on %s, reachable from other machines, without %s: anyone who "
+                "server: listening on %s, reachable from other machines, without %s: anyone who "
                 "can connect %s",
                 self.listen,
                 missing,
@@ -466,7 +466,7 @@ class MessagingServer:
         self._server = server
         for service in ("", SERVICE_NAME):
             self.health.set(service, health_pb2.HealthCheckResponse.SERVING)
-        log.info("msgtable server listening on %s (port %d)", self.listen, port)
+        log.info("server: listening on %s", self.address)
 
     @property
     def address(self) -> str:
@@ -491,7 +491,7 @@ class MessagingServer:
         self.servicer.shutdown()
         server.stop(grace_s).wait()
         self._stopped.set()
-        log.info("msgtable server stopped")
+        log.info("server: stopped")
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Block until stop() finished (or timeout_s passed); True if stopped."""

@@ -90,7 +90,7 @@ def _hide_password(dsn: str) -> str:
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
-            log.warning("already stopping")
+            log.warning("server: already stopping")
         stop.set()
 
     previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -182,10 +182,10 @@ def _serve_until_stopped(engine: MessageEngine, server: MessagingServer, grace_s
     with _stop_on_signals(stop):
         while not stop.wait(0.5):
             if engine.fatal.is_set():
-                log.error("stopping: %s", engine.fatal_reason)
+                log.error("server: stopping: %s", engine.fatal_reason)
                 code = EXIT_ERROR
                 break
-        log.info("stopping (up to %gs for calls in flight)", grace_s)
+        log.info("server: stopping (up to %gs for calls in flight)", grace_s)
         server.stop(grace_s)
     return code
 

@@ -36,6 +36,13 @@ INSTRUCTIONS = (
 )
 
 
+# One format for msgtable's log lines: time, level, subject: text.
+LOG_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (INFO|WARNING) "
+    r"(server|lease|binlog|table \S+|waiting for the database at \S+|the database at \S+)[: ]"
+)
+
+
 def parse_mysql_command(command: str) -> argparse.Namespace:
     """host, port, user, password and database of `mysql -h H -P P -u U -pPW DB`."""
     parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
@@ -109,6 +116,11 @@ def test_serve_without_a_dsn_runs_a_throwaway_database_with_the_demo_table(
 
     assert serve.wait(timeout_s=40) == 0, serve.describe()
     assert "Traceback" not in serve.stderr, serve.describe()
+    # what it logged: msgtable's own few lines in one format, no library's chatter
+    lines = serve.stderr.splitlines()
+    assert 2 <= len(lines) <= 8, serve.describe()
+    assert all(LOG_LINE.match(line) for line in lines), serve.describe()
+    assert "BINLOG_ROW_METADATA" not in serve.stderr, serve.describe()
     assert not pid_alive(database_pid), f"the database server {database_pid} outlived serve"
     assert list(scratch.iterdir()) == [], "the throwaway server's files were not deleted"
 

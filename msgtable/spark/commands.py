@@ -93,7 +93,8 @@ def report_command(args: argparse.Namespace) -> int:
     _pyspark()
     if not args.archive and not args.dsn:
         raise InvalidArgument("report needs --dsn URL (or MSGTABLE_DSN) or --archive PATH")
-    from msgtable.spark.report import build_report, write_html
+    from msgtable.spark.report import build_report
+    from msgtable.spark.report_html import write_html
 
     if args.archive:
         if "://" not in args.archive and not Path(args.archive).exists():

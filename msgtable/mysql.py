@@ -94,12 +94,13 @@ def sorted_error(exc: BaseException) -> BaseException:
     if isinstance(exc, MsgtableError):
         return exc
     module = type(exc).__module__
-    if isinstance(exc, OSError) or module.startswith(_DRIVER_MODULES):
+    if isinstance(exc, OSError) or module.startswith(DRIVER_MODULES):
         return database_error(exc)
     return missing_auth_package(exc) or exc
 
 
-_DRIVER_MODULES = ("pymysql", "MySQLdb", "pymysqlreplication")
+# The modules whose exceptions are a MySQL driver's (database_error sorts them).
+DRIVER_MODULES = ("pymysql", "MySQLdb", "pymysqlreplication")
 
 # PyMySQL logs in with some authentication methods only with an optional package installed,
 # and without it raises a bare RuntimeError ("'cryptography' package is required for ...") in

@@ -310,9 +310,10 @@ REPORT = Command(
     "report",
     "delivery statistics of a message table or an archive",
     "Delivery latency percentiles (created -> acked, where the table has time_created), "
-    "redeliveries by epoch, backlog by age and priority, and throughput per hour, of message "
-    "table NAME (or of the archive at --archive PATH): a table in the terminal and an HTML "
-    "report with plots.",
+    "redeliveries by epoch, backlog by age and priority, and throughput (per minute, hour or "
+    "day, as suits the time the acks span), of message table NAME (or of the archive at "
+    "--archive PATH): tables in the terminal and an HTML page with plots that needs nothing "
+    "from the internet.",
     (
         Flag("name", "message table (or a title, with --archive)"),
         Flag("--archive", "read this archive", metavar="PATH"),

@@ -1,22 +1,21 @@
 """``msgtable report NAME``: how a message table (or its archive) is being delivered.
 
-* delivery latency, created -> acked, percentiles (where rows have a ``time_created``);
+* delivery latency, created -> acked: exact percentiles and a histogram (where rows have a
+  ``time_created``);
 * redeliveries: acked messages by ``epoch`` (the number of sends);
 * backlog: unacked messages by age (since ``time_created``, else since due) and priority;
-* throughput: messages acked per hour (UTC).
+* throughput: messages acked per minute, hour or day (UTC), whichever suits the time the
+  acks span (THROUGHPUT_BUCKETS), with the buckets without an ack as zeros.
 
-Spark computes every figure (exact percentiles); the terminal gets tables and an HTML file
-the same tables and plots (PNG, embedded).
+Spark computes every figure; the terminal gets tables (``Report.text``), and
+msgtable.spark.report_html a page with the same figures and their plots.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from msgtable.errors import InvalidArgument
@@ -32,6 +31,16 @@ AGE_BUCKETS = (  # (label, upper bound in seconds)
     ("1-24 h", 86400),
     (">= 1 day", None),
 )
+# (bucket, its length in seconds, the longest span of acks it is used for): an hour of acks
+# per minute (60 points), a week per hour (168), a year per day (365).
+THROUGHPUT_BUCKETS = (
+    ("minute", 60, 3 * 3600),
+    ("hour", 3600, 60 * 86400),
+    ("day", 86400, None),
+)
+LATENCY_BINS_PER_DECADE = 10  # the latency histogram's bins: log-spaced, 10 per factor of 10
+LATENCY_FLOOR_MS = 0.1  # latencies below (or a clock that went back) count in the first bin
+TEXT_THROUGHPUT_ROWS = 24  # more buckets than this: the terminal gets a summary line
 
 
 @dataclass
@@ -45,19 +54,86 @@ class Report:
     latency_ms: dict[str, float] | None  # p50, p90, p99, max; None without time_created
     epochs: list[tuple[int, int]] = field(default_factory=list)  # (epoch, acked messages)
     backlog: list[tuple[str, int, int]] = field(default_factory=list)  # (age, priority, n)
-    hourly: list[tuple[str, int]] = field(default_factory=list)  # (hour, acked)
+    throughput: list[tuple[int, int]] = field(default_factory=list)  # (bucket start s, acked)
+    per: str = "hour"  # the throughput's bucket: minute, hour or day (THROUGHPUT_BUCKETS)
+    latency_histogram: list[tuple[float, int]] = field(default_factory=list)  # (from ms, n)
+    generated_ns: int = 0
+    has_time_created: bool = True
+
+    @property
+    def unacked(self) -> int:
+        return self.rows - self.acked
 
     def text(self) -> str:
-        out = [f"{self.title}: {self.rows:,} rows ({self.acked:,} acked) from {self.source}", ""]
+        out = [
+            f"{self.title}: {self.rows:,} rows ({self.acked:,} acked, {self.unacked:,} unacked)"
+            f" from {self.source}",
+            "",
+        ]
         if self.latency_ms is None:
-            out.append("delivery latency: the rows have no time_created column")
+            why = "no acked rows" if self.has_time_created else "the rows have no time_created"
+            out.append(f"delivery latency: {why}")
         else:
-            figures = ", ".join(f"{k} {v:,.1f} ms" for k, v in self.latency_ms.items())
+            figures = ", ".join(f"{k} {format_ms(v)}" for k, v in self.latency_ms.items())
             out.append(f"delivery latency (created -> acked): {figures}")
-        out += ["", _table(("epoch (sends)", "acked"), self.epochs)]
+        if self.epochs:
+            out += ["", _table(("epoch (sends)", "acked"), self.epochs)]
         out += ["", _table(("age", "priority", "unacked"), self.backlog) or "backlog: none"]
-        out += ["", _table(("hour (UTC)", "acked"), self.hourly)]
+        out += ["", self.throughput_text()]
         return "\n".join(out) + "\n"
+
+    def throughput_text(self) -> str:
+        if not self.throughput:
+            return "throughput: no acked rows"
+        if len(self.throughput) <= TEXT_THROUGHPUT_ROWS:
+            rows = [(bucket_label(s, self.per), n) for s, n in self.throughput]
+            return _table((f"{self.per} (UTC)", "acked"), rows)
+        return "throughput: " + self.throughput_summary()
+
+    def throughput_summary(self) -> str:
+        """One line: the span, the mean and the peak per bucket."""
+        first, last = self.throughput[0][0], self.throughput[-1][0]
+        total = sum(n for _, n in self.throughput)
+        peak_s, peak = max(self.throughput, key=lambda t: t[1])
+        mean = total / len(self.throughput)
+        return (
+            f"{total:,} acked from {bucket_label(first, self.per)} to "
+            f"{bucket_label(last, self.per)} UTC; per {self.per}: mean {mean:,.1f}, "
+            f"peak {peak:,} at {bucket_label(peak_s, self.per)}"
+        )
+
+
+def format_ms(ms: float) -> str:
+    """A latency as people say it: 850.0 ms, 12.3 s, 4.5 min, 2.0 h."""
+    if ms < 1000:
+        return f"{ms:,.1f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:,.1f} s"
+    if ms < 3_600_000:
+        return f"{ms / 60_000:,.1f} min"
+    return f"{ms / 3_600_000:,.1f} h"
+
+
+def bucket_label(start_s: int, per: str) -> str:
+    """A throughput bucket's start, UTC: 2026-01-01 00:05 (minute, hour) or 2026-01-01."""
+    moment = datetime.fromtimestamp(start_s, UTC)
+    return moment.strftime("%Y-%m-%d" if per == "day" else "%Y-%m-%d %H:%M")
+
+
+def throughput_bucket(span_s: float) -> tuple[str, int]:
+    """The bucket (name, seconds) of the throughput of acks that span ``span_s`` seconds."""
+    for name, seconds, longest in THROUGHPUT_BUCKETS:
+        if longest is None or span_s < longest:
+            return name, seconds
+    raise AssertionError("the last bucket takes any span")
+
+
+def fill_gaps(counts: dict[int, int], seconds: int) -> list[tuple[int, int]]:
+    """Every bucket from the first to the last (``seconds`` apart), zero where none acked."""
+    if not counts:
+        return []
+    first, last = min(counts), max(counts)
+    return [(s, counts.get(s, 0)) for s in range(first, last + seconds, seconds)]
 
 
 def _table(headers: tuple[str, ...], rows: list[Any]) -> str:
@@ -91,10 +167,13 @@ def build_report(
     now_ns = now_ns if now_ns is not None else time.time_ns()
     columns = set(df.columns)
     acked = df.where(F.col("time_acked").isNotNull())
-    totals = df.agg(F.count(F.lit(1)), F.count("time_acked")).first()
+    totals = df.agg(
+        F.count(F.lit(1)), F.count("time_acked"), F.min("time_acked"), F.max("time_acked")
+    ).first()
     rows, n_acked = (int(totals[0]), int(totals[1])) if totals else (0, 0)
+    first_ack, last_ack = (totals[2], totals[3]) if totals else (None, None)
 
-    latency = None
+    latency, histogram = None, []
     if "time_created" in columns:
         ms = (F.col("time_acked") - F.col("time_created")) / F.lit(1e6)
         timed = acked.where(F.col("time_created").isNotNull()).select(ms.alias("ms"))
@@ -106,6 +185,12 @@ def build_report(
             pairs = zip(PERCENTILES, r["p"], strict=True)
             latency = {f"p{round(p * 100):d}": float(v) for p, v in pairs}
             latency["max"] = float(r["max"])
+            log_ms = F.log10(F.greatest(F.col("ms"), F.lit(LATENCY_FLOOR_MS)))
+            bins = timed.groupBy(F.floor(log_ms * LATENCY_BINS_PER_DECADE).alias("bin")).count()
+            histogram = [
+                (10 ** (int(b["bin"]) / LATENCY_BINS_PER_DECADE), int(b["count"]))
+                for b in bins.orderBy("bin").collect()
+            ]
 
     epochs = [
         (int(r[0] or 0), int(r[1]))
@@ -135,85 +220,23 @@ def build_report(
         key=lambda t: (order[t[0]], t[1]),
     )
 
-    day_ns, hour_ns = 86_400 * 10**9, 3_600 * 10**9
-    days = F.floor(F.col("time_acked") / F.lit(day_ns)).cast("int")
-    hours = F.floor(F.pmod(F.col("time_acked"), F.lit(day_ns)) / F.lit(hour_ns)).cast("int")
-    hour = F.concat(  # UTC, whatever the session's time zone
-        F.date_add(F.lit("1970-01-01").cast("date"), days).cast("string"),
-        F.lit(" "),
-        F.lpad(hours.cast("string"), 2, "0"),
-        F.lit(":00"),
-    )
-    hourly = [
-        (str(r[0]), int(r[1]))
-        for r in acked.groupBy(hour.alias("hour")).count().orderBy("hour").collect()
-    ]
+    span_s = 0.0 if first_ack is None or last_ack is None else (last_ack - first_ack) / 1e9
+    per, seconds = throughput_bucket(span_s)
+    start = F.floor(F.col("time_acked") / F.lit(seconds * 10**9)) * F.lit(seconds)  # UTC
+    counts = {int(r[0]): int(r[1]) for r in acked.groupBy(start.alias("start")).count().collect()}
     df.unpersist()
     source = f"archive {archive}" if archive else f"table {name}"
-    return Report(name, source, rows, n_acked, latency, epochs, backlog, hourly)
-
-
-# -- HTML ----------------------------------------------------------------------------------
-def _png(fig: Any) -> str:
-    """A figure as a base64 PNG; the figure is closed (pyplot keeps each open one alive)."""
-    import matplotlib.pyplot as plt
-
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
-    plt.close(fig)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def plots(report: Report) -> list[tuple[str, str]]:
-    """(title, base64 PNG) of each plot with data."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out: list[tuple[str, str]] = []
-    if report.latency_ms:
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.bar(list(report.latency_ms), list(report.latency_ms.values()), color="#4477aa")
-        ax.set_ylabel("ms")
-        out.append(("Delivery latency, created -> acked", _png(fig)))
-    if report.epochs:
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.bar([str(e) for e, _ in report.epochs], [n for _, n in report.epochs], color="#228833")
-        ax.set_xlabel("epoch (sends)")
-        ax.set_ylabel("acked messages")
-        out.append(("Redeliveries", _png(fig)))
-    if report.backlog:
-        fig, ax = plt.subplots(figsize=(6, 3))
-        labels = [label for label, _ in AGE_BUCKETS]
-        bottom = [0] * len(labels)
-        for prio in sorted({p for _, p, _ in report.backlog}):
-            counts = [
-                sum(n for a, p, n in report.backlog if a == lb and p == prio) for lb in labels
-            ]
-            ax.bar(labels, counts, bottom=bottom, label=f"priority {prio}")
-            bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
-        ax.set_ylabel("unacked messages")
-        ax.legend()
-        out.append(("Backlog by age and priority", _png(fig)))
-    if report.hourly:
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.plot([h for h, _ in report.hourly], [n for _, n in report.hourly], marker="o")
-        ax.set_ylabel("acked per hour")
-        ax.tick_params(axis="x", labelrotation=45)
-        out.append(("Throughput per hour (UTC)", _png(fig)))
-    return out
-
-
-def write_html(report: Report, path: Path) -> None:
-    figures = "".join(
-        f'<h2>{html.escape(t)}</h2><img alt="{html.escape(t)}" src="data:image/png;base64,{b}">'
-        for t, b in plots(report)
+    return Report(
+        title=name,
+        source=source,
+        rows=rows,
+        acked=n_acked,
+        latency_ms=latency,
+        epochs=epochs,
+        backlog=backlog,
+        throughput=fill_gaps(counts, seconds),
+        per=per,
+        latency_histogram=histogram,
+        generated_ns=now_ns,
+        has_time_created="time_created" in columns,
     )
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>msgtable report: {html.escape(report.title)}</title></head><body>"
-        f"<h1>msgtable report: {html.escape(report.title)}</h1>"
-        f"<pre>{html.escape(report.text())}</pre>{figures}</body></html>"
-    )
-    path.write_text(page, encoding="utf-8")

@@ -64,6 +64,7 @@ class MessageEngine:
         sends only while it holds the lease (msgtable.lease), from ``campaign()`` on. None:
         this server is the only one and sends from ``open()`` on."""
         self.store = store
+        store.outage.tell = True  # a server says when its database goes and comes back
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
         self.keyspace = store.database
         self.clock = clock or SystemClock()

@@ -54,9 +54,12 @@ class Outage:
     says so), ``up()`` whenever one went through (the first time after an outage says so);
     ``describe()`` what it is now, for ListTables. Thread-safe."""
 
-    def __init__(self, where: str, log: logging.Logger) -> None:
+    def __init__(self, where: str, log: logging.Logger, tell: bool = False) -> None:
         self.where = where  # "the database at HOST:PORT"
         self.reason = ""  # why it is away ("" while it answers)
+        # Whether it logs its two lines: a server does (its engine sets it); a command that
+        # runs a statement or two says what failed in its one error line instead.
+        self.tell = tell
         self._log = log
         self._since: float | None = None  # monotonic, while away
         self._since_wall = 0.0
@@ -73,14 +76,15 @@ class Outage:
             if self._since is not None:
                 return
             self._since, self._since_wall = time.monotonic(), time.time()
-        self._log.warning("waiting for %s: %s", self.where, reason)
+        if self.tell:
+            self._log.warning("waiting for %s: %s", self.where, reason)
 
     def up(self) -> None:
         if self._since is None:  # the usual case, on every statement: no lock
             return
         with self._lock:
             since, self._since, self.reason = self._since, None, ""
-        if since is not None:
+        if since is not None and self.tell:
             self._log.info("%s answers again after %.0fs", self.where, time.monotonic() - since)
 
     def describe(self) -> str:

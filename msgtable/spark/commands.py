@@ -42,7 +42,7 @@ def _session(args: argparse.Namespace, app_name: str) -> Iterator[SparkSession]:
 
     with _jvm_output(args.verbose) as output, spark_errors():
         spark = session(args.master, app_name, jvm_output=output)
-        print(f"msgtable: {describe_session(spark)}", file=sys.stderr)
+        print(f"msgtable: {describe_session(spark)}", flush=True)  # stderr: only an error
         try:
             yield spark
         finally:

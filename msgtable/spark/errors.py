@@ -10,9 +10,10 @@ MsgtableError it means:
 
 * a msgtable error raised in a worker: the same class, the same message;
 * a PyMySQL error (in a worker, or on the driver): as msgtable.mysql.database_error sorts it
-  ("database unavailable: (2003) ...", "database error: (1045) Access denied ...");
-* a JDBC driver's SQLException: "database unavailable: ..." for a connection that failed,
-  "database error: ..." otherwise;
+  ("database unavailable: (2003) ...", "database unavailable: (1045) Access denied ...",
+  "database error: (1146) ...");
+* a JDBC driver's SQLException: "database unavailable: ..." for a connection that failed or
+  was refused (a wrong account or password), "database error: ..." otherwise;
 * any other Spark error: a SparkError with the first line of Spark's message.
 
 Errors it has no word for (a bug) are left as they are. The full text stays the chained
@@ -42,9 +43,11 @@ _EXCEPTION_LINE = re.compile(r"^(?P<name>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))
 _JAVA_SQL = re.compile(r"(?m)^(?:Caused by: )?java\.sql\.(?P<name>\w+): (?P<message>.*)$")
 # Connector/J's ids of a connection, which mean nothing to a user.
 _CONNECTION_ID = re.compile(r"^\(conn=\d+\)\s*")
-# Java exceptions of JDBC that mean the database could not be reached (SQLSTATE class 08 and
-# the transient ones), as opposed to one it refused or a statement it rejected.
+# Java exceptions of JDBC that mean the database could not be reached or refused the account
+# (SQLSTATE classes 08 and 28, and the transient ones), as opposed to a statement it rejected;
+# msgtable.mysql sorts a driver's errors the same way (REFUSED).
 _JAVA_UNAVAILABLE = (
+    "SQLInvalidAuthorizationSpecException",
     "SQLNonTransientConnectionException",
     "SQLTransientConnectionException",
     "SQLRecoverableException",

@@ -30,8 +30,7 @@ NOW = T0 + 50 * HOUR_NS
 def known(sql) -> None:
     """100 acked messages whose latency is 1..100 ms (epochs 1, 2, 3 for 70/20/10 of them;
     60 acked in the first hour, 40 in the second), and 5 unacked ones of known ages."""
-    ddl = current_layout_ddl("known", comment())
-    sql.execute(ddl.replace("  primary key(id)", "  time_created bigint,\n  primary key(id)"))
+    sql.execute(current_layout_ddl("known", comment()))  # it has time_created
     rows = []
     for i in range(1, 101):
         created = T0 + (i - 1) * 60 * 10**9 if i <= 60 else T0 + HOUR_NS + (i - 61) * 10**9
@@ -89,7 +88,7 @@ def test_the_report_of_an_archive_and_the_command(spark, sql, db_dsn, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "p50 50.5 ms" in done.stdout and f"HTML report: {html}" in done.stdout
-    assert "msgtable: Spark local[1]" in done.stderr
+    assert "msgtable: Spark local[1]" in done.stdout
     page = html.read_text()
     assert page.count("data:image/png;base64,") == 3  # latency, throughput, redeliveries
     assert "Redeliveries" in page
@@ -105,7 +104,7 @@ def test_the_report_command_runs_on_spark_connect(sql, db_dsn, tmp_path):
         capture_output=True, text=True, timeout=240, check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "msgtable: Spark Connect at local[1]" in done.stderr
+    assert "msgtable: Spark Connect at local[1]" in done.stdout
     assert "105 rows (100 acked, 5 unacked) from table known" in done.stdout
     assert "p50 50.5 ms" in done.stdout
 
@@ -113,12 +112,7 @@ def test_the_report_command_runs_on_spark_connect(sql, db_dsn, tmp_path):
 def test_the_report_of_a_table_whose_time_created_is_its_default(spark, sql, db_dsn):
     """The demo table's layout: time_created (unix ns) defaults to now, so an application's
     plain INSERT gives every message one, and the report measures its latency."""
-    ddl = current_layout_ddl("demo", comment()).replace(
-        "  primary key(id)",
-        "  time_created bigint not null default (unix_timestamp(now(6)) * 1000000000),\n"
-        "  primary key(id)",
-    )
-    sql.execute(ddl)
+    sql.execute(current_layout_ddl("demo", comment()))
     before = time.time_ns()
     sql.execute(
         "insert into demo(id, message) values " + ",".join(f"({i}, 'm')" for i in range(10))

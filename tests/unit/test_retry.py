@@ -80,7 +80,7 @@ def test_a_bug_and_a_msgtable_error_stay_as_they_are():
 
 
 def test_an_outage_is_said_once_when_it_begins_and_once_when_it_ends(caplog):
-    outage = Outage("the database at db:3306", log)
+    outage = Outage("the database at db:3306", log, tell=True)
     with caplog.at_level(logging.DEBUG, logger=log.name):
         outage.up()  # nothing to say: it answers
         outage.down(Unavailable("database unavailable: (2003) refused"))
@@ -97,7 +97,7 @@ def test_an_outage_is_said_once_when_it_begins_and_once_when_it_ends(caplog):
 
 
 def test_a_loop_with_an_outage_leaves_the_database_to_it(caplog):
-    outage = Outage("the database at db:3306", log)
+    outage = Outage("the database at db:3306", log, tell=True)
     retry = Retry("table t: poll", log, Backoff(0.2, 1.0), outage=outage)
     with caplog.at_level(logging.DEBUG, logger=log.name):
         retry.failed(DatabaseUnavailable("database unavailable: (2003) refused"))

@@ -140,9 +140,9 @@ def test_a_jdbc_failure_is_its_deepest_sql_exception():
         ),
     )
     meant = spark_error(denied)
-    assert not isinstance(meant, Unavailable)
+    assert isinstance(meant, Unavailable)  # refused, as a driver's 1045 is (mysql.REFUSED)
     assert str(meant) == (
-        "database error: Access denied for user 'msgtable'@'127.0.0.1' (using password: YES)"
+        "database unavailable: Access denied for user 'msgtable'@'127.0.0.1' (using password: YES)"
     )
     refused = wrapped(
         AnalysisException,

@@ -7,9 +7,9 @@
     msgtable archive NAME --to PATH / report NAME      the Spark pipeline's jobs
 
 Flags fall back to MSGTABLE_* environment variables (flags.py declares them). Errors are one
-message on stderr and a non-zero exit status, never a traceback (``--log-level debug`` logs
-the traceback). The package: flags.py (the commands and flags, as data), serve.py (serve),
-commands.py (the others), output.py (what they print).
+message on stderr and a non-zero exit status, never a traceback (``--verbose`` logs the
+traceback). The package: flags.py (the commands and flags, as data), serve.py (serve),
+commands.py (the others), output.py (what they print), logs.py (how they log).
 """
 
 from __future__ import annotations

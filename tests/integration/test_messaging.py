@@ -709,6 +709,13 @@ def test_a_table_created_after_start_is_served_without_restart(served: Served):
     c.close()
 
 
+def test_list_tables_shows_a_table_created_a_moment_ago(db_dsn: str):
+    with serve(db_dsn, discovery_interval_s=3600) as s:  # no periodic discovery to wait for
+        assert s.client.list_tables() == []
+        s.create_table("fresh")
+        assert [t.name for t in s.client.list_tables()] == ["fresh"]
+
+
 # -- live schema ---------------------------------------------------------------------------
 def test_a_new_table_is_served_within_one_discovery_interval(served: Served):
     # The fixture's engine looks every 0.5 s; nothing here names the table to the server.

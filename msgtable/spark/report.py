@@ -103,15 +103,18 @@ class Report:
         )
 
 
+def in_units(ms: float) -> tuple[float, str]:
+    """A latency in the unit people say it in: ms, s, min or h."""
+    for below, per, unit in ((1000, 1, "ms"), (60_000, 1000, "s"), (3_600_000, 60_000, "min")):
+        if ms < below:
+            return ms / per, unit
+    return ms / 3_600_000, "h"
+
+
 def format_ms(ms: float) -> str:
     """A latency as people say it: 850.0 ms, 12.3 s, 4.5 min, 2.0 h."""
-    if ms < 1000:
-        return f"{ms:,.1f} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:,.1f} s"
-    if ms < 3_600_000:
-        return f"{ms / 60_000:,.1f} min"
-    return f"{ms / 3_600_000:,.1f} h"
+    value, unit = in_units(ms)
+    return f"{value:,.1f} {unit}"
 
 
 def bucket_label(start_s: int, per: str) -> str:

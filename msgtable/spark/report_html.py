@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from msgtable import __version__
-from msgtable.spark.report import AGE_BUCKETS, Report, bucket_label, format_ms
+from msgtable.spark.report import AGE_BUCKETS, Report, bucket_label, format_ms, in_units
 
 # Paul Tol's colour-blind safe palette.
 BLUE, CYAN, GREEN, YELLOW, RED, PURPLE, GREY = (
@@ -290,13 +290,8 @@ def _draw_latency(ax: Any, report: Report) -> None:
 
 def _short_ms(ms: float) -> str:
     """An axis label of a latency: 10 ms, 1 s, 2 min."""
-    if ms < 1000:
-        return f"{ms:g} ms"
-    if ms < 60_000:
-        return f"{ms / 1000:g} s"
-    if ms < 3_600_000:
-        return f"{ms / 60_000:.3g} min"
-    return f"{ms / 3_600_000:.3g} h"
+    value, unit = in_units(ms)
+    return f"{value:g} {unit}" if unit in ("ms", "s") else f"{value:.3g} {unit}"
 
 
 def _draw_throughput(ax: Any, report: Report) -> None:

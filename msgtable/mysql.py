@@ -201,22 +201,23 @@ def pymysql_args(url: sa.URL) -> dict[str, Any]:
         "password": url.password or "",
         "connect_timeout": CONNECT_TIMEOUT_S,
     }
-    socket = url.query.get("unix_socket")
-    if isinstance(socket, tuple):
-        socket = socket[0] if socket else None
-    if isinstance(socket, str):
+    socket = unix_socket(url)
+    if socket is not None:
         args["unix_socket"] = socket
     return args
 
 
-def address(url: sa.URL) -> str:
-    """Where a URL's server is, for people: HOST:PORT, or its unix socket."""
+def unix_socket(url: sa.URL) -> str | None:
+    """The unix socket a URL names (``?unix_socket=PATH``), if any."""
     socket = url.query.get("unix_socket")
     if isinstance(socket, tuple):
         socket = socket[0] if socket else None
-    if isinstance(socket, str):
-        return socket
-    return f"{url.host or 'localhost'}:{url.port or 3306}"
+    return socket if isinstance(socket, str) else None
+
+
+def address(url: sa.URL) -> str:
+    """Where a URL's server is, for people: HOST:PORT, or its unix socket."""
+    return unix_socket(url) or f"{url.host or 'localhost'}:{url.port or 3306}"
 
 
 def server_text(value: object) -> str:

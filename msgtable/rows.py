@@ -42,10 +42,6 @@ class CachedRow:
         self.values = values  # message columns, id first
         self.id: Hashable = values[0]
 
-    @classmethod
-    def polled(cls, row: PolledRow) -> CachedRow:
-        return cls(row[0], row[1], row[2], tuple(row[3:]))
-
     def __repr__(self) -> str:
         return f"CachedRow(id={self.id!r}, priority={self.priority}, time_next={self.time_next})"
 

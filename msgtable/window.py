@@ -49,14 +49,9 @@ class Window:
         self._on_open = on_open
 
     @property
-    def open(self) -> bool:
-        """Whether it may be sent a batch now."""
-        return self.outstanding < self.size
-
-    @property
     def room(self) -> int:
         """How many messages it may be sent now: a batch is cut to this."""
-        return self.size - self.outstanding
+        return max(0, self.size - self.outstanding)
 
     def take(self, n: int) -> None:
         """``n`` messages were sent to it."""

@@ -42,7 +42,7 @@ def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
 # -- helpers of the cases -------------------------------------------------------------------
 def poll_all(t: Tables, cfg: TableConfig, now_ns: int = NOW) -> list[CachedRow]:
     rows, _ = t.store.poll(cfg, now_ns, 1000)
-    return [CachedRow.polled(r) for r in rows]
+    return [CachedRow(r[0], r[1], r[2], tuple(r[3:])) for r in rows]
 
 
 def one_pass(t: Tables, cfg: TableConfig, limit: int) -> tuple[list[Any], list[PollKey]]:

@@ -11,6 +11,9 @@ clock, and judges at the end:
 - two deliveries of one id are at least vt_ack_wait apart: a message is never in flight to
   two subscribers at once, whatever was killed (at-least-once duplicates come only after
   the first delivery's ack wait ended: a subscriber killed, stalled or too late, an ack lost);
+- an id's deliveries never count back: each says which delivery it is (``attempt``, at least
+  1), and a later delivery's attempt is never below an earlier one's (equal is allowed: a
+  server killed between the send and the epoch's write sends the same attempt again);
 - duplicates are counted, each with the reason its first delivery was not acked in time.
 """
 
@@ -52,7 +55,8 @@ class Checker:
         self.ack_wait_s = ack_wait_s
         self._lock = threading.Lock()
         self.inserted: set[int] = set()
-        self.deliveries: dict[int, list[tuple[float, str]]] = defaultdict(list)
+        # id -> (when it came off the stream, subscriber, the attempt the message said)
+        self.deliveries: dict[int, list[tuple[float, str, int]]] = defaultdict(list)
         self.first_ack: dict[int, float] = {}  # id -> when the first ack naming it returned
         self.unacked_on_purpose: dict[tuple[int, str], str] = {}  # (id, sub) -> why
         self.failed_acks: set[int] = set()
@@ -68,11 +72,12 @@ class Checker:
         with self._lock:
             self.inserted.update(ids)
 
-    def delivered(self, ids: Sequence[int], sub: str) -> None:
+    def delivered(self, batch: Sequence[tuple[int, int]], sub: str) -> None:
+        """A batch came off the stream: (id, attempt) of each message."""
         now = time.monotonic()
         with self._lock:
-            for i in ids:
-                self.deliveries[i].append((now, sub))
+            for i, attempt in batch:
+                self.deliveries[i].append((now, sub, attempt))
 
     def dropped(self, ids: Sequence[int], sub: str, why: str) -> None:
         """The subscriber will not ack these (it is killed, stalled, or acks too late)."""
@@ -104,9 +109,9 @@ class Checker:
         with self._lock:
             ds = sorted(self.deliveries.get(i, []))
             acked = self.first_ack.get(i)
-            times = [t for t, _ in ds] + ([acked] if acked is not None else [])
+            times = [t for t, _, _ in ds] + ([acked] if acked is not None else [])
             lo, hi = min(times) - 5, max(times) + 5
-            lines = [f"{t:.3f} delivered to {sub}" for t, sub in ds]
+            lines = [f"{t:.3f} delivered to {sub} (attempt {a})" for t, sub, a in ds]
             if acked is not None:
                 lines.append(f"{acked:.3f} first ack returned")
             lines += [f"{t:.3f} fault: {e}" for t, e in self.events if lo <= t <= hi]
@@ -123,10 +128,15 @@ class Checker:
                 ds.sort()
                 r.deliveries += len(ds)
                 acked_at = self.first_ack.get(i)
-                for t, sub in ds:
+                for t, sub, attempt in ds:
+                    r.attempts[attempt] += 1
                     if acked_at is not None and t > acked_at + WIRE_SLACK_S:
                         r.after_ack.append((i, sub, round(t - acked_at, 3)))
-                for (t1, s1), (t2, _) in itertools.pairwise(ds):
+                if ds[0][2] < 1:
+                    r.attempts_back.append((i, 1, ds[0][2]))
+                for (t1, s1, a1), (t2, _, a2) in itertools.pairwise(ds):
+                    if a2 < a1:
+                        r.attempts_back.append((i, a1, a2))
                     r.duplicates += 1
                     gap = t2 - t1
                     if gap < self.ack_wait_s - WIRE_SLACK_S:
@@ -150,6 +160,9 @@ class Report:
     unknown: list[int] = field(default_factory=list)
     after_ack: list[tuple[int, str, float]] = field(default_factory=list)
     in_flight_twice: list[tuple[int, float]] = field(default_factory=list)
+    attempts: Counter[int] = field(default_factory=Counter)  # attempt -> deliveries saying it
+    # (id, the attempt it had reached, the lower attempt a later delivery said)
+    attempts_back: list[tuple[int, int, int]] = field(default_factory=list)
 
     def summary(self) -> str:
         faults = ", ".join(f"{n} {what}" for what, n in sorted(self.events.items()))
@@ -159,7 +172,9 @@ class Report:
             f"{self.duplicates:,} duplicates ({reasons or 'none'}); faults: {faults}; "
             f"never delivered {len(self.never_delivered)}, never acked "
             f"{len(self.never_acked)}, delivered after their ack {len(self.after_ack)}, "
-            f"in flight to two subscribers at once {len(self.in_flight_twice)}"
+            f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
+            f"attempts counting back {len(self.attempts_back)}; deliveries by attempt "
+            f"{dict(sorted(self.attempts.items()))}"
         )
 
 
@@ -247,7 +262,9 @@ class Subscriber(threading.Thread):
             self.sub = self.client.subscribe(self.table, max_in_flight=400)
             for batch in self.sub.batches():
                 ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
-                self.checker.delivered(ids, self.name)
+                self.checker.delivered(
+                    [(i, m.attempt) for i, m in zip(ids, batch, strict=True)], self.name
+                )
                 order, self.order = self.order, None
                 if order == "kill":  # mid-batch: received, never acked
                     self.checker.dropped(ids, self.name, "subscriber killed")

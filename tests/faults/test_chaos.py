@@ -235,6 +235,12 @@ def test_no_message_is_lost_or_in_flight_twice_under_faults(own_server, tmp_path
         f"in flight twice: {report.in_flight_twice[:10]}\n"
         + run.checker.history(report.in_flight_twice[0][0])
     )
+    assert report.attempts_back == [], (
+        f"attempts counting back (id, reached, then): {report.attempts_back[:10]}\n"
+        + run.checker.history(report.attempts_back[0][0])
+    )
+    # the faults made redeliveries, and they said so
+    assert max(report.attempts) > 1, summary
     assert all(code == 0 for code in run.graceful_exits), run.graceful_exits
     # within two lease periods (and a poll of the lease table); the database restart
     # counts no takeover: the kill does not overlap it

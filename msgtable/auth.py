@@ -38,7 +38,8 @@ from typing import Any
 
 from msgtable.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
-ACTIONS = frozenset({"subscribe", "ack", "list"})
+# ack covers release, reject and renew; list covers ListDeadLetters; redrive is its own.
+ACTIONS = frozenset({"subscribe", "ack", "list", "redrive"})
 ANONYMOUS = ""
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from msgtable import mysql
+from msgtable.deadletters import DeadLetter
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.status import TableStatus
 from msgtable.tables import Column
@@ -313,8 +314,20 @@ _SETTINGS = (
     "min_backoff_s",
     "max_backoff_s",
     "postpone_after_s",
+    "max_attempts",
+    "dead_letter",
 )
-_COUNTERS = ("cached", "in_flight", "subscribers", "sent", "acked")
+_COUNTERS = (
+    "cached",
+    "in_flight",
+    "subscribers",
+    "sent",
+    "acked",
+    "released",
+    "rejected",
+    "renewed",
+    "dead_lettered",
+)
 
 
 def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
@@ -322,6 +335,7 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
         name=status.name,
         keyspace=status.keyspace,
         load_error=status.load_error or "",
+        dead=-1 if status.dead is None else status.dead,
         **{name: getattr(status, name) for name in _COUNTERS},
     )
     config = status.config
@@ -334,6 +348,24 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
             )
         )
     return message
+
+
+def dead_letter_to_proto(dead: DeadLetter) -> pb.DeadLetter:
+    return pb.DeadLetter(
+        id=encode_value(dead.id),
+        time_dead_ns=dead.time_dead_ns or 0,
+        attempts=dead.attempts,
+        last_error=dead.last_error or "",
+    )
+
+
+def dead_letter_from_proto(message: pb.DeadLetter) -> DeadLetter:
+    return DeadLetter(
+        id=decode_value(message.id),
+        time_dead_ns=message.time_dead_ns or None,
+        attempts=message.attempts,
+        last_error=message.last_error or None,
+    )
 
 
 @dataclass(frozen=True)
@@ -360,6 +392,8 @@ class TableSettings:
     layout: str  # "current" or "2018"
     message_columns: tuple[Field, ...]
     postpone_after_s: float  # vt_postpone_after (0: postponed before the send)
+    max_attempts: int = 0  # vt_max_attempts (0: no limit)
+    dead_letter: str = ""  # vt_dead_letter ("": dead messages stay in place)
 
 
 @dataclass(frozen=True)
@@ -375,6 +409,11 @@ class TableInfo:
     subscribers: int
     sent: int
     acked: int
+    released: int = 0
+    rejected: int = 0
+    renewed: int = 0
+    dead_lettered: int = 0  # died since the table was opened: rejected or out of attempts
+    dead: int | None = None  # dead messages now (None: not counted, or an older server)
 
     @property
     def loaded(self) -> bool:
@@ -408,5 +447,6 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         keyspace=message.keyspace,
         config=config,
         load_error=message.load_error,
+        dead=message.dead if message.dead >= 0 else None,
         **{name: getattr(message, name) for name in _COUNTERS},
     )

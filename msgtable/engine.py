@@ -11,6 +11,7 @@ requests get Unavailable until it answers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import random
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 
 from msgtable.binlog import BinlogFollower
 from msgtable.clock import Clock, SystemClock
+from msgtable.deadletters import DeadLetter, RedriveBatch, check_dead_letter, redrive_problem
 from msgtable.errors import (
     DatabaseUnavailable,
     InvalidArgument,
@@ -29,7 +31,9 @@ from msgtable.errors import (
     TableNotFound,
     Unavailable,
 )
+from msgtable.ids import coerce_ids
 from msgtable.lease import Lease, Takeover, connector
+from msgtable.limits import MAX_DEAD_LETTERS_LISTED, MAX_REDRIVE_BATCH
 from msgtable.manager import MessageManager
 from msgtable.mysql import pymysql_args
 from msgtable.retry import Backoff, Retry
@@ -239,7 +243,14 @@ class MessageEngine:
             self._on_fatal,
             may_send=self._may_send,
             outage=self.store.outage,
+            dead_letter=self._dead_letter_config,
+            buried=self.binlog_insert,
         )
+
+    def _dead_letter_config(self, cfg: TableConfig) -> TableConfig | None:
+        """The loaded config of ``cfg``'s vt_dead_letter table (None: not loaded)."""
+        m = self._managers.get(cfg.dead_letter)
+        return m.config if m is not None else None
 
     # -- msgtable.binlog.BinlogSink -------------------------------------------------------
     def binlog_tables(self) -> dict[str, Sequence[str]]:
@@ -282,6 +293,7 @@ class MessageEngine:
                 configs[d.name] = load_table(d.name, d.comment, d.columns, d.unique_indexes)
             except TableLoadError as exc:
                 errors[d.name] = str(exc)
+        _check_dead_letters(configs, errors)
         to_close: list[tuple[MessageManager, MsgtableError]] = []
         to_open: list[MessageManager] = []
         with self._lock:
@@ -413,6 +425,106 @@ class MessageEngine:
             raise Unavailable("server shutting down")
         return self._manager(name, keyspace).ack(ids)
 
+    # -- settlement and dead letters (msgtable.settlement, msgtable.deadletters) ----------------
+    def release(
+        self, name: str, keyspace: str, ids: Sequence[object], delay_s: float, reason: str | None
+    ) -> int:
+        return self._settling(name, keyspace).release(ids, delay_s, reason)
+
+    def reject(self, name: str, keyspace: str, ids: Sequence[object], reason: str | None) -> int:
+        return self._settling(name, keyspace).reject(ids, reason)
+
+    def renew(
+        self, name: str, keyspace: str, ids: Sequence[object], extend_s: float, reason: str | None
+    ) -> int:
+        return self._settling(name, keyspace).renew(ids, extend_s, reason)
+
+    def _settling(self, name: str, keyspace: str) -> MessageManager:
+        if self._stop.is_set():
+            raise Unavailable("server shutting down")
+        return self._manager(name, keyspace)
+
+    def dead_letters(
+        self, name: str, keyspace: str, after: object | None, limit: int
+    ) -> tuple[list[DeadLetter], int]:
+        """Up to ``limit`` dead messages of table ``name`` (a table, or a dead-letter table)
+        by id after ``after``, and how many there are (at most deadstore.COUNT_DEAD_CAP)."""
+        if not 0 < limit <= MAX_DEAD_LETTERS_LISTED:
+            raise InvalidArgument(f"limit must be 1 to {MAX_DEAD_LETTERS_LISTED:,}, not {limit}")
+        cfg, dead = self._dead_of(self._settling(name, keyspace).config)
+        if after is not None:
+            (after,) = coerce_ids(name, cfg.id_column, [after], "list after")
+        rows = self.store.dead_letters(cfg, dead, after, limit)
+        return rows, self.store.count_dead([(cfg, dead)])[cfg.name]
+
+    def _dead_of(self, cfg: TableConfig) -> tuple[TableConfig, TableConfig | None]:
+        """Where the dead messages of ``cfg`` are: (the table, its dead-letter table or None
+        for in place). A table that is some table's dead-letter table holds dead letters
+        itself: (that table, it)."""
+        if cfg.dead_letter:
+            dead = self._dead_letter_config(cfg)
+            if dead is None:
+                raise TableLoadError(
+                    f"table {cfg.name}: vt_dead_letter={cfg.dead_letter}: that table is not loaded"
+                )
+            return cfg, dead
+        sources = self._sources_of(cfg.name)
+        if sources:
+            return sources[0], cfg
+        return cfg, None
+
+    def _sources_of(self, dead_name: str) -> list[TableConfig]:
+        with self._lock:
+            configs = [m.config for m in self._managers.values()]
+        return sorted((c for c in configs if c.dead_letter == dead_name), key=lambda c: c.name)
+
+    def redrive(
+        self,
+        name: str,
+        keyspace: str,
+        to: str,
+        ids: Sequence[object] | None,
+        after: object | None,
+        limit: int,
+    ) -> RedriveBatch:
+        """One batch (one transaction) of moving dead messages back as fresh ones.
+
+        ``name`` is a dead-letter table (its dead letters go to ``to``, or to the one table
+        whose vt_dead_letter it is), or a table with vt_dead_letter (its dead letters come
+        back to it), or a table with messages dead in place (they live again)."""
+        if not 0 < limit <= MAX_REDRIVE_BATCH:
+            raise InvalidArgument(f"limit must be 1 to {MAX_REDRIVE_BATCH:,}, not {limit}")
+        m = self._settling(name, keyspace)
+        cfg = m.config
+        if cfg.dead_letter and not to:
+            source, dead = self._dead_of(cfg)
+            assert dead is not None
+        else:
+            dead, source = cfg, cfg
+            if to and to != name:
+                source = self._settling(to, keyspace).config
+            elif not to:
+                sources = self._sources_of(name)
+                if len(sources) > 1:
+                    names = ", ".join(s.name for s in sources)
+                    raise InvalidArgument(
+                        f"the dead letters of {name} come from {names}: say which with --to"
+                    )
+                if sources:
+                    source = sources[0]
+        problem = redrive_problem(dead, source)
+        if problem:
+            raise InvalidArgument(f"cannot redrive {dead.name} to {source.name}: {problem}")
+        clean = coerce_ids(dead.name, dead.id_column, ids, "redrive") if ids else None
+        if after is not None:
+            (after,) = coerce_ids(dead.name, dead.id_column, [after], "redrive after")
+        batch = self.store.redrive(dead, source, clean, after, limit, self.clock.now_ns())
+        if batch.moved:
+            target = self._managers.get(source.name)
+            if target is not None:
+                target.resync()
+        return batch
+
     def _unreached(self) -> DatabaseUnavailable:
         reason = self.store.outage.reason or "not reached yet"
         return DatabaseUnavailable(f"database unavailable: {reason}")
@@ -434,8 +546,31 @@ class MessageEngine:
             managers = list(self._managers.values())
             errors = dict(self._load_errors)
         out = [m.status(self.keyspace) for m in managers]
+        try:
+            dead = self.store.count_dead([self._dead_of(m.config) for m in managers])
+        except MsgtableError:  # counts are extras: the list answers without them
+            dead = {}
+        out = [dataclasses.replace(s, dead=dead.get(s.name)) for s in out]
         out += [
             TableStatus(name=n, keyspace=self.keyspace, config=None, load_error=e)
             for n, e in errors.items()
         ]
         return sorted(out, key=lambda s: s.name)
+
+
+def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str]) -> None:
+    """Move tables whose vt_dead_letter table cannot take their dead messages from
+    ``configs`` to ``errors`` (until none is left: a dead-letter table may fail for its own
+    dead-letter table in turn)."""
+    changed = True
+    while changed:
+        changed = False
+        for name, cfg in list(configs.items()):
+            if not cfg.dead_letter:
+                continue
+            dead = configs.get(cfg.dead_letter)
+            problem = check_dead_letter(cfg, dead, errors.get(cfg.dead_letter))
+            if problem:
+                errors[name] = f"table {name}: {problem}"
+                del configs[name]
+                changed = True

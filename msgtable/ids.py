@@ -19,12 +19,15 @@ from msgtable.tables import Column
 _DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
-def coerce_ids(table: str, column: Column, ids: Sequence[object]) -> list[Hashable]:
-    """Validate ack ids against the id column's type; deduplicate, keep order."""
+def coerce_ids(
+    table: str, column: Column, ids: Sequence[object], verb: str = "ack"
+) -> list[Hashable]:
+    """Validate the ids of an ack (or another ``verb``: release, reject, renew, redrive)
+    against the id column's type; deduplicate, keep order."""
     if not ids:
-        raise InvalidArgument(f"table {table}: no ids to ack")
+        raise InvalidArgument(f"table {table}: no ids to {verb}")
     if len(ids) > MAX_ACK_IDS:
-        raise InvalidArgument(f"table {table}: {len(ids)} ids in one ack; at most {MAX_ACK_IDS}")
+        raise InvalidArgument(f"table {table}: {len(ids)} ids in one {verb}; at most {MAX_ACK_IDS}")
     if column.is_integer and all(type(i) is int for i in ids):  # the usual case, fast
         return list(dict.fromkeys(ids))
     out: dict[Hashable, None] = {}

@@ -74,6 +74,15 @@ class InFlight:
         for rid in ids:
             self.land(rid)
 
+    def extend(self, ids: Iterable[Hashable], until_ns: int) -> None:
+        """Renewed: those of ``ids`` in flight stay so (their window's credit kept) until
+        ``until_ns`` at least. They move to the end (the set stays roughly by deadline)."""
+        flight = self._flight
+        for rid in ids:
+            entry = flight.pop(rid, None)
+            if entry is not None:
+                flight[rid] = (max(entry[0], until_ns), entry[1])
+
     def ids_of(self, window: Window) -> list[Hashable]:
         """The ids in flight to ``window``'s subscriber."""
         return [rid for rid, (_, w) in self._flight.items() if w is window]

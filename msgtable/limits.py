@@ -28,3 +28,18 @@ DEFAULT_MAX_STREAMS_PER_CLIENT = 64
 # Rows a statement of the purger deletes, and sent rows whose postpone one pass writes.
 PURGE_BATCH_ROWS = 500
 MAX_POSTPONE_IDS = 10_000
+
+# Settlement (msgtable.settlement): a reason's length, a release's delay and a renew's
+# extension (at most 12 hours, as SQS's visibility timeout).
+MAX_REASON_CHARS = 1_000
+MAX_SETTLE_DELAY_S = 12 * 3600.0
+
+# Dead letters one Redrive call moves (one transaction), and msgtable redrive's batch.
+MAX_REDRIVE_BATCH = 10_000
+DEFAULT_REDRIVE_BATCH = 500
+# Dead letters one ListDeadLetters call returns (and without a limit).
+MAX_DEAD_LETTERS_LISTED = 10_000
+DEFAULT_DEAD_LISTED = 100
+# ListTables and ListDeadLetters count at most this many dead messages of a table (then
+# "at least"): the count reads an index range of the unacked rows.
+COUNT_DEAD_CAP = 100_000

@@ -29,17 +29,17 @@ import threading
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING
 
-from msgtable import postpone
+from msgtable import postpone, settlement
 from msgtable.acks import AckCombiner
 from msgtable.backoff import draw_jitter
 from msgtable.cache import MessageCache, Sending
 from msgtable.clock import Clock
-from msgtable.errors import MsgtableError, NotLeader, TableNotFound, Unavailable
+from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.ids import coerce_ids
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 from msgtable.purger import Purger
 from msgtable.retry import Backoff, Outage, Retry
-from msgtable.rows import Batch, CachedRow, PollKey, RowChange, poll_key
+from msgtable.rows import Batch, CachedRow, PollKey, RowChange, group_by_epoch, poll_key
 from msgtable.status import TableStatus
 from msgtable.subscriber import Subscriber, select_subscribers
 from msgtable.tables import TableConfig
@@ -68,8 +68,14 @@ class MessageManager:
         on_fatal: Callable[[str], None] | None = None,
         may_send: Callable[[], bool] | None = None,
         outage: Outage | None = None,
+        dead_letter: Callable[[TableConfig], TableConfig | None] | None = None,
+        buried: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
+        # The config of a table's vt_dead_letter table (None: not loaded), and what to tell
+        # when messages were moved there (its manager polls).
+        self._dead_letter = dead_letter or (lambda cfg: None)
+        self._buried = buried or (lambda table: None)
         self._outage = outage  # the database's: it tells of an outage, not each loop
         # Whether this server may hand messages over now (msgtable.lease: it holds the
         # lease); checked after each claim, before the hand-over.
@@ -101,6 +107,10 @@ class MessageManager:
         self._opened = False
         self.sent = 0
         self.acked = 0
+        self.released = 0
+        self.rejected = 0
+        self.renewed = 0
+        self.dead_lettered = 0  # rejected, or out of attempts (vt_max_attempts)
 
     # -- lifecycle -----------------------------------------------------------------------
     def open(self) -> None:
@@ -233,6 +243,86 @@ class MessageManager:
         with self.cache.holding_acks(ids) as hold:
             return self.store.ack(self.config, ids, now_ns, hold.rows)
 
+    # -- settlement (msgtable.settlement) ------------------------------------------------------
+    def release(self, ids: Sequence[object], delay_s: float, reason: str | None) -> int:
+        """Due again ``delay_s`` from now (a poll picks it up then, or now if sooner than
+        the next); returns how many were released."""
+        cfg = self.config
+        delay_s = settlement.check_delay(cfg.name, "a release's delay", delay_s)
+        reason = settlement.check_reason(cfg.name, reason)
+        clean = coerce_ids(cfg.name, cfg.id_column, ids, "release")
+        next_ns = self.clock.now_ns() + round(delay_s * 1e9)
+        with self.cache.holding_acks(clean) as hold:
+            n = self.store.release(cfg, clean, next_ns, reason, hold.rows)
+        with self._lock:
+            self.cache.forget(clean)
+            self.released += n
+            self._restart = True
+        if n:
+            self._poll_wake.set()
+        return n
+
+    def renew(self, ids: Sequence[object], extend_s: float, reason: str | None) -> int:
+        """Not due again before ``extend_s`` from now (0: vt_ack_wait); returns how many
+        were renewed."""
+        cfg = self.config
+        extend_s = settlement.check_delay(cfg.name, "a renew's extension", extend_s)
+        reason = settlement.check_reason(cfg.name, reason)
+        clean = coerce_ids(cfg.name, cfg.id_column, ids, "renew")
+        now = self.clock.now_ns()
+        until = now + round((extend_s or cfg.ack_wait_s) * 1e9)
+        with self.cache.holding_acks(clean) as hold:
+            n = self.store.renew(cfg, clean, now, until, reason, hold.rows)
+        with self._lock:
+            self.cache.inflight.extend(clean, until)
+            self.renewed += n
+        return n
+
+    def reject(self, ids: Sequence[object], reason: str | None) -> int:
+        """Dead now (msgtable.deadletters); returns how many were rejected."""
+        cfg = self.config
+        reason = settlement.check_reason(cfg.name, reason)
+        clean = coerce_ids(cfg.name, cfg.id_column, ids, "reject")
+        dead = self._dead_table(cfg)
+        with self.cache.holding_acks(clean) as hold:
+            buried = self.store.bury(cfg, dead, clean, self.clock.now_ns(), reason, hold.rows)
+        with self._lock:
+            self.cache.forget(clean)
+            self.rejected += len(buried)
+            self.dead_lettered += len(buried)
+        if buried and dead is not None:
+            self._buried(dead.name)
+        return len(buried)
+
+    def _dead_table(self, cfg: TableConfig) -> TableConfig | None:
+        """The config of the table's dead-letter table; None: dead in place."""
+        if not cfg.dead_letter:
+            return None
+        dead = self._dead_letter(cfg)
+        if dead is None:
+            raise TableLoadError(
+                f"table {cfg.name}: vt_dead_letter={cfg.dead_letter}: that table is not loaded"
+            )
+        return dead
+
+    def _expire(self, cfg: TableConfig, rows: Sequence[CachedRow], now_ns: int) -> int:
+        """Bury rows that fell due after their last attempt (vt_max_attempts), if they are
+        still at the epoch read and due; returns how many died."""
+        dead = self._dead_table(cfg)
+        died: list[Hashable] = []
+        try:
+            for epoch, group in group_by_epoch(rows).items():
+                ids = [r.id for r in group]
+                died += self.store.bury(cfg, dead, ids, now_ns, None, (), (epoch,))
+        finally:
+            with self._lock:
+                self.cache.forget(died)
+                self.dead_lettered += len(died)
+                self.cache.due.pending = True  # those not buried may be due still
+        if died and dead is not None:
+            self._buried(dead.name)
+        return len(died)
+
     # -- hints from the binlog (msgtable.binlog) -------------------------------------------
     def binlog_insert(self) -> None:
         """Another client inserted rows: a new pass now if the sender is about to run dry
@@ -285,6 +375,10 @@ class MessageManager:
                 subscribers=len(self._subscribers),
                 sent=self.sent,
                 acked=self.acked,
+                released=self.released,
+                rejected=self.rejected,
+                renewed=self.renewed,
+                dead_lettered=self.dead_lettered,
             )
 
     # -- one step of each loop (unit tests call these directly) --------------------------
@@ -347,16 +441,25 @@ class MessageManager:
                 self.cache.inflight.count(now)  # ack waits over: their windows' credit back
                 chosen = select_subscribers(self._subscribers, self._next)
                 plan: list[tuple[Subscriber, list[CachedRow]]] = []
+                expired: list[CachedRow] = []
                 for i in chosen:
                     batch = sending.pop(min(cfg.batch_size, self._subscribers[i].window.room))
                     if not batch:
                         break
+                    if cfg.max_attempts:  # sent that often: dead, not sent again
+                        expired += [r for r in batch if (r.epoch or 0) >= cfg.max_attempts]
+                        if expired:
+                            batch = [r for r in batch if (r.epoch or 0) < cfg.max_attempts]
+                            if not batch:
+                                continue
                     plan.append((self._subscribers[i], batch))
                     self._next = i + 1
-            if not plan:
+            if not plan and not expired:
                 return 0
             rows = sending.rows
-            postponed = self._send(cfg, plan, sending)
+            postponed = self._send(cfg, plan, sending) if plan else []
+            if expired:
+                self._expire(cfg, expired, now)
         with self._lock:
             refill = self.cache.due.wants_refill()
         if refill:
@@ -370,7 +473,7 @@ class MessageManager:
         """The check and the hand-over of a send's batches; returns the rows it postponed
         that may fall due before the next poll."""
         now = sending.now_ns
-        rows = sending.rows
+        rows = [r for _, batch in plan for r in batch]
         next_ns = postpone.next_delivery(cfg, now, draw_jitter(self.rng))
         deferred = cfg.postpone_after_ns > 0
         ack_wait_ns = round(cfg.ack_wait_s * 1e9)

@@ -29,9 +29,15 @@ Postponed = tuple[CachedRow, int, int]
 
 
 def next_delivery(cfg: TableConfig, sent_ns: int, jitter: float) -> Callable[[int], int]:
-    """time_next by the epoch a row was sent at, for rows sent at ``sent_ns``."""
+    """time_next by the epoch a row was sent at, for rows sent at ``sent_ns``. The last
+    attempt of a table with vt_max_attempts has no backoff: it is due (and dies, unacked) when
+    its ack wait ends (msgtable.deadletters)."""
+    last = cfg.max_attempts - 1 if cfg.max_attempts else -1
+    ack_wait_ns = round(cfg.ack_wait_s * 1e9)
 
     def next_ns(epoch: int) -> int:
+        if epoch >= last >= 0:
+            return sent_ns + ack_wait_ns
         return next_delivery_ns(
             sent_ns, epoch, cfg.ack_wait_s, cfg.min_backoff_s, cfg.max_backoff_s, jitter
         )

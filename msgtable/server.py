@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection
 
 from msgtable import codec
 from msgtable.auth import ANONYMOUS, Authorizer
+from msgtable.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import (
     LEADER_METADATA_KEY,
     InvalidArgument,
@@ -41,8 +42,10 @@ from msgtable.errors import (
 )
 from msgtable.limits import (
     DEFAULT_ADDRESS,
+    DEFAULT_DEAD_LISTED,
     DEFAULT_MAX_STREAMS_PER_CLIENT,
     DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+    DEFAULT_REDRIVE_BATCH,
     MAX_REQUEST_BYTES,
 )
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -90,6 +93,39 @@ class Engine(Protocol):
     def ack(self, name: str, keyspace: str, ids: Sequence[object], /) -> int: ...
 
     def list_tables(self) -> list[TableStatus]: ...
+
+    def release(
+        self, name: str, keyspace: str, ids: Sequence[object], delay_s: float, reason: str | None, /
+    ) -> int: ...
+
+    def reject(
+        self, name: str, keyspace: str, ids: Sequence[object], reason: str | None, /
+    ) -> int: ...
+
+    def renew(
+        self,
+        name: str,
+        keyspace: str,
+        ids: Sequence[object],
+        extend_s: float,
+        reason: str | None,
+        /,
+    ) -> int: ...
+
+    def dead_letters(
+        self, name: str, keyspace: str, after: object | None, limit: int, /
+    ) -> tuple[list[DeadLetter], int]: ...
+
+    def redrive(
+        self,
+        name: str,
+        keyspace: str,
+        to: str,
+        ids: Sequence[object] | None,
+        after: object | None,
+        limit: int,
+        /,
+    ) -> RedriveBatch: ...
 
     def database_error(self) -> str: ...
 
@@ -289,6 +325,92 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             return pb.MessageAckResponse(count=count)
         except Exception as exc:
             _fail(context, "MessageAck", exc)
+
+    def _ids(self, values: Any) -> list[object]:
+        try:
+            return codec.decode_ids(values)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+
+    def MessageRelease(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> pb.MessageSettleResponse:
+        try:
+            self._allowed(context, "ack", request.name)
+            count = self._engine.release(
+                request.name,
+                request.keyspace,
+                self._ids(request.ids),
+                request.delay_s,
+                request.reason or None,
+            )
+            return pb.MessageSettleResponse(count=count)
+        except Exception as exc:
+            _fail(context, "MessageRelease", exc)
+
+    def MessageReject(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> pb.MessageSettleResponse:
+        try:
+            self._allowed(context, "ack", request.name)
+            count = self._engine.reject(
+                request.name, request.keyspace, self._ids(request.ids), request.reason or None
+            )
+            return pb.MessageSettleResponse(count=count)
+        except Exception as exc:
+            _fail(context, "MessageReject", exc)
+
+    def MessageRenew(self, request: Any, context: grpc.ServicerContext) -> pb.MessageSettleResponse:
+        try:
+            self._allowed(context, "ack", request.name)
+            count = self._engine.renew(
+                request.name,
+                request.keyspace,
+                self._ids(request.ids),
+                request.extend_s,
+                request.reason or None,
+            )
+            return pb.MessageSettleResponse(count=count)
+        except Exception as exc:
+            _fail(context, "MessageRenew", exc)
+
+    def ListDeadLetters(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> pb.ListDeadLettersResponse:
+        try:
+            self._allowed(context, "list", request.name)
+            after = self._ids([request.after])[0] if request.HasField("after") else None
+            rows, total = self._engine.dead_letters(
+                request.name, request.keyspace, after, request.limit or DEFAULT_DEAD_LISTED
+            )
+            return pb.ListDeadLettersResponse(
+                dead=[codec.dead_letter_to_proto(d) for d in rows], total=total
+            )
+        except Exception as exc:
+            _fail(context, "ListDeadLetters", exc)
+
+    def Redrive(self, request: Any, context: grpc.ServicerContext) -> pb.RedriveResponse:
+        try:
+            self._allowed(context, "redrive", request.name)
+            if request.to:
+                self._allowed(context, "redrive", request.to)
+            after = self._ids([request.after])[0] if request.HasField("after") else None
+            batch = self._engine.redrive(
+                request.name,
+                request.keyspace,
+                request.to,
+                self._ids(request.ids) if request.ids else None,
+                after,
+                request.limit or DEFAULT_REDRIVE_BATCH,
+            )
+            response = pb.RedriveResponse(
+                moved=batch.moved, skipped=[codec.encode_value(i) for i in batch.skipped]
+            )
+            if batch.last is not None:
+                response.last.CopyFrom(codec.encode_value(batch.last))
+            return response
+        except Exception as exc:
+            _fail(context, "Redrive", exc)
 
     def ListTables(self, request: Any, context: grpc.ServicerContext) -> pb.ListTablesResponse:
         try:

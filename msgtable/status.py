@@ -20,3 +20,8 @@ class TableStatus:
     subscribers: int = 0
     sent: int = 0  # messages sent since the table was opened
     acked: int = 0  # acked since the table was opened: MessageAck, and DML the binlog showed
+    released: int = 0  # since the table was opened (msgtable.settlement)
+    rejected: int = 0
+    renewed: int = 0
+    dead_lettered: int = 0  # died since the table was opened: rejected or out of attempts
+    dead: int | None = None  # dead messages now, in place or in vt_dead_letter (None: unknown)

@@ -29,6 +29,8 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from msgtable.dbpool import ConnectionPool
+from msgtable.deadletters import DeadLetter, RedriveBatch
+from msgtable.deadstore import DeadStatements, RedriveStatements, first_expr
 from msgtable.errors import DatabaseUnavailable, InvalidArgument, MsgtableError
 from msgtable.mysql import (
     CONNECT_TIMEOUT_S,
@@ -43,7 +45,15 @@ from msgtable.mysql import (
 from msgtable.retry import Outage
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch, poll_key
 from msgtable.sql import MARK, in_list, placeholders, quote
-from msgtable.tables import Column, Layout, TableConfig, is_message_comment
+from msgtable.tables import (
+    DEAD_TIME_NEXT,
+    LAST_ERROR_COLUMN,
+    Column,
+    Layout,
+    TableConfig,
+    is_message_comment,
+    text_limit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +138,54 @@ class Store(Protocol):
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int: ...
 
+    def release(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        next_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+    ) -> int: ...
+
+    def renew(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        until_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+    ) -> int: ...
+
+    def bury(
+        self,
+        cfg: TableConfig,
+        dead: TableConfig | None,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+        due_at_epoch: tuple[int | None] | None = None,
+    ) -> list[Hashable]: ...
+
+    def dead_letters(
+        self, cfg: TableConfig, dead: TableConfig | None, after: Hashable | None, limit: int
+    ) -> list[DeadLetter]: ...
+
+    def count_dead(
+        self, tables: Sequence[tuple[TableConfig, TableConfig | None]]
+    ) -> dict[str, int]: ...
+
+    def redrive(
+        self,
+        dead: TableConfig,
+        target: TableConfig,
+        ids: Sequence[Hashable] | None,
+        after: Hashable | None,
+        limit: int,
+        now_ns: int,
+    ) -> RedriveBatch: ...
+
     def close(self) -> None: ...
 
 
@@ -207,6 +265,36 @@ class TableStatements:
         self.unacked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
         self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
 
+        # Settlement (msgtable.settlement). ``{first}`` stands for an expression true for the
+        # rows sent and not postponed yet, whose send the statement counts (epoch + 1).
+        raw_next = quote("time_next")
+        self.alive = f"{acked} IS NULL AND NOT ({raw_next} <=> {DEAD_TIME_NEXT})"
+        count_first = f"{epoch} = COALESCE({epoch}, 0) + ({{first}})"
+        error = self.set_error(cfg)
+        # release: sent at least once (or now), not acked, not dead: due at the given time
+        self.release = (
+            f"{MARK}UPDATE {tf} SET {count_first}, {raw_next} = %s{error} "
+            f"WHERE {rid} IN ({{ids}}) AND {self.alive} "
+            f"AND (COALESCE({epoch}, 0) > 0 OR {{first}})"
+        )
+        # renew: sent and not due again yet (so not sent since): due no sooner than ``until``
+        self.renew = (
+            f"{MARK}UPDATE {tf} SET {count_first}, "
+            f"{raw_next} = IF({{first}}, %s, GREATEST(COALESCE({raw_next}, 0), %s)){error} "
+            f"WHERE {rid} IN ({{ids}}) AND {self.alive} "
+            f"AND ({{first}} OR (COALESCE({epoch}, 0) > 0 AND {raw_next} > %s))"
+        )
+
+    @staticmethod
+    def set_error(cfg: TableConfig) -> str:
+        """``, last_error = ...`` keeping the old one when the reason (a parameter) is NULL;
+        "" for a table without the column."""
+        if not cfg.keeps_errors:
+            return ""
+        le = quote(LAST_ERROR_COLUMN)
+        limit = text_limit(next(c for c in cfg.columns if c.name == LAST_ERROR_COLUMN))
+        return f", {le} = COALESCE(LEFT(%s, {limit}), {le})"
+
     def poll_query(self, now_ns: int, limit: int, after: PollKey | None) -> tuple[str, list[Any]]:
         if after is None:
             return self.poll, [now_ns, limit]
@@ -246,6 +334,9 @@ class MySQLStore:
         # By identity: hashing a TableConfig (all its columns) on every statement costs more
         # than the statement's own round trip.
         self._statements: dict[int, tuple[TableConfig, TableStatements]] = {}
+        self._dead_statements: dict[
+            tuple[int, int], tuple[TableConfig, TableConfig | None, DeadStatements]
+        ] = {}
 
     @classmethod
     def from_dsn(cls, dsn: str) -> MySQLStore:
@@ -446,6 +537,114 @@ class MySQLStore:
         sql = self.statements(cfg).purge
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, [cutoff_ns, limit]))
+
+    # -- settlement (msgtable.settlement) and dead letters (msgtable.deadletters) -----------
+    def release(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        next_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+    ) -> int:
+        """Make sent, unacked, live rows due at ``next_ns`` (``first``: their send is
+        counted here); returns how many."""
+        s = self.statements(cfg)
+        in_ids, id_params = in_list(ids)
+        first_sql, first_params = first_expr(first)
+        params: list[Any] = [*first_params, next_ns]
+        if cfg.keeps_errors:
+            params.append(reason)
+        sql = s.release.format(ids=in_ids, first=first_sql)
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            return int(cur.execute(sql, [*params, *id_params, *first_params]))
+
+    def renew(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        until_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+    ) -> int:
+        """Keep sent, unacked rows that are not due again yet from falling due before
+        ``until_ns``; returns how many."""
+        s = self.statements(cfg)
+        in_ids, id_params = in_list(ids)
+        first_sql, first_params = first_expr(first)
+        params: list[Any] = [*first_params, *first_params, until_ns, until_ns]
+        if cfg.keeps_errors:
+            params.append(reason)
+        params += [*id_params, *first_params, now_ns]
+        sql = s.renew.format(ids=in_ids, first=first_sql)
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            return int(cur.execute(sql, params))
+
+    def _dead(self, cfg: TableConfig, dead: TableConfig | None) -> DeadStatements:
+        key = (id(cfg), id(dead))
+        entry = self._dead_statements.get(key)
+        if entry is None or entry[0] is not cfg or entry[1] is not dead:
+            entry = self._dead_statements[key] = (cfg, dead, DeadStatements(cfg, dead))
+        return entry[2]
+
+    def bury(
+        self,
+        cfg: TableConfig,
+        dead: TableConfig | None,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+        due_at_epoch: tuple[int | None] | None = None,
+    ) -> list[Hashable]:
+        """Bury those of ``ids`` alive (with ``due_at_epoch``: also at that epoch and due) in
+        one transaction: moved to ``dead``, or dead in place. Returns the ids buried."""
+        statements = self._dead(cfg, dead)
+        with self._errors(cfg.name), self._tx.connection() as conn:
+            with conn.cursor() as cur:
+                buried = statements.bury(cur, ids, now_ns, reason, first, due_at_epoch)
+            conn.commit()
+        return buried
+
+    def dead_letters(
+        self, cfg: TableConfig, dead: TableConfig | None, after: Hashable | None, limit: int
+    ) -> list[DeadLetter]:
+        """Up to ``limit`` dead messages of ``cfg`` by id, after ``after``."""
+        statements = self._dead(cfg, dead)
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            return statements.list(cur, after, limit)
+
+    def count_dead(
+        self, tables: Sequence[tuple[TableConfig, TableConfig | None]]
+    ) -> dict[str, int]:
+        """How many dead messages each table has (at most deadstore.COUNT_DEAD_CAP), in one
+        round trip."""
+        if not tables:
+            return {}
+        parts = [self._dead(cfg, dead).count for cfg, dead in tables]
+        sql = " UNION ALL ".join(f"({p})" for p in parts)
+        with self._errors(), self._auto.connection() as conn, conn.cursor() as cur:
+            cur.execute(sql)
+            counts = [int(r[0]) for r in cur.fetchall()]
+        return {cfg.name: n for (cfg, _), n in zip(tables, counts, strict=True)}
+
+    def redrive(
+        self,
+        dead: TableConfig,
+        target: TableConfig,
+        ids: Sequence[Hashable] | None,
+        after: Hashable | None,
+        limit: int,
+        now_ns: int,
+    ) -> RedriveBatch:
+        """One batch of a redrive, one transaction (msgtable.deadstore.RedriveStatements)."""
+        statements = RedriveStatements(dead, target)
+        with self._errors(dead.name), self._tx.connection() as conn:
+            with conn.cursor() as cur:
+                batch = statements.batch(cur, ids, after, limit, now_ns)
+            conn.commit()
+        return batch
 
 
 def _claim_rows(

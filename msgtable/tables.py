@@ -25,7 +25,14 @@ REQUIRED_KEYS = (
     "vt_cache_size",
     "vt_poller_interval",
 )
-OPTIONAL_KEYS = ("vt_min_backoff", "vt_max_backoff", "vt_message_cols", "vt_postpone_after")
+OPTIONAL_KEYS = (
+    "vt_min_backoff",
+    "vt_max_backoff",
+    "vt_message_cols",
+    "vt_postpone_after",
+    "vt_max_attempts",
+    "vt_dead_letter",
+)
 
 # A sent message is postponed in the database (time_next by backoff, epoch + 1) only once it
 # has gone this long without an ack; an ack that comes sooner writes the row once, for both.
@@ -39,6 +46,18 @@ DEFAULT_DISCOVERY_INTERVAL_S = 5.0
 # A backoff with no upper bound (vt_max_backoff=0) still stops here, so time_next stays a
 # valid BIGINT of nanoseconds for centuries.
 BACKOFF_CEILING_S = 365 * 86400.0
+
+
+# time_next of a message that is dead in place (vt_max_attempts or a reject on a table without
+# vt_dead_letter): the largest BIGINT, a time no poll ever reaches (msgtable.deadletters).
+DEAD_TIME_NEXT = 2**63 - 1
+# Optional columns of a message table that settlement writes when they exist: the reason of
+# the last release / reject / renew, and (dead in place) when the message died.
+LAST_ERROR_COLUMN = "last_error"
+TIME_DEAD_COLUMN = "time_dead"
+TEXT_TYPES = ("char", "varchar", "tinytext", "text", "mediumtext", "longtext")
+# vt_max_attempts at most this (a message sent more often is not a poison candidate but a bug)
+MAX_ATTEMPTS_LIMIT = 1_000_000
 
 
 class Layout(enum.Enum):
@@ -77,6 +96,15 @@ class Column:
         return self.data_type in BINARY_TYPES
 
 
+def text_limit(column: Column) -> int:
+    """How many characters a text column takes (what a reason is cut to before it is
+    written): char(N) / varchar(N) say so; the text types are long enough for any reason."""
+    head, _, rest = column.column_type.partition("(")
+    if head in ("char", "varchar") and rest[:-1].isdigit():
+        return int(rest[:-1])
+    return 255 if head == "tinytext" else 16_000
+
+
 @dataclass(frozen=True)
 class TableConfig:
     """Everything the engine needs to serve one message table. Times are seconds."""
@@ -93,6 +121,16 @@ class TableConfig:
     columns: tuple[Column, ...]
     message_columns: tuple[Column, ...]  # streamed to subscribers, id first
     postpone_after_s: float = DEFAULT_POSTPONE_AFTER_S  # see DEFAULT_POSTPONE_AFTER_S
+    max_attempts: int = 0  # vt_max_attempts: sent this often and unacked -> dead; 0: never
+    dead_letter: str = ""  # vt_dead_letter: where dead messages go; "": dead in place
+
+    def has_column(self, name: str) -> bool:
+        return any(c.name == name for c in self.columns)
+
+    @property
+    def keeps_errors(self) -> bool:
+        """Whether the table has a last_error column (settlement reasons are kept there)."""
+        return self.has_column(LAST_ERROR_COLUMN)
 
     @property
     def postpone_after_ns(self) -> int:
@@ -228,6 +266,16 @@ def load_table(
     postpone_after = _seconds(
         problems, fields, "vt_postpone_after", DEFAULT_POSTPONE_AFTER_S, allow_zero=True
     )
+    max_attempts = _count(problems, fields, "vt_max_attempts") if "vt_max_attempts" in fields else 0
+    if max_attempts > MAX_ATTEMPTS_LIMIT:
+        problems.add(f"vt_max_attempts={max_attempts} must be at most {MAX_ATTEMPTS_LIMIT:,}")
+        max_attempts = 0
+    dead_letter = fields.get("vt_dead_letter", "")
+    if "vt_dead_letter" in fields:
+        if not dead_letter:
+            problems.add("vt_dead_letter must name a table")
+        elif dead_letter == table:
+            problems.add(f"vt_dead_letter={dead_letter} is the table itself")
 
     layout = detect_layout(columns)
     by_name = {c.name: c for c in columns}
@@ -240,6 +288,16 @@ def load_table(
             problems.add(f"column {name} must be an integer (bigint), not {col.column_type}")
     if not any(list(idx) == ["id"] for idx in unique_indexes):
         problems.add("column id must be unique on its own (primary key or unique index on id)")
+    last_error = by_name.get(LAST_ERROR_COLUMN)
+    if last_error is not None and last_error.data_type not in TEXT_TYPES:
+        problems.add(
+            f"column {LAST_ERROR_COLUMN} must be text (varchar), not {last_error.column_type}"
+        )
+    time_dead = by_name.get(TIME_DEAD_COLUMN)
+    if time_dead is not None and not time_dead.is_integer:
+        problems.add(
+            f"column {TIME_DEAD_COLUMN} must be an integer (bigint), not {time_dead.column_type}"
+        )
     message_columns = _message_columns(fields, columns, layout, problems)
     problems.raise_any()
 
@@ -256,6 +314,8 @@ def load_table(
         columns=tuple(columns),
         message_columns=message_columns,
         postpone_after_s=postpone_after,
+        max_attempts=max_attempts,
+        dead_letter=dead_letter,
     )
 
 

@@ -1,9 +1,10 @@
-"""The ``msgtable`` command: serve, tables, tail, archive, report.
+"""The ``msgtable`` command: serve, tables, tail, dead, redrive, archive, report.
 
     msgtable serve [--dsn URL] [--listen HOST:PORT]   run the server (no DSN: a throwaway
                                                        local MariaDB/MySQL with a demo table)
     msgtable tables [--server HOST:PORT]               every message table, its config and state
     msgtable tail NAME [--ack] [--count N] [--json]    print messages as they arrive
+    msgtable dead NAME / redrive NAME [--to TABLE]     dead letters: list them, move them back
     msgtable archive NAME --to PATH / report NAME      the Spark pipeline's jobs
 
 Flags fall back to MSGTABLE_* environment variables (flags.py declares them). Errors are one
@@ -36,6 +37,8 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": serve.serve,
     "tables": commands.tables,
     "tail": commands.tail,
+    "dead": commands.dead,
+    "redrive": commands.redrive,
     "archive": commands.archive,
     "report": commands.report,
 }

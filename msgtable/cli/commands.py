@@ -1,15 +1,20 @@
-"""The client-side commands: ``msgtable tables`` and ``msgtable tail`` (over gRPC), and the
+"""The client-side commands: ``msgtable tables``, ``tail``, ``dead`` and ``redrive`` (over
+gRPC), and the
 Spark pipeline's ``msgtable archive`` and ``msgtable report`` (the spark extra)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TextIO
 
-from msgtable.cli.output import format_message, format_tables
+from tqdm import tqdm
+
+from msgtable.cli.output import format_dead, format_message, format_tables
 from msgtable.client import Client
-from msgtable.limits import MAX_IN_FLIGHT
+from msgtable.errors import InvalidArgument
+from msgtable.limits import MAX_IN_FLIGHT, MAX_REDRIVE_BATCH
 
 EXIT_OK = 0
 
@@ -51,6 +56,75 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
                     break
     except KeyboardInterrupt:
         pass  # Ctrl-C is how tail ends
+    return EXIT_OK
+
+
+def dead(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    with _client(args) as client:
+        rows, total = client.dead_letters(args.name, limit=args.limit, keyspace=args.keyspace)
+    print(format_dead(rows, total, args.name), file=out or sys.stdout)
+    return EXIT_OK
+
+
+def _ids(text: str | None) -> list[object] | None:
+    """--ids: integers where they are digits, else text (the server checks the type)."""
+    if not text:
+        return None
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    return [int(p) if p.lstrip("+-").isdigit() else p for p in parts]
+
+
+def redrive(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Redrive batch by batch (one Redrive call, one transaction each), at most --rate a
+    second; a bar on a terminal; the count at the end (also when interrupted)."""
+    out = out or sys.stdout
+    ids = _ids(args.ids)
+    if args.batch > MAX_REDRIVE_BATCH:
+        raise InvalidArgument(f"--batch must be at most {MAX_REDRIVE_BATCH:,}, not {args.batch}")
+    moved, skipped = 0, list[object]()
+    with _client(args) as client:
+        _, total = client.dead_letters(args.name, limit=1, keyspace=args.keyspace)
+        goal = min(x for x in (total, args.limit, len(ids) if ids else None) if x is not None)
+        started = time.monotonic()
+        bar = tqdm(
+            total=goal,
+            unit="msg",
+            desc=f"redrive {args.name}",
+            file=sys.stderr,
+            disable=not sys.stderr.isatty(),
+        )
+        after = None
+        try:
+            while args.limit is None or moved < args.limit:
+                n = args.batch if args.limit is None else min(args.batch, args.limit - moved)
+                if args.rate:
+                    n = max(1, min(n, int(args.rate)))
+                batch = client.redrive(
+                    args.name, args.to, ids, limit=n, after=after, keyspace=args.keyspace
+                )
+                if batch.last is None:
+                    break
+                moved += batch.moved
+                skipped += batch.skipped
+                after = batch.last
+                bar.update(batch.moved)
+                if args.rate:  # at most --rate a second, on average from the start
+                    ahead = moved / args.rate - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        except KeyboardInterrupt:
+            bar.close()
+            print(f"interrupted: moved {moved:,} so far; run it again to go on", file=out)
+            raise
+        bar.close()
+    target = args.to or "their table"
+    print(f"moved {moved:,} dead letters of {args.name} to {target}", file=out)
+    if skipped:
+        shown = ", ".join(map(str, skipped[:10])) + (" ..." if len(skipped) > 10 else "")
+        print(
+            f"skipped {len(skipped):,} whose id the table has again (left dead): {shown}",
+            file=out,
+        )
     return EXIT_OK
 
 

@@ -17,6 +17,8 @@ from msgtable.limits import (
     DEFAULT_ADDRESS,
     DEFAULT_MAX_STREAMS_PER_CLIENT,
     DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
+    DEFAULT_REDRIVE_BATCH,
+    MAX_REDRIVE_BATCH,
 )
 from msgtable.server import DEFAULT_GRACE_S
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
@@ -45,6 +47,12 @@ def non_negative_float(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be zero or more, not {text}")
     return value
+
+
+def rate(text: str) -> float:
+    """A rate per second: ``100`` or ``100/s``."""
+    raw = text.strip().removesuffix("/s")
+    return positive_float(raw)
 
 
 def duration(text: str) -> float:
@@ -322,7 +330,49 @@ REPORT = Command(
         SPARK_MASTER_FLAG,
     ),
 )
-COMMANDS = (SERVE, TABLES, TAIL, ARCHIVE, REPORT)
+DEAD = Command(
+    "dead",
+    "list dead letters and why they died",
+    "List the dead messages of message table NAME (in its vt_dead_letter table, or dead in "
+    "place), or the rows of dead-letter table NAME: id, when it died, how many times it was "
+    "sent, and its last error; and how many there are.",
+    (
+        Flag("name", "message table or dead-letter table"),
+        Flag("--keyspace", "keyspace (database); default the server's", default=""),
+        Flag(
+            "--limit", "show at most N (default 100)", default=100, type=positive_int, metavar="N"
+        ),
+        *CLIENT_FLAGS,
+    ),
+)
+REDRIVE = Command(
+    "redrive",
+    "move dead letters back as fresh messages",
+    "Move the dead messages of NAME back as fresh messages (attempts reset, due now), batch by "
+    "batch, each batch one transaction: an interrupted redrive can be run again and moves "
+    "nothing twice. NAME is a dead-letter table (its messages go back to the table whose "
+    "vt_dead_letter it is, or to --to), a table with vt_dead_letter (its dead letters come "
+    "back), or a table whose messages are dead in place. An id the target has again is "
+    "skipped and left dead. A progress bar on a terminal; the count at the end.",
+    (
+        Flag("name", "dead-letter table (or a table, see above)"),
+        Flag("--to", "the table they go to (default: see above)", default="", metavar="TABLE"),
+        Flag("--ids", "only these ids, comma separated", metavar="ID,ID,..."),
+        Flag("--limit", "move at most N", type=positive_int, metavar="N"),
+        Flag("--rate", "at most N a second: 100, 100/s", type=rate, metavar="N/s"),
+        Flag(
+            "--batch",
+            f"messages per transaction (default {DEFAULT_REDRIVE_BATCH}, at most "
+            f"{MAX_REDRIVE_BATCH:,})",
+            default=DEFAULT_REDRIVE_BATCH,
+            type=positive_int,
+            metavar="N",
+        ),
+        Flag("--keyspace", "keyspace (database); default the server's", default=""),
+        *CLIENT_FLAGS,
+    ),
+)
+COMMANDS = (SERVE, TABLES, TAIL, DEAD, REDRIVE, ARCHIVE, REPORT)
 # Every command's: all of the logs (libraries' too), and an error's details.
 VERBOSE = Flag("--verbose", "log everything, and show an error's details", store_true=True)
 

@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from msgtable.client import Field, Message, TableInfo
+from msgtable.codec import TableSettings
+from msgtable.deadletters import DeadLetter
+from msgtable.limits import COUNT_DEAD_CAP
 
 
 def _seconds(value: float) -> str:
@@ -32,6 +35,12 @@ def format_tables(tables: Sequence[TableInfo]) -> str:
         "SUBSCRIBERS",
         "SENT",
         "ACKED",
+        "RELEASED",
+        "REJECTED",
+        "RENEWED",
+        "DIED",
+        "DEAD",
+        "MAX ATTEMPTS",
     )
     rows = [header]
     for t in tables:
@@ -49,17 +58,68 @@ def format_tables(tables: Sequence[TableInfo]) -> str:
                 str(t.subscribers),
                 str(t.sent),
                 str(t.acked),
+                str(t.released),
+                str(t.rejected),
+                str(t.renewed),
+                str(t.dead_lettered),
+                _dead(t.dead),
+                _max_attempts(c),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
     ]
+    moved = [t for t in tables if t.config is not None and t.config.dead_letter]
+    if moved:
+        lines.append("")
+        lines.append("dead letters go to:")
+        lines.extend(f"  {t.name} -> {t.config.dead_letter}" for t in moved if t.config)
     failed = [t for t in tables if t.load_error]
     if failed:
         lines.append("")
         lines.append("load errors:")
         lines.extend(f"  {t.name}: {t.load_error}" for t in failed)
+    return "\n".join(lines)
+
+
+def _dead(count: int | None) -> str:
+    if count is None:
+        return "-"
+    return f"{count}+" if count >= COUNT_DEAD_CAP else str(count)
+
+
+def _max_attempts(config: TableSettings | None) -> str:
+    if config is None or not config.max_attempts:
+        return "-"
+    return str(config.max_attempts)
+
+
+def format_dead(dead: Sequence[DeadLetter], total: int, table: str) -> str:
+    """Dead letters as ``msgtable dead`` prints them: id, when, attempts, reason."""
+    if not dead:
+        return f"no dead letters in {table}"
+    rows = [("ID", "DIED", "ATTEMPTS", "LAST ERROR")]
+    for d in dead:
+        when = (
+            datetime.datetime.fromtimestamp(d.time_dead_ns / 1e9).isoformat(" ", "seconds")
+            if d.time_dead_ns
+            else "-"
+        )
+        rows.append(
+            (
+                _text(d.id) if not isinstance(d.id, int) else str(d.id),
+                when,
+                str(d.attempts),
+                d.last_error or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    lines = [
+        "  ".join([*(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)), r[3]]) for r in rows
+    ]
+    more = "+" if total >= COUNT_DEAD_CAP else ""
+    lines.append(f"{len(dead)} shown of {total:,}{more} dead letters in {table}")
     return "\n".join(lines)
 
 

@@ -8,10 +8,12 @@ from collections.abc import Sequence
 from msgtable import codec
 from msgtable.client.acks import DEFAULT_ACK_LINGER_S
 from msgtable.client.credentials import channel_credentials
+from msgtable.client.leaser import DEFAULT_MAX_LEASE_S
 from msgtable.client.router import Router
 from msgtable.client.subscriber import Subscriber
 from msgtable.codec import ServerStatus, TableInfo
-from msgtable.errors import InvalidArgument
+from msgtable.deadletters import DeadLetter, RedriveBatch
+from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
@@ -79,6 +81,8 @@ class Client:
         key_range: tuple[bytes, bytes] | None = None,
         max_in_flight: int = 0,
         retry: bool = True,
+        auto_renew: bool = False,
+        max_lease_s: float = DEFAULT_MAX_LEASE_S,
     ) -> Subscriber:
         """Subscribe to a message table; returns once a server accepted the subscriber.
 
@@ -86,9 +90,16 @@ class Client:
         messages it sent this subscriber are unacked (0: the server's default, 1,000).
         ``retry``: subscribe again by itself when the stream breaks for a passing reason,
         and retry the first subscribe too (see msgtable.client.stream); False raises
-        instead."""
+        instead. ``auto_renew``: renew every message received until it is acked, released
+        or rejected, every third of the table's ack wait, for at most ``max_lease_s`` after
+        it arrived (msgtable.client.leaser): a handler may take longer than the ack wait."""
         if not 0 <= max_in_flight <= 0xFFFFFFFF:
             raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
+        renew_every_s = None
+        if auto_renew:
+            if not max_lease_s > 0:
+                raise InvalidArgument(f"max_lease_s must be > 0, not {max_lease_s}")
+            renew_every_s = self._ack_wait_s(name, keyspace) / 3
         request = pb.MessageStreamRequest(
             name=name, keyspace=keyspace, shard=shard, max_in_flight=max_in_flight
         )
@@ -100,7 +111,18 @@ class Client:
             retry=retry,
             retry_for_s=self.retry_for_s,
             ack_linger_s=self.ack_linger_s,
+            renew_every_s=renew_every_s,
+            max_lease_s=max_lease_s,
         )
+
+    def _ack_wait_s(self, name: str, keyspace: str) -> float:
+        """The table's vt_ack_wait as the server reports it (auto-renew's rhythm)."""
+        for t in self.list_tables():
+            if t.name == name and (not keyspace or t.keyspace == keyspace):
+                if t.config is None:
+                    raise TableLoadError(t.load_error)
+                return t.config.ack_wait_s
+        raise TableNotFound(f"message table {name!r} not found")
 
     def ack(self, name: str, ids: Sequence[object], keyspace: str = "") -> int:
         """Acknowledge messages by id; returns how many this call acked.
@@ -108,13 +130,83 @@ class Client:
         A call that fails for a passing reason is tried again (to the leader, if a server
         named one) with backoff within the client's ``timeout_s``; acks are idempotent, so
         one that was written before its answer was lost counts 0 the second time."""
-        values = []
-        for i, raw in enumerate(ids):
-            try:
-                values.append(codec.encode_value(raw))
-            except (TypeError, ValueError) as exc:
-                raise InvalidArgument(f"ids[{i}]: {exc}") from None
-        return self._router.ack(name, keyspace, values)
+        return self._router.ack(name, keyspace, _values(ids))
+
+    # -- settlement (README: Settlement) -------------------------------------------------------
+    def release(
+        self,
+        name: str,
+        ids: Sequence[object],
+        delay_s: float = 0.0,
+        reason: str | None = None,
+        keyspace: str = "",
+    ) -> int:
+        """Not now: the messages are due again ``delay_s`` from now (0: at once), to any
+        subscriber; the send counts as an attempt. Returns how many were released (sent at
+        least once, not acked, not dead)."""
+        request = pb.MessageReleaseRequest(
+            name=name, keyspace=keyspace, ids=_values(ids), delay_s=delay_s, reason=reason or ""
+        )
+        return self._router.settle("MessageRelease", request)
+
+    def reject(
+        self, name: str, ids: Sequence[object], reason: str | None = None, keyspace: str = ""
+    ) -> int:
+        """Never: the messages are dead now (moved to the table's vt_dead_letter table, or
+        dead in place). Returns how many were rejected (not acked or dead before)."""
+        request = pb.MessageRejectRequest(
+            name=name, keyspace=keyspace, ids=_values(ids), reason=reason or ""
+        )
+        return self._router.settle("MessageReject", request)
+
+    def renew(
+        self,
+        name: str,
+        ids: Sequence[object],
+        extend_s: float = 0.0,
+        reason: str | None = None,
+        keyspace: str = "",
+    ) -> int:
+        """Still working: the messages (sent, not acked, not due again yet) are not due again
+        before ``extend_s`` from now (0: the table's vt_ack_wait). Returns how many."""
+        request = pb.MessageRenewRequest(
+            name=name, keyspace=keyspace, ids=_values(ids), extend_s=extend_s, reason=reason or ""
+        )
+        return self._router.settle("MessageRenew", request)
+
+    def dead_letters(
+        self, name: str, limit: int = 0, after: object | None = None, keyspace: str = ""
+    ) -> tuple[list[DeadLetter], int]:
+        """Dead messages of table ``name`` by id (after ``after``; ``limit`` 0: 100), with
+        their reasons, and how many there are (counted up to 100,000)."""
+        request = pb.ListDeadLettersRequest(name=name, keyspace=keyspace, limit=limit)
+        if after is not None:
+            request.after.CopyFrom(_values([after])[0])
+        response = self._router.unary("ListDeadLetters", request)
+        return [codec.dead_letter_from_proto(d) for d in response.dead], response.total
+
+    def redrive(
+        self,
+        name: str,
+        to: str = "",
+        ids: Sequence[object] | None = None,
+        limit: int = 0,
+        after: object | None = None,
+        keyspace: str = "",
+    ) -> RedriveBatch:
+        """One batch (one transaction) of moving dead messages back as fresh ones; call
+        again with ``after=batch.last`` until ``batch.last`` is None (msgtable redrive does)."""
+        request = pb.RedriveRequest(
+            name=name, keyspace=keyspace, to=to, ids=_values(ids or ()), limit=limit
+        )
+        if after is not None:
+            request.after.CopyFrom(_values([after])[0])
+        response = self._router.unary("Redrive", request)
+        return RedriveBatch(
+            moved=response.moved,
+            skipped=tuple(codec.decode_value(v) for v in response.skipped),
+            last=codec.decode_value(response.last) if response.HasField("last") else None,
+        )
 
     def list_tables(self) -> list[TableInfo]:
         """Every message table the server knows, with config or load error and counters."""
@@ -136,3 +228,13 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _values(ids: Sequence[object]) -> list[pb.Value]:
+    values = []
+    for i, raw in enumerate(ids):
+        try:
+            values.append(codec.encode_value(raw))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"ids[{i}]: {exc}") from None
+    return values

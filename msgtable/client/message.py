@@ -1,4 +1,5 @@
-"""One message a subscriber received: its values, and its ack."""
+"""One message a subscriber received: its values, and its settlement (ack, release, reject,
+renew)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,16 @@ class Receiver(Protocol):
     field_names: tuple[str, ...]
 
     def ack(self, messages: Iterable[Message]) -> int: ...
+
+    def release(
+        self, messages: Iterable[Message], delay_s: float = 0.0, reason: str | None = None
+    ) -> int: ...
+
+    def reject(self, messages: Iterable[Message], reason: str | None = None) -> int: ...
+
+    def renew(
+        self, messages: Iterable[Message], extend_s: float = 0.0, reason: str | None = None
+    ) -> int: ...
 
 
 class Message:
@@ -58,6 +69,21 @@ class Message:
     def ack(self) -> int:
         """Acknowledge this message; returns 1 if this call acked it, 0 if it was already."""
         return self._subscriber.ack([self])
+
+    def release(self, delay_s: float = 0.0, reason: str | None = None) -> int:
+        """Not now: due again ``delay_s`` from now (0: at once), to any subscriber; this
+        delivery counts as an attempt. Returns 1 if released, 0 if it was not (acked, dead)."""
+        return self._subscriber.release([self], delay_s, reason)
+
+    def reject(self, reason: str | None = None) -> int:
+        """Never: dead now (moved to the table's dead-letter table, or dead in place), with
+        ``reason`` as its last error. Returns 1 if rejected, 0 if it was acked or dead."""
+        return self._subscriber.reject([self], reason)
+
+    def renew(self, extend_s: float = 0.0, reason: str | None = None) -> int:
+        """Still working: not sent again before ``extend_s`` from now (0: the table's ack
+        wait). Returns 1 if renewed, 0 if not (acked, dead, or due again already)."""
+        return self._subscriber.renew([self], extend_s, reason)
 
     def __repr__(self) -> str:
         return f"Message({self._subscriber.name}, {self.values!r})"

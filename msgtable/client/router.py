@@ -167,6 +167,11 @@ class Router:
         count: int = self.unary("MessageAck", request, target).count
         return count
 
+    def settle(self, method: str, request: Any, target: str = "") -> int:
+        """MessageRelease, MessageReject or MessageRenew; returns how many it changed."""
+        count: int = self.unary(method, request, target).count
+        return count
+
     def close(self) -> None:
         with self._lock:
             self._closed = True

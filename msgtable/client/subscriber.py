@@ -16,9 +16,11 @@ import contextlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
+from typing import Any
 
 from msgtable import codec
 from msgtable.client.acks import AckQueue
+from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, Leaser
 from msgtable.client.message import Message
 from msgtable.client.router import Router
 from msgtable.client.stream import Stream
@@ -44,6 +46,8 @@ class Subscriber:
         retry: bool,
         retry_for_s: float | None,
         ack_linger_s: float,
+        renew_every_s: float | None = None,
+        max_lease_s: float = DEFAULT_MAX_LEASE_S,
     ) -> None:
         self.name = request.name
         self.keyspace = request.keyspace
@@ -64,6 +68,12 @@ class Subscriber:
             on_open=self._adopt,
         )
         self._first = self._stream.open()
+        # auto-renew (msgtable.client.leaser): messages received are renewed until settled
+        self._leaser = (
+            Leaser(self.name, self._send_renew, renew_every_s, max_lease_s)
+            if renew_every_s is not None
+            else None
+        )
 
     @property
     def reconnects(self) -> int:
@@ -87,10 +97,13 @@ class Subscriber:
     def _messages(self, response: pb.MessageStreamResponse) -> list[Message]:
         assert self._decoder is not None
         decode, sent_ns = self._decoder.decode, response.sent_ns
-        return [
+        messages = [
             Message(self, decode(row), row.values[0], row.sent_before + 1, sent_ns)
             for row in response.rows
         ]
+        if self._leaser is not None:
+            self._leaser.add(messages)
+        return messages
 
     def next_batch(self) -> list[Message]:
         """The next batch as the server sent it (up to vt_batch_size); [] once closed."""
@@ -133,12 +146,75 @@ class Subscriber:
     # -- acks --------------------------------------------------------------------------------
     def ack(self, messages: Iterable[Message]) -> int:
         """Acknowledge messages of this subscriber in one call; returns how many it acked."""
+        messages = list(messages)
         ids = [m.id_value for m in messages]
         if not ids:
             return 0
         count = self._send_ack(ids)
         self._acker().counted(count)
+        self._settled(messages)
         return count
+
+    # -- settlement besides ack (README: Settlement) --------------------------------------------
+    def release(
+        self, messages: Iterable[Message], delay_s: float = 0.0, reason: str | None = None
+    ) -> int:
+        """Not now: the messages are due again ``delay_s`` from now (0: at once), to any
+        subscriber; this delivery counts as an attempt. Returns how many were released."""
+        messages = list(messages)
+        request = pb.MessageReleaseRequest(
+            name=self.name,
+            keyspace=self.keyspace,
+            ids=[m.id_value for m in messages],
+            delay_s=delay_s,
+            reason=reason or "",
+        )
+        return self._settle("MessageRelease", request, messages)
+
+    def reject(self, messages: Iterable[Message], reason: str | None = None) -> int:
+        """Never: the messages are dead now, ``reason`` their last error. Returns how many."""
+        messages = list(messages)
+        request = pb.MessageRejectRequest(
+            name=self.name,
+            keyspace=self.keyspace,
+            ids=[m.id_value for m in messages],
+            reason=reason or "",
+        )
+        return self._settle("MessageReject", request, messages)
+
+    def renew(
+        self, messages: Iterable[Message], extend_s: float = 0.0, reason: str | None = None
+    ) -> int:
+        """Still working: the messages are not sent again before ``extend_s`` from now (0:
+        the table's ack wait). Returns how many were renewed."""
+        messages = list(messages)
+        if not messages:
+            return 0
+        return self._send_renew([m.id_value for m in messages], extend_s, reason)
+
+    def _settle(self, method: str, request: Any, messages: list[Message]) -> int:
+        if not messages:
+            return 0
+        count = self._router.settle(method, request, self.target)
+        self._settled(messages)
+        return count
+
+    def _send_renew(
+        self, ids: list[pb.Value], extend_s: float = 0.0, reason: str | None = None
+    ) -> int:
+        request = pb.MessageRenewRequest(
+            name=self.name, keyspace=self.keyspace, ids=ids, extend_s=extend_s, reason=reason or ""
+        )
+        return self._router.settle("MessageRenew", request, self.target)
+
+    def _settled(self, messages: Iterable[Message]) -> None:
+        if self._leaser is not None:
+            self._leaser.remove(messages)
+
+    @property
+    def leaser(self) -> Leaser | None:
+        """The auto-renewal of held messages (None: not asked for at subscribe)."""
+        return self._leaser
 
     def ack_async(self, messages: Iterable[Message]) -> Future[None]:
         """Queue messages for acking and return at once.
@@ -150,6 +226,8 @@ class Subscriber:
         the messages then come again after their ack wait). ``acked`` counts what the calls
         acked; ``flush_acks()`` waits for everything queued; ``close()`` flushes first.
         """
+        messages = list(messages)
+        self._settled(messages)
         return self._acker().add([m.id_value for m in messages])
 
     def flush_acks(self, timeout_s: float | None = None) -> None:
@@ -184,6 +262,8 @@ class Subscriber:
         if not self._closed:
             self._closed = True
             self._stream.closed = True
+            if self._leaser is not None:
+                self._leaser.close()
             try:
                 if self._ack_queue is not None:
                     # a failed call's error went to its futures; those messages come again

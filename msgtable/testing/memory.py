@@ -15,17 +15,30 @@ import time
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
+from msgtable.deadletters import (
+    ATTEMPTS_COLUMN,
+    DeadLetter,
+    Move,
+    RedriveBatch,
+    exhausted_reason,
+)
+from msgtable.deadstore import REJECTED_REASON
 from msgtable.errors import DatabaseUnavailable, TableNotFound
+from msgtable.limits import COUNT_DEAD_CAP
 from msgtable.retry import Outage
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch
 from msgtable.store import Deliver, TableDefinition
 from msgtable.tables import (
+    DEAD_TIME_NEXT,
     DEMO_COMMENT,
+    LAST_ERROR_COLUMN,
+    TIME_DEAD_COLUMN,
     Column,
     Layout,
     TableConfig,
     detect_layout,
     is_message_comment,
+    text_limit,
 )
 
 CURRENT_COLUMNS = (
@@ -253,5 +266,201 @@ class InMemoryStore:
                 del table[i]
             return len(old)
 
+    # -- settlement and dead letters (msgtable.settlement, msgtable.deadletters) -------------
+    @staticmethod
+    def _alive(row: dict[str, Any]) -> bool:
+        return row["time_acked"] is None and row["time_next"] != DEAD_TIME_NEXT
+
+    @staticmethod
+    def _set_error(cfg: TableConfig, row: dict[str, Any], reason: str | None) -> None:
+        if reason is not None and cfg.keeps_errors:
+            row[LAST_ERROR_COLUMN] = reason[: text_limit(_column(cfg, LAST_ERROR_COLUMN))]
+
+    def release(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        next_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+    ) -> int:
+        with self.lock:
+            table, n = self._table(cfg.name), 0
+            for i in ids:
+                row = table.get(i)
+                if (
+                    row is None
+                    or not self._alive(row)
+                    or not ((row["epoch"] or 0) > 0 or i in first)
+                ):
+                    continue
+                row["epoch"] = (row["epoch"] or 0) + (i in first)
+                row["time_next"] = next_ns
+                self._set_error(cfg, row, reason)
+                n += 1
+            return n
+
+    def renew(
+        self,
+        cfg: TableConfig,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        until_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+    ) -> int:
+        with self.lock:
+            table, n = self._table(cfg.name), 0
+            for i in ids:
+                row = table.get(i)
+                if row is None or not self._alive(row):
+                    continue
+                sent = (row["epoch"] or 0) > 0 and (row["time_next"] or 0) > now_ns
+                if i in first:
+                    row["epoch"] = (row["epoch"] or 0) + 1
+                    row["time_next"] = until_ns
+                elif sent:
+                    row["time_next"] = max(row["time_next"] or 0, until_ns)
+                else:
+                    continue
+                self._set_error(cfg, row, reason)
+                n += 1
+            return n
+
+    def bury(
+        self,
+        cfg: TableConfig,
+        dead: TableConfig | None,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+        due_at_epoch: tuple[int | None] | None = None,
+    ) -> list[Hashable]:
+        with self.lock:
+            table = self._table(cfg.name)
+            target = self._table(dead.name) if dead is not None else None
+            picked = [
+                i
+                for i in ids
+                if (row := table.get(i)) is not None
+                and self._alive(row)
+                and (
+                    due_at_epoch is None
+                    or (row["epoch"] == due_at_epoch[0] and self._due(cfg, row, now_ns))
+                )
+            ]
+            if due_at_epoch is None:
+                default = REJECTED_REASON
+            else:
+                default = exhausted_reason(cfg.max_attempts or (due_at_epoch[0] or 0))
+            for i in picked:
+                row = table[i]
+                attempts = (row["epoch"] or 0) + (i in first)
+                error = reason or row.get(LAST_ERROR_COLUMN) or default
+                if dead is None or target is None:
+                    row["epoch"], row["time_next"] = attempts, DEAD_TIME_NEXT
+                    if cfg.keeps_errors:
+                        row[LAST_ERROR_COLUMN] = error[
+                            : text_limit(_column(cfg, LAST_ERROR_COLUMN))
+                        ]
+                    if TIME_DEAD_COLUMN in row:
+                        row[TIME_DEAD_COLUMN] = now_ns
+                    continue
+                moved = {n: row.get(n) for n in Move.between(cfg, dead).values}
+                error = error[: text_limit(_column(dead, LAST_ERROR_COLUMN))]
+                moved.update(
+                    {TIME_DEAD_COLUMN: now_ns, ATTEMPTS_COLUMN: attempts, LAST_ERROR_COLUMN: error}
+                )
+                moved.update(epoch=0, time_next=now_ns, time_acked=None)
+                target[i] = {**dict.fromkeys(c.name for c in dead.columns), **moved}
+                del table[i]
+            return picked
+
+    def _dead_rows(
+        self, cfg: TableConfig, dead: TableConfig | None
+    ) -> list[tuple[Hashable, int | None, int, str | None]]:
+        if dead is None:
+            rows = [
+                r
+                for r in self._table(cfg.name).values()
+                if r["time_acked"] is None and r["time_next"] == DEAD_TIME_NEXT
+            ]
+            return sorted(
+                (r["id"], r.get(TIME_DEAD_COLUMN), r["epoch"] or 0, r.get(LAST_ERROR_COLUMN))
+                for r in rows
+            )
+        rows = [r for r in self._table(dead.name).values() if r["time_acked"] is None]
+        return sorted(
+            (r["id"], r[TIME_DEAD_COLUMN], r[ATTEMPTS_COLUMN] or 0, r[LAST_ERROR_COLUMN])
+            for r in rows
+        )
+
+    def dead_letters(
+        self, cfg: TableConfig, dead: TableConfig | None, after: Hashable | None, limit: int
+    ) -> list[DeadLetter]:
+        with self.lock:
+            rows = self._dead_rows(cfg, dead)
+        rows = [r for r in rows if after is None or r[0] > after][:limit]  # type: ignore[operator]
+        return [DeadLetter(*r) for r in rows]
+
+    def count_dead(
+        self, tables: Sequence[tuple[TableConfig, TableConfig | None]]
+    ) -> dict[str, int]:
+        with self.lock:
+            return {
+                cfg.name: min(len(self._dead_rows(cfg, dead)), COUNT_DEAD_CAP)
+                for cfg, dead in tables
+            }
+
+    def redrive(
+        self,
+        dead: TableConfig,
+        target: TableConfig,
+        ids: Sequence[Hashable] | None,
+        after: Hashable | None,
+        limit: int,
+        now_ns: int,
+    ) -> RedriveBatch:
+        with self.lock:
+            source = self._table(dead.name)
+            in_place = dead.name == target.name
+            keys: list[Any] = list(source)  # ids of one table compare with each other
+            picked: list[Any] = sorted(
+                i
+                for i in keys
+                if (r := source[i])["time_acked"] is None
+                and (not in_place or r["time_next"] == DEAD_TIME_NEXT)
+                and (ids is None or i in ids)
+                and (after is None or i > after)
+            )[:limit]
+            if not picked:
+                return RedriveBatch(0, (), None)
+            if in_place:
+                for i in picked:
+                    source[i].update(epoch=0, time_next=now_ns)
+                    if TIME_DEAD_COLUMN in source[i]:
+                        source[i][TIME_DEAD_COLUMN] = None
+                return RedriveBatch(len(picked), (), picked[-1])
+            into = self._table(target.name)
+            skipped = tuple(i for i in picked if i in into)
+            have = {c.name for c in target.columns}
+            for i in picked:
+                if i in into:
+                    continue
+                row = source.pop(i)
+                fresh = dict.fromkeys(have)
+                fresh.update({k: v for k, v in row.items() if k in have})
+                fresh.update(epoch=0, time_next=now_ns, time_acked=None)
+                for gone in (TIME_DEAD_COLUMN, ATTEMPTS_COLUMN):
+                    if gone in fresh and gone not in {c.name for c in target.message_columns}:
+                        fresh[gone] = None
+                into[i] = fresh
+            return RedriveBatch(len(picked) - len(skipped), skipped, picked[-1])
+
     def close(self) -> None:
         pass
+
+
+def _column(cfg: TableConfig, name: str) -> Column:
+    return next(c for c in cfg.columns if c.name == name)

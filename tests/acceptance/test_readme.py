@@ -151,3 +151,43 @@ def test_the_auth_file_example_is_one_the_server_takes(section: str):
     assert authorizer.allows("billing", "subscribe", "invoice_2026")
     assert not authorizer.allows("billing", "list", "invoice_2026")
     assert authorizer.allows("ops", "list", "anything")
+
+
+def test_the_settlement_example_and_its_dml_run_as_pasted(db_dsn: str):
+    (example,) = snippets("python", "## Settlement and dead letters")
+    (dml,) = snippets("sql", "## Settlement and dead letters")
+    create_demo_table(db_dsn)
+    with serve(db_dsn) as s:
+        s.sql("insert into my_message(id, message) values (1, 'later')")
+        done = run_python(example, s.server.address)
+        assert done.returncode == 0, describe(done)
+        assert done.stdout.splitlines() == ["0 []"], describe(done)
+        (row,) = s.sql(
+            "select epoch, time_acked, time_next > unix_timestamp() * 1e9 from my_message"
+        )
+        assert tuple(row) == (1, None, 1)  # released: counted, due in a minute
+
+    # the DML, on the tables of schema/dead_letter.sql, message 42 received at attempt 1
+    with serve(db_dsn) as s:
+        s.sql("drop table my_message")
+        run_sql(db_dsn, "SOURCE schema/dead_letter.sql")
+        s.sql("insert into my_message(id, message, epoch, time_next) values (42, 'm', 0, 0)")
+        release, renew, *reject_moved, reject_in_place = statements(dml)
+        run_sql(db_dsn, release)
+        (row,) = s.sql(
+            "select epoch, last_error, time_next > unix_timestamp() * 1e9 from my_message"
+        )
+        assert tuple(row) == (1, "upstream timeout", 1)
+        run_sql(db_dsn, renew)
+        run_sql(db_dsn, ";".join(reject_moved))
+        assert s.sql("select count(*) from my_message")[0][0] == 0
+        (dead,) = s.sql("select id, attempts, last_error, message, epoch from my_message_dead")
+        assert tuple(dead) == (42, 1, "bad payload", "m", 0)
+        s.sql("insert into my_message(id, message) values (42, 'again')")
+        run_sql(db_dsn, reject_in_place)
+        (row,) = s.sql("select epoch, time_next, last_error from my_message")
+        assert tuple(row) == (1, 9223372036854775807, "bad payload")
+        wait_until(
+            lambda: [d.id for d in s.client.dead_letters("my_message_dead")[0]] == [42],
+            what="the dead letter listed",
+        )

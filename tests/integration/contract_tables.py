@@ -20,7 +20,7 @@ from msgtable.tables import (
     current_layout_ddl,
     load_table,
 )
-from msgtable.testing import InMemoryStore
+from msgtable.testing import CURRENT_COLUMNS, InMemoryStore
 
 V2018_SQL = (Path(__file__).parents[2] / "schema" / "v2018.sql").read_text()
 V2018_COLUMNS = (
@@ -48,7 +48,14 @@ class Tables:
         (d,) = [d for d in self.store.discover() if d.name == name]
         return load_table(d.name, d.comment, d.columns, d.unique_indexes)
 
+    def create_with(self, name: str, comment: str, extra: dict[str, str]) -> TableConfig:
+        """A current-layout table with ``extra`` columns (name -> SQL type) and a comment."""
+        self._create_with(name, comment, extra)
+        (d,) = [d for d in self.store.discover() if d.name == name]
+        return load_table(d.name, d.comment, d.columns, d.unique_indexes)
+
     def _create(self, name: str, layout: Layout) -> None: ...
+    def _create_with(self, name: str, comment: str, extra: dict[str, str]) -> None: ...
     def created(self, table: str, id: Hashable) -> int | None: ...
     def create_plain(self, name: str, comment: str) -> None: ...
     def insert(self, table: str, id: Hashable, **values: Any) -> None: ...
@@ -69,6 +76,10 @@ class MemoryTables(Tables):
             self.memory.create_table(name, DEMO_COMMENT)
         else:
             self.memory.create_table(name, DEMO_COMMENT, V2018_COLUMNS, V2018_UNIQUE)
+
+    def _create_with(self, name: str, comment: str, extra: dict[str, str]) -> None:
+        more = tuple(Column(n, t.partition("(")[0], t) for n, t in extra.items())
+        self.memory.create_table(name, comment, CURRENT_COLUMNS + more)
 
     def create_plain(self, name: str, comment: str) -> None:
         self.memory.create_table(name, comment, (Column("id", "bigint", "bigint"),), (("id",),))
@@ -118,6 +129,11 @@ class MySQLTables(Tables):
         else:
             lines = [s for s in V2018_SQL.splitlines() if not s.startswith("--")]
             self.sql.execute("\n".join(lines).replace("my_message", name).rstrip().rstrip(";"))
+
+    def _create_with(self, name: str, comment: str, extra: dict[str, str]) -> None:
+        columns = ",\n  ".join(f"{n} {t}" for n, t in extra.items())
+        ddl = current_layout_ddl(name, comment)
+        self.sql.execute(ddl.replace("  primary key(id)", f"  {columns},\n  primary key(id)"))
 
     def create_plain(self, name: str, comment: str) -> None:
         self.sql.execute(f"create table {name}(id bigint primary key) comment '{comment}'")

@@ -18,7 +18,7 @@ import pytest
 from msgtable.errors import NotLeader, TableNotFound, Unavailable
 from msgtable.rows import CachedRow, PollKey
 from msgtable.store import Store
-from msgtable.tables import DEMO_COMMENT, Column, Layout, TableConfig, load_table
+from msgtable.tables import DEAD_TIME_NEXT, DEMO_COMMENT, Column, Layout, TableConfig, load_table
 from msgtable.testing import CURRENT_COLUMNS
 
 from .contract_tables import V2018_COLUMNS, V2018_UNIQUE, MemoryTables, MySQLTables, Tables
@@ -438,3 +438,140 @@ def test_every_statement_of_an_unreachable_database_raises_unavailable(tables: T
             down.discover()
     finally:
         down.close()
+
+
+# -- settlement and dead letters (msgtable.settlement, msgtable.deadletters) -----------------
+ERR = {"last_error": "varchar(40)"}
+DEAD_COLS = {"time_dead": "bigint", "attempts": "bigint", "last_error": "varchar(40)"}
+
+
+def settled_pair(t: Tables, dead: bool = True) -> tuple[TableConfig, TableConfig | None]:
+    """Table s (with last_error; vt_dead_letter=s_dead when ``dead``) and s_dead; rows 1-6:
+    1 never sent, 2 sent and postponed (epoch 1, due later), 3 sent and due again (epoch 1),
+    4 acked, 5 dead in place, 6 sent and not postponed yet (epoch 0, due)."""
+    d = t.create_with("s_dead", DEMO_COMMENT, DEAD_COLS) if dead else None
+    extra = ",vt_dead_letter=s_dead" if dead else ""
+    cfg = t.create_with(
+        "s", DEMO_COMMENT + ",vt_max_attempts=3" + extra, {**ERR, "time_dead": "bigint"}
+    )
+    t.insert("s", 1, epoch=0, time_next=0, message="one")
+    t.insert("s", 2, epoch=1, time_next=LATER)
+    t.insert("s", 3, epoch=1, time_next=NOW - 1)
+    t.insert("s", 4, epoch=1, time_next=None, time_acked=NOW - 5)
+    t.insert("s", 5, epoch=2, time_next=DEAD_TIME_NEXT)
+    t.insert("s", 6, epoch=0, time_next=0)
+    return cfg, d
+
+
+def test_release_moves_sent_live_rows_and_counts_an_uncounted_send(tables: Tables):
+    cfg, _ = settled_pair(tables, dead=False)
+    n = tables.store.release(cfg, [1, 2, 3, 4, 5, 6, 99], NOW + 5, "busy", first=[6])
+    assert n == 3  # 2 and 3 (sent), 6 (its send counted now); not 1, 4, 5, 99
+    got = {
+        i: (r["epoch"], r["time_next"], r["last_error"])
+        for i in range(1, 7)
+        if (r := tables.row("s", i))
+    }
+    assert got == {
+        1: (0, 0, None),
+        2: (1, NOW + 5, "busy"),
+        3: (1, NOW + 5, "busy"),
+        4: (1, None, None),
+        5: (2, DEAD_TIME_NEXT, None),
+        6: (1, NOW + 5, "busy"),
+    }
+
+
+def test_renew_keeps_rows_in_their_wait_and_never_shortens_it(tables: Tables):
+    cfg, _ = settled_pair(tables, dead=False)
+    n = tables.store.renew(cfg, [1, 2, 3, 4, 5, 6], NOW, NOW + 10, None, first=[6])
+    assert n == 2  # 2 (not due yet: LATER stays, the later time) and 6 (uncounted send)
+    assert (tables.row("s", 2)["time_next"], tables.row("s", 2)["epoch"]) == (LATER, 1)  # type: ignore[index]
+    assert (tables.row("s", 6)["time_next"], tables.row("s", 6)["epoch"]) == (NOW + 10, 1)  # type: ignore[index]
+    assert tables.row("s", 3)["time_next"] == NOW - 1  # type: ignore[index]  # due again: not renewed
+    assert tables.store.renew(cfg, [2], NOW, LATER + 7, "still", ()) == 1
+    assert tables.row("s", 2)["time_next"] == LATER + 7  # type: ignore[index]
+
+
+def test_a_reject_moves_live_rows_to_the_dead_letter_table_in_one_piece(tables: Tables):
+    cfg, dead = settled_pair(tables)
+    tables.update("s", 3, last_error="timeout")
+    buried = tables.store.bury(cfg, dead, [1, 3, 4, 5, 6], NOW, None, first=[6])
+    assert sorted(buried) == [1, 3, 6]  # 4 acked, 5 dead already
+    assert [tables.row("s", i) is None for i in (1, 3, 6)] == [True] * 3
+    got = {i: tables.row("s_dead", i) for i in (1, 3, 6)}
+    assert {
+        i: (r["message"], r["attempts"], r["last_error"], r["time_dead"])
+        for i, r in got.items()
+        if r
+    } == {
+        1: ("one", 0, "rejected", NOW),
+        3: (None, 1, "timeout", NOW),
+        6: (None, 1, "rejected", NOW),
+    }
+    assert {(r["epoch"], r["time_next"], r["time_acked"]) for r in got.values() if r} == {
+        (0, NOW, None)
+    }
+    assert tables.store.bury(cfg, dead, [1], NOW, "again") == []
+
+
+def test_an_expiry_buries_only_rows_still_at_the_epoch_read_and_due(tables: Tables):
+    cfg, dead = settled_pair(tables)
+    assert tables.store.bury(cfg, dead, [2, 3], NOW, None, (), (1,)) == [3]  # 2 not due
+    assert tables.store.bury(cfg, dead, [1], NOW, None, (), (1,)) == []  # 1 at epoch 0
+    # the reason, cut to fit last_error's varchar(40)
+    reason = "no ack after 3 attempts (vt_max_attempts=3)"[:40]
+    assert tables.row("s_dead", 3)["last_error"] == reason  # type: ignore[index]
+
+
+def test_dead_in_place_is_marked_listed_counted_and_redriven(tables: Tables):
+    cfg, _ = settled_pair(tables, dead=False)
+    assert tables.store.bury(cfg, None, [1, 6], NOW, "bad", first=[6]) == [1, 6]
+    row = tables.row("s", 6)
+    assert row is not None
+    assert (row["epoch"], row["time_next"], row["last_error"], row["time_dead"]) == (
+        1,
+        DEAD_TIME_NEXT,
+        "bad",
+        NOW,
+    )
+    listed = tables.store.dead_letters(cfg, None, None, 10)
+    assert [(d.id, d.attempts, d.last_error) for d in listed] == [
+        (1, 0, "bad"),
+        (5, 2, None),
+        (6, 1, "bad"),
+    ]
+    assert [d.id for d in tables.store.dead_letters(cfg, None, 1, 1)] == [5]
+    assert tables.store.count_dead([(cfg, None)]) == {"s": 3}
+    batch = tables.store.redrive(cfg, cfg, None, None, 2, NOW + 1)
+    assert (batch.moved, batch.skipped, batch.last) == (2, (), 5)
+    assert (tables.row("s", 5)["epoch"], tables.row("s", 5)["time_next"]) == (0, NOW + 1)  # type: ignore[index]
+    assert tables.store.redrive(cfg, cfg, None, 5, 2, NOW + 1).last == 6
+    assert tables.store.redrive(cfg, cfg, None, 6, 2, NOW + 1).last is None
+
+
+def test_a_redrive_moves_dead_letters_back_fresh_and_skips_ids_taken_again(tables: Tables):
+    cfg, dead = settled_pair(tables)
+    assert dead is not None
+    assert sorted(tables.store.bury(cfg, dead, [1, 3], NOW, "x")) == [1, 3]
+    tables.insert("s", 3, message="new three")
+    assert tables.store.count_dead([(cfg, dead)]) == {"s": 2}
+    batch = tables.store.redrive(dead, cfg, None, None, 10, NOW + 2)
+    assert (batch.moved, batch.skipped, batch.last) == (1, (3,), 3)
+    row = tables.row("s", 1)
+    assert row is not None
+    assert (
+        row["message"],
+        row["epoch"],
+        row["time_next"],
+        row["time_acked"],
+        row["last_error"],
+    ) == (
+        "one",
+        0,
+        NOW + 2,
+        None,
+        "x",
+    )
+    assert tables.row("s_dead", 1) is None and tables.row("s_dead", 3) is not None
+    assert tables.store.redrive(dead, cfg, [3], 3, 10, NOW).last is None

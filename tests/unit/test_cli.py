@@ -171,20 +171,22 @@ def test_bad_arguments_exit_with_usage(argv, capsys):
 # -- tables -------------------------------------------------------------------------------
 def test_tables_are_shown_with_their_settings_and_load_errors_in_full():
     columns = (Field("id", FieldType.INT, "bigint"),)
-    settings = TableSettings(30, 86400, 10, 10000, 30, 30, 0, "current", columns, 1.0)
+    settings = TableSettings(30, 86400, 10, 10000, 30, 30, 0, "current", columns, 1.0, 5, "dlq")
     text = output.format_tables(
         [
-            TableInfo("my_message", "app", settings, "", 3, 2, 1, 9, 7),
+            TableInfo("my_message", "app", settings, "", 3, 2, 1, 9, 7, 4, 2, 6, 3, 100_000),
             TableInfo(
                 "bad", "app", None, "table bad: missing comment field vt_ack_wait", 0, 0, 0, 0, 0
             ),
         ]
     )
-    header, good, bad, blank, title, error = text.splitlines()
+    header, good, bad, blank, moved, where, blank2, title, error = text.splitlines()
     assert header.split() == [
         "TABLE", "KEYSPACE", "STATUS", "BATCH", "CACHE", "ACK", "WAIT", "CACHED", "IN",
-        "FLIGHT", "SUBSCRIBERS", "SENT", "ACKED",
+        "FLIGHT", "SUBSCRIBERS", "SENT", "ACKED", "RELEASED", "REJECTED", "RENEWED", "DIED",
+        "DEAD", "MAX", "ATTEMPTS",
     ]  # fmt: skip
+    assert (moved, where.split()) == ("dead letters go to:", ["my_message", "->", "dlq"])
     assert good.split() == [
         "my_message",
         "app",
@@ -197,6 +199,12 @@ def test_tables_are_shown_with_their_settings_and_load_errors_in_full():
         "1",
         "9",
         "7",
+        "4",
+        "2",
+        "6",
+        "3",
+        "100000+",
+        "5",
     ]
     assert bad.split()[:6] == ["bad", "app", "error", "-", "-", "-"]
     assert (blank, title) == ("", "load errors:")

@@ -438,7 +438,16 @@ def test_reflection_describes_the_messaging_service(channel):
     database = ProtoReflectionDescriptorDatabase(channel)
     assert {SERVICE_NAME, "grpc.health.v1.Health"} <= set(database.get_services())
     service = descriptor_pool.DescriptorPool(database).FindServiceByName(SERVICE_NAME)
-    assert {m.name for m in service.methods} == {"MessageStream", "MessageAck", "ListTables"}
+    assert {m.name for m in service.methods} == {
+        "MessageStream",
+        "MessageAck",
+        "ListTables",
+        "MessageRelease",
+        "MessageReject",
+        "MessageRenew",
+        "ListDeadLetters",
+        "Redrive",
+    }
 
 
 def test_listening_on_a_port_in_use_raises_a_clear_error(engine, server):

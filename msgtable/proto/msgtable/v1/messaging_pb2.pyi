@@ -360,6 +360,328 @@ class MessageAckResponse(_message.Message):
 Global___MessageAckResponse: _TypeAlias = MessageAckResponse  # noqa: Y015
 
 @_typing.final
+class MessageReleaseRequest(_message.Message):
+    """Which messages to release, and when they are due again."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    IDS_FIELD_NUMBER: _builtins.int
+    DELAY_S_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Name of the message table."""
+    keyspace: _builtins.str
+    """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
+    delay_s: _builtins.float
+    """Seconds from now until they are due again: 0 (at once) to 43,200 (12 hours)."""
+    reason: _builtins.str
+    """Why (kept as the message's last error); at most 1,000 characters; empty: none."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
+        """Ids of the messages, as received in the `id` column (at most 10,000)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        ids: _abc.Iterable[Global___Value] | None = ...,
+        delay_s: _builtins.float = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_s", b"delay_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MessageReleaseRequest: _TypeAlias = MessageReleaseRequest  # noqa: Y015
+
+@_typing.final
+class MessageRejectRequest(_message.Message):
+    """Which messages to reject (dead now)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    IDS_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Name of the message table."""
+    keyspace: _builtins.str
+    """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
+    reason: _builtins.str
+    """Why (the dead letter's last error); at most 1,000 characters; empty: "rejected"."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
+        """Ids of the messages, as received in the `id` column (at most 10,000)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        ids: _abc.Iterable[Global___Value] | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MessageRejectRequest: _TypeAlias = MessageRejectRequest  # noqa: Y015
+
+@_typing.final
+class MessageRenewRequest(_message.Message):
+    """Which messages to renew, and for how long."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    IDS_FIELD_NUMBER: _builtins.int
+    EXTEND_S_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Name of the message table."""
+    keyspace: _builtins.str
+    """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
+    extend_s: _builtins.float
+    """Seconds from now they stay in flight: 0 means the table's vt_ack_wait; at most 43,200."""
+    reason: _builtins.str
+    """A note (kept as the message's last error); at most 1,000 characters; empty: none."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
+        """Ids of the messages, as received in the `id` column (at most 10,000)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        ids: _abc.Iterable[Global___Value] | None = ...,
+        extend_s: _builtins.float = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extend_s", b"extend_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MessageRenewRequest: _TypeAlias = MessageRenewRequest  # noqa: Y015
+
+@_typing.final
+class MessageSettleResponse(_message.Message):
+    """The result of a release, reject or renew."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    """Number of messages this call changed."""
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MessageSettleResponse: _TypeAlias = MessageSettleResponse  # noqa: Y015
+
+@_typing.final
+class ListDeadLettersRequest(_message.Message):
+    """Whose dead messages to list."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A message table (its dead messages) or a dead-letter table (its rows)."""
+    keyspace: _builtins.str
+    """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
+    limit: _builtins.int
+    """At most this many (1 to 10,000; 0 means 100)."""
+    @_builtins.property
+    def after(self) -> Global___Value:
+        """Only ids after this one (the last id of the previous page); unset: from the first."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        limit: _builtins.int = ...,
+        after: Global___Value | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "keyspace", b"keyspace", "limit", b"limit", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDeadLettersRequest: _TypeAlias = ListDeadLettersRequest  # noqa: Y015
+
+@_typing.final
+class DeadLetter(_message.Message):
+    """One dead message."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    TIME_DEAD_NS_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
+    LAST_ERROR_FIELD_NUMBER: _builtins.int
+    time_dead_ns: _builtins.int
+    """When it died, unix nanoseconds (0: not known, dead in place in a table without time_dead)."""
+    attempts: _builtins.int
+    """How many times it was sent."""
+    last_error: _builtins.str
+    """Why it died (its last error)."""
+    @_builtins.property
+    def id(self) -> Global___Value:
+        """Its id."""
+
+    def __init__(
+        self,
+        *,
+        id: Global___Value | None = ...,
+        time_dead_ns: _builtins.int = ...,
+        attempts: _builtins.int = ...,
+        last_error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "id", b"id", "last_error", b"last_error", "time_dead_ns", b"time_dead_ns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeadLetter: _TypeAlias = DeadLetter  # noqa: Y015
+
+@_typing.final
+class ListDeadLettersResponse(_message.Message):
+    """Dead messages by id."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DEAD_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """How many dead messages the table has (counted up to 100,000)."""
+    @_builtins.property
+    def dead(self) -> _containers.RepeatedCompositeFieldContainer[Global___DeadLetter]:
+        """Up to the limit asked, by id."""
+
+    def __init__(
+        self,
+        *,
+        dead: _abc.Iterable[Global___DeadLetter] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dead", b"dead", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListDeadLettersResponse: _TypeAlias = ListDeadLettersResponse  # noqa: Y015
+
+@_typing.final
+class RedriveRequest(_message.Message):
+    """Which dead messages to move back, and where."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TO_FIELD_NUMBER: _builtins.int
+    IDS_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    AFTER_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A dead-letter table (to the table whose vt_dead_letter it is, or `to`), a table with
+    vt_dead_letter (its dead letters come back to it), or a table with messages dead in place.
+    """
+    keyspace: _builtins.str
+    """Keyspace (database) that holds the tables. Empty means the server's default keyspace."""
+    to: _builtins.str
+    """The table the messages go to; empty: as said for `name`."""
+    limit: _builtins.int
+    """At most this many in this call (one transaction): 1 to 10,000; 0 means 500."""
+    @_builtins.property
+    def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
+        """Only these ids (at most 10,000); empty: any."""
+
+    @_builtins.property
+    def after(self) -> Global___Value:
+        """Only ids after this one (the `last` of the previous call); unset: from the first."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        to: _builtins.str = ...,
+        ids: _abc.Iterable[Global___Value] | None = ...,
+        limit: _builtins.int = ...,
+        after: Global___Value | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "ids", b"ids", "keyspace", b"keyspace", "limit", b"limit", "name", b"name", "to", b"to"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedriveRequest: _TypeAlias = RedriveRequest  # noqa: Y015
+
+@_typing.final
+class RedriveResponse(_message.Message):
+    """What one Redrive call did."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MOVED_FIELD_NUMBER: _builtins.int
+    SKIPPED_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
+    moved: _builtins.int
+    """Messages moved back."""
+    @_builtins.property
+    def skipped(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
+        """Ids left where they are: the target table already has a row of that id."""
+
+    @_builtins.property
+    def last(self) -> Global___Value:
+        """The greatest id this call looked at: pass it as `after` to go on; unset when there was
+        nothing left to look at (the redrive is done).
+        """
+
+    def __init__(
+        self,
+        *,
+        moved: _builtins.int = ...,
+        skipped: _abc.Iterable[Global___Value] | None = ...,
+        last: Global___Value | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last", b"last"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last", b"last", "moved", b"moved", "skipped", b"skipped"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedriveResponse: _TypeAlias = RedriveResponse  # noqa: Y015
+
+@_typing.final
 class ListTablesRequest(_message.Message):
     """Takes no arguments today; fields are kept for filters (keyspace, name pattern)."""
 
@@ -423,6 +745,11 @@ class TableStatus(_message.Message):
     SUBSCRIBERS_FIELD_NUMBER: _builtins.int
     SENT_FIELD_NUMBER: _builtins.int
     ACKED_FIELD_NUMBER: _builtins.int
+    RELEASED_FIELD_NUMBER: _builtins.int
+    REJECTED_FIELD_NUMBER: _builtins.int
+    RENEWED_FIELD_NUMBER: _builtins.int
+    DEAD_LETTERED_FIELD_NUMBER: _builtins.int
+    DEAD_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -443,6 +770,16 @@ class TableStatus(_message.Message):
     """Messages acked since the table was opened: through MessageAck, and by other clients'
     DML as the binlog shows it (not seen without the binlog).
     """
+    released: _builtins.int
+    """Messages released, rejected and renewed through this server since the table was opened."""
+    rejected: _builtins.int
+    renewed: _builtins.int
+    dead_lettered: _builtins.int
+    """Messages that died since the table was opened: rejected, or out of attempts."""
+    dead: _builtins.int
+    """Dead messages now (in the table's vt_dead_letter table, or dead in place), counted up
+    to 100,000; -1 when the server could not count them.
+    """
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
@@ -459,10 +796,15 @@ class TableStatus(_message.Message):
         subscribers: _builtins.int = ...,
         sent: _builtins.int = ...,
         acked: _builtins.int = ...,
+        released: _builtins.int = ...,
+        rejected: _builtins.int = ...,
+        renewed: _builtins.int = ...,
+        dead_lettered: _builtins.int = ...,
+        dead: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "in_flight", b"in_flight", "keyspace", b"keyspace", "load_error", b"load_error", "name", b"name", "sent", b"sent", "subscribers", b"subscribers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "in_flight", b"in_flight", "keyspace", b"keyspace", "load_error", b"load_error", "name", b"name", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "subscribers", b"subscribers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -484,6 +826,8 @@ class TableConfig(_message.Message):
     LAYOUT_FIELD_NUMBER: _builtins.int
     MESSAGE_COLUMNS_FIELD_NUMBER: _builtins.int
     POSTPONE_AFTER_S_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    DEAD_LETTER_FIELD_NUMBER: _builtins.int
     ack_wait_s: _builtins.float
     """vt_ack_wait: how long a sent message waits for its ack before it is due again."""
     purge_after_s: _builtins.float
@@ -505,6 +849,12 @@ class TableConfig(_message.Message):
     the database (time_next by backoff, epoch + 1); never more than the ack wait. 0: before
     the send.
     """
+    max_attempts: _builtins.int
+    """vt_max_attempts: a message sent this many times and unacked when its last ack wait
+    ends is dead; 0 means no limit.
+    """
+    dead_letter: _builtins.str
+    """vt_dead_letter: the table dead messages move to; empty: they stay, dead in place."""
     @_builtins.property
     def message_columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___Field]:
         """The columns streamed to subscribers, `id` first (vt_message_cols, or every application
@@ -524,10 +874,12 @@ class TableConfig(_message.Message):
         layout: _builtins.str = ...,
         message_columns: _abc.Iterable[Global___Field] | None = ...,
         postpone_after_s: _builtins.float = ...,
+        max_attempts: _builtins.int = ...,
+        dead_letter: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "layout", b"layout", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "dead_letter", b"dead_letter", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -50,6 +50,31 @@ class MessagingStub:
                 request_serializer=msgtable_dot_v1_dot_messaging__pb2.ListTablesRequest.SerializeToString,
                 response_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListTablesResponse.FromString,
                 _registered_method=True)
+        self.MessageRelease = channel.unary_unary(
+                '/msgtable.v1.Messaging/MessageRelease',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.MessageReleaseRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.FromString,
+                _registered_method=True)
+        self.MessageReject = channel.unary_unary(
+                '/msgtable.v1.Messaging/MessageReject',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.MessageRejectRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.FromString,
+                _registered_method=True)
+        self.MessageRenew = channel.unary_unary(
+                '/msgtable.v1.Messaging/MessageRenew',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.MessageRenewRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.FromString,
+                _registered_method=True)
+        self.ListDeadLetters = channel.unary_unary(
+                '/msgtable.v1.Messaging/ListDeadLetters',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.ListDeadLettersRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListDeadLettersResponse.FromString,
+                _registered_method=True)
+        self.Redrive = channel.unary_unary(
+                '/msgtable.v1.Messaging/Redrive',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.RedriveRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.RedriveResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServicer:
@@ -88,6 +113,53 @@ class MessagingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MessageRelease(self, request, context):
+        """Settlement besides ack (README: Settlement). Each takes ids of one table, like MessageAck,
+        and answers the exact count of messages it changed; ids unknown, acked, dead, or not in
+        a state the verb applies to are not counted and not changed. A malformed request (no
+        ids, more than 10,000, an id of the wrong type, a bad delay, a reason over 1,000
+        characters) is INVALID_ARGUMENT and changes nothing. The reason is kept in the
+        message's last_error column where the table has one.
+
+        Release: not now. Each message sent at least once and not acked or dead is due again
+        after delay_s (0: at once), to any subscriber; the send counts as an attempt.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MessageReject(self, request, context):
+        """Reject: never. Each message not acked or dead is dead now: moved to the table's
+        vt_dead_letter table in one transaction, or dead in place without one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def MessageRenew(self, request, context):
+        """Renew: still working. Each message sent, not acked, and not due again yet is not due
+        again before extend_s from now (0: the table's vt_ack_wait): a heartbeat.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDeadLetters(self, request, context):
+        """Lists the dead messages of a table (in its vt_dead_letter table, or dead in place; or of
+        a dead-letter table itself), by id, with their reasons.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Redrive(self, request, context):
+        """Moves dead messages back as fresh ones (epoch 0, due now): one batch of up to `limit`,
+        in one transaction, so a redrive stopped half way and run again moves each one once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +177,31 @@ def add_MessagingServicer_to_server(servicer, server):
                     servicer.ListTables,
                     request_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListTablesRequest.FromString,
                     response_serializer=msgtable_dot_v1_dot_messaging__pb2.ListTablesResponse.SerializeToString,
+            ),
+            'MessageRelease': grpc.unary_unary_rpc_method_handler(
+                    servicer.MessageRelease,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.MessageReleaseRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.SerializeToString,
+            ),
+            'MessageReject': grpc.unary_unary_rpc_method_handler(
+                    servicer.MessageReject,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.MessageRejectRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.SerializeToString,
+            ),
+            'MessageRenew': grpc.unary_unary_rpc_method_handler(
+                    servicer.MessageRenew,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.MessageRenewRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.SerializeToString,
+            ),
+            'ListDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeadLetters,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListDeadLettersRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.ListDeadLettersResponse.SerializeToString,
+            ),
+            'Redrive': grpc.unary_unary_rpc_method_handler(
+                    servicer.Redrive,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.RedriveRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.RedriveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -189,6 +286,141 @@ class Messaging:
             '/msgtable.v1.Messaging/ListTables',
             msgtable_dot_v1_dot_messaging__pb2.ListTablesRequest.SerializeToString,
             msgtable_dot_v1_dot_messaging__pb2.ListTablesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MessageRelease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/MessageRelease',
+            msgtable_dot_v1_dot_messaging__pb2.MessageReleaseRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MessageReject(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/MessageReject',
+            msgtable_dot_v1_dot_messaging__pb2.MessageRejectRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MessageRenew(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/MessageRenew',
+            msgtable_dot_v1_dot_messaging__pb2.MessageRenewRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.MessageSettleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/ListDeadLetters',
+            msgtable_dot_v1_dot_messaging__pb2.ListDeadLettersRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.ListDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Redrive(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/Redrive',
+            msgtable_dot_v1_dot_messaging__pb2.RedriveRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.RedriveResponse.FromString,
             options,
             channel_credentials,
             insecure,

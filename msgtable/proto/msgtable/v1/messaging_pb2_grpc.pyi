@@ -58,6 +58,33 @@ class MessagingStub:
     """Lists every message table the server knows, with its configuration or load error and
     live counters.
     """
+    MessageRelease: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.MessageReleaseRequest, _messaging_pb2.MessageSettleResponse]
+    """Settlement besides ack (README: Settlement). Each takes ids of one table, like MessageAck,
+    and answers the exact count of messages it changed; ids unknown, acked, dead, or not in
+    a state the verb applies to are not counted and not changed. A malformed request (no
+    ids, more than 10,000, an id of the wrong type, a bad delay, a reason over 1,000
+    characters) is INVALID_ARGUMENT and changes nothing. The reason is kept in the
+    message's last_error column where the table has one.
+
+    Release: not now. Each message sent at least once and not acked or dead is due again
+    after delay_s (0: at once), to any subscriber; the send counts as an attempt.
+    """
+    MessageReject: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.MessageRejectRequest, _messaging_pb2.MessageSettleResponse]
+    """Reject: never. Each message not acked or dead is dead now: moved to the table's
+    vt_dead_letter table in one transaction, or dead in place without one.
+    """
+    MessageRenew: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.MessageRenewRequest, _messaging_pb2.MessageSettleResponse]
+    """Renew: still working. Each message sent, not acked, and not due again yet is not due
+    again before extend_s from now (0: the table's vt_ack_wait): a heartbeat.
+    """
+    ListDeadLetters: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.ListDeadLettersRequest, _messaging_pb2.ListDeadLettersResponse]
+    """Lists the dead messages of a table (in its vt_dead_letter table, or dead in place; or of
+    a dead-letter table itself), by id, with their reasons.
+    """
+    Redrive: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.RedriveRequest, _messaging_pb2.RedriveResponse]
+    """Moves dead messages back as fresh ones (epoch 0, due now): one batch of up to `limit`,
+    in one transaction, so a redrive stopped half way and run again moves each one once.
+    """
 
 @_typing.type_check_only
 class MessagingAsyncStub(MessagingStub):
@@ -83,6 +110,33 @@ class MessagingAsyncStub(MessagingStub):
     ListTables: _aio.UnaryUnaryMultiCallable[_messaging_pb2.ListTablesRequest, _messaging_pb2.ListTablesResponse]  # type: ignore[assignment]
     """Lists every message table the server knows, with its configuration or load error and
     live counters.
+    """
+    MessageRelease: _aio.UnaryUnaryMultiCallable[_messaging_pb2.MessageReleaseRequest, _messaging_pb2.MessageSettleResponse]  # type: ignore[assignment]
+    """Settlement besides ack (README: Settlement). Each takes ids of one table, like MessageAck,
+    and answers the exact count of messages it changed; ids unknown, acked, dead, or not in
+    a state the verb applies to are not counted and not changed. A malformed request (no
+    ids, more than 10,000, an id of the wrong type, a bad delay, a reason over 1,000
+    characters) is INVALID_ARGUMENT and changes nothing. The reason is kept in the
+    message's last_error column where the table has one.
+
+    Release: not now. Each message sent at least once and not acked or dead is due again
+    after delay_s (0: at once), to any subscriber; the send counts as an attempt.
+    """
+    MessageReject: _aio.UnaryUnaryMultiCallable[_messaging_pb2.MessageRejectRequest, _messaging_pb2.MessageSettleResponse]  # type: ignore[assignment]
+    """Reject: never. Each message not acked or dead is dead now: moved to the table's
+    vt_dead_letter table in one transaction, or dead in place without one.
+    """
+    MessageRenew: _aio.UnaryUnaryMultiCallable[_messaging_pb2.MessageRenewRequest, _messaging_pb2.MessageSettleResponse]  # type: ignore[assignment]
+    """Renew: still working. Each message sent, not acked, and not due again yet is not due
+    again before extend_s from now (0: the table's vt_ack_wait): a heartbeat.
+    """
+    ListDeadLetters: _aio.UnaryUnaryMultiCallable[_messaging_pb2.ListDeadLettersRequest, _messaging_pb2.ListDeadLettersResponse]  # type: ignore[assignment]
+    """Lists the dead messages of a table (in its vt_dead_letter table, or dead in place; or of
+    a dead-letter table itself), by id, with their reasons.
+    """
+    Redrive: _aio.UnaryUnaryMultiCallable[_messaging_pb2.RedriveRequest, _messaging_pb2.RedriveResponse]  # type: ignore[assignment]
+    """Moves dead messages back as fresh ones (epoch 0, due now): one batch of up to `limit`,
+    in one transaction, so a redrive stopped half way and run again moves each one once.
     """
 
 class MessagingServicer(metaclass=_abc_1.ABCMeta):
@@ -124,6 +178,63 @@ class MessagingServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_messaging_pb2.ListTablesResponse, _abc.Awaitable[_messaging_pb2.ListTablesResponse]]:
         """Lists every message table the server knows, with its configuration or load error and
         live counters.
+        """
+
+    @_abc_1.abstractmethod
+    def MessageRelease(
+        self,
+        request: _messaging_pb2.MessageReleaseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.MessageSettleResponse, _abc.Awaitable[_messaging_pb2.MessageSettleResponse]]:
+        """Settlement besides ack (README: Settlement). Each takes ids of one table, like MessageAck,
+        and answers the exact count of messages it changed; ids unknown, acked, dead, or not in
+        a state the verb applies to are not counted and not changed. A malformed request (no
+        ids, more than 10,000, an id of the wrong type, a bad delay, a reason over 1,000
+        characters) is INVALID_ARGUMENT and changes nothing. The reason is kept in the
+        message's last_error column where the table has one.
+
+        Release: not now. Each message sent at least once and not acked or dead is due again
+        after delay_s (0: at once), to any subscriber; the send counts as an attempt.
+        """
+
+    @_abc_1.abstractmethod
+    def MessageReject(
+        self,
+        request: _messaging_pb2.MessageRejectRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.MessageSettleResponse, _abc.Awaitable[_messaging_pb2.MessageSettleResponse]]:
+        """Reject: never. Each message not acked or dead is dead now: moved to the table's
+        vt_dead_letter table in one transaction, or dead in place without one.
+        """
+
+    @_abc_1.abstractmethod
+    def MessageRenew(
+        self,
+        request: _messaging_pb2.MessageRenewRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.MessageSettleResponse, _abc.Awaitable[_messaging_pb2.MessageSettleResponse]]:
+        """Renew: still working. Each message sent, not acked, and not due again yet is not due
+        again before extend_s from now (0: the table's vt_ack_wait): a heartbeat.
+        """
+
+    @_abc_1.abstractmethod
+    def ListDeadLetters(
+        self,
+        request: _messaging_pb2.ListDeadLettersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.ListDeadLettersResponse, _abc.Awaitable[_messaging_pb2.ListDeadLettersResponse]]:
+        """Lists the dead messages of a table (in its vt_dead_letter table, or dead in place; or of
+        a dead-letter table itself), by id, with their reasons.
+        """
+
+    @_abc_1.abstractmethod
+    def Redrive(
+        self,
+        request: _messaging_pb2.RedriveRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.RedriveResponse, _abc.Awaitable[_messaging_pb2.RedriveResponse]]:
+        """Moves dead messages back as fresh ones (epoch 0, due now): one batch of up to `limit`,
+        in one transaction, so a redrive stopped half way and run again moves each one once.
         """
 
 def add_MessagingServicer_to_server(servicer: MessagingServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

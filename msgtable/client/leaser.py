@@ -1,0 +1,116 @@
+"""Automatic renewal of the messages a subscriber holds: a lease while a handler runs.
+
+Modelled on google-cloud-pubsub's lease management: every message the subscriber received is
+leased until it is acked, released or rejected (through the subscriber or the message), and
+a background thread renews all leased messages every third of the table's ack wait, so a
+handler slower than the ack wait keeps its message (it is not sent to another subscriber).
+A message is renewed for at most ``max_lease_s`` after it arrived (a handler stuck for ever
+must not hold its message for ever); then it is left to its ack wait like any other. A failed
+renewal is logged and tried again at the next round: the message's own ack wait is the
+safety net.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Hashable, Iterable
+from typing import Protocol
+
+from msgtable.errors import MsgtableError
+from msgtable.limits import MAX_ACK_IDS
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_LEASE_S = 3600.0
+MIN_RENEW_EVERY_S = 0.05
+
+
+class Leased(Protocol):
+    @property
+    def id(self) -> object: ...
+
+    @property
+    def id_value(self) -> pb.Value: ...
+
+
+class Leaser:
+    """Renews leased messages every ``every_s`` with ``renew(ids) -> count``."""
+
+    def __init__(
+        self,
+        name: str,
+        renew: Callable[[list[pb.Value]], int],
+        every_s: float,
+        max_lease_s: float = DEFAULT_MAX_LEASE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self._renew = renew
+        self.every_s = max(MIN_RENEW_EVERY_S, every_s)
+        self.max_lease_s = max_lease_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._leased: dict[Hashable, tuple[pb.Value, float]] = {}
+        self._stop = threading.Event()
+        self.renewed = 0  # messages the server said it renewed
+        self.rounds = 0
+        self._thread = threading.Thread(
+            target=self._run, daemon=True, name=f"msgtable-lease-{name}"
+        )
+        self._thread.start()
+
+    def add(self, messages: Iterable[Leased]) -> None:
+        now = self._clock()
+        with self._lock:
+            for m in messages:
+                self._leased[_key(m.id)] = (m.id_value, now)
+
+    def remove(self, messages: Iterable[Leased]) -> None:
+        with self._lock:
+            for m in messages:
+                self._leased.pop(_key(m.id), None)
+
+    @property
+    def leased(self) -> int:
+        with self._lock:
+            return len(self._leased)
+
+    def renew_now(self) -> int:
+        """One round: renew every leased message (dropping those leased too long)."""
+        now = self._clock()
+        with self._lock:
+            for key, (_, since) in list(self._leased.items()):
+                if now - since > self.max_lease_s:
+                    del self._leased[key]
+            ids = [value for value, _ in self._leased.values()]
+        n = 0
+        for i in range(0, len(ids), MAX_ACK_IDS):
+            n += self._renew(ids[i : i + MAX_ACK_IDS])
+        self.renewed += n
+        self.rounds += 1
+        return n
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.renew_now()
+            except MsgtableError as exc:
+                log.warning(
+                    "table %s: renewing held messages failed (%s); next round", self.name, exc
+                )
+            except Exception:  # the thread must not die: the ack wait is the safety net
+                log.exception("table %s: renewing held messages failed", self.name)
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(5.0)
+        with self._lock:
+            self._leased.clear()
+
+
+def _key(value: object) -> Hashable:
+    return value if isinstance(value, Hashable) else repr(value)

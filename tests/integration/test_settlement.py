@@ -1,0 +1,331 @@
+"""Settlement end to end (README: Settlement and dead letters): release, reject, renew, max
+attempts, dead-letter tables and redrive, on a real MySQL-family server through the real gRPC
+server and client."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtable.errors import InvalidArgument, TableLoadError
+from msgtable.tables import DEAD_TIME_NEXT
+
+from ..waiting import wait_until
+from .helpers import Collector, Served, comment, serve
+
+SCHEMA = Path(__file__).parents[2] / "schema"
+DEAD_COLUMNS = "time_dead bigint, attempts bigint, last_error varchar(1000)"
+
+
+@pytest.fixture
+def served(db_dsn: str):
+    with serve(db_dsn) as s:
+        yield s
+
+
+def make_pair(s: Served, name: str = "jobs", dead: str = "jobs_dead", **fields: Any) -> None:
+    """A message table with last_error, and its dead-letter table."""
+    s.create_table(dead, DEAD_COLUMNS)
+    fields.setdefault("vt_dead_letter", dead)
+    s.create_table(name, "last_error varchar(1000)", **fields)
+
+
+def ids_in(s: Served, table: str, where: str = "1=1") -> list[int]:
+    return [r[0] for r in s.sql(f"select id from {table} where {where} order by id")]
+
+
+def enqueue(s: Served, table: str, ids: range | list[int]) -> None:
+    values = ",".join(f"({i}, 'm{i}')" for i in ids)
+    s.sql(f"insert into {table}(id, message) values {values}")
+
+
+# -- max attempts and dead letters ---------------------------------------------------------
+def test_a_poison_message_is_sent_exactly_max_attempts_times_then_is_a_dead_letter(
+    served: Served,
+):
+    make_pair(
+        served,
+        vt_ack_wait=0.3,
+        vt_min_backoff=0.05,
+        vt_max_backoff=0.1,
+        vt_poller_interval=0.2,
+        vt_max_attempts=3,
+    )
+    enqueue(served, "jobs", [1])
+    c = Collector(served.client, "jobs")
+    try:
+        attempts = []
+        for n in range(3):
+            (m,) = c.take(1)
+            attempts.append(m.attempt)
+            assert m.release(reason=f"failed #{n + 1}") == 1
+        wait_until(lambda: ids_in(served, "jobs_dead") == [1], what="the dead letter")
+        c.nothing_for(0.8)
+    finally:
+        c.close()
+    assert attempts == [1, 2, 3]
+    assert ids_in(served, "jobs") == []
+    row = served.sql("select attempts, last_error, message, epoch, time_acked from jobs_dead")
+    assert [tuple(r) for r in row] == [(3, "failed #3", "m1", 0, None)]
+    (t,) = [t for t in served.client.list_tables() if t.name == "jobs"]
+    assert (t.released, t.dead_lettered, t.rejected, t.dead) == (3, 1, 0, 1)
+
+
+def test_a_message_unacked_after_its_last_ack_wait_dies_with_the_exhausted_reason(
+    served: Served,
+):
+    make_pair(
+        served,
+        vt_ack_wait=0.3,
+        vt_min_backoff=0.05,
+        vt_poller_interval=0.2,
+        vt_max_attempts=2,
+        vt_postpone_after=0,
+    )
+    enqueue(served, "jobs", [7])
+    c = Collector(served.client, "jobs")
+    try:
+        first, second = c.take(1), c.take(1)
+        assert (first[0].attempt, second[0].attempt) == (1, 2)
+        wait_until(lambda: ids_in(served, "jobs_dead") == [7], what="the dead letter")
+    finally:
+        c.close()
+    (row,) = served.sql("select attempts, last_error from jobs_dead")
+    assert tuple(row) == (2, "no ack after 2 attempts (vt_max_attempts=2)")
+
+
+def test_without_a_dead_letter_table_a_dead_message_stays_in_place_never_sent(served: Served):
+    served.create_table(
+        "jobs",
+        "last_error varchar(1000), time_dead bigint",
+        vt_ack_wait=0.3,
+        vt_min_backoff=0.05,
+        vt_poller_interval=0.2,
+        vt_max_attempts=1,
+    )
+    enqueue(served, "jobs", [1, 2])
+    c = Collector(served.client, "jobs")
+    try:
+        got = {m.id: m for m in c.take(2)}
+        assert got[2].reject("bad payload") == 1
+        wait_until(
+            lambda: (
+                served.sql(f"select count(*) from jobs where time_next = {DEAD_TIME_NEXT}")[0][0]
+                == 2
+            ),
+            what="both dead in place",
+        )
+        c.nothing_for(0.8)
+    finally:
+        c.close()
+    rows = served.sql("select id, epoch, last_error, time_dead is not null, time_acked from jobs")
+    assert [tuple(r) for r in rows] == [
+        (1, 1, "no ack after 1 attempts (vt_max_attempts=1)", 1, None),
+        (2, 1, "bad payload", 1, None),
+    ]
+    dead, total = served.client.dead_letters("jobs")
+    assert total == 2
+    assert [(d.id, d.attempts, d.last_error) for d in dead] == [
+        (1, 1, "no ack after 1 attempts (vt_max_attempts=1)"),
+        (2, 1, "bad payload"),
+    ]
+
+
+def test_reject_moves_the_message_to_the_dead_letter_table_now_with_its_reason(served: Served):
+    make_pair(served)
+    enqueue(served, "jobs", [1, 2, 3])
+    c = Collector(served.client, "jobs")
+    try:
+        msgs = {m.id: m for m in c.take(3)}
+        assert c.subscription.reject([msgs[1], msgs[2]], reason="schema v1") == 2
+        assert msgs[1].reject() == 0  # dead already: not counted again
+        assert msgs[3].ack() == 1
+        assert msgs[3].reject() == 0  # acked: nothing changes
+    finally:
+        c.close()
+    assert ids_in(served, "jobs") == [3]
+    rows = served.sql("select id, attempts, last_error from jobs_dead order by id")
+    assert [tuple(r) for r in rows] == [(1, 1, "schema v1"), (2, 1, "schema v1")]
+
+
+# -- release ---------------------------------------------------------------------------------
+def test_a_released_message_comes_back_after_its_delay_to_any_subscriber(served: Served):
+    served.create_table("jobs", "last_error varchar(1000)", vt_ack_wait=30, vt_poller_interval=30)
+    enqueue(served, "jobs", [1])
+    a = Collector(served.client, "jobs")
+    (m,) = a.take(1)
+    a.close()
+    b = Collector(served.client, "jobs")
+    try:
+        released_ns = time.time_ns()
+        assert served.client.release("jobs", [m.id], delay_s=0.5, reason="later") == 1
+        (again,) = b.take(1, timeout_s=5)
+        late_s = (b.arrived_ns[1][0] - released_ns) / 1e9
+    finally:
+        b.close()
+    assert again.attempt == 2
+    assert again.values["last_error"] == "later"
+    assert 0.5 <= late_s <= 0.55, f"came back {late_s:.3f}s after a release of 0.5s"
+
+
+def test_a_release_at_once_counts_the_attempt_and_comes_back_at_once(served: Served):
+    served.create_table("jobs", vt_ack_wait=30, vt_poller_interval=30)
+    enqueue(served, "jobs", [1])
+    c = Collector(served.client, "jobs")
+    try:
+        (m,) = c.take(1)
+        assert m.release() == 1
+        (again,) = c.take(1, timeout_s=2)
+        assert again.attempt == 2
+        assert again.ack() == 1
+    finally:
+        c.close()
+
+
+# -- renew -----------------------------------------------------------------------------------
+def test_a_renewed_message_is_not_redelivered_while_it_is_renewed(served: Served):
+    served.create_table("jobs", vt_ack_wait=0.5, vt_min_backoff=0.05, vt_poller_interval=0.2)
+    enqueue(served, "jobs", [1])
+    a = Collector(served.client, "jobs")
+    (m,) = a.take(1)
+    b = Collector(served.client, "jobs")
+    try:
+        deadline = time.monotonic() + 2.0  # four ack waits
+        while time.monotonic() < deadline:
+            assert m.renew() == 1
+            time.sleep(0.15)
+        deliveries = [*a.arrived_ns.values(), *b.arrived_ns.values()]
+        assert sum(map(len, deliveries)) == 1, "sent again while renewed"
+        assert m.ack() == 1
+        b.nothing_for(0.6)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_auto_renew_keeps_a_slow_handlers_message(served: Served):
+    served.create_table("jobs", vt_ack_wait=0.6, vt_min_backoff=0.05, vt_poller_interval=0.2)
+    enqueue(served, "jobs", [1])
+    with served.client.subscribe("jobs", auto_renew=True) as sub:
+        m = next(iter(sub))
+        assert sub.leaser is not None and sub.leaser.every_s == pytest.approx(0.2)
+        time.sleep(2.0)  # the slow handler: over three ack waits
+        assert m.ack() == 1
+        assert sub.leaser.renewed >= 5
+        assert sub.leaser.leased == 0
+    (row,) = served.sql("select epoch from jobs")
+    assert row[0] == 1  # sent once
+
+
+# -- bad input -------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda c: c.release("jobs", [1], delay_s=-1), "zero or more seconds"),
+        (lambda c: c.release("jobs", [1], delay_s=float("nan")), "zero or more seconds"),
+        (lambda c: c.release("jobs", [1], delay_s=86400), "over the limit"),
+        (lambda c: c.renew("jobs", [1], extend_s=1e9), "over the limit"),
+        (lambda c: c.reject("jobs", [1], reason="x" * 1001), "at most 1,000"),
+        (lambda c: c.release("jobs", []), "no ids to release"),
+        (lambda c: c.renew("jobs", list(range(10_001))), "at most 10000"),
+        (lambda c: c.reject("jobs", ["one"]), "malformed id"),
+    ],
+)
+def test_bad_settlement_input_is_invalid_and_changes_nothing(served: Served, call, error):
+    served.create_table("jobs")
+    enqueue(served, "jobs", [1])
+    before = served.sql("select * from jobs")
+    with pytest.raises(InvalidArgument, match=error):
+        call(served.client)
+    assert served.sql("select * from jobs") == before
+
+
+def test_settling_ids_not_in_flight_counts_only_those_changed(served: Served):
+    served.create_table("jobs", vt_ack_wait=30)
+    enqueue(served, "jobs", [1, 2, 3])
+    c = Collector(served.client, "jobs", max_in_flight=1)
+    try:
+        (m,) = c.take(1)
+        others = [i for i in (1, 2, 3) if i != m.id]
+        # never sent: a release or renew does not apply; unknown ids are not counted
+        assert served.client.release("jobs", [*others, 99]) == 0
+        assert served.client.renew("jobs", [*others, 99]) == 0
+        assert served.client.renew("jobs", [m.id, *others, 99]) == 1
+        assert served.client.reject("jobs", [99]) == 0
+    finally:
+        c.close()
+
+
+# -- load errors -----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("setup", "error"),
+    [
+        ("", "vt_dead_letter=jobs_dead: no message table jobs_dead"),
+        (
+            "create table jobs_dead(id bigint primary key) comment 'not a message table'",
+            "no message table jobs_dead",
+        ),
+        ("missing", "jobs_dead lacks column message, time_dead, attempts, last_error"),
+        ("self", "vt_dead_letter=jobs is the table itself"),
+    ],
+)
+def test_a_bad_dead_letter_table_is_a_load_error_naming_the_field(served: Served, setup, error):
+    if setup == "missing":
+        served.sql(
+            "create table jobs_dead(id bigint primary key, priority bigint, time_next bigint, "
+            "epoch bigint, time_acked bigint) comment '" + comment() + "'"
+        )
+    elif setup and setup != "self":
+        served.sql(setup)
+    served.create_table("jobs", vt_dead_letter="jobs" if setup == "self" else "jobs_dead")
+    with pytest.raises(TableLoadError, match=error):
+        served.client.subscribe("jobs", retry=False)
+    (t,) = [t for t in served.client.list_tables() if t.name == "jobs"]
+    assert error in t.load_error
+
+
+def test_the_schema_file_of_dead_letters_creates_tables_that_load(served: Served):
+    text = (SCHEMA / "dead_letter.sql").read_text()
+    lines = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    for statement in lines.split(";"):
+        if statement.strip():
+            served.sql(statement)
+    tables = {t.name: t for t in served.client.list_tables()}
+    assert tables["my_message"].loaded and tables["my_message_dead"].loaded
+    cfg = tables["my_message"].config
+    assert cfg is not None and (cfg.max_attempts, cfg.dead_letter) == (5, "my_message_dead")
+
+
+# -- redrive ---------------------------------------------------------------------------------
+def test_a_redrive_stopped_half_way_and_rerun_moves_each_message_once(served: Served):
+    make_pair(served)
+    enqueue(served, "jobs", range(1, 13))
+    assert served.client.reject("jobs", list(range(1, 13)), reason="bug 42") == 12
+    assert ids_in(served, "jobs") == []
+    first = served.client.redrive("jobs_dead", limit=5)
+    assert (first.moved, first.last) == (5, 5)  # ... and the redrive stops here
+    # the rerun: from the start, batch after batch, until nothing is left
+    moved, after = 0, None
+    while True:
+        batch = served.client.redrive("jobs_dead", limit=4, after=after)
+        if batch.last is None:
+            break
+        moved, after = moved + batch.moved, batch.last
+    assert moved == 7
+    assert ids_in(served, "jobs") == list(range(1, 13))
+    assert ids_in(served, "jobs_dead") == []
+    rows = served.sql("select distinct epoch, time_acked, last_error from jobs")
+    assert [tuple(r) for r in rows] == [(0, None, "bug 42")]  # fresh, and its history kept
+
+
+def test_a_redrive_skips_ids_the_target_has_again_and_leaves_them_dead(served: Served):
+    make_pair(served)
+    enqueue(served, "jobs", [1, 2])
+    assert served.client.reject("jobs", [1, 2]) == 2
+    enqueue(served, "jobs", [2])  # enqueued again under the same id
+    batch = served.client.redrive("jobs", limit=10)  # the source names its dead letters
+    assert (batch.moved, batch.skipped) == (1, (2,))
+    assert ids_in(served, "jobs_dead") == [2]

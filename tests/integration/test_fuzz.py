@@ -1,6 +1,8 @@
 """10,000 hostile requests against a real server (hypothesis): names with quotes, backticks,
 semicolons, unicode, empty and 1 MB strings, ids of the wrong type, huge id lists, valueless
-ids, streams cancelled at once. Each must get a clean status (never INTERNAL or UNKNOWN), the
+ids, streams cancelled at once; releases, rejects and renews with negative, huge, infinite and
+NaN delays and hostile or 1 MB reasons; dead-letter listings and redrives with hostile names,
+targets, limits and cursors. Each must get a clean status (never INTERNAL or UNKNOWN), the
 server must keep serving, and no table may change that was not named legitimately."""
 
 from __future__ import annotations
@@ -74,7 +76,23 @@ def _not_a_canary_id(v: pb.Value) -> bool:
 
 
 HUGE = [pb.Value(int_value=10_000_000 + i) for i in range(10_001)]  # over the 10,000 limit
-kinds = st.sampled_from(["stream"] * 4 + ["ack"] * 4 + ["ack_canary"] * 3 + ["huge_ack"])
+delays = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, -1.0, 43_200.0, 43_200.1, 1e308, 5e-324]),
+)
+reasons = st.one_of(st.sampled_from(NASTY), st.text(max_size=1_200))
+limits = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 10_000, 10_001]))
+verbs = st.sampled_from(["release", "reject", "renew"])
+kinds = st.sampled_from(
+    ["stream"] * 4
+    + ["ack"] * 4
+    + ["ack_canary"] * 3
+    + ["huge_ack"]
+    + ["settle"] * 3
+    + ["settle_canary"] * 3
+    + ["dead"] * 2
+    + ["redrive"] * 2
+)
 requests = kinds.flatmap(
     lambda kind: {
         "stream": st.tuples(
@@ -85,6 +103,28 @@ requests = kinds.flatmap(
             st.just("ack_canary"), st.lists(values.filter(_not_a_canary_id), max_size=5)
         ),
         "huge_ack": st.just(("huge_ack",)),
+        "settle": st.tuples(
+            st.just("settle"), verbs, names, st.lists(values, max_size=5), delays, reasons
+        ),
+        "settle_canary": st.tuples(
+            st.just("settle"),
+            verbs,
+            st.just("canary"),
+            st.lists(values.filter(_not_a_canary_id), max_size=5),
+            delays,
+            reasons,
+        ),
+        "dead": st.tuples(
+            st.just("dead"), st.one_of(names, st.just("canary")), limits, st.none() | values
+        ),
+        "redrive": st.tuples(
+            st.just("redrive"),
+            st.one_of(names, st.just("canary")),
+            st.one_of(names, st.just("canary"), st.just("")),
+            st.lists(values.filter(_not_a_canary_id), max_size=3),
+            limits,
+            st.none() | values,
+        ),
     }[kind]
 )
 
@@ -144,6 +184,35 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
         elif kind == "ack_canary":  # ids of the wrong type for a bigint id, or none
             _, ids = request
             stub.MessageAck(pb.MessageAckRequest(name="canary", ids=ids), timeout=10)
+        elif kind == "settle":
+            _, verb, name, ids, delay, reason = request
+            if verb == "release":
+                stub.MessageRelease(
+                    pb.MessageReleaseRequest(name=name, ids=ids, delay_s=delay, reason=reason),
+                    timeout=10,
+                )
+            elif verb == "renew":
+                stub.MessageRenew(
+                    pb.MessageRenewRequest(name=name, ids=ids, extend_s=delay, reason=reason),
+                    timeout=10,
+                )
+            else:
+                stub.MessageReject(
+                    pb.MessageRejectRequest(name=name, ids=ids, reason=reason), timeout=10
+                )
+        elif kind == "dead":
+            _, name, limit, after = request
+            req = pb.ListDeadLettersRequest(name=name, limit=limit)
+            if after is not None:
+                req.after.CopyFrom(after)
+            stub.ListDeadLetters(req, timeout=10)
+        elif kind == "redrive":
+            # on the canary (which has no dead messages) and with ids that are not its own
+            _, name, to, ids, limit, after = request
+            req = pb.RedriveRequest(name=name, to=to, ids=ids, limit=limit)
+            if after is not None:
+                req.after.CopyFrom(after)
+            stub.Redrive(req, timeout=10)
         else:
             stub.MessageAck(pb.MessageAckRequest(name="canary", ids=HUGE), timeout=10)
         return grpc.StatusCode.OK

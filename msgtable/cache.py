@@ -63,7 +63,11 @@ class Poll:
         new, taken = cache.due.add(
             rows, now_ns, inflight.unclaimed_ids, inflight.held, self.changed
         )
-        inflight.land_all(new)  # the database says they are due again
+        if now_ns is None or not new:
+            inflight.land_all(new)  # the database says they are due again
+        else:  # those due only later (scheduled here) stay in flight until then: renewed
+            later = {r[3] for r in rows if r[1] is not None and r[1] > now_ns}
+            inflight.land_all(i for i in new if i not in later)
         return len(new), taken
 
 

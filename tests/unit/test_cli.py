@@ -186,7 +186,11 @@ def test_tables_are_shown_with_their_settings_and_load_errors_in_full():
         "FLIGHT", "SUBSCRIBERS", "SENT", "ACKED", "RELEASED", "REJECTED", "RENEWED", "DIED",
         "DEAD", "MAX", "ATTEMPTS",
     ]  # fmt: skip
-    assert (moved, where.split()) == ("dead letters go to:", ["my_message", "->", "dlq"])
+    assert (blank2, moved, where.split()) == (
+        "",
+        "dead letters go to:",
+        ["my_message", "->", "dlq"],
+    )
     assert good.split() == [
         "my_message",
         "app",

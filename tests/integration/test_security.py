@@ -110,6 +110,29 @@ def test_a_token_s_principal_may_do_what_the_rules_allow_and_nothing_else(db_dsn
                 ops.ack("invoice_in", [1])
 
 
+def test_settlement_is_the_ack_action_and_redrive_its_own(db_dsn, pki):
+    with secured(db_dsn, pki, tls=TlsFiles(str(pki / "server.pem"), str(pki / "server.key"))) as s:
+        with client(s, pki, WORKER) as worker:
+            assert worker.release("invoice_in", [1]) == 0  # allowed (never sent: not counted)
+            assert worker.renew("invoice_in", [1]) == 0
+            assert worker.reject("invoice_in", [2], reason="bad") == 1
+            for call in (
+                lambda: worker.release("payroll", [1]),
+                lambda: worker.reject("payroll", [1]),
+                lambda: worker.renew("payroll", [1]),
+                lambda: worker.redrive("invoice_in"),
+                lambda: worker.dead_letters("payroll"),
+            ):
+                with pytest.raises(PermissionDenied):
+                    call()
+            assert [d.id for d in worker.dead_letters("invoice_in")[0]] == [2]  # list
+        with client(s, pki, OPS) as ops:
+            with pytest.raises(PermissionDenied):
+                ops.reject("invoice_in", [1])
+            with pytest.raises(PermissionDenied, match="ops may not redrive"):
+                ops.redrive("invoice_in")
+
+
 def test_calls_without_valid_credentials_are_unauthenticated(db_dsn, pki):
     with secured(db_dsn, pki, tls=TlsFiles(str(pki / "server.pem"), str(pki / "server.key"))) as s:
         for token in (None, "not-a-token-of-this-server"):

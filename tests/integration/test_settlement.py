@@ -329,3 +329,36 @@ def test_a_redrive_skips_ids_the_target_has_again_and_leaves_them_dead(served: S
     batch = served.client.redrive("jobs", limit=10)  # the source names its dead letters
     assert (batch.moved, batch.skipped) == (1, (2,))
     assert ids_in(served, "jobs_dead") == [2]
+
+
+# -- settlement by DML, as the README gives it, seen through the binlog ----------------------
+@pytest.mark.parametrize("binlog", [True, False], ids=["binlog", "poll-only"])
+def test_settling_by_dml_in_the_applications_transaction_is_honoured(db_dsn: str, binlog: bool):
+    with serve(db_dsn, follow_binlog=binlog) as s:
+        s.create_table("jobs", "last_error varchar(1000)", vt_ack_wait=2, vt_poller_interval=0.3)
+        enqueue(s, "jobs", [1, 2])
+        c = Collector(s.client, "jobs")
+        try:
+            got = {m.id: m for m in c.take(2)}
+            assert {m.attempt for m in got.values()} == {1}
+            with s.transaction() as tx:  # reject 1 in place, release 2 in 0.3 s
+                tx.exec_driver_sql(
+                    "update jobs set epoch = greatest(epoch, 1), "
+                    f"time_next = {DEAD_TIME_NEXT}, last_error = 'bad' "
+                    f"where id = 1 and time_acked is null and time_next <> {DEAD_TIME_NEXT}"
+                )
+                tx.exec_driver_sql(
+                    "update jobs set epoch = greatest(epoch, 1), "
+                    "time_next = unix_timestamp(now(6)) * 1000000000 + 300000000, "
+                    "last_error = 'later' "
+                    f"where id = 2 and epoch <= 1 and time_acked is null "
+                    f"and time_next <> {DEAD_TIME_NEXT}"
+                )
+            (again,) = c.take(1, timeout_s=5)
+            assert (again.id, again.attempt, again.values["last_error"]) == (2, 2, "later")
+            assert again.ack() == 1
+            c.nothing_for(2.5)  # 1 is dead: never again, even after its ack wait
+        finally:
+            c.close()
+        rows = s.sql("select id, epoch, time_next, time_acked is null from jobs order by id")
+        assert [tuple(r) for r in rows] == [(1, 1, DEAD_TIME_NEXT, 1), (2, 2, None, 0)]

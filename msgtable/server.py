@@ -15,7 +15,7 @@ import contextlib
 import ipaddress
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,11 +317,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
     def MessageAck(self, request: Any, context: grpc.ServicerContext) -> pb.MessageAckResponse:
         try:
             self._allowed(context, "ack", request.name)
-            try:
-                ids = codec.decode_ids(request.ids)
-            except ValueError as exc:
-                raise InvalidArgument(str(exc)) from None
-            count = self._engine.ack(request.name, request.keyspace, ids)
+            count = self._engine.ack(request.name, request.keyspace, self._ids(request.ids))
             return pb.MessageAckResponse(count=count)
         except Exception as exc:
             _fail(context, "MessageAck", exc)
@@ -332,47 +328,50 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from None
 
+    def _settle(
+        self,
+        context: grpc.ServicerContext,
+        method: str,
+        request: Any,
+        settle: Callable[[list[object]], int],
+    ) -> pb.MessageSettleResponse:
+        """A release, reject or renew: the ack action's right, then ``settle(ids)``."""
+        try:
+            self._allowed(context, "ack", request.name)
+            return pb.MessageSettleResponse(count=settle(self._ids(request.ids)))
+        except Exception as exc:
+            _fail(context, method, exc)
+
     def MessageRelease(
         self, request: Any, context: grpc.ServicerContext
     ) -> pb.MessageSettleResponse:
-        try:
-            self._allowed(context, "ack", request.name)
-            count = self._engine.release(
-                request.name,
-                request.keyspace,
-                self._ids(request.ids),
-                request.delay_s,
-                request.reason or None,
-            )
-            return pb.MessageSettleResponse(count=count)
-        except Exception as exc:
-            _fail(context, "MessageRelease", exc)
+        r = request
+        return self._settle(
+            context,
+            "MessageRelease",
+            r,
+            lambda ids: self._engine.release(r.name, r.keyspace, ids, r.delay_s, r.reason or None),
+        )
 
     def MessageReject(
         self, request: Any, context: grpc.ServicerContext
     ) -> pb.MessageSettleResponse:
-        try:
-            self._allowed(context, "ack", request.name)
-            count = self._engine.reject(
-                request.name, request.keyspace, self._ids(request.ids), request.reason or None
-            )
-            return pb.MessageSettleResponse(count=count)
-        except Exception as exc:
-            _fail(context, "MessageReject", exc)
+        r = request
+        return self._settle(
+            context,
+            "MessageReject",
+            r,
+            lambda ids: self._engine.reject(r.name, r.keyspace, ids, r.reason or None),
+        )
 
     def MessageRenew(self, request: Any, context: grpc.ServicerContext) -> pb.MessageSettleResponse:
-        try:
-            self._allowed(context, "ack", request.name)
-            count = self._engine.renew(
-                request.name,
-                request.keyspace,
-                self._ids(request.ids),
-                request.extend_s,
-                request.reason or None,
-            )
-            return pb.MessageSettleResponse(count=count)
-        except Exception as exc:
-            _fail(context, "MessageRenew", exc)
+        r = request
+        return self._settle(
+            context,
+            "MessageRenew",
+            r,
+            lambda ids: self._engine.renew(r.name, r.keyspace, ids, r.extend_s, r.reason or None),
+        )
 
     def ListDeadLetters(
         self, request: Any, context: grpc.ServicerContext

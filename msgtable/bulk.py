@@ -2,27 +2,36 @@
 message table (msgtable.spark). Like msgtable.store for the engine's statements, every
 statement is written here once per table from its loaded config: table and column names come
 from information_schema and are quoted, values are bound parameters.
+
+The states a read takes (:class:`RowState`) split a message table's rows: each row is acked,
+or (unacked) dead, due, scheduled or in flight. A dead row (msgtable.deadletters) is one no
+poll sends again: dead in place, ``time_next = DEAD_TIME_NEXT``, which is in the future of
+every "now", so the states that compare ``time_next`` with now say "and not dead". A
+dead-letter table (it has every one of DEAD_LETTER_COLUMNS) holds nothing but dead messages:
+every unacked row of it is dead, and due as well, for whoever streams it.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from msgtable.deadletters import DEAD_LETTER_COLUMNS
 from msgtable.errors import InvalidArgument
 from msgtable.sql import MARK, placeholders, quote
-from msgtable.tables import Layout, TableConfig
+from msgtable.tables import DEAD_TIME_NEXT, Layout, TableConfig
 
 
 class RowState(enum.Enum):
     """Which rows of a message table a read takes, as the database has them now."""
 
     ALL = "all"
-    UNACKED = "unacked"  # not acked: due, scheduled or in flight
+    UNACKED = "unacked"  # not acked: due, scheduled, in flight or dead
     DUE = "due"  # unacked and time_next is now or past: the next poll may send it
-    SCHEDULED = "scheduled"  # unacked, never sent (epoch 0), time_next in the future
-    IN_FLIGHT = "in_flight"  # unacked, sent (epoch > 0), its backoff not over
+    SCHEDULED = "scheduled"  # unacked, never sent (epoch 0), time_next in the future, not dead
+    IN_FLIGHT = "in_flight"  # unacked, sent (epoch > 0), its backoff not over, not dead
+    DEAD = "dead"  # never sent again: dead in place, or any unacked row of a dead-letter table
     ACKED = "acked"
 
     @classmethod
@@ -32,6 +41,13 @@ class RowState(enum.Enum):
         except ValueError:
             names = ", ".join(s.value for s in cls)
             raise InvalidArgument(f"state must be one of {names}, not {text!r}") from None
+
+
+def holds_dead_letters(columns: Iterable[str]) -> bool:
+    """Whether a table with these columns is a dead-letter table (time_dead, attempts and
+    last_error: what msgtable.deadletters.check_dead_letter asks of one)."""
+    names = set(columns)
+    return all(c in names for c in DEAD_LETTER_COLUMNS)
 
 
 class BulkStatements:
@@ -52,12 +68,19 @@ class BulkStatements:
             return "TRUE", []
         if state is RowState.ACKED:
             return f"{acked} IS NOT NULL", []
-        if state is RowState.UNACKED:
+        if state is RowState.UNACKED or (
+            state is RowState.DEAD and holds_dead_letters(self.columns)
+        ):
             return f"{acked} IS NULL", []
+        if state is RowState.DEAD:
+            return f"{acked} IS NULL AND {due} = %s", [DEAD_TIME_NEXT]
         if state is RowState.DUE:
             return f"{acked} IS NULL AND ({due} IS NULL OR {due} <= %s)", [now_ns]
         sent = ">" if state is RowState.IN_FLIGHT else "="
-        return f"{acked} IS NULL AND {due} > %s AND COALESCE({epoch}, 0) {sent} 0", [now_ns]
+        return (
+            f"{acked} IS NULL AND {due} > %s AND {due} < %s AND COALESCE({epoch}, 0) {sent} 0",
+            [now_ns, DEAD_TIME_NEXT],
+        )
 
     def id_bounds(self, where: str) -> str:
         """The smallest and largest id, and the count, of the rows ``where`` holds."""

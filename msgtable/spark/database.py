@@ -1,6 +1,7 @@
 """How the Spark driver and its executors reach the database: a message table's config (read as
-the engine reads it), PyMySQL connections (executors need no C driver), the id-bounds query
-that plans a partitioned read, and the JDBC URL of Spark's own reader and writer.
+the engine reads it, and its dead-letter table's), PyMySQL connections (executors need no C
+driver), the id-bounds query that plans a partitioned read, and the JDBC URL of Spark's own
+reader and writer.
 
 The statements themselves are msgtable.bulk's; this module only runs them.
 """
@@ -11,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from msgtable.deadletters import check_dead_letter
 from msgtable.errors import TableLoadError, TableNotFound
 from msgtable.mysql import open_connection, parse_url, pymysql_args
 from msgtable.store import MySQLStore
@@ -37,6 +39,24 @@ def describe(dsn: str, table: str) -> TableConfig:
         raise
     except Exception as exc:  # pragma: no cover - load_table raises TableLoadError
         raise TableLoadError(f"table {table}: {exc}") from None
+
+
+def dead_letter_table(dsn: str, cfg: TableConfig) -> TableConfig:
+    """The loaded config of ``cfg``'s vt_dead_letter table, where its dead messages are
+    (TableLoadError naming the field when it is missing, fails to load, or cannot take them,
+    as the engine says it: msgtable.deadletters.check_dead_letter)."""
+    dead: TableConfig | None = None
+    error: str | None = None
+    try:
+        dead = describe(dsn, cfg.dead_letter)
+    except TableNotFound:
+        pass
+    except TableLoadError as exc:
+        error = str(exc)
+    problem = check_dead_letter(cfg, dead, error)
+    if problem or dead is None:
+        raise TableLoadError(f"table {cfg.name}: {problem}")
+    return dead
 
 
 def connect_args(dsn: str) -> dict[str, Any]:

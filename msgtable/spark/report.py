@@ -3,7 +3,10 @@
 * delivery latency, created -> acked: exact percentiles and a histogram (where rows have a
   ``time_created``);
 * redeliveries: acked messages by ``epoch`` (the number of sends);
-* backlog: unacked messages by age (since ``time_created``, else since due) and priority;
+* backlog: unacked messages by age (since ``time_created``, else since due) and priority,
+  the dead ones left out (they wait for nothing);
+* dead letters: the messages no poll sends again, in place and in the table's dead-letter
+  table, by reason and by attempts (msgtable.spark.report_dead);
 * throughput: messages acked per minute, hour or day (UTC), whichever suits the time the
   acks span (THROUGHPUT_BUCKETS), with the buckets without an ack as zeros.
 
@@ -19,6 +22,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from msgtable.errors import InvalidArgument
+from msgtable.spark.report_dead import REASON_TEXT_WIDTH, DeadLetters, dead_letters
+from msgtable.tables import DEAD_TIME_NEXT, TableConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,15 +64,18 @@ class Report:
     latency_histogram: list[tuple[float, int]] = field(default_factory=list)  # (from ms, n)
     generated_ns: int = 0
     has_time_created: bool = True
+    dead: DeadLetters = field(default_factory=DeadLetters)
 
     @property
     def unacked(self) -> int:
+        """Rows not acked, the dead ones too (``dead.here`` of them)."""
         return self.rows - self.acked
 
     def text(self) -> str:
+        of_them = f", {self.dead.here:,} of them dead" if self.dead.here else ""
         out = [
-            f"{self.title}: {self.rows:,} rows ({self.acked:,} acked, {self.unacked:,} unacked)"
-            f" from {self.source}",
+            f"{self.title}: {self.rows:,} rows ({self.acked:,} acked, {self.unacked:,} unacked"
+            f"{of_them}) from {self.source}",
             "",
         ]
         if self.latency_ms is None:
@@ -79,8 +87,17 @@ class Report:
         if self.epochs:
             out += ["", _table(("epoch (sends)", "acked"), self.epochs)]
         out += ["", _table(("age", "priority", "unacked"), self.backlog) or "backlog: none"]
-        out += ["", self.throughput_text()]
+        out += ["", self.dead_text(), "", self.throughput_text()]
         return "\n".join(out) + "\n"
+
+    def dead_text(self) -> str:
+        """The dead letters: one line, and with any, a table by reason and one by attempts."""
+        dead = self.dead
+        out = [f"dead letters: {dead.summary()}"]
+        if dead.total:
+            out += ["", _table(dead.headers("last error"), dead.reason_rows(REASON_TEXT_WIDTH))]
+            out += ["", _table(dead.headers("attempts"), dead.attempt_rows())]
+        return "\n".join(out)
 
     def throughput_text(self) -> str:
         if not self.throughput:
@@ -140,11 +157,18 @@ def fill_gaps(counts: dict[int, int], seconds: int) -> list[tuple[int, int]]:
 
 
 def _table(headers: tuple[str, ...], rows: list[Any]) -> str:
+    """A terminal table: numbers to the right, a column of text (an age, a reason) to the left."""
     if not rows:
         return ""
     cells = [headers, *[tuple(f"{v:,}" if isinstance(v, int) else str(v) for v in r) for r in rows]]
     widths = [max(len(c[i]) for c in cells) for i in range(len(headers))]
-    lines = ["  ".join(c[i].rjust(widths[i]) for i in range(len(headers))) for c in cells]
+    text = [any(not isinstance(r[i], int) for r in rows) for i in range(len(headers))]
+    lines = [
+        "  ".join(
+            (str.ljust if text[i] else str.rjust)(c[i], widths[i]) for i in range(len(c))
+        ).rstrip()
+        for c in cells
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -166,6 +190,11 @@ def build_report(
 ) -> Report:
     from pyspark.sql import functions as F
 
+    cfg: TableConfig | None = None
+    if dsn and not archive:
+        from msgtable.spark.database import describe
+
+        cfg = describe(dsn, name)
     df = load(spark, name, dsn, archive).cache()
     now_ns = now_ns if now_ns is not None else time.time_ns()
     columns = set(df.columns)
@@ -201,7 +230,8 @@ def build_report(
     ]
 
     backlog: list[tuple[str, int, int]] = []
-    unacked = df.where(F.col("time_acked").isNull())
+    alive = ~F.col("time_next").eqNullSafe(F.lit(DEAD_TIME_NEXT))  # a dead row waits for nothing
+    unacked = df.where(F.col("time_acked").isNull() & alive)
     if "time_created" in columns:
         since = F.col("time_created")
     else:
@@ -227,6 +257,7 @@ def build_report(
     per, seconds = throughput_bucket(span_s)
     start = F.floor(F.col("time_acked") / F.lit(seconds * 10**9)) * F.lit(seconds)  # UTC
     counts = {int(r[0]): int(r[1]) for r in acked.groupBy(start.alias("start")).count().collect()}
+    dead = dead_letters(spark, df, name, dsn=dsn if cfg else None, cfg=cfg)
     df.unpersist()
     source = f"archive {archive}" if archive else f"table {name}"
     return Report(
@@ -242,4 +273,5 @@ def build_report(
         latency_histogram=histogram,
         generated_ns=now_ns,
         has_time_created="time_created" in columns,
+        dead=dead,
     )

@@ -4,7 +4,8 @@ it loads nothing from anywhere.
 
 The page: a header (the table, the source, when it was made), the headline figures as cards,
 then one section per figure, each a plot the width of the page and its table: delivery
-latency (a histogram with the percentiles marked), throughput, redeliveries, backlog.
+latency (a histogram with the percentiles marked), throughput, redeliveries, backlog, and
+dead letters (by reason and by attempts, stacked by where they are; one line when none).
 """
 
 from __future__ import annotations
@@ -19,15 +20,18 @@ from typing import Any
 
 from msgtable import __version__
 from msgtable.spark.report import AGE_BUCKETS, Report, bucket_label, format_ms, in_units
+from msgtable.spark.report_dead import DeadLetters, cut
 
 # Paul Tol's colour-blind safe palette.
 BLUE, CYAN, GREEN, YELLOW, RED, PURPLE, GREY = (
     "#4477aa", "#66ccee", "#228833", "#ccbb44", "#ee6677", "#aa3377", "#bbbbbb",
 )  # fmt: skip
 PRIORITY_COLOURS = (BLUE, YELLOW, GREEN, RED, PURPLE, CYAN, GREY)
+PLACE_COLOURS = (RED, PURPLE)  # dead letters in place, in the dead-letter table
 FIGURE_SIZE = (10.0, 3.3)  # inches: shown the page's width, about 1,000 CSS pixels
 DPI = 160  # sharp on high-density screens
 BARS_AT_MOST = 120  # throughput buckets drawn as bars; more are a line
+REASON_LABEL_WIDTH = 48  # a reason longer than this is cut on the plot's axis (whole in its table)
 
 CSS = """
 :root { color-scheme: light; --ink: #1f2933; --muted: #5f6b7a; --line: #e3e7ec;
@@ -76,7 +80,13 @@ def page(report: Report) -> str:
     """The report's page (see the module docstring)."""
     e = html.escape
     generated = datetime.fromtimestamp(report.generated_ns / 1e9, UTC)
-    sections = [_latency(report), _throughput(report), _redeliveries(report), _backlog(report)]
+    sections = [
+        _latency(report),
+        _throughput(report),
+        _redeliveries(report),
+        _backlog(report),
+        _dead_letters(report.dead),
+    ]
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -98,7 +108,7 @@ def _cards(report: Report) -> str:
     cards = [
         ("Messages", f"{report.rows:,}", "rows in the source"),
         ("Acked", f"{report.acked:,}", _share(report.acked, report.rows, "of the messages")),
-        ("Unacked", f"{report.unacked:,}", "the backlog"),
+        ("Unacked", f"{report.unacked:,}", _unacked_note(report)),
     ]
     if report.latency_ms:
         cards += [
@@ -107,6 +117,9 @@ def _cards(report: Report) -> str:
         ]
     again = _share(redelivered, report.acked, "sent more than once")
     cards.append(("Redelivered", f"{redelivered:,}", again))
+    where = [f"{p.dead:,} {p.label}" for p in report.dead.places if p.dead]
+    dead_note = ", ".join(where) if len(where) > 1 else "never sent again"
+    cards.append(("Dead letters", f"{report.dead.total:,}", dead_note))
     return (
         '<div class="cards">'
         + "".join(
@@ -119,6 +132,11 @@ def _cards(report: Report) -> str:
     )
 
 
+def _unacked_note(report: Report) -> str:
+    here = report.dead.here
+    return f"{report.unacked - here:,} waiting, {here:,} dead" if here else "the backlog"
+
+
 def _share(part: int, whole: int, what: str) -> str:
     return f"{100 * part / whole:.1f} % {what}" if whole else what
 
@@ -128,9 +146,11 @@ def _section(title: str, note: str, body: str) -> str:
     return f"<section><h2>{html.escape(title)}</h2>{note_html}{body}</section>"
 
 
-def _figure(title: str, draw: Callable[[Any], None]) -> str:
-    return f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{_png(draw)}">' \
-        "</figure>"  # fmt: skip
+def _figure(
+    title: str, draw: Callable[[Any], None], size: tuple[float, float] = FIGURE_SIZE
+) -> str:
+    png = _png(draw, size)
+    return f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{png}"></figure>'
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -213,12 +233,37 @@ def _backlog(report: Report) -> str:
                     _table(headers, rows))  # fmt: skip
 
 
+def _dead_letters(dead: DeadLetters) -> str:
+    title = "Dead letters: messages never sent again"
+    summary = html.escape(dead.summary())
+    if not dead.total:
+        return _section(title, "", f'<p class="empty">Dead letters: {summary}.</p>')
+    note = (
+        f"Dead letters: {summary}. A message dies when a subscriber rejects it or when it was sent "
+        "<code>vt_max_attempts</code> times without an ack. Dead in place, it stays in its "
+        "table (<code>time_next</code> the largest BIGINT; its <code>epoch</code> the "
+        "sends); with <code>vt_dead_letter</code> it is moved to that table (its "
+        "<code>attempts</code>, <code>time_dead</code>, <code>last_error</code>)."
+    )
+    reasons = _figure("dead letters by reason", lambda ax: _draw_dead_reasons(ax, dead),
+                      (FIGURE_SIZE[0], 1.0 + 0.4 * len(dead.reasons)))  # fmt: skip
+    attempts = _figure("dead letters by attempts", lambda ax: _draw_dead_attempts(ax, dead))
+    return _section(
+        title,
+        note,
+        reasons
+        + _table(dead.headers("last error"), dead.reason_rows())
+        + attempts
+        + _table(dead.headers("attempts"), dead.attempt_rows()),
+    )
+
+
 def _count(report: Report, age: str, priority: int | None = None) -> int:
     return sum(n for a, p, n in report.backlog if a == age and priority in (None, p))
 
 
 # -- the plots -----------------------------------------------------------------------------
-def _png(draw: Callable[[Any], None]) -> str:
+def _png(draw: Callable[[Any], None], size: tuple[float, float] = FIGURE_SIZE) -> str:
     """A plot as a base64 PNG: ``draw`` fills its axes; the figure is closed (pyplot keeps each
     open one alive)."""
     import matplotlib
@@ -227,7 +272,7 @@ def _png(draw: Callable[[Any], None]) -> str:
     import matplotlib.pyplot as plt
 
     with plt.rc_context(_STYLE):
-        fig, ax = plt.subplots(figsize=FIGURE_SIZE, layout="constrained")
+        fig, ax = plt.subplots(figsize=size, layout="constrained")
         try:
             draw(ax)
             buf = io.BytesIO()
@@ -337,3 +382,44 @@ def _draw_backlog(ax: Any, report: Report) -> None:
     _count_axis(ax, "unacked messages")
     ax.set_ylim(top=max(bottom) * 1.12)
     ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0, 1), ncols=min(len(priorities), 6))
+
+
+def _draw_dead_reasons(ax: Any, dead: DeadLetters) -> None:
+    """Horizontal bars, the most common reason on top, stacked by place."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    reasons = dead.reasons
+    rows = range(len(reasons))  # positions, not labels: two reasons may be cut alike
+    left = [0] * len(reasons)
+    for i, place in enumerate(dead.labels):
+        counts = [dead.count(dead.by_reason, r, place) for r in reasons]
+        colour = PLACE_COLOURS[i % len(PLACE_COLOURS)]
+        ax.barh(rows, counts, left=left, color=colour, height=0.6, label=place)
+        left = [a + b for a, b in zip(left, counts, strict=True)]
+    ax.set_yticks(rows, [cut(r, REASON_LABEL_WIDTH) for r in reasons])
+    ax.invert_yaxis()
+    ax.grid(axis="x")
+    ax.grid(axis="y", visible=False)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.set_xlim(0, max(left) * 1.1)
+    ax.set_xlabel("dead letters")
+    if len(dead.labels) > 1:
+        ax.legend(frameon=False, loc="lower right", bbox_to_anchor=(1, 1), ncols=2)
+
+
+def _draw_dead_attempts(ax: Any, dead: DeadLetters) -> None:
+    """Bars by attempts (sends before it died), stacked by place."""
+    attempts = dead.attempts
+    labels = [str(a) for a in attempts]
+    bottom = [0] * len(attempts)
+    for i, place in enumerate(dead.labels):
+        counts = [dead.count(dead.by_attempts, a, place) for a in attempts]
+        colour = PLACE_COLOURS[i % len(PLACE_COLOURS)]
+        ax.bar(labels, counts, bottom=bottom, color=colour, width=0.6, label=place)
+        bottom = [a + b for a, b in zip(bottom, counts, strict=True)]
+    ax.set_xlabel("attempts: sends before it died")
+    _count_axis(ax, "dead letters")
+    ax.set_ylim(top=max(bottom) * 1.15)
+    if len(dead.labels) > 1:
+        ax.legend(frameon=False, loc="lower left", bbox_to_anchor=(0, 1), ncols=2)

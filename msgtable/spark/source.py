@@ -2,8 +2,22 @@
 
 Batch read, ``spark.read.format("msgtable").option("dsn", URL).load(TABLE)``: the table's rows
 with its real column types, split into ``partitions`` (default 4) id ranges (an integer id)
-or id hash buckets (any other id), optionally only the rows in one ``state`` (all, unacked,
-due, scheduled, in_flight, acked: msgtable.bulk.RowState).
+or id hash buckets (any other id), optionally only the rows in one ``state``
+(msgtable.bulk.RowState):
+
+* ``all`` (the default); ``acked``;
+* ``unacked``: every row not acked, the dead ones too (due + scheduled + in_flight + dead);
+* ``due``, ``scheduled``, ``in_flight``: waiting to be sent, never a dead row;
+* ``dead``: the messages no poll sends again, as ``msgtable dead TABLE`` lists them. Of a
+  table with ``vt_dead_letter``, the unacked rows of that dead-letter table, where its dead
+  messages were moved: the frame has the dead-letter table's columns (``time_dead``,
+  ``attempts``, ``last_error``: when each died, after how many sends, why); a dead-letter
+  table several tables share holds the dead letters of each. Of a dead-letter table (one
+  with time_dead, attempts and last_error), every unacked row. Of any other table, its rows
+  dead in place (``time_acked IS NULL AND time_next = DEAD_TIME_NEXT``; ``epoch`` is how many
+  times each was sent, ``last_error`` and ``time_dead`` say why and when where the table has
+  them). Rows that died in place before their table had vt_dead_letter are not read then
+  (``msgtable report`` counts them; ``state=unacked`` with that ``time_next`` finds them).
 
 Batch write, ``df.write.format("msgtable").option("dsn", URL).mode("append").save(TABLE)``:
 bulk enqueue. Columns are matched by name (``id`` required); the engine's columns a frame
@@ -40,7 +54,7 @@ from msgtable.bulk import BulkStatements, RowState
 from msgtable.codec import format_time
 from msgtable.errors import InvalidArgument, MsgtableError
 from msgtable.mysql import DUPLICATE_KEY, error_code
-from msgtable.spark.database import connection, describe, id_bounds
+from msgtable.spark.database import connection, dead_letter_table, describe, id_bounds
 from msgtable.spark.options import dsn_option, int_option, option, table_option
 from msgtable.spark.schema import spark_schema
 from msgtable.tables import TableConfig
@@ -58,15 +72,28 @@ class MsgtableDataSource(DataSource):
     def __init__(self, options: MutableMapping[str, str]) -> None:
         super().__init__(options)
         self._config: TableConfig | None = None
+        self._read_config: TableConfig | None = None
 
     @classmethod
     def name(cls) -> str:
         return "msgtable"
 
     def config(self) -> TableConfig:
+        """The table ``load()`` / ``save()`` names."""
         if self._config is None:
             self._config = describe(dsn_option(self.options), table_option(self.options))
         return self._config
+
+    def read_config(self) -> TableConfig:
+        """The table a batch read takes its rows from: the named one, but for ``state=dead``
+        of a table with vt_dead_letter its dead-letter table, where its dead messages are."""
+        cfg = self.config()
+        state = RowState.parse(option(self.options, "state", "all"))
+        if state is not RowState.DEAD or not cfg.dead_letter:
+            return cfg
+        if self._read_config is None:
+            self._read_config = dead_letter_table(dsn_option(self.options), cfg)
+        return self._read_config
 
     def schema(self) -> str:
         if "server" in self.options and "dsn" not in self.options:
@@ -75,10 +102,10 @@ class MsgtableDataSource(DataSource):
             return stream_schema(self.options)
         RowState.parse(option(self.options, "state", "all"))  # bad read options fail at load()
         int_option(self.options, "partitions", DEFAULT_PARTITIONS)
-        return spark_schema(self.config().columns)
+        return spark_schema(self.read_config().columns)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return MsgtableReader(self.options, self.config())
+        return MsgtableReader(self.options, self.read_config())
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:

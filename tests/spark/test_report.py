@@ -71,6 +71,7 @@ def test_the_report_of_known_data_has_the_known_figures(spark, sql, db_dsn, tmp_
     text = report.text()
     assert "p50 50.5 ms" in text and "p99 99.0 ms" in text
     assert "peak 40 at 2026-01-01 01:00" in text
+    assert "\ndead letters: none\n" in text  # one line, no empty table
 
 
 def test_the_report_of_an_archive_and_the_command(spark, sql, db_dsn, tmp_path):

@@ -1,6 +1,7 @@
 """The report's figures as text and as a page (msgtable.spark.report, .report_html), from
 reports made by hand: the throughput's bucket suits the time the acks span, its gaps are
-zeros, counts have whole-number axes, and the page loads nothing from anywhere. Needs no
+zeros, counts have whole-number axes, dead letters are one line when none and tables (and
+plots) when some, and the page loads nothing from anywhere. Needs no
 Spark (tests/spark/test_report.py builds reports with it, and looks at the page in a
 browser)."""
 
@@ -11,6 +12,7 @@ import re
 import pytest
 
 from msgtable.spark.report import Report, fill_gaps, format_ms, throughput_bucket
+from msgtable.spark.report_dead import DeadLetters, Place
 from msgtable.spark.report_html import _count_axis, page
 
 T0_S = 1_767_225_600  # 2026-01-01 00:00:00 UTC
@@ -117,7 +119,7 @@ def test_an_empty_source_is_a_page_that_says_so():
                latency_histogram=[])
     )  # fmt: skip
     assert "data:image/png" not in html
-    assert html.count('class="empty"') == 4
+    assert html.count('class="empty"') == 5  # dead letters too: "Dead letters: none."
 
 
 def test_a_count_axis_has_whole_numbers_only():
@@ -136,3 +138,75 @@ def test_a_count_axis_has_whole_numbers_only():
         assert ax.get_ylim()[0] == 0
     finally:
         plt.close(fig)
+
+
+EXHAUSTED = "no ack after 5 attempts (vt_max_attempts=5)"
+
+
+def dead_letters(**changes) -> DeadLetters:
+    fields = dict(
+        places=[Place("my_message", moved=False, dead=2), Place("my_message_dead", True, 3)],
+        by_reason=[
+            (EXHAUSTED, "in my_message_dead", 3),
+            ("bad payload: " + "x" * 80, "in place", 2),
+        ],
+        by_attempts=[(1, "in place", 2), (5, "in my_message_dead", 3)],
+        first_ns=T0_S * 10**9,
+        last_ns=(T0_S + 90) * 10**9,
+        max_attempts=5,
+    )
+    fields.update(changes)
+    return DeadLetters(**fields)
+
+
+def test_no_dead_letters_is_one_line_in_the_text_and_on_the_page():
+    none = DeadLetters(places=[Place("my_message", False), Place("my_message_dead", True)])
+    text = report(dead=none).text()
+    assert "\ndead letters: none (in place or in my_message_dead)\n\n" in text
+    assert "last error" not in text
+    html = page(report(dead=none))
+    assert '<p class="empty">Dead letters: none (in place or in my_message_dead).</p>' in html
+    assert html.count('src="data:image/png;base64,') == 4
+    assert "dead letters: none\n" in report(dead=DeadLetters([Place("t", False)])).text()
+
+
+def test_dead_letters_are_counted_by_reason_and_attempts_in_each_place():
+    dead = dead_letters()
+    text = report(dead=dead, rows=14, acked=10).text()
+    assert "my_message: 14 rows (10 acked, 4 unacked, 2 of them dead)" in text
+    reason = "bad payload: " + "x" * 44 + "..."  # cut to 60 characters in the terminal
+    assert (
+        "dead letters: 5 (2 in place, 3 in my_message_dead); died 2026-01-01 00:00:00 to "
+        "2026-01-01 00:01:30 UTC; vt_max_attempts=5\n"
+        "\n"
+        f"{'last error':60}  in place  in my_message_dead  all\n"
+        f"{'-' * 60}  --------  ------------------  ---\n"
+        f"{EXHAUSTED:60}         0                   3    3\n"
+        f"{reason}         2                   0    2\n"
+        "\n"
+        "attempts  in place  in my_message_dead  all\n"
+        "--------  --------  ------------------  ---\n"
+        "       1         2                   0    2\n"
+        "       5         0                   3    3\n"
+    ) in text
+    html = page(report(dead=dead, rows=14, acked=10))
+    assert html.count('src="data:image/png;base64,') == 6  # by reason, by attempts
+    assert f"<td>bad payload: {'x' * 80}</td><td>2</td><td>0</td><td>2</td>" in html  # whole
+    assert '<div class="sub">2 in place, 3 in my_message_dead</div>' in html
+    assert '<div class="sub">2 waiting, 2 dead</div>' in html
+
+
+def test_one_place_of_dead_letters_has_one_count_column():
+    dead = dead_letters(
+        places=[Place("my_message_dead", True, 3)],
+        by_reason=[(EXHAUSTED, "in my_message_dead", 3)],
+        by_attempts=[(5, "in my_message_dead", 3)],
+        first_ns=None,
+        last_ns=None,
+        max_attempts=0,
+    )
+    assert dead.summary() == "3 in my_message_dead"
+    assert dead.reason_rows() == [(EXHAUSTED, 3)] and dead.attempt_rows() == [(5, 3)]
+    assert dead.headers("attempts") == ("attempts", "dead")
+    problem = dead_letters(places=[Place("t", False, 1)], problem="vt_dead_letter=gone not read")
+    assert problem.summary().endswith("; vt_max_attempts=5; vt_dead_letter=gone not read")

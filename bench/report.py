@@ -22,12 +22,16 @@ from bench.scale import (
     BacklogResult,
     PurgeResult,
 )
+from bench.settle import RELEASE_ROUNDS, SettleResult
 from bench.spark import SparkResult
 
 LABELS = {
     "raw": "raw SQL lifecycle (PyMySQL, no engine)",
     "msgtable": "msgtable end to end (gRPC + MessageAck)",
     "kombu": "peer: kombu SQLAlchemy transport",
+    "release": f"release each batch (delay 0), {RELEASE_ROUNDS} rounds",
+    "dead_letter": "reject each batch to vt_dead_letter",
+    "dead_letter_expired": "release once, die of vt_max_attempts=1",
 }
 
 
@@ -78,6 +82,7 @@ class Report:
     purge: PurgeResult | None = None
     spark: SparkResult | None = None
     spark_missing: str = ""
+    settlement: SettleResult | None = None
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -173,6 +178,26 @@ class Report:
                 why_unmeasured=self.spark_missing or full_only,
             ),
             Target(
+                "release_msgs_s",
+                f"release, delay 0, batch {b}, {k} subscribers, msgs/s",
+                self._settled("release"),
+                5000,
+            ),
+            Target(
+                "dead_letter_msgs_s",
+                f"reject to a dead-letter table, batch {b}, {k} subs",
+                self._settled("dead_letter"),
+                5000,
+            ),
+            Target(
+                "renew_1000_ms",
+                "one MessageRenew of 1,000 in-flight ids, median",
+                self.settlement.renew.p50_ms if self.settlement and self.settlement.renew else None,
+                20,
+                unit=" ms",
+                at_most=True,
+            ),
+            Target(
                 "bytes_per_cached_msg",
                 "server memory per cached message above idle",
                 per_msg,
@@ -181,6 +206,12 @@ class Report:
                 at_most=True,
             ),
         ]
+
+    def _settled(self, kind: str) -> float | None:
+        """msgs/s of a settlement run (bench.settle), None if not run."""
+        st = self.settlement
+        run = {"release": st.release, "dead_letter": st.dead_letter}[kind] if st else None
+        return run.msgs_s if run else None
 
     # -- output --------------------------------------------------------------------------
     def text(self) -> str:
@@ -254,6 +285,8 @@ class Report:
                 f"({m.cached:,} cached messages, {m.in_flight:,} in flight) {m.full_mb:.1f} MB: "
                 f"{m.bytes_per_message:,.0f} bytes per cached message"
             )
+        if self.settlement:
+            out.extend(self._settlement_text(self.settlement))
         if self.backlog:
             out.extend(self._backlog_text(self.backlog))
         if self.spark:
@@ -318,6 +351,30 @@ class Report:
             out.append(f"{b:>6}" + "".join(cells))
         return out
 
+    def _settlement_text(self, st: SettleResult) -> list[str]:
+        out = [
+            "",
+            "settlement through msgtable serve (each batch one call, waited for; "
+            "go -> last answer)",
+            f"{'':<42}{'batch':>6}{'clients':>8}{'messages':>10}{'seconds':>9}{'msgs/s':>9}",
+        ]
+        for r in st.runs():
+            out.append(
+                f"{LABELS.get(r.kind, r.kind):<42}{r.batch_size:>6}{r.clients:>8}"
+                f"{r.messages:>10,}{r.seconds:>9.2f}{r.msgs_s:>9,.0f}"
+            )
+        for r in st.runs():
+            out.append(f"  {r.kind}: {r.note}")
+            if r.cpu_s:
+                out.append(f"    {r.cpu_note()}")
+        if st.renew:
+            rn = st.renew
+            out.append(
+                f"renew: one MessageRenew of {rn.ids:,} in-flight ids, {rn.calls} calls back to "
+                f"back: p50 {rn.p50_ms:.1f} ms   p99 {rn.p99_ms:.1f} ms   max {rn.max_ms:.1f} ms"
+            )
+        return out
+
     def _backlog_text(self, b: BacklogResult) -> list[str]:
         each = ", ".join(f"{r:,.0f}" for r in b.small)
         each_large = ", ".join(f"{r:,.0f}" for r in b.large)
@@ -347,6 +404,7 @@ class Report:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
         head_raw, head_mt = self.find("raw", b, k), self.find("msgtable", b, k)
         low_raw, low_mt = self.find("raw", lo, k), self.find("msgtable", lo, k)
+        st = self.settlement
         doc: dict[str, Any] = {
             "raw_msgs_s": rnd(head_raw.msgs_s if head_raw else None, 0),
             "msgtable_msgs_s": rnd(head_mt.msgs_s if head_mt else None, 0),
@@ -376,6 +434,12 @@ class Report:
             "latency_binlog_p99_ms": rnd(
                 self.latency_binlog.p99_ms if self.latency_binlog else None, 2
             ),
+            "release_msgs_s": rnd(self._settled("release"), 0),
+            "dead_letter_msgs_s": rnd(self._settled("dead_letter"), 0),
+            "dead_letter_expired_msgs_s": rnd(st.expired.msgs_s if st and st.expired else None, 0),
+            "renew_1000_ms": rnd(st.renew.p50_ms if st and st.renew else None, 2),
+            "renew_1000_p99_ms": rnd(st.renew.p99_ms if st and st.renew else None, 2),
+            "settlement": st.as_dict() if st else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

@@ -2,16 +2,19 @@
 
 Quick mode (``make bench``, under a minute on a 2-core machine with the database on it):
 raw-SQL limit and msgtable at batch 100 and batch 10 with 4 subscribers, kombu's SQLAlchemy
-transport as the peer, latency at 1,000 msg/s, memory with 10 full caches. Full mode
+transport as the peer, latency at 1,000 msg/s, memory with 10 full caches, and settlement
+(release, dead letters and renew through the server: bench.settle). Full mode
 (``make bench-full``, minutes) runs batch sizes 10 / 100 / 500 with 1 / 4 / 16 subscribers,
-a 10k vs 1M backlog, a 1M-row purge during delivery and EXPLAIN of the poll at 1M.
+a 10k vs 1M backlog, a 1M-row purge during delivery, EXPLAIN of the poll at 1M and messages
+dying of vt_max_attempts (expiry).
 
 The database is ``MSGTABLE_TEST_DSN`` when set (an account that may create databases), else
 a throwaway local mariadbd/mysqld, as for the tests. Each benchmark gets a database of its own
 (dropped afterwards). Progress goes to stderr; stdout gets the table, the targets and, as its
 last line, one JSON document (``raw_msgs_s``, ``msgtable_msgs_s``, ``ratio_vs_raw``,
 ``peer_msgs_s``, ``ratio_vs_peer``, ``batch_size``, ``subscribers``, ``latency_p50_ms``,
-``latency_p99_ms``, ``rss_mb`` and more). Targets not met do not fail the run; lost or
+``latency_p99_ms``, ``rss_mb``, ``release_msgs_s``, ``dead_letter_msgs_s``,
+``renew_1000_ms`` and more). Targets not met do not fail the run; lost or
 duplicated messages, a dead server or a stuck run do (exit status 1).
 """
 
@@ -29,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import engine, latency, memory, peer, raw, scale, spark
+from bench import engine, latency, memory, peer, raw, scale, settle, spark
 from bench.database import Database, database_server, scratch_database
 from bench.errors import BenchError
 from bench.processes import ServerProcess
@@ -42,11 +45,18 @@ SECTIONS = (
     "ontime",
     "peer",
     "memory",
+    "settlement",
+    "expiry",
     "backlog",
     "purge",
     "spark",
 )
-FULL_ONLY = {"backlog", "purge", "spark"}  # quick mode runs them only when --only names them
+FULL_ONLY = {
+    "expiry",
+    "backlog",
+    "purge",
+    "spark",
+}  # quick mode runs them only when --only names them
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ def run(args: argparse.Namespace) -> Report:
             binlog=not args.no_binlog,
         )
         with scratch_database(db.handle, "bench_raw") as raw_dsn:
-            if only & {"msgtable", "latency", "ontime", "backlog", "purge"}:
+            if only & {"msgtable", "latency", "ontime", "settlement", "expiry", "backlog", "purge"}:
                 run_engine(args, p, db, only, report, raw_dsn if "raw" in only else None)
             elif "raw" in only:
                 for b, k in p.grid:
@@ -234,6 +244,8 @@ def run_engine(
             ot = report.on_time
             progress(f"on time: late p50 {ot.p50_ms:.1f} ms, p99 {ot.p99_ms:.1f} ms")
         k, b = args.subscribers, args.batch_size
+        if only & {"settlement", "expiry"}:
+            report.settlement = run_settlement(args, p, db, server, dsn, only)
         if "backlog" in only:
             report.backlog = scale.backlog(
                 server, dsn, b, k, args.poller_interval, postpone_after_s=postpone
@@ -245,6 +257,40 @@ def run_engine(
             )
             progress(f"purge: during / without {report.purge.ratio:.2f}")
         server.check_alive()
+
+
+def run_settlement(
+    args: argparse.Namespace,
+    p: Plan,
+    db: Database,
+    server: ServerProcess,
+    dsn: str,
+    only: set[str],
+) -> settle.SettleResult:
+    """Release, dead letters (rejected; with ``expiry``, also dead of vt_max_attempts) and
+    renew, at the headline batch size and subscribers, on the main server (bench.settle)."""
+    k, b, postpone = args.subscribers, args.batch_size, args.postpone_after
+    sizes = settle.SIZES[p.mode]
+    out = settle.SettleResult()
+    interval, pid = args.poller_interval, db.pid
+    if "settlement" in only:
+        out.release = settle.release(
+            server, dsn, sizes["release"], b, k, interval, postpone_after_s=postpone, db_pid=pid
+        )
+        progress(f"release, batch {b}, {k} subscribers: {out.release.msgs_s:,.0f} msgs/s")
+        out.dead_letter = settle.dead_letter(
+            server, dsn, sizes["reject"], b, k, interval, postpone_after_s=postpone, db_pid=pid
+        )
+        progress(f"dead letters (reject): {out.dead_letter.msgs_s:,.0f} msgs/s")
+        out.renew = settle.renew(server, dsn, settle.RENEW_CALLS[p.mode], postpone_after_s=postpone)
+        r = out.renew
+        progress(f"renew of {r.ids:,} ids: p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms")
+    if "expiry" in only:
+        out.expired = settle.expired(
+            server, dsn, sizes["expire"], b, k, interval, postpone_after_s=postpone, db_pid=pid
+        )
+        progress(f"dead letters (vt_max_attempts=1): {out.expired.msgs_s:,.0f} msgs/s")
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

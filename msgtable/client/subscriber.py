@@ -150,9 +150,9 @@ class Subscriber:
         ids = [m.id_value for m in messages]
         if not ids:
             return 0
+        self._settled(messages)  # whatever the call's fate: its ack wait is the safety net
         count = self._send_ack(ids)
         self._acker().counted(count)
-        self._settled(messages)
         return count
 
     # -- settlement besides ack (README: Settlement) --------------------------------------------
@@ -195,9 +195,8 @@ class Subscriber:
     def _settle(self, method: str, request: Any, messages: list[Message]) -> int:
         if not messages:
             return 0
-        count = self._router.settle(method, request, self.target)
-        self._settled(messages)
-        return count
+        self._settled(messages)  # whatever the call's fate: its ack wait is the safety net
+        return self._router.settle(method, request, self.target)
 
     def _send_renew(
         self, ids: list[pb.Value], extend_s: float = 0.0, reason: str | None = None

@@ -1,24 +1,21 @@
-"""The parts of the fault suite: an independent checker, msgtable servers as real processes,
-subscribers as threads of this process, and the faults.
+"""The parts of the fault suite: msgtable servers as real processes, subscribers as threads of
+this process (each with a handler thread for its settlement calls), the producer, and what
+each message is (its kind, marked in its payload). The judge is tests/faults/checker.py.
 
-The checker knows nothing of the engine's bookkeeping. It records every id the producer
-committed, every delivery (id, subscriber, time it came off the stream) and every ack call
-(ids, and when it returned: by then the ack was committed), all on this process's monotonic
-clock, and judges at the end:
+Message kinds (by id, spread evenly; the payload says which, as ``<kind><id>``):
 
-- every inserted id was delivered and acked;
-- no id was delivered after an ack of it had returned (a slack covers the wire);
-- two deliveries of one id are at least vt_ack_wait apart: a message is never in flight to
-  two subscribers at once, whatever was killed (at-least-once duplicates come only after
-  the first delivery's ack wait ended: a subscriber killed, stalled or too late, an ack lost);
-- an id's deliveries never count back: each says which delivery it is (``attempt``, at least
-  1), and a later delivery's attempt is never below an earlier one's (equal is allowed: a
-  server killed between the send and the epoch's write sends the same attempt again);
-- duplicates are counted, each with the reason its first delivery was not acked in time.
+- ``m`` ordinary: acked at once (in batches, without waiting);
+- ``p`` poison (about 1%): never acked. A third of them are rejected from their second
+  delivery on (``msg.reject``), the others released every time (``sub.release`` of the
+  batch's poison, a short delay), so they die of vt_max_attempts;
+- ``r`` (about 1%): released once with a delay (``msg.release``), then acked;
+- ``s`` (about 0.5%): a slow handler holds it twice its ack wait, renewing it (``msg.renew``;
+  the auto-renewing subscriber leaves that to its client), then acks it.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import os
 import random
@@ -27,10 +24,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -41,141 +37,34 @@ from msgtable.errors import MsgtableError
 
 from ..acceptance.helpers import health_status
 from ..waiting import wait_until
+from .checker import Checker
 
-WIRE_SLACK_S = 0.5  # a delivery this soon after an ack returned was on the wire already
 # How long a late subscriber holds a batch before it acks: past its ack wait (vt_ack_wait), the
 # backoff (vt_max_backoff) and a poll, so the batch went to another subscriber meanwhile.
 LATE_BY_S = 6.0
+POISON_SHARE, RELEASE_SHARE, SLOW_SHARE = 0.01, 0.01, 0.005
+POISON_DELAY_S = 0.1  # a poison message's release: due again almost at once
+RELEASE_DELAY_S = 2.0  # an ordinary message released once: due again after this
+SLOW_ACK_WAITS = 2.0  # a slow handler holds its message this many ack waits
+RENEW_ACK_WAITS = 0.5  # and renews it this often (each renewal for one ack wait)
 
 
-class Checker:
-    """Records what happened, from the outside, and judges it at the end."""
-
-    def __init__(self, ack_wait_s: float) -> None:
-        self.ack_wait_s = ack_wait_s
-        self._lock = threading.Lock()
-        self.inserted: set[int] = set()
-        # id -> (when it came off the stream, subscriber, the attempt the message said)
-        self.deliveries: dict[int, list[tuple[float, str, int]]] = defaultdict(list)
-        self.first_ack: dict[int, float] = {}  # id -> when the first ack naming it returned
-        self.unacked_on_purpose: dict[tuple[int, str], str] = {}  # (id, sub) -> why
-        self.failed_acks: set[int] = set()
-        self.late_acks: list[tuple[int, int]] = []  # (acked by the late call, ids in it)
-        self.ack_calls = 0
-        self.events: list[tuple[float, str]] = []
-
-    def event(self, what: str) -> None:
-        with self._lock:
-            self.events.append((time.monotonic(), what))
-
-    def insert(self, ids: Sequence[int]) -> None:
-        with self._lock:
-            self.inserted.update(ids)
-
-    def delivered(self, batch: Sequence[tuple[int, int]], sub: str) -> None:
-        """A batch came off the stream: (id, attempt) of each message."""
-        now = time.monotonic()
-        with self._lock:
-            for i, attempt in batch:
-                self.deliveries[i].append((now, sub, attempt))
-
-    def dropped(self, ids: Sequence[int], sub: str, why: str) -> None:
-        """The subscriber will not ack these (it is killed, stalled, or acks too late)."""
-        with self._lock:
-            for i in ids:
-                self.unacked_on_purpose[(i, sub)] = why
-
-    def acked(self, ids: Sequence[int]) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self.ack_calls += 1
-            for i in ids:
-                self.first_ack.setdefault(i, now)
-
-    def ack_failed(self, ids: Sequence[int]) -> None:
-        with self._lock:
-            self.failed_acks.update(ids)
-
-    def all_acked(self) -> bool:
-        with self._lock:
-            return bool(self.inserted) and self.inserted <= self.first_ack.keys()
-
-    def missing(self) -> int:
-        with self._lock:
-            return len(self.inserted - self.first_ack.keys())
-
-    def history(self, i: int) -> str:
-        """One id's story, with the faults around it, for a failure message."""
-        with self._lock:
-            ds = sorted(self.deliveries.get(i, []))
-            acked = self.first_ack.get(i)
-            times = [t for t, _, _ in ds] + ([acked] if acked is not None else [])
-            lo, hi = min(times) - 5, max(times) + 5
-            lines = [f"{t:.3f} delivered to {sub} (attempt {a})" for t, sub, a in ds]
-            if acked is not None:
-                lines.append(f"{acked:.3f} first ack returned")
-            lines += [f"{t:.3f} fault: {e}" for t, e in self.events if lo <= t <= hi]
-            why = {s: w for (j, s), w in self.unacked_on_purpose.items() if j == i}
-        return f"id {i}: " + "; ".join(sorted(lines)) + f"; not acked on purpose by {why}"
-
-    def judge(self) -> Report:
-        r = Report(inserted=len(self.inserted), events=Counter(e for _, e in self.events))
-        with self._lock:
-            r.never_delivered = sorted(self.inserted - self.deliveries.keys())[:20]
-            r.never_acked = sorted(self.inserted - self.first_ack.keys())[:20]
-            r.unknown = sorted(self.deliveries.keys() - self.inserted)[:20]
-            for i, ds in self.deliveries.items():
-                ds.sort()
-                r.deliveries += len(ds)
-                acked_at = self.first_ack.get(i)
-                for t, sub, attempt in ds:
-                    r.attempts[attempt] += 1
-                    if acked_at is not None and t > acked_at + WIRE_SLACK_S:
-                        r.after_ack.append((i, sub, round(t - acked_at, 3)))
-                if ds[0][2] < 1:
-                    r.attempts_back.append((i, 1, ds[0][2]))
-                for (t1, s1, a1), (t2, _, a2) in itertools.pairwise(ds):
-                    if a2 < a1:
-                        r.attempts_back.append((i, a1, a2))
-                    r.duplicates += 1
-                    gap = t2 - t1
-                    if gap < self.ack_wait_s - WIRE_SLACK_S:
-                        r.in_flight_twice.append((i, round(gap, 3)))
-                    why = self.unacked_on_purpose.get((i, s1))
-                    if why is None:
-                        why = "ack failed" if i in self.failed_acks else "ack lost in a fault"
-                    r.reasons[why] += 1
-        return r
+def kind_of(i: int) -> str:
+    """The kind of message ``i`` (see the module docstring): a multiplicative hash spreads
+    each kind evenly over the ids."""
+    r = (i * 2654435761 % 2**32) / 2**32
+    if r < POISON_SHARE:
+        return "p"
+    if r < POISON_SHARE + RELEASE_SHARE:
+        return "r"
+    if r < POISON_SHARE + RELEASE_SHARE + SLOW_SHARE:
+        return "s"
+    return "m"
 
 
-@dataclass
-class Report:
-    inserted: int
-    events: Counter[str]
-    deliveries: int = 0
-    duplicates: int = 0
-    reasons: Counter[str] = field(default_factory=Counter)
-    never_delivered: list[int] = field(default_factory=list)
-    never_acked: list[int] = field(default_factory=list)
-    unknown: list[int] = field(default_factory=list)
-    after_ack: list[tuple[int, str, float]] = field(default_factory=list)
-    in_flight_twice: list[tuple[int, float]] = field(default_factory=list)
-    attempts: Counter[int] = field(default_factory=Counter)  # attempt -> deliveries saying it
-    # (id, the attempt it had reached, the lower attempt a later delivery said)
-    attempts_back: list[tuple[int, int, int]] = field(default_factory=list)
-
-    def summary(self) -> str:
-        faults = ", ".join(f"{n} {what}" for what, n in sorted(self.events.items()))
-        reasons = ", ".join(f"{n} {why}" for why, n in self.reasons.most_common())
-        return (
-            f"{self.inserted:,} messages inserted, {self.deliveries:,} deliveries, "
-            f"{self.duplicates:,} duplicates ({reasons or 'none'}); faults: {faults}; "
-            f"never delivered {len(self.never_delivered)}, never acked "
-            f"{len(self.never_acked)}, delivered after their ack {len(self.after_ack)}, "
-            f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
-            f"attempts counting back {len(self.attempts_back)}; deliveries by attempt "
-            f"{dict(sorted(self.attempts.items()))}"
-        )
+def rejects(i: int) -> bool:
+    """Whether poison ``i`` is rejected (from its second delivery on) rather than released."""
+    return i % 3 == 0
 
 
 class ServerProcess:
@@ -241,14 +130,67 @@ class ServerProcess:
                 self.process.wait()
 
 
-class Subscriber(threading.Thread):
-    """A worker: reads batches, records them, acks each in one call (unless told not to)."""
+class Handler(threading.Thread):
+    """A subscriber's handler thread: its settlement calls and timed acks, in time order, off
+    the thread that reads the stream (so a delivery's time is when it came off the wire,
+    whatever a call waits for). Each task names the ids it settles: a kill drops them."""
 
-    def __init__(self, name: str, targets: str, table: str, checker: Checker) -> None:
+    def __init__(self, name: str) -> None:
+        super().__init__(name=f"{name}-handler", daemon=True)
+        self._cond = threading.Condition()
+        self._tasks: list[tuple[float, int, Callable[[], None], list[int]]] = []
+        self._order = itertools.count()
+        self._stopped = False
+        self.error: BaseException | None = None
+
+    def at(self, delay_s: float, task: Callable[[], None], ids: list[int]) -> None:
+        with self._cond:
+            heapq.heappush(self._tasks, (time.monotonic() + delay_s, next(self._order), task, ids))
+            self._cond.notify()
+
+    def run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    wait = self._tasks[0][0] - time.monotonic() if self._tasks else None
+                    if wait is not None and wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                if self._stopped:
+                    return
+                _, _, task, _ = heapq.heappop(self._tasks)
+            try:
+                task()
+            except Exception as exc:  # the tasks catch MsgtableError: anything else is a bug
+                self.error = exc
+                return
+
+    def queued(self) -> int:
+        with self._cond:
+            return len(self._tasks)
+
+    def stop(self) -> list[int]:
+        """Stop; returns the ids of the tasks dropped."""
+        with self._cond:
+            self._stopped = True
+            dropped = [i for *_, ids in self._tasks for i in ids]
+            self._tasks.clear()
+            self._cond.notify()
+        return dropped
+
+
+class Subscriber(threading.Thread):
+    """A worker: reads batches, records them, acks the ordinary messages of each in one call
+    (unless told not to), and settles the others by their kind (see the module docstring)."""
+
+    def __init__(
+        self, name: str, targets: str, table: str, checker: Checker, auto_renew: bool = False
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.targets = targets
         self.table = table
         self.checker = checker
+        self.auto_renew = auto_renew
         self.order: str | None = None  # "kill", "stall", "late": what to do with the next batch
         self.stall_s = 0.0
         self.done = threading.Event()
@@ -256,32 +198,34 @@ class Subscriber(threading.Thread):
         self.error: BaseException | None = None
         self.client = Client(targets, timeout_s=10, retry_for_s=120)
         self.sub: Subscription | None = None
+        self.handler = Handler(name)
 
     def run(self) -> None:
+        self.handler.start()
         try:
-            self.sub = self.client.subscribe(self.table, max_in_flight=400)
+            self.sub = self.client.subscribe(
+                self.table, max_in_flight=400, auto_renew=self.auto_renew
+            )
             for batch in self.sub.batches():
                 ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
                 self.checker.delivered(
                     [(i, m.attempt) for i, m in zip(ids, batch, strict=True)], self.name
                 )
-                order, self.order = self.order, None
+                order = self.order
+                if order == "late" and all(str(m.values["message"])[0] == "p" for m in batch):
+                    order = None  # poison is never acked: late waits for a batch with more
+                else:
+                    self.order = None
                 if order == "kill":  # mid-batch: received, never acked
                     self.checker.dropped(ids, self.name, "subscriber killed")
-                    self.client.close()
+                    self._die("subscriber killed")
                     return
                 if order == "stall":  # stops reading: the stream backs up to its window
                     self.checker.dropped(ids, self.name, "subscriber stalled")
                     time.sleep(self.stall_s)
-                    self.client.close()
+                    self._die("subscriber stalled")
                     return
-                if order == "late":  # acks after its ack wait ended: redelivered meanwhile
-                    self.checker.dropped(ids, self.name, "ack too late")
-                    late = threading.Timer(LATE_BY_S, self._ack, (batch, ids, True))
-                    late.daemon = True
-                    late.start()
-                    continue
-                self._ack(batch, ids, False)
+                self._handle(batch, late=order == "late")
                 if self.stop_event.is_set():
                     break
         except MsgtableError as exc:
@@ -290,20 +234,132 @@ class Subscriber(threading.Thread):
         finally:
             self.done.set()
 
-    def _ack(self, batch: list[Message], ids: list[int], late: bool) -> None:
+    def state(self) -> str:
+        """What this subscriber is doing (for a verdict)."""
+        sub = self.sub
+        parts = [
+            "done" if self.done.is_set() else "reading",
+            f"order {self.order}",
+            f"{self.handler.queued()} handler tasks",
+        ]
+        if sub is not None:
+            parts.append(f"server {sub.target}, {sub.reconnects} reconnects")
+            if sub.leaser is not None:
+                parts.append(f"{sub.leaser.leased} leased")
+        return f"{self.name}: {', '.join(parts)}"
+
+    def _die(self, why: str) -> None:
+        """Stop like a killed process: no more calls of any kind."""
+        self.checker.dropped(self.handler.stop(), self.name, why)
+        if self.sub is not None and self.sub.leaser is not None:
+            self.sub.leaser.close()
+        self.client.close()
+
+    def _handle(self, batch: list[Message], late: bool) -> None:
+        by_kind: dict[str, list[Message]] = {"m": [], "p": [], "r": [], "s": []}
+        for m in batch:
+            by_kind[str(m.values["message"])[0]].append(m)
+        poison = by_kind["p"]
+        if poison:
+            self.handler.at(0, partial(self._fail_poison, poison), [])
+        rest = by_kind["m"] + by_kind["r"] + by_kind["s"]
+        if late:  # acks after its ack wait ended: redelivered meanwhile
+            ids = [int(m.id) for m in rest]  # type: ignore[call-overload]
+            self.checker.dropped(ids, self.name, "ack too late")
+            self.handler.at(LATE_BY_S, partial(self._ack_now, rest, late=True), ids)
+            return
+        plain = by_kind["m"]
+        for m in by_kind["r"]:
+            if self.checker.was_released(int(m.id)):  # type: ignore[call-overload]
+                plain.append(m)
+            else:
+                self.handler.at(0, partial(self._release_once, m), [])
+        if by_kind["s"]:
+            self._hold_slowly(by_kind["s"])
+        if plain:
+            self._ack(plain)
+
+    # -- the kinds ----------------------------------------------------------------------------
+    def _fail_poison(self, poison: list[Message]) -> None:
+        """Poison: rejected from the second delivery on (a third of them), else released."""
+        released: dict[int, list[Message]] = {}
+        for m in poison:
+            i = int(m.id)  # type: ignore[call-overload]
+            if rejects(i) and m.attempt >= 2:
+                reason = f"poison {i}: rejected at attempt {m.attempt}"
+                self._settle("reject", [m], partial(m.reject, reason), reason=reason)
+            else:
+                released.setdefault(m.attempt, []).append(m)
+        sub = self.sub
+        assert sub is not None
+        for attempt, ms in released.items():
+            reason = f"poison: failed at attempt {attempt}"
+            self._settle(
+                "release",
+                ms,
+                partial(sub.release, ms, POISON_DELAY_S, reason),
+                POISON_DELAY_S,
+                reason,
+            )
+
+    def _release_once(self, m: Message) -> None:
+        reason = f"busy: try {m.id} later"
+        self._settle(
+            "release", [m], partial(m.release, RELEASE_DELAY_S, reason), RELEASE_DELAY_S, reason
+        )
+
+    def _hold_slowly(self, slow: list[Message]) -> None:
+        """Held two ack waits, renewed every half (by hand, or by the client's auto-renewal),
+        then acked."""
+        ids = [int(m.id) for m in slow]  # type: ignore[call-overload]
+        self.checker.held_slowly(ids, self.name)
+        ack_wait = self.checker.ack_wait_s
+        if not self.auto_renew:
+            every = RENEW_ACK_WAITS * ack_wait
+            for k in range(1, round(SLOW_ACK_WAITS / RENEW_ACK_WAITS)):
+                for m in slow:
+                    call = partial(m.renew, ack_wait)
+                    renew = partial(self._settle, "renew", [m], call, ack_wait)
+                    self.handler.at(k * every, renew, [])
+        self.handler.at(SLOW_ACK_WAITS * ack_wait, partial(self._ack_now, slow), ids)
+
+    def _settle(
+        self,
+        verb: str,
+        messages: list[Message],
+        call: Callable[[], int],
+        span_s: float = 0.0,
+        reason: str | None = None,
+    ) -> None:
+        ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
+        start = time.monotonic()
+        try:
+            count: int | None = call()
+        except MsgtableError:
+            count = None
+        self.checker.settled(verb, ids, self.name, start, count, span_s, reason)
+
+    def _ack_now(self, messages: list[Message], late: bool = False) -> None:
+        """One ack call of its own, waited for (its count kept for a late one)."""
+        assert self.sub is not None
+        ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
+        if not ids:
+            return
+        try:
+            count = self.sub.ack(messages)
+        except MsgtableError:
+            self.checker.ack_failed(ids)
+            return
+        self.checker.acked(ids)
+        if late:
+            self.checker.late_acks.append((count, len(ids)))
+
+    def _ack(self, batch: list[Message]) -> None:
         """Queue the batch's ack; the stream is read on, never held up by an ack call (so a
         delivery's time is when it came off the wire); the ack counts once its call
         returned."""
         assert self.sub is not None
-        if late:  # one call of its own, its count kept
-            try:
-                count = self.sub.ack(batch)
-            except MsgtableError:
-                self.checker.ack_failed(ids)
-                return
-            self.checker.acked(ids)
-            self.checker.late_acks.append((count, len(ids)))
-            return
+        ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
         try:
             future = self.sub.ack_async(batch)
         except MsgtableError:  # the subscription is closed
@@ -320,6 +376,7 @@ class Subscriber(threading.Thread):
 
     def finish(self) -> None:
         self.stop_event.set()
+        self.handler.stop()
         if self.sub is not None:
             self.sub.close()
         self.client.close()
@@ -327,7 +384,8 @@ class Subscriber(threading.Thread):
 
 class Producer(threading.Thread):
     """Inserts ids 1..total in transactions of `chunk` rows, riding out database restarts:
-    a chunk whose commit is in doubt is inserted again with INSERT IGNORE."""
+    a chunk whose commit is in doubt is inserted again with INSERT IGNORE. Each payload says
+    its kind (kind_of)."""
 
     def __init__(
         self, dsn: str, table: str, total: int, chunk: int, pace_s: float, checker: Checker
@@ -343,7 +401,7 @@ class Producer(threading.Thread):
         try:
             for start in range(1, self.total + 1, self.chunk):
                 ids = list(range(start, min(start + self.chunk, self.total + 1)))
-                rows = ",".join(f"({i}, 'm{i}')" for i in ids)
+                rows = ",".join(f"({i}, '{kind_of(i)}{i}')" for i in ids)
                 sql = f"insert ignore into {self.table}(id, message) values {rows}"
                 while True:
                     try:
@@ -353,7 +411,7 @@ class Producer(threading.Thread):
                     except sa.exc.DBAPIError:
                         self.retries += 1
                         time.sleep(0.5)
-                self.checker.insert(ids)
+                self.checker.insert(ids, [i for i in ids if kind_of(i) == "p"])
                 time.sleep(self.pace_s * random.uniform(0.5, 1.5))
         finally:
             self.done.set()

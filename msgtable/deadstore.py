@@ -151,7 +151,8 @@ class DeadStatements:
         if not picked:
             return []
         in_ids, id_params = in_list(picked)
-        first_sql, first_params = first_expr([i for i in first if i in set(picked)])
+        chosen = set(picked)
+        first_sql, first_params = first_expr([i for i in first if i in chosen])
         if due_at_epoch is None:
             default = REJECTED_REASON
         else:

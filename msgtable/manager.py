@@ -308,9 +308,10 @@ class MessageManager:
     def _expire(self, cfg: TableConfig, rows: Sequence[CachedRow], now_ns: int) -> int:
         """Bury rows that fell due after their last attempt (vt_max_attempts), if they are
         still at the epoch read and due; returns how many died."""
-        dead = self._dead_table(cfg)
         died: list[Hashable] = []
+        dead = None
         try:
+            dead = self._dead_table(cfg)
             for epoch, group in group_by_epoch(rows).items():
                 ids = [r.id for r in group]
                 died += self.store.bury(cfg, dead, ids, now_ns, None, (), (epoch,))
@@ -318,7 +319,8 @@ class MessageManager:
             with self._lock:
                 self.cache.forget(died)
                 self.dead_lettered += len(died)
-                self.cache.due.pending = True  # those not buried may be due still
+                if len(died) < len(rows):  # the others may be due still: read them again
+                    self.cache.due.pending = True
         if died and dead is not None:
             self._buried(dead.name)
         return len(died)
@@ -447,9 +449,10 @@ class MessageManager:
                     if not batch:
                         break
                     if cfg.max_attempts:  # sent that often: dead, not sent again
-                        expired += [r for r in batch if (r.epoch or 0) >= cfg.max_attempts]
-                        if expired:
-                            batch = [r for r in batch if (r.epoch or 0) < cfg.max_attempts]
+                        live = [r for r in batch if (r.epoch or 0) < cfg.max_attempts]
+                        if len(live) < len(batch):
+                            expired += [r for r in batch if (r.epoch or 0) >= cfg.max_attempts]
+                            batch = live
                             if not batch:
                                 continue
                     plan.append((self._subscribers[i], batch))

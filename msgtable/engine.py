@@ -546,8 +546,12 @@ class MessageEngine:
             managers = list(self._managers.values())
             errors = dict(self._load_errors)
         out = [m.status(self.keyspace) for m in managers]
+        pairs = []
+        for m in managers:
+            with contextlib.suppress(TableLoadError):  # its dead-letter table just went
+                pairs.append(self._dead_of(m.config))
         try:
-            dead = self.store.count_dead([self._dead_of(m.config) for m in managers])
+            dead = self.store.count_dead(pairs)
         except MsgtableError:  # counts are extras: the list answers without them
             dead = {}
         out = [dataclasses.replace(s, dead=dead.get(s.name)) for s in out]

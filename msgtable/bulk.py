@@ -14,10 +14,10 @@ every unacked row of it is dead, and due as well, for whoever streams it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from msgtable.deadletters import DEAD_LETTER_COLUMNS
+from msgtable.deadletters import holds_dead_letters
 from msgtable.errors import InvalidArgument
 from msgtable.sql import MARK, placeholders, quote
 from msgtable.tables import DEAD_TIME_NEXT, Layout, TableConfig
@@ -41,13 +41,6 @@ class RowState(enum.Enum):
         except ValueError:
             names = ", ".join(s.value for s in cls)
             raise InvalidArgument(f"state must be one of {names}, not {text!r}") from None
-
-
-def holds_dead_letters(columns: Iterable[str]) -> bool:
-    """Whether a table with these columns is a dead-letter table (time_dead, attempts and
-    last_error: what msgtable.deadletters.check_dead_letter asks of one)."""
-    names = set(columns)
-    return all(c in names for c in DEAD_LETTER_COLUMNS)
 
 
 class BulkStatements:

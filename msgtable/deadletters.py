@@ -23,6 +23,7 @@ is in msgtable.deadstore.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from msgtable.tables import (
@@ -38,6 +39,13 @@ ATTEMPTS_COLUMN = "attempts"
 DEAD_LETTER_COLUMNS = (TIME_DEAD_COLUMN, ATTEMPTS_COLUMN, LAST_ERROR_COLUMN)
 # Engine columns copied from a table to its dead-letter table (and back) when both have them.
 CARRIED_COLUMNS = ("priority", "time_created")
+
+
+def holds_dead_letters(columns: Iterable[str]) -> bool:
+    """Whether a table with these columns is a dead-letter table (it has every one of
+    DEAD_LETTER_COLUMNS: what check_dead_letter asks of one)."""
+    names = set(columns)
+    return all(c in names for c in DEAD_LETTER_COLUMNS)
 
 
 def exhausted_reason(max_attempts: int) -> str:

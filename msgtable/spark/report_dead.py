@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from msgtable.bulk import holds_dead_letters
-from msgtable.deadletters import ATTEMPTS_COLUMN
+from msgtable.deadletters import ATTEMPTS_COLUMN, holds_dead_letters
 from msgtable.errors import MsgtableError
 from msgtable.tables import DEAD_TIME_NEXT, LAST_ERROR_COLUMN, TIME_DEAD_COLUMN, TableConfig
 

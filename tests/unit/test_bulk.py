@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from msgtable.bulk import BulkStatements, RowState, holds_dead_letters
+from msgtable.bulk import BulkStatements, RowState
+from msgtable.deadletters import holds_dead_letters
 from msgtable.errors import InvalidArgument
 from msgtable.tables import DEAD_TIME_NEXT, Column, load_table
 

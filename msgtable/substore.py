@@ -1,0 +1,421 @@
+"""Every SQL statement of subscriptions (what they are: msgtable.subscriptions): the
+definitions table, the state tables, the fan-out of new rows, lag, expiry. MySQLStore runs
+them; the statements that serve a subscription's messages are the table statements of
+msgtable.store, run on its state table.
+
+The fan-out of a batch is one transaction: a locking read of rows no subscription has seen
+(``time_fanout IS NULL``, skipping rows another transaction still holds: they come in a later
+batch once they commit), a shared read of the table's definitions (a definition committed
+while a fan-out runs waits for it, or is seen by it: never half), one INSERT ... SELECT into
+each active subscription's state table (its filter a WHERE clause with bound parameters), one
+UPDATE of time_fanout, then the commit. A crash before the commit leaves every row unseen.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound
+from msgtable.filters import Filter
+from msgtable.mysql import DUPLICATE_KEY, error_code, server_text
+from msgtable.sql import MARK, in_list, quote
+from msgtable.subscriptions import (
+    FANOUT_COLUMN,
+    REGISTRY_TABLE,
+    STATE_COMMENT,
+    LoadedSubscription,
+    Subscription,
+    SubscriptionState,
+)
+from msgtable.tables import DEAD_TIME_NEXT, Column, TableConfig
+
+log = logging.getLogger(__name__)
+
+MARK_BATCH = 10_000  # rows marked seen per statement when a table gets its first subscription
+BACKFILL_BATCH = 5_000
+
+REGISTRY = quote(REGISTRY_TABLE)
+REGISTRY_DDL = f"""CREATE TABLE IF NOT EXISTS {REGISTRY} (
+  table_name VARCHAR(64) NOT NULL,
+  name VARCHAR(64) NOT NULL,
+  filter TEXT NULL,
+  columns TEXT NULL,
+  ack_wait_s DOUBLE NULL,
+  max_attempts INT NULL,
+  max_lag BIGINT NULL,
+  expire_after_s DOUBLE NULL,
+  state VARCHAR(16) NOT NULL DEFAULT 'active',
+  time_created BIGINT NOT NULL,
+  time_active BIGINT NULL,
+  PRIMARY KEY (table_name, name)
+) ENGINE=InnoDB COMMENT 'msgtable subscriptions'"""
+
+_FIELDS = (
+    "table_name, name, filter, columns, ack_wait_s, max_attempts, max_lag, expire_after_s, "
+    "state, time_created, time_active"
+)
+SELECT_ALL = f"SELECT {_FIELDS} FROM {REGISTRY} ORDER BY table_name, name"
+# read after the fan-out picked its rows: a row committed after a definition is picked
+# after it, so the read sees the definition (READ COMMITTED reads the latest commit)
+SELECT_TABLE = f"SELECT name, state FROM {REGISTRY} WHERE table_name = %s"
+INSERT = f"INSERT INTO {REGISTRY} ({_FIELDS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+UPDATE = (
+    f"UPDATE {REGISTRY} SET filter = %s, columns = %s, ack_wait_s = %s, max_attempts = %s, "
+    "max_lag = %s, expire_after_s = %s, state = %s WHERE table_name = %s AND name = %s"
+)
+DELETE = f"DELETE FROM {REGISTRY} WHERE table_name = %s AND name = %s"
+TOUCH = f"UPDATE {REGISTRY} SET time_active = %s WHERE table_name = %s AND name = %s"
+SET_STATE = (
+    f"UPDATE {REGISTRY} SET state = %s, time_active = %s WHERE table_name = %s AND name = %s"
+)
+STATE_COLUMNS_QUERY = (
+    "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE "
+    "FROM information_schema.COLUMNS c JOIN information_schema.TABLES t "
+    "ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME "
+    "WHERE c.TABLE_SCHEMA = %s AND t.TABLE_COMMENT = %s ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION"
+)
+REGISTRY_EXISTS = (
+    "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+)
+
+
+def state_table_ddl(name: str, id_column: Column) -> str:
+    """The DDL of a subscription's state table (its id of the message table's id type)."""
+    return f"""CREATE TABLE {quote(name)} (
+  id {id_column.column_type} NOT NULL,
+  priority BIGINT NOT NULL DEFAULT 0,
+  time_next BIGINT NULL,
+  epoch BIGINT NOT NULL DEFAULT 0,
+  time_acked BIGINT NULL,
+  time_created BIGINT NULL,
+  last_error VARCHAR(1000) NULL,
+  time_dead BIGINT NULL,
+  PRIMARY KEY (id),
+  INDEX poller_idx (time_acked, priority, time_next)
+) ENGINE=InnoDB COMMENT '{STATE_COMMENT}'"""
+
+
+def add_fanout_ddl(table: str) -> str:
+    """What a message table needs before its first subscription: the time_fanout column
+    (NULL: not handed to the subscriptions yet) and its index."""
+    col = quote(FANOUT_COLUMN)
+    return f"ALTER TABLE {quote(table)} ADD COLUMN {col} BIGINT NULL, ADD INDEX fanout_idx ({col})"
+
+
+def mark_all_seen(table: str) -> str:
+    """Rows enqueued before a table's first subscription: seen by none, and to be seen by
+    none (a subscription gets what comes after it)."""
+    return (
+        f"{MARK}UPDATE {quote(table)} SET {quote(FANOUT_COLUMN)} = %s "
+        f"WHERE {quote(FANOUT_COLUMN)} IS NULL LIMIT %s"
+    )
+
+
+def row_to_subscription(row: Sequence[Any]) -> Subscription:
+    table, name, flt, cols, ack_wait, max_att, max_lag, expire, state, created, active = row
+    try:
+        st = SubscriptionState(str(state))
+    except ValueError:
+        st = SubscriptionState.ACTIVE
+    return Subscription(
+        table=_text(table),
+        name=_text(name),
+        filter=_text(flt or ""),
+        columns=tuple(c for c in _text(cols or "").replace("|", ",").split(",") if c.strip()),
+        ack_wait_s=None if ack_wait is None else float(ack_wait),
+        max_attempts=None if max_att is None else int(max_att),
+        max_lag=None if max_lag is None else int(max_lag),
+        expire_after_s=None if expire is None else float(expire),
+        state=st,
+        time_created_ns=int(created or 0),
+        time_active_ns=int(active or 0),
+    )
+
+
+def subscription_params(sub: Subscription) -> list[Any]:
+    return [
+        sub.table,
+        sub.name,
+        sub.filter or None,
+        ",".join(sub.columns) or None,
+        sub.ack_wait_s,
+        sub.max_attempts,
+        sub.max_lag,
+        sub.expire_after_s,
+        sub.state.value,
+        sub.time_created_ns,
+        sub.time_active_ns or None,
+    ]
+
+
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes | bytearray) else str(v)
+
+
+class FanoutStatements:
+    """The fan-out SQL of one message table and its subscriptions (built once per set)."""
+
+    def __init__(self, table: TableConfig) -> None:
+        t = quote(table.name)
+        fan = quote(FANOUT_COLUMN)
+        self.table = table
+        self.pick = (
+            f"SELECT `id` FROM {t} WHERE {fan} IS NULL ORDER BY `id` LIMIT %s "
+            "FOR UPDATE SKIP LOCKED"
+        )
+        created = "`time_created`" if table.has_column("time_created") else "%s"
+        self._created_param = not table.has_column("time_created")
+        # a message not sent by the default group yet keeps its time_next (a delayed
+        # message stays delayed); one it sent is due at once
+        self._select = (
+            f"SELECT `id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), 0, "
+            f"COALESCE({created}, %s) FROM {t}"
+        )
+        acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
+        self._acked_param = not table.default_group
+        self.mark = f"{MARK}UPDATE {t} SET {fan} = %s{acked} WHERE `id` IN ({{ids}})"
+
+    def insert(
+        self, state_table: str, flt: Filter | None, ids: Sequence[Hashable], now_ns: int
+    ) -> tuple[str, list[Any]]:
+        """INSERT ... SELECT of the rows ``ids`` that match the filter into a state table."""
+        in_ids, id_params = in_list(ids)
+        params: list[Any] = [now_ns] if self._created_param else []
+        params.append(now_ns)
+        params.extend(id_params)
+        cond = f"`id` IN ({in_ids})"
+        if flt is not None:
+            frag, fparams = flt.where()
+            cond = f"{cond} AND {frag}"
+            params.extend(fparams)
+        sql = (
+            f"{MARK}INSERT INTO {quote(state_table)} "
+            "(`id`, `priority`, `time_next`, `epoch`, `time_created`) "
+            f"{self._select} WHERE {cond} "
+            f"ON DUPLICATE KEY UPDATE {quote(state_table)}.`id` = {quote(state_table)}.`id`"
+        )
+        return sql, params
+
+    def mark_sql(self, ids: Sequence[Hashable], now_ns: int) -> tuple[str, list[Any]]:
+        in_ids, params = in_list(ids)
+        extra = [now_ns] if self._acked_param else []
+        return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
+
+    def retained(self, after: Hashable | None, limit: int) -> tuple[str, list[Any]]:
+        """One batch (by id) of retained rows not acked by the default group: what a
+        subscription created from_start gets besides the new ones."""
+        sql = (
+            f"SELECT `id` FROM {quote(self.table.name)} WHERE {quote(FANOUT_COLUMN)} IS NOT NULL "
+            "AND `time_acked` IS NULL"
+        )
+        params: list[Any] = []
+        if after is not None:
+            sql += " AND `id` > %s"
+            params.append(after)
+        return sql + " ORDER BY `id` LIMIT %s", [*params, limit]
+
+
+def lag_sql(state_table: str, cap: int) -> str:
+    """The unsettled messages of a subscription (up to ``cap``) and the oldest one's
+    time_created: what it holds back."""
+    s = quote(state_table)
+    return (
+        f"SELECT COUNT(*), MIN(tc) FROM (SELECT `time_created` AS tc FROM {s} "
+        f"WHERE `time_acked` IS NULL AND NOT (`time_next` <=> {DEAD_TIME_NEXT}) "
+        f"LIMIT {int(cap)}) AS l"
+    )
+
+
+def pending_sql(table: str, cap: int) -> str:
+    """Rows of a table not handed to its subscriptions yet (up to ``cap``)."""
+    return (
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM {quote(table)} "
+        f"WHERE {quote(FANOUT_COLUMN)} IS NULL LIMIT {int(cap)}) AS p"
+    )
+
+
+class _Pools(Protocol):
+    database: str
+
+    def _errors(self, table: str | None = None) -> AbstractContextManager[None]: ...
+
+    def _auto_cursor(self) -> AbstractContextManager[Any]: ...
+
+    def _tx_connection(self) -> AbstractContextManager[Any]: ...
+
+
+class SubscriptionSQL:
+    """MySQLStore's subscription methods (a mixin: it runs them on the store's pools)."""
+
+    def _has_registry(self: _Pools, cur: Any) -> bool:
+        cur.execute(REGISTRY_EXISTS, [self.database, REGISTRY_TABLE])
+        return bool(cur.fetchone()[0])
+
+    def subscriptions(self: _Pools) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
+        """Every definition, and the columns of every state table (by name)."""
+        with self._errors(), self._auto_cursor() as cur:
+            if not SubscriptionSQL._has_registry(self, cur):
+                return [], {}
+            cur.execute(SELECT_ALL)
+            subs = [row_to_subscription(r) for r in cur.fetchall()]
+            cur.execute(STATE_COLUMNS_QUERY, [self.database, STATE_COMMENT])
+            cols: dict[str, list[Column]] = {}
+            for tname, cname, data_type, column_type in cur.fetchall():
+                cols.setdefault(server_text(tname), []).append(
+                    Column(cname, server_text(data_type).lower(), server_text(column_type).lower())
+                )
+        return subs, {n: tuple(c) for n, c in cols.items()}
+
+    def create_subscription(
+        self: _Pools, table: TableConfig, loaded: LoadedSubscription, from_start: bool, now_ns: int
+    ) -> int:
+        """Create the definition and state table of a subscription (and, on a table's first,
+        its time_fanout column); with ``from_start`` hand it every retained unacked row.
+        Returns how many rows it got from the start."""
+        sub = loaded.sub
+        with self._errors(table.name), self._auto_cursor() as cur:
+            cur.execute(REGISTRY_DDL)
+            if not table.has_column(FANOUT_COLUMN):
+                log.info("table %s: adding column %s for subscriptions", table.name, FANOUT_COLUMN)
+                cur.execute(add_fanout_ddl(table.name))
+            cur.execute(f"SELECT COUNT(*) FROM {REGISTRY} WHERE table_name = %s", [table.name])
+            first = cur.fetchone()[0] == 0
+            if first:  # what was there before is not for subscriptions: seen by none
+                while cur.execute(mark_all_seen(table.name), [now_ns, MARK_BATCH]) >= MARK_BATCH:
+                    pass
+            try:
+                cur.execute(state_table_ddl(sub.state_table, table.id_column))
+            except Exception as exc:
+                if error_code(exc) == 1050:
+                    raise InvalidArgument(
+                        f"subscription {sub.label}: table {sub.state_table} exists already"
+                    ) from None
+                raise
+            try:
+                cur.execute(INSERT, subscription_params(sub))
+            except Exception as exc:
+                cur.execute(f"DROP TABLE IF EXISTS {quote(sub.state_table)}")
+                if error_code(exc) == DUPLICATE_KEY:
+                    raise InvalidArgument(f"subscription {sub.label} exists already") from None
+                raise
+            if not from_start:
+                return 0
+            statements = FanoutStatements(table)
+            total, after = 0, None
+            while True:
+                sql, params = statements.retained(after, BACKFILL_BATCH)
+                cur.execute(sql, params)
+                ids = [r[0] for r in cur.fetchall()]
+                if not ids:
+                    return total
+                sql, params = statements.insert(sub.state_table, loaded.filter, ids, now_ns)
+                total += max(0, cur.execute(sql, params))
+                after = ids[-1]
+
+    def alter_subscription(self: _Pools, sub: Subscription) -> None:
+        with self._errors(), self._auto_cursor() as cur:
+            if not SubscriptionSQL._has_registry(self, cur):
+                raise TableNotFound(f"subscription {sub.label} not found")
+            p = subscription_params(sub)
+            cur.execute(UPDATE, [*p[2:9], sub.table, sub.name])
+            cur.execute(
+                f"SELECT COUNT(*) FROM {REGISTRY} WHERE table_name = %s AND name = %s",
+                [sub.table, sub.name],
+            )
+            if not cur.fetchone()[0]:
+                raise TableNotFound(f"subscription {sub.label} not found")
+
+    def drop_subscription(self: _Pools, table: str, name: str, state_table: str) -> None:
+        with self._errors(), self._auto_cursor() as cur:
+            if not SubscriptionSQL._has_registry(self, cur) or not cur.execute(
+                DELETE, [table, name]
+            ):
+                raise TableNotFound(f"subscription {table}/{name} not found")
+            cur.execute(f"DROP TABLE IF EXISTS {quote(state_table)}")
+
+    def set_subscription_state(
+        self: _Pools, sub: Subscription, state: SubscriptionState, now_ns: int
+    ) -> None:
+        with self._errors(), self._auto_cursor() as cur:
+            cur.execute(SET_STATE, [state.value, now_ns, sub.table, sub.name])
+
+    def touch_subscriptions(self: _Pools, subs: Sequence[Subscription], now_ns: int) -> None:
+        """Note that these subscriptions have subscribers now (their expiry starts again)."""
+        if not subs:
+            return
+        with self._errors(), self._auto_cursor() as cur:
+            for sub in subs:
+                cur.execute(TOUCH, [now_ns, sub.table, sub.name])
+
+    def subscription_lag(
+        self: _Pools, state_tables: Sequence[str], cap: int
+    ) -> dict[str, tuple[int, int | None]]:
+        """For each state table: its unsettled messages (up to ``cap``) and the oldest one's
+        time_created (None: none)."""
+        out: dict[str, tuple[int, int | None]] = {}
+        with self._errors(), self._auto_cursor() as cur:
+            for name in state_tables:
+                try:
+                    cur.execute(lag_sql(name, cap))
+                except Exception as exc:
+                    if error_code(exc) == 1146:
+                        continue
+                    raise
+                n, oldest = cur.fetchone()
+                out[name] = (int(n), None if oldest is None else int(oldest))
+        return out
+
+    def pending_fanout(self: _Pools, table: str, cap: int) -> int:
+        with self._errors(table), self._auto_cursor() as cur:
+            cur.execute(pending_sql(table, cap))
+            return int(cur.fetchone()[0])
+
+    def fanout(
+        self: _Pools,
+        table: TableConfig,
+        loaded: Mapping[str, LoadedSubscription],
+        now_ns: int,
+        limit: int,
+    ) -> tuple[dict[str, int], set[str]]:
+        """Hand up to ``limit`` unseen rows to the table's active subscriptions, in one
+        transaction. Returns how many rows each subscription got (key "": rows handed over),
+        and the active subscriptions the database has that ``loaded`` lacks (then nothing was
+        handed over: load them first)."""
+        statements = FanoutStatements(table)
+        got: dict[str, int] = {}
+        with self._errors(table.name), self._tx_connection() as conn:
+            with conn.cursor() as cur:
+                cur.execute(statements.pick, [limit])
+                ids = [r[0] for r in cur.fetchall()]
+                if not ids:
+                    conn.rollback()
+                    return {"": 0}, set()
+                cur.execute(SELECT_TABLE, [table.name])
+                active = [
+                    server_text(n)
+                    for n, st in cur.fetchall()
+                    if server_text(st) == SubscriptionState.ACTIVE.value
+                ]
+                unknown = {n for n in active if n not in loaded}
+                if unknown:
+                    conn.rollback()
+                    return {"": 0}, unknown
+                for name in active:
+                    ls = loaded[name]
+                    sql, params = statements.insert(ls.sub.state_table, ls.filter, ids, now_ns)
+                    got[name] = max(0, cur.execute(sql, params))
+                sql, params = statements.mark_sql(ids, now_ns)
+                cur.execute(sql, params)
+            conn.commit()
+        got[""] = len(ids)
+        return got, set()
+
+
+def iter_active(subs: Sequence[Subscription]) -> Iterator[Subscription]:
+    return (s for s in subs if s.state is SubscriptionState.ACTIVE)
+
+
+__all__ = ["MsgtableError", "SubscriptionSQL"]

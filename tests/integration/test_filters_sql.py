@@ -1,0 +1,226 @@
+"""Subscription filters against the real server: the compiled WHERE fragment selects exactly
+the rows Filter.matches selects in Python, on both drivers, and hostile text changes nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from msgtable.errors import InvalidArgument
+from msgtable.filters import Filter, parse_filter
+from msgtable.sql import quote
+from msgtable.tables import Column
+
+from ..conftest import Sql
+
+ODD = "odd%s`name"  # a column name with a DBAPI placeholder and a backtick in it
+ODD_QUOTED = "`odd%s``name`"  # as a filter (and SQLAlchemy text()) names it
+DDL = f"""CREATE TABLE t (
+  id BIGINT NOT NULL PRIMARY KEY,
+  region VARCHAR(32) NULL,
+  kind VARCHAR(16) NOT NULL,
+  amount INT NULL,
+  price DECIMAL(10,2) NULL,
+  ratio DOUBLE NULL,
+  ts DATETIME NULL,
+  day DATE NULL,
+  at TIME NULL,
+  blobby VARBINARY(32) NULL,
+  {ODD_QUOTED} INT NULL
+) DEFAULT CHARSET=utf8mb4"""
+COLUMN_NAMES = (
+    "id",
+    "region",
+    "kind",
+    "amount",
+    "price",
+    "ratio",
+    "ts",
+    "day",
+    "at",
+    "blobby",
+    ODD,
+)
+
+FILTERS = [
+    "region = 'eu'",
+    "region <> 'eu'",
+    "region != 'EU'",
+    "region IN ('eu', 'us')",
+    "region NOT IN ('eu', 'us')",
+    "region < 'm'",
+    "region >= 'b'",
+    "region BETWEEN 'a' AND 'f'",
+    "region LIKE 'e%'",
+    r"region LIKE 'e\_u'",
+    "region LIKE 'e!%u' ESCAPE '!'",
+    r"region LIKE '%\%'",
+    "region NOT LIKE '%u%'",
+    "region LIKE '_s'",
+    "region IS NULL",
+    "region IS NOT NULL",
+    "region = '''; DROP TABLE t; --' OR kind = '`x` /* %s'",
+    "kind LIKE 'order' AND NOT kind = 'ORDER'",
+    "amount > 10",
+    "amount <= -5",
+    "-5 < amount",
+    "amount BETWEEN -10 AND 10",
+    "amount NOT BETWEEN -10 AND 10",
+    "amount IN (1, 2, 3, TRUE)",
+    "amount = '7' OR amount = 1e1",
+    "price >= 2.5",
+    "price < -1e1",
+    "price BETWEEN 0 AND 1.5",
+    "ratio = 0.1",
+    "ratio = 0.3",
+    "ratio > 1",
+    "ts >= '2024-01-02'",
+    "ts = '2024-01-03'",
+    "ts < '2024-01-02 12:00:00'",
+    "day = '2024-01-05'",
+    "at < '-1:00:00'",
+    "at > '24:00:00'",
+    "blobby = 'abc'",
+    "blobby LIKE 'a%'",
+    "blobby > 'a'",
+    f"{ODD_QUOTED} IS NULL",
+    f"{ODD_QUOTED} > 50 OR {ODD_QUOTED} IS NULL",
+    "NOT (region = 'eu' OR amount > 0)",
+    "region = 'eu' AND amount > 0 OR kind = 'refund'",
+    "NOT region = 'eu'",
+    "region=eu|us,kind=order",
+    "kind=refund",
+    "amount=1|2|3",
+    "region=a;DROP",
+]
+ATTACKS = [
+    "'; DROP TABLE t; --",
+    "id = 1; DROP TABLE t",
+    "id = 1 OR 1=1 --",
+    "id IN (SELECT id FROM t)",
+    "sleep(1) = 0",
+    "id = 1 /*! OR 1=1 */",
+    "`id`` = 1; DELETE FROM t; -- ` = 1",
+    "region = 'x' UNION SELECT 1",
+    "region = 'x'\x00 OR 1=1",
+    "id = @@version",
+]
+
+
+def rows(rng: random.Random) -> Iterator[tuple[Any, ...]]:
+    def maybe(value: Any) -> Any:
+        return None if rng.random() < 0.12 else value
+
+    regions = ["eu", "EU", "us", "Us", "asia", "e_u", "e%u", "50%", "a_b", "eu-west", "o'neil"]
+    regions.append("'; DROP TABLE t; --")  # data that looks like SQL is only ever compared
+    for i in range(1, 201):
+        yield (
+            i,
+            maybe(rng.choice(regions)),
+            rng.choice(["order", "ORDER", "refund", "Order_1", "x%y"]),
+            maybe(rng.randint(-30, 30)),
+            maybe(Decimal(rng.randint(-2000, 2000)) / 100),
+            maybe(rng.choice([0.1, 0.2, 0.30000000000000004, 0.3, 1.5, -2.0, 1e10])),
+            maybe(dt.datetime(2024, 1, 1) + dt.timedelta(hours=rng.randint(0, 24 * 5))),
+            maybe(dt.date(2024, 1, 1) + dt.timedelta(days=rng.randint(0, 9))),
+            maybe(f"{rng.randint(-30, 30)}:{rng.randint(0, 59):02}:00"),
+            maybe(rng.choice([b"abc", b"ABC", b"a%c", b"\x00\xff", b"", "é".encode()])),
+            maybe(rng.randint(0, 100)),
+        )
+
+
+@pytest.fixture
+def columns(sql: Sql) -> tuple[Column, ...]:
+    """The table t, 200 varied rows, and its columns as information_schema describes them."""
+    sql.execute(DDL)
+    raw = sql.engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        names = ", ".join(quote(name) for name in COLUMN_NAMES)
+        cursor.executemany(
+            f"INSERT INTO t ({names}) VALUES ({', '.join(['%s'] * len(COLUMN_NAMES))})",
+            list(rows(random.Random(20240102))),
+        )
+        raw.commit()
+    finally:
+        raw.close()
+    facts = sql.rows(
+        "SELECT column_name, data_type, column_type FROM information_schema.columns"
+        " WHERE table_schema = DATABASE() AND table_name = 't' ORDER BY ordinal_position"
+    )
+    return tuple(
+        Column(name, data_type.lower(), column_type) for name, data_type, column_type in facts
+    )
+
+
+@pytest.fixture(params=["pymysql", "mysqldb"])
+def cursor(
+    request: pytest.FixtureRequest, db_dsn: str, columns: tuple[Column, ...]
+) -> Iterator[Any]:
+    """A DBAPI cursor of each driver (PyMySQL, mysqlclient): the fragments are DBAPI text."""
+    url = sa.engine.make_url(db_dsn)
+    engine = sa.create_engine(url.set(drivername=f"{url.get_backend_name()}+{request.param}"))
+    raw = engine.raw_connection()
+    try:
+        yield raw.cursor()
+    finally:
+        raw.close()
+        engine.dispose()
+
+
+def selected(cursor: Any, statement: str, params: tuple[object, ...]) -> list[int]:
+    cursor.execute(statement, params)  # params even when empty: the driver undoubles %%
+    return sorted(row[0] for row in cursor.fetchall())
+
+
+def table_rows(cursor: Any) -> list[dict[str, object]]:
+    cursor.execute("SELECT * FROM t")
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def test_sql_and_python_select_the_same_rows_for_every_filter(cursor, columns):
+    data = table_rows(cursor)
+    assert len(data) == 200
+    hits = {}
+    for text in FILTERS:
+        f: Filter = parse_filter(text, columns, "t")
+        expected = sorted(row["id"] for row in data if f.matches(row))  # type: ignore[type-var]
+        assert selected(cursor, f"SELECT id FROM t WHERE {f.sql}", f.params) == expected, text
+        hits[text] = len(expected)
+    # the filters are not vacuous: most select some rows and leave others
+    assert sum(0 < n < 200 for n in hits.values()) >= len(FILTERS) - 4, hits
+
+
+def test_every_fragment_runs_qualified_with_an_alias(cursor, columns):
+    for text in FILTERS:
+        f = parse_filter(text, columns, "t")
+        plain = selected(cursor, f"SELECT id FROM t WHERE {f.sql}", f.params)
+        fragment, params = f.where("m")
+        assert "`m`." in fragment
+        # joined to itself, an unqualified column would be ambiguous
+        statement = f"SELECT m.id FROM t m JOIN t o ON o.id = m.id WHERE {fragment}"
+        aliased = selected(cursor, statement, params)
+        assert aliased == plain, text
+
+
+def test_injection_attempts_are_refused_and_leave_the_table_untouched(sql: Sql, cursor, columns):
+    def state() -> tuple[object, ...]:
+        return sql.scalar("SELECT COUNT(*) FROM t"), sql.rows("CHECKSUM TABLE t")[0][1]
+
+    before = state()
+    for text in ATTACKS:
+        with pytest.raises(InvalidArgument, match=r"^filter: at position \d+: "):
+            parse_filter(text, columns, "t")
+    for text in FILTERS:  # the hostile strings some of them hold are only ever parameters
+        f = parse_filter(text, columns, "t")
+        selected(cursor, f"SELECT id FROM t WHERE {f.sql}", f.params)
+    assert state() == before
+    tables = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()"
+    assert sql.scalar(tables) == 1

@@ -19,11 +19,15 @@ table and action from a TOML file (``msgtable serve --auth FILE``)::
     tables = ["*"]
     actions = ["list"]
 
-Actions: ``subscribe`` (MessageStream), ``ack`` (MessageAck), ``list`` (ListTables shows the
-tables the caller may list, and only those). Nothing is allowed unless a rule allows it. A
-call without valid credentials is UNAUTHENTICATED; an authenticated call to a table its
-principal may not use is PERMISSION_DENIED, with the same message whether or not the table
-exists. Without a file every caller is anonymous and allowed everything, as before.
+Actions: ``subscribe`` (MessageStream), ``ack`` (MessageAck, and release / reject / renew),
+``list`` (ListTables shows the tables the caller may list, and only those; ListDeadLetters,
+ListSubscriptions), ``redrive``, and ``manage`` (CreateSubscription, AlterSubscription,
+DropSubscription). A subscription is named ``table/subscription`` in ``tables``: a rule for
+``orders`` alone does not reach ``orders/billing``; ``orders/*`` (or ``orders*``) does.
+Nothing is allowed unless a rule allows it. A call without valid credentials is
+UNAUTHENTICATED; an authenticated call to a table its principal may not use is
+PERMISSION_DENIED, with the same message whether or not the table exists. Without a file
+every caller is anonymous and allowed everything, as before.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 from msgtable.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
 # ack covers release, reject and renew; list covers ListDeadLetters; redrive is its own.
-ACTIONS = frozenset({"subscribe", "ack", "list", "redrive"})
+ACTIONS = frozenset({"subscribe", "ack", "list", "redrive", "manage"})
 ANONYMOUS = ""
 
 

@@ -97,6 +97,13 @@ class Sending:
         self.rows.extend(batch)
         return batch
 
+    def put_back(self, rows: Sequence[CachedRow]) -> None:
+        """Rows popped here that no subscriber took: queued again (under the lock)."""
+        if rows:
+            taken = {id(r) for r in rows}
+            self.rows = [r for r in self.rows if id(r) not in taken]
+            self._cache.due.put_back(rows)
+
     def sent(
         self, rows: Sequence[CachedRow], ack_wait_ns: int, unclaimed: bool, window: Window | None
     ) -> None:

@@ -336,8 +336,27 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
         keyspace=status.keyspace,
         load_error=status.load_error or "",
         dead=-1 if status.dead is None else status.dead,
+        subscription=status.subscription,
+        state=status.state,
+        filter=status.filter,
+        lag=-1 if status.lag is None else status.lag,
+        oldest_ns=status.oldest_ns or 0,
+        holding=status.holding,
+        not_holding=status.not_holding,
+        unseen=-1 if status.unseen is None else status.unseen,
         **{name: getattr(status, name) for name in _COUNTERS},
     )
+    if status.subscription and status.config is not None:
+        message.settings.CopyFrom(
+            settings_to_proto(
+                filter=status.filter,
+                columns=[c.name for c in status.config.message_columns],
+                ack_wait_s=status.config.ack_wait_s,
+                max_attempts=status.config.max_attempts,
+                max_lag=status.max_lag,
+                expire_after_s=status.expire_after_s,
+            )
+        )
     config = status.config
     if config is not None:
         message.config.CopyFrom(
@@ -414,6 +433,17 @@ class TableInfo:
     renewed: int = 0
     dead_lettered: int = 0  # died since the table was opened: rejected or out of attempts
     dead: int | None = None  # dead messages now (None: not counted, or an older server)
+    # a subscription's entry (``name`` is its table): msgtable.status.TableStatus says what
+    subscription: str = ""
+    state: str = ""
+    filter: str = ""
+    lag: int | None = None
+    oldest_ns: int | None = None
+    holding: bool = True
+    not_holding: str = ""
+    unseen: int | None = None  # a table's: rows not handed to its subscriptions yet
+    max_lag: int | None = None  # a subscription's (None: no limit)
+    expire_after_s: float | None = None
 
     @property
     def loaded(self) -> bool:
@@ -448,5 +478,48 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         config=config,
         load_error=message.load_error,
         dead=message.dead if message.dead >= 0 else None,
+        subscription=message.subscription,
+        state=message.state,
+        filter=message.filter,
+        lag=message.lag if message.lag >= 0 and message.subscription else None,
+        oldest_ns=message.oldest_ns or None,
+        holding=message.holding or not message.subscription,
+        not_holding=message.not_holding,
+        unseen=message.unseen if message.unseen >= 0 and message.config.ListFields() else None,
+        max_lag=message.settings.max_lag if message.settings.HasField("max_lag") else None,
+        expire_after_s=(
+            message.settings.expire_after_s if message.settings.HasField("expire_after_s") else None
+        ),
         **{name: getattr(message, name) for name in _COUNTERS},
     )
+
+
+def settings_from_proto(settings: pb.SubscriptionSettings, alter: bool = False) -> dict[str, Any]:
+    """A request's subscription settings as Subscription fields: create takes every field
+    (unset: default); alter only the fields set (0 or "" clears one)."""
+    out: dict[str, Any] = {}
+    if settings.HasField("filter"):
+        out["filter"] = settings.filter.strip()
+    if settings.columns or settings.set_columns or not alter:
+        out["columns"] = tuple(c.strip() for c in settings.columns if c.strip())
+    if settings.HasField("ack_wait_s"):
+        out["ack_wait_s"] = settings.ack_wait_s or None
+    if settings.HasField("max_attempts"):
+        out["max_attempts"] = settings.max_attempts
+    if settings.HasField("max_lag"):
+        out["max_lag"] = settings.max_lag or None
+    if settings.HasField("expire_after_s"):
+        out["expire_after_s"] = settings.expire_after_s or None
+    return out
+
+
+def settings_to_proto(**fields: Any) -> pb.SubscriptionSettings:
+    """Subscription settings for a request: the fields given (None: not set)."""
+    message = pb.SubscriptionSettings()
+    for name in ("filter", "ack_wait_s", "max_attempts", "max_lag", "expire_after_s"):
+        if fields.get(name) is not None:
+            setattr(message, name, fields[name])
+    if fields.get("columns") is not None:
+        message.columns.extend(fields["columns"])
+        message.set_columns = True
+    return message

@@ -108,6 +108,15 @@ class DueRows:
                 batch.append(row)
         return batch
 
+    def put_back(self, rows: Iterable[CachedRow]) -> None:
+        """Rows popped that no subscriber took (their filters refused them): queued again as
+        they were, best first."""
+        for row in rows:
+            self.sending.discard(row.id)
+            if row.id not in self._queued:
+                self._queued[row.id] = row
+                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+
     def finish(self, batch: Iterable[CachedRow]) -> None:
         """The batch's send is over (whether or not its rows were sent)."""
         for row in batch:

@@ -16,7 +16,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from msgtable.binlog import BinlogFollower
@@ -31,17 +31,30 @@ from msgtable.errors import (
     TableNotFound,
     Unavailable,
 )
+from msgtable.fanout import Fanout
+from msgtable.filters import parse_filter
 from msgtable.ids import coerce_ids
 from msgtable.lease import Lease, Takeover, connector
-from msgtable.limits import MAX_DEAD_LETTERS_LISTED, MAX_REDRIVE_BATCH
+from msgtable.limits import LAG_CAP, MAX_DEAD_LETTERS_LISTED, MAX_REDRIVE_BATCH
 from msgtable.manager import MessageManager
 from msgtable.mysql import pymysql_args
 from msgtable.retry import Backoff, Retry
-from msgtable.rows import RowChange
+from msgtable.rows import RowChange, Values
 from msgtable.status import TableStatus
 from msgtable.store import MySQLStore, Store, TableDefinition
 from msgtable.subscriber import Subscriber
-from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S, TableConfig, load_table
+from msgtable.subscriptions import (
+    FANOUT_COLUMN,
+    STATE_COLUMNS,
+    LoadedSubscription,
+    Subscription,
+    SubscriptionState,
+    check_settings,
+    holding,
+    load_subscription,
+    state_table_name,
+)
+from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S, Column, TableConfig, load_table
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +90,13 @@ class MessageEngine:
         self._lock = threading.Lock()
         self._managers: dict[str, MessageManager] = {}
         self._load_errors: dict[str, str] = {}
+        # subscriptions (msgtable.subscriptions): loaded ones by state table, the ones that
+        # failed to load by label (table/name), the fan-out loops by table, lags by state table
+        self._subs: dict[str, LoadedSubscription] = {}
+        self._sub_errors: dict[str, str] = {}
+        self._fanouts: dict[str, Fanout] = {}
+        self._lag: dict[str, tuple[int, int | None]] = {}
+        self._not_holding: dict[str, str] = {}
         self._discovered = False
         self._last_refresh = 0.0
         self._refresh_lock = threading.RLock()
@@ -159,6 +179,9 @@ class MessageEngine:
             self._thread.join(DISCOVERY_RETRY_MAX_S)
         with self._lock:
             managers, self._managers = list(self._managers.values()), {}
+            fanouts, self._fanouts = list(self._fanouts.values()), {}
+        for f in fanouts:
+            f.close()
         clean = True
         for m in managers:
             clean = m.close(Unavailable("server shutting down")) and clean
@@ -180,8 +203,11 @@ class MessageEngine:
             self._takeover = (time.monotonic(), takeover)
             self._leading = True
             managers = list(self._managers.values())
+            fanouts = list(self._fanouts.values())
         for m in managers:
             self._start(m)
+        for f in fanouts:
+            f.trigger()
 
     def _hold_s(self, cfg: TableConfig) -> float:
         """How long a table's sends wait after a takeover: until vt_ack_wait after the
@@ -260,6 +286,9 @@ class MessageEngine:
         m = self._managers.get(table)
         if m is not None:
             m.binlog_insert()
+        f = self._fanouts.get(table)
+        if f is not None:
+            f.trigger()
 
     def binlog_changes(self, table: str, changes: list[RowChange]) -> None:
         m = self._managers.get(table)
@@ -294,34 +323,40 @@ class MessageEngine:
             except TableLoadError as exc:
                 errors[d.name] = str(exc)
         _check_dead_letters(configs, errors)
+        subs, sub_errors = self._load_subscriptions(configs)
+        wanted = dict(configs)
+        wanted.update((ls.config.name, ls.config) for ls in subs.values())
         to_close: list[tuple[MessageManager, MsgtableError]] = []
         to_open: list[MessageManager] = []
         with self._lock:
+            old_subs = self._subs
             for name, m in list(self._managers.items()):
-                cfg = configs.get(name)
+                cfg = wanted.get(name)
                 if cfg is None:
                     del self._managers[name]
-                    err: MsgtableError = (
-                        TableLoadError(errors[name])
-                        if name in errors
-                        else TableNotFound(f"message table {name!r} was dropped")
-                    )
+                    err: MsgtableError
+                    if name in errors:
+                        err = TableLoadError(errors[name])
+                    elif name in old_subs:
+                        label = old_subs[name].sub.label
+                        err = (
+                            TableLoadError(sub_errors[label])
+                            if label in sub_errors
+                            else TableNotFound(f"subscription {label} was dropped")
+                        )
+                    else:
+                        err = TableNotFound(f"message table {name!r} was dropped")
                     to_close.append((m, err))
                 elif cfg != m.config:
                     if cfg.message_columns == m.config.message_columns:
                         m.reconfigure(cfg)
-                        log.info("table %s: new settings applied", name)
+                        log.info("%s: new settings applied", _what(cfg))
                     else:
                         del self._managers[name]
                         to_close.append(
-                            (
-                                m,
-                                Unavailable(
-                                    f"message table {name!r} changed its columns; subscribe again"
-                                ),
-                            )
+                            (m, Unavailable(f"{_what(cfg)} changed its columns; subscribe again"))
                         )
-            for name, cfg in configs.items():
+            for name, cfg in wanted.items():
                 if name not in self._managers:
                     m = self._new_manager(cfg)
                     self._managers[name] = m
@@ -329,15 +364,145 @@ class MessageEngine:
                         to_open.append(m)
             for name in errors.keys() - self._load_errors.keys():
                 log.error("%s (not served until it is fixed)", errors[name])
+            for label in sub_errors.keys() - self._sub_errors.keys():
+                log.error("%s (not served until it is fixed)", sub_errors[label])
             self._load_errors = errors
-            # read by the binlog follower for every event: replaced whole, never changed
+            self._subs = subs
+            self._sub_errors = sub_errors
+            # read by the binlog follower for every event: replaced whole, never changed (a
+            # subscription's state table too: an ack by DML there leaves its cache at once)
             self._binlog_columns = {n: m.config.column_names for n, m in self._managers.items()}
+            fan_tables = {cfg.name for cfg in configs.values() if cfg.fanout}
+            gone = [f for t, f in self._fanouts.items() if t not in fan_tables]
+            self._fanouts = {t: f for t, f in self._fanouts.items() if t in fan_tables}
+            new_fanouts = [self._new_fanout(t) for t in fan_tables - self._fanouts.keys()]
+        for f in gone:
+            f.close()
         for m, e in to_close:
-            log.info("table %s: closing (%s)", m.config.name, e)
+            log.info("%s: closing (%s)", _what(m.config), e)
             m.close(e)
         for m in to_open:
-            log.info("table %s: serving", m.config.name)
+            log.info("%s: serving", _what(m.config))
             self._start(m)
+        for f in new_fanouts:
+            if self.run_loops:
+                f.open()
+
+    def _load_subscriptions(
+        self, configs: dict[str, TableConfig]
+    ) -> tuple[dict[str, LoadedSubscription], dict[str, str]]:
+        """The subscriptions of the database, loaded onto their tables' configs (which get
+        fanout and holders here), and those that failed to load (by label)."""
+        read = getattr(self.store, "subscriptions", None)
+        if read is None:  # a store without subscriptions (the in-memory one)
+            return {}, {}
+        defs, state_columns = read()
+        loaded: dict[str, LoadedSubscription] = {}
+        errors: dict[str, str] = {}
+        by_table: dict[str, list[Subscription]] = {}
+        for sub in defs:
+            by_table.setdefault(sub.table, []).append(sub)
+        not_holding: dict[str, str] = {}
+        for table, subs in by_table.items():
+            cfg = configs.get(table)
+            if cfg is None:
+                for sub in subs:
+                    errors[sub.label] = f"subscription {sub.label}: table {table} is not loaded"
+                continue
+            holders = []
+            for sub in subs:
+                held, why = holding(sub, self._lag.get(sub.state_table, (0, None))[0])
+                if held:
+                    holders.append(sub.state_table)
+                else:
+                    not_holding[sub.state_table] = why
+            configs[table] = dataclasses.replace(cfg, fanout=True, holders=tuple(sorted(holders)))
+            for sub in subs:
+                try:
+                    ls = load_subscription(configs[table], sub, state_columns.get(sub.state_table))
+                except (TableLoadError, InvalidArgument) as exc:
+                    errors[sub.label] = str(exc)
+                    continue
+                loaded[ls.config.name] = ls
+        for name, why in not_holding.items():
+            if self._not_holding.get(name) != why:
+                log.warning(
+                    "subscription %s no longer holds its table's purge: %s",
+                    loaded[name].sub.label if name in loaded else name,
+                    why,
+                )
+        self._not_holding = not_holding
+        return loaded, errors
+
+    def _new_fanout(self, table: str) -> Fanout:
+        last: list[TableConfig] = []
+
+        def config() -> TableConfig:
+            m = self._managers.get(table)
+            if m is not None:
+                last[:] = [m.config]
+            elif not last:
+                raise TableNotFound(f"message table {table!r} not loaded")
+            return last[0]
+
+        def subscriptions() -> dict[str, LoadedSubscription]:
+            return {ls.sub.name: ls for ls in self._subs.values() if ls.sub.table == table}
+
+        def handed(names: list[str]) -> None:
+            for n in names:
+                m = self._managers.get(state_table_name(table, n))
+                if m is not None:
+                    m.binlog_insert()
+
+        def unknown(names: set[str]) -> None:
+            with contextlib.suppress(Unavailable):
+                self.refresh()
+
+        fan = Fanout(
+            self.store,
+            config,
+            subscriptions,
+            self.clock,
+            self._may_send,
+            handed,
+            unknown,
+            outage=self.store.outage,
+        )
+        self._fanouts[table] = fan
+        return fan
+
+    def _upkeep(self) -> None:
+        """Each discovery: subscriptions with subscribers are active now; those without for
+        longer than their expire_after expire; the lag of those with a max_lag is counted."""
+        store: Any = self.store
+        if not hasattr(store, "touch_subscriptions"):
+            return
+        now = self.clock.now_ns()
+        with self._lock:
+            loaded = list(self._subs.values())
+            busy = {n for n, m in self._managers.items() if m.config.source and m.has_subscribers}
+        store.touch_subscriptions([ls.sub for ls in loaded if ls.config.name in busy], now)
+        changed = False
+        for ls in loaded:
+            if ls.config.name not in busy and ls.sub.expired_at(now):
+                log.warning(
+                    "subscription %s expired: no subscriber for %gs; it gets no new messages "
+                    "and no longer holds its table's purge until someone subscribes again",
+                    ls.sub.label,
+                    ls.sub.expire_after_s,
+                )
+                store.set_subscription_state(ls.sub, SubscriptionState.EXPIRED, now)
+                changed = True
+        limited = [ls.config.name for ls in loaded if ls.sub.max_lag is not None]
+        if limited:
+            old = {n: self._lag.get(n, (0, None))[0] for n in limited}
+            self._lag.update(store.subscription_lag(limited, LAG_CAP))
+            for ls in loaded:
+                n, lim = ls.config.name, ls.sub.max_lag
+                if lim is not None and (old[n] > lim) != (self._lag.get(n, (0, None))[0] > lim):
+                    changed = True
+        if changed:
+            self.refresh()
 
     def _discovery_loop(self) -> None:
         retry = Retry(
@@ -354,6 +519,7 @@ class MessageEngine:
                 break
             try:
                 self.refresh()
+                self._upkeep()
                 retry.succeeded()
                 delay = self.discovery_interval_s
             except Exception as exc:
@@ -361,11 +527,19 @@ class MessageEngine:
 
     # -- lookups -------------------------------------------------------------------------
     def _manager(
-        self, name: str, keyspace: str, shard: str = "", key_range: tuple[bytes, bytes] = (b"", b"")
+        self,
+        name: str,
+        keyspace: str,
+        shard: str = "",
+        key_range: tuple[bytes, bytes] = (b"", b""),
+        subscription: str = "",
     ) -> MessageManager:
-        """The one place that says which database (and manager) serves a table."""
+        """The one place that says which database (and manager) serves a table, or one of
+        its subscriptions."""
         if not name:
             raise InvalidArgument("a table name is required")
+        if subscription:
+            return self._subscription_manager(name, keyspace, subscription)
         if keyspace not in ("", self.keyspace):
             raise TableNotFound(
                 f"keyspace {keyspace!r} not found: this server serves {self.keyspace!r}"
@@ -394,6 +568,32 @@ class MessageEngine:
             raise self._unreached()
         raise TableNotFound(f"message table {name!r} not found in keyspace {self.keyspace!r}")
 
+    def _subscription_manager(self, name: str, keyspace: str, subscription: str) -> MessageManager:
+        table = self._manager(name, keyspace)  # the table's own errors first
+        state = state_table_name(table.config.name, subscription)
+        label = f"{name}/{subscription}"
+        asked_at = time.monotonic()
+        for attempt in range(2):
+            with self._lock:
+                m = self._managers.get(state)
+                error = self._sub_errors.get(label)
+            if m is not None:
+                return m
+            if error is not None:
+                raise TableLoadError(error)
+            if attempt == 0:
+                self._refresh_on_demand(asked_at)
+        raise TableNotFound(f"subscription {label} not found in keyspace {self.keyspace!r}")
+
+    def _default_group(self, m: MessageManager) -> MessageManager:
+        """A table's own manager, for its default group: refused with vt_default_group=off."""
+        if not m.config.default_group and not m.config.source:
+            raise TableLoadError(
+                f"table {m.config.name} has no default group (vt_default_group=off): "
+                "name one of its subscriptions"
+            )
+        return m
+
     def _refresh_on_demand(self, asked_at: float) -> None:
         """Rediscover for a name we do not know, unless a discovery began after the ask.
 
@@ -412,46 +612,88 @@ class MessageEngine:
         shard: str = "",
         key_range: tuple[bytes, bytes] = (b"", b""),
         max_in_flight: int = 0,
+        subscription: str = "",
+        filter: str = "",
     ) -> Subscriber:
+        """A subscriber of a table's default group or of one of its subscriptions; with a
+        ``filter`` (over the message columns), of the messages it matches only."""
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        m = self._manager(name, keyspace, shard, key_range)
+        m = self._default_group(self._manager(name, keyspace, shard, key_range, subscription))
+        accepts = _stream_filter(m.config, filter) if filter else None
         if not self._leading:
             raise self._not_leader()
-        return m.subscribe(max_in_flight)
+        if subscription:
+            self._revive(m)
+        return m.subscribe(max_in_flight, accepts)
 
-    def ack(self, name: str, keyspace: str, ids: Sequence[object]) -> int:
+    def _revive(self, m: MessageManager) -> None:
+        """A subscriber of an expired subscription makes it active again."""
+        ls = self._subs.get(m.config.name)
+        if ls is None or ls.sub.state is not SubscriptionState.EXPIRED:
+            return
+        log.warning("subscription %s: a subscriber came; active again", ls.sub.label)
+        self.store.set_subscription_state(  # type: ignore[attr-defined]
+            ls.sub, SubscriptionState.ACTIVE, self.clock.now_ns()
+        )
+        self.refresh()
+
+    def ack(self, name: str, keyspace: str, ids: Sequence[object], subscription: str = "") -> int:
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        return self._manager(name, keyspace).ack(ids)
+        return self._default_group(self._manager(name, keyspace, subscription=subscription)).ack(
+            ids
+        )
 
     # -- settlement and dead letters (msgtable.settlement, msgtable.deadletters) ----------------
     def release(
-        self, name: str, keyspace: str, ids: Sequence[object], delay_s: float, reason: str | None
+        self,
+        name: str,
+        keyspace: str,
+        ids: Sequence[object],
+        delay_s: float,
+        reason: str | None,
+        subscription: str = "",
     ) -> int:
-        return self._settling(name, keyspace).release(ids, delay_s, reason)
+        return self._settling(name, keyspace, subscription).release(ids, delay_s, reason)
 
-    def reject(self, name: str, keyspace: str, ids: Sequence[object], reason: str | None) -> int:
-        return self._settling(name, keyspace).reject(ids, reason)
+    def reject(
+        self,
+        name: str,
+        keyspace: str,
+        ids: Sequence[object],
+        reason: str | None,
+        subscription: str = "",
+    ) -> int:
+        return self._settling(name, keyspace, subscription).reject(ids, reason)
 
     def renew(
-        self, name: str, keyspace: str, ids: Sequence[object], extend_s: float, reason: str | None
+        self,
+        name: str,
+        keyspace: str,
+        ids: Sequence[object],
+        extend_s: float,
+        reason: str | None,
+        subscription: str = "",
     ) -> int:
-        return self._settling(name, keyspace).renew(ids, extend_s, reason)
+        return self._settling(name, keyspace, subscription).renew(ids, extend_s, reason)
 
-    def _settling(self, name: str, keyspace: str) -> MessageManager:
+    def _settling(self, name: str, keyspace: str, subscription: str = "") -> MessageManager:
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        return self._manager(name, keyspace)
+        m = self._manager(name, keyspace, subscription=subscription)
+        return m if subscription else self._default_group(m)
 
     def dead_letters(
-        self, name: str, keyspace: str, after: object | None, limit: int
+        self, name: str, keyspace: str, after: object | None, limit: int, subscription: str = ""
     ) -> tuple[list[DeadLetter], int]:
         """Up to ``limit`` dead messages of table ``name`` (a table, or a dead-letter table)
         by id after ``after``, and how many there are (at most deadstore.COUNT_DEAD_CAP)."""
         if not 0 < limit <= MAX_DEAD_LETTERS_LISTED:
             raise InvalidArgument(f"limit must be 1 to {MAX_DEAD_LETTERS_LISTED:,}, not {limit}")
-        cfg, dead = self._dead_of(self._settling(name, keyspace).config)
+        if self._stop.is_set():
+            raise Unavailable("server shutting down")
+        cfg, dead = self._dead_of(self._manager(name, keyspace, subscription=subscription).config)
         if after is not None:
             (after,) = coerce_ids(name, cfg.id_column, [after], "list after")
         rows = self.store.dead_letters(cfg, dead, after, limit)
@@ -525,6 +767,127 @@ class MessageEngine:
                 target.resync()
         return batch
 
+    # -- subscriptions: definitions (msgtable.subscriptions) ---------------------------------
+    def create_subscription(self, sub: Subscription, from_start: bool = False) -> int:
+        """Create a subscription of a loaded message table; with ``from_start`` it gets every
+        retained unacked message too (returns how many). Filter, projection and settings are
+        checked first: nothing is written for a bad one."""
+        store: Any = self.store
+        if not hasattr(store, "create_subscription"):
+            raise InvalidArgument("subscriptions need a MySQL-family database")
+        sub = check_settings(dataclasses.replace(sub, time_created_ns=self.clock.now_ns()))
+        table = self._manager(sub.table, "").config
+        if table.source:
+            raise InvalidArgument(
+                f"{sub.table} is a subscription's state table, not a message table"
+            )
+        ls = self._check_subscription(table, sub)
+        n = int(store.create_subscription(table, ls, from_start, self.clock.now_ns()))
+        log.info("subscription %s created%s", sub.label, f" with {n:,} messages" if n else "")
+        self.refresh()
+        f = self._fanouts.get(sub.table)
+        if f is not None:
+            f.trigger()
+        return n
+
+    def _check_subscription(self, table: TableConfig, sub: Subscription) -> LoadedSubscription:
+        """``sub`` loaded on ``table`` as it will be once created, or InvalidArgument."""
+        cols = table.columns
+        if not table.has_column(FANOUT_COLUMN):
+            cols = (*cols, Column(FANOUT_COLUMN, "bigint", "bigint"))
+        probe = dataclasses.replace(table, columns=cols)
+        state = tuple(Column(c, "bigint", "bigint") for c in STATE_COLUMNS)
+        try:
+            return load_subscription(probe, sub, state)
+        except TableLoadError as exc:
+            raise InvalidArgument(str(exc)) from None
+
+    def alter_subscription(self, table: str, name: str, **changes: Any) -> Subscription:
+        """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
+        max_lag, expire_after_s; None clears one): live at the next discovery, which this
+        runs now. A new filter applies to messages handed over from then on."""
+        store: Any = self.store
+        current = self._definition(table, name)
+        sub = check_settings(dataclasses.replace(current, **changes))
+        if "expire_after_s" in changes:  # a new expiry starts from now
+            sub = dataclasses.replace(sub, state=SubscriptionState.ACTIVE)
+        self._check_subscription(self._manager(table, "").config, sub)
+        store.alter_subscription(sub)
+        log.info("subscription %s altered", sub.label)
+        self.refresh()
+        return sub
+
+    def drop_subscription(self, table: str, name: str) -> None:
+        """Drop a subscription and its state table; its subscribers end (NOT_FOUND)."""
+        store: Any = self.store
+        if not hasattr(store, "drop_subscription"):
+            raise InvalidArgument("subscriptions need a MySQL-family database")
+        store.drop_subscription(table, name, state_table_name(table, name))
+        log.info("subscription %s/%s dropped", table, name)
+        self.refresh()
+
+    def _definition(self, table: str, name: str) -> Subscription:
+        store: Any = self.store
+        if not hasattr(store, "subscriptions"):
+            raise InvalidArgument("subscriptions need a MySQL-family database")
+        for sub in store.subscriptions()[0]:
+            if sub.table == table and sub.name == name:
+                return sub  # type: ignore[no-any-return]
+        raise TableNotFound(f"subscription {table}/{name} not found")
+
+    def list_subscriptions(self, table: str = "") -> list[TableStatus]:
+        """The subscriptions (of one table, or all) as ListTables shows them."""
+        return [s for s in self.list_tables() if s.subscription and (not table or s.name == table)]
+
+    def _subscription_statuses(self, managers: Sequence[MessageManager]) -> list[TableStatus]:
+        store: Any = self.store
+        with self._lock:
+            subs = dict(self._subs)
+            sub_errors = dict(self._sub_errors)
+            not_holding = dict(self._not_holding)
+        if not subs and not sub_errors:
+            return []
+        try:
+            lag = store.subscription_lag(list(subs), LAG_CAP)
+        except MsgtableError:
+            lag = {}
+        out = []
+        by_name = {m.config.name: m for m in managers}
+        for name, ls in subs.items():
+            m = by_name.get(name)
+            base = m.status(self.keyspace) if m is not None else None
+            n, oldest = lag.get(name, (None, None))
+            fields: dict[str, Any] = dict(
+                name=ls.sub.table,
+                subscription=ls.sub.name,
+                state=ls.sub.state.value,
+                filter=ls.sub.filter,
+                lag=n,
+                oldest_ns=oldest,
+                holding=name not in not_holding,
+                not_holding=not_holding.get(name, ""),
+                max_lag=ls.sub.max_lag,
+                expire_after_s=ls.sub.expire_after_s,
+            )
+            if base is None:
+                out.append(
+                    TableStatus(keyspace=self.keyspace, config=ls.config, load_error=None, **fields)
+                )
+            else:
+                out.append(dataclasses.replace(base, **fields))
+        for label, error in sub_errors.items():
+            table, _, sub_name = label.partition("/")
+            out.append(
+                TableStatus(
+                    name=table,
+                    keyspace=self.keyspace,
+                    config=None,
+                    load_error=error,
+                    subscription=sub_name,
+                )
+            )
+        return out
+
     def _unreached(self) -> DatabaseUnavailable:
         reason = self.store.outage.reason or "not reached yet"
         return DatabaseUnavailable(f"database unavailable: {reason}")
@@ -545,6 +908,8 @@ class MessageEngine:
         with self._lock:
             managers = list(self._managers.values())
             errors = dict(self._load_errors)
+        subs = [m for m in managers if m.config.source]
+        managers = [m for m in managers if not m.config.source]
         out = [m.status(self.keyspace) for m in managers]
         pairs = []
         for m in managers:
@@ -555,11 +920,24 @@ class MessageEngine:
         except MsgtableError:  # counts are extras: the list answers without them
             dead = {}
         out = [dataclasses.replace(s, dead=dead.get(s.name)) for s in out]
+        out = [self._with_unseen(s) for s in out]
         out += [
             TableStatus(name=n, keyspace=self.keyspace, config=None, load_error=e)
             for n, e in errors.items()
         ]
-        return sorted(out, key=lambda s: s.name)
+        out += self._subscription_statuses(subs)
+        return sorted(out, key=lambda s: (s.name, s.subscription))
+
+    def _with_unseen(self, status: TableStatus) -> TableStatus:
+        """A table with subscriptions: how many of its rows they have not been handed yet."""
+        store: Any = self.store
+        if status.config is None or not status.config.fanout:
+            return status
+        try:
+            unseen = store.pending_fanout(status.name, LAG_CAP)
+        except MsgtableError:
+            return status
+        return dataclasses.replace(status, unseen=unseen)
 
 
 def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str]) -> None:
@@ -578,3 +956,19 @@ def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str])
                 errors[name] = f"table {name}: {problem}"
                 del configs[name]
                 changed = True
+
+
+def _stream_filter(cfg: TableConfig, text: str) -> Callable[[Values], bool]:
+    """One stream's filter as a test of a message's values (InvalidArgument if malformed)."""
+    flt = parse_filter(text, cfg.message_columns, cfg.label)
+    names = [c.name for c in cfg.message_columns]
+
+    def accepts(values: Values) -> bool:
+        return flt.matches(dict(zip(names, values, strict=False)))
+
+    return accepts
+
+
+def _what(cfg: TableConfig) -> str:
+    """A table or subscription as the log names it."""
+    return f"subscription {cfg.label}" if cfg.source else f"table {cfg.name}"

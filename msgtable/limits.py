@@ -43,3 +43,5 @@ DEFAULT_DEAD_LISTED = 100
 # ListTables and ListDeadLetters count at most this many dead messages of a table (then
 # "at least"): the count reads an index range of the unacked rows.
 COUNT_DEAD_CAP = 100_000
+# A subscription's lag (its unsettled messages) is counted up to this many (then "at least").
+LAG_CAP = 1_000_000

@@ -39,7 +39,15 @@ from msgtable.ids import coerce_ids
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 from msgtable.purger import Purger
 from msgtable.retry import Backoff, Outage, Retry
-from msgtable.rows import Batch, CachedRow, PollKey, RowChange, group_by_epoch, poll_key
+from msgtable.rows import (
+    Batch,
+    CachedRow,
+    PollKey,
+    RowChange,
+    Values,
+    group_by_epoch,
+    poll_key,
+)
 from msgtable.status import TableStatus
 from msgtable.subscriber import Subscriber, select_subscribers
 from msgtable.tables import TableConfig
@@ -191,13 +199,22 @@ class MessageManager:
         self.purger.wake()
 
     # -- subscribers ---------------------------------------------------------------------
-    def subscribe(self, max_in_flight: int = 0) -> Subscriber:
+    def subscribe(
+        self, max_in_flight: int = 0, accepts: Callable[[Values], bool] | None = None
+    ) -> Subscriber:
         """A new subscriber, sent batches while fewer than ``max_in_flight`` of the messages
-        sent to it are unacked (0: the default window, msgtable.window)."""
+        sent to it are unacked (0: the default window, msgtable.window); with ``accepts``
+        (a stream's filter), only the messages it accepts."""
         window = Window(window_size(max_in_flight), self.wake_sender)
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        sub = Subscriber(self.config.message_columns, window, self.wake_sender, self.unsubscribe)
+        sub = Subscriber(
+            self.config.message_columns,
+            window,
+            self.wake_sender,
+            self.unsubscribe,
+            accepts=accepts,
+        )
         with self._lock:
             self._subscribers.append(sub)
             self._restart = True
@@ -223,6 +240,10 @@ class MessageManager:
 
     def wake_sender(self) -> None:
         self._send_wake.set()
+
+    @property
+    def has_subscribers(self) -> bool:
+        return bool(self._subscribers)
 
     def _busy(self) -> bool:
         with self._lock:
@@ -444,9 +465,17 @@ class MessageManager:
                 chosen = select_subscribers(self._subscribers, self._next)
                 plan: list[tuple[Subscriber, list[CachedRow]]] = []
                 expired: list[CachedRow] = []
+                spare: list[CachedRow] = []  # popped, refused by a stream's filter so far
                 for i in chosen:
-                    batch = sending.pop(min(cfg.batch_size, self._subscribers[i].window.room))
+                    sub = self._subscribers[i]
+                    want = min(cfg.batch_size, sub.window.room)
+                    if sub.accepts is None and not spare:
+                        batch = sending.pop(want)
+                    else:
+                        batch, spare = _take(sending, sub.accepts, want, spare)
                     if not batch:
+                        if spare:
+                            continue
                         break
                     if cfg.max_attempts:  # sent that often: dead, not sent again
                         live = [r for r in batch if (r.epoch or 0) < cfg.max_attempts]
@@ -457,6 +486,7 @@ class MessageManager:
                                 continue
                     plan.append((self._subscribers[i], batch))
                     self._next = i + 1
+                sending.put_back(spare)  # nobody's filter took them: for a later send
             if not plan and not expired:
                 return 0
             rows = sending.rows
@@ -627,3 +657,37 @@ class MessageManager:
                 continue
             if not taken:
                 self._send_wake.wait(self._idle_wait_s())
+
+
+# A stream with a filter looks at most this many times its batch among the due rows per send
+# (the rows it refuses go to the next subscriber, or back to the queue).
+FILTER_LOOKAHEAD = 4
+
+
+def _take(
+    sending: Sending,
+    accepts: Callable[[Values], bool] | None,
+    want: int,
+    spare: list[CachedRow],
+) -> tuple[list[CachedRow], list[CachedRow]]:
+    """A batch of up to ``want`` rows ``accepts`` takes: from ``spare`` first (rows an
+    earlier stream's filter refused), then popped; returns it and the rows still spare."""
+    batch: list[CachedRow] = []
+    left: list[CachedRow] = []
+    for row in spare:
+        if len(batch) < want and (accepts is None or accepts(row.values)):
+            batch.append(row)
+        else:
+            left.append(row)
+    budget = want * FILTER_LOOKAHEAD
+    while len(batch) < want and budget > 0:
+        popped = sending.pop(min(want - len(batch), budget))
+        if not popped:
+            break
+        budget -= len(popped)
+        for row in popped:
+            if accepts is None or accepts(row.values):
+                batch.append(row)
+            else:
+                left.append(row)
+    return batch, left

@@ -52,6 +52,8 @@ from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.rows import Batch
 from msgtable.status import TableStatus
+from msgtable.subscriber import narrowed
+from msgtable.subscriptions import Subscription
 from msgtable.tables import Column
 
 log = logging.getLogger(__name__)
@@ -87,19 +89,35 @@ class Engine(Protocol):
         shard: str,
         key_range: tuple[bytes, bytes],
         max_in_flight: int,
-        /,
+        subscription: str = "",
+        filter: str = "",
     ) -> Subscriber: ...
 
-    def ack(self, name: str, keyspace: str, ids: Sequence[object], /) -> int: ...
+    def ack(
+        self, name: str, keyspace: str, ids: Sequence[object], /, subscription: str = ""
+    ) -> int: ...
 
     def list_tables(self) -> list[TableStatus]: ...
 
     def release(
-        self, name: str, keyspace: str, ids: Sequence[object], delay_s: float, reason: str | None, /
+        self,
+        name: str,
+        keyspace: str,
+        ids: Sequence[object],
+        delay_s: float,
+        reason: str | None,
+        /,
+        subscription: str = "",
     ) -> int: ...
 
     def reject(
-        self, name: str, keyspace: str, ids: Sequence[object], reason: str | None, /
+        self,
+        name: str,
+        keyspace: str,
+        ids: Sequence[object],
+        reason: str | None,
+        /,
+        subscription: str = "",
     ) -> int: ...
 
     def renew(
@@ -110,10 +128,11 @@ class Engine(Protocol):
         extend_s: float,
         reason: str | None,
         /,
+        subscription: str = "",
     ) -> int: ...
 
     def dead_letters(
-        self, name: str, keyspace: str, after: object | None, limit: int, /
+        self, name: str, keyspace: str, after: object | None, limit: int, /, subscription: str = ""
     ) -> tuple[list[DeadLetter], int]: ...
 
     def redrive(
@@ -128,6 +147,14 @@ class Engine(Protocol):
     ) -> RedriveBatch: ...
 
     def database_error(self) -> str: ...
+
+    def create_subscription(self, sub: Subscription, from_start: bool = False) -> int: ...
+
+    def alter_subscription(self, table: str, name: str, **changes: Any) -> Subscription: ...
+
+    def drop_subscription(self, table: str, name: str) -> None: ...
+
+    def list_subscriptions(self, table: str = "") -> list[TableStatus]: ...
 
 
 # The one mapping from domain errors to status codes; the first class in an error's MRO wins.
@@ -225,7 +252,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                 "retry later or use another server",
             )
         try:
-            principal = self._allowed(context, "subscribe", request.name)
+            principal = self._allowed(
+                context, "subscribe", _resource(request.name, request.subscription)
+            )
             with self._counted(principal or _peer_host(context), request) as refused:
                 if refused:
                     _fail(context, "MessageStream", ResourceExhausted(refused))
@@ -286,8 +315,15 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         try:
             key_range = (request.key_range.start, request.key_range.end)
             sub = self._engine.subscribe(
-                request.name, request.keyspace, request.shard, key_range, request.max_in_flight
+                request.name,
+                request.keyspace,
+                request.shard,
+                key_range,
+                request.max_in_flight,
+                subscription=request.subscription,
+                filter=request.filter,
             )
+            sub = narrowed(sub, request.filter, list(request.columns), request.name)
         except Exception as exc:
             _fail(context, "MessageStream", exc)
         with self._lock:
@@ -316,8 +352,13 @@ class MessagingServicer(pb_grpc.MessagingServicer):
 
     def MessageAck(self, request: Any, context: grpc.ServicerContext) -> pb.MessageAckResponse:
         try:
-            self._allowed(context, "ack", request.name)
-            count = self._engine.ack(request.name, request.keyspace, self._ids(request.ids))
+            self._allowed(context, "ack", _resource(request.name, request.subscription))
+            count = self._engine.ack(
+                request.name,
+                request.keyspace,
+                self._ids(request.ids),
+                subscription=request.subscription,
+            )
             return pb.MessageAckResponse(count=count)
         except Exception as exc:
             _fail(context, "MessageAck", exc)
@@ -337,7 +378,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
     ) -> pb.MessageSettleResponse:
         """A release, reject or renew: the ack action's right, then ``settle(ids)``."""
         try:
-            self._allowed(context, "ack", request.name)
+            self._allowed(context, "ack", _resource(request.name, request.subscription))
             return pb.MessageSettleResponse(count=settle(self._ids(request.ids)))
         except Exception as exc:
             _fail(context, method, exc)
@@ -350,7 +391,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             context,
             "MessageRelease",
             r,
-            lambda ids: self._engine.release(r.name, r.keyspace, ids, r.delay_s, r.reason or None),
+            lambda ids: self._engine.release(
+                r.name, r.keyspace, ids, r.delay_s, r.reason or None, subscription=r.subscription
+            ),
         )
 
     def MessageReject(
@@ -361,7 +404,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             context,
             "MessageReject",
             r,
-            lambda ids: self._engine.reject(r.name, r.keyspace, ids, r.reason or None),
+            lambda ids: self._engine.reject(
+                r.name, r.keyspace, ids, r.reason or None, subscription=r.subscription
+            ),
         )
 
     def MessageRenew(self, request: Any, context: grpc.ServicerContext) -> pb.MessageSettleResponse:
@@ -370,17 +415,23 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             context,
             "MessageRenew",
             r,
-            lambda ids: self._engine.renew(r.name, r.keyspace, ids, r.extend_s, r.reason or None),
+            lambda ids: self._engine.renew(
+                r.name, r.keyspace, ids, r.extend_s, r.reason or None, subscription=r.subscription
+            ),
         )
 
     def ListDeadLetters(
         self, request: Any, context: grpc.ServicerContext
     ) -> pb.ListDeadLettersResponse:
         try:
-            self._allowed(context, "list", request.name)
+            self._allowed(context, "list", _resource(request.name, request.subscription))
             after = self._ids([request.after])[0] if request.HasField("after") else None
             rows, total = self._engine.dead_letters(
-                request.name, request.keyspace, after, request.limit or DEFAULT_DEAD_LISTED
+                request.name,
+                request.keyspace,
+                after,
+                request.limit or DEFAULT_DEAD_LISTED,
+                subscription=request.subscription,
             )
             return pb.ListDeadLettersResponse(
                 dead=[codec.dead_letter_to_proto(d) for d in rows], total=total
@@ -416,13 +467,84 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             tables = self._engine.list_tables()
             if self._authorizer is not None:
                 principal = self._principal(context)
-                tables = [t for t in tables if self._authorizer.allows(principal, "list", t.name)]
+                tables = [
+                    t
+                    for t in tables
+                    if self._authorizer.allows(principal, "list", _resource(t.name, t.subscription))
+                ]
             return pb.ListTablesResponse(
                 tables=[codec.table_status_to_proto(t) for t in tables],
                 database_error=self._engine.database_error(),
             )
         except Exception as exc:
             _fail(context, "ListTables", exc)
+
+    # -- subscriptions --------------------------------------------------------------------------
+    def CreateSubscription(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> pb.SubscriptionResponse:
+        try:
+            self._allowed(context, "manage", _resource(request.table, request.name))
+            _keyspace(self._engine, request.keyspace)
+            changes = codec.settings_from_proto(request.settings)
+            sub = Subscription(table=request.table, name=request.name, **changes)
+            n = self._engine.create_subscription(sub, request.from_start)
+            return pb.SubscriptionResponse(count=n)
+        except Exception as exc:
+            _fail(context, "CreateSubscription", exc)
+
+    def AlterSubscription(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> pb.SubscriptionResponse:
+        try:
+            self._allowed(context, "manage", _resource(request.table, request.name))
+            _keyspace(self._engine, request.keyspace)
+            changes = codec.settings_from_proto(request.settings, alter=True)
+            self._engine.alter_subscription(request.table, request.name, **changes)
+            return pb.SubscriptionResponse()
+        except Exception as exc:
+            _fail(context, "AlterSubscription", exc)
+
+    def DropSubscription(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> pb.SubscriptionResponse:
+        try:
+            self._allowed(context, "manage", _resource(request.table, request.name))
+            _keyspace(self._engine, request.keyspace)
+            self._engine.drop_subscription(request.table, request.name)
+            return pb.SubscriptionResponse()
+        except Exception as exc:
+            _fail(context, "DropSubscription", exc)
+
+    def ListSubscriptions(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> pb.ListSubscriptionsResponse:
+        try:
+            _keyspace(self._engine, request.keyspace)
+            subs = self._engine.list_subscriptions(request.table)
+            if self._authorizer is not None:
+                principal = self._principal(context)
+                subs = [
+                    s
+                    for s in subs
+                    if self._authorizer.allows(principal, "list", _resource(s.name, s.subscription))
+                ]
+            return pb.ListSubscriptionsResponse(
+                subscriptions=[codec.table_status_to_proto(s) for s in subs]
+            )
+        except Exception as exc:
+            _fail(context, "ListSubscriptions", exc)
+
+
+def _resource(table: str, subscription: str) -> str:
+    """What access rules name: a table, or ``table/subscription`` (msgtable.auth)."""
+    return f"{table}/{subscription}" if subscription else table
+
+
+def _keyspace(engine: Any, keyspace: str) -> None:
+    served = getattr(engine, "keyspace", "")
+    if keyspace and served and keyspace != served:
+        raise TableNotFound(f"keyspace {keyspace!r} not found: this server serves {served!r}")
 
 
 def _uncount(counts: dict[Any, int], key: Any) -> None:

@@ -25,3 +25,15 @@ class TableStatus:
     renewed: int = 0
     dead_lettered: int = 0  # died since the table was opened: rejected or out of attempts
     dead: int | None = None  # dead messages now, in place or in vt_dead_letter (None: unknown)
+    # A subscription's entry (msgtable.subscriptions): ``name`` is its table's
+    subscription: str = ""
+    state: str = ""  # active | expired
+    filter: str = ""
+    lag: int | None = None  # unsettled messages (counted up to limits.LAG_CAP; None: unknown)
+    oldest_ns: int | None = None  # time_created of the oldest unsettled one
+    holding: bool = True  # whether it holds its table's purge
+    not_holding: str = ""  # why not
+    max_lag: int | None = None  # its settings beyond the config's (msgtable.subscriptions)
+    expire_after_s: float | None = None
+    # A table's entry: rows not handed to its subscriptions yet (None: it has none)
+    unseen: int | None = None

@@ -45,6 +45,7 @@ from msgtable.mysql import (
 from msgtable.retry import Outage
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch, poll_key
 from msgtable.sql import MARK, in_list, placeholders, quote
+from msgtable.substore import SubscriptionSQL
 from msgtable.tables import (
     DEAD_TIME_NEXT,
     LAST_ERROR_COLUMN,
@@ -203,27 +204,36 @@ class TableStatements:
         tf = t.replace("{", "{{").replace("}", "}}")
         rid, epoch, acked = quote("id"), quote("epoch"), quote("time_acked")
         values = ", ".join(quote(c.name) for c in cfg.message_columns)
+        # A subscription's poll reads its state table (s) and the message table's columns
+        # (m) for the values; every other statement touches the state table alone.
+        s = "s." if cfg.source else ""
+        if cfg.source:
+            values = ", ".join("m." + quote(c.name) for c in cfg.message_columns)
+        p_rid, p_acked = s + rid, s + acked
         if cfg.layout is Layout.CURRENT:
-            priority, time_next = quote("priority"), quote("time_next")
-            due = f"({time_next} IS NULL OR {time_next} <= %s)"
-            order = f"{priority}, {time_next}, {rid}"
+            priority, time_next = s + quote("priority"), s + quote("time_next")
+            p_due = f"({time_next} IS NULL OR {time_next} <= %s)"
+            order = f"{priority}, {time_next}, {p_rid}"
             after = (
                 f" AND ({priority} > %s OR ({priority} = %s AND ({time_next} > %s"
-                f" OR ({time_next} = %s AND {rid} > %s))))"
+                f" OR ({time_next} = %s AND {p_rid} > %s))))"
             )
             after_null = (
                 f" AND ({priority} > %s OR ({priority} = %s AND ({time_next} IS NOT NULL"
-                f" OR {rid} > %s)))"
+                f" OR {p_rid} > %s)))"
             )
+            raw = quote("time_next")
+            due = f"({raw} IS NULL OR {raw} <= %s)"
         else:  # 2018 layout: no priority; time_scheduled stands in for a NULL time_next
             priority = "0"
             time_next = f"COALESCE({quote('time_next')}, {quote('time_scheduled')}, 0)"
-            due = f"{time_next} <= %s"
+            due = p_due = f"{time_next} <= %s"
             order = f"{time_next}, {rid}"
             after = after_null = f" AND ({time_next} > %s OR ({time_next} = %s AND {rid} > %s))"
+        source = f"{t} s JOIN {quote(cfg.source)} m ON m.{rid} = s.{rid}" if cfg.source else t
         select = (
-            f"SELECT {priority}, {time_next}, {epoch}, {values} FROM {t} "
-            f"WHERE {acked} IS NULL AND {due}"
+            f"SELECT {priority}, {time_next}, {s}{epoch}, {values} FROM {source} "
+            f"WHERE {p_acked} IS NULL AND {p_due}"
         )
         tail = f" ORDER BY {order} LIMIT %s"
         self.layout = cfg.layout
@@ -263,7 +273,16 @@ class TableStatements:
         )
         self.acked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
         self.unacked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
-        self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s LIMIT %s"
+        # With subscriptions: only rows handed to them, and settled by each that holds the
+        # table, that long ago (msgtable.subscriptions).
+        holds = "".join(
+            f" AND NOT EXISTS (SELECT 1 FROM {quote(h)} h WHERE h.{rid} = {t}.{rid} "
+            f"AND (h.{acked} IS NULL OR h.{acked} >= %s))"
+            for h in cfg.holders
+        )
+        fanned = f" AND {quote('time_fanout')} IS NOT NULL" if cfg.fanout else ""
+        self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s{fanned}{holds} LIMIT %s"
+        self.purge_holders = len(cfg.holders)
 
         # Settlement (msgtable.settlement). ``{first}`` stands for an expression true for the
         # rows sent and not postponed yet, whose send the statement counts (epoch + 1).
@@ -306,7 +325,7 @@ class TableStatements:
         return self.poll_after, [now_ns, p, p, t, t, i, limit]
 
 
-class MySQLStore:
+class MySQLStore(SubscriptionSQL):
     """The Store on a real MySQL-family server, one database (the keyspace)."""
 
     def __init__(self, url: sa.URL, database: str) -> None:
@@ -363,6 +382,14 @@ class MySQLStore:
         if entry is None or entry[0] is not cfg:
             entry = self._statements[id(cfg)] = (cfg, TableStatements(cfg))
         return entry[1]
+
+    @contextmanager
+    def _auto_cursor(self) -> Iterator[Any]:
+        with self._auto.connection() as conn, conn.cursor() as cur:
+            yield cur
+
+    def _tx_connection(self) -> Any:
+        return self._tx.connection()
 
     @contextmanager
     def _errors(self, table: str | None = None) -> Iterator[None]:
@@ -536,7 +563,8 @@ class MySQLStore:
         """Delete up to ``limit`` rows acked before the cutoff; returns how many."""
         sql = self.statements(cfg).purge
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
-            return int(cur.execute(sql, [cutoff_ns, limit]))
+            holders = [cutoff_ns] * self.statements(cfg).purge_holders
+            return int(cur.execute(sql, [cutoff_ns, *holders, limit]))
 
     # -- settlement (msgtable.settlement) and dead letters (msgtable.deadletters) -----------
     def release(

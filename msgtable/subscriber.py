@@ -11,10 +11,11 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from msgtable.errors import MsgtableError, Unavailable
+from msgtable.errors import InvalidArgument, MsgtableError, Unavailable
 from msgtable.limits import SUBSCRIBER_BUFFER_BATCHES
-from msgtable.rows import Batch
+from msgtable.rows import Batch, Values
 from msgtable.tables import Column
 from msgtable.window import Window
 
@@ -33,8 +34,11 @@ class Subscriber:
         on_room: Callable[[], object],
         on_close: Callable[[Subscriber, list[Batch]], object],
         max_batches: int = SUBSCRIBER_BUFFER_BATCHES,
+        accepts: Callable[[Values], bool] | None = None,
     ) -> None:
         self.fields = fields
+        # a filter of this stream (msgtable.filters): the messages it takes; None: all
+        self.accepts = accepts
         self.window = window
         self._on_room = on_room
         self._on_close = on_close
@@ -102,3 +106,46 @@ def select_subscribers(subscribers: Sequence[Subscriber], start: int) -> list[in
     """
     n = len(subscribers)
     return [i for i in ((start + k) % n for k in range(n)) if subscribers[i].has_room()]
+
+
+class Projected:
+    """A subscriber as one stream asked for it: only some of its message columns (``id``
+    first, always), a projection of each batch as the stream takes it."""
+
+    def __init__(self, sub: Subscriber, names: Sequence[str], table: str) -> None:
+        by_name = {c.name: i for i, c in enumerate(sub.fields)}
+        unknown = [n for n in names if n not in by_name]
+        if unknown:
+            raise InvalidArgument(
+                f"table {table}: unknown column {unknown[0]!r} in columns "
+                f"(message columns: {', '.join(by_name)})"
+            )
+        if len(set(names)) != len(names):
+            raise InvalidArgument(f"table {table}: a column is named twice in columns")
+        self._index = [0, *(by_name[n] for n in names if n != sub.fields[0].name)]
+        self._sub = sub
+        self.fields = tuple(sub.fields[i] for i in self._index)
+
+    def next_batch(self, timeout_s: float | None = None) -> Batch:
+        batch = self._sub.next_batch(timeout_s)
+        if not batch:
+            return batch
+        index = self._index
+        rows = [tuple(values[i] for i in index) for values in batch]
+        return Batch(rows, batch.sent_before, batch.sent_ns)
+
+    def end(self, error: MsgtableError) -> None:
+        self._sub.end(error)
+
+    def close(self) -> None:
+        self._sub.close()
+
+
+def narrowed(sub: Any, filter_text: str, columns: Sequence[str], table: str) -> Any:
+    """``sub`` as one stream asked for it (its projection); the subscriber is closed when
+    the request is malformed."""
+    try:
+        return Projected(sub, columns, table) if columns else sub
+    except InvalidArgument:
+        sub.close()
+        raise

@@ -14,11 +14,11 @@ UPDATE of time_fanout, then the commit. A crash before the commit leaves every r
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound
+from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.filters import Filter
 from msgtable.mysql import DUPLICATE_KEY, error_code, server_text
 from msgtable.sql import MARK, in_list, quote
@@ -386,7 +386,8 @@ class SubscriptionSQL:
         handed over: load them first)."""
         statements = FanoutStatements(table)
         got: dict[str, int] = {}
-        with self._errors(table.name), self._tx_connection() as conn:
+        # no table for _errors: a missing table here is a state table dropped meanwhile
+        with self._errors(), self._tx_connection() as conn:
             with conn.cursor() as cur:
                 cur.execute(statements.pick, [limit])
                 ids = [r[0] for r in cur.fetchall()]
@@ -412,10 +413,3 @@ class SubscriptionSQL:
             conn.commit()
         got[""] = len(ids)
         return got, set()
-
-
-def iter_active(subs: Sequence[Subscription]) -> Iterator[Subscription]:
-    return (s for s in subs if s.state is SubscriptionState.ACTIVE)
-
-
-__all__ = ["MsgtableError", "SubscriptionSQL"]

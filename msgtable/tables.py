@@ -32,6 +32,7 @@ OPTIONAL_KEYS = (
     "vt_postpone_after",
     "vt_max_attempts",
     "vt_dead_letter",
+    "vt_default_group",
 )
 
 # A sent message is postponed in the database (time_next by backoff, epoch + 1) only once it
@@ -68,15 +69,31 @@ class Layout(enum.Enum):
 
 
 ENGINE_COLUMNS = {
-    # time_created is optional here (when a message was enqueued: the report's latency)
-    Layout.CURRENT: ("priority", "time_next", "epoch", "time_acked", "time_created"),
-    Layout.V2018: ("time_scheduled", "time_next", "epoch", "time_created", "time_acked"),
+    # time_created is optional here (when a message was enqueued: the report's latency);
+    # so is time_fanout (whether the row was handed to the subscriptions: msgtable.subscriptions)
+    Layout.CURRENT: ("priority", "time_next", "epoch", "time_acked", "time_created", "time_fanout"),
+    Layout.V2018: (
+        "time_scheduled",
+        "time_next",
+        "epoch",
+        "time_created",
+        "time_acked",
+        "time_fanout",
+    ),
 }
 REQUIRED_COLUMNS = {
     Layout.CURRENT: ("id", "priority", "time_next", "epoch", "time_acked"),
     Layout.V2018: ("id", "time_scheduled", "time_next", "epoch", "time_acked"),
 }
-INTEGER_COLUMNS = ("priority", "time_next", "epoch", "time_acked", "time_scheduled", "time_created")
+INTEGER_COLUMNS = (
+    "priority",
+    "time_next",
+    "epoch",
+    "time_acked",
+    "time_scheduled",
+    "time_created",
+    "time_fanout",
+)
 
 
 @dataclass(frozen=True)
@@ -123,6 +140,16 @@ class TableConfig:
     postpone_after_s: float = DEFAULT_POSTPONE_AFTER_S  # see DEFAULT_POSTPONE_AFTER_S
     max_attempts: int = 0  # vt_max_attempts: sent this often and unacked -> dead; 0: never
     dead_letter: str = ""  # vt_dead_letter: where dead messages go; "": dead in place
+    # Subscriptions (msgtable.subscriptions). Of a message table: whether its own columns
+    # are a work queue (vt_default_group), whether its rows are handed to subscriptions
+    # (fanout: it has some), and the state tables whose unsettled rows hold its purge.
+    default_group: bool = True
+    fanout: bool = False
+    holders: tuple[str, ...] = ()
+    # Of a subscription (its state table is ``name``): the message table whose rows its poll
+    # joins for the message columns, and the subscription's name.
+    source: str = ""
+    subscription: str = ""
 
     def has_column(self, name: str) -> bool:
         return any(c.name == name for c in self.columns)
@@ -136,6 +163,11 @@ class TableConfig:
     def postpone_after_ns(self) -> int:
         """How long after its send an unacked message is postponed (at most vt_ack_wait)."""
         return round(min(self.postpone_after_s, self.ack_wait_s) * 1e9)
+
+    @property
+    def label(self) -> str:
+        """How users name it: the table, or ``table/subscription``."""
+        return f"{self.source}/{self.subscription}" if self.source else self.name
 
     @property
     def id_column(self) -> Column:
@@ -277,6 +309,7 @@ def load_table(
         elif dead_letter == table:
             problems.add(f"vt_dead_letter={dead_letter} is the table itself")
 
+    default_group = _switch(problems, fields, "vt_default_group", True)
     layout = detect_layout(columns)
     by_name = {c.name: c for c in columns}
     missing = [c for c in REQUIRED_COLUMNS[layout] if c not in by_name]
@@ -316,7 +349,24 @@ def load_table(
         postpone_after_s=postpone_after,
         max_attempts=max_attempts,
         dead_letter=dead_letter,
+        default_group=default_group,
     )
+
+
+_ON = ("1", "on", "true", "yes")
+_OFF = ("0", "off", "false", "no")
+
+
+def _switch(problems: Problems, fields: dict[str, str], key: str, default: bool) -> bool:
+    raw = fields.get(key)
+    if raw is None:
+        return default
+    if raw.lower() in _ON:
+        return True
+    if raw.lower() in _OFF:
+        return False
+    problems.add(f"{key}={raw!r} must be on or off")
+    return default
 
 
 def _message_columns(

@@ -4,6 +4,7 @@ list tables)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from msgtable import codec
 from msgtable.client.acks import DEFAULT_ACK_LINGER_S
@@ -83,6 +84,9 @@ class Client:
         retry: bool = True,
         auto_renew: bool = False,
         max_lease_s: float = DEFAULT_MAX_LEASE_S,
+        subscription: str = "",
+        columns: Sequence[str] = (),
+        filter: str = "",
     ) -> Subscriber:
         """Subscribe to a message table; returns once a server accepted the subscriber.
 
@@ -92,16 +96,27 @@ class Client:
         and retry the first subscribe too (see msgtable.client.stream); False raises
         instead. ``auto_renew``: renew every message received until it is acked, released
         or rejected, every third of the table's ack wait, for at most ``max_lease_s`` after
-        it arrived (msgtable.client.leaser): a handler may take longer than the ack wait."""
+        it arrived (msgtable.client.leaser): a handler may take longer than the ack wait.
+        ``subscription``: receive as that subscription (consumer group) of the table, not
+        its default group; acks and settlement of its messages go to it. ``columns``: only
+        these message columns (``id`` always first). ``filter``: only the messages of the
+        group that match it (README: Filters); the others go to the group's other
+        subscribers."""
         if not 0 <= max_in_flight <= 0xFFFFFFFF:
             raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
         renew_every_s = None
         if auto_renew:
             if not max_lease_s > 0:
                 raise InvalidArgument(f"max_lease_s must be > 0, not {max_lease_s}")
-            renew_every_s = self._ack_wait_s(name, keyspace) / 3
+            renew_every_s = self._ack_wait_s(name, keyspace, subscription) / 3
         request = pb.MessageStreamRequest(
-            name=name, keyspace=keyspace, shard=shard, max_in_flight=max_in_flight
+            name=name,
+            keyspace=keyspace,
+            shard=shard,
+            max_in_flight=max_in_flight,
+            subscription=subscription,
+            columns=list(columns),
+            filter=filter,
         )
         if key_range is not None:
             request.key_range.start, request.key_range.end = key_range
@@ -115,22 +130,28 @@ class Client:
             max_lease_s=max_lease_s,
         )
 
-    def _ack_wait_s(self, name: str, keyspace: str) -> float:
+    def _ack_wait_s(self, name: str, keyspace: str, subscription: str = "") -> float:
         """The table's vt_ack_wait as the server reports it (auto-renew's rhythm)."""
         for t in self.list_tables():
-            if t.name == name and (not keyspace or t.keyspace == keyspace):
+            if (
+                t.name == name
+                and t.subscription == subscription
+                and (not keyspace or t.keyspace == keyspace)
+            ):
                 if t.config is None:
                     raise TableLoadError(t.load_error)
                 return t.config.ack_wait_s
         raise TableNotFound(f"message table {name!r} not found")
 
-    def ack(self, name: str, ids: Sequence[object], keyspace: str = "") -> int:
+    def ack(
+        self, name: str, ids: Sequence[object], keyspace: str = "", subscription: str = ""
+    ) -> int:
         """Acknowledge messages by id; returns how many this call acked.
 
         A call that fails for a passing reason is tried again (to the leader, if a server
         named one) with backoff within the client's ``timeout_s``; acks are idempotent, so
         one that was written before its answer was lost counts 0 the second time."""
-        return self._router.ack(name, keyspace, _values(ids))
+        return self._router.ack(name, keyspace, _values(ids), subscription=subscription)
 
     # -- settlement (README: Settlement) -------------------------------------------------------
     def release(
@@ -140,22 +161,37 @@ class Client:
         delay_s: float = 0.0,
         reason: str | None = None,
         keyspace: str = "",
+        subscription: str = "",
     ) -> int:
         """Not now: the messages are due again ``delay_s`` from now (0: at once), to any
         subscriber; the send counts as an attempt. Returns how many were released (sent at
         least once, not acked, not dead)."""
         request = pb.MessageReleaseRequest(
-            name=name, keyspace=keyspace, ids=_values(ids), delay_s=delay_s, reason=reason or ""
+            name=name,
+            keyspace=keyspace,
+            ids=_values(ids),
+            delay_s=delay_s,
+            reason=reason or "",
+            subscription=subscription,
         )
         return self._router.settle("MessageRelease", request)
 
     def reject(
-        self, name: str, ids: Sequence[object], reason: str | None = None, keyspace: str = ""
+        self,
+        name: str,
+        ids: Sequence[object],
+        reason: str | None = None,
+        keyspace: str = "",
+        subscription: str = "",
     ) -> int:
         """Never: the messages are dead now (moved to the table's vt_dead_letter table, or
         dead in place). Returns how many were rejected (not acked or dead before)."""
         request = pb.MessageRejectRequest(
-            name=name, keyspace=keyspace, ids=_values(ids), reason=reason or ""
+            name=name,
+            keyspace=keyspace,
+            ids=_values(ids),
+            reason=reason or "",
+            subscription=subscription,
         )
         return self._router.settle("MessageReject", request)
 
@@ -166,20 +202,34 @@ class Client:
         extend_s: float = 0.0,
         reason: str | None = None,
         keyspace: str = "",
+        subscription: str = "",
     ) -> int:
         """Still working: the messages (sent, not acked, not due again yet) are not due again
         before ``extend_s`` from now (0: the table's vt_ack_wait). Returns how many."""
         request = pb.MessageRenewRequest(
-            name=name, keyspace=keyspace, ids=_values(ids), extend_s=extend_s, reason=reason or ""
+            name=name,
+            keyspace=keyspace,
+            ids=_values(ids),
+            extend_s=extend_s,
+            reason=reason or "",
+            subscription=subscription,
         )
         return self._router.settle("MessageRenew", request)
 
     def dead_letters(
-        self, name: str, limit: int = 0, after: object | None = None, keyspace: str = ""
+        self,
+        name: str,
+        limit: int = 0,
+        after: object | None = None,
+        keyspace: str = "",
+        subscription: str = "",
     ) -> tuple[list[DeadLetter], int]:
-        """Dead messages of table ``name`` by id (after ``after``; ``limit`` 0: 100), with
-        their reasons, and how many there are (counted up to 100,000)."""
-        request = pb.ListDeadLettersRequest(name=name, keyspace=keyspace, limit=limit)
+        """Dead messages of table ``name`` (or of its ``subscription``) by id (after
+        ``after``; ``limit`` 0: 100), with their reasons, and how many there are (counted up
+        to 100,000)."""
+        request = pb.ListDeadLettersRequest(
+            name=name, keyspace=keyspace, limit=limit, subscription=subscription
+        )
         if after is not None:
             request.after.CopyFrom(_values([after])[0])
         response = self._router.unary("ListDeadLetters", request)
@@ -207,6 +257,59 @@ class Client:
             skipped=tuple(codec.decode_value(v) for v in response.skipped),
             last=codec.decode_value(response.last) if response.HasField("last") else None,
         )
+
+    # -- subscriptions (README: Subscriptions) ----------------------------------------------------
+    def create_subscription(
+        self,
+        table: str,
+        name: str,
+        filter: str | None = None,
+        columns: Sequence[str] | None = None,
+        ack_wait_s: float | None = None,
+        max_attempts: int | None = None,
+        max_lag: int | None = None,
+        expire_after_s: float | None = None,
+        from_start: bool = False,
+        keyspace: str = "",
+    ) -> int:
+        """Create subscription ``name`` of ``table``: it gets every message enqueued from now
+        on that matches ``filter`` (with ``from_start``, also every retained one the default
+        group has not acked: returns how many). Settings left None take the table's."""
+        settings = codec.settings_to_proto(
+            filter=filter,
+            columns=columns,
+            ack_wait_s=ack_wait_s,
+            max_attempts=max_attempts,
+            max_lag=max_lag,
+            expire_after_s=expire_after_s,
+        )
+        request = pb.CreateSubscriptionRequest(
+            table=table, keyspace=keyspace, name=name, settings=settings, from_start=from_start
+        )
+        count: int = self._router.unary("CreateSubscription", request).count
+        return count
+
+    def alter_subscription(self, table: str, name: str, keyspace: str = "", **changes: Any) -> None:
+        """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
+        max_lag, expire_after_s); 0 or "" clears one (back to the table's, or no limit)."""
+        unknown = set(changes) - set(_SETTINGS)
+        if unknown:
+            raise InvalidArgument(f"unknown subscription setting {sorted(unknown)[0]!r}")
+        request = pb.AlterSubscriptionRequest(
+            table=table, keyspace=keyspace, name=name, settings=codec.settings_to_proto(**changes)
+        )
+        self._router.unary("AlterSubscription", request)
+
+    def drop_subscription(self, table: str, name: str, keyspace: str = "") -> None:
+        """Drop a subscription and its delivery state; its subscribers end (NOT_FOUND)."""
+        request = pb.DropSubscriptionRequest(table=table, keyspace=keyspace, name=name)
+        self._router.unary("DropSubscription", request)
+
+    def list_subscriptions(self, table: str = "", keyspace: str = "") -> list[TableInfo]:
+        """The subscriptions (of ``table``, or all) with state, filter, lag and counters."""
+        request = pb.ListSubscriptionsRequest(table=table, keyspace=keyspace)
+        response = self._router.unary("ListSubscriptions", request)
+        return [codec.table_info_from_proto(t) for t in response.subscriptions]
 
     def list_tables(self) -> list[TableInfo]:
         """Every message table the server knows, with config or load error and counters."""
@@ -238,3 +341,6 @@ def _values(ids: Sequence[object]) -> list[pb.Value]:
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"ids[{i}]: {exc}") from None
     return values
+
+
+_SETTINGS = ("filter", "columns", "ack_wait_s", "max_attempts", "max_lag", "expire_after_s")

@@ -161,9 +161,18 @@ class Router:
                 raise error
             time.sleep(delay)
 
-    def ack(self, name: str, keyspace: str, ids: Sequence[pb.Value], target: str = "") -> int:
+    def ack(
+        self,
+        name: str,
+        keyspace: str,
+        ids: Sequence[pb.Value],
+        target: str = "",
+        subscription: str = "",
+    ) -> int:
         """MessageAck; returns how many of ``ids`` this call acked."""
-        request = pb.MessageAckRequest(name=name, keyspace=keyspace, ids=ids)
+        request = pb.MessageAckRequest(
+            name=name, keyspace=keyspace, ids=ids, subscription=subscription
+        )
         count: int = self.unary("MessageAck", request, target).count
         return count
 

@@ -51,6 +51,7 @@ class Subscriber:
     ) -> None:
         self.name = request.name
         self.keyspace = request.keyspace
+        self.subscription = request.subscription  # "": the table's default group
         self.fields: tuple[Field, ...] = ()
         self.field_names: tuple[str, ...] = ()
         self._router = router
@@ -168,6 +169,7 @@ class Subscriber:
             ids=[m.id_value for m in messages],
             delay_s=delay_s,
             reason=reason or "",
+            subscription=self.subscription,
         )
         return self._settle("MessageRelease", request, messages)
 
@@ -179,6 +181,7 @@ class Subscriber:
             keyspace=self.keyspace,
             ids=[m.id_value for m in messages],
             reason=reason or "",
+            subscription=self.subscription,
         )
         return self._settle("MessageReject", request, messages)
 
@@ -202,7 +205,12 @@ class Subscriber:
         self, ids: list[pb.Value], extend_s: float = 0.0, reason: str | None = None
     ) -> int:
         request = pb.MessageRenewRequest(
-            name=self.name, keyspace=self.keyspace, ids=ids, extend_s=extend_s, reason=reason or ""
+            name=self.name,
+            keyspace=self.keyspace,
+            ids=ids,
+            extend_s=extend_s,
+            reason=reason or "",
+            subscription=self.subscription,
         )
         return self._router.settle("MessageRenew", request, self.target)
 
@@ -248,7 +256,7 @@ class Subscriber:
 
     def _send_ack(self, ids: list[pb.Value]) -> int:
         """One MessageAck, to the server of the stream (its leader)."""
-        return self._router.ack(self.name, self.keyspace, ids, self.target)
+        return self._router.ack(self.name, self.keyspace, ids, self.target, self.subscription)
 
     def _acker(self) -> AckQueue:
         if self._ack_queue is None:

@@ -2,7 +2,9 @@
 semicolons, unicode, empty and 1 MB strings, ids of the wrong type, huge id lists, valueless
 ids, streams cancelled at once; releases, rejects and renews with negative, huge, infinite and
 NaN delays and hostile or 1 MB reasons; dead-letter listings and redrives with hostile names,
-targets, limits and cursors. Each must get a clean status (never INTERNAL or UNKNOWN), the
+targets, limits and cursors; subscriptions created, altered, dropped, listed and streamed with
+hostile names, filters (quotes, comments, subqueries, function calls, unknown columns, random
+text) and projections. Each must get a clean status (never INTERNAL or UNKNOWN), the
 server must keep serving, and no table may change that was not named legitimately."""
 
 from __future__ import annotations
@@ -92,6 +94,31 @@ kinds = st.sampled_from(
     + ["settle_canary"] * 3
     + ["dead"] * 2
     + ["redrive"] * 2
+    + ["create_sub"] * 3
+    + ["stream_sub"] * 2
+    + ["manage_sub"] * 2
+)
+HOSTILE_FILTERS = [
+    "message = 'kept' OR 1=1",
+    "message = 'x'; drop table canary; --",
+    "message = 'x' -- comment",
+    "message = 'x' /* c */",
+    "(select 1) = 1",
+    "sleep(1) = 0",
+    "id IN (select id from canary)",
+    "nosuch = 1",
+    "message = message",
+    "id = 'one'",
+    "`id`` = 1",
+    "id=1|2,message=kept",
+    "id = 1",
+    "message LIKE '%' ESCAPE ''",
+    "NOT NOT NOT id > 0",
+    "(" * 200 + "id = 1" + ")" * 200,
+]
+filters = st.one_of(st.sampled_from(HOSTILE_FILTERS + NASTY), st.text(max_size=120))
+columns = st.lists(
+    st.one_of(st.sampled_from(["id", "message", "epoch", "nosuch"]), names), max_size=3
 )
 requests = kinds.flatmap(
     lambda kind: {
@@ -117,6 +144,13 @@ requests = kinds.flatmap(
         "dead": st.tuples(
             st.just("dead"), st.one_of(names, st.just("canary")), limits, st.none() | values
         ),
+        "create_sub": st.tuples(st.just("create_sub"), filters, columns),
+        "stream_sub": st.tuples(
+            st.just("stream_sub"), st.one_of(names, st.just("")), filters | st.just(""), columns
+        ),
+        "manage_sub": st.tuples(
+            st.just("manage_sub"), st.sampled_from(["alter", "drop", "list"]), names, names
+        ),
         "redrive": st.tuples(
             st.just("redrive"),
             st.one_of(names, st.just("canary")),
@@ -132,6 +166,7 @@ requests = kinds.flatmap(
 def test_hostile_requests_get_clean_statuses_and_touch_nothing(db_dsn):
     with serve(db_dsn) as s:
         s.create_table("canary", vt_poller_interval=0.2)
+        s.create_table("fuzzed", vt_poller_interval=0.2)
         s.sql("insert into canary(id, message) values (1, 'kept'), (2, 'kept')")
         s.engine.refresh()
         before = s.sql("select id, epoch, time_next, time_acked, message from canary order by id")
@@ -156,8 +191,11 @@ def test_hostile_requests_get_clean_statuses_and_touch_nothing(db_dsn):
 
             hostile()
         assert sum(seen.values()) >= EXAMPLES
-        # still serving, and nothing was touched
-        assert s.sql("show tables") == tables_before
+        # still serving, and nothing was touched (a subscription created by a valid request
+        # was dropped at once; the canary's first one added its time_fanout column)
+        assert [t for t in s.sql("show tables") if t[0] != "msgtable_subscriptions"] == [
+            t for t in tables_before if t[0] != "msgtable_subscriptions"
+        ]
         after = s.sql("select id, epoch, time_next, time_acked, message from canary order by id")
         assert after == before
         c = Collector(s.client, "canary")
@@ -213,6 +251,40 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
             if after is not None:
                 req.after.CopyFrom(after)
             stub.Redrive(req, timeout=10)
+        elif kind == "create_sub":  # a hostile filter or projection on the canary
+            _, text, cols = request
+            settings = pb.SubscriptionSettings(filter=text, columns=cols)
+            stub.CreateSubscription(
+                pb.CreateSubscriptionRequest(table="canary", name="fz", settings=settings),
+                timeout=30,
+            )
+            stub.DropSubscription(pb.DropSubscriptionRequest(table="canary", name="fz"), timeout=30)
+        elif kind == "stream_sub":
+            _, sub, text, cols = request
+            call = stub.MessageStream(
+                # an empty table: the filter and columns are checked, nothing is sent
+                pb.MessageStreamRequest(name="fuzzed", subscription=sub, filter=text, columns=cols),
+                timeout=10,
+            )
+            try:
+                next(call)
+            finally:
+                call.cancel()
+        elif kind == "manage_sub":
+            _, what, table, name = request
+            if what == "alter":
+                stub.AlterSubscription(
+                    pb.AlterSubscriptionRequest(
+                        table=table, name=name, settings=pb.SubscriptionSettings(filter=name)
+                    ),
+                    timeout=10,
+                )
+            elif what == "drop":
+                stub.DropSubscription(
+                    pb.DropSubscriptionRequest(table=table, name=name), timeout=10
+                )
+            else:
+                stub.ListSubscriptions(pb.ListSubscriptionsRequest(table=table), timeout=10)
         else:
             stub.MessageAck(pb.MessageAckRequest(name="canary", ids=HUGE), timeout=10)
         return grpc.StatusCode.OK

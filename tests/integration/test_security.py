@@ -279,3 +279,35 @@ def test_a_request_over_4_mib_is_resource_exhausted(db_dsn, pki):
             ).count
             == 0
         )
+
+
+def test_subscriptions_are_named_table_slash_name_and_managing_them_is_its_own_action(
+    db_dsn, pki
+):
+    rules = {
+        **AUTH,
+        "allow": [
+            *AUTH["allow"],
+            {"principal": "ops", "tables": ["invoice_in/*"], "actions": ["manage"]},
+            {"principal": "billing", "tables": ["payroll"], "actions": ["subscribe"]},
+        ],
+    }
+    tls = TlsFiles(str(pki / "server.pem"), str(pki / "server.key"))
+    with (
+        secured(db_dsn, pki, tls=tls, authorizer=Authorizer.from_dict(rules)) as s,
+        client(s, pki, OPS) as ops,
+        client(s, pki, WORKER) as worker,
+    ):
+        with pytest.raises(PermissionDenied, match="may not manage"):
+            worker.create_subscription("invoice_in", "mine")
+        with pytest.raises(PermissionDenied):
+            ops.create_subscription("payroll", "leak")  # manage on invoice_in/* only
+        ops.create_subscription("invoice_in", "books")
+        ops.create_subscription("invoice_in", "other")
+        with worker.subscribe("invoice_in", subscription="books") as sub:  # invoice_*
+            assert sub.field_names == ("id", "message")
+        with pytest.raises(PermissionDenied):  # payroll alone does not reach payroll/x
+            next(iter(worker.subscribe("payroll", subscription="x", retry=False)))
+        listed = [(t.name, t.subscription) for t in ops.list_subscriptions()]
+        assert listed == [("invoice_in", "books"), ("invoice_in", "other")]
+        ops.drop_subscription("invoice_in", "other")

@@ -107,8 +107,11 @@ class FakeEngine:
         shard: str = "",
         key_range: tuple[bytes, bytes] = (b"", b""),
         max_in_flight: int = 0,
+        subscription: str = "",
+        filter: str = "",
     ) -> FakeSubscriber:
         self.subscribe_calls.append((name, keyspace, shard, key_range))
+        self.subscription, self.filter = subscription, filter
         self.max_in_flight = max_in_flight
         if self.subscribe_gate is not None:
             self.subscribe_gate.wait(WAIT_S)
@@ -123,8 +126,11 @@ class FakeEngine:
     def next_subscriber(self) -> FakeSubscriber:
         return self.subscribers.get(timeout=WAIT_S)
 
-    def ack(self, name: str, keyspace: str, ids: Sequence[object]) -> int:
+    def ack(
+        self, name: str, keyspace: str, ids: Sequence[object], subscription: str = ""
+    ) -> int:
         self.acks.append((name, keyspace, list(ids)))
+        self.ack_subscription = subscription
         if self.ack_errors:
             raise self.ack_errors.pop(0)
         if self.ack_error is not None:
@@ -245,6 +251,37 @@ def test_the_stream_request_reaches_the_engine_as_is(engine, stub):
     assert engine.subscribe_calls == [("t", "ks", "0", (b"\x00", b"\x80"))]
     assert engine.max_in_flight == 7
     call.cancel()
+
+
+def test_a_stream_names_its_subscription_and_filter_and_gets_only_its_columns(engine, stub):
+    call = stub.MessageStream(
+        pb.MessageStreamRequest(
+            name="t", subscription="billing", filter="price > 1", columns=["price"]
+        )
+    )
+    first = next(call)
+    assert [f.name for f in first.fields] == ["id", "price"]
+    assert (engine.subscription, engine.filter) == ("billing", "price > 1")
+    engine.next_subscriber().put([(1, "a", Decimal("1.50"))])
+    row = next(call).rows[0]
+    assert [v.WhichOneof("kind") for v in row.values] == ["int_value", "text_value"]
+    call.cancel()
+
+
+def test_a_stream_asking_for_an_unknown_column_is_invalid(engine, stub):
+    call = stub.MessageStream(pb.MessageStreamRequest(name="t", columns=["nope"]))
+    with pytest.raises(grpc.RpcError) as info:
+        next(call)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "unknown column 'nope'" in info.value.details()
+    assert engine.next_subscriber().closed.wait(WAIT_S)
+
+
+def test_an_ack_names_its_subscription(engine, stub):
+    stub.MessageAck(
+        pb.MessageAckRequest(name="t", ids=[pb.Value(int_value=1)], subscription="audit")
+    )
+    assert engine.ack_subscription == "audit"
 
 
 @pytest.mark.parametrize(("error", "code"), ERROR_CODES)
@@ -447,6 +484,10 @@ def test_reflection_describes_the_messaging_service(channel):
         "MessageRenew",
         "ListDeadLetters",
         "Redrive",
+        "CreateSubscription",
+        "AlterSubscription",
+        "DropSubscription",
+        "ListSubscriptions",
     }
 
 

@@ -126,6 +126,9 @@ class MessageStreamRequest(_message.Message):
     SHARD_FIELD_NUMBER: _builtins.int
     KEY_RANGE_FIELD_NUMBER: _builtins.int
     MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    COLUMNS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
@@ -138,9 +141,21 @@ class MessageStreamRequest(_message.Message):
     acked or deleted in the database, or its ack wait ends); a batch is cut to what is left of
     the window. 0 means the server's default, 1,000; at most 1,000,000.
     """
+    subscription: _builtins.str
+    """The subscription (consumer group) to receive from; empty: the table's default group."""
+    filter: _builtins.str
+    """Only the messages matching this filter (a selector or an ODPS matcher, README: Filters)
+    are sent to this stream; the others go to the group's other subscribers. Empty: all.
+    """
     @_builtins.property
     def key_range(self) -> Global___KeyRange:
         """Stream only from the shards whose range matches exactly. Unset or empty means all shards."""
+
+    @_builtins.property
+    def columns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The columns to receive (`id` is always first); empty: the table's (or subscription's)
+        message columns. The first response's `fields` says which.
+        """
 
     def __init__(
         self,
@@ -150,10 +165,13 @@ class MessageStreamRequest(_message.Message):
         shard: _builtins.str = ...,
         key_range: Global___KeyRange | None = ...,
         max_in_flight: _builtins.int = ...,
+        subscription: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        columns: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key_range", b"key_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["key_range", b"key_range", "keyspace", b"keyspace", "max_in_flight", b"max_in_flight", "name", b"name", "shard", b"shard"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "filter", b"filter", "key_range", b"key_range", "keyspace", b"keyspace", "max_in_flight", b"max_in_flight", "name", b"name", "shard", b"shard", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -314,10 +332,13 @@ class MessageAckRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     KEYSPACE_FIELD_NUMBER: _builtins.int
     IDS_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
     """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
+    subscription: _builtins.str
+    """The subscription whose messages these are; empty: the table's default group."""
     @_builtins.property
     def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """Ids of the messages to ack, as received in the `id` column."""
@@ -328,10 +349,11 @@ class MessageAckRequest(_message.Message):
         name: _builtins.str = ...,
         keyspace: _builtins.str = ...,
         ids: _abc.Iterable[Global___Value] | None = ...,
+        subscription: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids", "keyspace", b"keyspace", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids", "keyspace", b"keyspace", "name", b"name", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -370,6 +392,7 @@ class MessageReleaseRequest(_message.Message):
     IDS_FIELD_NUMBER: _builtins.int
     DELAY_S_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
@@ -378,6 +401,8 @@ class MessageReleaseRequest(_message.Message):
     """Seconds from now until they are due again: 0 (at once) to 43,200 (12 hours)."""
     reason: _builtins.str
     """Why (kept as the message's last error); at most 1,000 characters; empty: none."""
+    subscription: _builtins.str
+    """The subscription whose messages these are; empty: the table's default group."""
     @_builtins.property
     def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """Ids of the messages, as received in the `id` column (at most 10,000)."""
@@ -390,10 +415,11 @@ class MessageReleaseRequest(_message.Message):
         ids: _abc.Iterable[Global___Value] | None = ...,
         delay_s: _builtins.float = ...,
         reason: _builtins.str = ...,
+        subscription: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_s", b"delay_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_s", b"delay_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -409,12 +435,15 @@ class MessageRejectRequest(_message.Message):
     KEYSPACE_FIELD_NUMBER: _builtins.int
     IDS_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
     """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
     reason: _builtins.str
     """Why (the dead letter's last error); at most 1,000 characters; empty: "rejected"."""
+    subscription: _builtins.str
+    """The subscription whose messages these are; empty: the table's default group."""
     @_builtins.property
     def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """Ids of the messages, as received in the `id` column (at most 10,000)."""
@@ -426,10 +455,11 @@ class MessageRejectRequest(_message.Message):
         keyspace: _builtins.str = ...,
         ids: _abc.Iterable[Global___Value] | None = ...,
         reason: _builtins.str = ...,
+        subscription: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -446,6 +476,7 @@ class MessageRenewRequest(_message.Message):
     IDS_FIELD_NUMBER: _builtins.int
     EXTEND_S_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
@@ -454,6 +485,8 @@ class MessageRenewRequest(_message.Message):
     """Seconds from now they stay in flight: 0 means the table's vt_ack_wait; at most 43,200."""
     reason: _builtins.str
     """A note (kept as the message's last error); at most 1,000 characters; empty: none."""
+    subscription: _builtins.str
+    """The subscription whose messages these are; empty: the table's default group."""
     @_builtins.property
     def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """Ids of the messages, as received in the `id` column (at most 10,000)."""
@@ -466,10 +499,11 @@ class MessageRenewRequest(_message.Message):
         ids: _abc.Iterable[Global___Value] | None = ...,
         extend_s: _builtins.float = ...,
         reason: _builtins.str = ...,
+        subscription: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["extend_s", b"extend_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extend_s", b"extend_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -507,12 +541,15 @@ class ListDeadLettersRequest(_message.Message):
     KEYSPACE_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     AFTER_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """A message table (its dead messages) or a dead-letter table (its rows)."""
     keyspace: _builtins.str
     """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
     limit: _builtins.int
     """At most this many (1 to 10,000; 0 means 100)."""
+    subscription: _builtins.str
+    """The subscription whose messages these are; empty: the table's default group."""
     @_builtins.property
     def after(self) -> Global___Value:
         """Only ids after this one (the last id of the previous page); unset: from the first."""
@@ -524,10 +561,11 @@ class ListDeadLettersRequest(_message.Message):
         keyspace: _builtins.str = ...,
         limit: _builtins.int = ...,
         after: Global___Value | None = ...,
+        subscription: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "keyspace", b"keyspace", "limit", b"limit", "name", b"name"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "keyspace", b"keyspace", "limit", b"limit", "name", b"name", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -750,6 +788,15 @@ class TableStatus(_message.Message):
     RENEWED_FIELD_NUMBER: _builtins.int
     DEAD_LETTERED_FIELD_NUMBER: _builtins.int
     DEAD_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    LAG_FIELD_NUMBER: _builtins.int
+    OLDEST_NS_FIELD_NUMBER: _builtins.int
+    HOLDING_FIELD_NUMBER: _builtins.int
+    NOT_HOLDING_FIELD_NUMBER: _builtins.int
+    UNSEEN_FIELD_NUMBER: _builtins.int
+    SETTINGS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -780,9 +827,28 @@ class TableStatus(_message.Message):
     """Dead messages now (in the table's vt_dead_letter table, or dead in place), counted up
     to 100,000; -1 when the server could not count them.
     """
+    subscription: _builtins.str
+    """Set for a subscription's entry (`name` is its table): its name, state ("active" or
+    "expired"), filter, settings and lag.
+    """
+    state: _builtins.str
+    filter: _builtins.str
+    lag: _builtins.int
+    """Unsettled messages (counted up to 1,000,000); -1: unknown."""
+    oldest_ns: _builtins.int
+    """time_created of the oldest unsettled message, unix nanoseconds (0: none)."""
+    holding: _builtins.bool
+    """Whether it holds its table's purge (false: expired, or its lag is over max_lag, and why)."""
+    not_holding: _builtins.str
+    unseen: _builtins.int
+    """A table's entry: rows not handed to its subscriptions yet; -1: it has none."""
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
+
+    @_builtins.property
+    def settings(self) -> Global___SubscriptionSettings:
+        """A subscription's settings (0 / empty: the table's, or none)."""
 
     def __init__(
         self,
@@ -801,14 +867,240 @@ class TableStatus(_message.Message):
         renewed: _builtins.int = ...,
         dead_lettered: _builtins.int = ...,
         dead: _builtins.int = ...,
+        subscription: _builtins.str = ...,
+        state: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        lag: _builtins.int = ...,
+        oldest_ns: _builtins.int = ...,
+        holding: _builtins.bool = ...,
+        not_holding: _builtins.str = ...,
+        unseen: _builtins.int = ...,
+        settings: Global___SubscriptionSettings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "in_flight", b"in_flight", "keyspace", b"keyspace", "load_error", b"load_error", "name", b"name", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "subscribers", b"subscribers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TableStatus: _TypeAlias = TableStatus  # noqa: Y015
+
+@_typing.final
+class SubscriptionSettings(_message.Message):
+    """What a subscription is and how it behaves. In requests, a field left unset keeps the
+    current value (alter) or takes the default (create).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FILTER_FIELD_NUMBER: _builtins.int
+    COLUMNS_FIELD_NUMBER: _builtins.int
+    SET_COLUMNS_FIELD_NUMBER: _builtins.int
+    ACK_WAIT_S_FIELD_NUMBER: _builtins.int
+    MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
+    MAX_LAG_FIELD_NUMBER: _builtins.int
+    EXPIRE_AFTER_S_FIELD_NUMBER: _builtins.int
+    filter: _builtins.str
+    """Selector (`region IN ('eu','us') AND amount > 10`) or ODPS matcher (`region=eu|us`)."""
+    set_columns: _builtins.bool
+    """alter: replace the projection with `columns` (empty: all)"""
+    ack_wait_s: _builtins.float
+    max_attempts: _builtins.int
+    max_lag: _builtins.int
+    """Unsettled messages past which it no longer holds its table's purge; 0: clear."""
+    expire_after_s: _builtins.float
+    """No subscriber this long: expired (gets nothing, holds nothing until one comes); 0: clear."""
+    @_builtins.property
+    def columns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The projection: columns the subscription's messages carry, `id` first."""
+
+    def __init__(
+        self,
+        *,
+        filter: _builtins.str | None = ...,
+        columns: _abc.Iterable[_builtins.str] | None = ...,
+        set_columns: _builtins.bool = ...,
+        ack_wait_s: _builtins.float | None = ...,
+        max_attempts: _builtins.int | None = ...,
+        max_lag: _builtins.int | None = ...,
+        expire_after_s: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_max_attempts", b"_max_attempts", "_max_lag", b"_max_lag", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "max_attempts", b"max_attempts", "max_lag", b"max_lag"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_max_attempts", b"_max_attempts", "_max_lag", b"_max_lag", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "max_attempts", b"max_attempts", "max_lag", b"max_lag", "set_columns", b"set_columns"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__ack_wait_s: _TypeAlias = _typing.Literal["ack_wait_s"]  # noqa: Y015
+    _WhichOneofArgType__ack_wait_s: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s"]  # noqa: Y015
+    _WhichOneofReturnType__expire_after_s: _TypeAlias = _typing.Literal["expire_after_s"]  # noqa: Y015
+    _WhichOneofArgType__expire_after_s: _TypeAlias = _typing.Literal["_expire_after_s", b"_expire_after_s"]  # noqa: Y015
+    _WhichOneofReturnType__filter: _TypeAlias = _typing.Literal["filter"]  # noqa: Y015
+    _WhichOneofArgType__filter: _TypeAlias = _typing.Literal["_filter", b"_filter"]  # noqa: Y015
+    _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
+    _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
+    _WhichOneofReturnType__max_lag: _TypeAlias = _typing.Literal["max_lag"]  # noqa: Y015
+    _WhichOneofArgType__max_lag: _TypeAlias = _typing.Literal["_max_lag", b"_max_lag"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__ack_wait_s) -> _WhichOneofReturnType__ack_wait_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expire_after_s) -> _WhichOneofReturnType__expire_after_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__filter) -> _WhichOneofReturnType__filter | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_attempts) -> _WhichOneofReturnType__max_attempts | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_lag) -> _WhichOneofReturnType__max_lag | None: ...
+
+Global___SubscriptionSettings: _TypeAlias = SubscriptionSettings  # noqa: Y015
+
+@_typing.final
+class CreateSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    FROM_START_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    keyspace: _builtins.str
+    name: _builtins.str
+    from_start: _builtins.bool
+    """Also every retained message the default group has not acked (not only new ones)."""
+    @_builtins.property
+    def settings(self) -> Global___SubscriptionSettings: ...
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        settings: Global___SubscriptionSettings | None = ...,
+        from_start: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["from_start", b"from_start", "keyspace", b"keyspace", "name", b"name", "settings", b"settings", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateSubscriptionRequest: _TypeAlias = CreateSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class AlterSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SETTINGS_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    keyspace: _builtins.str
+    name: _builtins.str
+    @_builtins.property
+    def settings(self) -> Global___SubscriptionSettings: ...
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        name: _builtins.str = ...,
+        settings: Global___SubscriptionSettings | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["settings", b"settings"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "name", b"name", "settings", b"settings", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AlterSubscriptionRequest: _TypeAlias = AlterSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class DropSubscriptionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    keyspace: _builtins.str
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "name", b"name", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropSubscriptionRequest: _TypeAlias = DropSubscriptionRequest  # noqa: Y015
+
+@_typing.final
+class SubscriptionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNT_FIELD_NUMBER: _builtins.int
+    count: _builtins.int
+    """create: how many retained messages it got from the start."""
+    def __init__(
+        self,
+        *,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SubscriptionResponse: _TypeAlias = SubscriptionResponse  # noqa: Y015
+
+@_typing.final
+class ListSubscriptionsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    """Only this table's; empty: every table's."""
+    keyspace: _builtins.str
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSubscriptionsRequest: _TypeAlias = ListSubscriptionsRequest  # noqa: Y015
+
+@_typing.final
+class ListSubscriptionsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBSCRIPTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def subscriptions(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableStatus]: ...
+    def __init__(
+        self,
+        *,
+        subscriptions: _abc.Iterable[Global___TableStatus] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["subscriptions", b"subscriptions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSubscriptionsResponse: _TypeAlias = ListSubscriptionsResponse  # noqa: Y015
 
 @_typing.final
 class TableConfig(_message.Message):

@@ -75,6 +75,26 @@ class MessagingStub:
                 request_serializer=msgtable_dot_v1_dot_messaging__pb2.RedriveRequest.SerializeToString,
                 response_deserializer=msgtable_dot_v1_dot_messaging__pb2.RedriveResponse.FromString,
                 _registered_method=True)
+        self.CreateSubscription = channel.unary_unary(
+                '/msgtable.v1.Messaging/CreateSubscription',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.CreateSubscriptionRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.FromString,
+                _registered_method=True)
+        self.AlterSubscription = channel.unary_unary(
+                '/msgtable.v1.Messaging/AlterSubscription',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.AlterSubscriptionRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.FromString,
+                _registered_method=True)
+        self.DropSubscription = channel.unary_unary(
+                '/msgtable.v1.Messaging/DropSubscription',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.DropSubscriptionRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.FromString,
+                _registered_method=True)
+        self.ListSubscriptions = channel.unary_unary(
+                '/msgtable.v1.Messaging/ListSubscriptions',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServicer:
@@ -160,6 +180,36 @@ class MessagingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSubscription(self, request, context):
+        """Subscriptions (README: Subscriptions): named consumer groups of a table, each getting
+        every message (that matches its filter) as a work queue of its own. The definitions live
+        in the database (msgtable_subscriptions), so every server of it sees them. A bad filter,
+        projection or setting is INVALID_ARGUMENT naming the position and reason, and nothing is
+        written; an unknown table or subscription is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropSubscription(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSubscriptions(self, request, context):
+        """Lists subscriptions (of one table, or all) with their lag and state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -202,6 +252,26 @@ def add_MessagingServicer_to_server(servicer, server):
                     servicer.Redrive,
                     request_deserializer=msgtable_dot_v1_dot_messaging__pb2.RedriveRequest.FromString,
                     response_serializer=msgtable_dot_v1_dot_messaging__pb2.RedriveResponse.SerializeToString,
+            ),
+            'CreateSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSubscription,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.CreateSubscriptionRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.SerializeToString,
+            ),
+            'AlterSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterSubscription,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.AlterSubscriptionRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.SerializeToString,
+            ),
+            'DropSubscription': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropSubscription,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.DropSubscriptionRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.SerializeToString,
+            ),
+            'ListSubscriptions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSubscriptions,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -421,6 +491,114 @@ class Messaging:
             '/msgtable.v1.Messaging/Redrive',
             msgtable_dot_v1_dot_messaging__pb2.RedriveRequest.SerializeToString,
             msgtable_dot_v1_dot_messaging__pb2.RedriveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/CreateSubscription',
+            msgtable_dot_v1_dot_messaging__pb2.CreateSubscriptionRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/AlterSubscription',
+            msgtable_dot_v1_dot_messaging__pb2.AlterSubscriptionRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropSubscription(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/DropSubscription',
+            msgtable_dot_v1_dot_messaging__pb2.DropSubscriptionRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.SubscriptionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSubscriptions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/ListSubscriptions',
+            msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -85,6 +85,17 @@ class MessagingStub:
     """Moves dead messages back as fresh ones (epoch 0, due now): one batch of up to `limit`,
     in one transaction, so a redrive stopped half way and run again moves each one once.
     """
+    CreateSubscription: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.CreateSubscriptionRequest, _messaging_pb2.SubscriptionResponse]
+    """Subscriptions (README: Subscriptions): named consumer groups of a table, each getting
+    every message (that matches its filter) as a work queue of its own. The definitions live
+    in the database (msgtable_subscriptions), so every server of it sees them. A bad filter,
+    projection or setting is INVALID_ARGUMENT naming the position and reason, and nothing is
+    written; an unknown table or subscription is NOT_FOUND.
+    """
+    AlterSubscription: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.AlterSubscriptionRequest, _messaging_pb2.SubscriptionResponse]
+    DropSubscription: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.DropSubscriptionRequest, _messaging_pb2.SubscriptionResponse]
+    ListSubscriptions: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.ListSubscriptionsRequest, _messaging_pb2.ListSubscriptionsResponse]
+    """Lists subscriptions (of one table, or all) with their lag and state."""
 
 @_typing.type_check_only
 class MessagingAsyncStub(MessagingStub):
@@ -138,6 +149,17 @@ class MessagingAsyncStub(MessagingStub):
     """Moves dead messages back as fresh ones (epoch 0, due now): one batch of up to `limit`,
     in one transaction, so a redrive stopped half way and run again moves each one once.
     """
+    CreateSubscription: _aio.UnaryUnaryMultiCallable[_messaging_pb2.CreateSubscriptionRequest, _messaging_pb2.SubscriptionResponse]  # type: ignore[assignment]
+    """Subscriptions (README: Subscriptions): named consumer groups of a table, each getting
+    every message (that matches its filter) as a work queue of its own. The definitions live
+    in the database (msgtable_subscriptions), so every server of it sees them. A bad filter,
+    projection or setting is INVALID_ARGUMENT naming the position and reason, and nothing is
+    written; an unknown table or subscription is NOT_FOUND.
+    """
+    AlterSubscription: _aio.UnaryUnaryMultiCallable[_messaging_pb2.AlterSubscriptionRequest, _messaging_pb2.SubscriptionResponse]  # type: ignore[assignment]
+    DropSubscription: _aio.UnaryUnaryMultiCallable[_messaging_pb2.DropSubscriptionRequest, _messaging_pb2.SubscriptionResponse]  # type: ignore[assignment]
+    ListSubscriptions: _aio.UnaryUnaryMultiCallable[_messaging_pb2.ListSubscriptionsRequest, _messaging_pb2.ListSubscriptionsResponse]  # type: ignore[assignment]
+    """Lists subscriptions (of one table, or all) with their lag and state."""
 
 class MessagingServicer(metaclass=_abc_1.ABCMeta):
     """Messaging streams the rows of message tables to subscribers and takes their acks."""
@@ -236,5 +258,40 @@ class MessagingServicer(metaclass=_abc_1.ABCMeta):
         """Moves dead messages back as fresh ones (epoch 0, due now): one batch of up to `limit`,
         in one transaction, so a redrive stopped half way and run again moves each one once.
         """
+
+    @_abc_1.abstractmethod
+    def CreateSubscription(
+        self,
+        request: _messaging_pb2.CreateSubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.SubscriptionResponse, _abc.Awaitable[_messaging_pb2.SubscriptionResponse]]:
+        """Subscriptions (README: Subscriptions): named consumer groups of a table, each getting
+        every message (that matches its filter) as a work queue of its own. The definitions live
+        in the database (msgtable_subscriptions), so every server of it sees them. A bad filter,
+        projection or setting is INVALID_ARGUMENT naming the position and reason, and nothing is
+        written; an unknown table or subscription is NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def AlterSubscription(
+        self,
+        request: _messaging_pb2.AlterSubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.SubscriptionResponse, _abc.Awaitable[_messaging_pb2.SubscriptionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DropSubscription(
+        self,
+        request: _messaging_pb2.DropSubscriptionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.SubscriptionResponse, _abc.Awaitable[_messaging_pb2.SubscriptionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListSubscriptions(
+        self,
+        request: _messaging_pb2.ListSubscriptionsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.ListSubscriptionsResponse, _abc.Awaitable[_messaging_pb2.ListSubscriptionsResponse]]:
+        """Lists subscriptions (of one table, or all) with their lag and state."""
 
 def add_MessagingServicer_to_server(servicer: MessagingServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,9 +1,13 @@
-"""The ``msgtable`` command: serve, tables, tail, dead, redrive, archive, report.
+"""The ``msgtable`` command: serve, tables, tail, subscription, dead, redrive, archive, report.
 
     msgtable serve [--dsn URL] [--listen HOST:PORT]   run the server (no DSN: a throwaway
                                                        local MariaDB/MySQL with a demo table)
     msgtable tables [--server HOST:PORT]               every message table, its config and state
     msgtable tail NAME [--ack] [--count N] [--json]    print messages as they arrive
+                  [--subscription SUB]                 (as a subscription of the table)
+    msgtable subscription create|alter TABLE NAME      a subscription's filter, columns and
+                  [--filter TEXT] [--columns A,B] ...  settings (alter: '' or 0 clears one)
+    msgtable subscription drop TABLE NAME / list       drop one / list them with lag and state
     msgtable dead NAME / redrive NAME [--to TABLE]     dead letters: list them, move them back
     msgtable archive NAME --to PATH / report NAME      the Spark pipeline's jobs
 
@@ -37,6 +41,10 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": serve.serve,
     "tables": commands.tables,
     "tail": commands.tail,
+    "subscription create": commands.subscription_create,
+    "subscription alter": commands.subscription_alter,
+    "subscription drop": commands.subscription_drop,
+    "subscription list": commands.subscription_list,
     "dead": commands.dead,
     "redrive": commands.redrive,
     "archive": commands.archive,
@@ -47,7 +55,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logs.configure(getattr(args, "log_level", "warning"), args.verbose)
-    command = COMMANDS[args.command]
+    command = COMMANDS[" ".join(filter(None, (args.command, getattr(args, "action", None))))]
     try:
         return command(args)
     except MsgtableError as exc:

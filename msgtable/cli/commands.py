@@ -1,20 +1,27 @@
-"""The client-side commands: ``msgtable tables``, ``tail``, ``dead`` and ``redrive`` (over
-gRPC), and the
-Spark pipeline's ``msgtable archive`` and ``msgtable report`` (the spark extra)."""
+"""The client-side commands: ``msgtable tables``, ``tail``, ``subscription create / alter /
+drop / list``, ``dead`` and ``redrive`` (over gRPC), and the Spark pipeline's ``msgtable
+archive`` and ``msgtable report`` (the spark extra)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from msgtable.cli.output import format_dead, format_message, format_tables
+from msgtable.cli.output import (
+    format_dead,
+    format_message,
+    format_subscriptions,
+    format_tables,
+    subscription_json,
+)
 from msgtable.client import Client
 from msgtable.errors import InvalidArgument
 from msgtable.limits import MAX_IN_FLIGHT, MAX_REDRIVE_BATCH
+from msgtable.subscriptions import state_table_name
 
 EXIT_OK = 0
 
@@ -41,7 +48,14 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
         window = min(args.count, MAX_IN_FLIGHT) if args.count is not None else 0
         with (
             _client(args) as client,
-            client.subscribe(args.name, args.keyspace, max_in_flight=window, retry=False) as sub,
+            client.subscribe(
+                args.name,
+                args.keyspace,
+                max_in_flight=window,
+                retry=False,
+                subscription=args.subscription,
+                columns=args.columns or (),
+            ) as sub,
         ):
             for batch in sub.batches():
                 if args.count is not None:
@@ -56,6 +70,96 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
                     break
     except KeyboardInterrupt:
         pass  # Ctrl-C is how tail ends
+    return EXIT_OK
+
+
+# -- subscriptions ---------------------------------------------------------------------------
+# The settings as create and alter take them: the client's keyword, the flag's attribute.
+SETTINGS = (
+    ("filter", "filter"),
+    ("columns", "columns"),
+    ("ack_wait_s", "ack_wait"),
+    ("max_attempts", "max_attempts"),
+    ("max_lag", "max_lag"),
+    ("expire_after_s", "expire_after"),
+)
+
+
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given on the command line (a flag left out is not a change)."""
+    given = {key: getattr(args, attr) for key, attr in SETTINGS}
+    return {key: value for key, value in given.items() if value is not None}
+
+
+def subscription_create(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    settings = _settings(args)
+    with _client(args) as client:
+        n = client.create_subscription(
+            args.table, args.name, from_start=args.from_start, keyspace=args.keyspace, **settings
+        )
+    label = f"{args.table}/{args.name}"
+    flt = settings.get("filter")
+    what = f"messages matching {flt!r}" if flt else "every message"
+    if args.from_start:
+        text = f"created subscription {label}: {n:,} retained messages handed over, and {what}"
+    else:
+        text = f"created subscription {label}: {what}"
+    text += " enqueued from now on"
+    print(text, file=out or sys.stdout)
+    return EXIT_OK
+
+
+def subscription_alter(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    settings = _settings(args)
+    if not settings:
+        flags = ", ".join("--" + attr.replace("_", "-") for _, attr in SETTINGS)
+        raise InvalidArgument(f"nothing to change: give one of {flags}")
+    with _client(args) as client:
+        client.alter_subscription(args.table, args.name, keyspace=args.keyspace, **settings)
+    changes = ", ".join(_change(key, value) for key, value in settings.items())
+    print(f"altered subscription {args.table}/{args.name}: {changes}", file=out or sys.stdout)
+    return EXIT_OK
+
+
+def _change(key: str, value: object) -> str:
+    """One change as alter reports it."""
+    word = key.removesuffix("_s").replace("_", " ")
+    if key == "filter":
+        if not value:
+            return "filter cleared (every message from now on)"
+        return f"filter {value!r} (for the messages handed over from now on)"
+    if key == "columns":
+        return f"columns {','.join(value)}" if isinstance(value, tuple) and value else "all columns"
+    if value == 0:
+        return {
+            "ack_wait_s": "ack wait: the table's",
+            "max_attempts": "max attempts: no limit",
+            "max_lag": "max lag: no limit",
+            "expire_after_s": "expire after: never",
+        }[key]
+    return f"{word} {value:g}s" if key.endswith("_s") else f"{word} {value}"
+
+
+def subscription_drop(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    state = state_table_name(args.table, args.name)
+    with _client(args) as client:
+        client.drop_subscription(args.table, args.name, keyspace=args.keyspace)
+    print(
+        f"dropped subscription {args.table}/{args.name} and its state table {state}",
+        file=out or sys.stdout,
+    )
+    return EXIT_OK
+
+
+def subscription_list(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    with _client(args) as client:
+        subs = client.list_subscriptions(args.table, keyspace=args.keyspace)
+    if args.json:
+        for s in subs:
+            print(subscription_json(s), file=out)
+    else:
+        print(format_subscriptions(subs, args.table), file=out)
     return EXIT_OK
 
 

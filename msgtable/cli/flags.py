@@ -21,6 +21,7 @@ from msgtable.limits import (
     MAX_REDRIVE_BATCH,
 )
 from msgtable.server import DEFAULT_GRACE_S
+from msgtable.subscriptions import parse_columns
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 
 
@@ -29,6 +30,13 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be zero or more, not {value}")
     return value
 
 
@@ -90,6 +98,7 @@ class Flag:
     store_true: bool = False
     required: bool = False
     choices: tuple[str, ...] | None = None
+    optional: bool = False  # a positional argument that may be left out (then ``default``)
 
     @property
     def help_text(self) -> str:
@@ -116,6 +125,8 @@ class Flag:
             options.update(action="store_true")
         else:
             if not self.name.startswith("-"):
+                if self.optional:
+                    options.update(nargs="?", default=default, metavar=self.metavar)
                 parser.add_argument(self.name, **options)
                 return
             options.update(default=default, type=self.type, metavar=self.metavar)
@@ -128,10 +139,21 @@ class Flag:
 
 @dataclass(frozen=True)
 class Command:
+    """A command, or a group of them (``msgtable subscription create``): a group has
+    ``subcommands`` and no flags of its own; its chosen one is ``args.action``."""
+
     name: str
     help: str
     description: str
-    flags: tuple[Flag, ...]
+    flags: tuple[Flag, ...] = ()
+    subcommands: tuple[Command, ...] = ()
+
+    def leaves(self) -> list[tuple[tuple[str, ...], Command]]:
+        """The commands that run, with the words that name them (``("subscription",
+        "create")``)."""
+        if not self.subcommands:
+            return [((self.name,), self)]
+        return [((self.name, *words), c) for s in self.subcommands for words, c in s.leaves()]
 
 
 SERVER_FLAG = Flag(
@@ -268,7 +290,10 @@ SERVE = Command(
 TABLES = Command(
     "tables",
     "list message tables",
-    "List every message table the server knows: configuration or load error, and live counters.",
+    "List every message table the server knows: configuration or load error, and live "
+    "counters; then, under each table that has subscriptions, how many of its rows are not "
+    "handed to them yet (unseen) and each subscription's state, subscribers, lag, the age of "
+    "its oldest unsettled message and whether it holds the table's purge (and if not, why).",
     CLIENT_FLAGS,
 )
 TAIL = Command(
@@ -277,10 +302,26 @@ TAIL = Command(
     "Subscribe to a message table and print each message (id and columns) as it arrives, "
     "until Ctrl-C; a redelivery ends with (attempt N). Without --ack the messages are not "
     "acknowledged, so they are sent again after the table's ack wait. With --count N the "
-    "server sends at most N, so none is left in flight unseen.",
+    "server sends at most N, so none is left in flight unseen. With --subscription NAME, tail "
+    "reads that subscription's queue instead of the table's default group (and --ack acks "
+    "there): only the messages its filter let in, with its columns.",
     (
         Flag("name", "message table"),
         Flag("--keyspace", "keyspace (database); default the server's", default=""),
+        Flag(
+            "--subscription",
+            "read as this subscription of the table (msgtable subscription list shows them); "
+            "default the table's default group",
+            default="",
+            metavar="NAME",
+        ),
+        Flag(
+            "--columns",
+            "only these message columns, comma separated (id always comes first); default "
+            "the table's, or the subscription's",
+            type=parse_columns,
+            metavar="COL,COL,...",
+        ),
         Flag("--ack", "acknowledge each batch once printed", store_true=True),
         Flag("--count", "exit after N messages", type=positive_int, metavar="N"),
         Flag(
@@ -372,7 +413,158 @@ REDRIVE = Command(
         *CLIENT_FLAGS,
     ),
 )
-COMMANDS = (SERVE, TABLES, TAIL, DEAD, REDRIVE, ARCHIVE, REPORT)
+
+
+# -- subscriptions -------------------------------------------------------------------------------
+def _settings_flags(alter: bool) -> tuple[Flag, ...]:
+    """A subscription's settings as create and alter take them. Left out: create takes the
+    default, alter keeps the current value (so no flag has a default of its own)."""
+
+    def text(create: str, altered: str) -> str:
+        return altered if alter else create
+
+    return (
+        Flag(
+            "--filter",
+            "only the messages that match it: a selector (region IN ('eu','us') AND amount > "
+            "10) or an ODPS matcher (region=eu|us,kind=order) over the table's columns; a bad "
+            "one is refused with the position of the problem"
+            + text(
+                " (default every message)",
+                "; a new one applies to the messages handed over from now on; '' clears it",
+            ),
+            metavar="TEXT",
+        ),
+        Flag(
+            "--columns",
+            "the columns its messages carry, comma separated, id always first"
+            + text(" (default the table's message columns)", "; '' clears it: all of them"),
+            type=parse_columns,
+            metavar="COL,COL,...",
+        ),
+        Flag(
+            "--ack-wait",
+            "how long a message sent and not acked waits before it is sent again: 30, 90s, 15m"
+            + text(" (default the table's vt_ack_wait)", "; 0: the table's vt_ack_wait"),
+            type=duration,
+            metavar="S",
+        ),
+        Flag(
+            "--max-attempts",
+            "sends after which an unacked message is dead (kept in the subscription's state "
+            "table); 0: no limit" + text(" (default the table's vt_max_attempts)", ""),
+            type=non_negative_int,
+            metavar="N",
+        ),
+        Flag(
+            "--max-lag",
+            "unsettled messages past which it no longer holds the table's purge, and the rows "
+            "it has not settled may be purged from under it"
+            + text(" (default no limit)", "; 0: no limit"),
+            type=non_negative_int,
+            metavar="N",
+        ),
+        Flag(
+            "--expire-after",
+            "with no subscriber this long (90s, 15m, 12h, 7d) it expires: it gets no new "
+            "messages and holds nothing until a subscriber comes back"
+            + text(" (default never)", "; 0: never; a change makes an expired one active"),
+            type=duration,
+            metavar="S",
+        ),
+    )
+
+
+SUBSCRIPTION_TABLE = Flag("table", "message table")
+SUBSCRIPTION_NAME = Flag(
+    "name", "the subscription: 1-64 letters, digits or underscores (its state table is TABLE__NAME)"
+)
+KEYSPACE_FLAG = Flag("--keyspace", "keyspace (database); default the server's", default="")
+WHERE_THEY_LIVE = (
+    "The definitions live in the database (table msgtable_subscriptions), so every msgtable "
+    "server of it serves the same ones: the server that takes a change applies it at once, "
+    "the others at their next discovery (serve --discovery-interval, default "
+    f"{DEFAULT_DISCOVERY_INTERVAL_S:g}s)."
+)
+SUBSCRIPTION = Command(
+    "subscription",
+    "create, alter, drop and list subscriptions",
+    "A subscription is a named consumer group of a message table: it gets every message "
+    "(that matches its filter) as a work queue of its own, with its own acks, attempts and "
+    "dead messages, beside the table's default group. Read one with msgtable tail TABLE "
+    f"--subscription NAME. {WHERE_THEY_LIVE}",
+    subcommands=(
+        Command(
+            "create",
+            "create a subscription",
+            "Create subscription NAME of message table TABLE, with its state table "
+            "TABLE__NAME (TABLE gets a time_fanout column and index if it has none). It gets "
+            "the messages enqueued from now on that match --filter; with --from-start also "
+            "the retained ones the default group has not acked. A bad filter, column or "
+            "setting is refused, saying what and where, and nothing is written. Settings left "
+            f"out take the table's. {WHERE_THEY_LIVE}",
+            (
+                SUBSCRIPTION_TABLE,
+                SUBSCRIPTION_NAME,
+                *_settings_flags(alter=False),
+                Flag(
+                    "--from-start",
+                    "also every retained message the default group has not acked (default "
+                    "only the messages enqueued from now on)",
+                    store_true=True,
+                ),
+                KEYSPACE_FLAG,
+                *CLIENT_FLAGS,
+            ),
+        ),
+        Command(
+            "alter",
+            "change a subscription's settings",
+            "Change the settings of subscription NAME of TABLE: the options given replace "
+            "their values, the others stay. --filter '' and --columns '' clear them; 0 sets "
+            "--ack-wait back to the table's and removes --max-lag and --expire-after (a change "
+            "of --expire-after makes an expired subscription active again). A new filter "
+            "applies to the messages handed over from then on: those already in the "
+            f"subscription's queue stay. {WHERE_THEY_LIVE}",
+            (
+                SUBSCRIPTION_TABLE,
+                SUBSCRIPTION_NAME,
+                *_settings_flags(alter=True),
+                KEYSPACE_FLAG,
+                *CLIENT_FLAGS,
+            ),
+        ),
+        Command(
+            "drop",
+            "drop a subscription and its delivery state",
+            "Drop subscription NAME of TABLE: its definition and its state table TABLE__NAME, "
+            "with the messages it has not settled and its dead ones; this cannot be undone. "
+            "Its subscribers end (NOT_FOUND), and it no longer holds the table's purge. "
+            f"{WHERE_THEY_LIVE}",
+            (SUBSCRIPTION_TABLE, SUBSCRIPTION_NAME, KEYSPACE_FLAG, *CLIENT_FLAGS),
+        ),
+        Command(
+            "list",
+            "list subscriptions with their lag and state",
+            "List the subscriptions of TABLE (or of every table): state (active, or expired: "
+            "no subscriber for its --expire-after), subscribers, lag (messages handed to it "
+            "and not settled, counted up to 1,000,000), the age of the oldest of them, whether "
+            "it holds the table's purge (and if not, why), and filter.",
+            (
+                Flag("table", "only this table's", default="", optional=True, metavar="TABLE"),
+                Flag(
+                    "--json",
+                    "one JSON object per line (ages in seconds, times in unix nanoseconds)",
+                    store_true=True,
+                ),
+                KEYSPACE_FLAG,
+                *CLIENT_FLAGS,
+            ),
+        ),
+    ),
+)
+
+COMMANDS = (SERVE, TABLES, TAIL, SUBSCRIPTION, DEAD, REDRIVE, ARCHIVE, REPORT)
 # Every command's: all of the logs (libraries' too), and an error's details.
 VERBOSE = Flag("--verbose", "log everything, and show an error's details", store_true=True)
 
@@ -387,7 +579,16 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     parser.add_argument("--version", action="version", version=f"msgtable {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        p = sub.add_parser(command.name, help=command.help, description=command.description)
-        for flag in (*command.flags, VERBOSE):
-            flag.add_to(p, env)
+        _add_command(sub, command, env)
     return parser
+
+
+def _add_command(sub: Any, command: Command, env: Mapping[str, str]) -> None:
+    p = sub.add_parser(command.name, help=command.help, description=command.description)
+    if command.subcommands:
+        inner = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+        for child in command.subcommands:
+            _add_command(inner, child, env)
+        return
+    for flag in (*command.flags, VERBOSE):
+        flag.add_to(p, env)

@@ -1,4 +1,5 @@
-"""What the ``msgtable`` command prints: the table of message tables, and a message as tail
+"""What the ``msgtable`` command prints: the table of message tables (and their
+subscriptions), the list of subscriptions (text or JSON), dead letters, and a message as tail
 shows it (text or JSON)."""
 
 from __future__ import annotations
@@ -6,22 +7,35 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from msgtable.client import Field, Message, TableInfo
 from msgtable.codec import TableSettings
 from msgtable.deadletters import DeadLetter
-from msgtable.limits import COUNT_DEAD_CAP
+from msgtable.limits import COUNT_DEAD_CAP, LAG_CAP
 
 
 def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
-def format_tables(tables: Sequence[TableInfo]) -> str:
-    """A readable table of every message table; load errors in full below it."""
-    if not tables:
+def _aligned(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Rows as lines of left-aligned columns, two spaces apart (the last one not padded)."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        indent + "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip()
+        for r in rows
+    ]
+
+
+def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str:
+    """A readable table of every message table; below it, the subscriptions under their
+    tables (when there are any), where dead letters go, and load errors in full."""
+    subs = [t for t in tables if t.subscription]
+    tables = [t for t in tables if not t.subscription]
+    if not tables and not subs:
         return "no message tables"
     header = (
         "TABLE",
@@ -66,21 +80,140 @@ def format_tables(tables: Sequence[TableInfo]) -> str:
                 _max_attempts(c),
             )
         )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
-    ]
+    lines = _aligned(rows) if tables else ["no message tables"]
+    if subs:
+        lines.append("")
+        lines.append("subscriptions:")
+        lines.extend(_subscriptions_by_table(tables, subs, now_ns))
     moved = [t for t in tables if t.config is not None and t.config.dead_letter]
     if moved:
         lines.append("")
         lines.append("dead letters go to:")
         lines.extend(f"  {t.name} -> {t.config.dead_letter}" for t in moved if t.config)
-    failed = [t for t in tables if t.load_error]
+    failed = [t for t in (*tables, *subs) if t.load_error]
     if failed:
         lines.append("")
         lines.append("load errors:")
-        lines.extend(f"  {t.name}: {t.load_error}" for t in failed)
+        lines.extend(_load_error(t) for t in failed)
     return "\n".join(lines)
+
+
+def _load_error(t: TableInfo) -> str:
+    """A load error under its table's name, or its subscription's (once)."""
+    label = f"{t.name}/{t.subscription}" if t.subscription else t.name
+    if t.subscription and label in t.load_error:
+        return f"  {t.load_error}"
+    return f"  {label}: {t.load_error}"
+
+
+def _subscriptions_by_table(
+    tables: Sequence[TableInfo], subs: Sequence[TableInfo], now_ns: int | None
+) -> list[str]:
+    """Each table that has subscriptions (with its rows not handed to them yet), and its
+    subscriptions indented under it."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    unseen = {t.name: t.unseen for t in tables}
+    rows: list[tuple[str, ...]] = [
+        ("TABLE", "UNSEEN", "STATE", "SUBSCRIBERS", "LAG", "OLDEST", "HOLDING", "FILTER")
+    ]
+    for name in dict.fromkeys(s.name for s in subs):  # in the server's order
+        seen = unseen.get(name)
+        rows.append((name, "-" if seen is None else str(seen), "", "", "", "", "", ""))
+        for s in subs:
+            if s.name == name:
+                rows.append(("  " + s.subscription, "", *_subscription_cells(s, now_ns)))
+    return _aligned(rows, indent="  ")
+
+
+def _subscription_cells(s: TableInfo, now_ns: int) -> tuple[str, ...]:
+    """State, subscribers, lag, oldest age, holding and filter of a subscription's entry."""
+    if s.load_error:
+        return ("error", "-", "-", "-", "-", s.filter or "-")
+    oldest = None if s.oldest_ns is None else max(0, now_ns - s.oldest_ns) / 1e9
+    return (
+        s.state or "-",
+        str(s.subscribers),
+        _lag(s.lag),
+        age(oldest),
+        "yes" if s.holding else f"no: {s.not_holding or 'unknown'}",
+        s.filter or "-",
+    )
+
+
+def _lag(lag: int | None) -> str:
+    if lag is None:
+        return "-"
+    return f"{lag}+" if lag >= LAG_CAP else str(lag)
+
+
+def age(seconds: float | None) -> str:
+    """A duration as people read it: "0.4s", "42s", "5m", "2.5h", "3d" ("-" for none)."""
+    if seconds is None:
+        return "-"
+    for unit, size, next_size in (("s", 1, 60), ("m", 60, 60), ("h", 3600, 24)):
+        text = _short(seconds / size)
+        if float(text) < next_size:  # 59.96 s is "1m", not "60s"
+            return text + unit
+    return _short(seconds / 86400) + "d"
+
+
+def _short(value: float) -> str:
+    """One decimal below 10, whole numbers from there: 3.2, 5, 42."""
+    if value < 9.95:
+        return f"{value:.1f}".removesuffix(".0")
+    return f"{value:.0f}"
+
+
+def format_subscriptions(
+    subs: Sequence[TableInfo], table: str = "", now_ns: int | None = None
+) -> str:
+    """The subscriptions as ``msgtable subscription list`` prints them; load errors in full
+    below."""
+    if not subs:
+        return f"no subscriptions of {table}" if table else "no subscriptions"
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    rows: list[tuple[str, ...]] = [
+        ("TABLE", "SUBSCRIPTION", "STATE", "SUBSCRIBERS", "LAG", "OLDEST", "HOLDING", "FILTER")
+    ]
+    rows.extend((s.name, s.subscription, *_subscription_cells(s, now_ns)) for s in subs)
+    lines = _aligned(rows)
+    failed = [s for s in subs if s.load_error]
+    if failed:
+        lines.append("")
+        lines.append("load errors:")
+        lines.extend(_load_error(s) for s in failed)
+    return "\n".join(lines)
+
+
+def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
+    """One subscription as a JSON line: what the list shows, in numbers, and its settings
+    where the server reports them (its ack wait, max attempts and columns)."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    c = s.config
+    out: dict[str, Any] = {
+        "table": s.name,
+        "keyspace": s.keyspace,
+        "subscription": s.subscription,
+        "state": "error" if s.load_error else s.state,
+        "subscribers": s.subscribers,
+        "lag": s.lag,
+        "oldest_ns": s.oldest_ns,
+        "oldest_age_s": None
+        if s.oldest_ns is None
+        else round(max(0, now_ns - s.oldest_ns) / 1e9, 3),
+        "holding": s.holding,
+        "not_holding": s.not_holding,
+        "filter": s.filter,
+        "columns": [f.name for f in c.message_columns] if c else None,
+        "ack_wait_s": c.ack_wait_s if c else None,
+        "max_attempts": c.max_attempts if c else None,
+        "in_flight": s.in_flight,
+        "sent": s.sent,
+        "acked": s.acked,
+        "dead": s.dead,
+        "load_error": s.load_error,
+    }
+    return json.dumps(out, ensure_ascii=False)
 
 
 def _dead(count: int | None) -> str:

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -18,12 +20,14 @@ from msgtable.cli import output
 from msgtable.client import Field, TableInfo, TableSettings
 from msgtable.codec import FieldType
 from msgtable.devdb import INSTALL_HINT
-from msgtable.errors import ServerBinaryNotFound, TableNotFound
+from msgtable.errors import InvalidArgument, ServerBinaryNotFound, TableNotFound
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.rows import Batch
 from msgtable.server import MessagingServer
+from msgtable.status import TableStatus
+from msgtable.subscriptions import Subscription
 
-from .test_server import FakeEngine
+from .test_server import FakeEngine, FakeSubscriber, loaded_table
 
 
 class ServableEngine(FakeEngine):
@@ -46,9 +50,65 @@ class ServableEngine(FakeEngine):
         self.closed = True
 
 
+class SubscribingEngine(FakeEngine):
+    """A FakeEngine that also keeps subscriptions (what the servicer asked, and the answers
+    or error the test set up), and the subscription of every subscribe and ack in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.subscribed_as: list[str] = []  # the subscription of each subscribe ("": default)
+        self.acked_as: list[str] = []
+        self.created: list[tuple[Subscription, bool]] = []
+        self.altered: list[tuple[str, str, dict[str, Any]]] = []
+        self.dropped: list[tuple[str, str]] = []
+        self.subscriptions: list[TableStatus] = []
+        self.from_start_count = 0
+        self.subscription_error: Exception | None = None
+
+    def subscribe(
+        self,
+        name: str,
+        keyspace: str = "",
+        shard: str = "",
+        key_range: tuple[bytes, bytes] = (b"", b""),
+        max_in_flight: int = 0,
+        subscription: str = "",
+        filter: str = "",
+    ) -> FakeSubscriber:
+        self.subscribed_as.append(subscription)
+        return super().subscribe(
+            name, keyspace, shard, key_range, max_in_flight, subscription, filter
+        )
+
+    def ack(self, name: str, keyspace: str, ids: Sequence[object], subscription: str = "") -> int:
+        self.acked_as.append(subscription)
+        return super().ack(name, keyspace, ids, subscription)
+
+    def _check(self) -> None:
+        if self.subscription_error is not None:
+            raise self.subscription_error
+
+    def create_subscription(self, sub: Subscription, from_start: bool = False) -> int:
+        self._check()
+        self.created.append((sub, from_start))
+        return self.from_start_count if from_start else 0
+
+    def alter_subscription(self, table: str, name: str, **changes: Any) -> Subscription:
+        self._check()
+        self.altered.append((table, name, changes))
+        return Subscription(table, name)
+
+    def drop_subscription(self, table: str, name: str) -> None:
+        self._check()
+        self.dropped.append((table, name))
+
+    def list_subscriptions(self, table: str = "") -> list[TableStatus]:
+        return [s for s in self.subscriptions if not table or s.name == table]
+
+
 @pytest.fixture
-def engine() -> FakeEngine:
-    return FakeEngine()
+def engine() -> SubscribingEngine:
+    return SubscribingEngine()
 
 
 @pytest.fixture
@@ -149,12 +209,83 @@ def test_tail_takes_a_name_and_its_options():
     assert (args.name, args.ack, args.count, args.json) == ("my_message", True, 5, True)
 
 
+def test_tail_reads_as_a_subscription_with_only_some_columns_when_asked():
+    parser = cli.build_parser()
+    args = parser.parse_args(
+        ["tail", "orders", "--subscription", "billing", "--columns", "id,kind"]
+    )
+    assert (args.subscription, args.columns) == ("billing", ("id", "kind"))
+    plain = parser.parse_args(["tail", "orders"])
+    assert (plain.subscription, plain.columns) == ("", None)
+
+
+def test_subscription_create_takes_a_table_a_name_and_its_settings():
+    args = cli.build_parser().parse_args(
+        [
+            "subscription", "create", "orders", "billing", "--filter", "region = 'eu'",
+            "--columns", "id,kind", "--ack-wait", "90s", "--max-attempts", "5",
+            "--max-lag", "1000", "--expire-after", "7d", "--from-start",
+        ]
+    )  # fmt: skip
+    assert (args.command, args.action, args.table, args.name) == (
+        "subscription",
+        "create",
+        "orders",
+        "billing",
+    )
+    assert (args.filter, args.columns, args.ack_wait, args.max_attempts) == (
+        "region = 'eu'",
+        ("id", "kind"),
+        90.0,
+        5,
+    )
+    assert (args.max_lag, args.expire_after, args.from_start) == (1000, 7 * 86400.0, True)
+
+
+def test_subscription_settings_left_out_are_none_and_empty_or_zero_ones_are_kept():
+    parser = cli.build_parser()
+    left_out = parser.parse_args(["subscription", "alter", "orders", "billing"])
+    given = [left_out.filter, left_out.columns, left_out.ack_wait, left_out.max_attempts]
+    assert [*given, left_out.max_lag, left_out.expire_after] == [None] * 6
+    cleared = parser.parse_args(
+        ["subscription", "alter", "orders", "billing", "--filter", "", "--columns", "",
+         "--ack-wait", "0", "--max-lag", "0", "--expire-after", "0", "--max-attempts", "0"]
+    )  # fmt: skip
+    assert (cleared.filter, cleared.columns, cleared.ack_wait) == ("", (), 0.0)
+    assert (cleared.max_lag, cleared.expire_after, cleared.max_attempts) == (0, 0.0, 0)
+
+
+def test_subscription_list_takes_an_optional_table():
+    parser = cli.build_parser()
+    every = parser.parse_args(["subscription", "list", "--json"])
+    assert (every.table, every.json) == ("", True)
+    assert parser.parse_args(["subscription", "list", "orders"]).table == "orders"
+    dropped = parser.parse_args(["subscription", "drop", "orders", "billing"])
+    assert (dropped.action, dropped.table, dropped.name) == ("drop", "orders", "billing")
+
+
+def test_subscription_help_says_where_definitions_live_and_when_changes_apply(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["subscription", "alter", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "live in the database (table msgtable_subscriptions)" in text
+    assert "at their next discovery (serve --discovery-interval" in text
+    assert "A new filter applies to the messages handed over from then on" in text
+
+
 @pytest.mark.parametrize(
     "argv",
     [
         [],
         ["tail"],
         ["tail", "t", "--count", "0"],
+        ["subscription"],
+        ["subscription", "create", "orders"],
+        ["subscription", "rename", "orders", "billing"],
+        ["subscription", "create", "orders", "b", "--max-attempts", "-1"],
+        ["subscription", "create", "orders", "b", "--max-lag", "many"],
+        ["subscription", "alter", "orders", "b", "--ack-wait", "soon"],
+        ["subscription", "drop", "orders", "b", "--from-start"],
         ["serve", "--log-level", "loud"],
         ["serve", "--discovery-interval", "0"],
         ["serve", "--discovery-interval", "soon"],
@@ -400,10 +531,10 @@ def test_every_flag_declared_with_an_environment_variable_falls_back_to_it(monke
     from msgtable.cli import flags
 
     checked = 0
-    for command in flags.COMMANDS:
-        words = [command.name]
+    for path, command in (leaf for c in flags.COMMANDS for leaf in c.leaves()):
+        words = list(path)
         for f in command.flags:
-            if not f.name.startswith("-"):
+            if not f.name.startswith("-") and not f.optional:
                 words.append("x")
             elif f.required:
                 words += [f.name, "x"]
@@ -418,4 +549,222 @@ def test_every_flag_declared_with_an_environment_variable_falls_back_to_it(monke
             assert f"env {flag.env}" in flag.help_text
             monkeypatch.delenv(flag.env)
             checked += 1
-    assert checked >= 12
+    assert checked >= 24  # the subscription commands' client flags among them
+
+
+# -- subscriptions ------------------------------------------------------------------------
+NOW_NS = 1_700_000_000_000_000_000
+COLUMNS = (Field("id", FieldType.INT, "bigint"),)
+SETTINGS = TableSettings(30, 86400, 10, 10000, 30, 30, 0, "current", COLUMNS, 1.0, 5, "")
+
+
+def sub_info(name: str, **fields: Any) -> TableInfo:
+    values: dict[str, Any] = dict(state="active", lag=0, holding=True)
+    values.update(fields)
+    return TableInfo("orders", "app", SETTINGS, "", 0, 0, 1, 0, 0, subscription=name, **values)
+
+
+def test_human_ages_take_the_largest_unit_that_reads_well():
+    ages = [0.04, 3.2, 42, 59.96, 300, 5400, 86399, 3.3 * 86400, None]
+    assert [output.age(a) for a in ages] == [
+        "0s", "3.2s", "42s", "1m", "5m", "1.5h", "1d", "3.3d", "-"
+    ]  # fmt: skip
+
+
+def test_subscriptions_are_listed_with_lag_oldest_age_holding_and_filter():
+    text = output.format_subscriptions(
+        [
+            sub_info("billing", filter="region = 'eu'", lag=12, oldest_ns=NOW_NS - 3_200_000_000),
+            sub_info(
+                "audit",
+                state="expired",
+                lag=1_000_000,
+                oldest_ns=NOW_NS - 300 * 10**9,
+                holding=False,
+                not_holding="expired",
+            ),
+            sub_info("capped", lag=20, holding=False, not_holding="lag 20 over max_lag 10"),
+        ],
+        now_ns=NOW_NS,
+    )
+    header, billing, audit, capped = text.splitlines()
+    assert header.split() == [
+        "TABLE", "SUBSCRIPTION", "STATE", "SUBSCRIBERS", "LAG", "OLDEST", "HOLDING", "FILTER"
+    ]  # fmt: skip
+    assert billing.split() == [
+        "orders", "billing", "active", "1", "12", "3.2s", "yes", "region", "=", "'eu'"
+    ]  # fmt: skip
+    assert audit.split() == [
+        "orders", "audit", "expired", "1", "1000000+", "5m", "no:", "expired", "-"
+    ]  # fmt: skip
+    assert capped.split()[4:] == ["20", "-", "no:", "lag", "20", "over", "max_lag", "10", "-"]
+
+
+def test_no_subscriptions_says_so_and_a_broken_one_shows_its_error_once():
+    assert output.format_subscriptions([]) == "no subscriptions"
+    assert output.format_subscriptions([], "orders") == "no subscriptions of orders"
+    broken = dataclasses.replace(
+        sub_info("x"), config=None, load_error="subscription orders/x: its state table is missing"
+    )
+    text = output.format_subscriptions([broken], "", NOW_NS)
+    _, row, blank, title, error = text.split("\n")
+    assert row.split() == ["orders", "x", "error", "-", "-", "-", "-", "-"]
+    assert (blank, title, error) == ("", "load errors:", "  " + broken.load_error)
+
+
+def test_a_subscription_as_json_has_its_numbers_and_settings():
+    info = sub_info("billing", filter="kind=order", lag=3, oldest_ns=NOW_NS - 1_500_000_000)
+    assert json.loads(output.subscription_json(info, NOW_NS)) == {
+        "table": "orders",
+        "keyspace": "app",
+        "subscription": "billing",
+        "state": "active",
+        "subscribers": 1,
+        "lag": 3,
+        "oldest_ns": NOW_NS - 1_500_000_000,
+        "oldest_age_s": 1.5,
+        "holding": True,
+        "not_holding": "",
+        "filter": "kind=order",
+        "columns": ["id"],
+        "ack_wait_s": 30,
+        "max_attempts": 5,
+        "in_flight": 0,
+        "sent": 0,
+        "acked": 0,
+        "dead": None,
+        "load_error": "",
+    }
+
+
+def test_tables_show_subscriptions_under_their_table_with_its_unseen_rows():
+    table = TableInfo("orders", "app", SETTINGS, "", 0, 0, 0, 0, 0, unseen=4)
+    plain = TableInfo("plain", "app", SETTINGS, "", 0, 0, 0, 0, 0)
+    billing = sub_info("billing", filter="region = 'eu'", lag=2, oldest_ns=NOW_NS - 42 * 10**9)
+    expired = sub_info("idle", state="expired", holding=False, not_holding="expired")
+    text = output.format_tables([table, plain, billing, expired], NOW_NS)
+    before, section = text.split("\n\nsubscriptions:\n")
+    assert before == output.format_tables([table, plain])  # the tables' rows as they were
+    assert [line.split()[0] for line in before.splitlines()] == ["TABLE", "orders", "plain"]
+    header, orders, billing_row, idle_row = section.splitlines()
+    assert header.split() == [
+        "TABLE", "UNSEEN", "STATE", "SUBSCRIBERS", "LAG", "OLDEST", "HOLDING", "FILTER"
+    ]  # fmt: skip
+    assert orders.split() == ["orders", "4"]
+    assert billing_row.startswith("    billing ")  # indented under its table
+    assert billing_row.split() == [
+        "billing", "active", "1", "2", "42s", "yes", "region", "=", "'eu'"
+    ]  # fmt: skip
+    assert idle_row.split() == ["idle", "expired", "1", "0", "-", "no:", "expired", "-"]
+
+
+# the commands, over gRPC to the fake engine
+def test_create_sends_the_settings_given_and_says_what_it_did(engine, server, capsys):
+    argv = ["subscription", "create", "orders", "eu", "--server", server.address]
+    assert cli.main([*argv, "--filter", "region = 'eu'", "--columns", "id,kind"]) == 0
+    assert capsys.readouterr().out == (
+        "created subscription orders/eu: messages matching \"region = 'eu'\" enqueued from now on\n"
+    )
+    engine.from_start_count = 1234
+    flags = ["--ack-wait", "90s", "--max-attempts", "0", "--max-lag", "10", "--expire-after", "1h"]
+    assert cli.main([*argv, *flags, "--from-start"]) == 0
+    assert capsys.readouterr().out == (
+        "created subscription orders/eu: 1,234 retained messages handed over, and every "
+        "message enqueued from now on\n"
+    )
+    (first, start1), (second, start2) = engine.created
+    assert (first.filter, first.columns, first.ack_wait_s, start1) == (
+        "region = 'eu'",
+        ("id", "kind"),
+        None,
+        False,
+    )
+    assert (second.ack_wait_s, second.max_attempts, second.max_lag) == (90.0, 0, 10)
+    assert (second.expire_after_s, second.filter, start2) == (3600.0, "", True)
+
+
+def test_alter_sends_only_the_settings_given_and_empty_or_zero_clears_one(engine, server, capsys):
+    argv = ["subscription", "alter", "orders", "eu", "--server", server.address]
+    assert cli.main([*argv, "--filter", "region = 'us'", "--max-lag", "100"]) == 0
+    assert capsys.readouterr().out == (
+        "altered subscription orders/eu: filter \"region = 'us'\" (for the messages handed over "
+        "from now on), max lag 100\n"
+    )
+    cleared = ["--filter", "", "--columns", "", "--ack-wait", "0", "--max-lag", "0"]
+    assert cli.main([*argv, *cleared, "--expire-after", "0", "--max-attempts", "0"]) == 0
+    assert capsys.readouterr().out == (
+        "altered subscription orders/eu: filter cleared (every message from now on), all "
+        "columns, ack wait: the table's, max attempts: no limit, max lag: no limit, expire "
+        "after: never\n"
+    )
+    (_, _, first), (_, _, second) = engine.altered
+    assert first == {"filter": "region = 'us'", "max_lag": 100}
+    assert second == {
+        "filter": "",
+        "columns": (),
+        "ack_wait_s": None,
+        "max_attempts": 0,
+        "max_lag": None,
+        "expire_after_s": None,
+    }
+
+
+def test_alter_with_nothing_to_change_is_one_line_and_asks_nothing(engine, server, capsys):
+    assert cli.main(["subscription", "alter", "orders", "eu", "--server", server.address]) == 1
+    assert_one_line_error(capsys.readouterr().err, "nothing to change", "--filter")
+    assert engine.altered == []
+
+
+def test_drop_and_list_say_what_the_server_did_and_has(engine, server, capsys):
+    assert cli.main(["subscription", "drop", "orders", "eu", "--server", server.address]) == 0
+    assert capsys.readouterr().out == (
+        "dropped subscription orders/eu and its state table orders__eu\n"
+    )
+    assert engine.dropped == [("orders", "eu")]
+    table = loaded_table("orders")
+    engine.subscriptions = [
+        dataclasses.replace(table, subscription="eu", state="active", lag=3, filter="x > 1"),
+        dataclasses.replace(table, name="other", subscription="all", state="active", lag=0),
+    ]
+    assert cli.main(["subscription", "list", "orders", "--server", server.address]) == 0
+    _, row = capsys.readouterr().out.splitlines()
+    assert row.split() == ["orders", "eu", "active", "1", "3", "-", "yes", "x", ">", "1"]
+    assert cli.main(["subscription", "list", "--json", "--server", server.address]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(x["table"], x["subscription"], x["lag"]) for x in lines] == [
+        ("orders", "eu", 3),
+        ("other", "all", 0),
+    ]
+
+
+def test_a_refused_filter_is_one_line_naming_the_position(engine, server, capsys):
+    engine.subscription_error = InvalidArgument(
+        "filter: at position 19: unknown column 'amont' (columns: id, region)"
+    )
+    argv = ["subscription", "create", "orders", "eu", "--filter", "region = 'eu' AND amont > 1"]
+    assert cli.main([*argv, "--server", server.address]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and captured.out == ""
+    assert_one_line_error(captured.err, "filter: at position 19: unknown column 'amont'")
+
+
+def test_a_missing_subscription_is_one_line_on_stderr(engine, server, capsys):
+    engine.subscription_error = TableNotFound("subscription orders/eu not found")
+    assert cli.main(["subscription", "drop", "orders", "eu", "--server", server.address]) == 1
+    assert_one_line_error(capsys.readouterr().err, "subscription orders/eu not found")
+
+
+def test_tail_reads_and_acks_as_its_subscription(engine, server, capsys):
+    feed_when_subscribed(engine, [(1, "a", None)])
+    argv = ["tail", "orders", "--subscription", "eu", "--ack", "--count", "1"]
+    assert cli.main([*argv, "--server", server.address]) == 0
+    assert capsys.readouterr().out == 'id=1 message="a" price=NULL\n'
+    assert (engine.subscribed_as, engine.acked_as) == (["eu"], ["eu"])
+
+
+def test_tail_asks_for_only_the_columns_given(engine, server, capsys):
+    feed_when_subscribed(engine, [(1, "a", Decimal("2.50"))])
+    argv = ["tail", "orders", "--columns", "price", "--count", "1", "--server", server.address]
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out == "id=1 price=2.50\n"
+    assert engine.subscribed_as == [""]

@@ -191,3 +191,47 @@ def test_the_settlement_example_and_its_dml_run_as_pasted(db_dsn: str):
             lambda: [d.id for d in s.client.dead_letters("my_message_dead")[0]] == [42],
             what="the dead letter listed",
         )
+
+
+def test_the_subscriptions_example_and_its_sql_run_as_pasted(db_dsn: str):
+    (example,) = snippets("python", "## Subscriptions")
+    (sql,) = snippets("sql", "## Subscriptions")
+    create_demo_table(db_dsn)
+    with serve(db_dsn, follow_binlog=True) as s:
+        done = run_python(example, s.server.address)
+        assert done.returncode == 0, describe(done)
+        assert done.stdout.splitlines() == [
+            "('id', 'message')",
+            "audit active 0 True",
+            "billing active 0 True",
+        ], describe(done)
+
+    # the SQL, on a fresh demo table: a subscription the server loads and serves
+    run_sql(
+        db_dsn,
+        "drop table my_message; drop table my_message__billing; "
+        "drop table my_message__audit; drop table msgtable_subscriptions",
+    )
+    create_demo_table(db_dsn)
+    *create, ack, _drop_row, _drop_table = statements(sql)
+    run_sql(db_dsn, ";".join(create))
+    with serve(db_dsn, follow_binlog=True) as s:
+        wait_until(
+            lambda: [t.subscription for t in s.client.list_subscriptions("my_message")]
+            == ["reports"],
+            what="the subscription created by SQL loaded",
+        )
+        s.sql("insert into my_message(id, message) values (7, 'seven'), (8, 'eight')")
+        wait_until(
+            lambda: s.sql("select count(*) from my_message__reports")[0][0] == 2,
+            what="the two messages handed to reports",
+        )
+        run_sql(db_dsn, ack)
+        sub = s.client.subscribe("my_message", subscription="reports", retry=False)
+        try:
+            (m,) = sub.next_batch()
+            assert m.id == 8  # 7 was acked by the DML
+        finally:
+            sub.close()
+        run_sql(db_dsn, ";".join([_drop_row, _drop_table]))
+        assert s.sql("show tables like 'my_message__reports'") == []

@@ -197,6 +197,9 @@ def server_command(
         str(binary),
         "--no-defaults",  # must come first
         f"--datadir={datadir}",
+        # Temporary tables in its own directory: a server starting deletes every #sql* file
+        # of its tmpdir, which in a shared /tmp are other running servers' (error 6 there).
+        f"--tmpdir={datadir}",
         f"--socket={socket_path}",
         f"--pid-file={datadir / 'mysqld.pid'}",
         f"--log-error={datadir / 'error.log'}",

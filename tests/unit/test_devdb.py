@@ -199,6 +199,9 @@ def test_server_reads_no_option_files_and_listens_only_on_loopback() -> None:
     assert command[:2] == ["/x/mysqld", "--no-defaults"]
     for option in (
         "--datadir=/d",
+        # its own temporary files: a server starting deletes every #sql* file of its tmpdir,
+        # which in /tmp were the files of every other server running (error 6 mid-query)
+        "--tmpdir=/d",
         "--socket=/d/mysqld.sock",
         "--pid-file=/d/mysqld.pid",
         "--log-error=/d/error.log",

@@ -165,7 +165,9 @@ def subscription_list(args: argparse.Namespace, out: TextIO | None = None) -> in
 
 def dead(args: argparse.Namespace, out: TextIO | None = None) -> int:
     with _client(args) as client:
-        rows, total = client.dead_letters(args.name, limit=args.limit, keyspace=args.keyspace)
+        rows, total = client.dead_letters(
+            args.name, limit=args.limit, keyspace=args.keyspace, subscription=args.subscription
+        )
     print(format_dead(rows, total, args.name), file=out or sys.stdout)
     return EXIT_OK
 

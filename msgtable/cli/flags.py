@@ -383,6 +383,12 @@ DEAD = Command(
         Flag(
             "--limit", "show at most N (default 100)", default=100, type=positive_int, metavar="N"
         ),
+        Flag(
+            "--subscription",
+            "the dead messages of this subscription of the table (dead in its state table)",
+            default="",
+            metavar="NAME",
+        ),
         *CLIENT_FLAGS,
     ),
 )

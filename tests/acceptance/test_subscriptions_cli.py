@@ -158,6 +158,19 @@ def test_a_subscription_is_created_listed_read_altered_and_dropped_from_the_comm
     assert_one_line_error(refused, "filter: at position 19")
     assert listed(cli, address)[0]["filter"] == "region = 'us'"
 
+    # dead: a subscription's dead messages, dead in place in its state table
+    enqueue(sql, {9: "us"})
+    wait_until(lambda: 9 in state_ids(sql), timeout_s=30, what="row 9 handed to orders/eu")
+    sql.execute(
+        "update orders__eu set time_next = 9223372036854775807, last_error = 'bad payload' "
+        "where id = 9"
+    )
+    dead = cli.run("dead", "orders", "--subscription", "eu", "--server", address)
+    assert dead.returncode == 0, describe(dead)
+    assert "bad payload" in dead.stdout and re.search(r"^9\s", dead.stdout, re.M), describe(dead)
+    table_dead = cli.run("dead", "orders", "--server", address)
+    assert "bad payload" not in table_dead.stdout, describe(table_dead)
+
     # drop: gone, with its state table; a second drop is one line saying so
     dropped = cli.run("subscription", "drop", "orders", "eu", "--server", address)
     assert dropped.returncode == 0, describe(dropped)

@@ -230,7 +230,13 @@ class TableStatements:
             due = p_due = f"{time_next} <= %s"
             order = f"{time_next}, {rid}"
             after = after_null = f" AND ({time_next} > %s OR ({time_next} = %s AND {rid} > %s))"
-        source = f"{t} s JOIN {quote(cfg.source)} m ON m.{rid} = s.{rid}" if cfg.source else t
+        # A state table is often small or mostly unsettled, where the optimizer would scan
+        # and sort it whole each poll; its index is in (priority, time_next, id) order.
+        source = (
+            f"{t} s FORCE INDEX (`poller_idx`) JOIN {quote(cfg.source)} m ON m.{rid} = s.{rid}"
+            if cfg.source
+            else t
+        )
         select = (
             f"SELECT {priority}, {time_next}, {s}{epoch}, {values} FROM {source} "
             f"WHERE {p_acked} IS NULL AND {p_due}"

@@ -105,11 +105,13 @@ def add_fanout_ddl(table: str) -> str:
     return f"ALTER TABLE {quote(table)} ADD COLUMN {col} BIGINT NULL, ADD INDEX fanout_idx ({col})"
 
 
-def mark_all_seen(table: str) -> str:
+def mark_all_seen(table: TableConfig) -> str:
     """Rows enqueued before a table's first subscription: seen by none, and to be seen by
-    none (a subscription gets what comes after it)."""
+    none (a subscription gets what comes after it). Without a default group nobody else
+    acks them: acked here, so the purge takes them."""
+    acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
     return (
-        f"{MARK}UPDATE {quote(table)} SET {quote(FANOUT_COLUMN)} = %s "
+        f"{MARK}UPDATE {quote(table.name)} SET {quote(FANOUT_COLUMN)} = %s{acked} "
         f"WHERE {quote(FANOUT_COLUMN)} IS NULL LIMIT %s"
     )
 
@@ -156,46 +158,90 @@ def _text(v: object) -> str:
 
 
 class FanoutStatements:
-    """The fan-out SQL of one message table and its subscriptions (built once per set)."""
+    """The fan-out SQL of one message table and its subscriptions.
+
+    The pick reads each row once, with what its state rows need and, per filtered
+    subscription, whether its filter (a WHERE fragment with bound parameters) passes it; the
+    rows are then written into each state table with a multi-row INSERT: no row of the
+    message table is read twice."""
 
     def __init__(self, table: TableConfig) -> None:
-        t = quote(table.name)
-        fan = quote(FANOUT_COLUMN)
         self.table = table
-        self.pick = (
-            f"SELECT `id` FROM {t} WHERE {fan} IS NULL ORDER BY `id` LIMIT %s "
-            "FOR UPDATE SKIP LOCKED"
-        )
-        created = "`time_created`" if table.has_column("time_created") else "%s"
-        self._created_param = not table.has_column("time_created")
+        self._t = quote(table.name)
+        self._created = "`time_created`" if table.has_column("time_created") else "NULL"
         # a message not sent by the default group yet keeps its time_next (a delayed
         # message stays delayed); one it sent is due at once
-        self._select = (
-            f"SELECT `id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), 0, "
-            f"COALESCE({created}, %s) FROM {t}"
-        )
+        self._columns = f"`id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), {self._created}"
         acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
         self._acked_param = not table.default_group
-        self.mark = f"{MARK}UPDATE {t} SET {fan} = %s{acked} WHERE `id` IN ({{ids}})"
+        self.mark = (
+            f"{MARK}UPDATE {self._t} SET {quote(FANOUT_COLUMN)} = %s{acked} WHERE `id` IN ({{ids}})"
+        )
 
-    def insert(
-        self, state_table: str, flt: Filter | None, ids: Sequence[Hashable], now_ns: int
+    def _select(self, filters: Sequence[Filter | None]) -> tuple[str, list[Any]]:
+        """The columns a state row needs, then one 0/1 column per filter."""
+        parts: list[str] = [self._columns]
+        params: list[Any] = []
+        for flt in filters:
+            if flt is not None:
+                frag, fparams = flt.where()
+                parts.append(f"({frag}) IS TRUE")
+                params.extend(fparams)
+        return ", ".join(parts), params
+
+    def pick(self, filters: Sequence[Filter | None], limit: int) -> tuple[str, list[Any]]:
+        """Rows no subscription has seen, a batch, locked (a row still being written by an
+        open transaction is skipped: it comes in a later batch once committed)."""
+        cols, params = self._select(filters)
+        sql = (
+            f"SELECT {cols} FROM {self._t} WHERE {quote(FANOUT_COLUMN)} IS NULL "
+            "ORDER BY `id` LIMIT %s FOR UPDATE SKIP LOCKED"
+        )
+        return sql, [*params, limit]
+
+    def retained(
+        self, flt: Filter | None, after: Hashable | None, limit: int
     ) -> tuple[str, list[Any]]:
-        """INSERT ... SELECT of the rows ``ids`` that match the filter into a state table."""
-        in_ids, id_params = in_list(ids)
-        params: list[Any] = [now_ns] if self._created_param else []
-        params.append(now_ns)
-        params.extend(id_params)
-        cond = f"`id` IN ({in_ids})"
+        """One batch (by id) of the retained rows a filter passes and the default group (if
+        the table has one) has not acked: what a subscription created from_start gets
+        besides the new ones (with an index on the filter's column, read through it)."""
+        cols, _ = self._select(())
+        sql = f"SELECT {cols} FROM {self._t} WHERE {quote(FANOUT_COLUMN)} IS NOT NULL"
+        if self.table.default_group:  # else the fan-out acked every row: all are retained
+            sql += " AND `time_acked` IS NULL"
+        params: list[Any] = []
         if flt is not None:
             frag, fparams = flt.where()
-            cond = f"{cond} AND {frag}"
+            sql += f" AND {frag}"
             params.extend(fparams)
+        if after is not None:
+            sql += " AND `id` > %s"
+            params.append(after)
+        return sql + " ORDER BY `id` LIMIT %s", [*params, limit]
+
+    @staticmethod
+    def insert(
+        state_table: str, rows: Sequence[Sequence[Any]], now_ns: int
+    ) -> tuple[str, list[Any]]:
+        """A multi-row INSERT of (id, priority, time_next, time_created) rows as the pick
+        read them into a state table (epoch 0; a row it has already is kept)."""
+        values: list[str] = []
+        params: list[Any] = []
+        for rid, priority, time_next, created in rows:
+            one = []
+            for v in (rid, priority, time_next, now_ns if created is None else created):
+                if v is None:
+                    one.append("NULL")
+                elif type(v) is int:  # digits and a sign only: written as they are
+                    one.append(str(v))
+                else:
+                    one.append("%s")
+                    params.append(v)
+            values.append(f"({one[0]}, {one[1]}, {one[2]}, 0, {one[3]})")
+        s = quote(state_table)
         sql = (
-            f"{MARK}INSERT INTO {quote(state_table)} "
-            "(`id`, `priority`, `time_next`, `epoch`, `time_created`) "
-            f"{self._select} WHERE {cond} "
-            f"ON DUPLICATE KEY UPDATE {quote(state_table)}.`id` = {quote(state_table)}.`id`"
+            f"{MARK}INSERT INTO {s} (`id`, `priority`, `time_next`, `epoch`, `time_created`) "
+            f"VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE {s}.`id` = {s}.`id`"
         )
         return sql, params
 
@@ -203,19 +249,6 @@ class FanoutStatements:
         in_ids, params = in_list(ids)
         extra = [now_ns] if self._acked_param else []
         return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
-
-    def retained(self, after: Hashable | None, limit: int) -> tuple[str, list[Any]]:
-        """One batch (by id) of retained rows not acked by the default group: what a
-        subscription created from_start gets besides the new ones."""
-        sql = (
-            f"SELECT `id` FROM {quote(self.table.name)} WHERE {quote(FANOUT_COLUMN)} IS NOT NULL "
-            "AND `time_acked` IS NULL"
-        )
-        params: list[Any] = []
-        if after is not None:
-            sql += " AND `id` > %s"
-            params.append(after)
-        return sql + " ORDER BY `id` LIMIT %s", [*params, limit]
 
 
 def lag_sql(state_table: str, cap: int) -> str:
@@ -284,7 +317,9 @@ class SubscriptionSQL:
             cur.execute(f"SELECT COUNT(*) FROM {REGISTRY} WHERE table_name = %s", [table.name])
             first = cur.fetchone()[0] == 0
             if first:  # what was there before is not for subscriptions: seen by none
-                while cur.execute(mark_all_seen(table.name), [now_ns, MARK_BATCH]) >= MARK_BATCH:
+                mark = mark_all_seen(table)
+                params = [now_ns] * (1 if table.default_group else 2) + [MARK_BATCH]
+                while cur.execute(mark, params) >= MARK_BATCH:
                     pass
             try:
                 cur.execute(state_table_ddl(sub.state_table, table.id_column))
@@ -306,14 +341,14 @@ class SubscriptionSQL:
             statements = FanoutStatements(table)
             total, after = 0, None
             while True:
-                sql, params = statements.retained(after, BACKFILL_BATCH)
+                sql, params = statements.retained(loaded.filter, after, BACKFILL_BATCH)
                 cur.execute(sql, params)
-                ids = [r[0] for r in cur.fetchall()]
-                if not ids:
+                rows = list(cur.fetchall())
+                if not rows:
                     return total
-                sql, params = statements.insert(sub.state_table, loaded.filter, ids, now_ns)
+                sql, params = statements.insert(sub.state_table, rows, now_ns)
                 total += max(0, cur.execute(sql, params))
-                after = ids[-1]
+                after = rows[-1][0]
 
     def alter_subscription(self: _Pools, sub: Subscription) -> None:
         with self._errors(), self._auto_cursor() as cur:
@@ -386,14 +421,22 @@ class SubscriptionSQL:
         handed over: load them first)."""
         statements = FanoutStatements(table)
         got: dict[str, int] = {}
+        names = sorted(loaded)
+        filters = [loaded[n].filter for n in names]
+        # the column of each filtered subscription's verdict in a picked row
+        verdict: dict[str, int] = {}
+        for n in names:
+            if loaded[n].filter is not None:
+                verdict[n] = 4 + len(verdict)
         # no table for _errors: a missing table here is a state table dropped meanwhile
         with self._errors(), self._tx_connection() as conn:
             with conn.cursor() as cur:
-                cur.execute(statements.pick, [limit])
-                ids = [r[0] for r in cur.fetchall()]
-                if not ids:
+                cur.execute(*statements.pick(filters, limit))
+                picked = list(cur.fetchall())
+                if not picked:
                     conn.rollback()
                     return {"": 0}, set()
+                ids = [r[0] for r in picked]
                 cur.execute(SELECT_TABLE, [table.name])
                 active = [
                     server_text(n)
@@ -405,8 +448,11 @@ class SubscriptionSQL:
                     conn.rollback()
                     return {"": 0}, unknown
                 for name in active:
-                    ls = loaded[name]
-                    sql, params = statements.insert(ls.sub.state_table, ls.filter, ids, now_ns)
+                    col = verdict.get(name)
+                    rows = [r[:4] for r in picked if col is None or r[col]]
+                    if not rows:
+                        continue
+                    sql, params = statements.insert(loaded[name].sub.state_table, rows, now_ns)
                     got[name] = max(0, cur.execute(sql, params))
                 sql, params = statements.mark_sql(ids, now_ns)
                 cur.execute(sql, params)

@@ -400,3 +400,12 @@ def test_a_subscriptions_settings_show_in_its_listing(served: Served):
     served.client.alter_subscription("orders", "s", max_lag=0, filter="")
     (info,) = served.client.list_subscriptions("orders")
     assert (info.max_lag, info.filter) == (None, "")
+
+
+def test_without_a_default_group_from_start_gets_every_retained_message(served: Served):
+    make_orders(served, vt_default_group="off", vt_purge_after=3600)
+    enqueue(served, range(1, 6))
+    served.client.create_subscription("orders", "first")  # the five are seen by none
+    assert served.sql("select count(*) from orders where time_acked is null")[0][0] == 0
+    n = served.client.create_subscription("orders", "replay", filter="amount > 2", from_start=True)
+    assert n == 3

@@ -146,26 +146,33 @@ def test_expiry_counts_from_the_last_subscriber_or_the_creation():
     assert Subscription("orders", "s").expired_at(10**20) is False
 
 
-def test_the_fanout_sql():
+def test_the_fanout_reads_each_row_once_with_each_filters_verdict():
     f = FanoutStatements(orders())
-    assert f.pick == (
-        "SELECT `id` FROM `orders` WHERE `time_fanout` IS NULL ORDER BY `id` LIMIT %s "
-        "FOR UPDATE SKIP LOCKED"
-    )
     ls = load_subscription(
         orders(), Subscription("orders", "eu", filter="region = 'eu'"), STATE_COLUMNS
     )
-    sql, params = f.insert("orders__eu", ls.filter, [3, 4], 7)
+    assert f.pick([None, ls.filter], 2000) == (
+        "SELECT `id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), `time_created`, "
+        "((`region` = %s)) IS TRUE FROM `orders` WHERE `time_fanout` IS NULL "
+        "ORDER BY `id` LIMIT %s FOR UPDATE SKIP LOCKED",
+        ["eu", 2000],
+    )
+    sql, params = f.insert("orders__eu", [(3, 0, None, None), ("x'y", 1, 5, 6)], 7)
     assert sql == (
         "/* msgtable */ INSERT INTO `orders__eu` (`id`, `priority`, `time_next`, `epoch`, "
-        "`time_created`) SELECT `id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), 0, "
-        "COALESCE(`time_created`, %s) FROM `orders` WHERE `id` IN (3,4) AND (`region` = %s) "
+        "`time_created`) VALUES (3, 0, NULL, 0, 7), (%s, 1, 5, 0, 6) "
         "ON DUPLICATE KEY UPDATE `orders__eu`.`id` = `orders__eu`.`id`"
     )
-    assert params == [7, "eu"]
+    assert params == ["x'y"]
     assert f.mark_sql([3, 4], 7) == (
         "/* msgtable */ UPDATE `orders` SET `time_fanout` = %s WHERE `id` IN (3,4)",
         [7],
+    )
+    assert f.retained(ls.filter, 9, 10) == (
+        "SELECT `id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), `time_created` FROM "
+        "`orders` WHERE `time_fanout` IS NOT NULL AND `time_acked` IS NULL AND (`region` = %s) "
+        "AND `id` > %s ORDER BY `id` LIMIT %s",
+        ["eu", 9, 10],
     )
 
 
@@ -183,7 +190,7 @@ def test_a_subscriptions_poll_joins_the_table_for_its_columns():
     s = TableStatements(cfg)
     assert s.poll == (
         "SELECT s.`priority`, s.`time_next`, s.`epoch`, m.`id`, m.`amount` FROM `orders__s` s "
-        "JOIN `orders` m ON m.`id` = s.`id` WHERE s.`time_acked` IS NULL AND "
+        "FORCE INDEX (`poller_idx`) JOIN `orders` m ON m.`id` = s.`id` WHERE s.`time_acked` IS NULL AND "
         "(s.`time_next` IS NULL OR s.`time_next` <= %s) "
         "ORDER BY s.`priority`, s.`time_next`, s.`id` LIMIT %s"
     )

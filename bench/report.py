@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.database import PAYLOAD
+from bench.fanout import FILTER, GROUPS, FanoutResult
 from bench.latency import LatencyResult, OnTimeResult
 from bench.measure import Throughput
 from bench.memory import MemoryResult
@@ -32,6 +33,9 @@ LABELS = {
     "release": f"release each batch (delay 0), {RELEASE_ROUNDS} rounds",
     "dead_letter": "reject each batch to vt_dead_letter",
     "dead_letter_expired": "release once, die of vt_max_attempts=1",
+    "fanout_base": "one table, no subscription (the baseline)",
+    "fanout_group": f"one of {GROUPS} subscriptions of one table",
+    "fanout_filter": f"subscription, filter {FILTER} (1 %)",
 }
 
 
@@ -83,6 +87,7 @@ class Report:
     spark: SparkResult | None = None
     spark_missing: str = ""
     settlement: SettleResult | None = None
+    fanout: FanoutResult | None = None
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -198,6 +203,25 @@ class Report:
                 at_most=True,
             ),
             Target(
+                "fanout_ratio",
+                f"each of {GROUPS} subscriptions (slowest) / no subscription",
+                self.fanout.fanout_ratio if self.fanout else None,
+                0.5,
+            ),
+            Target(
+                "filter_ratio",
+                "1 % filter: matches msgs/s / no subscription",
+                self.fanout.filter_ratio if self.fanout else None,
+                0.5,
+            ),
+            Target(
+                "filter_rows_read_per_msg",
+                "1 % filter: rows read per delivered message",
+                self.fanout.rows_read_per_msg if self.fanout else None,
+                2,
+                at_most=True,
+            ),
+            Target(
                 "bytes_per_cached_msg",
                 "server memory per cached message above idle",
                 per_msg,
@@ -287,6 +311,8 @@ class Report:
             )
         if self.settlement:
             out.extend(self._settlement_text(self.settlement))
+        if self.fanout:
+            out.extend(self._fanout_text(self.fanout))
         if self.backlog:
             out.extend(self._backlog_text(self.backlog))
         if self.spark:
@@ -375,6 +401,40 @@ class Report:
             )
         return out
 
+    def _fanout_text(self, f: FanoutResult) -> list[str]:
+        out = [
+            "",
+            "subscriptions through msgtable serve (go -> the group's last ack answered)",
+            f"{'':<42}{'batch':>6}{'clients':>8}{'messages':>10}{'seconds':>9}{'msgs/s':>9}",
+        ]
+        runs = [r for r in (f.baseline, *f.groups, f.filtered) if r is not None]
+        for r in runs:
+            out.append(
+                f"{LABELS.get(r.kind, r.kind):<42}{r.batch_size:>6}{r.clients:>8}"
+                f"{r.messages:>10,}{r.seconds:>9.2f}{r.msgs_s:>9,.0f}"
+            )
+        fo = f.as_dict()
+        if f.slowest:
+            out.append(
+                f"  fan-out: backlog committed at go (COMMIT {f.commit_s * 1000:.0f} ms), handed "
+                f"to the {GROUPS} subscriptions by the server's fan-out; all drained in "
+                f"{f.drain_all_s:.2f} s; slowest {f.slowest.msgs_s:,.0f} msgs/s; "
+                f"{fo['fanout_rows_read_per_msg']} rows read a delivery (baseline "
+                f"{fo['baseline_rows_read_per_msg']})"
+            )
+        if f.filtered:
+            out.append(
+                f"  filter: from_start hand-over of {f.filter_rows:,} rows in {f.handover_s:.2f} s"
+                f" read {f.handover_rows_read:,} rows; the drain read {f.drain_rows_read:,} "
+                f"({_num(f.rows_read_per_msg, '.2f')} a message); idle "
+                f"{f.idle_rows_read_s:,.0f} rows/s; counter {f.counter}"
+            )
+        for r in runs:
+            out.append(f"  {r.kind}: {r.note}")
+            if r.cpu_s:
+                out.append(f"    {r.cpu_note()}")
+        return out
+
     def _backlog_text(self, b: BacklogResult) -> list[str]:
         each = ", ".join(f"{r:,.0f}" for r in b.small)
         each_large = ", ".join(f"{r:,.0f}" for r in b.large)
@@ -404,7 +464,7 @@ class Report:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
         head_raw, head_mt = self.find("raw", b, k), self.find("msgtable", b, k)
         low_raw, low_mt = self.find("raw", lo, k), self.find("msgtable", lo, k)
-        st = self.settlement
+        st, fo = self.settlement, self.fanout
         doc: dict[str, Any] = {
             "raw_msgs_s": rnd(head_raw.msgs_s if head_raw else None, 0),
             "msgtable_msgs_s": rnd(head_mt.msgs_s if head_mt else None, 0),
@@ -440,6 +500,12 @@ class Report:
             "renew_1000_ms": rnd(st.renew.p50_ms if st and st.renew else None, 2),
             "renew_1000_p99_ms": rnd(st.renew.p99_ms if st and st.renew else None, 2),
             "settlement": st.as_dict() if st else None,
+            "fanout_groups": GROUPS if fo else None,
+            "fanout_ratio": rnd(fo.fanout_ratio if fo else None, 3),
+            "filter_ratio": rnd(fo.filter_ratio if fo else None, 3),
+            "filter_rows_read_per_msg": rnd(fo.rows_read_per_msg if fo else None, 2),
+            "filter_handover_rows_read": fo.handover_rows_read if fo else None,
+            "fanout": fo.as_dict() if fo else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

@@ -2,8 +2,9 @@
 
 Quick mode (``make bench``, under a minute on a 2-core machine with the database on it):
 raw-SQL limit and msgtable at batch 100 and batch 10 with 4 subscribers, kombu's SQLAlchemy
-transport as the peer, latency at 1,000 msg/s, memory with 10 full caches, and settlement
-(release, dead letters and renew through the server: bench.settle). Full mode
+transport as the peer, latency at 1,000 msg/s, memory with 10 full caches, settlement
+(release, dead letters and renew through the server: bench.settle) and subscriptions (a table
+fanned out to 4 of them, and a 1 % filter, against a table without: bench.fanout). Full mode
 (``make bench-full``, minutes) runs batch sizes 10 / 100 / 500 with 1 / 4 / 16 subscribers,
 a 10k vs 1M backlog, a 1M-row purge during delivery, EXPLAIN of the poll at 1M and messages
 dying of vt_max_attempts (expiry).
@@ -14,8 +15,10 @@ a throwaway local mariadbd/mysqld, as for the tests. Each benchmark gets a datab
 last line, one JSON document (``raw_msgs_s``, ``msgtable_msgs_s``, ``ratio_vs_raw``,
 ``peer_msgs_s``, ``ratio_vs_peer``, ``batch_size``, ``subscribers``, ``latency_p50_ms``,
 ``latency_p99_ms``, ``rss_mb``, ``release_msgs_s``, ``dead_letter_msgs_s``,
-``renew_1000_ms`` and more). Targets not met do not fail the run; lost or
-duplicated messages, a dead server or a stuck run do (exit status 1).
+``renew_1000_ms``, ``fanout_groups``, ``fanout_ratio``, ``filter_ratio``,
+``filter_rows_read_per_msg``, ``filter_handover_rows_read`` and more). Targets not met do
+not fail the run; lost or duplicated messages, a dead server or a stuck run do (exit
+status 1).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import engine, latency, memory, peer, raw, scale, settle, spark
+from bench import engine, fanout, latency, memory, peer, raw, scale, settle, spark
 from bench.database import Database, database_server, scratch_database
 from bench.errors import BenchError
 from bench.processes import ServerProcess
@@ -46,6 +49,7 @@ SECTIONS = (
     "peer",
     "memory",
     "settlement",
+    "fanout",
     "expiry",
     "backlog",
     "purge",
@@ -57,6 +61,17 @@ FULL_ONLY = {
     "purge",
     "spark",
 }  # quick mode runs them only when --only names them
+# the sections run on the main msgtable server (run_engine)
+ENGINE_SECTIONS = {
+    "msgtable",
+    "latency",
+    "ontime",
+    "settlement",
+    "fanout",
+    "expiry",
+    "backlog",
+    "purge",
+}
 
 
 @dataclass(frozen=True)
@@ -145,7 +160,7 @@ def run(args: argparse.Namespace) -> Report:
             binlog=not args.no_binlog,
         )
         with scratch_database(db.handle, "bench_raw") as raw_dsn:
-            if only & {"msgtable", "latency", "ontime", "settlement", "expiry", "backlog", "purge"}:
+            if only & ENGINE_SECTIONS:
                 run_engine(args, p, db, only, report, raw_dsn if "raw" in only else None)
             elif "raw" in only:
                 for b, k in p.grid:
@@ -246,6 +261,8 @@ def run_engine(
         k, b = args.subscribers, args.batch_size
         if only & {"settlement", "expiry"}:
             report.settlement = run_settlement(args, p, db, server, dsn, only)
+        if "fanout" in only:
+            report.fanout = run_fanout(args, p, db, server, dsn)
         if "backlog" in only:
             report.backlog = scale.backlog(
                 server, dsn, b, k, args.poller_interval, postpone_after_s=postpone
@@ -290,6 +307,34 @@ def run_settlement(
             server, dsn, sizes["expire"], b, k, interval, postpone_after_s=postpone, db_pid=pid
         )
         progress(f"dead letters (vt_max_attempts=1): {out.expired.msgs_s:,.0f} msgs/s")
+    return out
+
+
+def run_fanout(
+    args: argparse.Namespace, p: Plan, db: Database, server: ServerProcess, dsn: str
+) -> fanout.FanoutResult:
+    """Subscriptions on the main server (bench.fanout): a baseline drain, the fan-out to 4
+    subscriptions and a 1 % filter, each at batch 100 with 2 subscribers a group."""
+    out = fanout.run(
+        server,
+        dsn,
+        p.mode,
+        args.poller_interval,
+        postpone_after_s=args.postpone_after,
+        db_pid=db.pid,
+    )
+    base, slowest, f = out.baseline, out.slowest, out.filtered
+    if base and slowest and f:
+        progress(
+            f"fan-out: baseline {base.msgs_s:,.0f} msgs/s; {fanout.GROUPS} subscriptions, "
+            f"slowest {slowest.msgs_s:,.0f} msgs/s ({out.fanout_ratio:.2f}), all drained in "
+            f"{out.drain_all_s:.2f} s"
+        )
+        progress(
+            f"filter: {f.msgs_s:,.0f} msgs/s ({out.filter_ratio:.2f}), "
+            f"{out.rows_read_per_msg:.1f} rows read a message; from_start hand-over "
+            f"{out.handover_s:.2f} s, {out.handover_rows_read:,} rows read"
+        )
     return out
 
 

@@ -1,0 +1,522 @@
+"""Subscriptions (msgtable.subscriptions) end to end through ``msgtable serve``: one table
+fanned out to GROUPS subscriptions, and a subscription with a filter, each against a table
+without subscriptions drained the same way on the same server in the same run (the ``fanout``
+section of ``python -m bench.run``).
+
+Every group (the default group of the baseline, or one subscription) is served by SUBSCRIBERS
+subscriber processes at vt_batch_size BATCH, acking each batch with ``ack_async`` as
+bench.engine's subscribers do; a group's clock runs from go to the ack answer that completes
+its count. Each group must receive every one of its messages exactly once and ack it, and its
+table (the state table of a subscription) must end with those rows acked, each sent once.
+
+Baseline: a table without subscriptions holds SIZES["rows"] due rows, committed before the
+clock; at go its subscribers subscribe and drain it.
+
+Fan-out: the same table with ``vt_default_group=off`` and GROUPS subscriptions, created before
+the backlog is enqueued (no from_start), so the server's fan-out loop (msgtable.fanout) hands
+every row to all of them. The backlog is inserted in one transaction, still open while the
+subscribers subscribe, and committed at go: the hand-over happens inside the measured
+interval, after the COMMIT (``commit_s``, in the interval too). Each subscription's rate is
+its rows over go -> its last ack's answer; ``fanout_ratio`` is the slowest one's over the
+baseline's, ``drain_all_s`` the time until all of them were drained.
+
+Filter: a table of SIZES["filter"] rows with an indexed ``region`` column, one row in
+FILTER_EVERY ``'eu'``; once they are committed, one subscription with FILTER is created
+``from_start`` (CreateSubscription hands it the retained rows that match: ``handover_s``, and
+the rows that read, ``handover_rows_read``, counted on their own). Then at go its subscribers
+subscribe and drain the matches: ``filter_ratio`` is that rate over the baseline's,
+``rows_read_per_msg`` the rows the database read during the drain over the messages
+delivered.
+
+Rows read come from SHOW GLOBAL STATUS: ``Innodb_rows_read`` where the server has it (MySQL),
+else ``Rows_read`` (MariaDB 10.6+ dropped the InnoDB one; Rows_read counts the rows the SQL
+layer read from any engine, temporary tables excepted). Either counter is server-wide, so
+nothing else may use the database server meanwhile: the bench runs one section at a time,
+and the msgtable server's own background work (discovery, the lease) is measured while idle
+(``idle_rows_read_s``). The subscribers' set-up (their first ListTables) is before go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.database import PAYLOAD, check_lifecycle, connect, create_table, execute, message_comment
+from bench.errors import BenchError
+from bench.measure import Throughput, cpu_meter, run_timeout_s
+from bench.processes import CTX, Flag, ServerProcess, Workers, report
+
+CLIENT_TIMEOUT_S = 30.0
+HANDOVER_TIMEOUT_S = 600.0  # CreateSubscription from_start of the full mode's 1M rows
+LEAVE_POLL_S = 0.01  # how often an idle subscriber checks whether its group is done
+GROUPS = 4  # subscriptions of the fan-out table
+SUBSCRIBERS = 2  # subscriber processes per group (and of the baseline, and of the filter)
+BATCH = 100  # vt_batch_size of every table here
+FILTER = "region = 'eu'"
+FILTER_EVERY = 100  # one row in this many matches FILTER (1 %)
+SIZES = {  # rows of the baseline and fan-out tables; rows of the filter table
+    "quick": {"rows": 20_000, "filter": 100_000},
+    "full": {"rows": 50_000, "filter": 1_000_000},
+}
+INSERT_CHUNK_ROWS = 100_000
+IDLE_SAMPLE_S = 0.5  # how long the idle rows read are counted before the filtered drain
+REGION_COLUMNS = "region varchar(8) not null default 'us'"
+# Rows read, server-wide: InnoDB's counter (MySQL; MariaDB 10.6+ no longer has it), else
+# MariaDB's Rows_read (rows the SQL layer read from any engine, temporary tables excepted:
+# all InnoDB here, the message and state tables and the subscriptions' definitions).
+COUNTERS = ("Innodb_rows_read", "Rows_read")
+
+
+@dataclass
+class FanoutResult:
+    """The section's figures; a run left out (None) was not measured."""
+
+    baseline: Throughput | None = None
+    groups: list[Throughput] = field(default_factory=list)  # one per subscription
+    drain_all_s: float = 0.0  # go -> the last group drained
+    commit_s: float = 0.0  # the COMMIT of the fan-out backlog (inside the interval)
+    filtered: Throughput | None = None
+    filter_rows: int = 0  # rows of the filter table
+    handover_s: float = 0.0  # CreateSubscription from_start, answered
+    handover_rows_read: int = 0  # rows read while it ran
+    drain_rows_read: int = 0  # rows read during the filtered drain
+    baseline_rows_read: int = 0  # rows read during the baseline's drain
+    fanout_rows_read: int = 0  # rows read during the fan-out run (hand-over and deliveries)
+    idle_rows_read_s: float = 0.0  # rows read a second with nothing running
+    counter: str = ""  # the status counter of the rows read (COUNTERS)
+
+    @property
+    def slowest(self) -> Throughput | None:
+        return min(self.groups, key=lambda g: g.msgs_s) if self.groups else None
+
+    @property
+    def fanout_ratio(self) -> float | None:
+        slowest = self.slowest
+        return slowest.msgs_s / self.baseline.msgs_s if slowest and self.baseline else None
+
+    @property
+    def filter_ratio(self) -> float | None:
+        f = self.filtered
+        return f.msgs_s / self.baseline.msgs_s if f and self.baseline else None
+
+    @property
+    def rows_read_per_msg(self) -> float | None:
+        """Of the filtered drain: rows read over the messages delivered."""
+        f = self.filtered
+        return self.drain_rows_read / f.messages if f and f.messages else None
+
+    def as_dict(self) -> dict[str, Any]:
+        b, slowest = self.baseline, self.slowest
+        delivered = sum(g.messages for g in self.groups)
+        return {
+            "baseline": b.as_dict() if b else None,
+            "groups": [g.as_dict() for g in self.groups],
+            "slowest_msgs_s": round(slowest.msgs_s) if slowest else None,
+            "drain_all_s": round(self.drain_all_s, 3),
+            "commit_s": round(self.commit_s, 3),
+            "filtered": self.filtered.as_dict() if self.filtered else None,
+            "filter_rows": self.filter_rows,
+            "filter": FILTER,
+            "handover_s": round(self.handover_s, 3),
+            "handover_rows_read": self.handover_rows_read,
+            "drain_rows_read": self.drain_rows_read,
+            "baseline_rows_read_per_msg": (
+                round(self.baseline_rows_read / b.messages, 2) if b and b.messages else None
+            ),
+            "fanout_rows_read_per_msg": (
+                round(self.fanout_rows_read / delivered, 2) if delivered else None
+            ),
+            "idle_rows_read_s": round(self.idle_rows_read_s, 1),
+            "rows_read_counter": self.counter,
+        }
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Where the section runs: the main msgtable server, its database and the run's table
+    settings; ``monitor`` a connection of the bench's own for the status counters."""
+
+    server: ServerProcess
+    dsn: str
+    poller_interval_s: float
+    postpone_after_s: float | None
+    db_pid: int | None
+    monitor: Any
+
+    def comment(self, extra: str = "") -> str:
+        return (
+            message_comment(BATCH, self.poller_interval_s, postpone_after_s=self.postpone_after_s)
+            + extra
+        )
+
+    def rows_read(self) -> int:
+        return rows_read(self.monitor)
+
+
+# -- subscribers ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupSpec:
+    address: str
+    table: str
+    subscription: str  # "": the table's default group
+    target: int  # the group is done once its subscribers received this many together
+    subscribe_after_go: bool  # True: subscribe at go (the rows are there already)
+
+
+@dataclass
+class Shared:
+    """Cross-process state of one group's subscribers."""
+
+    counter: Any  # messages received by the group's subscribers together
+    done: Flag  # set once the group's target is reached: its subscribers leave
+
+    @classmethod
+    def new(cls) -> Shared:
+        return cls(CTX.Value("q", 0), Flag())
+
+
+def subscriber_worker(
+    spec: GroupSpec, shared: Shared, name: str, ready: Any, go: Any, results: Any
+) -> None:
+    """Receive batches of one group and ack each (ack_async) until the group has them all."""
+
+    def work() -> dict[str, Any]:
+        from msgtable.client import Client
+
+        ids = array("q")
+        batches = 0
+        with Client(spec.address, timeout_s=CLIENT_TIMEOUT_S) as client:
+            client.list_tables()  # connected before the clock starts
+            if spec.subscribe_after_go:
+                ready.put(name)
+                go.wait()
+                sub = client.subscribe(spec.table, subscription=spec.subscription)
+            else:
+                sub = client.subscribe(spec.table, subscription=spec.subscription)
+                ready.put(name)
+                go.wait()
+            with sub:
+
+                def leave() -> None:
+                    shared.done.wait(LEAVE_POLL_S)
+                    sub.close()
+
+                threading.Thread(target=leave, daemon=True).start()
+                answered = [0.0]  # when the last ack call returned (set on the ack thread)
+
+                def note_answer(_: object) -> None:
+                    answered[0] = time.monotonic()
+
+                for batch in sub.batches():
+                    sub.ack_async(batch).add_done_callback(note_answer)
+                    ids.extend(int(m.id) for m in batch)  # type: ignore[call-overload]
+                    batches += 1
+                    with shared.counter.get_lock():
+                        shared.counter.value += len(batch)
+                        reached = shared.counter.value >= spec.target
+                    if reached:
+                        shared.done.set()
+                        break
+                sub.flush_acks(CLIENT_TIMEOUT_S)  # every ack answered: the clock stops here
+                acked, ack_calls = sub.acked, sub.ack_calls
+                if not shared.done.is_set():
+                    group = spec.subscription or "the default group"
+                    raise BenchError(
+                        f"the server ended the stream of {spec.table} ({group}) after "
+                        f"{len(ids)} messages here, {shared.counter.value} of {spec.target} "
+                        "in the group"
+                    )
+        return {
+            "ids": ids.tobytes(),
+            "acked": acked,
+            "batches": batches,
+            "ack_calls": ack_calls,
+            "last": answered[0],
+        }
+
+    report(name, results, work)
+
+
+@dataclass
+class Drained:
+    """One group's part of a drain."""
+
+    ids: array[int]
+    acked: int
+    batches: int
+    ack_calls: int
+    seconds: float  # go -> its last ack's answer
+    cpu_s: float  # its subscribers' CPU seconds
+
+
+def _drain(
+    setup: Setup, groups: dict[str, GroupSpec], at_go: Callable[[], None] | None = None
+) -> tuple[dict[str, Drained], dict[str, float], int]:
+    """SUBSCRIBERS processes for each group until every group has its target; ``at_go`` (if
+    given) runs right after go (the fan-out's COMMIT). Returns each group's part, the CPU
+    seconds of the database and the server over the whole drain, and the rows the database
+    read from go to the last answer. The workers' set-up (their first ListTables reads rows
+    of every table: counts of dead messages, of each subscription's lag) is before go."""
+    server, db_pid = setup.server, setup.db_pid
+    shared = {g: Shared.new() for g in groups}
+    with Workers() as workers:
+        for g, spec in groups.items():
+            for k in range(SUBSCRIBERS):
+                workers.start(f"{g}.sub{k}", subscriber_worker, spec, shared[g])
+        workers.wait_ready()
+        with cpu_meter(database=db_pid, server=server.pid) as cpu:
+            read_before = setup.rows_read()
+            start = time.monotonic()
+            workers.go.set()
+            if at_go is not None:
+                at_go()
+            try:
+                results = workers.collect(run_timeout_s(sum(s.target for s in groups.values())))
+            except BenchError as exc:
+                server.check_alive()
+                got = ", ".join(f"{g} {shared[g].counter.value}" for g in groups)
+                raise BenchError(f"{exc}\nreceived by group: {got}") from None
+            read = setup.rows_read() - read_before
+    if not db_pid:
+        del cpu["database"]
+    out: dict[str, Drained] = {}
+    for g in groups:
+        mine = [r for name, r in results.items() if name.rpartition(".")[0] == g]
+        ids = array("q")
+        for r in mine:
+            ids.frombytes(r["ids"])
+        out[g] = Drained(
+            ids,
+            sum(r["acked"] for r in mine),
+            sum(r["batches"] for r in mine),
+            sum(r["ack_calls"] for r in mine),
+            max(r["last"] for r in mine) - start,
+            sum(r["cpu_s"] for r in mine),
+        )
+    return out, cpu, read
+
+
+def _check(what: str, d: Drained, expected: set[int]) -> None:
+    """Every expected id received exactly once by the group, and every one acked."""
+    distinct = set(d.ids)
+    if len(distinct) != len(d.ids):
+        raise BenchError(f"{what}: {len(d.ids) - len(distinct)} messages received more than once")
+    if d.acked != len(d.ids):
+        raise BenchError(f"{what}: {len(d.ids)} messages received but {d.acked} acked")
+    if distinct != expected:
+        raise BenchError(
+            f"{what}: {len(expected - distinct)} of {len(expected)} messages never arrived, "
+            f"{len(distinct - expected)} arrived that should not have"
+        )
+
+
+def _throughput(kind: str, d: Drained, cpu: dict[str, float], note: str) -> Throughput:
+    return Throughput(
+        kind,
+        BATCH,
+        SUBSCRIBERS,
+        len(d.ids),
+        d.seconds,
+        note=f"{note}; {len(d.ids) / max(d.batches, 1):.1f} messages a batch, "
+        f"{d.batches / max(d.ack_calls, 1):.1f} batches a MessageAck",
+        cpu_s={**cpu, "subscribers": d.cpu_s},
+    )
+
+
+# -- the database ----------------------------------------------------------------------------
+def rows_read(cur: Any) -> int:
+    """Rows read by the database server since it started (server-wide; see COUNTERS)."""
+    cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN (%s, %s)", COUNTERS)
+    got = {name: int(value) for name, value in cur.fetchall()}
+    for name in COUNTERS:
+        if name in got:
+            return got[name]
+    raise BenchError(f"the database server has none of the status counters {COUNTERS}")
+
+
+def rows_read_counter(cur: Any) -> str:
+    """Which of COUNTERS the database server has (the first)."""
+    cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN (%s, %s)", COUNTERS)
+    have = {name for name, _ in cur.fetchall()}
+    return next((n for n in COUNTERS if n in have), "")
+
+
+def insert_rows(cur: Any, table: str, count: int, region: bool = False) -> None:
+    """``count`` due rows (ids 0 .. count - 1) through ``cur``, as bench.database.bulk_insert
+    does; with ``region``, the rows whose id is a multiple of FILTER_EVERY are 'eu'. Commits
+    nothing: the caller decides (autocommit, or one transaction)."""
+    digits = f"bench_digits_{os.getpid()}"
+    cur.execute(f"create temporary table if not exists {digits}(d int primary key)")
+    cur.execute(f"delete from {digits}")
+    cur.execute(f"insert into {digits} values " + ",".join(f"({d})" for d in range(10)))
+    n_expr = "a.d + 10*b.d + 100*c.d + 1000*d.d + 10000*e.d"
+    source = f"select {n_expr} as n from {digits} a, {digits} b, {digits} c, {digits} d, {digits} e"
+    columns, extra = "", ""
+    if region:
+        columns, extra = ", region", f", if(mod(%s + s.n, {FILTER_EVERY}) = 0, 'eu', 'us')"
+    for lo in range(0, count, INSERT_CHUNK_ROWS):
+        rows = min(INSERT_CHUNK_ROWS, count - lo)
+        params: list[Any] = [lo, PAYLOAD] + ([lo] if region else []) + [rows]
+        cur.execute(
+            f"insert into {table}(id, priority, time_next, epoch, message{columns}) "
+            f"select %s + s.n, 0, 0, 0, %s{extra} from ({source}) s where s.n < %s",
+            params,
+        )
+
+
+@contextlib.contextmanager
+def _table(setup: Setup, table: str, comment: str, columns: str = "") -> Iterator[None]:
+    """A message table (bench.database.create_table; ``columns`` added), dropped afterwards
+    with its subscriptions (DropSubscription: definition and state table)."""
+    from msgtable.client import Client
+
+    create_table(setup.dsn, table, comment)
+    if columns:
+        execute(setup.dsn, f"alter table {table} {columns}")
+    try:
+        yield
+    finally:
+        with Client(setup.server.address, timeout_s=CLIENT_TIMEOUT_S) as client:
+            for sub in client.list_subscriptions(table):
+                client.drop_subscription(table, sub.subscription)
+        execute(setup.dsn, f"drop table if exists {table}")
+
+
+# -- the runs ------------------------------------------------------------------------------------
+def baseline(setup: Setup, rows: int, result: FanoutResult) -> None:
+    """The default group of a table without subscriptions drains ``rows`` committed rows."""
+    table = "fan_base"
+    with _table(setup, table, setup.comment()):
+        with contextlib.closing(connect(setup.dsn)) as conn, conn.cursor() as cur:
+            insert_rows(cur, table, rows)
+        spec = GroupSpec(setup.server.address, table, "", rows, subscribe_after_go=True)
+        drained, cpu, read = _drain(setup, {"base": spec})
+        d = drained["base"]
+        _check("baseline", d, set(range(rows)))
+        check_lifecycle(setup.dsn, table, rows)
+    result.baseline_rows_read = read
+    result.baseline = _throughput(
+        "fanout_base",
+        d,
+        cpu,
+        f"{rows:,} due rows drained by the default group, no subscription; "
+        f"{read / rows:.2f} rows read a message",
+    )
+
+
+def fanout(setup: Setup, rows: int, result: FanoutResult) -> None:
+    """GROUPS subscriptions of one table handed ``rows`` rows by the server's fan-out, the
+    backlog committed at go."""
+    from msgtable.client import Client
+
+    table = "fan_out"
+    names = [f"g{i}" for i in range(GROUPS)]
+    with _table(setup, table, setup.comment(",vt_default_group=off")):
+        with Client(setup.server.address, timeout_s=CLIENT_TIMEOUT_S) as client:
+            for name in names:
+                client.create_subscription(table, name)
+        with contextlib.closing(connect(setup.dsn)) as conn:
+            with conn.cursor() as cur:
+                cur.execute("begin")
+                insert_rows(cur, table, rows)  # not committed: nobody sees them before go
+
+            def commit() -> None:
+                began = time.monotonic()
+                conn.commit()
+                result.commit_s = time.monotonic() - began
+
+            groups = {
+                n: GroupSpec(setup.server.address, table, n, rows, subscribe_after_go=False)
+                for n in names
+            }
+            drained, cpu, result.fanout_rows_read = _drain(setup, groups, at_go=commit)
+        unseen = execute(setup.dsn, f"select count(*) from {table} where time_fanout is null")
+        if int(unseen[0][0]):
+            raise BenchError(f"{unseen[0][0]} rows of {table} were never handed over")
+        share = {k: v / GROUPS for k, v in cpu.items()}  # the database's and server's CPU
+        for n in names:
+            d = drained[n]
+            _check(f"subscription {n}", d, set(range(rows)))
+            check_lifecycle(setup.dsn, f"{table}__{n}", rows)  # its state table
+            result.groups.append(
+                _throughput(
+                    "fanout_group",
+                    d,
+                    share,
+                    f"subscription {n}: {rows:,} rows handed over by the fan-out after go; "
+                    f"database and server CPU: 1/{GROUPS} of the run's",
+                )
+            )
+    result.drain_all_s = max(d.seconds for d in drained.values())
+
+
+def filtered(setup: Setup, rows: int, result: FanoutResult) -> None:
+    """A from_start subscription with FILTER on a table of ``rows`` rows (see the module
+    docstring)."""
+    from msgtable.client import Client
+
+    table = "fan_filter"
+    columns = (
+        f"add column ({REGION_COLUMNS}, time_fanout bigint null), "
+        "add index region_idx(region), add index fanout_idx(time_fanout)"
+    )
+    expected = set(range(0, rows, FILTER_EVERY))
+    with _table(setup, table, setup.comment(",vt_default_group=off"), columns):
+        with contextlib.closing(connect(setup.dsn)) as conn, conn.cursor() as cur:
+            insert_rows(cur, table, rows, region=True)
+            cur.execute(f"analyze table {table}")
+            cur.fetchall()
+        with Client(setup.server.address, timeout_s=HANDOVER_TIMEOUT_S) as client:
+            before = setup.rows_read()
+            began = time.monotonic()
+            got = client.create_subscription(table, "eu", filter=FILTER, from_start=True)
+            result.handover_s = time.monotonic() - began
+            result.handover_rows_read = setup.rows_read() - before
+        if got != len(expected):
+            raise BenchError(
+                f"the from_start subscription got {got:,} rows, {len(expected):,} match"
+            )
+        idle = setup.rows_read()
+        time.sleep(IDLE_SAMPLE_S)
+        result.idle_rows_read_s = (setup.rows_read() - idle) / IDLE_SAMPLE_S
+        spec = GroupSpec(setup.server.address, table, "eu", len(expected), subscribe_after_go=True)
+        drained, cpu, result.drain_rows_read = _drain(setup, {"eu": spec})
+        d = drained["eu"]
+        _check("the filtered subscription", d, expected)
+        check_lifecycle(setup.dsn, f"{table}__eu", len(expected))  # its state table
+    result.filter_rows = rows
+    result.filtered = _throughput(
+        "fanout_filter",
+        d,
+        cpu,
+        f"{len(expected):,} of {rows:,} rows match {FILTER} (indexed), handed over from_start "
+        f"in {result.handover_s:.2f} s reading {result.handover_rows_read:,} rows; the drain "
+        f"read {result.drain_rows_read:,} rows",
+    )
+
+
+def run(
+    server: ServerProcess,
+    dsn: str,
+    mode: str,
+    poller_interval_s: float,
+    *,
+    postpone_after_s: float | None,
+    db_pid: int | None = None,
+) -> FanoutResult:
+    """The baseline, the fan-out and the filter runs, one after the other, on ``server``."""
+    sizes = SIZES[mode]
+    result = FanoutResult()
+    with contextlib.closing(connect(dsn)) as monitor, monitor.cursor() as cur:
+        setup = Setup(server, dsn, poller_interval_s, postpone_after_s, db_pid, cur)
+        result.counter = rows_read_counter(cur)
+        baseline(setup, sizes["rows"], result)
+        fanout(setup, sizes["rows"], result)
+        filtered(setup, sizes["filter"], result)
+    return result

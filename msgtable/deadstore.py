@@ -5,7 +5,8 @@ is in msgtable.store.
 
 A move is one transaction: a locking read picks the rows (still unacked and alive, and for a
 death by vt_max_attempts still at the epoch read and due), an INSERT ... SELECT copies exactly
-those, a DELETE removes exactly those, then the commit; a crash before the commit leaves all of
+those, a DELETE removes exactly those (on a table with subscriptions an UPDATE settles them
+for the default group instead: the subscriptions still hold them), then the commit; a crash before the commit leaves all of
 them where they were. The INSERTs carry no statement mark, so the binlog follower of every
 server sees them as new rows of their table (it polls that table at once).
 """
@@ -118,7 +119,14 @@ class DeadStatements:
                 f"INSERT INTO {d} ({', '.join(into)}) SELECT {', '.join(values)} FROM {t} "
                 f"WHERE {rid} IN ({{ids}}) ON DUPLICATE KEY UPDATE {update}"
             )
-            self.remove = f"{MARK}DELETE FROM {t} WHERE {rid} IN ({{ids}})"
+            # With subscriptions the row is theirs too (msgtable.subscriptions): it stays,
+            # settled for the default group, until each of them settled it (then the purge
+            # takes it); a row not handed to them yet still will be.
+            self.remove = (
+                f"{MARK}UPDATE {t} SET {acked} = %s, {raw_next} = NULL WHERE {rid} IN ({{ids}})"
+                if cfg.fanout
+                else f"{MARK}DELETE FROM {t} WHERE {rid} IN ({{ids}})"
+            )
             where_dead = f"{acked} IS NULL"
             time_dead, attempts = _q(TIME_DEAD_COLUMN), _q(ATTEMPTS_COLUMN)
             error = _q(LAST_ERROR_COLUMN)
@@ -168,7 +176,8 @@ class DeadStatements:
         params = [now_ns, *first_params, reason, default]
         params += _fresh_params(self.dead, now_ns)
         cur.execute(self.copy.format(ids=in_ids, first=first_sql), [*params, *id_params])
-        cur.execute(self.remove.format(ids=in_ids), id_params)
+        settled = [now_ns] if self.cfg.fanout else []
+        cur.execute(self.remove.format(ids=in_ids), [*settled, *id_params])
         return picked
 
     def list(self, cur: Any, after: Hashable | None, limit: int) -> list[DeadLetter]:

@@ -409,3 +409,33 @@ def test_without_a_default_group_from_start_gets_every_retained_message(served: 
     assert served.sql("select count(*) from orders where time_acked is null")[0][0] == 0
     n = served.client.create_subscription("orders", "replay", filter="amount > 2", from_start=True)
     assert n == 3
+
+
+def test_a_message_the_default_group_moves_to_its_dead_letters_stays_for_the_subscriptions(
+    served: Served,
+):
+    served.create_table(
+        "orders_dead",
+        f"{ORDER_COLUMNS}, time_dead bigint, attempts bigint, last_error varchar(1000)",
+    )
+    make_orders(served, vt_dead_letter="orders_dead", vt_purge_after=0)
+    served.client.create_subscription("orders", "books")
+    enqueue(served, [1, 2])
+    default = Collector(served.client, "orders")
+    try:
+        default.take(2)
+        # before the fan-out handed it over or after: either way the subscription gets it
+        assert served.client.reject("orders", [1, 2], reason="bad") == 2
+        assert sorted(r[0] for r in served.sql("select id from orders_dead")) == [1, 2]
+        books = Collector(served.client, "orders", subscription="books")
+        try:
+            assert take_ids(books, 2) == [1, 2]
+            wait_until(
+                lambda: served.sql("select count(*) from orders")[0][0] == 0,
+                10,
+                "both settled by every group: purged",
+            )
+        finally:
+            books.close()
+    finally:
+        default.close()

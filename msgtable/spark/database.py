@@ -1,9 +1,10 @@
 """How the Spark driver and its executors reach the database: a message table's config (read as
-the engine reads it, and its dead-letter table's), PyMySQL connections (executors need no C
-driver), the id-bounds query that plans a partitioned read, and the JDBC URL of Spark's own
-reader and writer.
+the engine reads it, its dead-letter table's, and a subscription's view of it), PyMySQL
+connections (executors need no C driver), the id-bounds query that plans a partitioned read,
+and the JDBC URL of Spark's own reader and writer.
 
-The statements themselves are msgtable.bulk's; this module only runs them.
+The statements themselves are msgtable.bulk's (and msgtable.spark.subview's); this module
+only runs them.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from typing import Any
 from msgtable.deadletters import check_dead_letter
 from msgtable.errors import TableLoadError, TableNotFound
 from msgtable.mysql import open_connection, parse_url, pymysql_args
+from msgtable.spark.subview import SubscriptionView, subscription_view
 from msgtable.store import MySQLStore
+from msgtable.subscriptions import STATE_COLUMNS, state_table_name
 from msgtable.tables import TableConfig, load_table
 
 # Executors may run far from the database, and a batch job would rather wait for a connection
@@ -57,6 +60,35 @@ def dead_letter_table(dsn: str, cfg: TableConfig) -> TableConfig:
     if problem or dead is None:
         raise TableLoadError(f"table {cfg.name}: {problem}")
     return dead
+
+
+def subscription(dsn: str, cfg: TableConfig, name: str) -> SubscriptionView:
+    """Subscription ``name`` of ``cfg``'s view (msgtable.spark.subview), from its state table
+    as information_schema has it: TableNotFound when the table has no such subscription (no
+    state table of that name), TableLoadError when its state table is missing or lacks an
+    engine column."""
+    state_table = state_table_name(cfg.name, name)  # InvalidArgument for a bad name
+    store = MySQLStore.from_dsn(dsn)
+    try:
+        subs, state_columns = store.subscriptions()
+    finally:
+        store.close()
+    columns = state_columns.get(state_table)
+    label = f"{cfg.name}/{name}"
+    if columns is None:
+        if any(s.table == cfg.name and s.name == name for s in subs):
+            raise TableLoadError(f"subscription {label}: its state table {state_table} is missing")
+        raise TableNotFound(
+            f"message table {cfg.name} has no subscription {name!r} "
+            f"(no state table {state_table} in {store.database})"
+        )
+    have = {c.name for c in columns}
+    missing = [c for c in STATE_COLUMNS if c not in have]
+    if missing:
+        raise TableLoadError(
+            f"subscription {label}: state table {state_table} lacks column {', '.join(missing)}"
+        )
+    return subscription_view(cfg, name, columns)
 
 
 def connect_args(dsn: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
+from msgtable.subscriptions import check_name, parse_columns
 
 
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str:
@@ -51,3 +52,16 @@ def server_option(options: Mapping[str, str]) -> str:
     """The msgtable server a stream subscribes to: ``server``, else MSGTABLE_SERVER, else the
     default address."""
     return options.get("server") or os.environ.get("MSGTABLE_SERVER") or DEFAULT_ADDRESS
+
+
+def subscription_option(options: Mapping[str, str]) -> str:
+    """The subscription (consumer group) a read or stream takes, by name: ``subscription``;
+    "" (the default) is the table's own, default group."""
+    name = option(options, "subscription", "").strip()
+    return check_name(name) if name else ""
+
+
+def columns_option(options: Mapping[str, str]) -> tuple[str, ...]:
+    """The message columns a stream asks for (``id,kind,amount`` or ``id|kind``: the id
+    comes first whether named or not); () for all of them."""
+    return parse_columns(option(options, "columns", ""))

@@ -19,6 +19,12 @@ or id hash buckets (any other id), optionally only the rows in one ``state``
   them). Rows that died in place before their table had vt_dead_letter are not read then
   (``msgtable report`` counts them; ``state=unacked`` with that ``time_next`` finds them).
 
+With ``subscription`` (a name), the read takes that subscription's view of the table
+(msgtable.spark.subview): the rows handed to it, each with the subscription's delivery state
+from its state table ``TABLE__NAME`` in the engine's columns (and its ``last_error`` and
+``time_dead``), and ``state`` means the subscription's state. A subscription's dead messages
+are dead in place. A name the table has no subscription of fails in one line.
+
 Batch write, ``df.write.format("msgtable").option("dsn", URL).mode("append").save(TABLE)``:
 bulk enqueue. Columns are matched by name (``id`` required); the engine's columns a frame
 does not bring get a new message's values (due now, epoch 0, priority 0). Each partition is
@@ -54,9 +60,22 @@ from msgtable.bulk import BulkStatements, RowState
 from msgtable.codec import format_time
 from msgtable.errors import InvalidArgument, MsgtableError
 from msgtable.mysql import DUPLICATE_KEY, error_code
-from msgtable.spark.database import connection, dead_letter_table, describe, id_bounds
-from msgtable.spark.options import dsn_option, int_option, option, table_option
+from msgtable.spark.database import (
+    connection,
+    dead_letter_table,
+    describe,
+    id_bounds,
+    subscription,
+)
+from msgtable.spark.options import (
+    dsn_option,
+    int_option,
+    option,
+    subscription_option,
+    table_option,
+)
 from msgtable.spark.schema import spark_schema
+from msgtable.spark.subview import SubscriptionStatements, SubscriptionView
 from msgtable.tables import TableConfig
 
 log = logging.getLogger("msgtable.spark")
@@ -73,6 +92,7 @@ class MsgtableDataSource(DataSource):
         super().__init__(options)
         self._config: TableConfig | None = None
         self._read_config: TableConfig | None = None
+        self._view: SubscriptionView | None = None
 
     @classmethod
     def name(cls) -> str:
@@ -84,10 +104,21 @@ class MsgtableDataSource(DataSource):
             self._config = describe(dsn_option(self.options), table_option(self.options))
         return self._config
 
+    def view(self) -> SubscriptionView | None:
+        """The subscription's view a batch read takes (None: the table's own rows)."""
+        name = subscription_option(self.options)
+        if name and self._view is None:
+            self._view = subscription(dsn_option(self.options), self.config(), name)
+        return self._view
+
     def read_config(self) -> TableConfig:
         """The table a batch read takes its rows from: the named one, but for ``state=dead``
-        of a table with vt_dead_letter its dead-letter table, where its dead messages are."""
+        of a table with vt_dead_letter its dead-letter table, where its dead messages are,
+        and with ``subscription`` that subscription's view."""
         cfg = self.config()
+        view = self.view()
+        if view is not None:
+            return view.config
         state = RowState.parse(option(self.options, "state", "all"))
         if state is not RowState.DEAD or not cfg.dead_letter:
             return cfg
@@ -105,11 +136,16 @@ class MsgtableDataSource(DataSource):
         return spark_schema(self.read_config().columns)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return MsgtableReader(self.options, self.read_config())
+        return MsgtableReader(self.options, self.read_config(), self.view())
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
             raise InvalidArgument("msgtable only appends (enqueues): use mode('append')")
+        if subscription_option(self.options):
+            raise InvalidArgument(
+                "a write enqueues into the table, for every subscription: "
+                "option subscription is for reads"
+            )
         return MsgtableWriter(self.options, self.config(), schema.fieldNames())
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
@@ -133,18 +169,27 @@ class MsgtableReader(DataSourceReader):
     """A batch read: plans the partitions (id ranges or id hash buckets) on the driver, and
     reads one partition's rows in an executor, with one "now" for every partition."""
 
-    def __init__(self, options: Mapping[str, str], cfg: TableConfig) -> None:
+    def __init__(
+        self, options: Mapping[str, str], cfg: TableConfig, view: SubscriptionView | None = None
+    ) -> None:
         self.dsn = dsn_option(options)
         self.cfg = cfg
+        self.view = view
         self.state = RowState.parse(option(options, "state", "all"))
         self.partitions_wanted = int_option(options, "partitions", DEFAULT_PARTITIONS)
         self.now_ns = time.time_ns()  # one "now" for every partition of the read
+
+    def statements(self) -> BulkStatements:
+        """The read's statements: of the table, or of the subscription's view of it."""
+        if self.view is not None:
+            return SubscriptionStatements(self.view)
+        return BulkStatements(self.cfg)
 
     def partitions(self) -> Sequence[InputPartition]:
         n = self.partitions_wanted
         if not self.cfg.id_column.is_integer:
             return [Slice(bucket=k, buckets=n) for k in range(n)]
-        bulk = BulkStatements(self.cfg)
+        bulk = self.statements()
         where, params = bulk.state(self.state, self.now_ns)
         lo, hi, count = id_bounds(self.dsn, bulk.id_bounds(where), params)
         if not count:
@@ -159,7 +204,7 @@ class MsgtableReader(DataSourceReader):
         import pymysql.cursors
 
         assert isinstance(partition, Slice)
-        bulk = BulkStatements(self.cfg)
+        bulk = self.statements()
         where, params = bulk.state(self.state, self.now_ns)
         if partition.buckets:
             sql, args = bulk.select_hashed(where), [partition.buckets, partition.bucket, *params]

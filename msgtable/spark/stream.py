@@ -19,6 +19,14 @@ comes back after the table's ``vt_ack_wait``, to this query when it restarts or 
 subscriber: delivery is at least once, and a sink that must not see a message twice should
 write idempotently (by ``id``). Choose a ``vt_ack_wait`` longer than a micro-batch takes; a
 batch replayed after a restart holds no messages (those it had come back after their ack wait).
+
+Options of a subscription (msgtable.subscriptions). ``subscription``: the query consumes that
+subscription (consumer group) of the table instead of its default group: it gets the
+subscription's messages (those its filter matched), and its acks settle them in the
+subscription's state table only; the frame has the subscription's columns (its projection).
+``columns`` (``id,kind,amount``): only these of the message columns, ``id`` always first,
+as the stream's schema and rows (the server projects them). An unknown table, subscription
+or column fails at ``load()`` in one line.
 """
 
 from __future__ import annotations
@@ -34,10 +42,16 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from msgtable.codec import FieldType
-from msgtable.errors import TableLoadError, TableNotFound
+from msgtable.codec import Field, FieldType
+from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
 from msgtable.limits import MAX_ACK_IDS
-from msgtable.spark.options import int_option, server_option, table_option
+from msgtable.spark.options import (
+    columns_option,
+    int_option,
+    server_option,
+    subscription_option,
+    table_option,
+)
 from msgtable.spark.schema import spark_schema
 from msgtable.tables import Column
 
@@ -49,23 +63,51 @@ _TEXT_TIMES = {FieldType.DATETIME, FieldType.TIMESTAMP}
 
 
 def _columns(options: Mapping[str, str]) -> tuple[tuple[Column, ...], tuple[FieldType, ...]]:
-    """The table's message columns (id first), as the server reports them."""
+    """The message columns the stream gets (id first), as the server reports them: of the
+    table's default group, or of ``subscription``, narrowed to ``columns``."""
     from msgtable.client import Client
 
-    name = table_option(options)
+    name, sub = table_option(options), subscription_option(options)
+    keyspace = options.get("keyspace", "")
     with Client(server_option(options)) as client:
-        tables = {t.name: t for t in client.list_tables()}
-    info = tables.get(name)
+        tables = [t for t in client.list_tables() if not keyspace or t.keyspace == keyspace]
+    # a table's subscriptions are listed under its name too: the table is the entry without one
+    info = next((t for t in tables if t.name == name and not t.subscription), None)
     if info is None:
         raise TableNotFound(f"the server serves no message table {name!r}")
+    label = name
+    if sub:
+        label = f"{name}/{sub}"
+        info = next((t for t in tables if t.name == name and t.subscription == sub), None)
+        if info is None:
+            raise TableNotFound(f"message table {name} has no subscription {sub!r}")
     if info.config is None:
-        raise TableLoadError(f"message table {name} failed to load: {info.load_error}")
-    fields = info.config.message_columns
+        what = "subscription" if sub else "message table"
+        raise TableLoadError(f"{what} {label} failed to load: {info.load_error}")
+    fields = _projected(info.config.message_columns, columns_option(options), label)
     columns = tuple(
         Column(f.name, f.column_type.split("(")[0].split()[0].lower(), f.column_type)
         for f in fields
     )
     return columns, tuple(f.type for f in fields)
+
+
+def _projected(fields: Sequence[Field], names: Sequence[str], label: str) -> tuple[Field, ...]:
+    """``fields`` as a stream that asks for ``names`` gets them (msgtable.subscriber.Projected:
+    the id first, then the others in the order named), or InvalidArgument naming the column."""
+    if not names:
+        return tuple(fields)
+    by_name = {f.name: f for f in fields}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise InvalidArgument(
+            f"{label}: unknown column {unknown[0]!r} in columns "
+            f"(message columns: {', '.join(by_name)})"
+        )
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"{label}: a column is named twice in columns")
+    first = fields[0]
+    return (first, *(by_name[n] for n in names if n != first.name))
 
 
 def stream_schema(options: Mapping[str, str]) -> str:
@@ -93,6 +135,9 @@ class MsgtableStreamReader(DataSourceStreamReader):
         """From the options alone: no subscriber yet, nothing received, nothing planned."""
         self.options = options = state["options"]
         self.table = table_option(options)
+        self.subscription = subscription_option(options)
+        self.columns = columns_option(options)
+        self.keyspace = options.get("keyspace", "")
         self.max_messages = int_option(options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
         self.window = int_option(options, "maxInFlight", 2 * self.max_messages)
         self._lock = threading.Lock()
@@ -111,11 +156,20 @@ class MsgtableStreamReader(DataSourceStreamReader):
             return
         from msgtable.client import Client
 
-        _, self._kinds = _columns(self.options)
-        self._client = Client(server_option(self.options), timeout_s=30)
-        self._subscriber = self._client.subscribe(
-            self.table, self.options.get("keyspace", ""), max_in_flight=self.window
-        )
+        client = Client(server_option(self.options), timeout_s=30)
+        try:
+            self._subscriber = client.subscribe(  # the server's NOT_FOUND: TableNotFound
+                self.table,
+                self.keyspace,
+                max_in_flight=self.window,
+                subscription=self.subscription,
+                columns=self.columns,
+            )
+        except BaseException:
+            client.close()
+            raise
+        self._client = client
+        self._kinds = tuple(f.type for f in self._subscriber.fields)  # the stream's own
         self._thread = threading.Thread(target=self._receive, daemon=True, name="msgtable-stream")
         self._thread.start()
 
@@ -179,9 +233,9 @@ class MsgtableStreamReader(DataSourceStreamReader):
             messages = [m for b in done for m in self._batches.pop(b)]
         if messages and self._client is not None:
             ids = [m.id for m in messages]
-            keyspace = self.options.get("keyspace", "")
             for i in range(0, len(ids), MAX_ACK_IDS):  # the most one MessageAck takes
-                self._client.ack(self.table, ids[i : i + MAX_ACK_IDS], keyspace)
+                chunk = ids[i : i + MAX_ACK_IDS]
+                self._client.ack(self.table, chunk, self.keyspace, subscription=self.subscription)
 
     def stop(self) -> None:
         """The query ended: what is not acked comes back after its ack wait."""

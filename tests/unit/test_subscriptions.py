@@ -190,8 +190,8 @@ def test_a_subscriptions_poll_joins_the_table_for_its_columns():
     s = TableStatements(cfg)
     assert s.poll == (
         "SELECT s.`priority`, s.`time_next`, s.`epoch`, m.`id`, m.`amount` FROM `orders__s` s "
-        "FORCE INDEX (`poller_idx`) JOIN `orders` m ON m.`id` = s.`id` WHERE s.`time_acked` IS NULL AND "
-        "(s.`time_next` IS NULL OR s.`time_next` <= %s) "
+        "FORCE INDEX (`poller_idx`) JOIN `orders` m ON m.`id` = s.`id` "
+        "WHERE s.`time_acked` IS NULL AND (s.`time_next` IS NULL OR s.`time_next` <= %s) "
         "ORDER BY s.`priority`, s.`time_next`, s.`id` LIMIT %s"
     )
     assert s.purge == "/* msgtable */ DELETE FROM `orders__s` WHERE `time_acked` < %s LIMIT %s"

@@ -7,8 +7,9 @@ A move is one transaction: a locking read picks the rows (still unacked and aliv
 death by vt_max_attempts still at the epoch read and due), an INSERT ... SELECT copies exactly
 those, a DELETE removes exactly those (on a table with subscriptions an UPDATE settles them
 for the default group instead: the subscriptions still hold them), then the commit; a crash
-before the commit leaves all of them where they were. The INSERTs carry no statement mark, so the binlog follower of every
-server sees them as new rows of their table (it polls that table at once).
+before the commit leaves all of them where they were. The INSERTs carry no statement mark,
+so the binlog follower of every server sees them as new rows of their table (it polls that
+table at once).
 """
 
 from __future__ import annotations

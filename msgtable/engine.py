@@ -553,37 +553,39 @@ class MessageEngine:
             raise InvalidArgument(
                 f"keyspace {self.keyspace!r} is unsharded: key_range must be empty"
             )
-        asked_at = time.monotonic()
-        for attempt in range(2):
-            with self._lock:
-                m = self._managers.get(name)
-                error = self._load_errors.get(name)
-            if m is not None:
-                return m
-            if error is not None:
-                raise TableLoadError(error)
-            if attempt == 0:
-                self._refresh_on_demand(asked_at)
+        m = self._find(name, lambda: self._load_errors.get(name))
+        if m is not None:
+            return m
         if not self._discovered:
             raise self._unreached()
         raise TableNotFound(f"message table {name!r} not found in keyspace {self.keyspace!r}")
 
     def _subscription_manager(self, name: str, keyspace: str, subscription: str) -> MessageManager:
         table = self._manager(name, keyspace)  # the table's own errors first
-        state = state_table_name(table.config.name, subscription)
         label = f"{name}/{subscription}"
+        m = self._find(
+            state_table_name(table.config.name, subscription),
+            lambda: self._sub_errors.get(label),
+        )
+        if m is None:
+            raise TableNotFound(f"subscription {label} not found in keyspace {self.keyspace!r}")
+        return m
+
+    def _find(self, key: str, error: Callable[[], str | None]) -> MessageManager | None:
+        """The manager of ``key`` (a table or a state table), after one discovery if it is
+        not known yet; TableLoadError with ``error()`` if it failed to load."""
         asked_at = time.monotonic()
         for attempt in range(2):
             with self._lock:
-                m = self._managers.get(state)
-                error = self._sub_errors.get(label)
+                m = self._managers.get(key)
+                failed = error()
             if m is not None:
                 return m
-            if error is not None:
-                raise TableLoadError(error)
+            if failed is not None:
+                raise TableLoadError(failed)
             if attempt == 0:
                 self._refresh_on_demand(asked_at)
-        raise TableNotFound(f"subscription {label} not found in keyspace {self.keyspace!r}")
+        return None
 
     def _default_group(self, m: MessageManager) -> MessageManager:
         """A table's own manager, for its default group: refused with vt_default_group=off."""

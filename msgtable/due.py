@@ -32,6 +32,7 @@ class DueRows:
         self._heap: list[tuple[int, int, int, CachedRow]] = []  # due: (priority, time_next)
         self._scheduled: list[tuple[int, int, CachedRow]] = []  # not due yet: (time_next, seq)
         self._seq = itertools.count()
+        self._back = itertools.count(-1, -1)  # put_back's: before every _seq
         self.sending: set[Hashable] = set()
 
     # -- filling -------------------------------------------------------------------------
@@ -111,11 +112,12 @@ class DueRows:
     def put_back(self, rows: Iterable[CachedRow]) -> None:
         """Rows popped that no subscriber took (their filters refused them): queued again as
         they were, best first."""
-        for row in rows:
+        # ahead of the rows of the same key still queued (they were popped first), in order
+        for row in reversed(list(rows)):
             self.sending.discard(row.id)
             if row.id not in self._queued:
                 self._queued[row.id] = row
-                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._back), row))
 
     def finish(self, batch: Iterable[CachedRow]) -> None:
         """The batch's send is over (whether or not its rows were sent)."""

@@ -764,3 +764,28 @@ def test_an_ack_that_frees_a_window_wakes_the_sender(engine, store, clock):
     m._send_wake.clear()
     engine.ack("q", "", [0])
     assert m._send_wake.is_set()
+
+
+def test_a_stream_filter_takes_only_its_rows_and_leaves_the_rest_to_the_others(engine, store):
+    for i, text in enumerate(["eu", "us", "eu", "us"], start=1):
+        store.insert("q", i, message=text)
+    m = manager(engine)
+    eu = m.subscribe(accepts=lambda values: values[1] == "eu")
+    assert m.poll_once() == 4
+    m.send_once()
+    assert drain(eu) == [(1, "eu"), (3, "eu")]
+    assert m.cache.due.queued == 2  # refused by its filter: queued again, not dropped
+    rest = m.subscribe()
+    m.send_once()
+    assert drain(rest) == [(2, "us"), (4, "us")]
+    assert m.cache.due.queued == 0
+
+
+def test_rows_no_stream_filter_takes_wait_in_the_cache_and_are_not_sent(engine, store):
+    store.insert("q", 1, message="us")
+    m = manager(engine)
+    eu = m.subscribe(accepts=lambda values: values[1] == "eu")
+    m.poll_once()
+    assert m.send_once() == 0
+    assert drain(eu) == [] and m.cache.due.queued == 1
+    assert store.rows["q"][1]["epoch"] == 0

@@ -439,3 +439,21 @@ def test_a_message_the_default_group_moves_to_its_dead_letters_stays_for_the_sub
             books.close()
     finally:
         default.close()
+
+
+def test_a_stalled_subscription_does_not_hold_up_the_others(served: Served):
+    make_orders(served)
+    served.client.create_subscription("orders", "stalled")
+    served.client.create_subscription("orders", "busy")
+    stalled = Collector(served.client, "orders", subscription="stalled", max_in_flight=10)
+    busy = Collector(served.client, "orders", subscription="busy")
+    try:
+        enqueue(served, range(1, 501))
+        assert len(stalled.take(10)) == 10  # and never acks: its window is full
+        assert take_ids(busy, 500, timeout_s=30) == list(range(1, 501))
+        stalled.nothing_for(0.3)
+        (lag,) = [t.lag for t in served.client.list_subscriptions() if t.subscription == "stalled"]
+        assert lag == 500
+    finally:
+        stalled.close()
+        busy.close()

@@ -31,6 +31,10 @@ from msgtable.inflight import InFlight, Sent
 from msgtable.rows import CachedRow, PolledRow
 from msgtable.window import Window
 
+# How long a settlement verb waits for another statement holding the count of its rows' sends
+# (a postpone or another verb: milliseconds, unless the database hangs) before it goes on.
+HOLD_WAIT_S = 10.0
+
 
 class Poll:
     """One poll's read (see :meth:`MessageCache.poll`): a context manager entered before the
@@ -122,31 +126,59 @@ class Hold:
     written (all of them, when the block ended without an error) and puts the others back."""
 
     def __init__(
-        self, cache: MessageCache, take: Callable[[InFlight], dict[Hashable, Sent]]
+        self,
+        cache: MessageCache,
+        take: Callable[[InFlight], dict[Hashable, Sent]],
+        wait_for: Collection[Hashable] = (),
     ) -> None:
         self._cache = cache
         self._take = take
+        self._wait_for = wait_for
         self.rows: dict[Hashable, Sent] = {}
         self._written: list[Hashable] = []
 
     def __enter__(self) -> Hold:
-        with self._cache.lock:
-            self.rows = self._take(self._cache.inflight)
+        cache = self._cache
+        with cache.lock:
+            if self._wait_for:
+                # Another statement holds the count of some of these sends (a postpone, or
+                # another verb, running): wait for it to end, so that this one either counts
+                # the send itself or sees the row with the send counted, never neither.
+                held = cache.inflight.held
+                cache.released.wait_for(lambda: held.isdisjoint(self._wait_for), HOLD_WAIT_S)
+                # and no send hands them over while this one is written (its count would
+                # be missed): a send in between keeps them (msgtable.manager)
+                for rid in self._wait_for:
+                    cache.settling[rid] = cache.settling.get(rid, 0) + 1
+            self.rows = self._take(cache.inflight)
         return self
+
+    def _unsettle(self) -> None:
+        settling = self._cache.settling
+        for rid in self._wait_for:
+            left = settling.get(rid, 0) - 1
+            if left > 0:
+                settling[rid] = left
+            else:
+                settling.pop(rid, None)
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         cache = self._cache
         if kind is None:
-            if self.rows:
+            if self.rows or self._wait_for:
                 with cache.lock:
+                    self._unsettle()
                     cache.settle(self.rows)
+                    cache.released.notify_all()
             return
         done = set(self._written)
         with cache.lock:
+            self._unsettle()
             cache.settle(done)
             cache.inflight.unhold({r: s for r, s in self.rows.items() if r not in done})
+            cache.released.notify_all()
 
     def written(self, ids: Iterable[Hashable]) -> None:
         """Some of the rows are written, whatever becomes of the others."""
@@ -161,6 +193,8 @@ class MessageCache:
         self.inflight = InFlight()
         self.polls: list[Poll] = []  # polls whose read is running
         self.lock = lock
+        self.released = threading.Condition(lock)  # held rows were let go (Hold)
+        self.settling: dict[Hashable, int] = {}  # ids a settlement verb is writing now
 
     # -- the protocols -----------------------------------------------------------------------
     def poll(self) -> Poll:
@@ -171,10 +205,12 @@ class MessageCache:
         """A send at ``now_ns``: pop rows through it; they are sending until the block ends."""
         return Sending(self, now_ns)
 
-    def holding_acks(self, ids: Iterable[Hashable]) -> Hold:
+    def holding_acks(self, ids: Iterable[Hashable], wait: bool = False) -> Hold:
         """Those of ``ids`` sent and not postponed yet, held while their ack is written (it
-        counts their send)."""
-        return Hold(self, lambda inflight: inflight.take_unclaimed(ids))
+        counts their send). ``wait``: first wait (up to HOLD_WAIT_S) until no other
+        statement holds any of them: a settlement verb whose count must be exact."""
+        ids = list(ids)
+        return Hold(self, lambda inflight: inflight.take_unclaimed(ids), ids if wait else ())
 
     def holding_postpones(self, sent_before_ns: int, limit: int) -> Hold:
         """Up to ``limit`` unclaimed rows sent at or before the time, oldest first, held while

@@ -236,10 +236,7 @@ class MessageEngine(Subscriptions):
             self._leader_hint = leader
             old = list(self._managers.values())
             self._managers = {m.config.name: self._new_manager(m.config) for m in old}
-        clean = True
-        for m in old:
-            clean = m.close(error) and clean
-        self._clean_demotion = clean
+        self._clean_demotion = _close_all(old, error)
 
     def _not_leader(self, leader: str | None = None) -> NotLeader:
         if leader is None:
@@ -697,3 +694,23 @@ def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str])
 def _what(cfg: TableConfig) -> str:
     """A table or subscription as the log names it."""
     return f"subscription {cfg.label}" if cfg.source else f"table {cfg.name}"
+
+
+def _close_all(managers: Sequence[MessageManager], error: MsgtableError) -> bool:
+    """Close managers side by side (each may wait for its loops and write its postpones; one
+    after another, a table's subscribers would wait for every table before it); returns
+    whether every postpone was written."""
+    results: list[bool] = []
+    threads = [
+        threading.Thread(
+            target=lambda m=m: results.append(m.close(error)),
+            name=f"msgtable-close-{m.config.name}",
+            daemon=True,
+        )
+        for m in managers
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return len(results) == len(managers) and all(results)

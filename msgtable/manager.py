@@ -152,6 +152,13 @@ class MessageManager:
         Returns whether every message sent and not acked has its postpone written."""
         self._stop.set()
         self._wake_all()
+        # The subscribers first: they go elsewhere at once (a batch already queued for one
+        # still reaches it), not after the loops' last statements.
+        err = error or Unavailable("server shutting down")
+        with self._lock:
+            subs = list(self._subscribers)
+        for s in subs:
+            s.end(err)
         current = threading.current_thread()
         for t in self._threads:
             if t is not current:
@@ -159,7 +166,6 @@ class MessageManager:
         with self._lock:
             subs, self._subscribers = self._subscribers, []
             self.cache.due.clear()
-        err = error or Unavailable("server shutting down")
         for s in subs:
             s.end(err)
         return self._postpone_all()
@@ -273,7 +279,7 @@ class MessageManager:
         reason = settlement.check_reason(cfg.name, reason)
         clean = coerce_ids(cfg.name, cfg.id_column, ids, "release")
         next_ns = self.clock.now_ns() + round(delay_s * 1e9)
-        with self.cache.holding_acks(clean) as hold:
+        with self.cache.holding_acks(clean, wait=True) as hold:
             n = self.store.release(cfg, clean, next_ns, reason, hold.rows)
         with self._lock:
             self.cache.forget(clean)
@@ -292,7 +298,7 @@ class MessageManager:
         clean = coerce_ids(cfg.name, cfg.id_column, ids, "renew")
         now = self.clock.now_ns()
         until = now + round((extend_s or cfg.ack_wait_s) * 1e9)
-        with self.cache.holding_acks(clean) as hold:
+        with self.cache.holding_acks(clean, wait=True) as hold:
             n = self.store.renew(cfg, clean, now, until, reason, hold.rows)
         with self._lock:
             self.cache.inflight.extend(clean, until)
@@ -305,7 +311,7 @@ class MessageManager:
         reason = settlement.check_reason(cfg.name, reason)
         clean = coerce_ids(cfg.name, cfg.id_column, ids, "reject")
         dead = self._dead_table(cfg)
-        with self.cache.holding_acks(clean) as hold:
+        with self.cache.holding_acks(clean, wait=True) as hold:
             buried = self.store.bury(cfg, dead, clean, self.clock.now_ns(), reason, hold.rows)
         with self._lock:
             self.cache.forget(clean)
@@ -517,12 +523,16 @@ class MessageManager:
             ours = {r.id for r in claimed} if len(claimed) < len(rows) else None
             out = []
             with self._lock:  # before the hand-over: an ack may come back at once
+                settling = self.cache.settling  # a verb being written: not sent meanwhile
+                if settling:
+                    keep = {r.id for r in claimed if r.id not in settling}
+                    ours = keep if ours is None else ours & keep
                 for sub, batch in plan:
                     sent = batch if ours is None else [r for r in batch if r.id in ours]
                     if sent:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window)
                         out.append((sub, sent))
-                self.sent += len(claimed)
+                self.sent += sum(len(sent) for _, sent in out)
             for sub, sent in out:
                 sub.put(Batch.of(sent, now))
 

@@ -315,3 +315,32 @@ def test_a_window_size_is_checked():
     assert window_size(0) == 1_000 and window_size(7) == 7
     with pytest.raises(Exception, match="max_in_flight"):
         window_size(-1)
+
+
+def test_a_settlement_waits_for_a_postpone_holding_its_rows_then_sees_them_counted():
+    c = cache(10)
+    sent(c, [1, 2], now_ns=10)
+    order: list[str] = []
+    with c.holding_postpones(100, 10) as postpone:  # the postpone of 1 and 2 is running
+        done = threading.Event()
+
+        def reject() -> None:
+            with c.holding_acks([1], wait=True) as hold:
+                order.append(f"reject counts {sorted(hold.rows)}")
+            done.set()
+
+        t = threading.Thread(target=reject)
+        t.start()
+        assert not done.wait(0.2), "the reject did not wait for the postpone"
+        order.append("postpone written")
+        postpone.written([1, 2])
+    t.join(5)
+    # the postpone counted the send: the reject, after it, has nothing more to count
+    assert order == ["postpone written", "reject counts []"]
+
+
+def test_a_plain_ack_does_not_wait_for_a_postpone():
+    c = cache(10)
+    sent(c, [1], now_ns=10)
+    with c.holding_postpones(100, 10), c.holding_acks([1]) as hold:
+        assert hold.rows == {}  # the postpone counts it (it counts acked rows too)

@@ -789,3 +789,52 @@ def test_rows_no_stream_filter_takes_wait_in_the_cache_and_are_not_sent(engine, 
     assert m.send_once() == 0
     assert drain(eu) == [] and m.cache.due.queued == 1
     assert store.rows["q"][1]["epoch"] == 0
+
+
+def test_a_row_a_settlement_verb_is_writing_is_not_sent_meanwhile(engine, store):
+    store.insert("q", 1, message="a")
+    store.insert("q", 2, message="b")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    with m.cache.holding_acks([1], wait=True):  # a reject of 1 is being written
+        m.send_once()
+    assert drain(sub) == [(2, "b")]  # 1 would have been a send the reject did not count
+
+
+def test_on_a_lost_lease_every_table_closes_at_once_not_one_after_another():
+    from msgtable.engine import _close_all
+    from msgtable.errors import NotLeader
+
+    started = []
+    both = threading.Barrier(2, timeout=5)
+
+    class Slow:
+        def __init__(self, name: str) -> None:
+            self.config = type("C", (), {"name": name})()
+
+        def close(self, error) -> bool:
+            started.append(self.config.name)
+            both.wait()  # each waits for the other to have begun: side by side
+            return True
+
+    assert _close_all([Slow("t"), Slow("t__s")], NotLeader("lost"))
+    assert sorted(started) == ["t", "t__s"]
+
+
+def test_closing_ends_the_subscribers_before_waiting_for_the_loops(engine, store):
+    m = manager(engine)
+    sub = m.subscribe()
+    ended_first = []
+    t = threading.Thread(target=lambda: None)
+    m._threads.append(t)  # a loop that never started: join returns at once
+    orig_join = t.join
+
+    def join(timeout=None):
+        ended_first.append(sub._ended is not None)
+        return orig_join(0)
+
+    t.join = join
+    t.start()
+    m.close(Unavailable("closing"))
+    assert ended_first == [True]

@@ -11,6 +11,10 @@ Message kinds (by id, spread evenly; the payload says which, as ``<kind><id>``):
 - ``r`` (about 1%): released once with a delay (``msg.release``), then acked;
 - ``s`` (about 0.5%): a slow handler holds it twice its ack wait, renewing it (``msg.renew``;
   the auto-renewing subscriber leaves that to its client), then acks it.
+
+Each row also has a ``bucket`` (``bucket_of``: the id modulo BUCKETS), for a subscription's
+filter to choose a known subset by. A subscriber reads as the table's default group or as a
+subscription (``group``); every group handles every kind the same way, and has a checker.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
@@ -47,6 +51,12 @@ POISON_DELAY_S = 0.1  # a poison message's release: due again almost at once
 RELEASE_DELAY_S = 2.0  # an ordinary message released once: due again after this
 SLOW_ACK_WAITS = 2.0  # a slow handler holds its message this many ack waits
 RENEW_ACK_WAITS = 0.5  # and renews it this often (each renewal for one ack wait)
+BUCKETS = 4
+
+
+def bucket_of(i: int) -> int:
+    """The bucket column of message ``i`` (independent of its kind and of ``rejects``)."""
+    return i % BUCKETS
 
 
 def kind_of(i: int) -> str:
@@ -133,7 +143,9 @@ class ServerProcess:
 class Handler(threading.Thread):
     """A subscriber's handler thread: its settlement calls and timed acks, in time order, off
     the thread that reads the stream (so a delivery's time is when it came off the wire,
-    whatever a call waits for). Each task names the ids it settles: a kill drops them."""
+    whatever a call waits for). Each task names the ids it settles (acks, releases, rejects;
+    a renewal names none: the ack after it does): a kill drops them, and the checker hears
+    that they were left unsettled on purpose."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name=f"{name}-handler", daemon=True)
@@ -184,13 +196,20 @@ class Subscriber(threading.Thread):
     (unless told not to), and settles the others by their kind (see the module docstring)."""
 
     def __init__(
-        self, name: str, targets: str, table: str, checker: Checker, auto_renew: bool = False
+        self,
+        name: str,
+        targets: str,
+        table: str,
+        checker: Checker,
+        auto_renew: bool = False,
+        group: str = "",
     ) -> None:
         super().__init__(name=name, daemon=True)
         self.targets = targets
         self.table = table
         self.checker = checker
         self.auto_renew = auto_renew
+        self.group = group  # the subscription it reads as ("": the table's default group)
         self.order: str | None = None  # "kill", "stall", "late": what to do with the next batch
         self.stall_s = 0.0
         self.done = threading.Event()
@@ -204,12 +223,17 @@ class Subscriber(threading.Thread):
         self.handler.start()
         try:
             self.sub = self.client.subscribe(
-                self.table, max_in_flight=400, auto_renew=self.auto_renew
+                self.table,
+                max_in_flight=400,
+                auto_renew=self.auto_renew,
+                subscription=self.group,
             )
             for batch in self.sub.batches():
                 ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
                 self.checker.delivered(
-                    [(i, m.attempt) for i, m in zip(ids, batch, strict=True)], self.name
+                    [(i, m.attempt) for i, m in zip(ids, batch, strict=True)],
+                    self.name,
+                    self.sub.target,  # the server whose stream it came off: its sender
                 )
                 order = self.order
                 if order == "late" and all(str(m.values["message"])[0] == "p" for m in batch):
@@ -261,7 +285,8 @@ class Subscriber(threading.Thread):
             by_kind[str(m.values["message"])[0]].append(m)
         poison = by_kind["p"]
         if poison:
-            self.handler.at(0, partial(self._fail_poison, poison), [])
+            poison_ids = [int(m.id) for m in poison]  # type: ignore[call-overload]
+            self.handler.at(0, partial(self._fail_poison, poison), poison_ids)
         rest = by_kind["m"] + by_kind["r"] + by_kind["s"]
         if late:  # acks after its ack wait ended: redelivered meanwhile
             ids = [int(m.id) for m in rest]  # type: ignore[call-overload]
@@ -273,7 +298,8 @@ class Subscriber(threading.Thread):
             if self.checker.was_released(int(m.id)):  # type: ignore[call-overload]
                 plain.append(m)
             else:
-                self.handler.at(0, partial(self._release_once, m), [])
+                i = int(m.id)  # type: ignore[call-overload]
+                self.handler.at(0, partial(self._release_once, m), [i])
         if by_kind["s"]:
             self._hold_slowly(by_kind["s"])
         if plain:
@@ -385,15 +411,21 @@ class Subscriber(threading.Thread):
 class Producer(threading.Thread):
     """Inserts ids 1..total in transactions of `chunk` rows, riding out database restarts:
     a chunk whose commit is in doubt is inserted again with INSERT IGNORE. Each payload says
-    its kind (kind_of)."""
+    its kind (kind_of); each row has its bucket (bucket_of). Every group's checker is told."""
 
     def __init__(
-        self, dsn: str, table: str, total: int, chunk: int, pace_s: float, checker: Checker
+        self,
+        dsn: str,
+        table: str,
+        total: int,
+        chunk: int,
+        pace_s: float,
+        checkers: Sequence[Checker],
     ):
         super().__init__(name="producer", daemon=True)
         self.db = sa.create_engine(dsn, pool_pre_ping=True)
         self.table, self.total, self.chunk, self.pace_s = table, total, chunk, pace_s
-        self.checker = checker
+        self.checkers = checkers
         self.retries = 0
         self.done = threading.Event()
 
@@ -401,8 +433,8 @@ class Producer(threading.Thread):
         try:
             for start in range(1, self.total + 1, self.chunk):
                 ids = list(range(start, min(start + self.chunk, self.total + 1)))
-                rows = ",".join(f"({i}, '{kind_of(i)}{i}')" for i in ids)
-                sql = f"insert ignore into {self.table}(id, message) values {rows}"
+                rows = ",".join(f"({i}, '{kind_of(i)}{i}', {bucket_of(i)})" for i in ids)
+                sql = f"insert ignore into {self.table}(id, message, bucket) values {rows}"
                 while True:
                     try:
                         with self.db.begin() as conn:
@@ -411,7 +443,9 @@ class Producer(threading.Thread):
                     except sa.exc.DBAPIError:
                         self.retries += 1
                         time.sleep(0.5)
-                self.checker.insert(ids, [i for i in ids if kind_of(i) == "p"])
+                poison = [i for i in ids if kind_of(i) == "p"]
+                for checker in self.checkers:
+                    checker.insert(ids, poison)
                 time.sleep(self.pace_s * random.uniform(0.5, 1.5))
         finally:
             self.done.set()

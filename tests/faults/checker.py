@@ -1,29 +1,57 @@
 """The fault suite's judge: it knows nothing of the engine's bookkeeping.
 
 It records every id the producer committed (and which are poison), every delivery (id,
-subscriber, the attempt the message said, when it came off the stream), every ack call (ids,
-and when it returned: by then the ack was committed) and every settlement call (release,
-reject, renew: ids, when it started and returned, what it answered, the reason given), all on
-this process's monotonic clock. At the end it reads the message table and its dead-letter
-table with its own SQL (:func:`read_tables`) and judges:
+subscriber, the attempt the message said, when it came off the stream, the server whose
+stream it came off), every ack call (ids, and when it returned: by then the ack was
+committed), every settlement call (release, reject, renew: ids, when it started and
+returned, what it answered, the reason given) and every fault (when it began and ended, the
+server it hit), all on this process's monotonic clock. At the end it reads the message table
+and its dead-letter table with its own SQL (:func:`read_tables`) and judges:
 
 - every id was delivered; every ordinary id was acked (in the table, time_acked set, by an
   ack call that returned, or that failed in a fault after its commit) and is not a dead
   letter, unless its own delivery log explains the death (below); every poison id is in the
-  dead-letter table exactly once and not in the table; no id is in both tables or in neither;
+  dead-letter table exactly once and not in the table; no id is in both tables or in neither
+  (but with ``subscribed``, the default group of a table with subscriptions, a dead letter's
+  row stays in the table, acked, until every subscription settled it too);
 - no id was delivered after it was acked (an ack call returned, or its time_acked), nor
   after it died (a reject that answered 1, or the dead letter's time_dead), nor before a
   release's delay or a renew's extension (that answered 1) ended, nor at an attempt past
   vt_max_attempts;
 - two deliveries of one id are at least vt_ack_wait apart (a message is never in flight to two
-  subscribers at once, whatever was killed), unless a release of it came between them;
+  subscribers at once, whatever was killed), unless a release of it came between them (a
+  release call running at some moment between them: one that started, or even returned,
+  shortly before the first delivery came off the stream may have landed after its send,
+  releasing it);
 - an id's deliveries never count back: each says which delivery it is (``attempt``, at least
   1), and a later delivery's attempt is never below an earlier one's (equal is allowed: a
   server killed between the send and the epoch's write sends the same attempt again);
 - a dead letter's ``attempts`` is at least the highest attempt seen, at most vt_max_attempts,
-  and exactly vt_max_attempts when nobody rejected it; its ``last_error`` is a reason a
-  subscriber gave that id, or (none given) not empty;
+  and exactly vt_max_attempts when nobody rejected it; it may be below the highest attempt
+  seen only by as many deliveries (at an attempt above it) as were followed, before it died,
+  by a fault that can lose a send's count: a SIGKILL or SIGTERM of the server that sent it
+  (any server's, if the sender is not known), or a database restart. With vt_postpone_after
+  > 0 a send is counted only by its deferred postpone or by its own server's ack or
+  settlement, so a server that dies (or cannot reach the database as it closes) before
+  writing either loses that count, as README "How delivery works" documents, and a reject
+  answered by another server then writes the lower epoch. Its ``last_error`` is a reason a
+  subscriber gave that id in a call that changed it (or may have: the call failed, or it
+  answered 0 while a server or the database went down, its retry finding the first
+  attempt's work done), or (none such) not empty;
 - duplicates are counted, each with the reason its first delivery was not acked in time.
+
+One Checker judges one **group** of the table: its default group (the message table's own
+columns; dead letters move to the dead-letter table), or a subscription (its state table
+``<table>__<name>``, read by :func:`read_state_table`; dead letters stay in place there,
+``time_next = 9223372036854775807`` and ``time_acked IS NULL``). A subscription's checker is
+given its filter as a predicate on the id (``selects``): the ids inserted outside it must
+never reach the group (not delivered, no state row). With ``purges`` the table purges acked
+rows during the run: an id gone from the group's table is fine when this checker's own log
+says the group acked it (an ack call returned, or failed in doubt: the purge is then taken as
+proof that it committed, and counted). Given the message table's ids at the end
+(``message_ids``), a subscription's checker also judges the purge rule: no row leaves the
+message table while the group holds it (a state row not acked: unsettled, or dead, as dead
+letters are kept), nor before the group got it (matched, no state row, never acked).
 
 An ordinary id may die legitimately: vt_max_attempts counts sends, and faults eat them. The
 checker accepts such a death only when its log shows it: a delivery at the last attempt that
@@ -38,7 +66,7 @@ import itertools
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -46,6 +74,12 @@ import sqlalchemy as sa
 WIRE_SLACK_S = 0.5  # a delivery this soon after an ack returned was on the wire already
 FAULT_WINDOW_S = 10.0  # faults this long before an id's first delivery may have eaten a send
 LISTED = 20  # ids listed per finding in a report
+# The faults that can lose the count of a send not yet postponed (vt_postpone_after > 0): its
+# server killed, or stopped without reaching the database, and a database restart (every
+# server's postpones fail meanwhile).
+SERVER_FAULTS = frozenset({"msgtable SIGKILL", "msgtable SIGTERM under load"})
+DATABASE_FAULTS = frozenset({"database restart"})
+DEAD_TIME_NEXT = 9223372036854775807  # a message dead in place (the largest BIGINT)
 
 
 @dataclass(frozen=True)
@@ -60,6 +94,30 @@ class Settled:
     # count was between 0 and its size): None
     ok: bool | None
     span_s: float  # a release's delay, a renew's extension
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault, on this process's monotonic clock."""
+
+    what: str
+    at: float  # when it was over (recorded)
+    began: float
+    server: str = ""  # the server it hit ("": not known, or every server)
+
+    def loses_counts_of(self, server: str) -> bool:
+        """Whether it can lose the count of a send by ``server`` ("": not known)."""
+        if self.what in DATABASE_FAULTS:
+            return True
+        return self.what in SERVER_FAULTS and (
+            not self.server or not server or server == self.server
+        )
+
+    def __str__(self) -> str:
+        server = f" of {self.server}" if self.server else ""
+        began = f" (began {self.began:.3f})" if self.at - self.began >= 0.1 else ""
+        return f"{self.what}{server}{began}"
 
 
 @dataclass(frozen=True)
@@ -72,7 +130,9 @@ class DeadRow:
 
 @dataclass
 class Tables:
-    """The message table and its dead-letter table at the end, as the checker's SQL read them."""
+    """A group's rows at the end, as the checker's SQL read them: the message table and its
+    dead-letter table (the default group), or a subscription's state table (its live rows in
+    ``source``, its dead-in-place rows in ``dead``)."""
 
     source: dict[int, int | None]  # id -> time_acked
     dead: list[DeadRow]
@@ -90,6 +150,47 @@ def read_tables(db: sa.Engine, source: str, dead: str) -> Tables:
     )
 
 
+def read_state_table(db: sa.Engine, state: str) -> Tables:
+    """A subscription's state table: its dead rows (dead in place: time_next the largest
+    BIGINT, time_acked NULL; their attempts are the epoch) apart from the others."""
+    with db.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"select id, time_acked, time_next, epoch, last_error, time_dead from {state}"
+        ).fetchall()
+    source: dict[int, int | None] = {}
+    dead: list[DeadRow] = []
+    for i, acked, time_next, epoch, error, time_dead in rows:
+        if acked is None and time_next == DEAD_TIME_NEXT:
+            dead.append(DeadRow(int(i), epoch, error, time_dead))
+        else:
+            source[int(i)] = acked
+    return Tables(source, dead)
+
+
+def read_state_pending(db: sa.Engine, state: str) -> tuple[set[int], set[int], set[int]]:
+    """(ids unacked and alive, ids dead in place, every id) of a subscription's state table."""
+    with db.connect() as conn:
+        rows = conn.exec_driver_sql(
+            f"select id, time_next from {state} where time_acked is null"
+        ).fetchall()
+        every = conn.exec_driver_sql(f"select id from {state}").fetchall()
+    unacked = {int(i) for i, t in rows if t != DEAD_TIME_NEXT}
+    dead_ids = {int(i) for i, t in rows if t == DEAD_TIME_NEXT}
+    return unacked, dead_ids, {int(r[0]) for r in every}
+
+
+def read_present(db: sa.Engine, table: str, ids: Iterable[int]) -> set[int]:
+    """Which of ``ids`` the table still has."""
+    wanted = sorted(ids)
+    found: set[int] = set()
+    with db.connect() as conn:
+        for k in range(0, len(wanted), 5000):
+            in_ids = ",".join(str(i) for i in wanted[k : k + 5000])
+            rows = conn.exec_driver_sql(f"select id from {table} where id in ({in_ids})")
+            found.update(int(r[0]) for r in rows)
+    return found
+
+
 def read_pending(db: sa.Engine, source: str, dead: str) -> tuple[set[int], set[int]]:
     """(the ids unacked in the table, the ids in the dead-letter table): what the drain
     waits on, cheaply (by then the table's index finds few unacked rows)."""
@@ -104,15 +205,31 @@ def read_pending(db: sa.Engine, source: str, dead: str) -> tuple[set[int], set[i
 class Checker:
     """Records what happened, from the outside, and judges it at the end."""
 
-    def __init__(self, ack_wait_s: float, max_attempts: int = 0) -> None:
+    def __init__(
+        self,
+        ack_wait_s: float,
+        max_attempts: int = 0,
+        group: str = "",
+        selects: Callable[[int], bool] | None = None,
+        purges: bool = False,
+        subscribed: bool = False,
+    ) -> None:
         self.ack_wait_s = ack_wait_s
         self.max_attempts = max_attempts  # vt_max_attempts (0: none)
+        self.group = group  # "": the table's default group; else the subscription's name
+        self.selects = selects  # the group's filter, on the id (None: every message)
+        self.purges = purges  # acked rows may leave the group's table during the run
+        # the default group of a table with subscriptions: a dead letter's row stays in the
+        # table, acked, until they settled it too
+        self.subscribed = subscribed
         self.wall_offset_s = time.time() - time.monotonic()  # time_dead -> this clock
         self._lock = threading.Lock()
-        self.inserted: set[int] = set()
+        self.inserted: set[int] = set()  # the ids committed that this group should get
+        self.outside: set[int] = set()  # the ids committed outside its filter
         self.poison: set[int] = set()
         # id -> (when it came off the stream, subscriber, the attempt the message said)
         self.deliveries: dict[int, list[tuple[float, str, int]]] = defaultdict(list)
+        self.senders: dict[tuple[int, float], str] = {}  # (id, that time) -> the server
         self.first_ack: dict[int, float] = {}  # id -> when the first ack naming it returned
         self.unacked_on_purpose: dict[tuple[int, str], str] = {}  # (id, sub) -> why
         self.slow: set[tuple[int, str]] = set()  # held by a slow handler, renewed
@@ -120,26 +237,42 @@ class Checker:
         self.late_acks: list[tuple[int, int]] = []  # (acked by the late call, ids in it)
         self.ack_calls = 0
         self.settlements: dict[int, list[Settled]] = defaultdict(list)
+        # the reasons given by calls that changed the id (answered 1), and by calls whose
+        # outcome is unknown (failed, or a batch's count in between): written, or not
         self.reasons_given: dict[int, set[str]] = defaultdict(set)
+        self.reasons_maybe: dict[int, set[str]] = defaultdict(set)
         self.counts: Counter[str] = Counter()  # verb -> messages the calls said they changed
-        self.events: list[tuple[float, str]] = []
+        self.events: list[Fault] = []
 
     # -- recording -----------------------------------------------------------------------
-    def event(self, what: str) -> None:
+    def event(self, what: str, began: float | None = None, server: str = "") -> None:
+        """A fault ``what`` is over now; it began at ``began`` (default: now) and hit
+        ``server`` ("": not known, or every server)."""
+        now = time.monotonic()
         with self._lock:
-            self.events.append((time.monotonic(), what))
+            self.events.append(Fault(what, now, now if began is None else began, server))
+
+    @property
+    def label(self) -> str:
+        return f"subscription {self.group}" if self.group else "the default group"
 
     def insert(self, ids: Sequence[int], poison: Iterable[int] = ()) -> None:
+        """The producer committed ``ids``: those its filter selects are this group's."""
+        mine = ids if self.selects is None else [i for i in ids if self.selects(i)]
         with self._lock:
-            self.inserted.update(ids)
-            self.poison.update(poison)
+            self.inserted.update(mine)
+            self.outside.update(set(ids) - set(mine))
+            self.poison.update(set(poison) & set(mine))
 
-    def delivered(self, batch: Sequence[tuple[int, int]], sub: str) -> None:
-        """A batch came off the stream: (id, attempt) of each message."""
+    def delivered(self, batch: Sequence[tuple[int, int]], sub: str, server: str = "") -> None:
+        """A batch came off the stream (from ``server``, "": not known): (id, attempt) of
+        each message."""
         now = time.monotonic()
         with self._lock:
             for i, attempt in batch:
                 self.deliveries[i].append((now, sub, attempt))
+                if server:
+                    self.senders[(i, now)] = server
 
     def dropped(self, ids: Sequence[int], sub: str, why: str) -> None:
         """The subscriber will not ack these (it is killed, stalled, or acks too late)."""
@@ -184,9 +317,11 @@ class Checker:
         with self._lock:
             self.counts[verb] += count or 0
             for i in ids:
-                self.settlements[i].append(Settled(verb, sub, start, end, ok, span_s))
-                if reason:
+                self.settlements[i].append(Settled(verb, sub, start, end, ok, span_s, reason))
+                if reason and ok:
                     self.reasons_given[i].add(reason)
+                elif reason and ok is None:  # a call that answered 0 wrote nothing
+                    self.reasons_maybe[i].add(reason)
 
     def auto_renewed(self, count: int) -> None:
         """Messages a subscriber's auto-renewal (its leaser) renewed."""
@@ -198,10 +333,14 @@ class Checker:
         with self._lock:
             return any(s.verb == "release" and s.ok for s in self.settlements.get(i, ()))
 
-    def unsettled(self, unacked: set[int], dead: set[int]) -> dict[str, list[int]]:
+    def unsettled(
+        self, unacked: set[int], dead: set[int], present: set[int] | None = None
+    ) -> dict[str, list[int]]:
         """What is not settled yet, given the ids unacked in the table and the dead-letter
         table's ids ({} when everything is). The tables are the truth here: an ack whose
-        answer was lost (its call failed in a fault, after the commit) settles too."""
+        answer was lost (its call failed in a fault, after the commit) settles too. With
+        ``present`` (every id of a subscription's state table) also the ids it should have
+        and does not (not handed over yet; an acked row purged is settled)."""
         with self._lock:
             ordinary = self.inserted - self.poison
             out = {
@@ -209,6 +348,9 @@ class Checker:
                 "poison ids not dead": sorted(self.poison - dead),
                 "unknown ids unacked in the table": sorted(unacked - self.inserted),
             }
+            if present is not None:
+                acked = self.first_ack.keys() | self.failed_acks
+                out["ids not handed over"] = sorted(self.inserted - present - acked)
         return {what: ids for what, ids in out.items() if ids}
 
     def all_acked(self) -> bool:
@@ -225,26 +367,41 @@ class Checker:
             ds = sorted(self.deliveries.get(i, []))
             acked = self.first_ack.get(i)
             settles = self.settlements.get(i, [])
-            lines = [f"{t:.3f} delivered to {sub} (attempt {a})" for t, sub, a in ds]
+            lines = [
+                f"{t:.3f} delivered to {sub} (attempt {a}{self._from(i, t)})" for t, sub, a in ds
+            ]
             if acked is not None:
                 lines.append(f"{acked:.3f} first ack returned")
             for s in settles:
                 answer = {True: "1", False: "0", None: "?"}[s.ok]
-                lines.append(f"{s.start:.3f} {s.verb} by {s.sub} ({s.span_s:g}s) -> {answer}")
+                lines.append(
+                    f"{s.start:.3f} {s.verb} by {s.sub} ({s.span_s:g}s, returned "
+                    f"{s.end:.3f}) -> {answer}"
+                )
             times = [float(line.split()[0]) for line in lines]
             if times:
                 lo, hi = min(times) - 5, max(times) + 5
-                lines += [f"{t:.3f} fault: {e}" for t, e in self.events if lo <= t <= hi]
+                lines += [f"{e.at:.3f} fault: {e}" for e in self.events if lo <= e.at <= hi]
             why = {s: w for (j, s), w in self.unacked_on_purpose.items() if j == i}
             kind = "poison" if i in self.poison else "ordinary"
-        return f"id {i} ({kind}): " + "; ".join(sorted(lines)) + f"; not acked on purpose by {why}"
+            if i in self.outside:
+                kind += ", outside the filter"
+            last = f"last delivery {ds[-1][0]:.3f} to {ds[-1][1]}" if ds else "never delivered"
+        return (
+            f"{self.label}: id {i} ({kind}; {last}): "
+            + "; ".join(sorted(lines))
+            + f"; not acked on purpose by {why}"
+        )
 
     # -- the verdict ---------------------------------------------------------------------
-    def judge(self, tables: Tables | None = None) -> Report:
-        """The report; with ``tables`` (the state at the end) also where every id ended."""
+    def judge(self, tables: Tables | None = None, message_ids: set[int] | None = None) -> Report:
+        """The report; with ``tables`` (the group's state at the end) also where every id
+        ended; with ``message_ids`` (the message table's ids at the end) also the purge rule
+        (a subscription's)."""
         r = Report(
+            group=self.label,
             inserted=len(self.inserted),
-            events=Counter(e for _, e in self.events),
+            events=Counter(e.what for e in self.events),
             poison=len(self.poison),
             released=self.counts["release"],
             renewed=self.counts["renew"],
@@ -253,36 +410,61 @@ class Checker:
         with self._lock:
             dead = {} if tables is None else self._dead_rows(tables, r)
             died_at = self._died_at(dead)
-            acked_at = self._acked_at(tables)
+            acked_at = self._acked_at(tables, dead.keys())
             r.never_delivered = sorted(self.inserted - self.deliveries.keys())[:LISTED]
             ordinary = self.inserted - self.poison
+            # gone from the group's tables: purged, if its own log says it was acked
+            purged: set[int] = set()
+            if tables is not None and self.purges:
+                gone = self.inserted - tables.source.keys() - dead.keys()
+                purged = gone & (self.first_ack.keys() | self.failed_acks)
+                r.purged = len(purged)
+                r.acks_in_doubt_purged = len(purged - self.first_ack.keys())
             # acked: its ack returned, or its ack call failed (in doubt) and the table says
-            # the ack committed (the answer was lost in a fault)
+            # the ack committed (the answer was lost in a fault), or it was purged since
             in_doubt = (acked_at.keys() & self.failed_acks) - self.first_ack.keys()
             r.acks_in_doubt_committed = len(in_doubt & ordinary)
-            acked = self.first_ack.keys() | in_doubt
+            acked = self.first_ack.keys() | in_doubt | purged
             r.never_acked = sorted(ordinary - acked - dead.keys())[:LISTED]
             r.poison_acked = sorted(self.poison & self.first_ack.keys())[:LISTED]
-            r.unknown = sorted(self.deliveries.keys() - self.inserted)[:LISTED]
+            r.outside_filter = sorted(self.deliveries.keys() & self.outside)[:LISTED]
+            r.unknown = sorted(self.deliveries.keys() - self.inserted - self.outside)[:LISTED]
             for i, ds in self.deliveries.items():
                 ds.sort()
                 self._judge_deliveries(r, i, ds, died_at.get(i), acked_at.get(i))
             if tables is not None:
-                self._judge_tables(r, tables, dead, died_at)
+                self._judge_tables(r, tables, dead, died_at, purged)
+                if message_ids is not None:
+                    self._judge_purge(r, tables, message_ids, acked)
         return r
+
+    def _judge_purge(
+        self, r: Report, tables: Tables, message_ids: set[int], acked: set[int]
+    ) -> None:
+        """A subscription's purge rule: every row it holds (a state row not acked: unsettled
+        or dead) or has not got yet (matched, no state row, never acked) is still in the
+        message table."""
+        held = {i: "unacked" for i, t in tables.source.items() if t is None}
+        held.update((d.id, "dead") for d in tables.dead)
+        missing = self.inserted - tables.source.keys() - held.keys() - acked
+        held.update((i, "never handed over") for i in missing)
+        r.gone_while_held = sorted((i, why) for i, why in held.items() if i not in message_ids)[
+            :LISTED
+        ]
 
     def _dead_rows(self, tables: Tables, r: Report) -> dict[int, DeadRow]:
         seen = Counter(d.id for d in tables.dead)
         r.dead_twice = sorted(i for i, n in seen.items() if n > 1)[:LISTED]
         return {d.id: d for d in tables.dead}
 
-    def _acked_at(self, tables: Tables | None) -> dict[int, float]:
+    def _acked_at(self, tables: Tables | None, dead: Collection[int]) -> dict[int, float]:
         """When each id was acked at the latest, on this clock: the first ack call that
-        returned, or its time_acked in the table, whichever came first."""
+        returned, or its time_acked in the table, whichever came first (a dead letter's row
+        kept for subscriptions was settled by its death, not acked)."""
         out = dict(self.first_ack)
         if tables is not None:
             for i, acked_ns in tables.source.items():
-                if acked_ns is not None:
+                if acked_ns is not None and i not in dead:
                     t = acked_ns / 1e9 - self.wall_offset_s
                     out[i] = min(out.get(i, t), t)
         return out
@@ -329,7 +511,9 @@ class Checker:
             if a2 < a1:
                 r.attempts_back.append((i, a1, a2))
             r.duplicates += 1
-            released = any(t1 <= s.start <= t2 for s in releases)
+            # a release came between: its call ran at some point between the two (one that
+            # started before the first delivery may have landed after it)
+            released = any(s.start <= t2 and s.end >= t1 - WIRE_SLACK_S for s in releases)
             if t2 - t1 < self.ack_wait_s - WIRE_SLACK_S and not released:
                 r.in_flight_twice.append((i, round(t2 - t1, 3)))
             r.reasons[self._unacked_why(i, s1, released)] += 1
@@ -352,12 +536,22 @@ class Checker:
         return "ack failed" if i in self.failed_acks else "ack lost in a fault"
 
     def _judge_tables(
-        self, r: Report, tables: Tables, dead: dict[int, DeadRow], died_at: dict[int, float]
+        self,
+        r: Report,
+        tables: Tables,
+        dead: dict[int, DeadRow],
+        died_at: dict[int, float],
+        purged: set[int],
     ) -> None:
         source = tables.source
-        r.unknown += sorted((source.keys() | dead.keys()) - self.inserted)[:LISTED]
-        r.in_both = sorted(source.keys() & dead.keys())[:LISTED]
-        r.in_neither = sorted(self.inserted - source.keys() - dead.keys())[:LISTED]
+        rows = source.keys() | dead.keys()
+        r.outside_filter += sorted((rows & self.outside) - set(r.outside_filter))[:LISTED]
+        r.unknown += sorted(rows - self.inserted - self.outside)[:LISTED]
+        both = source.keys() & dead.keys()
+        if self.subscribed:  # kept, settled for this group, while subscriptions hold it
+            both = {i for i in both if source[i] is None}
+        r.in_both = sorted(both)[:LISTED]
+        r.in_neither = sorted(self.inserted - source.keys() - dead.keys() - purged)[:LISTED]
         for i in sorted(self.poison):
             if i in dead:
                 r.dead_poison += 1
@@ -375,20 +569,57 @@ class Checker:
             else:
                 r.dead_explained.append((i, why))
         for i, row in dead.items():
-            self._judge_dead_letter(r, i, row)
+            self._judge_dead_letter(r, i, row, died_at.get(i))
 
-    def _judge_dead_letter(self, r: Report, i: int, row: DeadRow) -> None:
+    def _judge_dead_letter(self, r: Report, i: int, row: DeadRow, died: float | None) -> None:
         seen = max((a for _, _, a in self.deliveries.get(i, [])), default=0)
         attempts = row.attempts if row.attempts is not None else -1
         n = self.max_attempts
         rejected = any(s.verb == "reject" for s in self.settlements.get(i, []))
-        if attempts < seen:
+        short = attempts < seen
+        if short and seen - attempts <= self._maybe_uncounted(i, attempts, died):
+            r.attempts_uncounted.append((i, attempts, seen))  # the documented cost
+            short = False
+        if short:
             r.attempts_short.append((i, attempts, seen))
         elif n and (attempts > n or (not rejected and attempts != n)):
             r.attempts_off.append((i, attempts, n))
         given = self.reasons_given.get(i)
-        if (given and row.last_error not in given) or not row.last_error:
+        maybe = self.reasons_maybe.get(i, set()) | self._denied_amid_faults(i)
+        if (given and row.last_error not in given | maybe) or not row.last_error:
             r.bad_reason.append((i, row.last_error))
+
+    def _denied_amid_faults(self, i: int) -> set[str]:
+        """The reasons of calls that answered 0 while a server or the database went down:
+        the call may have changed the row before the answer was lost, and its retry found
+        it done."""
+        faults = [e for e in self.events if e.what in SERVER_FAULTS | DATABASE_FAULTS]
+        return {
+            s.reason
+            for s in self.settlements.get(i, [])
+            if s.ok is False
+            and s.reason
+            and any(e.began <= s.end and e.at >= s.start for e in faults)
+        }
+
+    def _from(self, i: int, t: float) -> str:
+        server = self.senders.get((i, t))
+        return f" from {server}" if server else ""
+
+    def _maybe_uncounted(self, i: int, attempts: int, died: float | None) -> int:
+        """How many of ``i``'s deliveries at an attempt above its dead letter's ``attempts``
+        may have gone uncounted: a fault that can lose the count of a send by their server
+        came after them and before ``i`` died."""
+        end = float("inf") if died is None else died
+        n = 0
+        for t, _, a in self.deliveries.get(i, []):
+            server = self.senders.get((i, t), "")
+            if a > attempts and any(
+                e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= end
+                for e in self.events
+            ):
+                n += 1
+        return n
 
     def _why_dead(self, i: int, died: float | None) -> str | None:
         """Why an ordinary id died, as the checker's own log shows it (None: it does not)."""
@@ -410,7 +641,7 @@ class Checker:
         if "ack lost in a fault" in whys:
             return None
         unseen = n - len({a for _, _, a in ds if a <= n})
-        faults = [e for t, e in self.events if ds[0][0] - FAULT_WINDOW_S <= t <= died]
+        faults = [e for e in self.events if e.at >= ds[0][0] - FAULT_WINDOW_S and e.began <= died]
         if len(faults) < unseen:
             return None
         seen = sorted({a for _, _, a in ds})
@@ -424,6 +655,7 @@ class Checker:
 class Report:
     inserted: int
     events: Counter[str]
+    group: str = "the default group"
     poison: int = 0
     deliveries: int = 0
     duplicates: int = 0
@@ -435,7 +667,12 @@ class Report:
     never_delivered: list[int] = field(default_factory=list)
     never_acked: list[int] = field(default_factory=list)  # ordinary, not dead either
     acks_in_doubt_committed: int = 0  # ack calls failed in a fault, found acked in the table
+    purged: int = 0  # acked (by this checker's log) and gone from the group's table
+    acks_in_doubt_purged: int = 0  # of those, acked by a call that failed: taken as committed
     unknown: list[int] = field(default_factory=list)
+    outside_filter: list[int] = field(default_factory=list)  # delivered, or a state row
+    # (id, "unacked" / "dead" / "never handed over"): held by the group, gone from the table
+    gone_while_held: list[tuple[int, str]] = field(default_factory=list)
     after_ack: list[tuple[int, str, float]] = field(default_factory=list)
     after_dead: list[tuple[int, str, float]] = field(default_factory=list)
     # (id, "release" / "renew", how long before the delay / extension ended)
@@ -455,6 +692,8 @@ class Report:
     in_neither: list[int] = field(default_factory=list)
     dead_twice: list[int] = field(default_factory=list)
     attempts_short: list[tuple[int, int, int]] = field(default_factory=list)  # (id, col, seen)
+    # (id, col, seen): below what was seen, explained by faults that can lose a send's count
+    attempts_uncounted: list[tuple[int, int, int]] = field(default_factory=list)
     attempts_off: list[tuple[int, int, int]] = field(default_factory=list)  # (id, col, max)
     bad_reason: list[tuple[int, str | None]] = field(default_factory=list)
 
@@ -466,6 +705,10 @@ class Report:
                 self.never_acked
             ),
             "unknown ids": list(self.unknown),
+            "outside its filter, delivered or given a state row": list(self.outside_filter),
+            "gone from the message table while held (id, state in the group)": list(
+                self.gone_while_held
+            ),
             "delivered after their ack (id, sub, s)": list(self.after_ack),
             "delivered after they died (id, sub, s)": list(self.after_dead),
             "delivered within a release's delay or a renewal (id, verb, s)": list(self.early),
@@ -477,7 +720,7 @@ class Report:
             "ordinary ids unacked in the table": list(self.ordinary_unacked),
             "ordinary ids dead without explanation": list(self.dead_unexplained),
             "in both tables": list(self.in_both),
-            "in neither table": list(self.in_neither),
+            "in neither table (a subscription: no state row)": list(self.in_neither),
             "dead twice": list(self.dead_twice),
             "dead letter's attempts below what was seen (id, attempts, seen)": list(
                 self.attempts_short
@@ -494,16 +737,20 @@ class Report:
         reasons = ", ".join(f"{n} {why}" for why, n in self.reasons.most_common())
         explained = len(self.dead_explained)
         return (
-            f"{self.inserted:,} messages inserted ({self.poison:,} poison), "
+            f"{self.group}: {self.inserted:,} messages ({self.poison:,} poison), "
             f"{self.deliveries:,} deliveries, {self.duplicates:,} duplicates "
             f"({reasons or 'none'}); faults: {faults}; released {self.released:,}, renewed "
             f"{self.renewed:,}, rejected {self.rejected:,}; dead: {self.dead_poison:,} poison, "
             f"{explained} other (explained), {len(self.dead_unexplained)} other unexplained; "
             f"never delivered {len(self.never_delivered)}, never acked "
             f"{len(self.never_acked)} (acks in doubt found committed "
-            f"{self.acks_in_doubt_committed}), delivered after their ack {len(self.after_ack)}, "
+            f"{self.acks_in_doubt_committed}); purged {self.purged:,} (acks in doubt "
+            f"{self.acks_in_doubt_purged}); delivered after their ack {len(self.after_ack)}, "
             f"after they died {len(self.after_dead)}, early {len(self.early)}, "
             f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
-            f"attempts counting back {len(self.attempts_back)}; deliveries by attempt "
+            f"attempts counting back {len(self.attempts_back)}, dead letters' attempts "
+            f"below what was seen after a fault {len(self.attempts_uncounted)}, outside the filter "
+            f"{len(self.outside_filter)}, gone while held {len(self.gone_while_held)}; "
+            "deliveries by attempt "
             f"{dict(sorted(self.attempts.items()))}"
         )

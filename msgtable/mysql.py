@@ -15,7 +15,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from msgtable.errors import DatabaseUnavailable, InvalidArgument, MsgtableError, TableNotFound
+from msgtable.errors import (
+    DatabaseUnavailable,
+    InvalidArgument,
+    MsgtableError,
+    TableNotFound,
+    Unavailable,
+)
 
 CONNECT_TIMEOUT_S = 5
 IO_TIMEOUT_S = 30  # a statement's reads and writes (PyMySQL and mysqlclient)
@@ -32,6 +38,9 @@ ACCESS_DENIED = frozenset({1044, 1045, 1142})  # database, user, table
 REFUSED = frozenset({1044, 1045, 1049})
 # The binlog follower's "it will not work here": access denied, or no binlog to read.
 NO_REPLICATION = ACCESS_DENIED | {1227, 1236}
+# A statement that lost a lock race (a deadlock's victim, a lock wait that timed out): the
+# database is there, so it is retried without being taken for an outage.
+LOCK_CONFLICTS = frozenset({1205, 1213})
 # Errors that mean "try again later".
 RETRYABLE = frozenset(
     {
@@ -82,6 +91,8 @@ def database_error(exc: BaseException, table: str | None = None) -> MsgtableErro
     code = error_code(exc)
     if code == NO_SUCH_TABLE and table is not None:
         return TableNotFound(f"message table {table!r} no longer exists")
+    if code in LOCK_CONFLICTS:  # the database answers: one statement lost a race, retried
+        return Unavailable(f"lock conflict (retried): {error_text(exc)}")
     if code is None or code in RETRYABLE or code in REFUSED or 2000 <= code < 3000:  # 2xxx: client
         return DatabaseUnavailable(f"database unavailable: {error_text(exc)}")
     return MsgtableError(f"database error: {error_text(exc)}")

@@ -77,3 +77,18 @@ def test_no_more_than_max_connections_at_once(pool: ConnectionPool):
             held.enter_context(pool.connection())
         with pytest.raises(Unavailable, match="busy"), pool.connection():
             pass
+
+
+def test_a_deadlock_is_retried_but_is_no_database_outage():
+    import pymysql
+
+    from msgtable.errors import DatabaseUnavailable, Unavailable
+    from msgtable.mysql import database_error
+
+    for code in (1213, 1205):
+        error = database_error(pymysql.err.OperationalError(code, "Deadlock found"))
+        assert isinstance(error, Unavailable) and not isinstance(error, DatabaseUnavailable)
+        assert str(error).startswith("lock conflict (retried): ")
+    assert isinstance(
+        database_error(pymysql.err.OperationalError(2013, "Lost connection")), DatabaseUnavailable
+    )

@@ -520,7 +520,7 @@ class MessageEngine(Subscriptions):
         reason: str | None,
         subscription: str = "",
     ) -> int:
-        return self._settling(name, keyspace, subscription).release(ids, delay_s, reason)
+        return self._verb(name, keyspace, subscription).release(ids, delay_s, reason)
 
     def reject(
         self,
@@ -530,7 +530,7 @@ class MessageEngine(Subscriptions):
         reason: str | None,
         subscription: str = "",
     ) -> int:
-        return self._settling(name, keyspace, subscription).reject(ids, reason)
+        return self._verb(name, keyspace, subscription).reject(ids, reason)
 
     def renew(
         self,
@@ -541,13 +541,22 @@ class MessageEngine(Subscriptions):
         reason: str | None,
         subscription: str = "",
     ) -> int:
-        return self._settling(name, keyspace, subscription).renew(ids, extend_s, reason)
+        return self._verb(name, keyspace, subscription).renew(ids, extend_s, reason)
 
     def _settling(self, name: str, keyspace: str, subscription: str = "") -> MessageManager:
         if self._stop.is_set():
             raise Unavailable("server shutting down")
         m = self._manager(name, keyspace, subscription=subscription)
         return m if subscription else self._default_group(m)
+
+    def _verb(self, name: str, keyspace: str, subscription: str) -> MessageManager:
+        """The manager that answers a release, reject or renew: only the leader's. It alone
+        knows which of its sends are not counted yet (vt_postpone_after); another server
+        would write one attempt too few (NotLeader: the client goes to the leader)."""
+        m = self._settling(name, keyspace, subscription)
+        if not self._leading:
+            raise self._not_leader()
+        return m
 
     def dead_letters(
         self, name: str, keyspace: str, after: object | None, limit: int, subscription: str = ""

@@ -838,3 +838,25 @@ def test_closing_ends_the_subscribers_before_waiting_for_the_loops(engine, store
     t.start()
     m.close(Unavailable("closing"))
     assert ended_first == [True]
+
+
+def test_a_server_that_does_not_send_refuses_settlement_verbs_and_names_the_leader(store, clock):
+    from msgtable.errors import NotLeader
+
+    store.insert("q", 1, message="a")
+    follower = MessageEngine(
+        store, clock=clock, discovery_interval_s=3600, run_loops=False, lease_period_s=1.0
+    )
+    follower.refresh()
+    try:
+        # it never sent: a send of the leader's not counted yet would be missed by its verb
+        for call in (
+            lambda: follower.release("q", "", [1], 0, None),
+            lambda: follower.reject("q", "", [1], None),
+            lambda: follower.renew("q", "", [1], 0, None),
+        ):
+            with pytest.raises(NotLeader):
+                call()
+        assert follower.ack("q", "", [1]) == 1  # an ack is counted by the leader's postpone
+    finally:
+        follower.close()

@@ -323,7 +323,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                 subscription=request.subscription,
                 filter=request.filter,
             )
-            sub = narrowed(sub, request.filter, list(request.columns), request.name)
+            sub = narrowed(sub, list(request.columns), request.name)
         except Exception as exc:
             _fail(context, "MessageStream", exc)
         with self._lock:

@@ -141,9 +141,9 @@ class Projected:
         self._sub.close()
 
 
-def narrowed(sub: Any, filter_text: str, columns: Sequence[str], table: str) -> Any:
-    """``sub`` as one stream asked for it (its projection); the subscriber is closed when
-    the request is malformed."""
+def narrowed(sub: Any, columns: Sequence[str], table: str) -> Any:
+    """``sub`` with one stream's projection (its filter is the engine's); the subscriber is
+    closed when the request is malformed."""
     try:
         return Projected(sub, columns, table) if columns else sub
     except InvalidArgument:

@@ -192,7 +192,6 @@ def load_subscription(
         table,
         name=sub.state_table,
         ack_wait_s=ack_wait,
-        min_backoff_s=table.min_backoff_s,
         columns=tuple(state_columns),
         message_columns=cols,
         max_attempts=sub.max_attempts if sub.max_attempts is not None else table.max_attempts,

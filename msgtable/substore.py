@@ -29,6 +29,7 @@ from msgtable.subscriptions import (
     LoadedSubscription,
     Subscription,
     SubscriptionState,
+    parse_columns,
 )
 from msgtable.tables import DEAD_TIME_NEXT, Column, TableConfig
 
@@ -67,7 +68,8 @@ UPDATE = (
     "max_lag = %s, expire_after_s = %s, state = %s WHERE table_name = %s AND name = %s"
 )
 DELETE = f"DELETE FROM {REGISTRY} WHERE table_name = %s AND name = %s"
-TOUCH = f"UPDATE {REGISTRY} SET time_active = %s WHERE table_name = %s AND name = %s"
+# ``{pairs}``: one "(%s, %s)" per (table_name, name)
+TOUCH = f"UPDATE {REGISTRY} SET time_active = %s WHERE (table_name, name) IN ({{pairs}})"
 SET_STATE = (
     f"UPDATE {REGISTRY} SET state = %s, time_active = %s WHERE table_name = %s AND name = %s"
 )
@@ -126,7 +128,7 @@ def row_to_subscription(row: Sequence[Any]) -> Subscription:
         table=_text(table),
         name=_text(name),
         filter=_text(flt or ""),
-        columns=tuple(c for c in _text(cols or "").replace("|", ",").split(",") if c.strip()),
+        columns=parse_columns(_text(cols or "")),
         ack_wait_s=None if ack_wait is None else float(ack_wait),
         max_attempts=None if max_att is None else int(max_att),
         max_lag=None if max_lag is None else int(max_lag),
@@ -381,9 +383,12 @@ class SubscriptionSQL:
         """Note that these subscriptions have subscribers now (their expiry starts again)."""
         if not subs:
             return
+        pairs = ", ".join(["(%s, %s)"] * len(subs))
+        params: list[Any] = [now_ns]
+        for sub in subs:
+            params += [sub.table, sub.name]
         with self._errors(), self._auto_cursor() as cur:
-            for sub in subs:
-                cur.execute(TOUCH, [now_ns, sub.table, sub.name])
+            cur.execute(TOUCH.format(pairs=pairs), params)
 
     def subscription_lag(
         self: _Pools, state_tables: Sequence[str], cap: int

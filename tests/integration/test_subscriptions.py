@@ -457,3 +457,25 @@ def test_a_stalled_subscription_does_not_hold_up_the_others(served: Served):
     finally:
         stalled.close()
         busy.close()
+
+
+def test_a_subscription_with_a_subscriber_does_not_expire(served: Served):
+    make_orders(served)
+    served.client.create_subscription("orders", "watched", expire_after_s=1)
+    served.client.create_subscription("orders", "idle", expire_after_s=1)
+    c = Collector(served.client, "orders", subscription="watched")
+    try:
+
+        def state(name: str) -> str:
+            return next(
+                t.state for t in served.client.list_subscriptions() if t.subscription == name
+            )
+
+        wait_until(lambda: state("idle") == "expired", 15, "the idle one expired")
+        assert state("watched") == "active"
+        active = served.sql(
+            "select time_active from msgtable_subscriptions where name = 'watched'"
+        )[0][0]
+        assert active and active > served.now_ns() - 5 * 10**9  # touched by the upkeep
+    finally:
+        c.close()

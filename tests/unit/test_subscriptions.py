@@ -220,3 +220,10 @@ def test_the_state_table_takes_the_id_type_of_its_table():
     assert "  id varchar(64) NOT NULL," in ddl
     assert "COMMENT 'msgtable_subscription'" in ddl
     assert "LIMIT 1000" in lag_sql("t__s", 1000)
+
+
+def test_a_definitions_projection_is_read_as_written_by_sql():
+    from msgtable.substore import row_to_subscription
+
+    row = ("orders", "s", None, " id , kind|amount ", None, None, None, None, "active", 1, None)
+    assert row_to_subscription(row).columns == ("id", "kind", "amount")

@@ -170,3 +170,26 @@ def test_two_servers_on_one_database_one_sends_and_the_other_redirects(db_dsn):
                 assert m.ack() == 1
                 c.close()
     db.dispose()
+
+
+def test_a_verb_sent_to_the_follower_goes_to_the_leader_and_counts_the_unwritten_send(db_dsn):
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
+        conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
+    with _server(db_dsn) as (first, first_server):
+        wait_until(lambda: first.leading, what="the first server leads")
+        with _server(db_dsn) as (second, second_server):
+            wait_until(lambda: second.list_tables(), what="the second server's discovery")
+            with Client(first_server.address) as at_leader:
+                c = Collector(at_leader, "jobs")
+                (m,) = c.take(1)  # sent by the leader, its postpone not written yet
+                with Client(second_server.address) as at_follower:
+                    # the follower answers NotLeader; the client follows it to the leader,
+                    # which counts the send it has not written yet
+                    assert at_follower.release("jobs", [m.id], delay_s=60) == 1
+                with db.connect() as conn:
+                    epoch = conn.exec_driver_sql("select epoch from jobs").scalar()
+                assert epoch == 1
+                c.close()
+    db.dispose()

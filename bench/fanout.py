@@ -26,14 +26,17 @@ FILTER_EVERY ``'eu'``; once they are committed, one subscription with FILTER is 
 the rows that read, ``handover_rows_read``, counted on their own). Then at go its subscribers
 subscribe and drain the matches: ``filter_ratio`` is that rate over the baseline's,
 ``rows_read_per_msg`` the rows the database read during the drain over the messages
-delivered.
+delivered, and ``table_rows_read_per_msg`` the rows of the message table alone (what the
+filter's poll reads; the rest is the state table's poll, locking read and ack).
 
 Rows read come from SHOW GLOBAL STATUS: ``Innodb_rows_read`` where the server has it (MySQL),
 else ``Rows_read`` (MariaDB 10.6+ dropped the InnoDB one; Rows_read counts the rows the SQL
 layer read from any engine, temporary tables excepted). Either counter is server-wide, so
 nothing else may use the database server meanwhile: the bench runs one section at a time,
 and the msgtable server's own background work (discovery, the lease) is measured while idle
-(``idle_rows_read_s``). The subscribers' set-up (their first ListTables) is before go.
+(``idle_rows_read_s``). The subscribers' set-up (their first ListTables) is before go. Rows
+read of one table come from MariaDB's TABLE_STATISTICS (the bench turns ``userstat`` on) or
+MySQL's performance_schema (table_rows_read).
 """
 
 from __future__ import annotations
@@ -90,6 +93,9 @@ class FanoutResult:
     fanout_rows_read: int = 0  # rows read during the fan-out run (hand-over and deliveries)
     idle_rows_read_s: float = 0.0  # rows read a second with nothing running
     counter: str = ""  # the status counter of the rows read (COUNTERS)
+    # rows of the filtered message table read during its drain (table_rows_read; None: the
+    # server cannot count rows per table)
+    drain_table_rows_read: int | None = None
 
     @property
     def slowest(self) -> Throughput | None:
@@ -111,6 +117,15 @@ class FanoutResult:
         f = self.filtered
         return self.drain_rows_read / f.messages if f and f.messages else None
 
+    @property
+    def table_rows_read_per_msg(self) -> float | None:
+        """Of the filtered drain: rows of the message table (not of its state table) read
+        over the messages delivered: what the filter's poll costs."""
+        f = self.filtered
+        if self.drain_table_rows_read is None or not (f and f.messages):
+            return None
+        return self.drain_table_rows_read / f.messages
+
     def as_dict(self) -> dict[str, Any]:
         b, slowest = self.baseline, self.slowest
         delivered = sum(g.messages for g in self.groups)
@@ -126,6 +141,7 @@ class FanoutResult:
             "handover_s": round(self.handover_s, 3),
             "handover_rows_read": self.handover_rows_read,
             "drain_rows_read": self.drain_rows_read,
+            "drain_table_rows_read": self.drain_table_rows_read,
             "baseline_rows_read_per_msg": (
                 round(self.baseline_rows_read / b.messages, 2) if b and b.messages else None
             ),
@@ -256,13 +272,18 @@ class Drained:
 
 
 def _drain(
-    setup: Setup, groups: dict[str, GroupSpec], at_go: Callable[[], None] | None = None
-) -> tuple[dict[str, Drained], dict[str, float], int]:
+    setup: Setup,
+    groups: dict[str, GroupSpec],
+    at_go: Callable[[], None] | None = None,
+    table_read: Callable[[], int | None] | None = None,
+) -> tuple[dict[str, Drained], dict[str, float], int, int | None]:
     """SUBSCRIBERS processes for each group until every group has its target; ``at_go`` (if
     given) runs right after go (the fan-out's COMMIT). Returns each group's part, the CPU
     seconds of the database and the server over the whole drain, and the rows the database
     read from go to the last answer. The workers' set-up (their first ListTables reads rows
-    of every table: counts of dead messages, of each subscription's lag) is before go."""
+    of every table: counts of dead messages, of each subscription's lag) is before go.
+    ``table_read`` (if given) counts the rows read of one table; the last value returned is
+    its difference over the same interval (None: not counted)."""
     server, db_pid = setup.server, setup.db_pid
     shared = {g: Shared.new() for g in groups}
     with Workers() as workers:
@@ -272,6 +293,7 @@ def _drain(
         workers.wait_ready()
         with cpu_meter(database=db_pid, server=server.pid) as cpu:
             read_before = setup.rows_read()
+            table_before = table_read() if table_read else None
             start = time.monotonic()
             workers.go.set()
             if at_go is not None:
@@ -283,6 +305,10 @@ def _drain(
                 got = ", ".join(f"{g} {shared[g].counter.value}" for g in groups)
                 raise BenchError(f"{exc}\nreceived by group: {got}") from None
             read = setup.rows_read() - read_before
+            table_after = table_read() if table_read else None
+    table_delta = (
+        table_after - table_before if table_before is not None and table_after is not None else None
+    )
     if not db_pid:
         del cpu["database"]
     out: dict[str, Drained] = {}
@@ -299,7 +325,7 @@ def _drain(
             max(r["last"] for r in mine) - start,
             sum(r["cpu_s"] for r in mine),
         )
-    return out, cpu, read
+    return out, cpu, read, table_delta
 
 
 def _check(what: str, d: Drained, expected: set[int]) -> None:
@@ -338,6 +364,42 @@ def rows_read(cur: Any) -> int:
         if name in got:
             return got[name]
     raise BenchError(f"the database server has none of the status counters {COUNTERS}")
+
+
+def count_rows_per_table(cur: Any) -> bool:
+    """Turn on the server's rows-read count per table where it needs it (MariaDB's userstat;
+    MySQL's performance_schema counts without asking). False: it cannot count (no such
+    variable or no right to set it)."""
+    cur.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('userstat', 'performance_schema')")
+    have = {name: str(value).upper() for name, value in cur.fetchall()}
+    if "userstat" not in have:  # MySQL: performance_schema.table_io_waits_summary_by_table
+        return have.get("performance_schema") == "ON"
+    if have["userstat"] != "ON":
+        try:
+            cur.execute("SET GLOBAL userstat = 1")
+        except Exception:  # an account without the right: the figure is left out
+            return False
+    return True
+
+
+def table_rows_read(cur: Any, table: str) -> int | None:
+    """Rows of ``table`` (in the connection's database) the server has read so far: MariaDB's
+    information_schema.TABLE_STATISTICS (userstat) or MySQL's performance_schema (a fetch is
+    a row read); None where neither can tell."""
+    queries = (
+        "SELECT ROWS_READ FROM information_schema.TABLE_STATISTICS "
+        "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s",
+        "SELECT COUNT_READ FROM performance_schema.table_io_waits_summary_by_table "
+        "WHERE OBJECT_SCHEMA = DATABASE() AND OBJECT_NAME = %s",
+    )
+    for sql in queries:
+        try:
+            cur.execute(sql, [table])
+        except Exception:  # the server has no such table
+            continue
+        row = cur.fetchone()
+        return int(row[0]) if row else 0  # no row yet: nothing read since counting began
+    return None
 
 
 def rows_read_counter(cur: Any) -> str:
@@ -435,7 +497,7 @@ def fanout(setup: Setup, rows: int, result: FanoutResult) -> None:
                 n: GroupSpec(setup.server.address, table, n, rows, subscribe_after_go=False)
                 for n in names
             }
-            drained, cpu, result.fanout_rows_read = _drain(setup, groups, at_go=commit)
+            drained, cpu, result.fanout_rows_read, _ = _drain(setup, groups, at_go=commit)
         unseen = execute(setup.dsn, f"select count(*) from {table} where time_fanout is null")
         if int(unseen[0][0]):
             raise BenchError(f"{unseen[0][0]} rows of {table} were never handed over")
@@ -456,9 +518,9 @@ def fanout(setup: Setup, rows: int, result: FanoutResult) -> None:
     result.drain_all_s = max(d.seconds for d in drained.values())
 
 
-def filtered(setup: Setup, rows: int, result: FanoutResult) -> None:
+def filtered(setup: Setup, rows: int, result: FanoutResult, per_table: bool = False) -> None:
     """A from_start subscription with FILTER on a table of ``rows`` rows (see the module
-    docstring)."""
+    docstring); ``per_table``: the server counts rows read per table (count_rows_per_table)."""
     from msgtable.client import Client
 
     table = "fan_filter"
@@ -486,7 +548,11 @@ def filtered(setup: Setup, rows: int, result: FanoutResult) -> None:
         time.sleep(IDLE_SAMPLE_S)
         result.idle_rows_read_s = (setup.rows_read() - idle) / IDLE_SAMPLE_S
         spec = GroupSpec(setup.server.address, table, "eu", len(expected), subscribe_after_go=True)
-        drained, cpu, result.drain_rows_read = _drain(setup, {"eu": spec})
+        drained, cpu, result.drain_rows_read, result.drain_table_rows_read = _drain(
+            setup,
+            {"eu": spec},
+            table_read=(lambda: table_rows_read(setup.monitor, table)) if per_table else None,
+        )
         d = drained["eu"]
         _check("the filtered subscription", d, expected)
         check_lifecycle(setup.dsn, f"{table}__eu", len(expected))  # its state table
@@ -516,7 +582,8 @@ def run(
     with contextlib.closing(connect(dsn)) as monitor, monitor.cursor() as cur:
         setup = Setup(server, dsn, poller_interval_s, postpone_after_s, db_pid, cur)
         result.counter = rows_read_counter(cur)
+        per_table = count_rows_per_table(cur)
         baseline(setup, sizes["rows"], result)
         fanout(setup, sizes["rows"], result)
-        filtered(setup, sizes["filter"], result)
+        filtered(setup, sizes["filter"], result, per_table)
     return result

@@ -426,7 +426,8 @@ class Report:
             out.append(
                 f"  filter: from_start hand-over of {f.filter_rows:,} rows in {f.handover_s:.2f} s"
                 f" read {f.handover_rows_read:,} rows; the drain read {f.drain_rows_read:,} "
-                f"({_num(f.rows_read_per_msg, '.2f')} a message); idle "
+                f"({_num(f.rows_read_per_msg, '.2f')} a message; of the message table "
+                f"{_num(f.table_rows_read_per_msg, '.2f')} a message); idle "
                 f"{f.idle_rows_read_s:,.0f} rows/s; counter {f.counter}"
             )
         for r in runs:
@@ -504,6 +505,7 @@ class Report:
             "fanout_ratio": rnd(fo.fanout_ratio if fo else None, 3),
             "filter_ratio": rnd(fo.filter_ratio if fo else None, 3),
             "filter_rows_read_per_msg": rnd(fo.rows_read_per_msg if fo else None, 2),
+            "filter_table_rows_read_per_msg": rnd(fo.table_rows_read_per_msg if fo else None, 2),
             "filter_handover_rows_read": fo.handover_rows_read if fo else None,
             "fanout": fo.as_dict() if fo else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,

@@ -56,8 +56,9 @@ letters are kept), nor before the group got it (matched, no state row, never ack
 An ordinary id may die legitimately: vt_max_attempts counts sends, and faults eat them. The
 checker accepts such a death only when its log shows it: a delivery at the last attempt that
 was not acked within its ack wait (and why), or, when some sends never reached a subscriber
-(a stream cut by a kill), every delivery it saw unacked for a known reason, no ack ever, and
-at least as many faults around as sends it did not see. Each is reported, with its story.
+(a stream cut by a kill), every delivery it saw unacked for a known reason, no ack that
+returned before it died, and at least as many faults around as sends it did not see. Each
+is reported, with its story.
 """
 
 from __future__ import annotations
@@ -633,10 +634,12 @@ class Checker:
                 late = "" if acked_at is None else f" (first ack {acked_at - t:.1f}s after)"
                 why = self._unacked_why(i, sub, self._released_after(i, sub, t))
                 return f"attempt {a} of {n} to {sub}: {why}{late}"
-        if acked_at is not None or died is None:
-            return None
+        if died is None or (acked_at is not None and acked_at < died):
+            return None  # an ack that returned before the death should have won
         # sends the checker never saw (a stream cut by a kill): every delivery it did see
-        # unacked for a known reason, and at least as many faults around as sends unseen
+        # unacked for a known reason, and at least as many faults around as sends unseen. An
+        # ack that returned only after the death found the row dead (a dead row is never
+        # acked): a slow subscriber's late ack, which changed nothing.
         whys = [self._unacked_why(i, sub, self._released_after(i, sub, t)) for t, sub, _ in ds]
         if "ack lost in a fault" in whys:
             return None
@@ -645,9 +648,10 @@ class Checker:
         if len(faults) < unseen:
             return None
         seen = sorted({a for _, _, a in ds})
+        late = "" if acked_at is None else f"; ack after the death ({acked_at - died:.1f}s)"
         return (
             f"attempts {seen} of {n} seen, each unacked ({', '.join(sorted(set(whys)))}); "
-            f"{unseen} sends unseen, amid {len(faults)} faults"
+            f"{unseen} sends unseen, amid {len(faults)} faults{late}"
         )
 
 

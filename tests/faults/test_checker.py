@@ -174,6 +174,26 @@ def test_an_ordinary_id_whose_last_sends_went_unseen_dies_explained_only_amid_fa
     assert explained[0] == 8 and f"{MAX - 1} sends unseen" in explained[1]
 
 
+def test_an_ack_that_came_after_an_unseen_send_death_does_not_unexplain_it() -> None:
+    """A slow subscriber's late ack that returned after the id died (the ack found it dead:
+    a dead row cannot be acked) does not make its death by sends unseen amid faults
+    unexplained; an ack that returned before the death does (the ack should have won)."""
+    c = settling()
+    c.delivered([(8, 1)], "s1")
+    c.dropped([8], "s1", "subscriber killed")
+    for _ in range(MAX - 1):
+        c.event("msgtable SIGTERM under load")
+    row = dead(8)  # dead now, after the faults
+    time.sleep(0.01)
+    c.acked([8])  # and the ack returned after that
+    (explained,) = c.judge(Tables({}, [row])).dead_explained
+    assert explained[0] == 8 and f"{MAX - 1} sends unseen" in explained[1]
+    assert "ack after the death" in explained[1]
+    # the same ack, returned 1 s before the row died: that ack was lost
+    c.first_ack[8] = time.monotonic() - 1.0
+    assert c.judge(Tables({}, [row])).dead_unexplained == [8]
+
+
 def test_a_delivery_after_death_is_reported() -> None:
     c = settling()
     poison_released_to_death(c)

@@ -16,7 +16,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from msgtable.binlog import BinlogFollower
@@ -90,6 +90,7 @@ class MessageEngine(Subscriptions):
         self._fanouts: dict[str, Fanout] = {}
         self._lag: dict[str, tuple[int, int | None]] = {}
         self._not_holding: dict[str, str] = {}
+        self._orphan_pass: dict[str, Hashable | None] = {}
         self._discovered = False
         self._last_refresh = 0.0
         self._refresh_lock = threading.RLock()

@@ -45,3 +45,6 @@ DEFAULT_DEAD_LISTED = 100
 COUNT_DEAD_CAP = 100_000
 # A subscription's lag (its unsettled messages) is counted up to this many (then "at least").
 LAG_CAP = 1_000_000
+# The clean-up of a subscription's state rows whose message row was purged while it did not
+# hold its table reads this many of its unsettled rows each discovery.
+ORPHAN_STEP_ROWS = 5_000

@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import random
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from msgtable.clock import Clock
@@ -26,7 +26,7 @@ from msgtable.errors import (
 )
 from msgtable.fanout import Fanout
 from msgtable.filters import parse_filter
-from msgtable.limits import LAG_CAP
+from msgtable.limits import LAG_CAP, ORPHAN_STEP_ROWS
 from msgtable.manager import MessageManager
 from msgtable.rows import Values
 from msgtable.status import TableStatus
@@ -63,6 +63,7 @@ class Subscriptions:
     _fanouts: dict[str, Fanout]
     _lag: dict[str, tuple[int, int | None]]
     _not_holding: dict[str, str]
+    _orphan_pass: dict[str, Hashable | None]  # state table -> where its clean-up goes on
 
     if TYPE_CHECKING:  # MessageEngine's
 
@@ -125,6 +126,8 @@ class Subscriptions:
                     why,
                 )
         self._not_holding = not_holding
+        for name in not_holding:  # its rows may be purged now: clean up after them
+            self._orphan_pass.setdefault(name, None)
         return loaded, errors
 
     def _new_fanout(self, table: str) -> Fanout:
@@ -186,7 +189,8 @@ class Subscriptions:
                 )
                 store.set_subscription_state(ls.sub, SubscriptionState.EXPIRED, now)
                 changed = True
-        limited = [ls.config.name for ls in loaded if ls.sub.max_lag is not None]
+        self._clean_orphans({ls.config.name: ls.config.source for ls in loaded})
+        limited = {ls.config.name: ls.config.source for ls in loaded if ls.sub.max_lag is not None}
         if limited:
             old = {n: self._lag.get(n, (0, None))[0] for n in limited}
             self._lag.update(store.subscription_lag(limited, LAG_CAP))
@@ -196,6 +200,28 @@ class Subscriptions:
                     changed = True
         if changed:
             self.refresh()
+
+    def _clean_orphans(self, sources: dict[str, str]) -> None:
+        """One bounded step for each state table that may hold rows whose message row is
+        gone: a subscription not holding its table (the purge does not wait for it), and one
+        that held again, until a whole pass is done after that."""
+        store: Any = self.store
+        for name, after in list(self._orphan_pass.items()):
+            source = sources.get(name)
+            if source is None:  # dropped, or not loaded
+                self._orphan_pass.pop(name, None)
+                continue
+            deleted, nxt = store.delete_orphans(name, source, after, ORPHAN_STEP_ROWS)
+            if deleted:
+                log.info(
+                    "subscription state %s: %d rows of messages purged meanwhile removed",
+                    name,
+                    deleted,
+                )
+            if nxt is None and name not in self._not_holding:
+                self._orphan_pass.pop(name, None)  # a whole pass since it holds again
+            else:
+                self._orphan_pass[name] = nxt
 
     def _revive(self, m: MessageManager) -> None:
         """A subscriber of an expired subscription makes it active again."""
@@ -288,7 +314,7 @@ class Subscriptions:
         if not subs and not sub_errors:
             return []
         try:
-            lag = store.subscription_lag(list(subs), LAG_CAP)
+            lag = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
         except MsgtableError:
             lag = {}
         out = []

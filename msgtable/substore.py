@@ -253,14 +253,38 @@ class FanoutStatements:
         return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
 
 
-def lag_sql(state_table: str, cap: int) -> str:
+def lag_sql(state_table: str, source: str, cap: int) -> str:
     """The unsettled messages of a subscription (up to ``cap``) and the oldest one's
-    time_created: what it holds back."""
+    time_created: what it holds back. A state row whose message row is gone (purged while
+    the subscription did not hold the table, or deleted by DML) is not lag: nothing is left
+    to deliver."""
     s = quote(state_table)
     return (
-        f"SELECT COUNT(*), MIN(tc) FROM (SELECT `time_created` AS tc FROM {s} "
-        f"WHERE `time_acked` IS NULL AND NOT (`time_next` <=> {DEAD_TIME_NEXT}) "
+        f"SELECT COUNT(*), MIN(tc) FROM (SELECT s.`time_created` AS tc FROM {s} s "
+        f"JOIN {quote(source)} m ON m.`id` = s.`id` "
+        f"WHERE s.`time_acked` IS NULL AND NOT (s.`time_next` <=> {DEAD_TIME_NEXT}) "
         f"LIMIT {int(cap)}) AS l"
+    )
+
+
+def orphan_scan_sql(state_table: str, source: str, after: bool) -> str:
+    """A bounded step over a state table's unsettled rows in id order (``after``: after the
+    id %s; up to %s rows), each with whether its message row is gone."""
+    since = "s.`id` > %s AND " if after else ""
+    return (
+        f"SELECT s.`id`, m.`id` IS NULL FROM {quote(state_table)} s "
+        f"LEFT JOIN {quote(source)} m ON m.`id` = s.`id` "
+        f"WHERE {since}s.`time_acked` IS NULL ORDER BY s.`id` LIMIT %s"
+    )
+
+
+def orphans_delete_sql(state_table: str, source: str) -> str:
+    """Delete the unsettled state rows of ``{ids}`` whose message row is still gone."""
+    s = quote(state_table).replace("{", "{{").replace("}", "}}")
+    m = quote(source).replace("{", "{{").replace("}", "}}")
+    return (
+        f"{MARK}DELETE FROM {s} WHERE `id` IN ({{ids}}) AND `time_acked` IS NULL "
+        f"AND NOT EXISTS (SELECT 1 FROM {m} m WHERE m.`id` = {s}.`id`)"
     )
 
 
@@ -391,15 +415,15 @@ class SubscriptionSQL:
             cur.execute(TOUCH.format(pairs=pairs), params)
 
     def subscription_lag(
-        self: _Pools, state_tables: Sequence[str], cap: int
+        self: _Pools, state_tables: Mapping[str, str], cap: int
     ) -> dict[str, tuple[int, int | None]]:
-        """For each state table: its unsettled messages (up to ``cap``) and the oldest one's
-        time_created (None: none)."""
+        """For each state table (mapped to its message table): its unsettled messages still
+        in the message table (up to ``cap``) and the oldest one's time_created (None: none)."""
         out: dict[str, tuple[int, int | None]] = {}
         with self._errors(), self._auto_cursor() as cur:
-            for name in state_tables:
+            for name, source in state_tables.items():
                 try:
-                    cur.execute(lag_sql(name, cap))
+                    cur.execute(lag_sql(name, source, cap))
                 except Exception as exc:
                     if error_code(exc) == 1146:
                         continue
@@ -407,6 +431,30 @@ class SubscriptionSQL:
                 n, oldest = cur.fetchone()
                 out[name] = (int(n), None if oldest is None else int(oldest))
         return out
+
+    def delete_orphans(
+        self: _Pools, state_table: str, source: str, after: Hashable | None, limit: int
+    ) -> tuple[int, Hashable | None]:
+        """One bounded step of the clean-up of a state table: of its next ``limit``
+        unsettled rows after id ``after`` (None: from the start), delete those whose message
+        row is gone (purged while the subscription did not hold the table). Returns how many
+        it deleted and where the next step starts (None: the pass reached the end)."""
+        with self._errors(), self._auto_cursor() as cur:
+            try:
+                scan = orphan_scan_sql(state_table, source, after is not None)
+                cur.execute(scan, [limit] if after is None else [after, limit])
+                rows = cur.fetchall()
+                orphans = [r[0] for r in rows if r[1]]
+                deleted = 0
+                if orphans:
+                    in_ids, params = in_list(orphans)
+                    sql = orphans_delete_sql(state_table, source).format(ids=in_ids)
+                    deleted = int(cur.execute(sql, params))
+            except Exception as exc:
+                if error_code(exc) == 1146:  # dropped meanwhile
+                    return 0, None
+                raise
+        return deleted, (rows[-1][0] if len(rows) == limit else None)
 
     def pending_fanout(self: _Pools, table: str, cap: int) -> int:
         with self._errors(table), self._auto_cursor() as cur:

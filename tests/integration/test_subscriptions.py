@@ -503,3 +503,33 @@ def test_an_ack_reads_the_state_rows_it_acks_not_the_whole_state_table(served: S
     finally:
         c.close()
     assert read < 600, f"an ack of 100 ids read {read} rows of a 3,000-row state table"
+
+
+def test_messages_purged_while_a_subscription_let_go_leave_no_lag_behind(served: Served):
+    """A subscription over its max_lag lets go of the table; once the rows it never settled
+    are purged, they are no longer its lag (nothing is left to deliver), so it holds the
+    table again, and their state rows are cleaned up."""
+    make_orders(served)
+    served.client.create_subscription("orders", "capped", max_lag=3)
+    enqueue(served, range(1, 11))
+    default = Collector(served.client, "orders")
+    try:
+        take_ids(default, 10)
+
+        def sub():
+            return next(t for t in served.client.list_tables() if t.subscription == "capped")
+
+        wait_until(lambda: not sub().holding, 10, "over max_lag, it lets go of the table")
+        wait_until(
+            lambda: served.sql("select count(*) from orders")[0][0] == 0,
+            what="the default group acked all: purged, the capped one no longer holding",
+        )
+        wait_until(lambda: sub().lag == 0, 10, "the purged rows are no longer its lag")
+        wait_until(lambda: sub().holding, 10, "back under max_lag, it holds the table again")
+        wait_until(
+            lambda: served.sql("select count(*) from orders__capped")[0][0] == 0,
+            10,
+            "the state rows of the purged messages cleaned up",
+        )
+    finally:
+        default.close()

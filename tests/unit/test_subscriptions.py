@@ -219,7 +219,7 @@ def test_the_state_table_takes_the_id_type_of_its_table():
     ddl = state_table_ddl("t__s", col("id", "varchar", "varchar(64)"))
     assert "  id varchar(64) NOT NULL," in ddl
     assert "COMMENT 'msgtable_subscription'" in ddl
-    assert "LIMIT 1000" in lag_sql("t__s", 1000)
+    assert "LIMIT 1000" in lag_sql("t__s", "t", 1000)
 
 
 def test_a_definitions_projection_is_read_as_written_by_sql():

@@ -458,7 +458,7 @@ def baseline(setup: Setup, rows: int, result: FanoutResult) -> None:
         with contextlib.closing(connect(setup.dsn)) as conn, conn.cursor() as cur:
             insert_rows(cur, table, rows)
         spec = GroupSpec(setup.server.address, table, "", rows, subscribe_after_go=True)
-        drained, cpu, read = _drain(setup, {"base": spec})
+        drained, cpu, read, _ = _drain(setup, {"base": spec})
         d = drained["base"]
         _check("baseline", d, set(range(rows)))
         check_lifecycle(setup.dsn, table, rows)

@@ -16,7 +16,8 @@ last line, one JSON document (``raw_msgs_s``, ``msgtable_msgs_s``, ``ratio_vs_ra
 ``peer_msgs_s``, ``ratio_vs_peer``, ``batch_size``, ``subscribers``, ``latency_p50_ms``,
 ``latency_p99_ms``, ``rss_mb``, ``release_msgs_s``, ``dead_letter_msgs_s``,
 ``renew_1000_ms``, ``fanout_groups``, ``fanout_ratio``, ``filter_ratio``,
-``filter_rows_read_per_msg``, ``filter_handover_rows_read`` and more). Targets not met do
+``filter_rows_read_per_msg``, ``filter_table_rows_read_per_msg``,
+``filter_handover_rows_read`` and more). Targets not met do
 not fail the run; lost or duplicated messages, a dead server or a stuck run do (exit
 status 1).
 """

@@ -109,7 +109,10 @@ class Move:
 
 def redrive_problem(dead: TableConfig, target: TableConfig) -> str:
     """Why dead letters of ``dead`` cannot go to ``target`` ("" when they can): every column
-    the target streams must come from the dead-letter table."""
+    the target streams must come from the dead-letter table. Dead in place (the same table,
+    or a subscription's state table) they live again where they are: nothing to copy."""
+    if dead.name == target.name:
+        return ""
     have = {c.name for c in dead.columns}
     missing = [c.name for c in target.message_columns if c.name not in have]
     if missing:

@@ -603,24 +603,32 @@ class MessageEngine(Subscriptions):
         ids: Sequence[object] | None,
         after: object | None,
         limit: int,
+        subscription: str = "",
     ) -> RedriveBatch:
         """One batch (one transaction) of moving dead messages back as fresh ones.
 
         ``name`` is a dead-letter table (its dead letters go to ``to``, or to the one table
         whose vt_dead_letter it is), or a table with vt_dead_letter (its dead letters come
-        back to it), or a table with messages dead in place (they live again)."""
+        back to it), or a table with messages dead in place (they live again); with
+        ``subscription``, that subscription's dead messages of table ``name`` (dead in its
+        state table) live again, for it alone."""
         if not 0 < limit <= MAX_REDRIVE_BATCH:
             raise InvalidArgument(f"limit must be 1 to {MAX_REDRIVE_BATCH:,}, not {limit}")
-        m = self._settling(name, keyspace)
+        if subscription and to:
+            raise InvalidArgument(
+                f"a subscription's dead messages live again in it: no --to with subscription "
+                f"{name}/{subscription}"
+            )
+        m = self._settling(name, keyspace, subscription)
         cfg = m.config
-        if cfg.dead_letter and not to:
+        if cfg.dead_letter and not to and not subscription:
             source, dead = self._dead_of(cfg)
             assert dead is not None
         else:
             dead, source = cfg, cfg
             if to and to != name:
                 source = self._settling(to, keyspace).config
-            elif not to:
+            elif not to and not subscription:
                 sources = self._sources_of(name)
                 if len(sources) > 1:
                     names = ", ".join(s.name for s in sources)

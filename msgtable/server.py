@@ -144,6 +144,7 @@ class Engine(Protocol):
         after: object | None,
         limit: int,
         /,
+        subscription: str = "",
     ) -> RedriveBatch: ...
 
     def database_error(self) -> str: ...
@@ -441,7 +442,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
 
     def Redrive(self, request: Any, context: grpc.ServicerContext) -> pb.RedriveResponse:
         try:
-            self._allowed(context, "redrive", request.name)
+            self._allowed(context, "redrive", _resource(request.name, request.subscription))
             if request.to:
                 self._allowed(context, "redrive", request.to)
             after = self._ids([request.after])[0] if request.HasField("after") else None
@@ -452,6 +453,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                 self._ids(request.ids) if request.ids else None,
                 after,
                 request.limit or DEFAULT_REDRIVE_BATCH,
+                subscription=request.subscription,
             )
             response = pb.RedriveResponse(
                 moved=batch.moved, skipped=[codec.encode_value(i) for i in batch.skipped]

@@ -189,7 +189,8 @@ def redrive(args: argparse.Namespace, out: TextIO | None = None) -> int:
         raise InvalidArgument(f"--batch must be at most {MAX_REDRIVE_BATCH:,}, not {args.batch}")
     moved, skipped = 0, list[object]()
     with _client(args) as client:
-        _, total = client.dead_letters(args.name, limit=1, keyspace=args.keyspace)
+        sub = args.subscription
+        _, total = client.dead_letters(args.name, limit=1, keyspace=args.keyspace, subscription=sub)
         goal = min(x for x in (total, args.limit, len(ids) if ids else None) if x is not None)
         started = time.monotonic()
         bar = tqdm(
@@ -206,7 +207,13 @@ def redrive(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 if args.rate:
                     n = max(1, min(n, int(args.rate)))
                 batch = client.redrive(
-                    args.name, args.to, ids, limit=n, after=after, keyspace=args.keyspace
+                    args.name,
+                    args.to,
+                    ids,
+                    limit=n,
+                    after=after,
+                    keyspace=args.keyspace,
+                    subscription=sub,
                 )
                 if batch.last is None:
                     break
@@ -223,8 +230,15 @@ def redrive(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"interrupted: moved {moved:,} so far; run it again to go on", file=out)
             raise
         bar.close()
-    target = args.to or "their table"
-    print(f"moved {moved:,} dead letters of {args.name} to {target}", file=out)
+    if args.subscription:
+        print(
+            f"moved {moved:,} dead messages of subscription {args.name}/{args.subscription} "
+            "back to it",
+            file=out,
+        )
+    else:
+        target = args.to or "their table"
+        print(f"moved {moved:,} dead letters of {args.name} to {target}", file=out)
     if skipped:
         shown = ", ".join(map(str, skipped[:10])) + (" ..." if len(skipped) > 10 else "")
         print(

@@ -399,11 +399,18 @@ REDRIVE = Command(
     "batch, each batch one transaction: an interrupted redrive can be run again and moves "
     "nothing twice. NAME is a dead-letter table (its messages go back to the table whose "
     "vt_dead_letter it is, or to --to), a table with vt_dead_letter (its dead letters come "
-    "back), or a table whose messages are dead in place. An id the target has again is "
-    "skipped and left dead. A progress bar on a terminal; the count at the end.",
+    "back), or a table whose messages are dead in place; with --subscription, the dead "
+    "messages of that subscription of table NAME live again for it alone. An id the target "
+    "has again is skipped and left dead. A progress bar on a terminal; the count at the end.",
     (
         Flag("name", "dead-letter table (or a table, see above)"),
         Flag("--to", "the table they go to (default: see above)", default="", metavar="TABLE"),
+        Flag(
+            "--subscription",
+            "the dead messages of this subscription of table NAME (not with --to)",
+            default="",
+            metavar="SUB",
+        ),
         Flag("--ids", "only these ids, comma separated", metavar="ID,ID,..."),
         Flag("--limit", "move at most N", type=positive_int, metavar="N"),
         Flag("--rate", "at most N a second: 100, 100/s", type=rate, metavar="N/s"),

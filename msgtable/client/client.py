@@ -243,11 +243,18 @@ class Client:
         limit: int = 0,
         after: object | None = None,
         keyspace: str = "",
+        subscription: str = "",
     ) -> RedriveBatch:
         """One batch (one transaction) of moving dead messages back as fresh ones; call
-        again with ``after=batch.last`` until ``batch.last`` is None (msgtable redrive does)."""
+        again with ``after=batch.last`` until ``batch.last`` is None (msgtable redrive does).
+        ``subscription``: that subscription's dead messages of table ``name``, for it alone."""
         request = pb.RedriveRequest(
-            name=name, keyspace=keyspace, to=to, ids=_values(ids or ()), limit=limit
+            name=name,
+            keyspace=keyspace,
+            to=to,
+            ids=_values(ids or ()),
+            limit=limit,
+            subscription=subscription,
         )
         if after is not None:
             request.after.CopyFrom(_values([after])[0])

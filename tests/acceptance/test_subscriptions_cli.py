@@ -170,6 +170,16 @@ def test_a_subscription_is_created_listed_read_altered_and_dropped_from_the_comm
     assert "bad payload" in dead.stdout and re.search(r"^9\s", dead.stdout, re.M), describe(dead)
     table_dead = cli.run("dead", "orders", "--server", address)
     assert "bad payload" not in table_dead.stdout, describe(table_dead)
+    # redrive: it lives again for the subscription (fresh: epoch 0, due now)
+    redriven = cli.run("redrive", "orders", "--subscription", "eu", "--server", address)
+    assert redriven.returncode == 0, describe(redriven)
+    assert "moved 1 dead messages of subscription orders/eu back to it" in redriven.stdout
+    alive = "select epoch, time_next < 9223372036854775807 from orders__eu where id = 9"
+    assert sql.rows(alive)[0] == (0, 1)
+    with_to = cli.run(
+        "redrive", "orders", "--subscription", "eu", "--to", "orders", "--server", address
+    )
+    assert_one_line_error(with_to, "no --to with subscription orders/eu")
 
     # drop: gone, with its state table; a second drop is one line saying so
     dropped = cli.run("subscription", "drop", "orders", "eu", "--server", address)

@@ -158,6 +158,7 @@ requests = kinds.flatmap(
             st.lists(values.filter(_not_a_canary_id), max_size=3),
             limits,
             st.none() | values,
+            st.one_of(st.just(""), names),  # a subscription (none exists on the canary)
         ),
     }[kind]
 )
@@ -246,8 +247,8 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
             stub.ListDeadLetters(req, timeout=10)
         elif kind == "redrive":
             # on the canary (which has no dead messages) and with ids that are not its own
-            _, name, to, ids, limit, after = request
-            req = pb.RedriveRequest(name=name, to=to, ids=ids, limit=limit)
+            _, name, to, ids, limit, after, sub = request
+            req = pb.RedriveRequest(name=name, to=to, ids=ids, limit=limit, subscription=sub)
             if after is not None:
                 req.after.CopyFrom(after)
             stub.Redrive(req, timeout=10)

@@ -533,3 +533,30 @@ def test_messages_purged_while_a_subscription_let_go_leave_no_lag_behind(served:
         )
     finally:
         default.close()
+
+
+def test_a_subscriptions_dead_letters_are_redriven_to_it_alone(served: Served):
+    """Redrive with a subscription brings its dead-in-place messages back to it as fresh
+    ones (attempt 1 again); the default group and other subscriptions are untouched."""
+    make_orders(served)
+    served.client.create_subscription("orders", "work")
+    served.client.create_subscription("orders", "other")
+    enqueue(served, [1, 2, 3])
+    c = Collector(served.client, "orders", subscription="work")
+    try:
+        msgs = c.take(3)
+        assert c.subscription.reject([m for m in msgs if int(m.id) != 3], reason="bad") == 2
+        c.subscription.ack([m for m in msgs if int(m.id) == 3])
+        assert served.client.dead_letters("orders", subscription="work")[1] == 2
+        batch = served.client.redrive("orders", subscription="work")
+        assert batch.moved == 2 and batch.skipped == ()
+        assert served.client.dead_letters("orders", subscription="work")[1] == 0
+        again = c.take(2)
+        assert sorted(int(m.id) for m in again) == [1, 2]
+        assert {m.attempt for m in again} == {1}
+        c.subscription.ack(again)
+    finally:
+        c.close()
+    assert served.sql("select count(*) from orders__other where time_acked is not null")[0][0] == 0
+    with pytest.raises(InvalidArgument, match="subscription"):
+        served.client.redrive("orders", to="orders", subscription="work")

@@ -647,6 +647,7 @@ class RedriveRequest(_message.Message):
     IDS_FIELD_NUMBER: _builtins.int
     LIMIT_FIELD_NUMBER: _builtins.int
     AFTER_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """A dead-letter table (to the table whose vt_dead_letter it is, or `to`), a table with
     vt_dead_letter (its dead letters come back to it), or a table with messages dead in place.
@@ -657,6 +658,10 @@ class RedriveRequest(_message.Message):
     """The table the messages go to; empty: as said for `name`."""
     limit: _builtins.int
     """At most this many in this call (one transaction): 1 to 10,000; 0 means 500."""
+    subscription: _builtins.str
+    """The subscription whose dead messages (dead in its state table) live again, for it
+    alone; empty: as said for `name`. With a subscription, `to` must be empty.
+    """
     @_builtins.property
     def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """Only these ids (at most 10,000); empty: any."""
@@ -674,10 +679,11 @@ class RedriveRequest(_message.Message):
         ids: _abc.Iterable[Global___Value] | None = ...,
         limit: _builtins.int = ...,
         after: Global___Value | None = ...,
+        subscription: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["after", b"after"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "ids", b"ids", "keyspace", b"keyspace", "limit", b"limit", "name", b"name", "to", b"to"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["after", b"after", "ids", b"ids", "keyspace", b"keyspace", "limit", b"limit", "name", b"name", "subscription", b"subscription", "to", b"to"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

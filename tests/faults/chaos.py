@@ -46,6 +46,7 @@ from .checker import Checker
 # How long a late subscriber holds a batch before it acks: past its ack wait (vt_ack_wait), the
 # backoff (vt_max_backoff) and a poll, so the batch went to another subscriber meanwhile.
 LATE_BY_S = 6.0
+LATE_MAX_S = 40.0  # at the latest, a late ack comes this long after its batch
 POISON_SHARE, RELEASE_SHARE, SLOW_SHARE = 0.01, 0.01, 0.005
 POISON_DELAY_S = 0.1  # a poison message's release: due again almost at once
 RELEASE_DELAY_S = 2.0  # an ordinary message released once: due again after this
@@ -211,6 +212,7 @@ class Subscriber(threading.Thread):
         self.auto_renew = auto_renew
         self.group = group  # the subscription it reads as ("": the table's default group)
         self.order: str | None = None  # "kill", "stall", "late": what to do with the next batch
+        self.late_log: list[str] = []  # what became of its "late" orders (for a verdict)
         self.stall_s = 0.0
         self.done = threading.Event()
         self.stop_event = threading.Event()
@@ -290,8 +292,10 @@ class Subscriber(threading.Thread):
         rest = by_kind["m"] + by_kind["r"] + by_kind["s"]
         if late:  # acks after its ack wait ended: redelivered meanwhile
             ids = [int(m.id) for m in rest]  # type: ignore[call-overload]
+            self.late_log.append(f"{time.monotonic():.3f} late batch of {len(ids)}")
             self.checker.dropped(ids, self.name, "ack too late")
-            self.handler.at(LATE_BY_S, partial(self._ack_now, rest, late=True), ids)
+            deadline = time.monotonic() + LATE_MAX_S
+            self.handler.at(LATE_BY_S, partial(self._late_ack, rest, deadline), ids)
             return
         plain = by_kind["m"]
         for m in by_kind["r"]:
@@ -365,6 +369,18 @@ class Subscriber(threading.Thread):
             count = None
         self.checker.settled(verb, ids, self.name, start, count, span_s, reason)
 
+    def _late_ack(self, messages: list[Message], deadline: float) -> None:
+        """The late ack: once another subscriber was sent one of these again and acked it
+        (what the fault is for: an ack that finds some of its messages settled by someone
+        else), or at ``deadline``, whichever comes first. A group that lags behind the
+        producer sends fresh rows before due redeliveries, so the redelivery may take longer
+        than LATE_BY_S."""
+        ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
+        if time.monotonic() < deadline and not self.checker.acked_any(ids):
+            self.handler.at(0.5, partial(self._late_ack, messages, deadline), ids)
+            return
+        self._ack_now(messages, late=True)
+
     def _ack_now(self, messages: list[Message], late: bool = False) -> None:
         """One ack call of its own, waited for (its count kept for a late one)."""
         assert self.sub is not None
@@ -373,12 +389,15 @@ class Subscriber(threading.Thread):
             return
         try:
             count = self.sub.ack(messages)
-        except MsgtableError:
+        except MsgtableError as exc:
             self.checker.ack_failed(ids)
+            if late:
+                self.late_log.append(f"{time.monotonic():.3f} late ack failed: {exc}")
             return
         self.checker.acked(ids)
         if late:
             self.checker.late_acks.append((count, len(ids)))
+            self.late_log.append(f"{time.monotonic():.3f} late ack: {count} of {len(ids)}")
 
     def _ack(self, batch: list[Message]) -> None:
         """Queue the batch's ack; the stream is read on, never held up by an ack call (so a

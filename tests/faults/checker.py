@@ -293,6 +293,11 @@ class Checker:
             for i in ids:
                 self.first_ack.setdefault(i, now)
 
+    def acked_any(self, ids: Iterable[int]) -> bool:
+        """Whether an ack naming any of ``ids`` has returned."""
+        with self._lock:
+            return any(i in self.first_ack for i in ids)
+
     def ack_failed(self, ids: Sequence[int]) -> None:
         with self._lock:
             self.failed_acks.update(ids)

@@ -59,6 +59,7 @@ TOTAL = int(os.environ.get("MSGTABLE_CHAOS_MESSAGES", "100000"))
 ACK_WAIT_S = 2.0
 LEASE_PERIOD_S = 1.0
 SUBSCRIBERS = 4
+LIVE_WAIT_S = 10.0  # how long a subscriber's fault waits for a subscriber free to take it
 PRODUCE_FOR_S = 40.0  # the producer spreads its inserts over this long
 CHUNK = 500
 PAUSE_S = 2.0  # between faults
@@ -97,6 +98,17 @@ class Group:
     retired: list[Subscriber] = field(default_factory=list)
     stall_progress: list[int] = field(default_factory=list)  # its acks during stalls
     kills: int = 0
+    lates: list[tuple[float, Subscriber]] = field(default_factory=list)  # "late" orders given
+
+    def late_story(self) -> str:
+        """What became of each "late" order (for a verdict when none made a late ack)."""
+        out = []
+        for at, s in self.lates:
+            state = "done" if s.done.is_set() else "reading"
+            pending = ", order still pending" if s.order == "late" else ""
+            log = "; ".join(s.late_log) or "no late batch"
+            out.append(f"{at:.3f} to {s.name} ({state}{pending}): {log}")
+        return "\n".join(out)
 
     @property
     def state_table(self) -> str:
@@ -219,17 +231,31 @@ class Run:
         return found[0]
 
     def live(self, group: Group, auto_renew: bool = False) -> Subscriber:
-        """A subscriber of ``group`` reading now (an auto-renewing one only if asked: its
-        client renews what a stalled or late handler holds)."""
-        ready = [
-            s
-            for s in group.subscribers
-            if not s.done.is_set() and s.order is None and s.sub is not None
-        ]
-        for s in sorted(ready, key=lambda s: s.auto_renew != auto_renew):
-            if auto_renew or not s.auto_renew:
-                return s
-        return group.subscribers[0]
+        """A subscriber of ``group`` reading now with no order pending (an auto-renewing one
+        only if asked: its client renews what a stalled or late handler holds). Waits up to
+        LIVE_WAIT_S for one (a replacement subscribing, a reconnect after a kill): an order
+        given to a subscriber that is gone, or that already has one, would be lost, and the
+        fault with it. Then any that is not done, else the first."""
+
+        def ready() -> Subscriber | None:
+            candidates = [
+                s
+                for s in group.subscribers
+                if not s.done.is_set() and s.order is None and s.sub is not None
+            ]
+            for s in sorted(candidates, key=lambda s: s.auto_renew != auto_renew):
+                if auto_renew or not s.auto_renew:
+                    return s
+            return None
+
+        deadline = time.monotonic() + LIVE_WAIT_S
+        while (found := ready()) is None and time.monotonic() < deadline:
+            self.keep_subscribers()  # replace the done ones meanwhile
+            time.sleep(0.05)
+        if found is not None:
+            return found
+        alive = [s for s in group.subscribers if not s.done.is_set() and not s.auto_renew]
+        return alive[0] if alive else group.subscribers[0]
 
     # -- the faults (a subscriber's: one of every group at once) -----------------------------
     def kill_subscriber(self) -> None:
@@ -256,7 +282,9 @@ class Run:
 
     def late_ack(self) -> None:
         for g in self.groups:
-            self.live(g).order = "late"
+            s = self.live(g)
+            s.order = "late"
+            g.lates.append((time.monotonic(), s))
             g.checker.event("ack after its ack wait")
 
     def restart_database(self) -> None:
@@ -560,11 +588,14 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             f"{r.group}: a stalled stream held the others up"
         )
     # the default group's late acks came for messages another subscriber had been sent and
-    # acked by then (a subscription's are only counted: the poll takes rows by time_next, and
-    # fresh rows, at 0, go before redeliveries, so a group that lags the producer, as "all"
-    # with two subscribers may, sends a late batch again only after LATE_BY_S at times)
-    assert report.reasons["ack too late"] > 0, summary
-    assert any(acked < of for acked, of in run.checker.late_acks), summary
+    # acked by then (a late subscriber acks once that happened, LATE_BY_S at the soonest and
+    # LATE_MAX_S at the latest: the poll takes rows by time_next, and fresh rows, at 0, go
+    # before redeliveries, so a group that lags the producer sends a late batch again only
+    # once it caught up; a subscription's late acks are only counted)
+    default = next(g for g in run.groups if not g.name)
+    late_story = f"the default group's late orders:\n{default.late_story()}"
+    assert report.reasons["ack too late"] > 0, f"{late_story}\n{summary}"
+    assert any(acked < of for acked, of in run.checker.late_acks), f"{late_story}\n{summary}"
     assert all(code == 0 for code in run.graceful_exits), run.graceful_exits
     # within two lease periods (and a poll of the lease table); the database restart
     # counts no takeover: the kill does not overlap it

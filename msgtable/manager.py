@@ -222,9 +222,17 @@ class MessageManager:
             accepts=accepts,
         )
         with self._lock:
+            # The first one: the cache is empty, a pass from the head fills it. Another one
+            # (a reconnect storm after a restart brings every subscriber): the pass goes on
+            # only if it stopped for room; a finished one would read the backlog again.
+            first = not self._subscribers
+            if first:
+                self._restart = True
             self._subscribers.append(sub)
-            self._restart = True
-        self._poll_wake.set()
+            poll = first or self.cache.due.pending
+        if poll:
+            self._poll_wake.set()
+        self._send_wake.set()
         return sub
 
     def unsubscribe(self, sub: Subscriber, unsent: Sequence[Batch] = ()) -> None:

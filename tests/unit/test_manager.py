@@ -860,3 +860,27 @@ def test_a_server_that_does_not_send_refuses_settlement_verbs_and_names_the_lead
         assert follower.ack("q", "", [1]) == 1  # an ack is counted by the leader's postpone
     finally:
         follower.close()
+
+
+def test_a_second_subscriber_does_not_make_the_poller_read_the_backlog_again():
+    """Only the first subscriber starts a pass from the head (the cache was empty): another
+    one arriving (a reconnect storm after a restart: every subscriber) only wakes the poller,
+    whose pass goes on after the last row it read."""
+    store = InMemoryStore()
+    store.create_table("q", DEMO_COMMENT)  # a cache of 10,000; polls every 30 s
+    for i in range(1, 6):
+        store.insert("q", i, message=str(i))
+    e = MessageEngine(store, rng=random.Random(1), discovery_interval_s=3600)
+    e.open()
+    try:
+        first = e.subscribe("q")
+        wait_until(lambda: store.rows_read >= 5, what="the first pass read the backlog")
+        time.sleep(0.2)
+        read = store.rows_read
+        second = e.subscribe("q")
+        time.sleep(0.3)
+        assert store.rows_read == read, "the backlog was read again for the second subscriber"
+        first.close()
+        second.close()
+    finally:
+        e.close()

@@ -149,6 +149,10 @@ class Router:
                 response = getattr(self.stub(where), method)(request, timeout=left)
             except grpc.RpcError as exc:
                 error = error_from_rpc(exc, where)
+            except ValueError:  # grpc: "Cannot invoke RPC on closed channel!"
+                if not self._closed:
+                    raise
+                raise Unavailable("the client is closed") from None
             else:
                 retry.succeeded()
                 return response

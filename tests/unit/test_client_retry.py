@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
 from msgtable.client import Client, router
 from msgtable.errors import NotLeader, ResourceExhausted, TableNotFound, Unavailable
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.server import MessagingServer
 
 from .test_server import WAIT_S, FakeEngine
@@ -173,3 +175,20 @@ def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
         waits = [backoff.delay_s(failures) for _ in range(200)]
         assert all(ceiling / 2 <= w <= ceiling for w in waits)
         assert len(set(waits)) > 1
+
+
+def test_a_call_racing_the_clients_close_fails_as_closed_not_with_a_grpc_error():
+    """close() may close the channel between a call taking its stub and invoking it (a killed
+    worker's client, its ack queue still sending): the call fails as Unavailable "the client
+    is closed", a MsgtableError, not grpc's ValueError."""
+    r = router.Router(("127.0.0.1:1",), None, None, 1.0)
+    take = r.stub
+
+    def racing(target: str) -> Any:
+        stub = take(target)
+        r.close()  # closed right after the stub was taken
+        return stub
+
+    r.stub = racing  # type: ignore[method-assign]
+    with pytest.raises(Unavailable, match="the client is closed"):
+        r.unary("MessageAck", pb.MessageAckRequest(name="t"))

@@ -96,6 +96,18 @@ class Router:
                 entry = self._channels[target] = (raw, pb_grpc.MessagingStub(channel))
             return entry[1]
 
+    def invoke(self, target: str, method: str, request: Any, **kwargs: Any) -> Any:
+        """``method`` of ``target``'s stub called with ``request``. A close() of the client
+        between taking the stub and the call (grpc's ValueError "Cannot invoke RPC on closed
+        channel!") fails as Unavailable "the client is closed", as a call after it does."""
+        stub = self.stub(target)
+        try:
+            return getattr(stub, method)(request, **kwargs)
+        except ValueError:
+            if not self._closed:
+                raise
+            raise Unavailable("the client is closed") from None
+
     def next_target(self) -> str:
         """Where the next call goes: the known leader, else the targets in turn."""
         with self._lock:
@@ -146,13 +158,9 @@ class Router:
             where = target or self.next_target()
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
-                response = getattr(self.stub(where), method)(request, timeout=left)
+                response = self.invoke(where, method, request, timeout=left)
             except grpc.RpcError as exc:
                 error = error_from_rpc(exc, where)
-            except ValueError:  # grpc: "Cannot invoke RPC on closed channel!"
-                if not self._closed:
-                    raise
-                raise Unavailable("the client is closed") from None
             else:
                 retry.succeeded()
                 return response

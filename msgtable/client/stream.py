@@ -78,12 +78,7 @@ class Stream:
                     return None
             target = router.next_target()
             try:
-                try:
-                    call = router.stub(target).MessageStream(self._request)
-                except ValueError:  # grpc: the channel was closed after the stub was taken
-                    if not router.closed:
-                        raise
-                    raise Unavailable("the client is closed") from None
+                call = router.invoke(target, "MessageStream", self._request)
                 first = self._first_response(call, target)
             except MsgtableError as exc:
                 error = exc

@@ -28,6 +28,7 @@ from types import TracebackType
 
 from msgtable.due import DueRows
 from msgtable.inflight import InFlight, Sent
+from msgtable.ordered import OrderedDue
 from msgtable.rows import CachedRow, PolledRow
 from msgtable.window import Window
 
@@ -188,9 +189,16 @@ class Hold:
 class MessageCache:
     """Due and sent rows of one table (see the module docstring)."""
 
-    def __init__(self, size: int, lock: threading.Lock) -> None:
-        self.due = DueRows(size)
+    def __init__(self, size: int, lock: threading.Lock, ordered: bool = False) -> None:
         self.inflight = InFlight()
+        self.due: DueRows | OrderedDue
+        # an ordered table's runs by key (msgtable.ordered), else msgtable.due's rows
+        self.ordered: OrderedDue | None = None
+        if ordered:
+            self.due = self.ordered = OrderedDue(size, self.inflight.flying)
+            self.inflight.on_land = self.ordered.landed
+        else:
+            self.due = DueRows(size)
         self.polls: list[Poll] = []  # polls whose read is running
         self.lock = lock
         self.released = threading.Condition(lock)  # held rows were let go (Hold)

@@ -310,7 +310,9 @@ class MessageEngine(Subscriptions):
         errors: dict[str, str] = {}
         for d in defs:
             try:
-                configs[d.name] = load_table(d.name, d.comment, d.columns, d.unique_indexes)
+                configs[d.name] = load_table(
+                    d.name, d.comment, d.columns, d.unique_indexes, d.indexes
+                )
             except TableLoadError as exc:
                 errors[d.name] = str(exc)
         _check_dead_letters(configs, errors)
@@ -339,13 +341,18 @@ class MessageEngine(Subscriptions):
                         err = TableNotFound(f"message table {name!r} was dropped")
                     to_close.append((m, err))
                 elif cfg != m.config:
-                    if cfg.message_columns == m.config.message_columns:
+                    if _same_shape(cfg, m.config):
                         m.reconfigure(cfg)
                         log.info("%s: new settings applied", _what(cfg))
                     else:
                         del self._managers[name]
                         to_close.append(
-                            (m, Unavailable(f"{_what(cfg)} changed its columns; subscribe again"))
+                            (
+                                m,
+                                Unavailable(
+                                    f"{_what(cfg)} changed its columns or ordering; subscribe again"
+                                ),
+                            )
                         )
             for name, cfg in wanted.items():
                 if name not in self._managers:
@@ -707,6 +714,15 @@ def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str])
                 errors[name] = f"table {name}: {problem}"
                 del configs[name]
                 changed = True
+
+
+def _same_shape(new: TableConfig, old: TableConfig) -> bool:
+    """Whether a manager can take ``new`` live: the same columns streamed and the same
+    ordering (msgtable.ordered keeps other state than an unordered table's cache)."""
+    return new.message_columns == old.message_columns and (new.order_key, new.order_by) == (
+        old.order_key,
+        old.order_by,
+    )
 
 
 def _what(cfg: TableConfig) -> str:

@@ -15,7 +15,7 @@ Not thread-safe: the table's manager guards it with its lock (msgtable.cache say
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 
 from msgtable.rows import CachedRow
 from msgtable.window import Window
@@ -31,6 +31,8 @@ class InFlight:
         self._flight: OrderedDict[Hashable, tuple[int, Window | None]] = OrderedDict()
         self._unclaimed: OrderedDict[Hashable, Sent] = OrderedDict()  # by send time
         self.held: set[Hashable] = set()
+        # told of each id that leaves flight (an ordered table's keys: msgtable.ordered)
+        self.on_land: Callable[[Hashable], None] | None = None
 
     # -- sending -------------------------------------------------------------------------
     def add(
@@ -47,7 +49,7 @@ class InFlight:
         flight = self._flight
         for row in sent:
             if row.id in flight:  # sent again before its ack wait ended (a short backoff)
-                self.land(row.id)
+                self.land(row.id, again=True)
             flight[row.id] = entry
             if unclaimed:
                 self._unclaimed[row.id] = (row.epoch, now_ns, row)
@@ -64,11 +66,19 @@ class InFlight:
             self.land(rid)
         return len(flight)
 
-    def land(self, rid: Hashable) -> None:
-        """``rid`` is no longer in flight: its window gets the credit back."""
+    def land(self, rid: Hashable, again: bool = False) -> None:
+        """``rid`` is no longer in flight: its window gets the credit back (``again``: it is
+        being sent again at once, so it does not leave flight for ``on_land``)."""
         entry = self._flight.pop(rid, None)
-        if entry is not None and entry[1] is not None:
+        if entry is None:
+            return
+        if entry[1] is not None:
             entry[1].give_back()
+        if self.on_land is not None and not again:
+            self.on_land(rid)
+
+    def flying(self, rid: Hashable) -> bool:
+        return rid in self._flight
 
     def land_all(self, ids: Iterable[Hashable]) -> None:
         for rid in ids:

@@ -37,6 +37,7 @@ from msgtable.clock import Clock
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.ids import coerce_ids
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
+from msgtable.ordered import OrderedDue, due_runs
 from msgtable.purger import Purger
 from msgtable.retry import Backoff, Outage, Retry
 from msgtable.rows import (
@@ -93,7 +94,7 @@ class MessageManager:
         self.clock = clock
         self.rng = rng
         self._lock = threading.Lock()
-        self.cache = MessageCache(config.cache_size, self._lock)
+        self.cache = MessageCache(config.cache_size, self._lock, ordered=config.ordered)
         self._on_fatal = on_fatal
         self._subscribers: list[Subscriber] = []
         self._next = 0
@@ -104,6 +105,11 @@ class MessageManager:
         )
         self._cursor: PollKey | None = None  # where the current pass of polls got to
         self._restart = True  # the next poll starts a new pass from the best due row
+        # an ordered table's pass (msgtable.ordered): the last key read, then the last id of
+        # the rows of no key once the keys are done (None: not there yet)
+        self._key_cursor: object | None = None
+        self._unkeyed_cursor: Hashable | None = None
+        self._unkeyed_phase = False
         self._stop = threading.Event()
         self._poll_wake = threading.Event()
         self._send_wake = threading.Event()
@@ -251,9 +257,20 @@ class MessageManager:
                 self.cache.due.clear()
         if back:
             self._poll_wake.set()
+        self._poll_if_wanted()
 
     def wake_sender(self) -> None:
         self._send_wake.set()
+
+    def _poll_if_wanted(self) -> None:
+        """An ordered table whose keys were freed reads their next runs now."""
+        ordered = self.cache.ordered
+        if ordered is None:
+            return
+        with self._lock:
+            wanted = ordered.wants_refill() and bool(self._subscribers)
+        if wanted:
+            self._poll_wake.set()
 
     @property
     def has_subscribers(self) -> bool:
@@ -271,6 +288,7 @@ class MessageManager:
         with self._lock:
             self.cache.forget(clean)
             self.acked += n
+        self._poll_if_wanted()
         return n
 
     def _write_acks(self, ids: list[Hashable], now_ns: int) -> int:
@@ -295,6 +313,7 @@ class MessageManager:
             self._restart = True
         if n:
             self._poll_wake.set()
+        self._poll_if_wanted()
         return n
 
     def renew(self, ids: Sequence[object], extend_s: float, reason: str | None) -> int:
@@ -327,6 +346,7 @@ class MessageManager:
             self.dead_lettered += len(buried)
         if buried and dead is not None:
             self._buried(dead.name)
+        self._poll_if_wanted()
         return len(buried)
 
     def _dead_table(self, cfg: TableConfig) -> TableConfig | None:
@@ -393,6 +413,7 @@ class MessageManager:
             poll = bool(moved) and bool(self._subscribers)
         if poll:
             self._poll_wake.set()
+        self._poll_if_wanted()
 
     def resync(self) -> None:
         """Something may have been missed: a new pass now."""
@@ -430,6 +451,8 @@ class MessageManager:
         vt_poller_interval wait in the cache and go out at their time (future time_next,
         backoff redeliveries), not a poll late.
         """
+        if self.cache.ordered is not None:
+            return self._poll_ordered(self.cache.ordered, restart)
         with self._lock:
             if not self._subscribers:
                 return 0
@@ -462,6 +485,67 @@ class MessageManager:
             self._send_wake.set()
         return added
 
+    def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:
+        """An ordered table's poll (msgtable.ordered): the runs of the keys freed since their
+        last read first, then the next page of a pass over the keys and, once the keys are
+        done, over the due rows of no key. A pass runs to its end before ``restart`` begins
+        another (a release or a leaving subscriber frees its keys, which are read first
+        anyway). Runs whose head is due after the next poll are left for a later pass."""
+        with self._lock:
+            if not self._subscribers:
+                return 0
+            cfg = self.config
+            per_key = cfg.batch_size
+            if restart and not ordered.pending:
+                ordered.new_pass()
+                ordered.pending = True
+                self._key_cursor = self._unkeyed_cursor = None
+                self._unkeyed_phase = False
+            room = ordered.room()
+            wanted = ordered.take_wanted(max(1, room // per_key)) if room else []
+            passing = ordered.pending
+            key_cursor, unkeyed_cursor = self._key_cursor, self._unkeyed_cursor
+            unkeyed_phase = self._unkeyed_phase
+        if room == 0:
+            return 0
+        now = self.clock.now_ns()
+        horizon = now + round(cfg.poller_interval_s * 1e9)
+        page_done = False
+        with self.cache.poll() as poll:
+            rows = self.store.runs(cfg, wanted, per_key) if wanted else []
+            left = room - len(rows)
+            if passing and left > 0:
+                limit = max(1, min(MAX_KEYS_PER_PAGE, left // per_key))
+                if not unkeyed_phase:
+                    page = self.store.order_keys(cfg, key_cursor, limit)
+                    with self._lock:
+                        fresh = [k for k in page if ordered.free(k)]
+                    if fresh:
+                        rows += self.store.runs(cfg, fresh, per_key)
+                    if page:
+                        key_cursor = page[-1]
+                    if len(page) < limit:
+                        unkeyed_phase = True
+                else:
+                    loose = self.store.unkeyed(cfg, horizon, unkeyed_cursor, left)
+                    rows += loose
+                    if loose:
+                        unkeyed_cursor = loose[-1][3]
+                    page_done = len(loose) < left
+            rows = due_runs(rows, horizon)
+            with self._lock:
+                if not self._subscribers:
+                    return 0
+                added, taken = poll.add(rows, now)
+                if passing and taken == len(rows):  # all taken: the pass goes on from here
+                    self._key_cursor, self._unkeyed_cursor = key_cursor, unkeyed_cursor
+                    self._unkeyed_phase = unkeyed_phase
+                    if page_done:
+                        ordered.pending = False
+        if added:
+            self._send_wake.set()
+        return added
+
     def send_once(self) -> int:
         """Claim one batch for each subscriber with room, in turn, and hand them over.
 
@@ -477,6 +561,8 @@ class MessageManager:
                 cfg = self.config
                 self.cache.inflight.count(now)  # ack waits over: their windows' credit back
                 chosen = select_subscribers(self._subscribers, self._next)
+                ordered = self.cache.ordered
+                owners = _KeyOwners(ordered) if ordered is not None else None
                 plan: list[tuple[Subscriber, list[CachedRow]]] = []
                 expired: list[CachedRow] = []
                 spare: list[CachedRow] = []  # popped, refused by a stream's filter so far
@@ -486,7 +572,9 @@ class MessageManager:
                     if sub.accepts is None and not spare:
                         batch = sending.pop(want)
                     else:
-                        batch, spare = _take(sending, sub.accepts, want, spare)
+                        if owners is not None:
+                            owners.start(i)
+                        batch, spare = _take(sending, sub.accepts, want, spare, owners)
                     if not batch:
                         if spare:
                             continue
@@ -495,7 +583,8 @@ class MessageManager:
                         live = [r for r in batch if (r.epoch or 0) < cfg.max_attempts]
                         if len(live) < len(batch):
                             expired += [r for r in batch if (r.epoch or 0) >= cfg.max_attempts]
-                            batch = live
+                            # an ordered key's later rows wait for the death to be written
+                            batch = live if ordered is None else _cut(batch, live, ordered)
                             if not batch:
                                 continue
                     plan.append((self._subscribers[i], batch))
@@ -535,8 +624,11 @@ class MessageManager:
                 if settling:
                     keep = {r.id for r in claimed if r.id not in settling}
                     ours = keep if ours is None else ours & keep
+                ordered = self.cache.ordered
                 for sub, batch in plan:
                     sent = batch if ours is None else [r for r in batch if r.id in ours]
+                    if ordered is not None and len(sent) < len(batch):
+                        sent = _cut(batch, sent, ordered)  # never a key's row after a gap
                     if sent:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window)
                         out.append((sub, sent))
@@ -669,6 +761,7 @@ class MessageManager:
                 self.postpone_once()
                 what = "window recheck"
                 taken += self.recheck_windows()
+                self._poll_if_wanted()  # ack waits over free an ordered table's keys
                 retry.succeeded()
             except Exception as exc:
                 self._send_wake.wait(retry.failed(exc, what=f"table {self.config.name}: {what}"))
@@ -687,9 +780,13 @@ def _take(
     accepts: Callable[[Values], bool] | None,
     want: int,
     spare: list[CachedRow],
+    owners: _KeyOwners | None = None,
 ) -> tuple[list[CachedRow], list[CachedRow]]:
     """A batch of up to ``want`` rows ``accepts`` takes: from ``spare`` first (rows an
-    earlier stream's filter refused), then popped; returns it and the rows still spare."""
+    earlier stream's filter refused), then popped; returns it and the rows still spare.
+    With ``owners`` (an ordered table) a key's rows go to one subscriber, from its head."""
+    if owners is not None:
+        accepts = owners.admits(accepts)
     batch: list[CachedRow] = []
     left: list[CachedRow] = []
     for row in spare:
@@ -709,3 +806,53 @@ def _take(
             else:
                 left.append(row)
     return batch, left
+
+
+# An ordered table's pass reads at most this many keys per poll (msgtable.ordered).
+MAX_KEYS_PER_PAGE = 1000
+
+
+class _KeyOwners:
+    """Within one send of an ordered table: which subscriber took rows of which key, and
+    which keys a subscriber's filter refused a row of (their later rows stay back)."""
+
+    def __init__(self, ordered: OrderedDue) -> None:
+        self._ordered = ordered
+        self._owner: dict[Hashable, int] = {}
+        self._me = -1
+        self._refused: set[Hashable] = set()
+
+    def start(self, me: int) -> None:
+        self._me = me
+        self._refused = set()
+
+    def admits(self, accepts: Callable[[Values], bool] | None) -> Callable[[Values], bool]:
+        def admit(values: Values) -> bool:
+            key = self._ordered.key_of(values[0])
+            if key in self._refused or self._owner.get(key, self._me) != self._me:
+                self._refused.add(key)
+                return False
+            if accepts is None or accepts(values):
+                self._owner[key] = self._me
+                return True
+            self._refused.add(key)
+            return False
+
+        return admit
+
+
+def _cut(batch: list[CachedRow], kept: list[CachedRow], ordered: OrderedDue) -> list[CachedRow]:
+    """``kept`` (a subset of ``batch``) without any row of a key after one of its rows that
+    is not kept: a key's messages never go out past a gap."""
+    ids = {r.id for r in kept}
+    gaps: set[Hashable] = set()
+    out = []
+    for r in batch:
+        key = ordered.key_of(r.id)
+        if key in gaps:
+            continue
+        if r.id in ids:
+            out.append(r)
+        else:
+            gaps.add(key)
+    return out

@@ -69,9 +69,9 @@ _COLUMNS = (
     "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
     "WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({names}) ORDER BY TABLE_NAME, ORDINAL_POSITION"
 )
-_UNIQUE_INDEXES = (
-    "SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
-    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({names}) AND NON_UNIQUE = 0 "
+_INDEXES = (
+    "SELECT TABLE_NAME, INDEX_NAME, COLUMN_NAME, NON_UNIQUE FROM information_schema.STATISTICS "
+    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({names}) "
     "ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX"
 )
 
@@ -84,6 +84,8 @@ class TableDefinition:
     comment: str
     columns: tuple[Column, ...]
     unique_indexes: tuple[tuple[str, ...], ...]
+    # every index, by name, with its columns (an ordered table's poll needs one: msgtable.ordered)
+    indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 Deliver = Callable[[list[CachedRow]], None]
@@ -187,7 +189,19 @@ class Store(Protocol):
         now_ns: int,
     ) -> RedriveBatch: ...
 
+    def order_keys(self, cfg: TableConfig, after: object | None, limit: int) -> list[object]: ...
+
+    def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]: ...
+
+    def unkeyed(
+        self, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
+    ) -> list[PolledRow]: ...
+
     def close(self) -> None: ...
+
+
+# An ordered poll reads the runs of at most this many keys in one statement (msgtable.ordered).
+RUN_KEYS_PER_STATEMENT = 100
 
 
 class TableStatements:
@@ -309,6 +323,40 @@ class TableStatements:
             f"WHERE {rid} IN ({{ids}}) AND {self.alive} "
             f"AND ({{first}} OR (COALESCE({epoch}, 0) > 0 AND {raw_next} > %s))"
         )
+        if cfg.ordered:
+            self._ordered(cfg, values, epoch)
+
+    def _ordered(self, cfg: TableConfig, values: str, epoch: str) -> None:
+        """An ordered table's reads (msgtable.ordered), all through its order index: the
+        keys with unsettled rows (a loose index scan: one dive per key), a key's run (its
+        first unsettled live rows in order) and the due rows of no key. Each row ends with
+        its order value and its key."""
+        t, idx = quote(cfg.name), quote(cfg.order_index)
+        key, by, rid = quote(cfg.order_key), quote(cfg.order_by), quote("id")
+        acked, raw_next = quote("time_acked"), quote("time_next")
+        cols = f"{quote('priority')}, {raw_next}, {epoch}, {values}, {by}, {key}"
+        source = f"{t} FORCE INDEX ({idx})"
+        keys = f"SELECT {key} FROM {source} WHERE {{where}} AND {acked} IS NULL GROUP BY {key}"
+        self.order_keys = keys.format(where=f"{key} IS NOT NULL") + f" ORDER BY {key} LIMIT %s"
+        self.order_keys_after = keys.format(where=f"{key} > %s") + f" ORDER BY {key} LIMIT %s"
+        order = rid if cfg.order_by == "id" else f"{by}, {rid}"
+        self.run = (
+            f"(SELECT {cols} FROM {source} WHERE {key} = %s AND {acked} IS NULL "
+            f"AND NOT ({raw_next} <=> {DEAD_TIME_NEXT}) ORDER BY {order} LIMIT %s)"
+        )
+        unkeyed = (
+            f"SELECT {cols} FROM {source} WHERE {key} IS NULL AND {acked} IS NULL "
+            f"AND ({raw_next} IS NULL OR {raw_next} <= %s)"
+        )
+        self.unkeyed = unkeyed + f" ORDER BY {rid} LIMIT %s"
+        self.unkeyed_after = unkeyed + f" AND {rid} > %s ORDER BY {rid} LIMIT %s"
+
+    def runs_query(self, keys: Sequence[object], per_key: int) -> tuple[str, list[Any]]:
+        """One statement reading the runs of ``keys`` (at most RUN_KEYS_PER_STATEMENT)."""
+        params: list[Any] = []
+        for k in keys:
+            params += [k, per_key]
+        return " UNION ALL ".join([self.run] * len(keys)), params
 
     @staticmethod
     def set_error(cfg: TableConfig) -> str:
@@ -427,15 +475,21 @@ class MySQLStore(SubscriptionSQL):
                     Column(cname, server_text(data_type).lower(), server_text(column_type).lower())
                 )
             indexes: dict[tuple[str, str], list[str]] = {}
-            cur.execute(_UNIQUE_INDEXES.format(names=in_names), [self.database, *names])
-            for tname, iname, cname in cur.fetchall():
+            unique: set[tuple[str, str]] = set()
+            cur.execute(_INDEXES.format(names=in_names), [self.database, *names])
+            for tname, iname, cname, non_unique in cur.fetchall():
                 indexes.setdefault((tname, iname), []).append(cname)
+                if not int(non_unique):
+                    unique.add((tname, iname))
         return [
             TableDefinition(
                 name=n,
                 comment=tables[n],
                 columns=tuple(columns[n]),
-                unique_indexes=tuple(tuple(cols) for (t, _), cols in indexes.items() if t == n),
+                unique_indexes=tuple(
+                    tuple(cols) for (t, i), cols in indexes.items() if t == n and (t, i) in unique
+                ),
+                indexes=tuple((i, tuple(cols)) for (t, i), cols in indexes.items() if t == n),
             )
             for n in sorted(tables)
         ]
@@ -614,6 +668,43 @@ class MySQLStore(SubscriptionSQL):
         sql = s.renew.format(ids=in_ids, first=first_sql)
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
+
+    # -- ordering per key (msgtable.ordered) -----------------------------------------------
+    def order_keys(self, cfg: TableConfig, after: object | None, limit: int) -> list[object]:
+        """Up to ``limit`` keys with unsettled rows, in key order, after ``after``."""
+        s = self.statements(cfg)
+        sql, params = (
+            (s.order_keys, [limit]) if after is None else (s.order_keys_after, [after, limit])
+        )
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            cur.execute(sql, params)
+            return [r[0] for r in cur.fetchall()]
+
+    def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]:
+        """The first ``per_key`` unsettled, live rows of each key, in order, as a poll reads
+        them with the order value and the key at the end."""
+        s = self.statements(cfg)
+        rows: list[PolledRow] = []
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            for i in range(0, len(keys), RUN_KEYS_PER_STATEMENT):
+                sql, params = s.runs_query(keys[i : i + RUN_KEYS_PER_STATEMENT], per_key)
+                cur.execute(sql, params)
+                rows += cur.fetchall()
+        return rows
+
+    def unkeyed(
+        self, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
+    ) -> list[PolledRow]:
+        """Up to ``limit`` due, unsettled rows with a NULL key, by id, after ``after``."""
+        s = self.statements(cfg)
+        sql, params = (
+            (s.unkeyed, [now_ns, limit])
+            if after is None
+            else (s.unkeyed_after, [now_ns, after, limit])
+        )
+        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
 
     def _dead(self, cfg: TableConfig, dead: TableConfig | None) -> DeadStatements:
         key = (id(cfg), id(dead))

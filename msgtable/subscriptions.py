@@ -201,6 +201,10 @@ def load_subscription(
         holders=(),
         source=table.name,
         subscription=sub.name,
+        # a subscription's state table has no key column: its delivery is not ordered yet
+        order_key="",
+        order_by="",
+        order_index="",
     )
     return LoadedSubscription(sub, config, flt)
 

@@ -33,6 +33,8 @@ OPTIONAL_KEYS = (
     "vt_max_attempts",
     "vt_dead_letter",
     "vt_default_group",
+    "vt_order_key",
+    "vt_order_by",
 )
 
 # A sent message is postponed in the database (time_next by backoff, epoch + 1) only once it
@@ -150,6 +152,12 @@ class TableConfig:
     # joins for the message columns, and the subscription's name.
     source: str = ""
     subscription: str = ""
+    # Ordering per key (msgtable.ordered): the key column (vt_order_key; "": unordered), the
+    # column that orders a key's messages (vt_order_by; "id" by default) and the index the
+    # poll finds each key's head through (its columns begin key, time_acked[, order_by]).
+    order_key: str = ""
+    order_by: str = ""
+    order_index: str = ""
 
     def has_column(self, name: str) -> bool:
         return any(c.name == name for c in self.columns)
@@ -163,6 +171,10 @@ class TableConfig:
     def postpone_after_ns(self) -> int:
         """How long after its send an unacked message is postponed (at most vt_ack_wait)."""
         return round(min(self.postpone_after_s, self.ack_wait_s) * 1e9)
+
+    @property
+    def ordered(self) -> bool:
+        return bool(self.order_key)
 
     @property
     def label(self) -> str:
@@ -273,12 +285,17 @@ def detect_layout(columns: Iterable[Column]) -> Layout:
 
 
 def load_table(
-    table: str, comment: str, columns: Sequence[Column], unique_indexes: Iterable[Sequence[str]]
+    table: str,
+    comment: str,
+    columns: Sequence[Column],
+    unique_indexes: Iterable[Sequence[str]],
+    indexes: Iterable[tuple[str, Sequence[str]]] = (),
 ) -> TableConfig:
     """Build the config of one table, or raise TableLoadError naming the table and every
     field or column that is wrong.
 
-    ``unique_indexes`` lists the column names of each unique index (primary key included).
+    ``unique_indexes`` lists the column names of each unique index (primary key included);
+    ``indexes``, every index by name with its columns (an ordered table needs one).
     """
     problems = Problems(table)
     fields = _comment_fields(comment, problems)
@@ -332,6 +349,7 @@ def load_table(
             f"column {TIME_DEAD_COLUMN} must be an integer (bigint), not {time_dead.column_type}"
         )
     message_columns = _message_columns(fields, columns, layout, problems)
+    order_key, order_by, order_index = _ordering(fields, by_name, layout, indexes, problems)
     problems.raise_any()
 
     return TableConfig(
@@ -350,7 +368,68 @@ def load_table(
         max_attempts=max_attempts,
         dead_letter=dead_letter,
         default_group=default_group,
+        order_key=order_key,
+        order_by=order_by,
+        order_index=order_index,
     )
+
+
+def order_index_columns(order_key: str, order_by: str) -> tuple[str, ...]:
+    """The columns an ordered table's index begins with (msgtable.ordered): the key, then
+    time_acked (unsettled rows first), then the order column (InnoDB appends the primary key
+    to every index, so for id order the index may end at time_acked)."""
+    return (order_key, "time_acked", order_by)
+
+
+def _ordering(
+    fields: dict[str, str],
+    by_name: dict[str, Column],
+    layout: Layout,
+    indexes: Iterable[tuple[str, Sequence[str]]],
+    problems: Problems,
+) -> tuple[str, str, str]:
+    """vt_order_key / vt_order_by, checked: (key column, order column, index name), or
+    ("", "", "") for an unordered table."""
+    if "vt_order_key" not in fields:
+        if "vt_order_by" in fields:
+            problems.add("vt_order_by needs vt_order_key")
+        return "", "", ""
+    key = fields["vt_order_key"].strip()
+    order_by = fields.get("vt_order_by", "id").strip()
+    engine = set(ENGINE_COLUMNS[layout]) | {"id"}
+    ok = True
+    for field, name in (("vt_order_key", key), ("vt_order_by", order_by)):
+        if not name:
+            problems.add(f"{field} must name a column")
+            ok = False
+        elif name not in by_name:
+            problems.add(f"{field} names unknown column {name!r}")
+            ok = False
+    if key in engine:
+        problems.add(f"vt_order_key={key} is an engine column: name an application column")
+        ok = False
+    if order_by in engine - {"id"}:
+        problems.add(f"vt_order_by={order_by} is an engine column: use id or an application column")
+        ok = False
+    if order_by == key and key:
+        problems.add("vt_order_by must be another column than vt_order_key")
+        ok = False
+    if layout is not Layout.CURRENT:
+        problems.add("vt_order_key needs the current layout (time_acked and priority columns)")
+        ok = False
+    if not ok:
+        return "", "", ""
+    want = order_index_columns(key, order_by)
+    for name, cols in indexes:
+        cols = tuple(cols)
+        if cols[:3] == want or (order_by == "id" and cols == want[:2]):
+            return key, order_by, name
+    problems.add(
+        f"vt_order_key={key} needs an index that begins ({', '.join(want)}), so that a poll "
+        f"finds each key's first message without a scan: "
+        f"ALTER TABLE {problems.table} ADD INDEX order_idx ({', '.join(want)})"
+    )
+    return "", "", ""
 
 
 _ON = ("1", "on", "true", "yes")

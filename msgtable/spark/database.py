@@ -37,7 +37,7 @@ def describe(dsn: str, table: str) -> TableConfig:
     if d is None:
         raise TableNotFound(f"no message table {table!r} in {store.database}")
     try:
-        return load_table(d.name, d.comment, d.columns, d.unique_indexes)
+        return load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
     except TableLoadError:
         raise
     except Exception as exc:  # pragma: no cover - load_table raises TableLoadError

@@ -72,8 +72,9 @@ class InMemoryStore:
         comment: str = DEMO_COMMENT,
         columns: tuple[Column, ...] = CURRENT_COLUMNS,
         unique_indexes: tuple[tuple[str, ...], ...] = (("id",),),
+        indexes: tuple[tuple[str, tuple[str, ...]], ...] = (),
     ) -> None:
-        self.definitions[name] = TableDefinition(name, comment, columns, unique_indexes)
+        self.definitions[name] = TableDefinition(name, comment, columns, unique_indexes, indexes)
         self.rows.setdefault(name, {})
 
     def drop_table(self, name: str) -> None:
@@ -457,6 +458,50 @@ class InMemoryStore:
                         fresh[gone] = None
                 into[i] = fresh
             return RedriveBatch(len(picked) - len(skipped), skipped, picked[-1])
+
+    # -- ordering per key ------------------------------------------------------------------
+    def _unsettled(self, cfg: TableConfig) -> list[dict[str, Any]]:
+        return [r for r in self._table(cfg.name).values() if self._alive(r)]
+
+    def _ordered_row(self, cfg: TableConfig, r: dict[str, Any]) -> PolledRow:
+        return (
+            r.get("priority") or 0,
+            r["time_next"],
+            r["epoch"],
+            *(r[c.name] for c in cfg.message_columns),
+            r[cfg.order_by],
+            r[cfg.order_key],
+        )
+
+    def order_keys(self, cfg: TableConfig, after: object | None, limit: int) -> list[object]:
+        with self.lock:
+            self.polls += 1
+            keys = {r[cfg.order_key] for r in self._unsettled(cfg)} - {None}
+            return sorted(k for k in keys if after is None or k > after)[:limit]
+
+    def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]:
+        with self.lock:
+            rows: list[PolledRow] = []
+            for key in keys:
+                run = [r for r in self._unsettled(cfg) if r[cfg.order_key] == key]
+                run.sort(key=lambda r: (r[cfg.order_by], r["id"]))
+                rows += [self._ordered_row(cfg, r) for r in run[:per_key]]
+            self.rows_read += len(rows)
+            return rows
+
+    def unkeyed(
+        self, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
+    ) -> list[PolledRow]:
+        with self.lock:
+            due = [
+                r
+                for r in self._unsettled(cfg)
+                if r[cfg.order_key] is None
+                and self._due(cfg, r, now_ns)
+                and (after is None or r["id"] > after)
+            ]
+            due.sort(key=lambda r: r["id"])
+            return [self._ordered_row(cfg, r) for r in due[:limit]]
 
     def close(self) -> None:
         pass

@@ -1,0 +1,320 @@
+"""Ordering per key: the due rows of an ordered table (vt_order_key), one batch per key at a time.
+
+The messages of one key go out in order (vt_order_by, id by default), one batch at a time: a
+key's next batch leaves only after every message of the one before it left flight (acked,
+released, rejected, dead, its ack wait over, or handed back unsent). A batch may carry several
+consecutive messages of a key (its **run**), to one subscriber, in order. Different keys go in
+parallel, to every subscriber. Rows with a NULL key are unordered: each is a key of its own.
+
+Where things are:
+
+* **the database decides what is next.** A key's head is its first unsettled message (not
+  acked, not dead) in order. Polls read, through the order index (key, time_acked, order
+  column), each key's run: its first vt_batch_size unsettled messages. A pass pages through
+  the keys (one index dive per key, whatever its backlog); a key that became free is read
+  again first (**wanted**), so a busy key is not one message per pass.
+* **runs**: at most one cached run per free key (the cache holds heads, not backlogs). Keys
+  whose head is due wait in a heap by (the head's priority, arrival): round-robin among the
+  keys of one priority, as a key that just sent comes back at the end. Priority orders keys,
+  never the messages of one key. A key whose head falls due before the next poll waits in a
+  heap by that time; its later messages wait with it.
+* **busy keys**: a key with rows being sent or in flight. A poll's run of a busy key is not
+  taken in, and a run is popped only for a free key; what a pop does not take of a run (the
+  batch was full, a row not due yet) is dropped and read again when the key is wanted.
+* a run read while a row of it changed (sent, acked, postponed: msgtable.cache's Poll), or
+  holding a row sent and not postponed yet, is cut before that row: the rest waits.
+
+A new lease holder sends nothing for the old one's ack waits (msgtable.lease): by then what
+it sent is settled or due again, and the database's heads are right. Not thread-safe: the
+table's manager guards it with its lock, like msgtable.due.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+
+from msgtable.rows import CachedRow, PolledRow
+
+
+class Unkeyed(tuple[Hashable]):
+    """The key of a row whose order key is NULL: its own, ``Unkeyed((id,))``."""
+
+    __slots__ = ()
+
+
+def run_key(row: PolledRow) -> Hashable:
+    """The key of a row as an ordered poll reads it (the key is its last column)."""
+    key = row[-1]
+    return Unkeyed((row[3],)) if key is None else key
+
+
+class OrderedDue:
+    """Runs of free keys, ready or scheduled, and the busy keys (see the module docstring).
+    Offers msgtable.due.DueRows's interface, so the cache and the sender use either."""
+
+    def __init__(self, size: int, flying: Callable[[Hashable], bool]) -> None:
+        self.size = size
+        self.pending = False  # the current pass of polls has keys left to read
+        self.sending: set[Hashable] = set()
+        self._flying = flying  # whether a row is in flight (msgtable.inflight)
+        self._runs: dict[Hashable, list[CachedRow]] = {}
+        self._run_of: dict[Hashable, Hashable] = {}  # id of a cached row -> its key
+        self._queued = 0
+        self._ready: list[tuple[int, int, Hashable, list[CachedRow]]] = []  # (priority, seq)
+        self._scheduled: list[tuple[int, int, Hashable, list[CachedRow]]] = []  # (time, seq)
+        self._seq = itertools.count()
+        self._back = itertools.count(-1, -1)  # put_back's: before every _seq
+        self._busy: dict[Hashable, int] = {}  # key -> rows of it sending or in flight
+        self._key_of: dict[Hashable, Hashable] = {}  # id sending or in flight -> its key
+        self._wanted: dict[Hashable, None] = {}  # free keys to read again, first come first
+        self._later: dict[Hashable, None] = {}  # wanted, but the last read was stale
+
+    # -- filling -------------------------------------------------------------------------
+    def add(
+        self,
+        rows: Sequence[PolledRow],
+        now_ns: int | None,
+        unclaimed: Collection[Hashable],
+        held: Collection[Hashable],
+        changed: Collection[Hashable],
+    ) -> tuple[list[Hashable], int]:
+        """Take in the runs a poll read (rows of ``run_key``, each key's in order). A run of a
+        busy key is skipped; one already cached is replaced; a run is cut before a row being
+        sent, sent and not postponed yet (``unclaimed``, ``held``) or changed since the read
+        began. Returns the ids new here and how many rows were taken (all, unless the cache
+        filled up first)."""
+        new: list[Hashable] = []
+        taken = 0
+        for key, run in _by_key(rows):
+            if key in self._busy:
+                taken += len(run)
+                continue
+            cut: list[CachedRow] = []
+            for r in run:
+                rid = r[3]
+                if rid in self.sending or rid in unclaimed or rid in held or rid in changed:
+                    break
+                cut.append(CachedRow(r[0], r[1], r[2], tuple(r[3:-2])))
+            old = self._runs.get(key)
+            if len(cut) > len(old or ()) + self.room():
+                break  # full: the rest is read again
+            taken += len(run)
+            if old is not None:
+                self._drop(key)
+            if not cut:
+                if not isinstance(key, Unkeyed):
+                    self._later[key] = None
+                continue
+            self._wanted.pop(key, None)
+            self._later.pop(key, None)
+            for row in cut:
+                self._run_of[row.id] = key
+            old_ids = {r.id for r in old} if old is not None else ()
+            new.extend(row.id for row in cut if row.id not in old_ids)
+            self._runs[key] = cut
+            self._queued += len(cut)
+            head = cut[0]
+            if now_ns is not None and head.time_next > now_ns:
+                heapq.heappush(self._scheduled, (head.time_next, next(self._seq), key, cut))
+            else:
+                heapq.heappush(self._ready, (head.priority, next(self._seq), key, cut))
+        return new, taken
+
+    def reschedule(self, row: CachedRow, epoch: int, time_next: int) -> bool:
+        """An ordered key's postponed row comes back through its key's next read."""
+        return False
+
+    # -- sending -------------------------------------------------------------------------
+    def pop(self, n: int, now_ns: int | None = None) -> list[CachedRow]:
+        """Up to ``n`` rows: the due runs of ready keys in turn, each from its head, cut at a
+        row not due at ``now_ns`` (None: all are); their keys are busy until every row
+        popped leaves flight or is handed back."""
+        self._release(now_ns)
+        batch: list[CachedRow] = []
+        while self._ready and len(batch) < n:
+            _, _, key, run = heapq.heappop(self._ready)
+            if self._runs.get(key) is not run:
+                continue  # stale: dropped or read again since
+            self._drop(key)
+            took = 0
+            for row in run:
+                if len(batch) >= n or (now_ns is not None and row.time_next > now_ns):
+                    break
+                self.sending.add(row.id)
+                self._key_of[row.id] = key
+                batch.append(row)
+                took += 1
+            self._busy[key] = self._busy.get(key, 0) + took
+        return batch
+
+    def put_back(self, rows: Iterable[CachedRow]) -> None:
+        """Rows popped that no subscriber took (their filters refused them): their key's run
+        again, at the front, if nothing else of the key was taken; else dropped (read again
+        when the key is free)."""
+        runs: dict[Hashable, list[CachedRow]] = {}
+        for row in rows:
+            self.sending.discard(row.id)
+            key = self._key_of.get(row.id)
+            if key is not None:
+                runs.setdefault(key, []).append(row)
+                self._free(row.id, want=False)
+        for key, run in runs.items():
+            if key in self._busy or key in self._runs:
+                self._want(key)
+                continue
+            for row in run:
+                self._run_of[row.id] = key
+            self._runs[key] = run
+            self._queued += len(run)
+            heapq.heappush(self._ready, (run[0].priority, next(self._back), key, run))
+
+    def finish(self, batch: Iterable[CachedRow]) -> None:
+        """The send is over: rows of it not in flight (not handed over) free their key."""
+        for row in batch:
+            self.sending.discard(row.id)
+            if not self._flying(row.id):
+                self._free(row.id)
+
+    def landed(self, rid: Hashable) -> None:
+        """``rid`` left flight (msgtable.inflight): its key is free once all its rows did."""
+        if rid not in self.sending:
+            self._free(rid)
+
+    def key_of(self, rid: Hashable) -> Hashable:
+        """The key of a row popped here."""
+        return self._key_of.get(rid)
+
+    def due(self, now_ns: int) -> bool:
+        self._release(now_ns)
+        while self._ready and self._runs.get(self._ready[0][2]) is not self._ready[0][3]:
+            heapq.heappop(self._ready)
+        return bool(self._ready)
+
+    def next_due_ns(self) -> int | None:
+        """When the first scheduled head falls due (None: none is)."""
+        scheduled = self._scheduled
+        while scheduled and self._runs.get(scheduled[0][2]) is not scheduled[0][3]:
+            heapq.heappop(scheduled)
+        return scheduled[0][0] if scheduled else None
+
+    def _release(self, now_ns: int | None) -> None:
+        scheduled = self._scheduled
+        while scheduled and (now_ns is None or scheduled[0][0] <= now_ns):
+            _, _, key, run = heapq.heappop(scheduled)
+            if self._runs.get(key) is run:
+                heapq.heappush(self._ready, (run[0].priority, next(self._seq), key, run))
+
+    # -- keys ----------------------------------------------------------------------------
+    def _free(self, rid: Hashable, want: bool = True) -> None:
+        key = self._key_of.pop(rid, None)
+        if key is None:
+            return
+        left = self._busy.get(key, 0) - 1
+        if left > 0:
+            self._busy[key] = left
+            return
+        self._busy.pop(key, None)
+        if want:
+            self._want(key)
+
+    def _want(self, key: Hashable) -> None:
+        if not isinstance(key, Unkeyed):
+            self._wanted[key] = None
+
+    def _drop(self, key: Hashable) -> None:
+        run = self._runs.pop(key, None)
+        if run is not None:
+            self._queued -= len(run)
+            for row in run:
+                self._run_of.pop(row.id, None)
+
+    def take_wanted(self, limit: int) -> list[Hashable]:
+        """Up to ``limit`` free keys to read again first (freed since their last read)."""
+        keys: list[Hashable] = []
+        wanted = self._wanted
+        while wanted and len(keys) < limit:
+            key = next(iter(wanted))
+            del wanted[key]
+            if key not in self._busy:
+                keys.append(key)
+        return keys
+
+    def free(self, key: Hashable) -> bool:
+        """Whether a pass should read ``key``: not busy, no run cached, not wanted."""
+        return key not in self._busy and key not in self._runs and key not in self._wanted
+
+    def new_pass(self) -> None:
+        """A pass begins: keys whose last read was stale are wanted again."""
+        self._wanted.update(self._later)
+        self._later.clear()
+
+    @property
+    def keys_in_flight(self) -> int:
+        return len(self._busy)
+
+    @property
+    def keys_waiting(self) -> int:
+        return len(self._runs)
+
+    # -- leaving -------------------------------------------------------------------------
+    def forget(self, ids: Iterable[Hashable]) -> None:
+        """Acked or deleted ids: a cached run holding one is dropped, its key read again."""
+        for rid in ids:
+            key = self._run_of.get(rid)
+            if key is not None:
+                self._drop(key)
+                self._want(key)
+
+    def clear(self) -> None:
+        """Drop every run (the last subscriber left); busy keys stay busy until their rows
+        leave flight."""
+        self._runs.clear()
+        self._run_of.clear()
+        self._queued = 0
+        self._ready.clear()
+        self._scheduled.clear()
+        self._wanted.clear()
+        self._later.clear()
+        self.pending = False
+
+    # -- counts --------------------------------------------------------------------------
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def room(self) -> int:
+        return max(0, self.size - self._queued - len(self.sending))
+
+    def wants_refill(self) -> bool:
+        """Keys were freed (read them now), or the pass has keys left and room is half free."""
+        return bool(self._wanted) or (self.pending and self._queued <= self.size // 2)
+
+
+def _by_key(rows: Sequence[PolledRow]) -> list[tuple[Hashable, list[PolledRow]]]:
+    """An ordered poll's rows by key, each key's in order (order column, then id: the last
+    two columns but one)."""
+    runs: dict[Hashable, list[PolledRow]] = {}
+    for r in rows:
+        runs.setdefault(run_key(r), []).append(r)
+    for run in runs.values():
+        if len(run) > 1:
+            run.sort(key=_order)
+    return list(runs.items())
+
+
+def _order(row: PolledRow) -> tuple[object, ...]:
+    # SQL sorts a NULL order value first
+    return (0, 0, row[3]) if row[-2] is None else (1, row[-2], row[3])
+
+
+def due_runs(rows: Sequence[PolledRow], horizon_ns: int) -> list[PolledRow]:
+    """The rows of the runs whose head is due by ``horizon_ns`` (the others wait for a later
+    pass; a key's rows are never taken past its head)."""
+    out: list[PolledRow] = []
+    for _, run in _by_key(rows):
+        head = run[0][1]
+        if head is None or head <= horizon_ns:
+            out += run
+    return out

@@ -316,6 +316,8 @@ _SETTINGS = (
     "postpone_after_s",
     "max_attempts",
     "dead_letter",
+    "order_key",
+    "order_by",
 )
 _COUNTERS = (
     "cached",
@@ -327,6 +329,8 @@ _COUNTERS = (
     "rejected",
     "renewed",
     "dead_lettered",
+    "keys_in_flight",
+    "keys_waiting",
 )
 
 
@@ -413,6 +417,8 @@ class TableSettings:
     postpone_after_s: float  # vt_postpone_after (0: postponed before the send)
     max_attempts: int = 0  # vt_max_attempts (0: no limit)
     dead_letter: str = ""  # vt_dead_letter ("": dead messages stay in place)
+    order_key: str = ""  # vt_order_key ("": not ordered)
+    order_by: str = ""  # vt_order_by (id by default when ordered)
 
 
 @dataclass(frozen=True)
@@ -444,6 +450,8 @@ class TableInfo:
     unseen: int | None = None  # a table's: rows not handed to its subscriptions yet
     max_lag: int | None = None  # a subscription's (None: no limit)
     expire_after_s: float | None = None
+    keys_in_flight: int = 0  # an ordered table's keys with a batch in flight
+    keys_waiting: int = 0  # and keys whose next messages wait in the server's cache
 
     @property
     def loaded(self) -> bool:

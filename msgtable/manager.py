@@ -437,6 +437,8 @@ class MessageManager:
                 rejected=self.rejected,
                 renewed=self.renewed,
                 dead_lettered=self.dead_lettered,
+                keys_in_flight=self.cache.ordered.keys_in_flight if self.cache.ordered else 0,
+                keys_waiting=self.cache.ordered.keys_waiting if self.cache.ordered else 0,
             )
 
     # -- one step of each loop (unit tests call these directly) --------------------------
@@ -494,6 +496,7 @@ class MessageManager:
         with self._lock:
             if not self._subscribers:
                 return 0
+            self.cache.inflight.count(self.clock.now_ns())  # ack waits over free their keys
             cfg = self.config
             per_key = cfg.batch_size
             if restart and not ordered.pending:
@@ -518,8 +521,9 @@ class MessageManager:
                 limit = max(1, min(MAX_KEYS_PER_PAGE, left // per_key))
                 if not unkeyed_phase:
                     page = self.store.order_keys(cfg, key_cursor, limit)
+                    taking = set(wanted)
                     with self._lock:
-                        fresh = [k for k in page if ordered.free(k)]
+                        fresh = [k for k in page if ordered.free(k) and k not in taking]
                     if fresh:
                         rows += self.store.runs(cfg, fresh, per_key)
                     if page:

@@ -160,7 +160,7 @@ class OrderedDue:
             if key is not None:
                 runs.setdefault(key, []).append(row)
                 self._free(row.id, want=False)
-        for key, run in runs.items():
+        for key, run in reversed(list(runs.items())):  # the first key ends up first
             if key in self._busy or key in self._runs:
                 self._want(key)
                 continue
@@ -296,8 +296,11 @@ def _by_key(rows: Sequence[PolledRow]) -> list[tuple[Hashable, list[PolledRow]]]
     """An ordered poll's rows by key, each key's in order (order column, then id: the last
     two columns but one)."""
     runs: dict[Hashable, list[PolledRow]] = {}
+    seen: set[Hashable] = set()
     for r in rows:
-        runs.setdefault(run_key(r), []).append(r)
+        if r[3] not in seen:  # a key read twice in one poll (wanted, and by its pass)
+            seen.add(r[3])
+            runs.setdefault(run_key(r), []).append(r)
     for run in runs.values():
         if len(run) > 1:
             run.sort(key=_order)

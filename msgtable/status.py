@@ -37,3 +37,7 @@ class TableStatus:
     expire_after_s: float | None = None
     # A table's entry: rows not handed to its subscriptions yet (None: it has none)
     unseen: int | None = None
+    # An ordered table's (msgtable.ordered): keys with a batch in flight, keys whose next
+    # messages wait in the cache
+    keys_in_flight: int = 0
+    keys_waiting: int = 0

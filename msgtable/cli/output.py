@@ -85,6 +85,11 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         lines.append("")
         lines.append("subscriptions:")
         lines.extend(_subscriptions_by_table(tables, subs, now_ns))
+    ordered = [t for t in tables if t.config is not None and t.config.order_key]
+    if ordered:
+        lines.append("")
+        lines.append("ordered per key:")
+        lines.extend(_ordered(t) for t in ordered)
     moved = [t for t in tables if t.config is not None and t.config.dead_letter]
     if moved:
         lines.append("")
@@ -96,6 +101,15 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         lines.append("load errors:")
         lines.extend(_load_error(t) for t in failed)
     return "\n".join(lines)
+
+
+def _ordered(t: TableInfo) -> str:
+    c = t.config
+    assert c is not None
+    return (
+        f"  {t.name}: by {c.order_key} in {c.order_by} order; keys in flight "
+        f"{t.keys_in_flight}, keys waiting {t.keys_waiting}"
+    )
 
 
 def _load_error(t: TableInfo) -> str:

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from msgtable import codec
+from msgtable.cli import output
 from msgtable.codec import FieldType, RowDecoder, RowEncoder
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.status import TableStatus
@@ -241,3 +242,32 @@ def test_a_batch_says_when_it_was_sent_and_which_rows_were_sent_before():
     assert response.sent_ns == 123
     assert [r.sent_before for r in response.rows] == [0, 2]
     assert encoder.rows_response([(3,)]).rows[0].sent_before == 0  # a first delivery
+
+
+def test_an_ordered_tables_status_carries_its_ordering_and_key_counts_both_ways():
+    columns = (Column("id", "bigint", "bigint"), Column("k", "varchar", "varchar(64)"))
+    config = TableConfig(
+        name="t",
+        ack_wait_s=30,
+        purge_after_s=86400,
+        batch_size=10,
+        cache_size=10000,
+        poller_interval_s=30,
+        min_backoff_s=30,
+        max_backoff_s=0,
+        layout=Layout.CURRENT,
+        columns=columns,
+        message_columns=columns,
+        order_key="k",
+        order_by="id",
+        order_index="order_idx",
+    )
+    status = TableStatus(
+        name="t", keyspace="ks", config=config, load_error=None, keys_in_flight=4, keys_waiting=9
+    )
+    info = codec.table_info_from_proto(codec.table_status_to_proto(status))
+    assert info.config is not None
+    assert (info.config.order_key, info.config.order_by) == ("k", "id")
+    assert (info.keys_in_flight, info.keys_waiting) == (4, 9)
+    text = output.format_tables([info])
+    assert "ordered per key:\n  t: by k in id order; keys in flight 4, keys waiting 9" in text

@@ -803,6 +803,8 @@ class TableStatus(_message.Message):
     NOT_HOLDING_FIELD_NUMBER: _builtins.int
     UNSEEN_FIELD_NUMBER: _builtins.int
     SETTINGS_FIELD_NUMBER: _builtins.int
+    KEYS_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    KEYS_WAITING_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -848,6 +850,11 @@ class TableStatus(_message.Message):
     not_holding: _builtins.str
     unseen: _builtins.int
     """A table's entry: rows not handed to its subscriptions yet; -1: it has none."""
+    keys_in_flight: _builtins.int
+    """An ordered table's (vt_order_key) keys with messages in flight (each has one batch
+    out), and keys whose next messages wait in the server's memory.
+    """
+    keys_waiting: _builtins.int
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
@@ -882,10 +889,12 @@ class TableStatus(_message.Message):
         not_holding: _builtins.str = ...,
         unseen: _builtins.int = ...,
         settings: Global___SubscriptionSettings | None = ...,
+        keys_in_flight: _builtins.int = ...,
+        keys_waiting: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1126,6 +1135,8 @@ class TableConfig(_message.Message):
     POSTPONE_AFTER_S_FIELD_NUMBER: _builtins.int
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     DEAD_LETTER_FIELD_NUMBER: _builtins.int
+    ORDER_KEY_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
     ack_wait_s: _builtins.float
     """vt_ack_wait: how long a sent message waits for its ack before it is due again."""
     purge_after_s: _builtins.float
@@ -1153,6 +1164,11 @@ class TableConfig(_message.Message):
     """
     dead_letter: _builtins.str
     """vt_dead_letter: the table dead messages move to; empty: they stay, dead in place."""
+    order_key: _builtins.str
+    """vt_order_key: the column whose equal values are sent in order, one batch at a time;
+    empty: the table is not ordered. vt_order_by: the column that orders a key's messages.
+    """
+    order_by: _builtins.str
     @_builtins.property
     def message_columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___Field]:
         """The columns streamed to subscribers, `id` first (vt_message_cols, or every application
@@ -1174,10 +1190,12 @@ class TableConfig(_message.Message):
         postpone_after_s: _builtins.float = ...,
         max_attempts: _builtins.int = ...,
         dead_letter: _builtins.str = ...,
+        order_key: _builtins.str = ...,
+        order_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "dead_letter", b"dead_letter", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "dead_letter", b"dead_letter", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "order_by", b"order_by", "order_key", b"order_key", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

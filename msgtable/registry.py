@@ -40,6 +40,7 @@ from msgtable.subscriptions import (
     check_settings,
     holding,
     load_subscription,
+    order_columns,
     state_table_name,
 )
 from msgtable.tables import Column, TableConfig
@@ -262,7 +263,8 @@ class Subscriptions:
         if not table.has_column(FANOUT_COLUMN):
             cols = (*cols, Column(FANOUT_COLUMN, "bigint", "bigint"))
         probe = dataclasses.replace(table, columns=cols)
-        state = tuple(Column(c, "bigint", "bigint") for c in STATE_COLUMNS)
+        # as created: an ordered table's state table copies its key (and order) column
+        state = (*(Column(c, "bigint", "bigint") for c in STATE_COLUMNS), *order_columns(table))
         try:
             return load_subscription(probe, sub, state)
         except TableLoadError as exc:

@@ -330,13 +330,22 @@ class TableStatements:
         """An ordered table's reads (msgtable.ordered), all through its order index: the
         keys with unsettled rows (a loose index scan: one dive per key), a key's run (its
         first unsettled live rows in order) and the due rows of no key. Each row ends with
-        its order value and its key."""
+        its order value and its key. A subscription's (its state table has the key and
+        order columns too, copied by the fan-out) join the message table for the values."""
+        p = "s." if cfg.source else ""
         t, idx = quote(cfg.name), quote(cfg.order_index)
-        key, by, rid = quote(cfg.order_key), quote(cfg.order_by), quote("id")
-        acked, raw_next = quote("time_acked"), quote("time_next")
-        cols = f"{quote('priority')}, {raw_next}, {epoch}, {values}, {by}, {key}"
+        key, by, rid = p + quote(cfg.order_key), p + quote(cfg.order_by), p + quote("id")
+        acked, raw_next = p + quote("time_acked"), p + quote("time_next")
+        cols = f"{p}{quote('priority')}, {raw_next}, {p}{epoch}, {values}, {by}, {key}"
         source = f"{t} FORCE INDEX ({idx})"
-        keys = f"SELECT {key} FROM {source} WHERE {{where}} AND {acked} IS NULL GROUP BY {key}"
+        if cfg.source:
+            source = (
+                f"{t} s FORCE INDEX ({idx}) JOIN {quote(cfg.source)} m ON m.{quote('id')} = {rid}"
+            )
+            keys_from = f"{t} s FORCE INDEX ({idx})"
+        else:
+            keys_from = source
+        keys = f"SELECT {key} FROM {keys_from} WHERE {{where}} AND {acked} IS NULL GROUP BY {key}"
         self.order_keys = keys.format(where=f"{key} IS NOT NULL") + f" ORDER BY {key} LIMIT %s"
         self.order_keys_after = keys.format(where=f"{key} > %s") + f" ORDER BY {key} LIMIT %s"
         order = rid if cfg.order_by == "id" else f"{by}, {rid}"

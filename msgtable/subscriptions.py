@@ -52,6 +52,7 @@ STATE_COMMENT = "msgtable_subscription"
 SEPARATOR = "__"
 MAX_IDENTIFIER = 64  # MySQL's limit on a table name
 STATE_COLUMNS = ("id", "priority", "time_next", "epoch", "time_acked")
+STATE_ORDER_INDEX = "order_idx"  # an ordered table's state tables' (msgtable.ordered)
 _NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 MAX_LAG_LIMIT = 10**12
 MAX_EXPIRE_S = 10 * 365 * 86400.0
@@ -177,6 +178,8 @@ def load_subscription(
         raise TableLoadError(f"{where}: its state table {sub.state_table} is missing")
     have = {c.name for c in state_columns}
     missing = [c for c in STATE_COLUMNS if c not in have]
+    if table.ordered and not missing:
+        _check_order_columns(table, sub, have, where)
     if missing:
         raise TableLoadError(
             f"{where}: state table {sub.state_table} lacks column {', '.join(missing)}"
@@ -201,12 +204,37 @@ def load_subscription(
         holders=(),
         source=table.name,
         subscription=sub.name,
-        # a subscription's state table has no key column: its delivery is not ordered yet
-        order_key="",
-        order_by="",
-        order_index="",
+        # an ordered table's subscription orders on its own: its state rows carry the key
+        order_index=STATE_ORDER_INDEX if table.ordered else "",
     )
     return LoadedSubscription(sub, config, flt)
+
+
+def order_columns(table: TableConfig) -> tuple[Column, ...]:
+    """An ordered table's key column, and its order column unless it orders by id: what a
+    subscription's state table copies of each message (none for an unordered table)."""
+    if not table.ordered:
+        return ()
+    names = [table.order_key] + ([table.order_by] if table.order_by != "id" else [])
+    by_name = {c.name: c for c in table.columns}
+    return tuple(by_name[n] for n in names)
+
+
+def _check_order_columns(table: TableConfig, sub: Subscription, have: set[str], where: str) -> None:
+    """An ordered table's subscription needs the key (and order) column in its state table,
+    which a subscription created before the table was ordered lacks: say how to add it."""
+    cols = order_columns(table)
+    lacking = [c for c in cols if c.name not in have]
+    if not lacking:
+        return
+    adds = ", ".join(f"ADD COLUMN {c.name} {c.column_type} NULL" for c in lacking)
+    index = ", ".join([cols[0].name, "time_acked", *(c.name for c in cols[1:])])
+    raise TableLoadError(
+        f"{where}: table {table.name} is ordered by {table.order_key}, and state table "
+        f"{sub.state_table} lacks column {', '.join(c.name for c in lacking)} (created before "
+        f"the table was ordered): ALTER TABLE {sub.state_table} {adds}, "
+        f"ADD INDEX {STATE_ORDER_INDEX} ({index})"
+    )
 
 
 def holding(sub: Subscription, lag: int | None) -> tuple[bool, str]:

@@ -26,9 +26,11 @@ from msgtable.subscriptions import (
     FANOUT_COLUMN,
     REGISTRY_TABLE,
     STATE_COMMENT,
+    STATE_ORDER_INDEX,
     LoadedSubscription,
     Subscription,
     SubscriptionState,
+    order_columns,
     parse_columns,
 )
 from msgtable.tables import DEAD_TIME_NEXT, Column, TableConfig
@@ -84,8 +86,15 @@ REGISTRY_EXISTS = (
 )
 
 
-def state_table_ddl(name: str, id_column: Column) -> str:
-    """The DDL of a subscription's state table (its id of the message table's id type)."""
+def state_table_ddl(name: str, id_column: Column, order: Sequence[Column] = ()) -> str:
+    """The DDL of a subscription's state table (its id of the message table's id type);
+    ``order``: an ordered table's key and order columns (msgtable.ordered), copied with
+    each message by the fan-out, and the index its polls read them through."""
+    extra = "".join(f"  {quote(c.name)} {c.column_type} NULL,\n" for c in order)
+    index = ""
+    if order:
+        cols = [quote(order[0].name), "time_acked", *(quote(c.name) for c in order[1:])]
+        index = f",\n  INDEX {STATE_ORDER_INDEX} ({', '.join(cols)})"
     return f"""CREATE TABLE {quote(name)} (
   id {id_column.column_type} NOT NULL,
   priority BIGINT NOT NULL DEFAULT 0,
@@ -95,8 +104,8 @@ def state_table_ddl(name: str, id_column: Column) -> str:
   time_created BIGINT NULL,
   last_error VARCHAR(1000) NULL,
   time_dead BIGINT NULL,
-  PRIMARY KEY (id),
-  INDEX poller_idx (time_acked, priority, time_next)
+{extra}  PRIMARY KEY (id),
+  INDEX poller_idx (time_acked, priority, time_next){index}
 ) ENGINE=InnoDB COMMENT '{STATE_COMMENT}'"""
 
 
@@ -174,6 +183,10 @@ class FanoutStatements:
         # a message not sent by the default group yet keeps its time_next (a delayed
         # message stays delayed); one it sent is due at once
         self._columns = f"`id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), {self._created}"
+        # an ordered table's key (and order) column: each state row carries them
+        self.order = tuple(c.name for c in order_columns(table))
+        self.width = 4 + len(self.order)  # a picked row's state values, before the verdicts
+        self._columns += "".join(f", {quote(n)}" for n in self.order)
         acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
         self._acked_param = not table.default_group
         self.mark = (
@@ -221,17 +234,18 @@ class FanoutStatements:
             params.append(after)
         return sql + " ORDER BY `id` LIMIT %s", [*params, limit]
 
-    @staticmethod
     def insert(
-        state_table: str, rows: Sequence[Sequence[Any]], now_ns: int
+        self, state_table: str, rows: Sequence[Sequence[Any]], now_ns: int
     ) -> tuple[str, list[Any]]:
-        """A multi-row INSERT of (id, priority, time_next, time_created) rows as the pick
-        read them into a state table (epoch 0; a row it has already is kept)."""
+        """A multi-row INSERT of (id, priority, time_next, time_created[, key, order]) rows
+        as the pick read them into a state table (epoch 0; a row it has already is kept)."""
         values: list[str] = []
         params: list[Any] = []
-        for rid, priority, time_next, created in rows:
+        for row in rows:
+            rid, priority, time_next, created = row[:4]
             one = []
-            for v in (rid, priority, time_next, now_ns if created is None else created):
+            state = (rid, priority, time_next, now_ns if created is None else created)
+            for v in (*state, *row[4 : self.width]):
                 if v is None:
                     one.append("NULL")
                 elif type(v) is int:  # digits and a sign only: written as they are
@@ -239,11 +253,12 @@ class FanoutStatements:
                 else:
                     one.append("%s")
                     params.append(v)
-            values.append(f"({one[0]}, {one[1]}, {one[2]}, 0, {one[3]})")
+            values.append(f"({one[0]}, {one[1]}, {one[2]}, 0, {', '.join(one[3:])})")
         s = quote(state_table)
+        extra = "".join(f", {quote(n)}" for n in self.order)
         sql = (
-            f"{MARK}INSERT INTO {s} (`id`, `priority`, `time_next`, `epoch`, `time_created`) "
-            f"VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE {s}.`id` = {s}.`id`"
+            f"{MARK}INSERT INTO {s} (`id`, `priority`, `time_next`, `epoch`, `time_created`"
+            f"{extra}) VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE {s}.`id` = {s}.`id`"
         )
         return sql, params
 
@@ -348,7 +363,7 @@ class SubscriptionSQL:
                 while cur.execute(mark, params) >= MARK_BATCH:
                     pass
             try:
-                cur.execute(state_table_ddl(sub.state_table, table.id_column))
+                cur.execute(state_table_ddl(sub.state_table, table.id_column, order_columns(table)))
             except Exception as exc:
                 if error_code(exc) == 1050:
                     raise InvalidArgument(
@@ -480,7 +495,7 @@ class SubscriptionSQL:
         verdict: dict[str, int] = {}
         for n in names:
             if loaded[n].filter is not None:
-                verdict[n] = 4 + len(verdict)
+                verdict[n] = statements.width + len(verdict)
         # no table for _errors: a missing table here is a state table dropped meanwhile
         with self._errors(), self._tx_connection() as conn:
             with conn.cursor() as cur:
@@ -502,7 +517,7 @@ class SubscriptionSQL:
                     return {"": 0}, unknown
                 for name in active:
                     col = verdict.get(name)
-                    rows = [r[:4] for r in picked if col is None or r[col]]
+                    rows = [r[: statements.width] for r in picked if col is None or r[col]]
                     if not rows:
                         continue
                     sql, params = statements.insert(loaded[name].sub.state_table, rows, now_ns)

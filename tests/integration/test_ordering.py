@@ -270,3 +270,106 @@ def test_a_killed_subscribers_key_comes_back_from_its_head_after_the_ack_wait(se
         c.close()
     assert done == {r for r, _ in rows}
     assert check_order(by_key(rows), log.deliveries, 1.0) == []
+
+
+@pytest.mark.parametrize("binlog", [True, False], ids=["binlog", "poll-only"])
+def test_an_ack_by_dml_frees_its_key_at_once_with_the_binlog_else_after_the_ack_wait(
+    db_dsn: str, binlog: bool
+):
+    with serve(db_dsn, follow_binlog=binlog) as s:
+        ordered_table(s, vt_batch_size=1, vt_ack_wait=3, vt_poller_interval=0.3)
+        enqueue(s, [(1, "a"), (2, "a")])
+        c = Collector(s.client, "jobs")
+        try:
+            (m,) = c.take(1)
+            assert m.id == 1
+            acked_ns = time.time_ns()
+            with s.transaction() as tx:
+                tx.exec_driver_sql(
+                    "update jobs set time_acked = unix_timestamp(now(6)) * 1000000000, "
+                    "time_next = null where id = 1"
+                )
+            (nxt,) = c.take(1, timeout_s=10)
+            after_s = (c.arrived_ns[2][0] - acked_ns) / 1e9
+        finally:
+            c.close()
+    assert nxt.id == 2
+    if binlog:
+        assert after_s < 1.5, f"the binlog's ack freed key a only after {after_s:.2f}s"
+    else:
+        assert after_s >= 2.5, f"key a went on {after_s:.2f}s after a DML ack nobody saw"
+
+
+# -- subscriptions: each orders on its own ---------------------------------------------------
+def test_each_subscription_orders_on_its_own_while_the_default_group_is_parked(served: Served):
+    ordered_table(served, vt_batch_size=3, vt_poller_interval=0.3)
+    served.client.create_subscription("jobs", "audit")
+    served.client.create_subscription("jobs", "euro", filter="k IN ('key0', 'key2')")
+    (state,) = served.sql("show create table jobs__audit")
+    assert "`k` varchar(64)" in state[1] and "KEY `order_idx` (`k`,`time_acked`)" in state[1]
+    rows = interleaved(keys=4, per_key=12)
+    enqueue(served, rows)
+    # the default group: one batch per key (its first three), never acked
+    parked = Collector(served.client, "jobs")
+    heads = parked.take(12)
+    assert by_key([(m.id, m.values["k"]) for m in heads]) == {
+        k: ids[:3] for k, ids in by_key(rows).items()
+    }
+    rng = random.Random(3)
+
+    def handle(name: str, batch: list[Message], ds: list[Delivery]) -> None:
+        time.sleep(rng.random() * 0.003)
+        OrderLog.settling(ds)
+        batch[0]._subscriber.ack(batch)
+        done[name.split(":")[0]].update(m.id for m in batch)
+
+    done: dict[str, set[Any]] = {"audit": set(), "euro": set()}
+    logs = {}
+    workers = []
+    for sub in ("audit", "euro"):
+        w = Workers(served, 2, lambda n, b, d, sub=sub: handle(sub, b, d), subscription=sub)
+        logs[sub] = w.log
+        workers.append(w)
+    euro_rows = [(r, k) for r, k in rows if k in ("key0", "key2")]
+    try:
+        wait_until(
+            lambda: len(done["audit"]) == len(rows) and len(done["euro"]) == len(euro_rows),
+            timeout_s=30,
+            what=lambda: f"audit {len(done['audit'])}/{len(rows)}, euro {len(done['euro'])}",
+        )
+        parked.nothing_for(0.3)  # the default group's keys wait for their heads' acks
+    finally:
+        for w in workers:
+            w.close()
+        parked.close()
+    assert check_order(by_key(rows), logs["audit"].deliveries, 30) == []
+    assert check_order(by_key(euro_rows), logs["euro"].deliveries, 30) == []
+    assert {d.key for d in logs["euro"].deliveries} == {"key0", "key2"}
+
+
+def test_a_subscription_made_before_its_table_was_ordered_is_a_load_error_saying_how_to_fix_it(
+    served: Served,
+):
+    served.create_table("jobs", "k varchar(64)", vt_poller_interval=0.3)
+    served.client.create_subscription("jobs", "audit")
+    served.sql("alter table jobs add index order_idx (k, time_acked, id)")
+    served.sql(
+        "alter table jobs comment "
+        "'vitess_message,vt_ack_wait=30,vt_purge_after=86400,vt_batch_size=10,"
+        "vt_cache_size=10000,vt_poller_interval=0.3,vt_order_key=k'"
+    )
+    (sub,) = wait_until(
+        lambda: [s for s in served.client.list_subscriptions("jobs") if s.load_error]
+    )
+    assert (
+        "table jobs is ordered by k, and state table jobs__audit lacks column k (created before "
+        "the table was ordered): ALTER TABLE jobs__audit ADD COLUMN k varchar(64) NULL, "
+        "ADD INDEX order_idx (k, time_acked)" in sub.load_error
+    )
+    served.sql(
+        "ALTER TABLE jobs__audit ADD COLUMN k varchar(64) NULL, ADD INDEX order_idx (k, time_acked)"
+    )
+    wait_until(
+        lambda: not [s for s in served.client.list_subscriptions("jobs") if s.load_error],
+        what="the subscription loads once its state table has the key",
+    )

@@ -20,6 +20,19 @@ subscriber: delivery is at least once, and a sink that must not see a message tw
 write idempotently (by ``id``). Choose a ``vt_ack_wait`` longer than a micro-batch takes; a
 batch replayed after a restart holds no messages (those it had come back after their ack wait).
 
+Order per key. For an ordered table (``vt_order_key``, msgtable.ordered) a micro-batch puts all
+the messages of one key in one partition, in the order they arrived: partition
+``crc32(key) % n``, with n = the batch's messages / ``rowsPerPartition`` (default 5,000)
+rounded up, so a sink that handles partitions in parallel still sees each key's messages in
+order. Text keys are folded (case, accents, trailing spaces) before the hash, as the
+database's ``_ci`` collations compare them: values the server may take for one key land
+together. A NULL key is a key of its own (its message's id). Without the key among the
+stream's ``columns``, a batch as the server sent it is the unit instead (a key's messages in
+flight travel in one). Across micro-batches the server's rule holds: it sends a key's next
+messages only after every one before them is settled, that is once the batch that carried
+them is committed and acked. An unordered table's (or a subscription's) batch is cut into
+partitions of ``rowsPerPartition`` messages in arrival order.
+
 Options of a subscription (msgtable.subscriptions). ``subscription``: the query consumes that
 subscription (consumer group) of the table instead of its default group: it gets the
 subscription's messages (those its filter matched), and its acks settle them in the
@@ -33,8 +46,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import unicodedata
+import zlib
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -114,6 +129,31 @@ def stream_schema(options: Mapping[str, str]) -> str:
     return spark_schema(_columns(options)[0])
 
 
+def _order_key(client: Any, table: str, keyspace: str, subscription: str) -> str:
+    """The stream's order key column as the server reports it; "" for an unordered table,
+    and for a subscription (its delivery is not ordered: msgtable.subscriptions)."""
+    if subscription:
+        return ""
+    for t in client.list_tables():
+        if t.name == table and not t.subscription and (not keyspace or t.keyspace == keyspace):
+            return t.config.order_key if t.config is not None else ""
+    return ""
+
+
+def partition_of(key: Hashable, n: int) -> int:
+    """Which of ``n`` partitions a key's messages go to: the same in every process (Python's
+    hash of text is salted per process), and the same for text values the database's ``_ci``
+    collations take as one key ('A', 'a', 'á', 'a ')."""
+    if isinstance(key, str):
+        folded = unicodedata.normalize("NFKD", key.rstrip(" ").casefold())
+        data = "".join(c for c in folded if not unicodedata.combining(c)).encode()
+    elif isinstance(key, bytes):
+        data = key
+    else:
+        data = repr(key).encode()
+    return zlib.crc32(data) % n
+
+
 @dataclass
 class Delivered(InputPartition):
     """Rows of one micro-batch, carried to an executor."""
@@ -140,9 +180,13 @@ class MsgtableStreamReader(DataSourceStreamReader):
         self.keyspace = options.get("keyspace", "")
         self.max_messages = int_option(options, "maxMessagesPerBatch", DEFAULT_MAX_MESSAGES)
         self.window = int_option(options, "maxInFlight", 2 * self.max_messages)
+        self.rows_per_partition = int_option(options, "rowsPerPartition", ROWS_PER_PARTITION)
         self._lock = threading.Lock()
-        self._arrived: deque[Any] = deque()  # messages received, not in a batch yet
-        self._batches: dict[int, list[Any]] = {}  # planned, not committed: batch -> messages
+        # (key, message): received, not in a batch yet; key None for an unordered table
+        self._arrived: deque[tuple[Hashable, Any]] = deque()
+        self._batches: dict[int, list[tuple[Hashable, Any]]] = {}  # planned, not committed
+        self._ordered = False
+        self._key_at: int | None = None  # the order key's place in a row (None: not there)
         self._last = -1  # the last batch planned
         self._error: BaseException | None = None
         self._client: Any = None
@@ -165,22 +209,41 @@ class MsgtableStreamReader(DataSourceStreamReader):
                 subscription=self.subscription,
                 columns=self.columns,
             )
+            order_key = _order_key(client, self.table, self.keyspace, self.subscription)
         except BaseException:
+            if self._subscriber is not None:
+                self._subscriber.close()
+                self._subscriber = None
             client.close()
             raise
         self._client = client
         self._kinds = tuple(f.type for f in self._subscriber.fields)  # the stream's own
+        names = [f.name for f in self._subscriber.fields]
+        self._ordered = bool(order_key)
+        self._key_at = names.index(order_key) if order_key in names else None
         self._thread = threading.Thread(target=self._receive, daemon=True, name="msgtable-stream")
         self._thread.start()
 
     def _receive(self) -> None:
         try:
-            for batch in self._subscriber.batches():
+            for n, batch in enumerate(self._subscriber.batches()):
+                keyed = [(self._key(m, n), m) for m in batch]
                 with self._lock:
-                    self._arrived.extend(batch)
+                    self._arrived.extend(keyed)
         except BaseException as exc:  # the next latestOffset raises it in the query
             with self._lock:
                 self._error = exc
+
+    def _key(self, message: Any, batch: int) -> Hashable:
+        """What keeps a message with the others of its key in one partition (module
+        docstring): its order key (a NULL key: its id); the server's batch that carried it
+        when the stream has no key column; None for an unordered table."""
+        if not self._ordered:
+            return None
+        if self._key_at is None:
+            return ("batch", batch)
+        key = message.row[self._key_at]
+        return ("id", message.id) if key is None else key
 
     def _row(self, message: Any) -> tuple[Any, ...]:
         out = []
@@ -216,12 +279,15 @@ class MsgtableStreamReader(DataSourceStreamReader):
         with self._lock:
             if last > self._last:  # a restarted query replays a batch planned before
                 self._last = last
-            messages = [m for b in range(first, last + 1) for m in self._batches.get(b, [])]
-        rows = [self._row(m) for m in messages]
-        return [
-            Delivered(rows[i : i + ROWS_PER_PARTITION])
-            for i in range(0, len(rows), ROWS_PER_PARTITION)
-        ]
+            keyed = [km for b in range(first, last + 1) for km in self._batches.get(b, [])]
+        size = self.rows_per_partition
+        if not self._ordered:
+            rows = [self._row(m) for _, m in keyed]
+            return [Delivered(rows[i : i + size]) for i in range(0, len(rows), size)]
+        parts: list[list[tuple[Any, ...]]] = [[] for _ in range(-(-len(keyed) // size))]
+        for key, m in keyed:  # in arrival order: each key's rows stay in it
+            parts[partition_of(key, len(parts))].append(self._row(m))
+        return [Delivered(rows) for rows in parts if rows]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         assert isinstance(partition, Delivered)
@@ -230,7 +296,7 @@ class MsgtableStreamReader(DataSourceStreamReader):
     def commit(self, end: dict[str, int]) -> None:
         with self._lock:
             done = sorted(b for b in self._batches if b <= end["batch"])
-            messages = [m for b in done for m in self._batches.pop(b)]
+            messages = [m for b in done for _, m in self._batches.pop(b)]
         if messages and self._client is not None:
             ids = [m.id for m in messages]
             for i in range(0, len(ids), MAX_ACK_IDS):  # the most one MessageAck takes

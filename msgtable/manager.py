@@ -523,11 +523,15 @@ class MessageManager:
                     page = self.store.order_keys(cfg, key_cursor, limit)
                     taking = set(wanted)
                     with self._lock:
-                        fresh = [k for k in page if ordered.free(k) and k not in taking]
+                        fresh = [
+                            value
+                            for value, key in page
+                            if ordered.free(key) and value not in taking
+                        ]
                     if fresh:
                         rows += self.store.runs(cfg, fresh, per_key)
                     if page:
-                        key_cursor = page[-1]
+                        key_cursor = page[-1][0]
                     if len(page) < limit:
                         unkeyed_phase = True
                 else:

@@ -45,7 +45,9 @@ class Unkeyed(tuple[Hashable]):
 
 
 def run_key(row: PolledRow) -> Hashable:
-    """The key of a row as an ordered poll reads it (the key is its last column)."""
+    """The key of a row as an ordered poll reads it: its last column, the key's identity (of
+    a text key, its collation's weight string: the values the database holds equal are one
+    key); the column before is a value of the key, the one before that its order value."""
     key = row[-1]
     return Unkeyed((row[3],)) if key is None else key
 
@@ -70,6 +72,7 @@ class OrderedDue:
         self._key_of: dict[Hashable, Hashable] = {}  # id sending or in flight -> its key
         self._wanted: dict[Hashable, None] = {}  # free keys to read again, first come first
         self._later: dict[Hashable, None] = {}  # wanted, but the last read was stale
+        self._value_of: dict[Hashable, object] = {}  # a key's identity -> a value of it
 
     # -- filling -------------------------------------------------------------------------
     def add(
@@ -88,6 +91,8 @@ class OrderedDue:
         new: list[Hashable] = []
         taken = 0
         for key, run in _by_key(rows):
+            if not isinstance(key, Unkeyed):
+                self._value_of[key] = run[0][-2]
             if key in self._busy:
                 taken += len(run)
                 continue
@@ -96,7 +101,7 @@ class OrderedDue:
                 rid = r[3]
                 if rid in self.sending or rid in unclaimed or rid in held or rid in changed:
                     break
-                cut.append(CachedRow(r[0], r[1], r[2], tuple(r[3:-2])))
+                cut.append(CachedRow(r[0], r[1], r[2], tuple(r[3:-3])))
             old = self._runs.get(key)
             if len(cut) > len(old or ()) + self.room():
                 break  # full: the rest is read again
@@ -230,15 +235,19 @@ class OrderedDue:
             for row in run:
                 self._run_of.pop(row.id, None)
 
-    def take_wanted(self, limit: int) -> list[Hashable]:
-        """Up to ``limit`` free keys to read again first (freed since their last read)."""
-        keys: list[Hashable] = []
+    def take_wanted(self, limit: int) -> list[object]:
+        """Up to ``limit`` free keys to read again first (freed since their last read), as
+        values to read them by."""
+        keys: list[object] = []
         wanted = self._wanted
         while wanted and len(keys) < limit:
             key = next(iter(wanted))
             del wanted[key]
-            if key not in self._busy:
-                keys.append(key)
+            if key in self._busy:
+                continue  # wanted again once free
+            value = self._value_of.pop(key, None)  # a read that finds rows records it again
+            if value is not None:
+                keys.append(value)
         return keys
 
     def free(self, key: Hashable) -> bool:
@@ -277,6 +286,7 @@ class OrderedDue:
         self._scheduled.clear()
         self._wanted.clear()
         self._later.clear()
+        self._value_of = {k: v for k, v in self._value_of.items() if k in self._busy}
         self.pending = False
 
     # -- counts --------------------------------------------------------------------------
@@ -309,7 +319,7 @@ def _by_key(rows: Sequence[PolledRow]) -> list[tuple[Hashable, list[PolledRow]]]
 
 def _order(row: PolledRow) -> tuple[object, ...]:
     # SQL sorts a NULL order value first
-    return (0, 0, row[3]) if row[-2] is None else (1, row[-2], row[3])
+    return (0, 0, row[3]) if row[-3] is None else (1, row[-3], row[3])
 
 
 def due_runs(rows: Sequence[PolledRow], horizon_ns: int) -> list[PolledRow]:

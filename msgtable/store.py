@@ -49,6 +49,7 @@ from msgtable.substore import SubscriptionSQL
 from msgtable.tables import (
     DEAD_TIME_NEXT,
     LAST_ERROR_COLUMN,
+    TEXT_TYPES,
     Column,
     Layout,
     TableConfig,
@@ -189,7 +190,9 @@ class Store(Protocol):
         now_ns: int,
     ) -> RedriveBatch: ...
 
-    def order_keys(self, cfg: TableConfig, after: object | None, limit: int) -> list[object]: ...
+    def order_keys(
+        self, cfg: TableConfig, after: object | None, limit: int
+    ) -> list[tuple[object, Hashable]]: ...
 
     def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]: ...
 
@@ -336,7 +339,13 @@ class TableStatements:
         t, idx = quote(cfg.name), quote(cfg.order_index)
         key, by, rid = p + quote(cfg.order_key), p + quote(cfg.order_by), p + quote("id")
         acked, raw_next = p + quote("time_acked"), p + quote("time_next")
-        cols = f"{p}{quote('priority')}, {raw_next}, {p}{epoch}, {values}, {by}, {key}"
+        # A text key compares by its collation ('a' = 'A' = 'a ' in most): its weight
+        # string, without trailing blanks (PAD SPACE collations ignore them; with NO PAD
+        # ones 'a' and 'a ' are two keys that merely wait for each other), is the key's
+        # identity in memory, and any of its values finds its rows.
+        text = next(c for c in cfg.columns if c.name == cfg.order_key).data_type in TEXT_TYPES
+        same = f"WEIGHT_STRING(TRIM(TRAILING ' ' FROM {key}))" if text else key
+        cols = f"{p}{quote('priority')}, {raw_next}, {p}{epoch}, {values}, {by}, {key}, {same}"
         source = f"{t} FORCE INDEX ({idx})"
         if cfg.source:
             source = (
@@ -345,7 +354,10 @@ class TableStatements:
             keys_from = f"{t} s FORCE INDEX ({idx})"
         else:
             keys_from = source
-        keys = f"SELECT {key} FROM {keys_from} WHERE {{where}} AND {acked} IS NULL GROUP BY {key}"
+        keys = (
+            f"SELECT {key}, {same} FROM {keys_from} WHERE {{where}} AND {acked} IS NULL "
+            f"GROUP BY {key}"
+        )
         self.order_keys = keys.format(where=f"{key} IS NOT NULL") + f" ORDER BY {key} LIMIT %s"
         self.order_keys_after = keys.format(where=f"{key} > %s") + f" ORDER BY {key} LIMIT %s"
         order = rid if cfg.order_by == "id" else f"{by}, {rid}"
@@ -679,15 +691,18 @@ class MySQLStore(SubscriptionSQL):
             return int(cur.execute(sql, params))
 
     # -- ordering per key (msgtable.ordered) -----------------------------------------------
-    def order_keys(self, cfg: TableConfig, after: object | None, limit: int) -> list[object]:
-        """Up to ``limit`` keys with unsettled rows, in key order, after ``after``."""
+    def order_keys(
+        self, cfg: TableConfig, after: object | None, limit: int
+    ) -> list[tuple[object, Hashable]]:
+        """Up to ``limit`` keys with unsettled rows, in key order, after ``after``: each as
+        a value of it and its identity (msgtable.ordered.run_key)."""
         s = self.statements(cfg)
         sql, params = (
             (s.order_keys, [limit]) if after is None else (s.order_keys_after, [after, limit])
         )
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql, params)
-            return [r[0] for r in cur.fetchall()]
+            return [(r[0], r[1]) for r in cur.fetchall()]
 
     def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]:
         """The first ``per_key`` unsettled, live rows of each key, in order, as a poll reads

@@ -471,13 +471,16 @@ class InMemoryStore:
             *(r[c.name] for c in cfg.message_columns),
             r[cfg.order_by],
             r[cfg.order_key],
+            r[cfg.order_key],
         )
 
-    def order_keys(self, cfg: TableConfig, after: object | None, limit: int) -> list[object]:
+    def order_keys(
+        self, cfg: TableConfig, after: object | None, limit: int
+    ) -> list[tuple[object, Hashable]]:
         with self.lock:
             self.polls += 1
             keys = {r[cfg.order_key] for r in self._unsettled(cfg)} - {None}
-            return sorted(k for k in keys if after is None or k > after)[:limit]
+            return [(k, k) for k in sorted(k for k in keys if after is None or k > after)][:limit]
 
     def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]:
         with self.lock:

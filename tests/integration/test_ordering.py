@@ -373,3 +373,84 @@ def test_a_subscription_made_before_its_table_was_ordered_is_a_load_error_saying
         lambda: not [s for s in served.client.list_subscriptions("jobs") if s.load_error],
         what="the subscription loads once its state table has the key",
     )
+
+
+# -- keys as the database compares them, and hostile keys --------------------------------------
+def test_keys_the_collation_holds_equal_are_one_key(served: Served):
+    ordered_table(served, vt_batch_size=3)
+    enqueue(served, [(1, "a"), (2, "A"), (3, "a "), (4, "b")])
+    # two subscribers of one message each: were 'A' and 'a ' keys of their own, one of
+    # them would go to the second subscriber while 1 is in flight
+    one = Collector(served.client, "jobs", max_in_flight=1)
+    two = Collector(served.client, "jobs", max_in_flight=1)
+    try:
+        got = [*one.take(1), *two.take(1)]
+        assert sorted(m.id for m in got) == [1, 4]
+        one.nothing_for(0.3)
+        two.nothing_for(0.3)
+        order = []
+        for m in sorted(got, key=lambda m: m.id):
+            m.ack()
+        while len(order) < 2:
+            for c in (one, two):
+                try:
+                    m = c.messages.get(timeout=0.05)
+                except Exception:
+                    continue
+                order.append(m.id)
+                m.ack()
+        assert order == [2, 3]
+    finally:
+        one.close()
+        two.close()
+
+
+HOSTILE_KEYS = [
+    "",
+    "'",
+    '"',
+    "`",
+    "``",
+    "k`; drop table jobs; --",
+    "k' or '1'='1",
+    "%s",
+    "%%",
+    "{ids}",
+    "{}",
+    "\\",
+    "ça😀表",
+    "\u202ek",
+    "x" * 64,
+    "NULL",
+    None,
+]
+
+
+def test_hostile_key_values_are_delivered_in_order_and_touch_nothing(served: Served):
+    ordered_table(served, vt_batch_size=3)
+    served.create_table("canary")
+    served.sql("insert into canary(id, message) values (1, 'kept')")
+    rng = random.Random(11)
+    keys = [*HOSTILE_KEYS, "".join(chr(rng.randrange(32, 0x2FFF)) for _ in range(8))]
+    rows = [(i, rng.choice(keys)) for i in range(1, 401)]
+    with served.db.connect() as conn:
+        for rid, k in rows:
+            conn.exec_driver_sql(
+                "insert into jobs(id, k, message) values (%s, %s, %s)", (rid, k, f"m{rid}")
+            )
+    rng2 = random.Random(5)
+
+    def handle(name: str, batch: list[Message], ds: list[Delivery]) -> None:
+        time.sleep(rng2.random() * 0.002)
+        w.ack(batch, ds)
+
+    w = Workers(served, 2, handle)
+    try:
+        wait_until(lambda: len(w.acked) == len(rows), timeout_s=30, what="every message acked")
+    finally:
+        w.close()
+    assert not w.errors
+    assert check_order(by_key(rows), w.log.deliveries, 30) == []
+    assert served.sql("select id, message, time_acked from canary") == [(1, "kept", None)]
+    (t,) = [t for t in served.client.list_tables() if t.name == "jobs"]
+    assert t.load_error == "" and t.keys_in_flight == 0

@@ -4,7 +4,8 @@ ids, streams cancelled at once; releases, rejects and renews with negative, huge
 NaN delays and hostile or 1 MB reasons; dead-letter listings and redrives with hostile names,
 targets, limits and cursors; subscriptions created, altered, dropped, listed and streamed with
 hostile names, filters (quotes, comments, subqueries, function calls, unknown columns, random
-text) and projections. Each must get a clean status (never INTERNAL or UNKNOWN), the
+text) and projections; the same on an ordered table (vt_order_key) whose keys are hostile
+text. Each must get a clean status (never INTERNAL or UNKNOWN), the
 server must keep serving, and no table may change that was not named legitimately."""
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ kinds = st.sampled_from(
     + ["huge_ack"]
     + ["settle"] * 3
     + ["settle_canary"] * 3
+    + ["settle_keyed"] * 2
     + ["dead"] * 2
     + ["redrive"] * 2
     + ["create_sub"] * 3
@@ -141,6 +143,14 @@ requests = kinds.flatmap(
             delays,
             reasons,
         ),
+        "settle_keyed": st.tuples(
+            st.just("settle"),
+            verbs,
+            st.just("keyed"),
+            st.lists(values.filter(_not_a_canary_id), max_size=5),
+            delays,
+            reasons,
+        ),
         "dead": st.tuples(
             st.just("dead"), st.one_of(names, st.just("canary")), limits, st.none() | values
         ),
@@ -167,10 +177,19 @@ requests = kinds.flatmap(
 def test_hostile_requests_get_clean_statuses_and_touch_nothing(db_dsn):
     with serve(db_dsn) as s:
         s.create_table("canary", vt_poller_interval=0.2)
-        s.create_table("fuzzed", vt_poller_interval=0.2)
+        keyed = "k varchar(64), index order_idx (k, time_acked, id)"
+        # an ordered table (empty: subscription streams check filters, send nothing) and an
+        # ordered canary whose key is hostile text
+        s.create_table("fuzzed", keyed, vt_poller_interval=0.2, vt_order_key="k")
+        s.create_table("keyed", keyed, vt_poller_interval=0.2, vt_order_key="k")
         s.sql("insert into canary(id, message) values (1, 'kept'), (2, 'kept')")
+        s.sql(
+            "insert into keyed(id, message, k) values "
+            "(1, 'kept', 'k`; drop table keyed; --'), (2, 'kept', 'k`; drop table keyed; --')"
+        )
         s.engine.refresh()
         before = s.sql("select id, epoch, time_next, time_acked, message from canary order by id")
+        keyed_before = s.sql("select id, epoch, time_next, time_acked, k from keyed order by id")
         tables_before = s.sql("show tables")
         seen: dict[str, int] = {}
         with grpc.insecure_channel(
@@ -202,6 +221,15 @@ def test_hostile_requests_get_clean_statuses_and_touch_nothing(db_dsn):
         c = Collector(s.client, "canary")
         assert sorted(m.id for m in c.take(2)) == [1, 2]
         c.close()
+        keyed_after = s.sql("select id, epoch, time_next, time_acked, k from keyed order by id")
+        assert keyed_after == keyed_before
+        c = Collector(s.client, "keyed", max_in_flight=1)
+        (first,) = c.take(1)
+        c.nothing_for(0.3)  # one key: 2 waits for 1
+        first.ack()
+        (second,) = c.take(1)
+        c.close()
+        assert (first.id, second.id) == (1, 2)
 
 
 def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:

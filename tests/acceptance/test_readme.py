@@ -235,3 +235,30 @@ def test_the_subscriptions_example_and_its_sql_run_as_pasted(db_dsn: str):
             sub.close()
         run_sql(db_dsn, ";".join([_drop_row, _drop_table]))
         assert s.sql("show tables like 'my_message__reports'") == []
+
+
+def test_the_ordering_example_and_its_schema_file_run_as_pasted(db_dsn: str):
+    (sql,) = snippets("sql", "## Ordering per key")
+    (example,) = snippets("python", "## Ordering per key")
+    ddl, *_inserts = statements(sql)
+    schema = statements((ROOT / "schema" / "ordered.sql").read_text())
+    assert schema == [ddl], "schema/ordered.sql is the README's DDL"
+    run_sql(db_dsn, sql)
+    with serve(db_dsn) as s:
+        done = run_python(example, s.server.address)
+        assert done.returncode == 0, describe(done)
+        lines = done.stdout.splitlines()
+        assert sorted(lines) == sorted(
+            ["o-1 created", "o-1 paid", "o-1 shipped", "o-2 created"]
+        ), describe(done)
+        assert [x for x in lines if x.startswith("o-1")] == [
+            "o-1 created",
+            "o-1 paid",
+            "o-1 shipped",
+        ]
+        (t,) = [t for t in s.client.list_tables() if t.name == "order_events"]
+        assert t.config is not None and (t.config.order_key, t.config.order_by) == (
+            "order_id",
+            "id",
+        )
+        assert s.sql("select count(*) from order_events where time_acked is null")[0][0] == 0

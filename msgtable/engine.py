@@ -208,8 +208,10 @@ class MessageEngine(Subscriptions):
         old holder's lease ended, when that holder may have sent messages whose postpone
         (their ack wait in the table) it never wrote. Nothing to wait for when it gave the
         lease back cleanly, when there was none, or with vt_postpone_after=0 (the postpone
-        is written before the send)."""
-        if self._takeover is None or cfg.postpone_after_ns == 0:
+        is written before the send), unless the table is ordered: then a head the old holder
+        sent may fall due again (a backoff shorter than the ack wait) while its subscriber
+        still holds the key's batch, which only the old holder knew (msgtable.ordered)."""
+        if self._takeover is None or (cfg.postpone_after_ns == 0 and not cfg.ordered):
             return 0.0
         at, t = self._takeover
         if not t.previous or t.released or (t.by_me and self._clean_demotion):

@@ -17,6 +17,7 @@ from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
 
 from .test_manager import drain, postponed
+from .test_ordered import INDEX, KEYED
 
 COMMENT = DEMO_COMMENT.replace("vt_ack_wait=30", "vt_ack_wait=10")
 
@@ -129,3 +130,30 @@ def test_a_send_does_not_hand_over_once_the_lease_is_gone(engine, store, clock):
     assert m.sent == 0
     postponed(m, clock)
     assert store.rows["later"][1]["epoch"] == 0  # nothing was sent, so nothing postponed
+
+
+def test_an_ordered_table_waits_out_the_old_holders_ack_waits_even_when_it_postponed_first(
+    store, clock
+):
+    # vt_postpone_after=0 with a backoff shorter than the ack wait: the old holder's sent head
+    # falls due again while its subscriber may still hold the key's batch
+    store.create_table(
+        "keyed",
+        f"{COMMENT},vt_postpone_after=0,vt_min_backoff=1,vt_order_key=k",
+        KEYED,
+        indexes=INDEX,
+    )
+    e = MessageEngine(
+        store,
+        clock=clock,
+        rng=random.Random(1),
+        discovery_interval_s=3600,
+        run_loops=False,
+        lease_period_s=1.0,
+    )
+    e.refresh()
+    try:
+        e._gain(Takeover("old", 2.0, released=False, by_me=False))
+        assert e._hold_s(e._manager("keyed", "").config) == pytest.approx(8.0, abs=0.5)
+    finally:
+        e.close()

@@ -54,6 +54,14 @@ class Tables:
         (d,) = [d for d in self.store.discover() if d.name == name]
         return load_table(d.name, d.comment, d.columns, d.unique_indexes)
 
+    def create_ordered(self, name: str) -> TableConfig:
+        """A current-layout table ordered by its varchar column ``k`` (vt_order_key=k, with
+        the index order_idx (k, time_acked, id)), vt_batch_size=10."""
+        self._create_ordered(name, DEMO_COMMENT + ",vt_order_key=k")
+        (d,) = [d for d in self.store.discover() if d.name == name]
+        return load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
+
+    def _create_ordered(self, name: str, comment: str) -> None: ...
     def _create(self, name: str, layout: Layout) -> None: ...
     def _create_with(self, name: str, comment: str, extra: dict[str, str]) -> None: ...
     def created(self, table: str, id: Hashable) -> int | None: ...
@@ -83,6 +91,14 @@ class MemoryTables(Tables):
 
     def create_plain(self, name: str, comment: str) -> None:
         self.memory.create_table(name, comment, (Column("id", "bigint", "bigint"),), (("id",),))
+
+    def _create_ordered(self, name: str, comment: str) -> None:
+        self.memory.create_table(
+            name,
+            comment,
+            (*CURRENT_COLUMNS, Column("k", "varchar", "varchar(64)")),
+            indexes=(("order_idx", ("k", "time_acked", "id")),),
+        )
 
     def row(self, table: str, id: Hashable) -> dict[str, Any] | None:
         row = self.memory.rows[table].get(id)
@@ -137,6 +153,11 @@ class MySQLTables(Tables):
 
     def create_plain(self, name: str, comment: str) -> None:
         self.sql.execute(f"create table {name}(id bigint primary key) comment '{comment}'")
+
+    def _create_ordered(self, name: str, comment: str) -> None:
+        extra = "k varchar(64),\n  index order_idx (k, time_acked, id),\n  primary key(id)"
+        ddl = current_layout_ddl(name, comment).replace("  primary key(id)", "  " + extra)
+        self.sql.execute(ddl)
 
     def insert(self, table: str, id: Hashable, **values: Any) -> None:
         values = {"id": id, **values}

@@ -575,3 +575,55 @@ def test_a_redrive_moves_dead_letters_back_fresh_and_skips_ids_taken_again(table
     )
     assert tables.row("s_dead", 1) is None and tables.row("s_dead", 3) is not None
     assert tables.store.redrive(dead, cfg, [3], 3, 10, NOW).last is None
+
+
+# -- ordering per key (msgtable.ordered) --------------------------------------------------------
+def ordered_rows(t: Tables) -> TableConfig:
+    """Table o: keys a (1, 3, 5 acked, 6 dead, 7), b (2, 4 due later), c (8 acked only), and
+    NULL (9 due, 10 due later)."""
+    cfg = t.create_ordered("o")
+    for i, k in [(1, "a"), (2, "b"), (3, "a"), (4, "b"), (5, "a"), (6, "a"), (7, "a")]:
+        t.insert("o", i, k=k)
+    t.insert("o", 8, k="c")
+    t.insert("o", 9)
+    t.insert("o", 10)
+    t.update("o", 5, time_acked=NOW - 1, time_next=None)
+    t.update("o", 6, time_next=DEAD_TIME_NEXT, epoch=3)
+    t.update("o", 4, time_next=LATER)
+    t.update("o", 8, time_acked=NOW - 1, time_next=None)
+    t.update("o", 10, time_next=LATER)
+    return cfg
+
+
+def test_order_keys_lists_the_keys_with_unsettled_rows_in_key_order_after_a_cursor(
+    tables: Tables,
+):
+    cfg = ordered_rows(tables)
+    assert [v for v, _ in tables.store.order_keys(cfg, None, 10)] == ["a", "b"]
+    assert [v for v, _ in tables.store.order_keys(cfg, None, 1)] == ["a"]
+    assert [v for v, _ in tables.store.order_keys(cfg, "a", 10)] == ["b"]
+
+
+def test_runs_read_each_keys_first_unsettled_live_rows_in_order_due_or_not(tables: Tables):
+    cfg = ordered_rows(tables)
+    rows = tables.store.runs(cfg, ["b", "a", "zz"], 3)
+    by_key: dict[Any, list[Any]] = {}
+    for r in rows:
+        by_key.setdefault(r[-2], []).append(r[3])
+        assert r[-3] == r[3]  # ordered by id: the order value is the id
+    assert {k: sorted(v) for k, v in by_key.items()} == {"a": [1, 3, 7], "b": [2, 4]}
+    identity = {r[-2]: r[-1] for r in rows}
+    assert identity["a"] != identity["b"]
+    assert len({r[-1] for r in rows if r[-2] == "a"}) == 1
+    (four,) = [r for r in rows if r[3] == 4]
+    assert four[1] == LATER  # a run carries its rows' time_next: the cache decides
+    assert len(tables.store.runs(cfg, ["a"], 1)) == 1
+
+
+def test_unkeyed_reads_the_due_rows_of_no_key_by_id_after_a_cursor(tables: Tables):
+    cfg = ordered_rows(tables)
+    tables.insert("o", 11)
+    assert [r[3] for r in tables.store.unkeyed(cfg, NOW, None, 10)] == [9, 11]
+    assert [r[3] for r in tables.store.unkeyed(cfg, NOW, 9, 10)] == [11]
+    assert [r[3] for r in tables.store.unkeyed(cfg, LATER, None, 1)] == [9]
+    assert [r[-1] for r in tables.store.unkeyed(cfg, NOW, None, 10)] == [None, None]

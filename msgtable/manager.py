@@ -19,6 +19,11 @@ vt_postpone_after after the send, its postpone (time_next by backoff from the se
 With vt_postpone_after=0 the postpone UPDATE is the check itself, before the send, as in
 Vitess. Nothing here is the only copy of anything: a crash at any point leaves every unacked
 row in the table, due again after its backoff, or at once if its postpone was not written yet.
+
+An ordered table (vt_order_key) keeps runs of free keys instead of due rows (msgtable.ordered):
+its poll reads first the keys freed since their last read, then pages through the keys; a
+send pops whole runs (a key's rows go to one subscriber, never past a gap its check or a
+filter left); a key is busy from its pop until every row popped left flight.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ from bench.fanout import FILTER, GROUPS, FanoutResult
 from bench.latency import LatencyResult, OnTimeResult
 from bench.measure import Throughput
 from bench.memory import MemoryResult
+from bench.ordering import HOT_BATCH, FairnessResult, OrderingResult
 from bench.producer import MIN_PRODUCER_ROWS
 from bench.scale import (
     DRAINS,
@@ -36,6 +37,11 @@ LABELS = {
     "fanout_base": "one table, no subscription (the baseline)",
     "fanout_group": f"one of {GROUPS} subscriptions of one table",
     "fanout_filter": f"subscription, filter {FILTER} (1 %)",
+    "ordered": "ordered per key (vt_order_key)",
+    "unordered": "the same table unordered",
+    "hot_key": "one key holds the whole backlog",
+    "fairness_base": "other keys alone",
+    "fairness_hot": "other keys beside a 90 % hot key",
 }
 
 
@@ -88,6 +94,7 @@ class Report:
     spark_missing: str = ""
     settlement: SettleResult | None = None
     fanout: FanoutResult | None = None
+    ordering: OrderingResult | None = None
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -108,6 +115,7 @@ class Report:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
         full_only = "full mode only" if self.mode != "full" else "not run"
         per_msg = self.memory.bytes_per_message if self.memory else None
+        fair = self._fairness()
         return [
             Target(
                 "ratio_vs_raw",
@@ -222,6 +230,25 @@ class Report:
                 at_most=True,
             ),
             Target(
+                "ordered_ratio",
+                "ordered per key / unordered, same backlog",
+                self.ordering.ratio if self.ordering else None,
+                0.5,
+            ),
+            Target(
+                "hot_key_msgs_s",
+                f"one hot key at batch {HOT_BATCH}, {k} subscribers, msgs/s",
+                self.ordering.hot.msgs_s if self.ordering and self.ordering.hot else None,
+                5000,
+            ),
+            Target(
+                "fairness_ratio",
+                "other keys' p99 wait: with a 90 % hot key / without",
+                fair.ratio if fair else None,
+                2,
+                at_most=True,
+            ),
+            Target(
                 "bytes_per_cached_msg",
                 "server memory per cached message above idle",
                 per_msg,
@@ -230,6 +257,9 @@ class Report:
                 at_most=True,
             ),
         ]
+
+    def _fairness(self) -> FairnessResult | None:
+        return self.ordering.fairness if self.ordering else None
 
     def _settled(self, kind: str) -> float | None:
         """msgs/s of a settlement run (bench.settle), None if not run."""
@@ -313,6 +343,8 @@ class Report:
             out.extend(self._settlement_text(self.settlement))
         if self.fanout:
             out.extend(self._fanout_text(self.fanout))
+        if self.ordering:
+            out.extend(self._ordering_text(self.ordering))
         if self.backlog:
             out.extend(self._backlog_text(self.backlog))
         if self.spark:
@@ -436,6 +468,40 @@ class Report:
                 out.append(f"    {r.cpu_note()}")
         return out
 
+    def _ordering_text(self, o: OrderingResult) -> list[str]:
+        out = [
+            "",
+            "ordering per key through msgtable serve (backlog committed before go; go -> the "
+            "last ack answered)",
+            f"{'':<42}{'batch':>6}{'clients':>8}{'messages':>10}{'seconds':>9}{'msgs/s':>9}",
+        ]
+        runs = o.runs()
+        for r in runs:
+            out.append(
+                f"{LABELS.get(r.kind, r.kind):<42}{r.batch_size:>6}{r.clients:>8}"
+                f"{r.messages:>10,}{r.seconds:>9.2f}{r.msgs_s:>9,.0f}"
+            )
+        if o.ratio is not None:
+            each = ", ".join(f"{v:.2f}" for v in o.as_dict()["round_ratios"])
+            out.append(
+                f"  ordered {_num(o.ordered_msgs_s, ',.0f')} vs unordered "
+                f"{_num(o.unordered_msgs_s, ',.0f')} msgs/s (medians of {len(o.ordered)} "
+                f"alternated drains): {o.ratio:.2f} (each round: {each})"
+            )
+        f = o.fairness
+        if f is not None:
+            out.append(
+                f"  fairness: {f.others:,} messages over {f.keys:,} other keys, wait go -> first "
+                f"delivery: with the hot key p50 {f.p50_ms:.0f} ms, p99 {f.p99_ms:.0f} ms, max "
+                f"{f.max_ms:.0f} ms; without p50 {f.base_p50_ms:.0f} ms, p99 "
+                f"{f.base_p99_ms:.0f} ms, max {f.base_max_ms:.0f} ms; p99 ratio {f.ratio:.2f}"
+            )
+        for r in runs:
+            out.append(f"  {r.kind}: {r.note}")
+            if r.cpu_s:
+                out.append(f"    {r.cpu_note()}")
+        return out
+
     def _backlog_text(self, b: BacklogResult) -> list[str]:
         each = ", ".join(f"{r:,.0f}" for r in b.small)
         each_large = ", ".join(f"{r:,.0f}" for r in b.large)
@@ -465,7 +531,7 @@ class Report:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
         head_raw, head_mt = self.find("raw", b, k), self.find("msgtable", b, k)
         low_raw, low_mt = self.find("raw", lo, k), self.find("msgtable", lo, k)
-        st, fo = self.settlement, self.fanout
+        st, fo, od, fair = self.settlement, self.fanout, self.ordering, self._fairness()
         doc: dict[str, Any] = {
             "raw_msgs_s": rnd(head_raw.msgs_s if head_raw else None, 0),
             "msgtable_msgs_s": rnd(head_mt.msgs_s if head_mt else None, 0),
@@ -508,6 +574,14 @@ class Report:
             "filter_table_rows_read_per_msg": rnd(fo.table_rows_read_per_msg if fo else None, 2),
             "filter_handover_rows_read": fo.handover_rows_read if fo else None,
             "fanout": fo.as_dict() if fo else None,
+            "ordered_msgs_s": rnd(od.ordered_msgs_s if od else None, 0),
+            "unordered_msgs_s": rnd(od.unordered_msgs_s if od else None, 0),
+            "ordered_ratio": rnd(od.ratio if od else None, 3),
+            "hot_key_msgs_s": rnd(od.hot.msgs_s if od and od.hot else None, 0),
+            "fairness_p99_ms": rnd(fair.p99_ms if fair else None, 1),
+            "fairness_base_p99_ms": rnd(fair.base_p99_ms if fair else None, 1),
+            "fairness_ratio": rnd(fair.ratio if fair else None, 3),
+            "ordering": od.as_dict() if od else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

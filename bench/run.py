@@ -1,13 +1,16 @@
 """Run msgtable's benchmark suite: ``python -m bench.run [--quick | --full]``.
 
-Quick mode (``make bench``, under a minute on a 2-core machine with the database on it):
+Quick mode (``make bench``, about a minute on a 2-core machine with the database on it):
 raw-SQL limit and msgtable at batch 100 and batch 10 with 4 subscribers, kombu's SQLAlchemy
 transport as the peer, latency at 1,000 msg/s, memory with 10 full caches, settlement
-(release, dead letters and renew through the server: bench.settle) and subscriptions (a table
-fanned out to 4 of them, and a 1 % filter, against a table without: bench.fanout). Full mode
-(``make bench-full``, minutes) runs batch sizes 10 / 100 / 500 with 1 / 4 / 16 subscribers,
-a 10k vs 1M backlog, a 1M-row purge during delivery, EXPLAIN of the poll at 1M and messages
-dying of vt_max_attempts (expiry).
+(release, dead letters and renew through the server: bench.settle), subscriptions (a table
+fanned out to 4 of them, and a 1 % filter, against a table without: bench.fanout) and
+ordering per key (an ordered table against the same table unordered, one hot key, the other
+keys' wait beside a hot key: bench.ordering; scaled down to 50,000 messages over 500 keys).
+Full mode (``make bench-full``, minutes) runs batch sizes 10 / 100 / 500 with 1 / 4 / 16
+subscribers, a 10k vs 1M backlog, a 1M-row purge during delivery, EXPLAIN of the poll at 1M,
+messages dying of vt_max_attempts (expiry), and ordering at the issue's size (1M messages
+over 10,000 keys).
 
 The database is ``MSGTABLE_TEST_DSN`` when set (an account that may create databases), else
 a throwaway local mariadbd/mysqld, as for the tests. Each benchmark gets a database of its own
@@ -17,9 +20,10 @@ last line, one JSON document (``raw_msgs_s``, ``msgtable_msgs_s``, ``ratio_vs_ra
 ``latency_p99_ms``, ``rss_mb``, ``release_msgs_s``, ``dead_letter_msgs_s``,
 ``renew_1000_ms``, ``fanout_groups``, ``fanout_ratio``, ``filter_ratio``,
 ``filter_rows_read_per_msg``, ``filter_table_rows_read_per_msg``,
-``filter_handover_rows_read`` and more). Targets not met do
-not fail the run; lost or duplicated messages, a dead server or a stuck run do (exit
-status 1).
+``filter_handover_rows_read``, ``ordered_msgs_s``, ``unordered_msgs_s``, ``ordered_ratio``,
+``hot_key_msgs_s``, ``fairness_p99_ms``, ``fairness_base_p99_ms``, ``fairness_ratio`` and
+more). Targets not met do not fail the run; lost or duplicated messages, messages of a key
+out of order, a dead server or a stuck run do (exit status 1).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import engine, fanout, latency, memory, peer, raw, scale, settle, spark
+from bench import engine, fanout, latency, memory, ordering, peer, raw, scale, settle, spark
 from bench.database import Database, database_server, scratch_database
 from bench.errors import BenchError
 from bench.processes import ServerProcess
@@ -51,6 +55,7 @@ SECTIONS = (
     "memory",
     "settlement",
     "fanout",
+    "ordering",
     "expiry",
     "backlog",
     "purge",
@@ -69,6 +74,7 @@ ENGINE_SECTIONS = {
     "ontime",
     "settlement",
     "fanout",
+    "ordering",
     "expiry",
     "backlog",
     "purge",
@@ -264,6 +270,8 @@ def run_engine(
             report.settlement = run_settlement(args, p, db, server, dsn, only)
         if "fanout" in only:
             report.fanout = run_fanout(args, p, db, server, dsn)
+        if "ordering" in only:
+            report.ordering = run_ordering(args, p, db, server, dsn)
         if "backlog" in only:
             report.backlog = scale.backlog(
                 server, dsn, b, k, args.poller_interval, postpone_after_s=postpone
@@ -335,6 +343,38 @@ def run_fanout(
             f"filter: {f.msgs_s:,.0f} msgs/s ({out.filter_ratio:.2f}), "
             f"{out.rows_read_per_msg:.1f} rows read a message; from_start hand-over "
             f"{out.handover_s:.2f} s, {out.handover_rows_read:,} rows read"
+        )
+    return out
+
+
+def run_ordering(
+    args: argparse.Namespace, p: Plan, db: Database, server: ServerProcess, dsn: str
+) -> ordering.OrderingResult:
+    """Ordering per key on the main server (bench.ordering): ordered vs unordered at the
+    headline batch size and subscribers, one hot key at batch 100, and fairness."""
+    began = time.monotonic()
+    out = ordering.run(
+        server,
+        dsn,
+        p.mode,
+        args.batch_size,
+        args.subscribers,
+        args.poller_interval,
+        postpone_after_s=args.postpone_after,
+        db_pid=db.pid,
+        progress=progress,
+    )
+    if out.ratio is not None:
+        progress(
+            f"ordering: ordered {out.ordered_msgs_s:,.0f} vs unordered "
+            f"{out.unordered_msgs_s:,.0f} msgs/s ({out.ratio:.2f})"
+        )
+    fair = out.fairness
+    if fair is not None:
+        progress(
+            f"fairness: other keys' p99 wait {fair.p99_ms:.0f} ms with the hot key, "
+            f"{fair.base_p99_ms:.0f} ms without ({fair.ratio:.2f}); section "
+            f"{time.monotonic() - began:.0f} s"
         )
     return out
 

@@ -8,9 +8,16 @@ are one batch. Two rules, per key:
 
 * **order**: the messages' first deliveries come in enqueue order;
 * **one batch at a time**: a batch of a key arrives only after every message of the key's
-  batch before it left flight: its subscriber began to settle it, or its ack wait (from the
+  batch before it left flight: a subscriber began to settle it, or its ack wait (from the
   server's send) was over. Times are this machine's clock: a settlement begins before the
   server writes it, and the server frees a key only after that, so no slack is needed.
+
+A message is settled by whoever settles it: besides the subscriber of a delivery, another
+that held the message before (its ack wait over, it was sent again) may ack it late, and
+that ack frees the key too. So a delivery leaves flight at the first settlement of its
+message that began after its send, or raced it (began less than an ack wait before the send
+and was written after it); an older one (a settlement that failed, long before) does not
+count.
 
 Rows with a NULL key (None) are unordered and not checked.
 """
@@ -93,6 +100,10 @@ def check_order(
         for d in ds:
             batches.setdefault((d.subscriber, d.sent_ns), []).append(d)
         ordered = sorted(batches.values(), key=lambda b: min(d.received_ns for d in b))
+        settles: dict[Hashable, list[int]] = {}  # id -> when settlements of it began
+        for d in ds:
+            if d.settled_ns is not None:
+                settles.setdefault(d.id, []).append(d.settled_ns)
         end, before = 0, ordered[0]
         for after in ordered:
             start = min(d.received_ns for d in after)
@@ -102,12 +113,14 @@ def check_order(
                     f"arrived {(end - start) / 1e6:.1f} ms before batch "
                     f"{[d.id for d in before]} to {before[0].subscriber} left flight"
                 )
-            batch_end = max(_end(d, ack_wait_ns) for d in after)
+            batch_end = max(_end(d, ack_wait_ns, settles.get(d.id, [])) for d in after)
             if batch_end > end:
                 end, before = batch_end, after
     return problems
 
 
-def _end(d: Delivery, ack_wait_ns: int) -> int:
-    expiry = d.sent_ns + ack_wait_ns
-    return expiry if d.settled_ns is None else min(d.settled_ns, expiry)
+def _end(d: Delivery, ack_wait_ns: int, settles: Sequence[int]) -> int:
+    """When ``d`` left flight: its ack wait over, or the first settlement of its message (by
+    any subscriber: ``settles``) that began after its send or raced it."""
+    since = d.sent_ns - ack_wait_ns
+    return min([d.sent_ns + ack_wait_ns, *(t for t in settles if t >= since)])

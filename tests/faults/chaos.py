@@ -15,6 +15,11 @@ Message kinds (by id, spread evenly; the payload says which, as ``<kind><id>``):
 Each row also has a ``bucket`` (``bucket_of``: the id modulo BUCKETS), for a subscription's
 filter to choose a known subset by. A subscriber reads as the table's default group or as a
 subscription (``group``); every group handles every kind the same way, and has a checker.
+
+An ordered table's rows also have a key (``ORDER_KEY``, ``key_of``: runs of RUN consecutive
+ids share one of KEYS keys, so a key has a backlog of several messages at once). Its
+subscribers record each message in their checker's OrderLog (tests/ordering.py) as it comes
+off the stream, and mark when they begin to settle it (an ack, a release, a reject).
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from functools import partial
 from pathlib import Path
@@ -40,6 +45,7 @@ from msgtable.devdb import free_port
 from msgtable.errors import MsgtableError
 
 from ..acceptance.helpers import health_status
+from ..ordering import Delivery, OrderLog
 from ..waiting import wait_until
 from .checker import Checker
 
@@ -53,6 +59,14 @@ RELEASE_DELAY_S = 2.0  # an ordinary message released once: due again after this
 SLOW_ACK_WAITS = 2.0  # a slow handler holds its message this many ack waits
 RENEW_ACK_WAITS = 0.5  # and renews it this often (each renewal for one ack wait)
 BUCKETS = 4
+ORDER_KEY = "k"  # an ordered table's key column (vt_order_key)
+KEYS, RUN = 50, 5  # its keys, and how many consecutive ids share a key in turn
+
+
+def key_of(i: int) -> str:
+    """The key of message ``i`` of an ordered table: ids 1..RUN key0, the next RUN key1, ...
+    round the KEYS keys."""
+    return f"key{(i - 1) // RUN % KEYS}"
 
 
 def bucket_of(i: int) -> int:
@@ -213,6 +227,8 @@ class Subscriber(threading.Thread):
         self.group = group  # the subscription it reads as ("": the table's default group)
         self.order: str | None = None  # "kill", "stall", "late": what to do with the next batch
         self.late_log: list[str] = []  # what became of its "late" orders (for a verdict)
+        # it holds a late batch, its ack to come: another fault would lose that ack
+        self.late_pending = False
         self.stall_s = 0.0
         self.done = threading.Event()
         self.stop_event = threading.Event()
@@ -220,6 +236,9 @@ class Subscriber(threading.Thread):
         self.client = Client(targets, timeout_s=10, retry_for_s=120)
         self.sub: Subscription | None = None
         self.handler = Handler(name)
+        # an ordered table's: the deliveries not settled yet, by id (the OrderLog's records)
+        self._unsettled: dict[int, Delivery] = {}
+        self._unsettled_lock = threading.Lock()
 
     def run(self) -> None:
         self.handler.start()
@@ -237,6 +256,10 @@ class Subscriber(threading.Thread):
                     self.name,
                     self.sub.target,  # the server whose stream it came off: its sender
                 )
+                if self.checker.order is not None:
+                    recorded = self.checker.order.received(self.name, batch, ORDER_KEY)
+                    with self._unsettled_lock:
+                        self._unsettled.update((int(d.id), d) for d in recorded)  # type: ignore[call-overload]
                 order = self.order
                 if order == "late" and all(str(m.values["message"])[0] == "p" for m in batch):
                     order = None  # poison is never acked: late waits for a batch with more
@@ -274,6 +297,17 @@ class Subscriber(threading.Thread):
                 parts.append(f"{sub.leaser.leased} leased")
         return f"{self.name}: {', '.join(parts)}"
 
+    def _settling(self, ids: Iterable[int], verb: str) -> None:
+        """An ordered table's: this subscriber begins to ``verb`` ``ids`` now (ack, release
+        or reject; for the OrderLog the first counts; a renewal is no settlement)."""
+        if self.checker.order is None:
+            return
+        ids = list(ids)
+        self.checker.settle_began(ids, verb)
+        with self._unsettled_lock:
+            ds = [d for i in ids if (d := self._unsettled.pop(i, None)) is not None]
+        OrderLog.settling(ds)
+
     def _die(self, why: str) -> None:
         """Stop like a killed process: no more calls of any kind."""
         self.checker.dropped(self.handler.stop(), self.name, why)
@@ -293,6 +327,7 @@ class Subscriber(threading.Thread):
         if late:  # acks after its ack wait ended: redelivered meanwhile
             ids = [int(m.id) for m in rest]  # type: ignore[call-overload]
             self.late_log.append(f"{time.monotonic():.3f} late batch of {len(ids)}")
+            self.late_pending = True
             self.checker.dropped(ids, self.name, "ack too late")
             deadline = time.monotonic() + LATE_MAX_S
             self.handler.at(LATE_BY_S, partial(self._late_ack, rest, deadline), ids)
@@ -362,6 +397,8 @@ class Subscriber(threading.Thread):
         reason: str | None = None,
     ) -> None:
         ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
+        if verb != "renew":
+            self._settling(ids, verb)
         start = time.monotonic()
         try:
             count: int | None = call()
@@ -383,10 +420,18 @@ class Subscriber(threading.Thread):
 
     def _ack_now(self, messages: list[Message], late: bool = False) -> None:
         """One ack call of its own, waited for (its count kept for a late one)."""
+        try:
+            self._ack_waited(messages, late)
+        finally:
+            if late:
+                self.late_pending = False
+
+    def _ack_waited(self, messages: list[Message], late: bool) -> None:
         assert self.sub is not None
         ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
         if not ids:
             return
+        self._settling(ids, "ack")
         try:
             count = self.sub.ack(messages)
         except MsgtableError as exc:
@@ -405,6 +450,7 @@ class Subscriber(threading.Thread):
         returned."""
         assert self.sub is not None
         ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
+        self._settling(ids, "ack")
         try:
             future = self.sub.ack_async(batch)
         except MsgtableError:  # the subscription is closed
@@ -436,7 +482,8 @@ class Subscriber(threading.Thread):
 class Producer(threading.Thread):
     """Inserts ids 1..total in transactions of `chunk` rows, riding out database restarts:
     a chunk whose commit is in doubt is inserted again with INSERT IGNORE. Each payload says
-    its kind (kind_of); each row has its bucket (bucket_of). Every group's checker is told."""
+    its kind (kind_of); each row has its bucket (bucket_of), and with ``keyed`` (an ordered
+    table) its key (key_of). Every group's checker is told."""
 
     def __init__(
         self,
@@ -446,8 +493,10 @@ class Producer(threading.Thread):
         chunk: int,
         pace_s: float,
         checkers: Sequence[Checker],
+        keyed: bool = False,
     ):
-        super().__init__(name="producer", daemon=True)
+        super().__init__(name=f"producer-{table}", daemon=True)
+        self.keyed = keyed
         self.db = sa.create_engine(dsn, pool_pre_ping=True)
         self.table, self.total, self.chunk, self.pace_s = table, total, chunk, pace_s
         self.checkers = checkers
@@ -458,8 +507,15 @@ class Producer(threading.Thread):
         try:
             for start in range(1, self.total + 1, self.chunk):
                 ids = list(range(start, min(start + self.chunk, self.total + 1)))
-                rows = ",".join(f"({i}, '{kind_of(i)}{i}', {bucket_of(i)})" for i in ids)
-                sql = f"insert ignore into {self.table}(id, message, bucket) values {rows}"
+                if self.keyed:
+                    rows = ",".join(
+                        f"({i}, '{kind_of(i)}{i}', {bucket_of(i)}, '{key_of(i)}')" for i in ids
+                    )
+                    columns = f"id, message, bucket, {ORDER_KEY}"
+                else:
+                    rows = ",".join(f"({i}, '{kind_of(i)}{i}', {bucket_of(i)})" for i in ids)
+                    columns = "id, message, bucket"
+                sql = f"insert ignore into {self.table}({columns}) values {rows}"
                 while True:
                     try:
                         with self.db.begin() as conn:

@@ -59,6 +59,23 @@ was not acked within its ack wait (and why), or, when some sends never reached a
 (a stream cut by a kill), every delivery it saw unacked for a known reason, no ack that
 returned before it died, and at least as many faults around as sends it did not see. Each
 is reported, with its story.
+
+An **ordered** group (a table with vt_order_key; ``order_key`` gives each id's key as the
+producer wrote it) is also judged by the independent order checker, tests/ordering.py, from
+what its subscribers recorded in ``order`` (an OrderLog: each message's key as streamed, the
+server's send time, when it came off the stream, when its subscriber began to settle it: an
+ack, a release or a reject; a renewal does not settle). Per key, with enqueue order = id
+order (the producer commits ascending ids): first deliveries in enqueue order, and a batch
+of the key only after every message of the key's batch before it left flight (its
+subscriber began to settle it, or its ack wait from the send was over: a renewal keeps a
+message in flight longer, so the checker is lenient there, never strict). Besides, a batch's
+messages of one key come in enqueue order, and a batch of a key begins at the key's head:
+every message of the key before the batch's first was settled for good (an ack or a reject
+of it began, or its dead letter's time_dead) before the batch arrived, so a released,
+backing-off or timed-out message parks its key (check_order alone does not see a key's later
+message overtake its released head: the head is not in flight meanwhile). Faults need no
+exception here: a killed, stalled or late subscriber's batch leaves flight when its ack wait
+is over; a new lease holder waits the old one's ack waits out.
 """
 
 from __future__ import annotations
@@ -67,10 +84,12 @@ import itertools
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
+
+from ..ordering import Delivery, OrderLog, check_order
 
 WIRE_SLACK_S = 0.5  # a delivery this soon after an ack returned was on the wire already
 FAULT_WINDOW_S = 10.0  # faults this long before an id's first delivery may have eaten a send
@@ -214,6 +233,8 @@ class Checker:
         selects: Callable[[int], bool] | None = None,
         purges: bool = False,
         subscribed: bool = False,
+        label: str = "",
+        order_key: Callable[[int], Hashable] | None = None,
     ) -> None:
         self.ack_wait_s = ack_wait_s
         self.max_attempts = max_attempts  # vt_max_attempts (0: none)
@@ -223,6 +244,12 @@ class Checker:
         # the default group of a table with subscriptions: a dead letter's row stays in the
         # table, acked, until they settled it too
         self.subscribed = subscribed
+        self._label = label  # what reports call the group ("": by its subscription's name)
+        # an ordered table's key of each id (None: not ordered), and what its subscribers saw
+        self.order_key = order_key
+        self.order: OrderLog | None = OrderLog() if order_key is not None else None
+        # an ordered table's: id -> the first time (unix ns) an ack or reject of it began
+        self.settled_for_good: dict[int, int] = {}
         self.wall_offset_s = time.time() - time.monotonic()  # time_dead -> this clock
         self._lock = threading.Lock()
         self.inserted: set[int] = set()  # the ids committed that this group should get
@@ -255,6 +282,8 @@ class Checker:
 
     @property
     def label(self) -> str:
+        if self._label:
+            return self._label
         return f"subscription {self.group}" if self.group else "the default group"
 
     def insert(self, ids: Sequence[int], poison: Iterable[int] = ()) -> None:
@@ -292,6 +321,16 @@ class Checker:
             self.ack_calls += 1
             for i in ids:
                 self.first_ack.setdefault(i, now)
+
+    def settle_began(self, ids: Sequence[int], verb: str) -> None:
+        """An ordered table's subscriber begins to ``verb`` ``ids`` now (this machine's unix
+        ns, the OrderLog's clock): an ack or a reject settles them for good."""
+        if verb not in ("ack", "reject"):
+            return
+        now = time.time_ns()
+        with self._lock:
+            for i in ids:
+                self.settled_for_good.setdefault(i, now)
 
     def acked_any(self, ids: Iterable[int]) -> bool:
         """Whether an ack naming any of ``ids`` has returned."""
@@ -442,7 +481,125 @@ class Checker:
                 self._judge_tables(r, tables, dead, died_at, purged)
                 if message_ids is not None:
                     self._judge_purge(r, tables, message_ids, acked)
+            if self.order is not None:
+                self._judge_order(r, dead)
         return r
+
+    # -- ordering per key ----------------------------------------------------------------------
+    def _enqueued_by_key(self) -> dict[Hashable, list[int]]:
+        """Each key's ids in enqueue order (= id order: the producer commits ascending ids)."""
+        assert self.order_key is not None
+        out: dict[Hashable, list[int]] = defaultdict(list)
+        for i in sorted(self.inserted):
+            out[self.order_key(i)].append(i)
+        return out
+
+    def _judge_order(self, r: Report, dead: dict[int, DeadRow]) -> None:
+        """The order checker (tests/ordering.py), key by key; each batch's order within a key
+        and its start at the key's head; with the figures that say the run exercised it."""
+        assert self.order is not None
+        with self.order.lock:
+            deliveries = list(self.order.deliveries)
+        enqueued = self._enqueued_by_key()
+        by_key: dict[Hashable, list[Delivery]] = defaultdict(list)
+        batches: dict[tuple[str, int], list[Delivery]] = defaultdict(list)
+        for d in deliveries:
+            by_key[d.key].append(d)
+            batches[(d.subscriber, d.sent_ns)].append(d)  # in the batch's order
+        for key in sorted(enqueued.keys() | by_key.keys(), key=str):
+            for line in check_order({key: enqueued.get(key, [])}, by_key[key], self.ack_wait_s):
+                r.order_violations.append((key, line))
+        position = {i: n for ids in enqueued.values() for n, i in enumerate(ids)}
+        # when each id was settled for good at the latest: an ack or reject of it began, or
+        # its dead letter's time_dead
+        settled = dict(self.settled_for_good)
+        for i, row in dead.items():
+            if row.time_dead_ns is not None:
+                settled[i] = min(settled.get(i, row.time_dead_ns), row.time_dead_ns)
+        for (sub, _), batch in batches.items():
+            runs: dict[Hashable, list[Hashable]] = defaultdict(list)
+            for d in batch:
+                runs[d.key].append(d.id)
+            arrived = min(d.received_ns for d in batch)
+            for key, ids in runs.items():
+                r.longest_run = max(r.longest_run, len(ids))
+                r.batches_with_runs += int(len(ids) > 1)
+                if ids != sorted(ids, key=lambda i: position.get(i, -1)):
+                    line = f"key {key!r}: a batch to {sub} carried {ids}, not in enqueue order"
+                    r.order_violations.append((key, line))
+                line = self._off_head(key, ids, sub, arrived, enqueued, position, settled)
+                if line:
+                    r.order_violations.append((key, line))
+        subscribers = {key: {d.subscriber for d in ds} for key, ds in by_key.items()}
+        r.order_keys = len(by_key)  # keys delivered
+        r.order_batches = len(batches)
+        r.keys_on_several_subscribers = sum(len(s) > 1 for s in subscribers.values())
+        lags = [d.received_ns - d.sent_ns for d in deliveries if d.sent_ns]
+        r.longest_wire_ms = round(max(lags, default=0) / 1e6, 1)
+
+    @staticmethod
+    def _off_head(
+        key: Hashable,
+        ids: list[Hashable],
+        sub: str,
+        arrived: int,
+        enqueued: dict[Hashable, list[int]],
+        position: dict[int, int],
+        settled: dict[int, int],
+    ) -> str:
+        """A batch of a key begins at its head (its first message not settled for good): a
+        released, backing-off or timed-out message parks its key, so every message of the key
+        before the batch's first was acked, rejected or dead by the time it arrived. (A
+        settlement begins before the server writes it, and the server reads the key's head
+        after that: no slack.) Returns the violation ("" for none)."""
+        first = min((position[i] for i in ids if i in position), default=0)  # type: ignore[index]
+        for i in enqueued.get(key, [])[:first]:
+            at = settled.get(i)
+            if at is None or at > arrived:
+                when = "never" if at is None else f"{(at - arrived) / 1e6:.1f} ms after it arrived"
+                return (
+                    f"key {key!r}: batch {ids} to {sub} skipped the key's head {i} (acked, "
+                    f"rejected or dead {when})"
+                )
+        return ""
+
+    def key_story(self, key: Hashable, limit: int = 60) -> str:
+        """An ordered key's deliveries, as its subscribers recorded them (for a verdict):
+        when each came (ms since the key's first), how long after its send, when its
+        subscriber began to settle it; and the faults meanwhile."""
+        assert self.order is not None
+        with self.order.lock:
+            ds = [d for d in self.order.deliveries if d.key == key]
+        ds.sort(key=lambda d: (d.received_ns, str(d.id)))
+        shown = ds[:limit]
+        start = shown[0].received_ns if shown else 0
+        lines: list[tuple[int, str]] = []
+        for d in shown:
+            settled = (
+                "never settled"
+                if d.settled_ns is None
+                else f"settle began +{(d.settled_ns - d.received_ns) / 1e6:.1f} ms"
+            )
+            lines.append(
+                (
+                    d.received_ns,
+                    f"id {d.id} to {d.subscriber} (sent {(d.received_ns - d.sent_ns) / 1e6:.1f}"
+                    f" ms before; {settled})",
+                )
+            )
+        if shown:
+            last = shown[-1].received_ns
+            for e in self.events:
+                at = round((e.at + self.wall_offset_s) * 1e9)
+                if start - 5e9 <= at <= last:
+                    lines.append((at, f"fault over: {e}"))
+        lines.sort()
+        more = f"\n  ... {len(ds) - limit} more" if len(ds) > limit else ""
+        return (
+            f"{self.label}: key {key!r}, {len(ds)} deliveries:\n"
+            + "\n".join(f"  {(t - start) / 1e6:+.1f} ms: {line}" for t, line in lines)
+            + more
+        )
 
     def _judge_purge(
         self, r: Report, tables: Tables, message_ids: set[int], acked: set[int]
@@ -705,6 +862,14 @@ class Report:
     attempts_uncounted: list[tuple[int, int, int]] = field(default_factory=list)
     attempts_off: list[tuple[int, int, int]] = field(default_factory=list)  # (id, col, max)
     bad_reason: list[tuple[int, str | None]] = field(default_factory=list)
+    # an ordered table (tests/ordering.py's rules): (key, what was wrong), and the figures
+    order_violations: list[tuple[Hashable, str]] = field(default_factory=list)
+    order_keys: int = 0
+    order_batches: int = 0
+    batches_with_runs: int = 0  # a batch's messages of one key, counted once a key if >= 2
+    longest_run: int = 0  # the most messages of one key in one batch
+    keys_on_several_subscribers: int = 0
+    longest_wire_ms: float = 0.0  # the longest time from a send to its receipt
 
     def violations(self) -> dict[str, list[object]]:
         """Every finding that fails the run, by what it means ({} when none)."""
@@ -738,6 +903,7 @@ class Report:
                 self.attempts_off
             ),
             "dead letter's last_error not a reason given (id, last_error)": list(self.bad_reason),
+            "order per key broken (key, what)": list(self.order_violations),
         }
         return {what: ids for what, ids in found.items() if ids}
 
@@ -761,5 +927,17 @@ class Report:
             f"below what was seen after a fault {len(self.attempts_uncounted)}, outside the filter "
             f"{len(self.outside_filter)}, gone while held {len(self.gone_while_held)}; "
             "deliveries by attempt "
-            f"{dict(sorted(self.attempts.items()))}"
+            f"{dict(sorted(self.attempts.items()))}" + self.order_summary()
+        )
+
+    def order_summary(self) -> str:
+        """An ordered table's figures ("" for another)."""
+        if not self.order_keys:
+            return ""
+        return (
+            f"; order per key: {self.order_keys} keys, {self.order_batches:,} batches, "
+            f"{self.batches_with_runs:,} times several messages of one key in one batch "
+            f"(at most {self.longest_run}), {self.keys_on_several_subscribers} keys went to "
+            f"several subscribers, longest send to receipt {self.longest_wire_ms:g} ms, "
+            f"order broken {len(self.order_violations)}"
         )

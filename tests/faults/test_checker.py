@@ -5,9 +5,11 @@ state table, the purge rule)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 
 import sqlalchemy as sa
 
+from ..ordering import Delivery
 from .checker import (
     DEAD_TIME_NEXT,
     Checker,
@@ -512,3 +514,123 @@ def test_a_reason_given_by_a_call_that_changed_nothing_is_not_expected_in_last_e
         assert c.judge(Tables({}, [dead(7, error=error)])).bad_reason == []
     report = c.judge(Tables({}, [dead(7, error="no ack after 3 attempts")]))
     assert report.bad_reason == [(7, "no ack after 3 attempts")]
+
+
+# -- an ordered table: the order checker's rules, through the suite's checker -----------------
+class Sent:
+    """A message as an ordered table's subscriber gets it (what OrderLog.received reads)."""
+
+    def __init__(self, i: int, sent_ns: int) -> None:
+        self.id, self.sent_ns = i, sent_ns
+        self.values = {"k": "a" if i <= 4 else "b"}
+
+
+def ordered() -> Checker:
+    """Ids 1..4 of key "a" and 5..6 of key "b", with an ack wait of 10 s."""
+    c = Checker(ack_wait_s=10.0, order_key=lambda i: "a" if i <= 4 else "b", label="ordered")
+    c.insert([1, 2, 3, 4, 5, 6])
+    return c
+
+
+def batch(c: Checker, sub: str, ids: list[int], settle: str = "ack") -> None:
+    """``sub`` gets ``ids`` in one batch sent now, and begins to ``settle`` them (ack,
+    release, reject; "": it does not)."""
+    assert c.order is not None
+    sent_ns = time.time_ns()
+    ds = c.order.received(sub, [Sent(i, sent_ns) for i in ids], "k")
+    if settle:
+        time.sleep(0.001)
+        c.settle_began(ids, settle)
+        c.order.settling(ds)
+    time.sleep(0.001)
+
+
+def test_an_ordered_tables_keys_one_batch_at_a_time_in_order_pass_with_figures() -> None:
+    c = ordered()
+    batch(c, "s1", [1, 2, 5])  # a run of key a and key b's head, one batch
+    batch(c, "s2", [3, 6])
+    batch(c, "s1", [4])
+    report = c.judge()
+    assert report.order_violations == []
+    assert (report.order_keys, report.order_batches) == (2, 3)
+    assert (report.batches_with_runs, report.longest_run) == (1, 2)
+    assert report.keys_on_several_subscribers == 2
+    assert "order per key: 2 keys, 3 batches" in report.summary()
+    assert "key 'a', 4 deliveries" in c.key_story("a")
+
+
+def test_a_keys_batch_while_its_last_batch_is_in_flight_is_reported() -> None:
+    c = ordered()
+    batch(c, "s1", [1, 2], settle="")  # in flight for its ack wait (10 s)
+    batch(c, "s2", [3])
+    report = c.judge()
+    (flight, head) = report.order_violations
+    assert flight[0] == "a" and "left flight" in flight[1]
+    assert head == (
+        "a",
+        "key 'a': batch [3] to s2 skipped the key's head 1 (acked, rejected or dead never)",
+    )
+    assert "order per key broken (key, what)" in report.violations()
+
+
+def test_first_deliveries_out_of_enqueue_order_are_reported() -> None:
+    c = ordered()
+    batch(c, "s1", [2])
+    batch(c, "s1", [1])
+    problems = [line for key, line in c.judge().order_violations if key == "a"]
+    assert any("first deliveries out of order" in line for line in problems), problems
+
+
+def test_a_batch_carrying_a_keys_messages_out_of_order_is_reported() -> None:
+    c = ordered()
+    batch(c, "s1", [2, 1, 5])
+    (problem,) = c.judge().order_violations
+    assert problem == ("a", "key 'a': a batch to s1 carried [2, 1], not in enqueue order")
+
+
+def test_a_late_ack_by_an_earlier_holder_frees_the_key_but_an_old_failed_one_does_not() -> None:
+    """s1 held 1 past its ack wait, s2 was sent it again, and s1's late ack (which acks the
+    message whoever holds it now) freed key a: its next batch to s2 is in order. A settlement
+    that began over an ack wait before the send again (an ack that failed) frees nothing."""
+    c = ordered()
+    assert c.order is not None
+    s, ms = time.time_ns(), 1_000_000
+
+    def log(late_settle_ms: int, resend_ms: int) -> list[tuple[Hashable, str]]:
+        c.settled_for_good = {1: s + late_settle_ms * ms}
+        c.order.deliveries[:] = [
+            Delivery(1, "a", "s1", s, s + ms, s + late_settle_ms * ms),
+            Delivery(1, "a", "s2", s + resend_ms * ms, s + (resend_ms + 1) * ms),
+            Delivery(2, "a", "s2", s + (resend_ms + 1100) * ms, s + (resend_ms + 1101) * ms),
+        ]
+        return c.judge().order_violations
+
+    # the ack wait is 10 s: s2 got 1 again at 10.5 s
+    assert log(late_settle_ms=11_500, resend_ms=10_500) == []  # the late ack came after
+    assert log(late_settle_ms=10_490, resend_ms=10_500) == []  # it raced the resend
+    (problem,) = log(late_settle_ms=10, resend_ms=12_500)  # an ack that failed, long before
+    assert problem[0] == "a" and "before batch [1] to s2 left flight" in problem[1]
+
+
+def test_a_batch_that_skips_its_keys_released_head_is_reported() -> None:
+    """A released message parks its key: the key's next batch begins with it again. One
+    that begins after it (its key's later message went first) skipped the head, though no
+    batch of the key was in flight; an ack, a reject or a death before the batch is fine."""
+    c = ordered()
+    batch(c, "s1", [1], settle="release")
+    batch(c, "s2", [2, 3])
+    (problem,) = c.judge().order_violations
+    assert problem == (
+        "a",
+        "key 'a': batch [2, 3] to s2 skipped the key's head 1 (acked, rejected or dead never)",
+    )
+    for settle in ("ack", "reject"):
+        c = ordered()
+        batch(c, "s1", [1], settle=settle)
+        batch(c, "s2", [2, 3])
+        assert c.judge().order_violations == []
+    c = ordered()
+    batch(c, "s1", [1], settle="release")
+    died = time.time_ns()  # dead of its attempts before [2, 3] came
+    batch(c, "s2", [2, 3])
+    assert c.judge(Tables({2: 1, 3: 1}, [DeadRow(1, 5, "poison", died)])).order_violations == []

@@ -15,9 +15,10 @@ are one batch. Two rules, per key:
 A message is settled by whoever settles it: besides the subscriber of a delivery, another
 that held the message before (its ack wait over, it was sent again) may ack it late, and
 that ack frees the key too. So a delivery leaves flight at the first settlement of its
-message that began after its send, or raced it (began less than an ack wait before the send
-and was written after it); an older one (a settlement that failed, long before) does not
-count.
+message that began after its send, or raced it: began less than an ack wait before the send
+and had not returned by then (so it may have been written after it). A settlement that
+returned before the send (the release that made the message due again) or began long
+before does not count.
 
 Rows with a NULL key (None) are unordered and not checked.
 """
@@ -38,6 +39,7 @@ class Delivery:
     sent_ns: int
     received_ns: int
     settled_ns: int | None = None  # when its subscriber began to ack / release / reject it
+    done_ns: int | None = None  # when that call returned (None: it never did, or unknown)
 
 
 @dataclass
@@ -63,6 +65,13 @@ class OrderLog:
         now = time.time_ns()
         for d in deliveries:
             d.settled_ns = now
+
+    @staticmethod
+    def settled(deliveries: Iterable[Delivery]) -> None:
+        """The settlement call begun by ``settling`` returned (whatever it answered)."""
+        now = time.time_ns()
+        for d in deliveries:
+            d.done_ns = now
 
 
 def check_order(
@@ -100,10 +109,11 @@ def check_order(
         for d in ds:
             batches.setdefault((d.subscriber, d.sent_ns), []).append(d)
         ordered = sorted(batches.values(), key=lambda b: min(d.received_ns for d in b))
-        settles: dict[Hashable, list[int]] = {}  # id -> when settlements of it began
+        # id -> (when a settlement of it began, when it returned: None if it never did)
+        settles: dict[Hashable, list[tuple[int, int | None]]] = {}
         for d in ds:
             if d.settled_ns is not None:
-                settles.setdefault(d.id, []).append(d.settled_ns)
+                settles.setdefault(d.id, []).append((d.settled_ns, d.done_ns))
         end, before = 0, ordered[0]
         for after in ordered:
             start = min(d.received_ns for d in after)
@@ -119,8 +129,13 @@ def check_order(
     return problems
 
 
-def _end(d: Delivery, ack_wait_ns: int, settles: Sequence[int]) -> int:
+def _end(d: Delivery, ack_wait_ns: int, settles: Sequence[tuple[int, int | None]]) -> int:
     """When ``d`` left flight: its ack wait over, or the first settlement of its message (by
     any subscriber: ``settles``) that began after its send or raced it."""
     since = d.sent_ns - ack_wait_ns
-    return min([d.sent_ns + ack_wait_ns, *(t for t in settles if t >= since)])
+    raced = (
+        began
+        for began, done in settles
+        if began >= since and (done is None or done >= d.sent_ns or began >= d.sent_ns)
+    )
+    return min([d.sent_ns + ack_wait_ns, *raced])

@@ -297,16 +297,18 @@ class Subscriber(threading.Thread):
                 parts.append(f"{sub.leaser.leased} leased")
         return f"{self.name}: {', '.join(parts)}"
 
-    def _settling(self, ids: Iterable[int], verb: str) -> None:
+    def _settling(self, ids: Iterable[int], verb: str) -> list[Delivery]:
         """An ordered table's: this subscriber begins to ``verb`` ``ids`` now (ack, release
-        or reject; for the OrderLog the first counts; a renewal is no settlement)."""
+        or reject; for the OrderLog the first counts; a renewal is no settlement). Returns
+        their deliveries, for OrderLog.settled once the call returned."""
         if self.checker.order is None:
-            return
+            return []
         ids = list(ids)
         self.checker.settle_began(ids, verb)
         with self._unsettled_lock:
             ds = [d for i in ids if (d := self._unsettled.pop(i, None)) is not None]
         OrderLog.settling(ds)
+        return ds
 
     def _die(self, why: str) -> None:
         """Stop like a killed process: no more calls of any kind."""
@@ -397,13 +399,13 @@ class Subscriber(threading.Thread):
         reason: str | None = None,
     ) -> None:
         ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
-        if verb != "renew":
-            self._settling(ids, verb)
+        ds = self._settling(ids, verb) if verb != "renew" else []
         start = time.monotonic()
         try:
             count: int | None = call()
         except MsgtableError:
             count = None
+        OrderLog.settled(ds)
         self.checker.settled(verb, ids, self.name, start, count, span_s, reason)
 
     def _late_ack(self, messages: list[Message], deadline: float) -> None:
@@ -431,14 +433,16 @@ class Subscriber(threading.Thread):
         ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
         if not ids:
             return
-        self._settling(ids, "ack")
+        ds = self._settling(ids, "ack")
         try:
             count = self.sub.ack(messages)
         except MsgtableError as exc:
+            OrderLog.settled(ds)
             self.checker.ack_failed(ids)
             if late:
                 self.late_log.append(f"{time.monotonic():.3f} late ack failed: {exc}")
             return
+        OrderLog.settled(ds)
         self.checker.acked(ids)
         if late:
             self.checker.late_acks.append((count, len(ids)))
@@ -450,14 +454,16 @@ class Subscriber(threading.Thread):
         returned."""
         assert self.sub is not None
         ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
-        self._settling(ids, "ack")
+        ds = self._settling(ids, "ack")
         try:
             future = self.sub.ack_async(batch)
         except MsgtableError:  # the subscription is closed
+            OrderLog.settled(ds)
             self.checker.ack_failed(ids)
             return
 
         def done(f: Future[None]) -> None:
+            OrderLog.settled(ds)
             if f.exception() is None:
                 self.checker.acked(ids)
             else:

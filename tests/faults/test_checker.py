@@ -596,10 +596,13 @@ def test_a_late_ack_by_an_earlier_holder_frees_the_key_but_an_old_failed_one_doe
     assert c.order is not None
     s, ms = time.time_ns(), 1_000_000
 
-    def log(late_settle_ms: int, resend_ms: int) -> list[tuple[Hashable, str]]:
+    def log(
+        late_settle_ms: int, resend_ms: int, returned_ms: int | None = None
+    ) -> list[tuple[Hashable, str]]:
         c.settled_for_good = {1: s + late_settle_ms * ms}
+        done = None if returned_ms is None else s + returned_ms * ms
         c.order.deliveries[:] = [
-            Delivery(1, "a", "s1", s, s + ms, s + late_settle_ms * ms),
+            Delivery(1, "a", "s1", s, s + ms, s + late_settle_ms * ms, done),
             Delivery(1, "a", "s2", s + resend_ms * ms, s + (resend_ms + 1) * ms),
             Delivery(2, "a", "s2", s + (resend_ms + 1100) * ms, s + (resend_ms + 1101) * ms),
         ]
@@ -608,6 +611,11 @@ def test_a_late_ack_by_an_earlier_holder_frees_the_key_but_an_old_failed_one_doe
     # the ack wait is 10 s: s2 got 1 again at 10.5 s
     assert log(late_settle_ms=11_500, resend_ms=10_500) == []  # the late ack came after
     assert log(late_settle_ms=10_490, resend_ms=10_500) == []  # it raced the resend
+    assert log(late_settle_ms=10_490, resend_ms=10_500, returned_ms=10_501) == []
+    # a settlement that returned before the resend (say, the release that made 1 due again)
+    # did not end the resend's flight
+    (problem,) = log(late_settle_ms=10_490, resend_ms=10_500, returned_ms=10_495)
+    assert problem[0] == "a" and "before batch [1] to s2 left flight" in problem[1]
     (problem,) = log(late_settle_ms=10, resend_ms=12_500)  # an ack that failed, long before
     assert problem[0] == "a" and "before batch [1] to s2 left flight" in problem[1]
 

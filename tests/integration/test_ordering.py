@@ -90,6 +90,7 @@ class Workers:
     def ack(self, batch: list[Message], deliveries: list[Delivery]) -> None:
         OrderLog.settling(deliveries)
         batch[0]._subscriber.ack(batch)
+        OrderLog.settled(deliveries)
         self.acked.update(m.id for m in batch)
 
     def close(self) -> None:
@@ -265,6 +266,7 @@ def test_a_killed_subscribers_key_comes_back_from_its_head_after_the_ack_wait(se
             ds = log.received("live", batch, "k")
             OrderLog.settling(ds)
             c.ack(batch)
+            OrderLog.settled(ds)
             done.update(m.id for m in batch)
     finally:
         c.close()
@@ -321,6 +323,7 @@ def test_each_subscription_orders_on_its_own_while_the_default_group_is_parked(s
         time.sleep(rng.random() * 0.003)
         OrderLog.settling(ds)
         batch[0]._subscriber.ack(batch)
+        OrderLog.settled(ds)
         done[name.split(":")[0]].update(m.id for m in batch)
 
     done: dict[str, set[Any]] = {"audit": set(), "euro": set()}

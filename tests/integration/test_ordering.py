@@ -101,8 +101,22 @@ class Workers:
             t.join(5)
 
 
-def verdict(rows: list[tuple[int, str | None]], w: Workers, ack_wait_s: float) -> list[str]:
-    return check_order(by_key(rows), w.log.deliveries, ack_wait_s)
+def drained(s: Served, rows: list[tuple[int, str | None]], workers: int, seed: int) -> Workers:
+    """``rows`` drained by ``workers`` subscribers that ack each batch after a random pause
+    of a few ms; the workers (closed) with what they saw."""
+    rng = random.Random(seed)
+
+    def handle(name: str, batch: list[Message], ds: list[Delivery]) -> None:
+        time.sleep(rng.random() * 0.004)
+        w.ack(batch, ds)
+
+    w = Workers(s, workers, handle)
+    try:
+        wait_until(lambda: len(w.acked) == len(rows), timeout_s=30, what="every message acked")
+    finally:
+        w.close()
+    assert not w.errors
+    return w
 
 
 def test_an_ordered_table_without_its_index_is_a_load_error_naming_the_index(served: Served):
@@ -118,19 +132,8 @@ def test_each_keys_messages_arrive_in_order_one_batch_at_a_time_over_many_subscr
     ordered_table(served, vt_batch_size=4, vt_ack_wait=30)
     rows = interleaved(keys=12, per_key=15)
     enqueue(served, rows)
-    rng = random.Random(7)
-
-    def handle(name: str, batch: list[Message], ds: list[Delivery]) -> None:
-        time.sleep(rng.random() * 0.004)
-        w.ack(batch, ds)
-
-    w = Workers(served, 3, handle)
-    try:
-        wait_until(lambda: len(w.acked) == len(rows), timeout_s=30, what="every message acked")
-    finally:
-        w.close()
-    assert verdict(rows, w, 30) == []
-    assert not w.errors
+    w = drained(served, rows, workers=3, seed=7)
+    assert check_order(by_key(rows), w.log.deliveries, 30) == []
     # different keys went in parallel, to every subscriber
     assert len({d.subscriber for d in w.log.deliveries}) == 3
 
@@ -441,18 +444,7 @@ def test_hostile_key_values_are_delivered_in_order_and_touch_nothing(served: Ser
             conn.exec_driver_sql(
                 "insert into jobs(id, k, message) values (%s, %s, %s)", (rid, k, f"m{rid}")
             )
-    rng2 = random.Random(5)
-
-    def handle(name: str, batch: list[Message], ds: list[Delivery]) -> None:
-        time.sleep(rng2.random() * 0.002)
-        w.ack(batch, ds)
-
-    w = Workers(served, 2, handle)
-    try:
-        wait_until(lambda: len(w.acked) == len(rows), timeout_s=30, what="every message acked")
-    finally:
-        w.close()
-    assert not w.errors
+    w = drained(served, rows, workers=2, seed=5)
     assert check_order(by_key(rows), w.log.deliveries, 30) == []
     assert served.sql("select id, message, time_acked from canary") == [(1, "kept", None)]
     (t,) = [t for t in served.client.list_tables() if t.name == "jobs"]

@@ -42,7 +42,7 @@ from msgtable.clock import Clock
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.ids import coerce_ids
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
-from msgtable.ordered import OrderedDue, due_runs
+from msgtable.ordered import KeyOwners, KeyPass, OrderedDue, cut_at_gaps
 from msgtable.purger import Purger
 from msgtable.retry import Backoff, Outage, Retry
 from msgtable.rows import (
@@ -110,11 +110,7 @@ class MessageManager:
         )
         self._cursor: PollKey | None = None  # where the current pass of polls got to
         self._restart = True  # the next poll starts a new pass from the best due row
-        # an ordered table's pass (msgtable.ordered): the last key read, then the last id of
-        # the rows of no key once the keys are done (None: not there yet)
-        self._key_cursor: object | None = None
-        self._unkeyed_cursor: Hashable | None = None
-        self._unkeyed_phase = False
+        self._pass = KeyPass()  # where an ordered table's pass got to (msgtable.ordered)
         self._stop = threading.Event()
         self._poll_wake = threading.Event()
         self._send_wake = threading.Event()
@@ -493,68 +489,35 @@ class MessageManager:
         return added
 
     def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:
-        """An ordered table's poll (msgtable.ordered): the runs of the keys freed since their
-        last read first, then the next page of a pass over the keys and, once the keys are
-        done, over the due rows of no key. A pass runs to its end before ``restart`` begins
-        another (a release or a leaving subscriber frees its keys, which are read first
-        anyway). Runs whose head is due after the next poll are left for a later pass."""
+        """An ordered table's poll (msgtable.ordered.KeyPass): the runs of the keys freed
+        since their last read first, then the next page of the pass. A pass runs to its end
+        before ``restart`` begins another (a release or a leaving subscriber frees its keys,
+        which are read first anyway)."""
         with self._lock:
             if not self._subscribers:
                 return 0
             self.cache.inflight.count(self.clock.now_ns())  # ack waits over free their keys
             cfg = self.config
-            per_key = cfg.batch_size
             if restart and not ordered.pending:
-                ordered.new_pass()
-                ordered.pending = True
-                self._key_cursor = self._unkeyed_cursor = None
-                self._unkeyed_phase = False
+                self._pass = KeyPass.begin(ordered)
             room = ordered.room()
-            wanted = ordered.take_wanted(max(1, room // per_key)) if room else []
-            passing = ordered.pending
-            key_cursor, unkeyed_cursor = self._key_cursor, self._unkeyed_cursor
-            unkeyed_phase = self._unkeyed_phase
+            wanted = ordered.take_wanted(max(1, room // cfg.batch_size)) if room else []
+            at = self._pass if ordered.pending else None
         if room == 0:
             return 0
         now = self.clock.now_ns()
         horizon = now + round(cfg.poller_interval_s * 1e9)
-        page_done = False
         with self.cache.poll() as poll:
-            rows = self.store.runs(cfg, wanted, per_key) if wanted else []
-            left = room - len(rows)
-            if passing and left > 0:
-                limit = max(1, min(MAX_KEYS_PER_PAGE, left // per_key))
-                if not unkeyed_phase:
-                    page = self.store.order_keys(cfg, key_cursor, limit)
-                    taking = set(wanted)
-                    with self._lock:
-                        fresh = [
-                            value
-                            for value, key in page
-                            if ordered.free(key) and value not in taking
-                        ]
-                    if fresh:
-                        rows += self.store.runs(cfg, fresh, per_key)
-                    if page:
-                        key_cursor = page[-1][0]
-                    if len(page) < limit:
-                        unkeyed_phase = True
-                else:
-                    loose = self.store.unkeyed(cfg, horizon, unkeyed_cursor, left)
-                    rows += loose
-                    if loose:
-                        unkeyed_cursor = loose[-1][3]
-                    page_done = len(loose) < left
-            rows = due_runs(rows, horizon)
+            rows, then = KeyPass.read(
+                self.store, cfg, ordered, self._lock, wanted, at, room, horizon
+            )
             with self._lock:
                 if not self._subscribers:
                     return 0
                 added, taken = poll.add(rows, now)
-                if passing and taken == len(rows):  # all taken: the pass goes on from here
-                    self._key_cursor, self._unkeyed_cursor = key_cursor, unkeyed_cursor
-                    self._unkeyed_phase = unkeyed_phase
-                    if page_done:
-                        ordered.pending = False
+                if then is not None and taken == len(rows):  # the pass goes on from there
+                    self._pass = then
+                    ordered.pending = not then.done
         if added:
             self._send_wake.set()
         return added
@@ -575,7 +538,7 @@ class MessageManager:
                 self.cache.inflight.count(now)  # ack waits over: their windows' credit back
                 chosen = select_subscribers(self._subscribers, self._next)
                 ordered = self.cache.ordered
-                owners = _KeyOwners(ordered) if ordered is not None else None
+                owners = KeyOwners(ordered) if ordered is not None else None
                 plan: list[tuple[Subscriber, list[CachedRow]]] = []
                 expired: list[CachedRow] = []
                 spare: list[CachedRow] = []  # popped, refused by a stream's filter so far
@@ -597,7 +560,7 @@ class MessageManager:
                         if len(live) < len(batch):
                             expired += [r for r in batch if (r.epoch or 0) >= cfg.max_attempts]
                             # an ordered key's later rows wait for the death to be written
-                            batch = live if ordered is None else _cut(batch, live, ordered)
+                            batch = live if ordered is None else cut_at_gaps(batch, live, ordered)
                             if not batch:
                                 continue
                     plan.append((self._subscribers[i], batch))
@@ -641,7 +604,7 @@ class MessageManager:
                 for sub, batch in plan:
                     sent = batch if ours is None else [r for r in batch if r.id in ours]
                     if ordered is not None and len(sent) < len(batch):
-                        sent = _cut(batch, sent, ordered)  # never a key's row after a gap
+                        sent = cut_at_gaps(batch, sent, ordered)  # never a key's row after a gap
                     if sent:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window)
                         out.append((sub, sent))
@@ -793,7 +756,7 @@ def _take(
     accepts: Callable[[Values], bool] | None,
     want: int,
     spare: list[CachedRow],
-    owners: _KeyOwners | None = None,
+    owners: KeyOwners | None = None,
 ) -> tuple[list[CachedRow], list[CachedRow]]:
     """A batch of up to ``want`` rows ``accepts`` takes: from ``spare`` first (rows an
     earlier stream's filter refused), then popped; returns it and the rows still spare.
@@ -819,53 +782,3 @@ def _take(
             else:
                 left.append(row)
     return batch, left
-
-
-# An ordered table's pass reads at most this many keys per poll (msgtable.ordered).
-MAX_KEYS_PER_PAGE = 1000
-
-
-class _KeyOwners:
-    """Within one send of an ordered table: which subscriber took rows of which key, and
-    which keys a subscriber's filter refused a row of (their later rows stay back)."""
-
-    def __init__(self, ordered: OrderedDue) -> None:
-        self._ordered = ordered
-        self._owner: dict[Hashable, int] = {}
-        self._me = -1
-        self._refused: set[Hashable] = set()
-
-    def start(self, me: int) -> None:
-        self._me = me
-        self._refused = set()
-
-    def admits(self, accepts: Callable[[Values], bool] | None) -> Callable[[Values], bool]:
-        def admit(values: Values) -> bool:
-            key = self._ordered.key_of(values[0])
-            if key in self._refused or self._owner.get(key, self._me) != self._me:
-                self._refused.add(key)
-                return False
-            if accepts is None or accepts(values):
-                self._owner[key] = self._me
-                return True
-            self._refused.add(key)
-            return False
-
-        return admit
-
-
-def _cut(batch: list[CachedRow], kept: list[CachedRow], ordered: OrderedDue) -> list[CachedRow]:
-    """``kept`` (a subset of ``batch``) without any row of a key after one of its rows that
-    is not kept: a key's messages never go out past a gap."""
-    ids = {r.id for r in kept}
-    gaps: set[Hashable] = set()
-    out = []
-    for r in batch:
-        key = ordered.key_of(r.id)
-        if key in gaps:
-            continue
-        if r.id in ids:
-            out.append(r)
-        else:
-            gaps.add(key)
-    return out

@@ -31,11 +31,19 @@ table's manager guards it with its lock, like msgtable.due.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
+import threading
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from msgtable.rows import CachedRow, PolledRow
+from msgtable.rows import CachedRow, PolledRow, Values
+
+if TYPE_CHECKING:
+    from msgtable.store import Store
+    from msgtable.tables import TableConfig
 
 
 class Unkeyed(tuple[Hashable]):
@@ -330,4 +338,116 @@ def due_runs(rows: Sequence[PolledRow], horizon_ns: int) -> list[PolledRow]:
         head = run[0][1]
         if head is None or head <= horizon_ns:
             out += run
+    return out
+
+
+# A pass reads at most this many keys per poll.
+MAX_KEYS_PER_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class KeyPass:
+    """Where an ordered table's pass of polls got to: the last key read, then, once the keys
+    are done, the last id of the due rows of no key; ``done``: the pass is over."""
+
+    key: object | None = None
+    unkeyed: Hashable | None = None
+    unkeyed_phase: bool = False
+    done: bool = False
+
+    @classmethod
+    def begin(cls, ordered: OrderedDue) -> KeyPass:
+        """A new pass (under the table's lock): keys whose last read was stale are wanted
+        again."""
+        ordered.new_pass()
+        ordered.pending = True
+        return cls()
+
+    @staticmethod
+    def read(
+        store: Store,
+        cfg: TableConfig,
+        ordered: OrderedDue,
+        lock: threading.Lock,
+        wanted: Sequence[object],
+        at: KeyPass | None,
+        room: int,
+        horizon_ns: int,
+    ) -> tuple[list[PolledRow], KeyPass | None]:
+        """One poll's reads (outside ``lock``, which it takes to ask which keys are free):
+        the runs of ``wanted`` keys, then, with ``at`` (a pass under way), the next page of
+        the pass: up to a run of room for each key, the runs of the free keys among them, or
+        the due rows of no key. Returns the rows of the runs whose head is due by
+        ``horizon_ns`` (the others wait for a later pass) and where the pass gets to once
+        they are taken (None: no pass read)."""
+        per_key = cfg.batch_size
+        rows = store.runs(cfg, wanted, per_key) if wanted else []
+        left = room - len(rows)
+        then = None
+        if at is not None and left > 0:
+            limit = max(1, min(MAX_KEYS_PER_PAGE, left // per_key))
+            if not at.unkeyed_phase:
+                page = store.order_keys(cfg, at.key, limit)
+                taking = set(wanted)
+                with lock:
+                    fresh = [v for v, key in page if ordered.free(key) and v not in taking]
+                if fresh:
+                    rows += store.runs(cfg, fresh, per_key)
+                then = dataclasses.replace(
+                    at, key=page[-1][0] if page else at.key, unkeyed_phase=len(page) < limit
+                )
+            else:
+                loose = store.unkeyed(cfg, horizon_ns, at.unkeyed, left)
+                rows += loose
+                then = dataclasses.replace(
+                    at, unkeyed=loose[-1][3] if loose else at.unkeyed, done=len(loose) < left
+                )
+        return due_runs(rows, horizon_ns), then
+
+
+class KeyOwners:
+    """Within one send of an ordered table: which subscriber took rows of which key, and
+    which keys a subscriber's filter refused a row of (their later rows stay back)."""
+
+    def __init__(self, ordered: OrderedDue) -> None:
+        self._ordered = ordered
+        self._owner: dict[Hashable, int] = {}
+        self._me = -1
+        self._refused: set[Hashable] = set()
+
+    def start(self, me: int) -> None:
+        self._me = me
+        self._refused = set()
+
+    def admits(self, accepts: Callable[[Values], bool] | None) -> Callable[[Values], bool]:
+        def admit(values: Values) -> bool:
+            key = self._ordered.key_of(values[0])
+            if key in self._refused or self._owner.get(key, self._me) != self._me:
+                self._refused.add(key)
+                return False
+            if accepts is None or accepts(values):
+                self._owner[key] = self._me
+                return True
+            self._refused.add(key)
+            return False
+
+        return admit
+
+
+def cut_at_gaps(
+    batch: list[CachedRow], kept: list[CachedRow], ordered: OrderedDue
+) -> list[CachedRow]:
+    """``kept`` (a subset of ``batch``) without any row of a key after one of its rows that
+    is not kept: a key's messages never go out past a gap."""
+    ids = {r.id for r in kept}
+    gaps: set[Hashable] = set()
+    out = []
+    for r in batch:
+        key = ordered.key_of(r.id)
+        if key in gaps:
+            continue
+        if r.id in ids:
+            out.append(r)
+        else:
+            gaps.add(key)
     return out

@@ -1,6 +1,8 @@
 """Every SQL statement of the engine, in one place (the lease's are in msgtable.lease, the
 binlog follower's one in msgtable.binlog, the pipeline's in msgtable.bulk, the demo table's
-DDL in msgtable.tables, and the throwaway server's own set-up in msgtable.devdb).
+DDL in msgtable.tables, and the throwaway server's own set-up in msgtable.devdb), with two
+parts of it in modules of their own: subscriptions' (msgtable.substore) and ordering per
+key's (msgtable.orderstore).
 
 ``Store`` is what the engine needs from a database; ``MySQLStore`` implements it on MySQL 8
 and MariaDB 10.6+. The statements of a table are written out once per TableConfig
@@ -42,6 +44,7 @@ from msgtable.mysql import (
     server_text,
     with_driver,
 )
+from msgtable.orderstore import OrderSQL, OrderStatements
 from msgtable.retry import Outage
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch, poll_key
 from msgtable.sql import MARK, in_list, placeholders, quote
@@ -49,7 +52,6 @@ from msgtable.substore import SubscriptionSQL
 from msgtable.tables import (
     DEAD_TIME_NEXT,
     LAST_ERROR_COLUMN,
-    TEXT_TYPES,
     Column,
     Layout,
     TableConfig,
@@ -203,10 +205,6 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-# An ordered poll reads the runs of at most this many keys in one statement (msgtable.ordered).
-RUN_KEYS_PER_STATEMENT = 100
-
-
 class TableStatements:
     """The SQL of one table, written once from its config. ``{ids}`` stands for an IN list.
 
@@ -326,58 +324,8 @@ class TableStatements:
             f"WHERE {rid} IN ({{ids}}) AND {self.alive} "
             f"AND ({{first}} OR (COALESCE({epoch}, 0) > 0 AND {raw_next} > %s))"
         )
-        if cfg.ordered:
-            self._ordered(cfg, values, epoch)
-
-    def _ordered(self, cfg: TableConfig, values: str, epoch: str) -> None:
-        """An ordered table's reads (msgtable.ordered), all through its order index: the
-        keys with unsettled rows (a loose index scan: one dive per key), a key's run (its
-        first unsettled live rows in order) and the due rows of no key. Each row ends with
-        its order value and its key. A subscription's (its state table has the key and
-        order columns too, copied by the fan-out) join the message table for the values."""
-        p = "s." if cfg.source else ""
-        t, idx = quote(cfg.name), quote(cfg.order_index)
-        key, by, rid = p + quote(cfg.order_key), p + quote(cfg.order_by), p + quote("id")
-        acked, raw_next = p + quote("time_acked"), p + quote("time_next")
-        # A text key compares by its collation ('a' = 'A' = 'a ' in most): its weight
-        # string, without trailing blanks (PAD SPACE collations ignore them; with NO PAD
-        # ones 'a' and 'a ' are two keys that merely wait for each other), is the key's
-        # identity in memory, and any of its values finds its rows.
-        text = next(c for c in cfg.columns if c.name == cfg.order_key).data_type in TEXT_TYPES
-        same = f"WEIGHT_STRING(TRIM(TRAILING ' ' FROM {key}))" if text else key
-        cols = f"{p}{quote('priority')}, {raw_next}, {p}{epoch}, {values}, {by}, {key}, {same}"
-        source = f"{t} FORCE INDEX ({idx})"
-        if cfg.source:
-            source = (
-                f"{t} s FORCE INDEX ({idx}) JOIN {quote(cfg.source)} m ON m.{quote('id')} = {rid}"
-            )
-            keys_from = f"{t} s FORCE INDEX ({idx})"
-        else:
-            keys_from = source
-        keys = (
-            f"SELECT {key}, {same} FROM {keys_from} WHERE {{where}} AND {acked} IS NULL "
-            f"GROUP BY {key}"
-        )
-        self.order_keys = keys.format(where=f"{key} IS NOT NULL") + f" ORDER BY {key} LIMIT %s"
-        self.order_keys_after = keys.format(where=f"{key} > %s") + f" ORDER BY {key} LIMIT %s"
-        order = rid if cfg.order_by == "id" else f"{by}, {rid}"
-        self.run = (
-            f"(SELECT {cols} FROM {source} WHERE {key} = %s AND {acked} IS NULL "
-            f"AND NOT ({raw_next} <=> {DEAD_TIME_NEXT}) ORDER BY {order} LIMIT %s)"
-        )
-        unkeyed = (
-            f"SELECT {cols} FROM {source} WHERE {key} IS NULL AND {acked} IS NULL "
-            f"AND ({raw_next} IS NULL OR {raw_next} <= %s)"
-        )
-        self.unkeyed = unkeyed + f" ORDER BY {rid} LIMIT %s"
-        self.unkeyed_after = unkeyed + f" AND {rid} > %s ORDER BY {rid} LIMIT %s"
-
-    def runs_query(self, keys: Sequence[object], per_key: int) -> tuple[str, list[Any]]:
-        """One statement reading the runs of ``keys`` (at most RUN_KEYS_PER_STATEMENT)."""
-        params: list[Any] = []
-        for k in keys:
-            params += [k, per_key]
-        return " UNION ALL ".join([self.run] * len(keys)), params
+        # an ordered table's reads (msgtable.orderstore)
+        self.order = OrderStatements(cfg, values, epoch) if cfg.ordered else None
 
     @staticmethod
     def set_error(cfg: TableConfig) -> str:
@@ -400,7 +348,7 @@ class TableStatements:
         return self.poll_after, [now_ns, p, p, t, t, i, limit]
 
 
-class MySQLStore(SubscriptionSQL):
+class MySQLStore(SubscriptionSQL, OrderSQL):
     """The Store on a real MySQL-family server, one database (the keyspace)."""
 
     def __init__(self, url: sa.URL, database: str) -> None:
@@ -689,46 +637,6 @@ class MySQLStore(SubscriptionSQL):
         sql = s.renew.format(ids=in_ids, first=first_sql)
         with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
-
-    # -- ordering per key (msgtable.ordered) -----------------------------------------------
-    def order_keys(
-        self, cfg: TableConfig, after: object | None, limit: int
-    ) -> list[tuple[object, Hashable]]:
-        """Up to ``limit`` keys with unsettled rows, in key order, after ``after``: each as
-        a value of it and its identity (msgtable.ordered.run_key)."""
-        s = self.statements(cfg)
-        sql, params = (
-            (s.order_keys, [limit]) if after is None else (s.order_keys_after, [after, limit])
-        )
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return [(r[0], r[1]) for r in cur.fetchall()]
-
-    def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]:
-        """The first ``per_key`` unsettled, live rows of each key, in order, as a poll reads
-        them with the order value and the key at the end."""
-        s = self.statements(cfg)
-        rows: list[PolledRow] = []
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
-            for i in range(0, len(keys), RUN_KEYS_PER_STATEMENT):
-                sql, params = s.runs_query(keys[i : i + RUN_KEYS_PER_STATEMENT], per_key)
-                cur.execute(sql, params)
-                rows += cur.fetchall()
-        return rows
-
-    def unkeyed(
-        self, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
-    ) -> list[PolledRow]:
-        """Up to ``limit`` due, unsettled rows with a NULL key, by id, after ``after``."""
-        s = self.statements(cfg)
-        sql, params = (
-            (s.unkeyed, [now_ns, limit])
-            if after is None
-            else (s.unkeyed_after, [now_ns, after, limit])
-        )
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
-            cur.execute(sql, params)
-            return list(cur.fetchall())
 
     def _dead(self, cfg: TableConfig, dead: TableConfig | None) -> DeadStatements:
         key = (id(cfg), id(dead))

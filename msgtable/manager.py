@@ -65,6 +65,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRY_MIN_S = 0.2  # a loop's first wait after a failure; doubling up to the poll interval
+# An ordered table's new pass after an INSERT the binlog showed: not sooner than this after
+# the last began, nor than PASS_SHARE times the last one took (passes cost at most a tenth of
+# the time, whatever the number of keys)
+MIN_PASS_GAP_NS = 100_000_000
+PASS_SHARE = 10
 RETRY_MAX_S = 100.0
 IDLE_WAIT_S = 1.0
 CLOSE_TIMEOUT_S = 10.0
@@ -111,6 +116,9 @@ class MessageManager:
         self._cursor: PollKey | None = None  # where the current pass of polls got to
         self._restart = True  # the next poll starts a new pass from the best due row
         self._pass = KeyPass()  # where an ordered table's pass got to (msgtable.ordered)
+        self._pass_began_ns = 0  # when it began (a pass begins at least every poll interval)
+        self._pass_cost_ns = 0  # how long the last whole pass took
+        self._pass_due_ns = 2**63  # the next pass begins by then (an INSERT the binlog showed)
         self._stop = threading.Event()
         self._poll_wake = threading.Event()
         self._send_wake = threading.Event()
@@ -386,14 +394,23 @@ class MessageManager:
         """Another client inserted rows: a new pass now if the sender is about to run dry
         (at most one batch queued). Otherwise it has work, and the rows come with the refill
         when the cache is half empty or with the next poll: a pass from the head per INSERT
-        would read the whole queued page again each time."""
+        would read the whole queued page again each time. An ordered table's keys cycle
+        through its cache, which seldom runs dry: its next pass (which finds new keys)
+        begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE)."""
         with self._lock:
             due = self.cache.due
-            if not self._subscribers or due.pending or due.room() == 0:
+            if not self._subscribers:
                 return
-            if due.queued > self.config.batch_size:
+            if self.cache.ordered is not None:
+                gap = max(MIN_PASS_GAP_NS, PASS_SHARE * self._pass_cost_ns)
+                due_ns = self._pass_began_ns + gap
+                if due_ns >= self._pass_due_ns:
+                    return  # a pass is due by then already
+                self._pass_due_ns = due_ns
+            elif due.pending or due.room() == 0 or due.queued > self.config.batch_size:
                 return
-            self._restart = True
+            else:
+                self._restart = True
         self._poll_wake.set()
 
     def binlog_changes(self, changes: Sequence[RowChange]) -> None:
@@ -496,10 +513,15 @@ class MessageManager:
         with self._lock:
             if not self._subscribers:
                 return 0
-            self.cache.inflight.count(self.clock.now_ns())  # ack waits over free their keys
+            began = self.clock.now_ns()
+            self.cache.inflight.count(began)  # ack waits over free their keys
             cfg = self.config
-            if restart and not ordered.pending:
+            # a new pass when asked, and at least every poll interval: acks that free keys
+            # wake the poller all the time, and a new key is found by a pass only
+            if not ordered.pending and (restart or began >= self._next_pass_ns()):
                 self._pass = KeyPass.begin(ordered)
+                self._pass_began_ns = began
+                self._pass_due_ns = 2**63
             room = ordered.room()
             wanted = ordered.take_wanted(max(1, room // cfg.batch_size)) if room else []
             at = self._pass if ordered.pending else None
@@ -518,9 +540,17 @@ class MessageManager:
                 if then is not None and taken == len(rows):  # the pass goes on from there
                     self._pass = then
                     ordered.pending = not then.done
+                    if then.done:
+                        self._pass_cost_ns = self.clock.now_ns() - self._pass_began_ns
         if added:
             self._send_wake.set()
         return added
+
+    def _next_pass_ns(self) -> int:
+        """When an ordered table's next pass begins, unless asked sooner: a poll interval
+        after the last began, or sooner after an INSERT (binlog_insert)."""
+        interval_ns = round(self.config.poller_interval_s * 1e9)
+        return min(self._pass_began_ns + interval_ns, self._pass_due_ns)
 
     def send_once(self) -> int:
         """Claim one batch for each subscriber with room, in turn, and hand them over.
@@ -721,6 +751,10 @@ class MessageManager:
                 delay = self.config.poller_interval_s
             except Exception as exc:
                 delay = retry.failed(exc)
+            if self.cache.ordered is not None:  # woken all the time: a pass begins on time
+                with self._lock:
+                    until = (self._next_pass_ns() - self.clock.now_ns()) / 1e9
+                delay = max(0.0, min(delay, until))
             if not self._poll_wake.wait(delay):  # the poll interval is over: a new pass
                 with self._lock:
                     self._restart = True

@@ -449,3 +449,30 @@ def test_hostile_key_values_are_delivered_in_order_and_touch_nothing(served: Ser
     assert served.sql("select id, message, time_acked from canary") == [(1, "kept", None)]
     (t,) = [t for t in served.client.list_tables() if t.name == "jobs"]
     assert t.load_error == "" and t.keys_in_flight == 0
+
+
+@pytest.mark.parametrize("binlog", [True, False], ids=["binlog", "poll-only"])
+def test_a_new_keys_first_message_is_not_kept_waiting_by_busy_keys(db_dsn: str, binlog: bool):
+    """Keys cycling through the cache (each ack frees a key, read again at once) must not
+    hide a key that appears meanwhile until the next vt_poller_interval: with the binlog it
+    comes well before it, polling only within the poll interval (here 2 s)."""
+    with serve(db_dsn, follow_binlog=binlog) as s:
+        ordered_table(s, vt_batch_size=1, vt_poller_interval=2)
+        enqueue(s, [(i, f"key{i % 20}") for i in range(1, 401)])
+        c = s.client.subscribe("jobs", max_in_flight=1)
+        try:
+            for _ in range(30):  # the keys cycle: one message each, acked
+                c.ack(c.next_batch())
+            inserted = time.monotonic()
+            enqueue(s, [(1000, "new")])
+            waited = None
+            while time.monotonic() - inserted < 5:
+                batch = c.next_batch()
+                c.ack(batch)
+                if any(m.id == 1000 for m in batch):
+                    waited = time.monotonic() - inserted
+                    break
+        finally:
+            c.close()
+    assert waited is not None, "the new key's message did not come within 5 s"
+    assert waited < (1.0 if binlog else 2.5), f"the new key waited {waited:.2f}s"

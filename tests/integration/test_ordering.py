@@ -61,12 +61,24 @@ class Workers:
     """Subscribers on threads; each handles every batch with ``handler`` (which settles it,
     or not), logging deliveries for the checker, until ``stop``."""
 
-    def __init__(self, s: Served, n: int, handler: Handler, table: str = "jobs", **kw: Any):
+    def __init__(
+        self,
+        s: Served,
+        n: int,
+        handler: Handler,
+        table: str = "jobs",
+        filters: tuple[str, ...] = (),
+        **kw: Any,
+    ):
         self.log = OrderLog()
         self.acked: set[Any] = set()
         self.errors: list[BaseException] = []
         self._stop = threading.Event()
-        self._subs = [s.client.subscribe(table, **kw) for _ in range(n)]
+        # the i-th subscriber with the i-th filter, if any
+        self._subs = [
+            s.client.subscribe(table, filter=filters[i] if i < len(filters) else "", **kw)
+            for i in range(n)
+        ]
         self._handler = handler
         self._threads = [
             threading.Thread(target=self._run, args=(f"w{i}", sub), daemon=True)
@@ -101,16 +113,23 @@ class Workers:
             t.join(5)
 
 
-def drained(s: Served, rows: list[tuple[int, str | None]], workers: int, seed: int) -> Workers:
-    """``rows`` drained by ``workers`` subscribers that ack each batch after a random pause
-    of a few ms; the workers (closed) with what they saw."""
+def drained(
+    s: Served,
+    rows: list[tuple[int, str | None]],
+    workers: int,
+    seed: int,
+    filters: tuple[str, ...] = (),
+) -> Workers:
+    """``rows`` drained by ``workers`` subscribers (the first ones with ``filters``) that
+    ack each batch after a random pause of a few ms; the workers (closed) with what they
+    saw."""
     rng = random.Random(seed)
 
     def handle(name: str, batch: list[Message], ds: list[Delivery]) -> None:
         time.sleep(rng.random() * 0.004)
         w.ack(batch, ds)
 
-    w = Workers(s, workers, handle)
+    w = Workers(s, workers, handle, filters=filters)
     try:
         wait_until(lambda: len(w.acked) == len(rows), timeout_s=30, what="every message acked")
     finally:
@@ -136,6 +155,22 @@ def test_each_keys_messages_arrive_in_order_one_batch_at_a_time_over_many_subscr
     assert check_order(by_key(rows), w.log.deliveries, 30) == []
     # different keys went in parallel, to every subscriber
     assert len({d.subscriber for d in w.log.deliveries}) == 3
+
+
+def test_streams_with_filters_take_a_keys_messages_from_its_head_and_keep_its_order(
+    served: Served,
+):
+    ordered_table(served, vt_batch_size=4)
+    rows = interleaved(keys=6, per_key=12)
+    enqueue(served, rows)
+    # one stream takes half the messages (any of a key's), two take anything: a run the
+    # filter cuts in the middle must not go on to another stream while its start is out
+    half = sorted(random.Random(4).sample([rid for rid, _ in rows], len(rows) // 2))
+    picky = "message IN (" + ", ".join(f"'m{rid}'" for rid in half) + ")"
+    w = drained(served, rows, workers=3, seed=9, filters=(picky,))
+    assert check_order(by_key(rows), w.log.deliveries, 30) == []
+    taken = {d.id for d in w.log.deliveries if d.subscriber == "w0"}
+    assert taken and taken <= set(half)
 
 
 def test_a_busy_key_sends_several_consecutive_messages_per_batch_in_order(served: Served):

@@ -479,7 +479,9 @@ class InMemoryStore:
     ) -> list[tuple[object, Hashable]]:
         with self.lock:
             self.polls += 1
-            keys = {r[cfg.order_key] for r in self._unsettled(cfg)} - {None}
+            # as SQL's: keys with unacked rows, dead ones too (their runs skip them)
+            table = self._table(cfg.name).values()
+            keys = {r[cfg.order_key] for r in table if r["time_acked"] is None} - {None}
             return [(k, k) for k in sorted(k for k in keys if after is None or k > after)][:limit]
 
     def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]:

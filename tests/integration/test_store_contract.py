@@ -602,6 +602,10 @@ def test_order_keys_lists_the_keys_with_unsettled_rows_in_key_order_after_a_curs
     assert [v for v, _ in tables.store.order_keys(cfg, None, 10)] == ["a", "b"]
     assert [v for v, _ in tables.store.order_keys(cfg, None, 1)] == ["a"]
     assert [v for v, _ in tables.store.order_keys(cfg, "a", 10)] == ["b"]
+    # a key whose only unsettled row is dead in place is listed; its run is empty
+    tables.insert("o", 12, k="d", time_next=DEAD_TIME_NEXT, epoch=3)
+    assert [v for v, _ in tables.store.order_keys(cfg, "b", 10)] == ["d"]
+    assert tables.store.runs(cfg, ["d"], 3) == []
 
 
 def test_runs_read_each_keys_first_unsettled_live_rows_in_order_due_or_not(tables: Tables):

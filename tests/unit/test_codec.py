@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import datetime
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -186,9 +187,9 @@ def test_an_unknown_wire_field_type_reads_as_unspecified():
     assert codec.to_field_type(99) is FieldType.UNSPECIFIED
 
 
-def test_table_status_of_a_loaded_table_carries_its_config():
-    columns = (Column("id", "bigint", "bigint"), Column("message", "varchar", "varchar(128)"))
-    config = TableConfig(
+def config_of(columns: tuple[Column, ...], **fields: Any) -> TableConfig:
+    """The demo comment's settings over ``columns`` (all streamed), with ``fields``."""
+    return TableConfig(
         name="t",
         ack_wait_s=30,
         purge_after_s=86400,
@@ -200,7 +201,13 @@ def test_table_status_of_a_loaded_table_carries_its_config():
         layout=Layout.CURRENT,
         columns=columns,
         message_columns=columns,
+        **fields,
     )
+
+
+def test_table_status_of_a_loaded_table_carries_its_config():
+    columns = (Column("id", "bigint", "bigint"), Column("message", "varchar", "varchar(128)"))
+    config = config_of(columns)
     message = codec.table_status_to_proto(
         TableStatus(
             name="t",
@@ -246,22 +253,7 @@ def test_a_batch_says_when_it_was_sent_and_which_rows_were_sent_before():
 
 def test_an_ordered_tables_status_carries_its_ordering_and_key_counts_both_ways():
     columns = (Column("id", "bigint", "bigint"), Column("k", "varchar", "varchar(64)"))
-    config = TableConfig(
-        name="t",
-        ack_wait_s=30,
-        purge_after_s=86400,
-        batch_size=10,
-        cache_size=10000,
-        poller_interval_s=30,
-        min_backoff_s=30,
-        max_backoff_s=0,
-        layout=Layout.CURRENT,
-        columns=columns,
-        message_columns=columns,
-        order_key="k",
-        order_by="id",
-        order_index="order_idx",
-    )
+    config = config_of(columns, order_key="k", order_by="id", order_index="order_idx")
     status = TableStatus(
         name="t", keyspace="ks", config=config, load_error=None, keys_in_flight=4, keys_waiting=9
     )

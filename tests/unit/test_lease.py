@@ -35,8 +35,8 @@ def store():
     return s
 
 
-@pytest.fixture
-def engine(store, clock):
+def new_engine(store: InMemoryStore, clock: FakeClock) -> MessageEngine:
+    """An engine on ``store`` that runs no loop and has discovered its tables."""
     e = MessageEngine(
         store,
         clock=clock,
@@ -46,6 +46,12 @@ def engine(store, clock):
         lease_period_s=1.0,
     )
     e.refresh()
+    return e
+
+
+@pytest.fixture
+def engine(store, clock):
+    e = new_engine(store, clock)
     yield e
     e.close()
 
@@ -143,15 +149,7 @@ def test_an_ordered_table_waits_out_the_old_holders_ack_waits_even_when_it_postp
         KEYED,
         indexes=INDEX,
     )
-    e = MessageEngine(
-        store,
-        clock=clock,
-        rng=random.Random(1),
-        discovery_interval_s=3600,
-        run_loops=False,
-        lease_period_s=1.0,
-    )
-    e.refresh()
+    e = new_engine(store, clock)
     try:
         e._gain(Takeover("old", 2.0, released=False, by_me=False))
         assert e._hold_s(e._manager("keyed", "").config) == pytest.approx(8.0, abs=0.5)

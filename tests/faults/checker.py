@@ -939,5 +939,29 @@ class Report:
             f"{self.batches_with_runs:,} times several messages of one key in one batch "
             f"(at most {self.longest_run}), {self.keys_on_several_subscribers} keys went to "
             f"several subscribers, longest send to receipt {self.longest_wire_ms:g} ms, "
-            f"order broken {len(self.order_violations)}"
+            f"order broken {len(self.order_violations)}" + self._order_broken_kinds()
         )
+
+    def order_broken_by_kind(self) -> Counter[str]:
+        """The order violations, counted by which rule they broke."""
+        return Counter(_order_rule(line) for _, line in self.order_violations)
+
+    def _order_broken_kinds(self) -> str:
+        kinds = self.order_broken_by_kind()
+        if not kinds:
+            return ""
+        return " (" + ", ".join(f"{n} {what}" for what, n in kinds.most_common()) + ")"
+
+
+# which order rule a violation line (tests/ordering.py's, or the checker's own) broke
+_ORDER_RULES = (
+    ("first deliveries out of order", "first deliveries out of order"),
+    ("left flight", "a batch while the key's last was in flight"),
+    ("skipped the key's head", "a batch that skipped the key's head"),
+    ("not in enqueue order", "a batch's run out of order"),
+    ("were not enqueued", "ids not enqueued"),
+)
+
+
+def _order_rule(line: str) -> str:
+    return next((rule for phrase, rule in _ORDER_RULES if phrase in line), "other")

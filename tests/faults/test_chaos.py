@@ -25,10 +25,15 @@ subscribers of its default group (one auto-renewing). Its checker judges it like
 default group above and, with the independent order checker (tests/ordering.py), per key:
 first deliveries in enqueue order, a key's batch only after the batch before it left
 flight, and each batch from the key's head (a released, backing-off or timed-out message
-parks its key; a dead one lets it go on).
+parks its key; a dead one lets it go on). It has a subscription too, ``audit`` (the matcher
+``bucket=0|1|3``: three messages in four, so a key's runs have gaps), with two subscribers
+of its own (one auto-renewing) through the same faults: a subscription orders on its own (its
+state table carries the key, with its own order index), so its own checker judges its
+deliveries by the same rules, apart from the default group's (a message parked in one group
+holds no other).
 
 The judge is tests/faults/checker.Checker, one per group, which sees only what a user sees and
-reads the tables with its own SQL (a subscription's state table ``chaos__<name>``), and the
+reads the tables with its own SQL (a subscription's state table ``<table>__<name>``), and the
 purge rule across groups: no row leaves the table while a subscription holds it. Set
 MSGTABLE_CHAOS_MESSAGES for a longer (or quicker) run. The database logs every deadlock with
 both transactions' statements (innodb_print_all_deadlocks): the summary lists them, one line
@@ -95,6 +100,16 @@ SUBSCRIPTIONS: dict[str, tuple[str | None, Callable[[int], bool] | None, int]] =
     "some": (
         "bucket=" + "|".join(str(b) for b in SOME_BUCKETS),
         lambda i: bucket_of(i) in SOME_BUCKETS,
+        2,
+    ),
+}
+# The ordered table's subscriptions, alike: each orders on its own (its state table carries
+# the key, with its own order index); its filter leaves gaps in each key's runs
+AUDIT_BUCKETS = (0, 1, 3)
+ORDERED_SUBSCRIPTIONS: dict[str, tuple[str | None, Callable[[int], bool] | None, int]] = {
+    "audit": (
+        "bucket=" + "|".join(str(b) for b in AUDIT_BUCKETS),
+        lambda i: bucket_of(i) in AUDIT_BUCKETS,
         2,
     ),
 }
@@ -200,6 +215,7 @@ class Run:
                 ACK_WAIT_S,
                 MAX_ATTEMPTS,
                 purges=True,
+                subscribed=bool(ORDERED_SUBSCRIPTIONS),
                 label=f"the ordered table {ORDERED}",
                 order_key=key_of,
             ),
@@ -209,6 +225,26 @@ class Run:
             total=ORDERED_TOTAL,
         )
         self.groups.append(self.ordered)
+        self.groups += [
+            Group(
+                name,
+                Checker(
+                    ACK_WAIT_S,
+                    MAX_ATTEMPTS,
+                    group=name,
+                    selects=selects,
+                    purges=True,
+                    label=f"subscription {name} of {ORDERED}",
+                    order_key=key_of,
+                ),
+                size,
+                flt,
+                table=ORDERED,
+                dead_table=ORDERED_DEAD,
+                total=ORDERED_TOTAL,
+            )
+            for name, (flt, selects, size) in ORDERED_SUBSCRIPTIONS.items()
+        ]
         self.servers = [
             ServerProcess(self.dsn, tmp_path, f"server{n}", LEASE_PERIOD_S) for n in (1, 2)
         ]
@@ -239,16 +275,17 @@ class Run:
                 leader.create_subscription(g.table, g.name, filter=g.filter)
         finally:
             leader.close()
-        names = {g.name for g in subscriptions}
+        wanted = {(g.table, g.name) for g in subscriptions}
+        tables = sorted({table for table, _ in wanted})
         for server in self.servers:
             client = Client(server.address, timeout_s=10)
 
             def served(client: Client = client) -> bool:
-                listed = client.list_subscriptions(TABLE)
-                return {t.subscription for t in listed if t.config is not None} >= names
+                listed = [t for table in tables for t in client.list_subscriptions(table)]
+                return {(t.name, t.subscription) for t in listed if t.config is not None} >= wanted
 
             try:
-                wait_until(served, timeout_s=30, what=f"{server.name} serving {sorted(names)}")
+                wait_until(served, timeout_s=30, what=f"{server.name} serving {sorted(wanted)}")
             finally:
                 client.close()
 
@@ -440,7 +477,8 @@ def rows_of(
     table, dead, state = (
         (TABLE, DEAD_TABLE, "") if g is None else (g.table, g.dead_table, g.state_table)
     )
-    extra = ORDER_KEY if table == ORDERED else "time_fanout"
+    extra = f"{ORDER_KEY}, time_fanout" if table == ORDERED else "time_fanout"
+    key = f", {ORDER_KEY}" if table == ORDERED else ""  # a state row carries the key
     in_ids = ",".join(str(i) for i in ids)
     queries = {
         f"{table} (id, epoch, time_next, time_acked, {extra}, last_error)": (
@@ -451,8 +489,8 @@ def rows_of(
         ),
     }
     if state:
-        queries[f"{state} (id, epoch, time_next, time_acked, time_dead, last_error)"] = (
-            f"select id, epoch, time_next, time_acked, time_dead, last_error from {state}"
+        queries[f"{state} (id, epoch, time_next, time_acked, time_dead, last_error{key})"] = (
+            f"select id, epoch, time_next, time_acked, time_dead, last_error{key} from {state}"
         )
     out: dict[str, list[tuple[object, ...]]] = {}
     try:
@@ -570,34 +608,44 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         ORDERED_TOTAL,
         ORDERED_CHUNK,
         PRODUCE_FOR_S / max(1, ORDERED_TOTAL // ORDERED_CHUNK),
-        [run.ordered.checker],
+        [g.checker for g in run.groups if g.table == ORDERED],
         keyed=True,
     )
     producers = [producer, ordered_producer]
     for g in run.groups:
-        g.producer = ordered_producer if g is run.ordered else producer
+        g.producer = ordered_producer if g.table == ORDERED else producer
     pending: dict[str, list[int]] = {"everything": []}
-    gone_for_good: set[int] = set()  # pending ids no longer in the table: they cannot settle
-    subscription_labels = tuple(g.checker.label for g in run.groups if g.name)
+    # by subscription (its label): its pending ids no longer in its message table, which
+    # cannot settle
+    gone_for_good: dict[str, set[int]] = {}
 
     def unsettled() -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
         try:
+            by_group: dict[str, tuple[Group, set[int]]] = {}
             for g in run.groups:
                 found = group_pending(db, g)
                 out.update((f"{g.checker.label}: {what}", ids) for what, ids in found.items())
+                if found:
+                    ids = {i for ids in found.values() for i in ids}
+                    by_group[g.checker.label] = (g, ids)
             gone_for_good.clear()
-            if out and all(k.startswith(subscription_labels) for k in out):
-                ids = {i for ids in out.values() for i in ids}
-                gone_for_good.update(ids - read_present(db, TABLE, ids))
+            if by_group and all(g.name for g, _ in by_group.values()):
+                for label, (g, ids) in by_group.items():
+                    gone_for_good[label] = ids - read_present(db, g.table, ids)
         except sa.exc.DBAPIError as exc:
             return {f"the database ({exc.__class__.__name__})": []}
         return out
 
     def cannot_settle(pending: dict[str, list[int]]) -> bool:
-        """Only subscriptions' ids are pending, and every one is gone from the table."""
-        ids = {i for ids in pending.values() for i in ids}
-        return bool(ids) and ids <= gone_for_good
+        """Only subscriptions' ids are pending, and every one is gone from its table."""
+        if not pending:
+            return False
+        for what, ids in pending.items():
+            label = next((k for k in gone_for_good if what.startswith(f"{k}: ")), None)
+            if label is None or not set(ids) <= gone_for_good[label]:
+                return False
+        return True
 
     try:
         run.create_subscriptions()
@@ -632,7 +680,8 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                 {i for what, ids in pending.items() if what.startswith(label) for i in ids[:3]}
             )
             if stuck:
-                keys = sorted({key_of(i) for i in stuck})[:2] if g is run.ordered else []
+                ordered = g.checker.order is not None
+                keys = sorted({key_of(i) for i in stuck})[:2] if ordered else []
                 lines.append(stories(db, g, stuck, keys))
         pytest.fail(
             f"not settled {DRAIN_TIMEOUT_S:g}s after the faults: "
@@ -647,16 +696,17 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         g.checker.auto_renewed(
             sum(s.sub.leaser.renewed for s in g.everyone() if s.sub is not None and s.sub.leaser)
         )
-    tables = read_tables(db, TABLE, DEAD_TABLE)
-    message_ids = set(tables.source)
+    # each message table's rows and dead letters (the default group's), by table
+    tables = {
+        t: read_tables(db, t, dead) for t, dead in ((TABLE, DEAD_TABLE), (ORDERED, ORDERED_DEAD))
+    }
     reports: dict[str, Report] = {}  # by group label
     for g in run.groups:
         if g.name:
+            message_ids = set(tables[g.table].source)
             r = g.checker.judge(read_state_table(db, g.state_table), message_ids)
-        elif g.table == TABLE:
-            r = g.checker.judge(tables)
         else:
-            r = g.checker.judge(read_tables(db, g.table, g.dead_table))
+            r = g.checker.judge(tables[g.table])
         reports[g.checker.label] = r
     report = reports[run.checker.label]
     everyone = run.everyone()
@@ -668,7 +718,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             f"its acks during each stall {run.groups[n].stall_progress}"
             + (
                 f" (ids acked during each whole stall {run.groups[n].acked_during_stalls()})"
-                if run.groups[n] is run.ordered
+                if run.groups[n].table == ORDERED
                 else ""
             )
             for n, r in enumerate(reports.values())
@@ -752,6 +802,13 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     assert report.purged > 0, summary
     # the ordered table's order was exercised: every key delivered, runs of a key sent
     # together, keys spread over subscribers
-    ordered = reports[run.ordered.checker.label]
-    assert ordered.order_keys == len({key_of(i) for i in range(1, ORDERED_TOTAL + 1)}), summary
-    assert ordered.batches_with_runs > 0 and ordered.keys_on_several_subscribers > 0, summary
+    # (the default group's and each subscription's, on their own)
+    for g in run.groups:
+        if g.table != ORDERED:
+            continue
+        ordered = reports[g.checker.label]
+        selects = g.checker.selects
+        keys = {key_of(i) for i in range(1, ORDERED_TOTAL + 1) if selects is None or selects(i)}
+        assert ordered.order_keys == len(keys), f"{ordered.group}\n{summary}"
+        assert ordered.batches_with_runs > 0, f"{ordered.group}\n{summary}"
+        assert ordered.keys_on_several_subscribers > 0, f"{ordered.group}\n{summary}"

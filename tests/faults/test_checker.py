@@ -571,6 +571,13 @@ def test_a_keys_batch_while_its_last_batch_is_in_flight_is_reported() -> None:
         "key 'a': batch [3] to s2 skipped the key's head 1 (acked, rejected or dead never)",
     )
     assert "order per key broken (key, what)" in report.violations()
+    assert report.order_broken_by_kind() == {
+        "a batch while the key's last was in flight": 1,
+        "a batch that skipped the key's head": 1,
+    }
+    assert "order broken 2 (1 a batch while the key's last was in flight, 1 a batch" in (
+        report.summary()
+    )
 
 
 def test_first_deliveries_out_of_enqueue_order_are_reported() -> None:

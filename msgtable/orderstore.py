@@ -28,6 +28,13 @@ from msgtable.tables import DEAD_TIME_NEXT, TEXT_TYPES, TableConfig
 RUN_KEYS_PER_STATEMENT = 100
 
 
+def key_identity(cfg: TableConfig, key: str) -> str:
+    """The SQL of a key's identity (msgtable.ordered.run_key), ``key`` being the key column
+    as the statement names it."""
+    text = next(c for c in cfg.columns if c.name == cfg.order_key).data_type in TEXT_TYPES
+    return f"WEIGHT_STRING(TRIM(TRAILING ' ' FROM {key}))" if text else key
+
+
 class OrderStatements:
     """An ordered table's reads, written once from its config (see the module docstring)."""
 
@@ -42,8 +49,7 @@ class OrderStatements:
         # string, without trailing blanks (PAD SPACE collations ignore them; with NO PAD
         # ones 'a' and 'a ' are two keys that merely wait for each other), is the key's
         # identity in memory, and any of its values finds its rows.
-        text = next(c for c in cfg.columns if c.name == cfg.order_key).data_type in TEXT_TYPES
-        same = f"WEIGHT_STRING(TRIM(TRAILING ' ' FROM {key}))" if text else key
+        same = key_identity(cfg, key)
         cols = f"{p}{quote('priority')}, {raw_next}, {p}{epoch}, {values}, {by}, {key}, {same}"
         source = f"{t} FORCE INDEX ({idx})"
         if cfg.source:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.filters import Filter
 from msgtable.mysql import DUPLICATE_KEY, error_code, server_text
+from msgtable.orderstore import key_identity
 from msgtable.sql import MARK, in_list, quote
 from msgtable.subscriptions import (
     FANOUT_COLUMN,
@@ -183,10 +184,23 @@ class FanoutStatements:
         # a message not sent by the default group yet keeps its time_next (a delayed
         # message stays delayed); one it sent is due at once
         self._columns = f"`id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), {self._created}"
-        # an ordered table's key (and order) column: each state row carries them
+        # an ordered table's key (and order) column: each state row carries them; a picked
+        # row has then its key's identity and its order value too (in_key_order)
         self.order = tuple(c.name for c in order_columns(table))
-        self.width = 4 + len(self.order)  # a picked row's state values, before the verdicts
+        self.width = 4 + len(self.order)  # a picked row's state values
         self._columns += "".join(f", {quote(n)}" for n in self.order)
+        self.verdicts_at = self.width  # where the filters' verdicts begin
+        if table.ordered:
+            key, by = quote(table.order_key), quote(table.order_by)
+            self._columns += f", {key_identity(table, key)}, {by}"
+            self.verdicts_at += 2
+            # (joined with the ids and keys at each use: the names may hold braces)
+            self._skipped = (
+                f"SELECT {key_identity(table, key)}, {by}, `id` FROM {self._t} "
+                f"WHERE {quote(FANOUT_COLUMN)} IS NULL AND `id` <= %s AND `id` NOT IN (",
+                f") AND {key} IN (",
+                ")",
+            )
         acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
         self._acked_param = not table.default_group
         self.mark = (
@@ -213,6 +227,30 @@ class FanoutStatements:
             "ORDER BY `id` LIMIT %s FOR UPDATE SKIP LOCKED"
         )
         return sql, [*params, limit]
+
+    def skipped_sql(self, picked: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
+        """An ordered table's rows of the picked rows' keys, among the picked ids, that the
+        pick skipped (locked by another transaction: an ack by DML not committed yet, the
+        default group's send), read without a lock: committed rows, locked or not."""
+        in_ids, id_params = in_list([r[0] for r in picked])
+        keys = list({r[4] for r in picked if r[4] is not None})
+        in_keys = ",".join(["%s"] * len(keys))
+        top = max(r[0] for r in picked)
+        head, middle, tail = self._skipped
+        return head + in_ids + middle + in_keys + tail, [top, *id_params, *keys]
+
+    def in_key_order(
+        self, picked: Sequence[Sequence[Any]], skipped: Sequence[Sequence[Any]]
+    ) -> list[Sequence[Any]]:
+        """The picked rows that come before every skipped row of their key (the others wait
+        for a later fan-out, so a subscription never gets a key's messages out of order)."""
+        first: dict[Any, tuple[Any, ...]] = {}
+        for identity, by, rid in skipped:
+            at = _order_of(by, rid)
+            if identity not in first or at < first[identity]:
+                first[identity] = at
+        w = self.width
+        return [r for r in picked if r[w] not in first or _order_of(r[w + 1], r[0]) < first[r[w]]]
 
     def retained(
         self, flt: Filter | None, after: Hashable | None, limit: int
@@ -266,6 +304,11 @@ class FanoutStatements:
         in_ids, params = in_list(ids)
         extra = [now_ns] if self._acked_param else []
         return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
+
+
+def _order_of(by: Any, rid: Any) -> tuple[Any, ...]:
+    # SQL sorts a NULL order value first
+    return (0, 0, rid) if by is None else (1, by, rid)
 
 
 def lag_sql(state_table: str, source: str, cap: int) -> str:
@@ -495,12 +538,17 @@ class SubscriptionSQL:
         verdict: dict[str, int] = {}
         for n in names:
             if loaded[n].filter is not None:
-                verdict[n] = statements.width + len(verdict)
+                verdict[n] = statements.verdicts_at + len(verdict)
         # no table for _errors: a missing table here is a state table dropped meanwhile
         with self._errors(), self._tx_connection() as conn:
             with conn.cursor() as cur:
                 cur.execute(*statements.pick(filters, limit))
                 picked = list(cur.fetchall())
+                if picked and table.ordered and any(r[4] is not None for r in picked):
+                    cur.execute(*statements.skipped_sql(picked))
+                    skipped = list(cur.fetchall())
+                    if skipped:
+                        picked = statements.in_key_order(picked, skipped)
                 if not picked:
                     conn.rollback()
                     return {"": 0}, set()

@@ -511,3 +511,28 @@ def test_a_new_keys_first_message_is_not_kept_waiting_by_busy_keys(db_dsn: str, 
             c.close()
     assert waited is not None, "the new key's message did not come within 5 s"
     assert waited < (1.0 if binlog else 2.5), f"the new key waited {waited:.2f}s"
+
+
+def test_a_subscription_gets_a_keys_messages_in_order_while_one_of_them_is_locked(
+    served: Served,
+):
+    """The fan-out skips rows another transaction holds locked (an application's ack by
+    DML not committed yet, the default group's send): a key's later rows must then wait for
+    the locked one, or the subscription would get them first."""
+    ordered_table(served, vt_poller_interval=0.3)
+    served.client.create_subscription("jobs", "audit")
+    audit = Collector(served.client, "jobs", subscription="audit")
+    try:
+        with served.transaction() as tx:  # committed together
+            tx.exec_driver_sql("insert into jobs(id, k, message) values (1, 'a', 'm1')")
+            tx.exec_driver_sql("insert into jobs(id, k, message) values (2, 'a', 'm2')")
+        with served.transaction() as locker:  # row 1 held a while, as an open DML ack holds it
+            locker.exec_driver_sql("update jobs set message = 'held' where id = 1")
+            audit.nothing_for(1.0)  # 2 waits for 1, which the fan-out cannot hand over yet
+        first = audit.take(1, timeout_s=10)
+        audit.subscription.ack(first)
+        second = audit.take(1, timeout_s=10)
+        audit.subscription.ack(second)
+    finally:
+        audit.close()
+    assert [first[0].id, second[0].id] == [1, 2]

@@ -30,8 +30,9 @@ together. A NULL key is a key of its own (its message's id). Without the key amo
 stream's ``columns``, a batch as the server sent it is the unit instead (a key's messages in
 flight travel in one). Across micro-batches the server's rule holds: it sends a key's next
 messages only after every one before them is settled, that is once the batch that carried
-them is committed and acked. An unordered table's (or a subscription's) batch is cut into
-partitions of ``rowsPerPartition`` messages in arrival order.
+them is committed and acked. The same holds for a subscription of an ordered table (it
+orders on its own). An unordered table's batch is cut into partitions of
+``rowsPerPartition`` messages in arrival order.
 
 Options of a subscription (msgtable.subscriptions). ``subscription``: the query consumes that
 subscription (consumer group) of the table instead of its default group: it gets the
@@ -129,11 +130,9 @@ def stream_schema(options: Mapping[str, str]) -> str:
     return spark_schema(_columns(options)[0])
 
 
-def _order_key(client: Any, table: str, keyspace: str, subscription: str) -> str:
-    """The stream's order key column as the server reports it; "" for an unordered table,
-    and for a subscription (its delivery is not ordered: msgtable.subscriptions)."""
-    if subscription:
-        return ""
+def _order_key(client: Any, table: str, keyspace: str) -> str:
+    """The stream's order key column as the server reports it ("" for an unordered table);
+    a subscription of an ordered table orders on its own, by the same key."""
     for t in client.list_tables():
         if t.name == table and not t.subscription and (not keyspace or t.keyspace == keyspace):
             return t.config.order_key if t.config is not None else ""
@@ -209,7 +208,7 @@ class MsgtableStreamReader(DataSourceStreamReader):
                 subscription=self.subscription,
                 columns=self.columns,
             )
-            order_key = _order_key(client, self.table, self.keyspace, self.subscription)
+            order_key = _order_key(client, self.table, self.keyspace)
         except BaseException:
             if self._subscriber is not None:
                 self._subscriber.close()

@@ -10,6 +10,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from ..integration.helpers import Collector, serve
 from ..waiting import wait_until
 
@@ -107,9 +109,11 @@ def test_the_query_shares_the_table_with_other_subscribers(spark, db_dsn, tmp_pa
         assert got and seen  # both took part
 
 
+@pytest.mark.parametrize("group", ["", "audit"], ids=["default-group", "subscription"])
 def test_an_ordered_tables_keys_stay_in_order_in_one_partition_and_across_micro_batches(
-    spark, db_dsn, tmp_path
+    spark, db_dsn, tmp_path, group
 ):
+    """The table's default group, and a subscription (which orders on its own)."""
     from pyspark.sql.functions import monotonically_increasing_id, spark_partition_id
 
     keys, per_key = 6, 8
@@ -124,6 +128,9 @@ def test_an_ordered_tables_keys_stay_in_order_in_one_partition_and_across_micro_
             vt_batch_size=4,
         )
         s.engine.refresh()
+        if group:
+            s.client.create_subscription("jobs", group)
+        state = f"jobs__{group}" if group else "jobs"
         rows = [(1 + n * keys + k, f"key{k}") for n in range(per_key) for k in range(keys)]
         s.sql(
             "insert into jobs(id, k, message) values "
@@ -142,9 +149,12 @@ def test_an_ordered_tables_keys_stay_in_order_in_one_partition_and_across_micro_
             with lock:
                 seen.extend((r.k, batch_id, r.p, r.pos, r.id) for r in got)
 
-        q = stream(spark, s.server.address, "jobs", tmp_path / "ck", sink, rowsPerPartition=3)
+        options = {"subscription": group} if group else {}
+        q = stream(
+            spark, s.server.address, "jobs", tmp_path / "ck", sink, rowsPerPartition=3, **options
+        )
         try:
-            wait_until(lambda: acked(s, "jobs") == len(rows), timeout_s=90, what="all acked")
+            wait_until(lambda: acked(s, state) == len(rows), timeout_s=90, what="all acked")
         finally:
             q.stop()
     for k in {k for _, k in rows}:

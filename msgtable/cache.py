@@ -189,13 +189,19 @@ class Hold:
 class MessageCache:
     """Due and sent rows of one table (see the module docstring)."""
 
-    def __init__(self, size: int, lock: threading.Lock, ordered: bool = False) -> None:
+    def __init__(
+        self,
+        size: int,
+        lock: threading.Lock,
+        ordered: bool = False,
+        lookahead_ns: int | None = None,
+    ) -> None:
         self.inflight = InFlight()
         self.due: DueRows | OrderedDue
         # an ordered table's runs by key (msgtable.ordered), else msgtable.due's rows
         self.ordered: OrderedDue | None = None
         if ordered:
-            self.due = self.ordered = OrderedDue(size, self.inflight.flying)
+            self.due = self.ordered = OrderedDue(size, self.inflight.flying, lookahead_ns)
             self.inflight.on_land = self.ordered.landed
         else:
             self.due = DueRows(size)

@@ -65,14 +65,14 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RETRY_MIN_S = 0.2  # a loop's first wait after a failure; doubling up to the poll interval
+RETRY_MAX_S = 100.0
+IDLE_WAIT_S = 1.0
+CLOSE_TIMEOUT_S = 10.0
 # An ordered table's new pass after an INSERT the binlog showed: not sooner than this after
 # the last began, nor than PASS_SHARE times the last one took (passes cost at most a tenth of
 # the time, whatever the number of keys)
 MIN_PASS_GAP_NS = 100_000_000
 PASS_SHARE = 10
-RETRY_MAX_S = 100.0
-IDLE_WAIT_S = 1.0
-CLOSE_TIMEOUT_S = 10.0
 
 
 class MessageManager:
@@ -104,7 +104,9 @@ class MessageManager:
         self.clock = clock
         self.rng = rng
         self._lock = threading.Lock()
-        self.cache = MessageCache(config.cache_size, self._lock, ordered=config.ordered)
+        self.cache = MessageCache(
+            config.cache_size, self._lock, config.ordered, _lookahead_ns(config)
+        )
         self._on_fatal = on_fatal
         self._subscribers: list[Subscriber] = []
         self._next = 0
@@ -211,6 +213,8 @@ class MessageManager:
         with self._lock:
             self.config = config
             self.cache.due.size = config.cache_size
+            if self.cache.ordered is not None:
+                self.cache.ordered.lookahead_ns = _lookahead_ns(config)
             self._backoff.max_s = min(config.poller_interval_s, RETRY_MAX_S)
         self._wake_all()
 
@@ -487,7 +491,7 @@ class MessageManager:
         if room == 0:
             return 0
         now = self.clock.now_ns()
-        lookahead = round(cfg.poller_interval_s * 1e9)
+        lookahead = _lookahead_ns(cfg)
         with self.cache.poll() as poll:
             rows, last = self.store.poll(cfg, now + lookahead, limit, after)
             with self._lock:
@@ -527,8 +531,7 @@ class MessageManager:
             at = self._pass if ordered.pending else None
         if room == 0:
             return 0
-        now = self.clock.now_ns()
-        horizon = now + round(cfg.poller_interval_s * 1e9)
+        horizon = began + _lookahead_ns(cfg)
         with self.cache.poll() as poll:
             rows, then = KeyPass.read(
                 self.store, cfg, ordered, self._lock, wanted, at, room, horizon
@@ -536,7 +539,7 @@ class MessageManager:
             with self._lock:
                 if not self._subscribers:
                     return 0
-                added, taken = poll.add(rows, now)
+                added, taken = poll.add(rows, began)
                 if then is not None and taken == len(rows):  # the pass goes on from there
                     self._pass = then
                     ordered.pending = not then.done
@@ -549,8 +552,7 @@ class MessageManager:
     def _next_pass_ns(self) -> int:
         """When an ordered table's next pass begins, unless asked sooner: a poll interval
         after the last began, or sooner after an INSERT (binlog_insert)."""
-        interval_ns = round(self.config.poller_interval_s * 1e9)
-        return min(self._pass_began_ns + interval_ns, self._pass_due_ns)
+        return min(self._pass_began_ns + _lookahead_ns(self.config), self._pass_due_ns)
 
     def send_once(self) -> int:
         """Claim one batch for each subscriber with room, in turn, and hand them over.
@@ -701,7 +703,7 @@ class MessageManager:
         with self._lock:
             if not self._subscribers:
                 return
-            horizon = now_ns + round(self.config.poller_interval_s * 1e9)
+            horizon = now_ns + _lookahead_ns(self.config)
             woken = False
             for row, epoch, time_next in rows:
                 if time_next <= horizon and self.cache.reschedule(row, epoch, time_next):
@@ -778,6 +780,11 @@ class MessageManager:
                 continue
             if not taken:
                 self._send_wake.wait(self._idle_wait_s())
+
+
+def _lookahead_ns(cfg: TableConfig) -> int:
+    """How far ahead a poll reads: rows due before the next poll wait in the cache."""
+    return round(cfg.poller_interval_s * 1e9)
 
 
 # A stream with a filter looks at most this many times its batch among the due rows per send

@@ -64,8 +64,13 @@ class OrderedDue:
     """Runs of free keys, ready or scheduled, and the busy keys (see the module docstring).
     Offers msgtable.due.DueRows's interface, so the cache and the sender use either."""
 
-    def __init__(self, size: int, flying: Callable[[Hashable], bool]) -> None:
+    def __init__(
+        self, size: int, flying: Callable[[Hashable], bool], lookahead_ns: int | None = None
+    ) -> None:
         self.size = size
+        # a run is taken in only if its head falls due within this of the poll (the table's
+        # vt_poller_interval; None: whenever); the others wait for a later pass
+        self.lookahead_ns = lookahead_ns
         self.pending = False  # the current pass of polls has keys left to read
         self.sending: set[Hashable] = set()
         self._flying = flying  # whether a row is in flight (msgtable.inflight)
@@ -94,11 +99,17 @@ class OrderedDue:
         """Take in the runs a poll read (rows of ``run_key``, each key's in order). A run of a
         busy key is skipped; one already cached is replaced; a run is cut before a row being
         sent, sent and not postponed yet (``unclaimed``, ``held``) or changed since the read
-        began. Returns the ids new here and how many rows were taken (all, unless the cache
-        filled up first)."""
+        began, or left out whole when its head falls due after ``lookahead_ns``. Returns the
+        ids new here and how many rows were taken (all, unless the cache filled up first)."""
         new: list[Hashable] = []
         taken = 0
+        ahead = self.lookahead_ns
+        horizon = None if now_ns is None or ahead is None else now_ns + ahead
         for key, run in _by_key(rows):
+            head_next = run[0][1]
+            if horizon is not None and head_next is not None and head_next > horizon:
+                taken += len(run)  # due after the next poll: a later pass reads it again
+                continue
             if not isinstance(key, Unkeyed):
                 self._value_of[key] = run[0][-2]
             if key in self._busy:
@@ -330,17 +341,6 @@ def _order(row: PolledRow) -> tuple[object, ...]:
     return (0, 0, row[3]) if row[-3] is None else (1, row[-3], row[3])
 
 
-def due_runs(rows: Sequence[PolledRow], horizon_ns: int) -> list[PolledRow]:
-    """The rows of the runs whose head is due by ``horizon_ns`` (the others wait for a later
-    pass; a key's rows are never taken past its head)."""
-    out: list[PolledRow] = []
-    for _, run in _by_key(rows):
-        head = run[0][1]
-        if head is None or head <= horizon_ns:
-            out += run
-    return out
-
-
 # A pass reads at most this many keys per poll.
 MAX_KEYS_PER_PAGE = 1000
 
@@ -377,9 +377,9 @@ class KeyPass:
         """One poll's reads (outside ``lock``, which it takes to ask which keys are free):
         the runs of ``wanted`` keys, then, with ``at`` (a pass under way), the next page of
         the pass: up to a run of room for each key, the runs of the free keys among them, or
-        the due rows of no key. Returns the rows of the runs whose head is due by
-        ``horizon_ns`` (the others wait for a later pass) and where the pass gets to once
-        they are taken (None: no pass read)."""
+        the rows of no key due by ``horizon_ns``. Returns the rows (OrderedDue.add leaves
+        out the runs whose head falls due later) and where the pass gets to once they are
+        taken (None: no pass read)."""
         per_key = cfg.batch_size
         rows = store.runs(cfg, wanted, per_key) if wanted else []
         left = room - len(rows)
@@ -402,7 +402,7 @@ class KeyPass:
                 then = dataclasses.replace(
                     at, unkeyed=loose[-1][3] if loose else at.unkeyed, done=len(loose) < left
                 )
-        return due_runs(rows, horizon_ns), then
+        return rows, then
 
 
 class KeyOwners:

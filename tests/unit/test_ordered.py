@@ -12,7 +12,7 @@ from msgtable.clock import FakeClock
 from msgtable.engine import MessageEngine
 from msgtable.errors import TableLoadError
 from msgtable.manager import MessageManager
-from msgtable.ordered import OrderedDue, Unkeyed, due_runs
+from msgtable.ordered import OrderedDue, Unkeyed
 from msgtable.subscriber import Subscriber
 from msgtable.tables import DEMO_COMMENT, Column, load_table
 from msgtable.testing import InMemoryStore
@@ -255,9 +255,11 @@ def test_rows_put_back_by_filters_go_back_to_the_front_of_their_key():
     assert [r.id for r in due.pop(10, 0)] == [1, 2, 3]
 
 
-def test_due_runs_leaves_runs_whose_head_is_after_the_horizon():
+def test_runs_whose_head_falls_due_after_the_lookahead_are_left_for_a_later_pass():
+    due = OrderedDue(100, lambda rid: False, lookahead_ns=10)
     rows = [row(1, "a", time_next=500), row(2, "a"), row(3, "b", time_next=5)]
-    assert [r[3] for r in due_runs(rows, 10)] == [3]
+    assert due.add(rows, 0, (), (), ()) == ([3], 3)  # all taken: a is read again later
+    assert due.keys_waiting == 1 and due.take_wanted(10) == []
 
 
 def test_unkeyed_rows_are_keys_of_their_own():

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 
 from msgtable.errors import InvalidArgument, TableLoadError
 from msgtable.filters import Filter, parse_filter
-from msgtable.tables import Column, Layout, TableConfig
+from msgtable.tables import Column, Layout, TableConfig, order_index_columns
 
 REGISTRY_TABLE = "msgtable_subscriptions"
 FANOUT_COLUMN = "time_fanout"
@@ -220,6 +220,13 @@ def order_columns(table: TableConfig) -> tuple[Column, ...]:
     return tuple(by_name[n] for n in names)
 
 
+def state_order_index(table: TableConfig) -> tuple[str, ...]:
+    """The columns of an ordered table's state tables' order index (STATE_ORDER_INDEX): the
+    table's own order index's (the primary key, id, is every index's last column anyway)."""
+    cols = order_index_columns(table.order_key, table.order_by)
+    return cols[:2] if table.order_by == "id" else cols
+
+
 def _check_order_columns(table: TableConfig, sub: Subscription, have: set[str], where: str) -> None:
     """An ordered table's subscription needs the key (and order) column in its state table,
     which a subscription created before the table was ordered lacks: say how to add it."""
@@ -228,7 +235,7 @@ def _check_order_columns(table: TableConfig, sub: Subscription, have: set[str], 
     if not lacking:
         return
     adds = ", ".join(f"ADD COLUMN {c.name} {c.column_type} NULL" for c in lacking)
-    index = ", ".join([cols[0].name, "time_acked", *(c.name for c in cols[1:])])
+    index = ", ".join(state_order_index(table))
     raise TableLoadError(
         f"{where}: table {table.name} is ordered by {table.order_key}, and state table "
         f"{sub.state_table} lacks column {', '.join(c.name for c in lacking)} (created before "

@@ -33,6 +33,7 @@ from msgtable.subscriptions import (
     SubscriptionState,
     order_columns,
     parse_columns,
+    state_order_index,
 )
 from msgtable.tables import DEAD_TIME_NEXT, Column, TableConfig
 
@@ -87,15 +88,16 @@ REGISTRY_EXISTS = (
 )
 
 
-def state_table_ddl(name: str, id_column: Column, order: Sequence[Column] = ()) -> str:
+def state_table_ddl(
+    name: str, id_column: Column, order: Sequence[Column] = (), index: Sequence[str] = ()
+) -> str:
     """The DDL of a subscription's state table (its id of the message table's id type);
     ``order``: an ordered table's key and order columns (msgtable.ordered), copied with
-    each message by the fan-out, and the index its polls read them through."""
+    each message by the fan-out, and ``index`` the columns of the index its polls read
+    them through (subscriptions.state_order_index)."""
     extra = "".join(f"  {quote(c.name)} {c.column_type} NULL,\n" for c in order)
-    index = ""
-    if order:
-        cols = [quote(order[0].name), "time_acked", *(quote(c.name) for c in order[1:])]
-        index = f",\n  INDEX {STATE_ORDER_INDEX} ({', '.join(cols)})"
+    cols = ", ".join(quote(c) for c in index)
+    index_ddl = f",\n  INDEX {STATE_ORDER_INDEX} ({cols})" if index else ""
     return f"""CREATE TABLE {quote(name)} (
   id {id_column.column_type} NOT NULL,
   priority BIGINT NOT NULL DEFAULT 0,
@@ -106,7 +108,7 @@ def state_table_ddl(name: str, id_column: Column, order: Sequence[Column] = ()) 
   last_error VARCHAR(1000) NULL,
   time_dead BIGINT NULL,
 {extra}  PRIMARY KEY (id),
-  INDEX poller_idx (time_acked, priority, time_next){index}
+  INDEX poller_idx (time_acked, priority, time_next){index_ddl}
 ) ENGINE=InnoDB COMMENT '{STATE_COMMENT}'"""
 
 
@@ -406,7 +408,9 @@ class SubscriptionSQL:
                 while cur.execute(mark, params) >= MARK_BATCH:
                     pass
             try:
-                cur.execute(state_table_ddl(sub.state_table, table.id_column, order_columns(table)))
+                order = order_columns(table)
+                index = state_order_index(table) if table.ordered else ()
+                cur.execute(state_table_ddl(sub.state_table, table.id_column, order, index))
             except Exception as exc:
                 if error_code(exc) == 1050:
                     raise InvalidArgument(

@@ -39,7 +39,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from msgtable.rows import CachedRow, PolledRow, Values
+from msgtable.rows import CachedRow, PolledRow, Values, order_of
 
 if TYPE_CHECKING:
     from msgtable.store import Store
@@ -332,13 +332,8 @@ def _by_key(rows: Sequence[PolledRow]) -> list[tuple[Hashable, list[PolledRow]]]
             runs.setdefault(run_key(r), []).append(r)
     for run in runs.values():
         if len(run) > 1:
-            run.sort(key=_order)
+            run.sort(key=lambda r: order_of(r[-3], r[3]))
     return list(runs.items())
-
-
-def _order(row: PolledRow) -> tuple[object, ...]:
-    # SQL sorts a NULL order value first
-    return (0, 0, row[3]) if row[-3] is None else (1, row[-3], row[3])
 
 
 # A pass reads at most this many keys per poll.

@@ -66,6 +66,12 @@ class Batch(list[Values]):
         return cls([r.values for r in rows], epochs if any(epochs) else None, sent_ns)
 
 
+def order_of(by: object, rid: object) -> tuple[Any, ...]:
+    """Where a message of an ordered table stands among its key's (msgtable.ordered): by its
+    order value (as SQL sorts, NULL first), then by id."""
+    return (0, 0, rid) if by is None else (1, by, rid)
+
+
 def group_by_epoch(batch: Sequence[CachedRow]) -> dict[int | None, list[CachedRow]]:
     """Rows of one batch by the epoch they were read at (usually one group)."""
     groups: dict[int | None, list[CachedRow]] = {}

@@ -22,6 +22,7 @@ from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.filters import Filter
 from msgtable.mysql import DUPLICATE_KEY, error_code, server_text
 from msgtable.orderstore import key_identity
+from msgtable.rows import order_of
 from msgtable.sql import MARK, in_list, quote
 from msgtable.subscriptions import (
     FANOUT_COLUMN,
@@ -248,11 +249,11 @@ class FanoutStatements:
         for a later fan-out, so a subscription never gets a key's messages out of order)."""
         first: dict[Any, tuple[Any, ...]] = {}
         for identity, by, rid in skipped:
-            at = _order_of(by, rid)
+            at = order_of(by, rid)
             if identity not in first or at < first[identity]:
                 first[identity] = at
         w = self.width
-        return [r for r in picked if r[w] not in first or _order_of(r[w + 1], r[0]) < first[r[w]]]
+        return [r for r in picked if r[w] not in first or order_of(r[w + 1], r[0]) < first[r[w]]]
 
     def retained(
         self, flt: Filter | None, after: Hashable | None, limit: int
@@ -306,11 +307,6 @@ class FanoutStatements:
         in_ids, params = in_list(ids)
         extra = [now_ns] if self._acked_param else []
         return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
-
-
-def _order_of(by: Any, rid: Any) -> tuple[Any, ...]:
-    # SQL sorts a NULL order value first
-    return (0, 0, rid) if by is None else (1, by, rid)
 
 
 def lag_sql(state_table: str, source: str, cap: int) -> str:

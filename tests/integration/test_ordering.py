@@ -536,3 +536,45 @@ def test_a_subscription_gets_a_keys_messages_in_order_while_one_of_them_is_locke
     finally:
         audit.close()
     assert [first[0].id, second[0].id] == [1, 2]
+
+
+def test_a_pass_reads_one_index_entry_a_key_and_a_run_reads_its_run_whatever_the_backlog(
+    served: Served,
+):
+    """README "How it is found": the keys come from a loose index scan of the order index,
+    and a key's run from one index range, however many messages a key holds."""
+    from msgtable.store import MySQLStore
+
+    ordered_table(served, vt_batch_size=10)
+    enqueue(served, [(i, "hot") for i in range(1, 5001)] + [(6000 + i, f"k{i}") for i in range(50)])
+    served.sql("update jobs set time_acked = 1 where id <= 1000")  # acked rows of the hot key
+    served.sql("analyze table jobs")
+    store = MySQLStore.from_dsn(str(served.db.url.render_as_string(hide_password=False)))
+    try:
+        (d,) = [d for d in store.discover() if d.name == "jobs"]
+        from msgtable.tables import load_table
+
+        cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
+        order = store.statements(cfg).order
+        assert order is not None
+        runs_sql, runs_params = order.runs_query(["hot", "k7"], 10)
+    finally:
+        store.close()
+
+    def reads(sql: str, params: list[object]) -> tuple[int, list[tuple[object, ...]]]:
+        """Index entries and rows a statement read, and its plan."""
+        with served.db.connect() as conn:
+            plan = conn.exec_driver_sql("EXPLAIN " + sql, tuple(params)).fetchall()
+            conn.exec_driver_sql("FLUSH STATUS")
+            conn.exec_driver_sql(sql, tuple(params)).fetchall()
+            status = dict(
+                conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'").fetchall()
+            )
+        return sum(int(v) for v in status.values()), [tuple(p) for p in plan]
+
+    keys_read, keys_plan = reads(order.order_keys, [100])
+    assert any("Using index for group-by" in str(p) for p in keys_plan), keys_plan
+    assert keys_read <= 3 * 51 + 10, f"a pass over 51 keys read {keys_read} index entries"
+    runs_read, runs_plan = reads(runs_sql, runs_params)
+    assert all(p[5] == "order_idx" for p in runs_plan if p[2] == "jobs"), runs_plan
+    assert runs_read <= 2 * (10 + 2) + 10, f"two runs of 10 read {runs_read} rows"

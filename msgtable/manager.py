@@ -28,6 +28,7 @@ filter left); a key is busy from its pop until every row popped left flight.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import threading
@@ -42,7 +43,7 @@ from msgtable.clock import Clock
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.ids import coerce_ids
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
-from msgtable.ordered import KeyOwners, KeyPass, OrderedDue, cut_at_gaps
+from msgtable.ordered import KeyOwners, KeyPass, OrderedDue, cut_at_gaps, whole_keys
 from msgtable.purger import Purger
 from msgtable.retry import Backoff, Outage, Retry
 from msgtable.rows import (
@@ -621,6 +622,12 @@ class MessageManager:
         next_ns = postpone.next_delivery(cfg, now, draw_jitter(self.rng))
         deferred = cfg.postpone_after_ns > 0
         ack_wait_ns = round(cfg.ack_wait_s * 1e9)
+        keep = None
+        with self._lock:
+            ordered = self.cache.ordered
+            if ordered is not None:  # a key that lost a row sends none (msgtable.ordered)
+                keys = {r.id: ordered.key_of(r.id) for r in rows}
+                keep = functools.partial(whole_keys, key_of=keys.__getitem__)
 
         def deliver(claimed: list[CachedRow]) -> None:
             if not self._may_send():  # the lease ended during the claim: roll it back
@@ -630,13 +637,12 @@ class MessageManager:
             with self._lock:  # before the hand-over: an ack may come back at once
                 settling = self.cache.settling  # a verb being written: not sent meanwhile
                 if settling:
-                    keep = {r.id for r in claimed if r.id not in settling}
-                    ours = keep if ours is None else ours & keep
-                ordered = self.cache.ordered
+                    free = {r.id for r in claimed if r.id not in settling}
+                    ours = free if ours is None else ours & free
                 for sub, batch in plan:
                     sent = batch if ours is None else [r for r in batch if r.id in ours]
-                    if ordered is not None and len(sent) < len(batch):
-                        sent = cut_at_gaps(batch, sent, ordered)  # never a key's row after a gap
+                    if keep is not None and len(sent) < len(batch):
+                        sent = keep(batch, {r.id for r in sent})
                     if sent:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window)
                         out.append((sub, sent))
@@ -646,9 +652,9 @@ class MessageManager:
 
         try:
             if deferred:
-                self.store.send(cfg, rows, now, deliver)
+                self.store.send(cfg, rows, now, deliver, keep)
                 return []
-            claimed = self.store.claim(cfg, rows, now, next_ns, deliver)
+            claimed = self.store.claim(cfg, rows, now, next_ns, deliver, keep)
         except MsgtableError:
             with self._lock:
                 self.cache.due.pending = True  # the rows are still due: read them again soon

@@ -25,7 +25,10 @@ Where things are:
   holding a row sent and not postponed yet, is cut before that row: the rest waits.
 
 A new lease holder sends nothing for the old one's ack waits (msgtable.lease): by then what
-it sent is settled or due again, and the database's heads are right. Not thread-safe: the
+it sent is settled or due again, and the database's heads are right. What is out past that
+(renewed, or postponed by a server that handed the lease over cleanly) shows in the table as
+a sent row not due yet: a run holding one waits until it is due (key_due_ns), and a send's
+check that finds a key's row no longer due sends none of the key (whole_keys). Not thread-safe: the
 table's manager guards it with its lock, like msgtable.due.
 """
 
@@ -106,8 +109,8 @@ class OrderedDue:
         ahead = self.lookahead_ns
         horizon = None if now_ns is None or ahead is None else now_ns + ahead
         for key, run in _by_key(rows):
-            head_next = run[0][1]
-            if horizon is not None and head_next is not None and head_next > horizon:
+            at = key_due_ns(run, now_ns)
+            if horizon is not None and at is not None and at > horizon:
                 taken += len(run)  # due after the next poll: a later pass reads it again
                 continue
             if not isinstance(key, Unkeyed):
@@ -140,8 +143,8 @@ class OrderedDue:
             self._runs[key] = cut
             self._queued += len(cut)
             head = cut[0]
-            if now_ns is not None and head.time_next > now_ns:
-                heapq.heappush(self._scheduled, (head.time_next, next(self._seq), key, cut))
+            if now_ns is not None and at is not None and at > now_ns:
+                heapq.heappush(self._scheduled, (at, next(self._seq), key, cut))
             else:
                 heapq.heappush(self._ready, (head.priority, next(self._seq), key, cut))
         return new, taken
@@ -321,6 +324,22 @@ class OrderedDue:
         return bool(self._wanted) or (self.pending and self._queued <= self.size // 2)
 
 
+def key_due_ns(run: Sequence[PolledRow], now_ns: int | None) -> int | None:
+    """When a key read as ``run`` (its first rows, in order) may send: when its head falls
+    due, and not before every row of it that was sent (epoch > 0) and is not due at
+    ``now_ns`` is: such a row is out (in flight from this server or another, renewed, or
+    released with a delay), and a key never has two batches out. Rows never sent (a delayed
+    enqueue) hold only the rows after them. None: due now (or no time to compare with)."""
+    at: int | None = run[0][1]
+    if now_ns is None:
+        return at
+    for r in run[1:]:
+        t: int | None = r[1]
+        if t is not None and t > now_ns and r[2] and (at is None or t > at):
+            at = t
+    return at
+
+
 def _by_key(rows: Sequence[PolledRow]) -> list[tuple[Hashable, list[PolledRow]]]:
     """An ordered poll's rows by key, each key's in order (order column, then id: the last
     two columns but one)."""
@@ -427,6 +446,18 @@ class KeyOwners:
             return False
 
         return admit
+
+
+def whole_keys(
+    batch: Sequence[CachedRow], kept: Collection[Hashable], key_of: Callable[[Hashable], Hashable]
+) -> list[CachedRow]:
+    """The rows of ``batch`` whose key has every row of the batch among the ids ``kept``
+    (a send's check found them due and unchanged): a key that lost a row sends nothing
+    this time, not even its rows before that one. The lost row may be out from another
+    server (renewed there since this one read the key), and a key never has two batches
+    out; the key is read again once its rows here are freed."""
+    lost = {key_of(r.id) for r in batch if r.id not in kept}
+    return [r for r in batch if r.id in kept and key_of(r.id) not in lost]
 
 
 def cut_at_gaps(

@@ -92,6 +92,9 @@ class TableDefinition:
 
 
 Deliver = Callable[[list[CachedRow]], None]
+# Which of a send's rows may go, given the ids the database found due and unchanged (an
+# ordered table's: only whole keys, msgtable.ordered.whole_keys); None: all of those.
+Keep = Callable[[Sequence[CachedRow], Collection[Hashable]], list[CachedRow]]
 
 
 class Store(Protocol):
@@ -113,10 +116,16 @@ class Store(Protocol):
         now_ns: int,
         next_ns: Callable[[int], int],
         deliver: Deliver,
+        keep: Keep | None = None,
     ) -> list[CachedRow]: ...
 
     def send(
-        self, cfg: TableConfig, batch: Sequence[CachedRow], now_ns: int, deliver: Deliver
+        self,
+        cfg: TableConfig,
+        batch: Sequence[CachedRow],
+        now_ns: int,
+        deliver: Deliver,
+        keep: Keep | None = None,
     ) -> list[CachedRow]: ...
 
     def postpone(
@@ -485,8 +494,10 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         now_ns: int,
         next_ns: Callable[[int], int],
         deliver: Deliver,
+        keep: Keep | None = None,
     ) -> list[CachedRow]:
-        """Postpone the rows still unacked, due and unchanged; deliver them; commit.
+        """Postpone the rows still unacked, due and unchanged (with ``keep``: those of them
+        it keeps); deliver them; commit.
 
         ``next_ns(epoch)`` gives the new time_next for rows read at that epoch. ``deliver``
         runs inside the transaction, so a concurrent ack by DML commits after it.
@@ -498,9 +509,11 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
             groups = [(e, rows, next_ns(e or 0)) for e, rows in group_by_epoch(batch).items()]
             with conn.cursor() as cur:
                 claimed = _claim_rows(cur, s, groups, now_ns, lock_first=False)
+                if claimed is not None and keep is not None and len(claimed) < len(batch):
+                    claimed = None  # which to keep is known only before the UPDATEs
                 if claimed is None:
                     conn.rollback()
-                    claimed = _claim_rows(cur, s, groups, now_ns, lock_first=True)
+                    claimed = _claim_rows(cur, s, groups, now_ns, lock_first=True, keep=keep)
                 assert claimed is not None
             if claimed:
                 deliver(claimed)
@@ -508,9 +521,15 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         return claimed
 
     def send(
-        self, cfg: TableConfig, batch: Sequence[CachedRow], now_ns: int, deliver: Deliver
+        self,
+        cfg: TableConfig,
+        batch: Sequence[CachedRow],
+        now_ns: int,
+        deliver: Deliver,
+        keep: Keep | None = None,
     ) -> list[CachedRow]:
-        """Lock the rows still unacked, due and unchanged; deliver them; commit.
+        """Lock the rows still unacked, due and unchanged (with ``keep``: deliver those of
+        them it keeps); deliver them; commit.
 
         The locking read costs a third of the postpone UPDATE and writes nothing; ``deliver``
         runs inside the transaction, so a concurrent ack by DML commits after it. Returns the
@@ -530,6 +549,8 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
                     elif found:
                         ours = {r[0] for r in found}
                         sent.extend(r for r in rows if r.id in ours)
+            if keep is not None and len(sent) < len(batch):
+                sent = keep(batch, {r.id for r in sent})
             if sent:
                 deliver(sent)
             conn.commit()
@@ -710,6 +731,7 @@ def _claim_rows(
     groups: Sequence[tuple[int | None, list[CachedRow], int]],
     now_ns: int,
     lock_first: bool,
+    keep: Keep | None = None,
 ) -> list[CachedRow] | None:
     """The claim's UPDATEs, one per (epoch, rows read at it, their new time_next); returns
     the rows claimed.
@@ -717,16 +739,21 @@ def _claim_rows(
     An UPDATE's count says how many rows it changed, not which: when it changed some of its
     rows but not all, the rows it changed cannot be told from a row that had the new values
     already, so this returns None, and the caller rolls back and claims again with
-    ``lock_first``: a locking read picks the rows first, and the UPDATE takes exactly those."""
-    claimed: list[CachedRow] = []
-    for epoch, rows, nxt in groups:
-        if lock_first:
+    ``lock_first``: locking reads pick the rows first (``keep`` chooses among them), and the
+    UPDATEs take exactly those."""
+    if lock_first:
+        ours: set[Hashable] = set()
+        for epoch, rows, _ in groups:
             in_ids, id_params = in_list([r.id for r in rows])
             cur.execute(s.claimable.format(ids=in_ids), [*id_params, epoch, now_ns])
-            ours = {r[0] for r in cur.fetchall()}
-            rows = [r for r in rows if r.id in ours]
-            if not rows:
-                continue
+            ours.update(r[0] for r in cur.fetchall())
+        if keep is not None:
+            ours = {r.id for r in keep([r for _, rows, _ in groups for r in rows], ours)}
+        groups = [(e, [r for r in rows if r.id in ours], nxt) for e, rows, nxt in groups]
+    claimed: list[CachedRow] = []
+    for epoch, rows, nxt in groups:
+        if not rows:
+            continue
         in_ids, id_params = in_list([r.id for r in rows])
         done = cur.execute(s.claim.format(ids=in_ids), [nxt, *id_params, epoch, now_ns])
         if done == len(rows):

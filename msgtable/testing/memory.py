@@ -27,7 +27,7 @@ from msgtable.errors import DatabaseUnavailable, TableNotFound
 from msgtable.limits import COUNT_DEAD_CAP
 from msgtable.retry import Outage
 from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch
-from msgtable.store import Deliver, TableDefinition
+from msgtable.store import Deliver, Keep, TableDefinition
 from msgtable.tables import (
     DEAD_TIME_NEXT,
     DEMO_COMMENT,
@@ -167,16 +167,20 @@ class InMemoryStore:
         now_ns: int,
         next_ns: Callable[[int], int],
         deliver: Deliver,
+        keep: Keep | None = None,
     ) -> list[CachedRow]:
         with self.lock:
             table = self._table(cfg.name)
+            ours = {r.id for r in self._unchanged(cfg, table, batch, now_ns)}
+            if keep is not None and len(ours) < len(batch):
+                ours = {r.id for r in keep(batch, ours)}
             claimed: list[CachedRow] = []
             undo: list[tuple[dict[str, Any], Any, Any]] = []  # the transaction's rollback
             for epoch, rows in group_by_epoch(batch).items():
                 nxt = next_ns(epoch or 0)
                 for r in rows:
                     row = table.get(r.id)
-                    if row is not None and self._due(cfg, row, now_ns) and row["epoch"] == epoch:
+                    if row is not None and r.id in ours:
                         undo.append((row, row["time_next"], row["epoch"]))
                         row["time_next"], row["epoch"] = nxt, (epoch or 0) + 1
                         claimed.append(r)
@@ -190,20 +194,36 @@ class InMemoryStore:
             return claimed
 
     def send(
-        self, cfg: TableConfig, batch: Sequence[CachedRow], now_ns: int, deliver: Deliver
+        self,
+        cfg: TableConfig,
+        batch: Sequence[CachedRow],
+        now_ns: int,
+        deliver: Deliver,
+        keep: Keep | None = None,
     ) -> list[CachedRow]:
         with self.lock:
-            table = self._table(cfg.name)
-            sent = [
-                r
-                for r in batch
-                if (row := table.get(r.id)) is not None
-                and self._due(cfg, row, now_ns)
-                and row["epoch"] == r.epoch
-            ]
+            sent = self._unchanged(cfg, self._table(cfg.name), batch, now_ns)
+            if keep is not None and len(sent) < len(batch):
+                sent = keep(batch, {r.id for r in sent})
             if sent:
                 deliver(sent)
             return sent
+
+    def _unchanged(
+        self,
+        cfg: TableConfig,
+        table: dict[Hashable, dict[str, Any]],
+        batch: Sequence[CachedRow],
+        now_ns: int,
+    ) -> list[CachedRow]:
+        """The rows of ``batch`` still unacked, due and at the epoch read (a send's check)."""
+        return [
+            r
+            for r in batch
+            if (row := table.get(r.id)) is not None
+            and self._due(cfg, row, now_ns)
+            and row["epoch"] == r.epoch
+        ]
 
     def postpone(
         self,

@@ -578,3 +578,51 @@ def test_a_pass_reads_one_index_entry_a_key_and_a_run_reads_its_run_whatever_the
     runs_read, runs_plan = reads(runs_sql, runs_params)
     assert all(p[5] == "order_idx" for p in runs_plan if p[2] == "jobs"), runs_plan
     assert runs_read <= 2 * (10 + 2) + 10, f"two runs of 10 read {runs_read} rows"
+
+
+def test_a_key_with_a_message_still_out_from_another_server_waits_for_it(served: Served):
+    """What another server sent and postponed (a clean lease hand-over writes every postpone,
+    so the new leader holds nothing) shows in the table only as a sent row not due yet: its
+    key waits for it, even when an earlier message of the key (released) is due now."""
+    ordered_table(served, vt_batch_size=5, vt_poller_interval=0.2)
+    out_until = time.time_ns() + 1_500_000_000
+    served.sql(
+        "insert into jobs(id, k, message, time_next, epoch) values "
+        f"(1, 'a', 'm1', 0, 1), (2, 'a', 'm2', {out_until}, 1), (3, 'b', 'm3', 0, 0)"
+    )
+    c = Collector(served.client, "jobs")
+    try:
+        (m,) = c.take(1)
+        assert m.id == 3
+        m.ack()
+        c.nothing_for(1.0)
+        got = c.take(2, timeout_s=5)
+        assert [x.id for x in got] == [1, 2]
+        assert c.arrived_ns[1][0] >= out_until
+    finally:
+        c.close()
+
+
+def test_a_key_whose_message_was_renewed_elsewhere_after_its_read_waits_for_the_renewal(
+    served: Served,
+):
+    """The server read key a (due when its message 2, out elsewhere, is back); before then
+    that message is renewed through another server (here: by SQL). The send's check finds
+    it not due and holds the whole key, not only what follows it."""
+    ordered_table(served, vt_batch_size=5, vt_poller_interval=5)
+    back = time.time_ns() + 1_000_000_000
+    served.sql(
+        "insert into jobs(id, k, message, time_next, epoch) values "
+        f"(1, 'a', 'm1', 0, 1), (2, 'a', 'm2', {back}, 1)"
+    )
+    c = Collector(served.client, "jobs")
+    try:
+        wait_until(lambda: served.client.list_tables()[0].keys_waiting == 1, what="key a read")
+        renewed = time.time_ns() + 3_000_000_000
+        served.sql(f"update jobs set time_next = {renewed} where id = 2")
+        c.nothing_for(2.5)
+        got = c.take(2, timeout_s=8)
+        assert [x.id for x in got] == [1, 2]
+        assert c.arrived_ns[1][0] >= renewed
+    finally:
+        c.close()

@@ -12,7 +12,7 @@ from msgtable.clock import FakeClock
 from msgtable.engine import MessageEngine
 from msgtable.errors import TableLoadError
 from msgtable.manager import MessageManager
-from msgtable.ordered import OrderedDue, Unkeyed
+from msgtable.ordered import OrderedDue, Unkeyed, whole_keys
 from msgtable.subscriber import Subscriber
 from msgtable.tables import DEMO_COMMENT, Column, load_table
 from msgtable.testing import InMemoryStore
@@ -200,8 +200,10 @@ def test_status_counts_keys_in_flight_and_waiting(engine, store):
 
 
 # -- OrderedDue alone --------------------------------------------------------------------------
-def row(rid: int, key: object, time_next: int = 0, priority: int = 0) -> tuple[object, ...]:
-    return (priority, time_next, 0, rid, f"m{rid}", rid, key, key)
+def row(
+    rid: int, key: object, time_next: int = 0, priority: int = 0, epoch: int = 0
+) -> tuple[object, ...]:
+    return (priority, time_next, epoch, rid, f"m{rid}", rid, key, key)
 
 
 def test_a_run_is_cut_before_a_row_sent_and_not_postponed_yet():
@@ -267,3 +269,50 @@ def test_unkeyed_rows_are_keys_of_their_own():
     due.add([row(1, None), row(2, None)], 0, (), (), ())
     assert sorted(r.id for r in due.pop(10, 0)) == [1, 2]
     assert due.key_of(1) == Unkeyed((1,))
+
+
+def test_a_key_waits_for_its_sent_rows_not_due_yet_but_not_for_rows_never_sent():
+    due = OrderedDue(100, lambda rid: False)
+    rows = [
+        row(1, "a", epoch=2),  # released, due
+        row(2, "a", time_next=70, epoch=1),  # out (from another server): a waits for it
+        row(3, "b"),
+        row(4, "b", time_next=90),  # a delayed enqueue: holds only itself and what follows
+    ]
+    due.add(rows, 0, (), (), ())
+    assert [r.id for r in due.pop(10, 0)] == [3]
+    assert due.next_due_ns() == 70
+    assert due.pop(10, 69) == []
+    assert [r.id for r in due.pop(10, 70)] == [1, 2]
+
+
+def test_a_key_whose_sent_rows_fall_due_after_the_lookahead_is_left_for_a_later_pass():
+    due = OrderedDue(100, lambda rid: False, lookahead_ns=10)
+    assert due.add([row(1, "a", epoch=1), row(2, "a", time_next=50, epoch=1)], 0, (), (), ()) == (
+        [],
+        2,
+    )
+    assert due.keys_waiting == 0
+
+
+def test_a_send_that_lost_a_row_of_a_key_sends_none_of_that_key():
+    due = OrderedDue(100, lambda rid: False)
+    due.add([row(1, "a"), row(2, "a"), row(3, "b"), row(4, "b")], 0, (), (), ())
+    batch = due.pop(10, 0)
+    kept = whole_keys(batch, {1, 3, 4}, due.key_of)  # 2 was renewed elsewhere since
+    assert [r.id for r in kept] == [3, 4]
+
+
+def test_a_key_that_lost_a_row_in_the_send_check_is_read_again_and_sent_whole(engine, store, clock):
+    m = manager(engine)
+    for i, k in ((1, "a"), (2, "a"), (3, "b")):
+        store.insert("q", i, k=k)
+    sub = m.subscribe(max_in_flight=100)
+    m.poll_once(restart=True)
+    out_until = clock.now_ns() + 5_000_000_000
+    store.rows["q"][2].update(time_next=out_until, epoch=1)  # renewed through another server
+    m.send_once()
+    assert ids(sub) == [[3]]
+    clock.advance(5.0)
+    step(m)
+    assert ids(sub) == [[1, 2]]

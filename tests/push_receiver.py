@@ -47,6 +47,7 @@ class Received:
     at_ns: int
     webhook_id: str
     path: str
+    at_mono: float = 0.0  # time.monotonic() (one clock for every process of the machine)
 
 
 @dataclass
@@ -203,10 +204,10 @@ class Receiver:
             self._reply(h, 400, b"bad body")
             return
         if answer.status < 300:
-            now = time.time_ns()
+            now, mono = time.time_ns(), time.monotonic()
             with self.lock:
                 self.content_types.add(h.headers.get("content-type", ""))
-                self.events.extend(Received(e, now, msg_id, path) for e in events)
+                self.events.extend(Received(e, now, msg_id, path, mono) for e in events)
         self._reply(h, answer.status, answer.body, answer.headers)
 
     @staticmethod

@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -78,8 +79,10 @@ class Receiver:
         self.connections = 0  # TCP connections accepted (keep-alive: few)
 
     # -- control ---------------------------------------------------------------------------
-    def start(self) -> Receiver:
+    def start(self, tls: tuple[str, str] | None = None) -> Receiver:
+        """Serve (HTTPS with ``tls``: a certificate file and its key file)."""
         receiver = self
+        self._tls = tls if tls is not None else getattr(self, "_tls", None)
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -103,14 +106,19 @@ class Receiver:
 
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
+        if self._tls is not None:
+            ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            ctx.load_cert_chain(*self._tls)
+            server.socket = ctx.wrap_socket(server.socket, server_side=True)
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
         return self
 
-    def url(self, path: str = "/hook") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+    def url(self, path: str = "/hook", host: str = "127.0.0.1") -> str:
+        scheme = "https" if getattr(self, "_tls", None) else "http"
+        return f"{scheme}://{host}:{self.port}{path}"
 
     def answer(self, status: int, path: str = "/hook", body: bytes = b"", **headers: str) -> None:
         with self.lock:

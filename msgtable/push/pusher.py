@@ -241,7 +241,12 @@ class Pusher:
                 self._drop_subscriber(sub)
                 continue
             if batch:
-                self._push(batch, sub)
+                try:
+                    self._push(batch, sub)
+                except Exception:  # a bug: said loudly; the batch comes back by its ack wait
+                    log.exception("push %s: unexpected error pushing a batch", self.endpoint.label)
+                    with self._lock:
+                        self._last_error = "unexpected error (see the server log)"
 
     def _encoder_for(self, cfg: TableConfig, sub: Subscriber) -> BatchEncoder:
         cached = self._encoder

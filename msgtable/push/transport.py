@@ -39,7 +39,7 @@ def _checked_conn(conn: Any) -> socket.socket:
     if not allowed:
         raise AddressNotAllowed(
             conn,
-            f"not allowed: {conn.host} resolves to {', '.join(dict.fromkeys(addresses))}, "
+            f"{conn.host} resolves to {', '.join(dict.fromkeys(addresses))}, "
             "outside the server's --push-allow",
         )
     last: OSError | None = None
@@ -151,7 +151,8 @@ def failure_text(exc: BaseException) -> tuple[str, bool]:
         seen.add(id(e))
         if isinstance(e, AddressNotAllowed):
             return _message(e), True
-        e = getattr(e, "reason", None) or e.__cause__ or e.__context__
+        reason = getattr(e, "reason", None)  # urllib3's wrapped error (ssl's is a str)
+        e = reason if isinstance(reason, BaseException) else (e.__cause__ or e.__context__)
     if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
         return "timed out waiting for the answer", False
     if isinstance(exc, urllib3.exceptions.ConnectTimeoutError) and not isinstance(

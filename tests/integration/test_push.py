@@ -5,8 +5,10 @@ every signature with its own HMAC code."""
 from __future__ import annotations
 
 import logging
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -265,3 +267,64 @@ def test_malformed_definitions_are_refused_and_secrets_never_show(
     assert RAW_SECRET not in listed and RAW_SECRET not in caplog.text
     served.client.drop_endpoint("jobs")
     wait_until(lambda: push_of(served, "jobs") is None, what="the endpoint gone")
+
+
+def test_a_name_resolving_outside_the_allowed_network_gets_no_connection(
+    db_dsn: str, receiver: Receiver
+) -> None:
+    """The URL check passes (a name under a CIDR entry); the address check at connect does
+    not: localhost is 127.0.0.1, outside 127.0.0.2/32 (as a name rebound to an internal
+    address would be)."""
+    with serve(db_dsn, push_allow=AllowList.parse("http://127.0.0.2/32")) as s:
+        s.create_table("jobs", **FAST)
+        s.client.set_endpoint("jobs", receiver.url(host="localhost"), SECRET, timeout_s=2)
+        enqueue(s, "jobs", [1, 2])
+        wait_until(
+            lambda: "resolves to" in push_of(s, "jobs").state,
+            what=lambda: f"the address refused, state {push_of(s, 'jobs').state!r}",
+        )
+        assert push_of(s, "jobs").state.startswith("failing: not allowed: localhost resolves to")
+        assert receiver.requests == 0
+        assert unacked(s, "jobs") == [1, 2]
+
+
+def openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA and a certificate of the receiver's for localhost and 127.0.0.1."""
+    d = tmp_path_factory.mktemp("push-pki")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+            "ca.pem", "-days", "2", "-subj", "/CN=push-test-ca", cwd=d)  # fmt: skip
+    (d / "san.cnf").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "hook.key", "-out", "hook.csr",
+            "-subj", "/CN=localhost", cwd=d)  # fmt: skip
+    openssl("x509", "-req", "-in", "hook.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "hook.pem", "-days", "2", "-extfile", "san.cnf",
+            cwd=d)  # fmt: skip
+    return d
+
+
+def test_https_verifies_the_certificate_against_the_ca_file(db_dsn: str, pki: Path) -> None:
+    receiver = Receiver(SECRET).start(tls=(str(pki / "hook.pem"), str(pki / "hook.key")))
+    allow = AllowList.parse("https://127.0.0.0/8")
+    try:
+        with serve(db_dsn, push_allow=allow) as s:  # the system's CAs: not this one
+            s.create_table("jobs", **FAST)
+            s.client.set_endpoint("jobs", receiver.url(host="localhost"), SECRET, timeout_s=2)
+            enqueue(s, "jobs", [1, 2, 3])
+            wait_until(
+                lambda: "certificate" in push_of(s, "jobs").state.lower(),
+                what=lambda: f"a certificate failure, state {push_of(s, 'jobs').state!r}",
+            )
+            assert receiver.ids() == []
+        with serve(db_dsn, push_allow=allow, push_ca_file=str(pki / "ca.pem")) as s:
+            wait_until(
+                lambda: sorted(receiver.ids()) == [1, 2, 3],
+                what=lambda: f"the three over HTTPS, state {push_of(s, 'jobs').state!r}",
+            )
+            assert receiver.bad_signatures == []
+    finally:
+        receiver.stop()

@@ -207,3 +207,20 @@ def test_retry_after_in_seconds_or_as_an_http_date_capped() -> None:
     assert retry_after_s(None, NOW) is None
     assert for_answer(429, b"", "5", None, NOW).delay_s == 5.0
     assert for_answer(503, b"", None, None, NOW).delay_s is None
+
+
+def test_a_tls_failure_whose_reason_is_text_is_described_not_raised() -> None:
+    """ssl.SSLCertVerificationError has a str ``reason``: describing it once raised
+    AttributeError and killed the pusher's worker thread."""
+    import ssl
+
+    import urllib3
+
+    from msgtable.push.transport import failure_text
+
+    cause = ssl.SSLCertVerificationError(1, "certificate verify failed: unable to get issuer")
+    cause.reason = "CERTIFICATE_VERIFY_FAILED"
+    error = urllib3.exceptions.SSLError(cause)
+    error.__context__ = cause
+    text, refused = failure_text(error)
+    assert "certificate verify failed" in text and not refused

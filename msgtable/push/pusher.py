@@ -15,11 +15,11 @@ What a crash leaves unsettled comes back after its ack wait.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -77,6 +77,14 @@ class PushEngine(Protocol):
     ) -> int: ...
 
 
+def webhook_id(table: str, subscription: str, first_id: object, attempt: int) -> str:
+    """The ``webhook-id`` of a batch attempt: the same for the same first message and
+    attempt (a batch a crash sent twice), safe in a header whatever the names and ids hold.
+    A message's own idempotency key is its event ``id`` (msgtable.push.body)."""
+    key = f"{table}\0{subscription}\0{first_id!r}\0{attempt}".encode()
+    return "msg_" + hashlib.sha256(key).hexdigest()[:32]
+
+
 class Pusher:
     """One endpoint's loop (see the module docstring)."""
 
@@ -119,7 +127,6 @@ class Pusher:
         self._last_error = ""
         self._last_ok = 0.0
         self._encoder: tuple[TableConfig, BatchEncoder] | None = None
-        self._run = uuid.uuid4().hex[:8]  # webhook-id: unique across servers and restarts
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -274,7 +281,7 @@ class Pusher:
         attempts = [s + 1 for s in batch.sent_before] if batch.sent_before else [1] * len(batch)
         now = time.time()
         body = self._encoder_for(cfg, sub).body(batch, attempts, time.time_ns())
-        msg_id = f"msg_{self._run}_{ep.table}_{batch[0][0]}_{max(attempts)}_{time.time_ns()}"
+        msg_id = webhook_id(ep.table, ep.subscription, batch[0][0], max(attempts))
         with self._lock:
             self._in_flight += 1
         try:

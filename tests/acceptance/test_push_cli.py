@@ -200,3 +200,54 @@ def test_a_rolling_restart_of_two_servers_moves_the_lease_without_a_gap_or_a_los
         timeout_s=60,
         what=lambda: judge(receiver, sql, everything),
     )
+
+
+def test_a_receiver_down_for_30_s_gets_everything_afterwards_in_order_per_key(
+    cli: Cli, sql: Sql, db_dsn: str, receiver: Receiver, secret_file: str
+) -> None:
+    """The issue's outage: the receiver goes away for 30 s while an ordered table fills."""
+    ddl = current_layout_ddl(
+        "jobs",
+        comment(vt_poller_interval=0.2, vt_order_key="k", vt_min_backoff=0.5, vt_max_backoff=4),
+    )
+    sql.execute(
+        ddl.replace(
+            "  primary key(id)",
+            "  k varchar(16), index order_idx(k, time_acked, id),\n  primary key(id)",
+        )
+    )
+    serve = cli.serve("--dsn", db_dsn, "--no-lease", "--discovery-interval", "0.5", *ALLOW)
+    done = cli.run(
+        "endpoint",
+        "set",
+        "jobs",
+        receiver.url(),
+        "--secret-file",
+        secret_file,
+        "--server",
+        serve.address,
+    )
+    assert done.returncode == 0, describe(done)
+    receiver.go_away()
+    down_at = time.monotonic()
+    ids = range(1, 301)
+    for lo in range(1, 301, 30):  # spread over the outage
+        sql.execute(
+            "insert into jobs(id, k, message) values "
+            + ",".join(f"({i}, 'key{i % 7}', 'm{i}')" for i in range(lo, lo + 30))
+        )
+        time.sleep(2.5)
+    time.sleep(max(0.0, 30 - (time.monotonic() - down_at)))
+    assert receiver.ids() == []
+    receiver.come_back()
+    wait_until(
+        lambda: not judge(receiver, sql, set(ids)),
+        timeout_s=60,
+        what=lambda: judge(receiver, sql, set(ids)),
+    )
+    by_key: dict[str, list[int]] = {}
+    for r in receiver.received():
+        by_key.setdefault(r.event["orderkey"], []).append(int(r.event["data"]["id"]))
+    for key, got in by_key.items():
+        firsts = list(dict.fromkeys(got))
+        assert firsts == sorted(firsts), f"{key} out of order: {got}"

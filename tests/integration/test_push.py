@@ -328,3 +328,16 @@ def test_https_verifies_the_certificate_against_the_ca_file(db_dsn: str, pki: Pa
             assert receiver.bad_signatures == []
     finally:
         receiver.stop()
+
+
+def test_an_endpoint_failing_past_max_attempts_makes_dead_letters(
+    served: Served, receiver: Receiver
+) -> None:
+    served.create_table("jobs", DEAD_COLUMNS, vt_max_attempts=3, **FAST)
+    receiver.answer(503, body=b"down for maintenance")
+    served.client.set_endpoint("jobs", receiver.url(), SECRET)
+    enqueue(served, "jobs", [1, 2])
+    wait_until(lambda: served.client.dead_letters("jobs")[1] == 2, what="two dead letters")
+    rows, _ = served.client.dead_letters("jobs")
+    assert {(r.attempts, r.last_error) for r in rows} == {(3, "HTTP 503: down for maintenance")}
+    assert receiver.requests == 3  # one batch of both, three times

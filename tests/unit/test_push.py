@@ -224,3 +224,13 @@ def test_a_tls_failure_whose_reason_is_text_is_described_not_raised() -> None:
     error.__context__ = cause
     text, refused = failure_text(error)
     assert "certificate verify failed" in text and not refused
+
+
+def test_the_webhook_id_is_stable_per_batch_attempt_and_safe_in_a_header() -> None:
+    from msgtable.push.pusher import webhook_id
+
+    a = webhook_id("jobs", "", "id\r\nX-Injected: 1", 1)
+    assert a == webhook_id("jobs", "", "id\r\nX-Injected: 1", 1)
+    assert a != webhook_id("jobs", "", "id\r\nX-Injected: 1", 2)
+    assert a != webhook_id("jobs", "billing", "id\r\nX-Injected: 1", 1)
+    assert a.startswith("msg_") and a[4:].isalnum() and a.isascii()

@@ -234,3 +234,29 @@ def test_the_webhook_id_is_stable_per_batch_attempt_and_safe_in_a_header() -> No
     assert a != webhook_id("jobs", "", "id\r\nX-Injected: 1", 2)
     assert a != webhook_id("jobs", "billing", "id\r\nX-Injected: 1", 1)
     assert a.startswith("msg_") and a[4:].isalnum() and a.isascii()
+
+
+def test_the_readmes_verify_snippet_accepts_a_pushed_request_and_refuses_a_tampered_one() -> None:
+    import pathlib
+    import time
+
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Push to HTTP endpoints") :]
+    snippet = section[section.index("```python\n") + 10 :]
+    snippet = snippet[: snippet.index("```")]
+    scope: dict[str, object] = {}
+    exec(snippet, scope)
+    verify = scope["verify"]
+    assert callable(verify)
+    body = BatchEncoder("app", "my_message", "", ["id", "message"]).body(
+        [(42, "hello")], [1], time.time_ns()
+    )
+    now = int(time.time())
+    h = headers(secret_bytes(VECTOR_SECRET), "msg_1", now, body)
+    assert verify(VECTOR_SECRET, h, body)
+    assert not verify(VECTOR_SECRET, h, body.replace(b"hello", b"hellO"))
+    assert not verify(
+        VECTOR_SECRET, headers(secret_bytes(VECTOR_SECRET), "msg_1", now - 600, body), body
+    )
+    raw = "a-raw-secret-of-24-bytes"
+    assert verify(raw, headers(secret_bytes(raw), "msg_2", now, body), body)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from msgtable.backoff import backoff_s, draw_jitter
 from msgtable.errors import MsgtableError
+from msgtable.limits import MAX_SETTLE_DELAY_S
 from msgtable.push.allow import AllowList, Target
 from msgtable.push.body import BatchEncoder, headers, secret_bytes
 from msgtable.push.endpoints import Endpoint
@@ -332,6 +333,7 @@ class Pusher:
                     delay = backoff_s(
                         attempt - 1, cfg.min_backoff_s, cfg.max_backoff_s, draw_jitter(self._rng)
                     )
+                delay = min(delay, MAX_SETTLE_DELAY_S)  # an unbounded backoff grows past it
                 self.engine.release(ep.table, ks, group, delay, outcome.reason, ep.subscription)
             log.info("push %s: %d messages released: %s", ep.label, len(ids), outcome.reason)
         except MsgtableError as exc:  # the lease went, the database is away: ack wait

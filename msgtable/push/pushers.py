@@ -53,6 +53,8 @@ class Endpoints:
 
         def refresh(self) -> None: ...
 
+        def _default_group(self, m: MessageManager) -> MessageManager: ...
+
     def _init_push(self, allow: AllowList | None, ca_file: str | None) -> None:
         self.push_allow = allow or AllowList()
         self.push_ca_file = ca_file
@@ -130,7 +132,9 @@ class Endpoints:
         if not hasattr(self.store, "_auto_cursor"):
             raise InvalidArgument("push endpoints need a MySQL-family database")
         endpoint.check()
-        self._manager(endpoint.table, "", subscription=endpoint.subscription)  # it exists
+        m = self._manager(endpoint.table, "", subscription=endpoint.subscription)  # it exists
+        if not endpoint.subscription:
+            self._default_group(m)  # vt_default_group=off: name a subscription
         write_endpoint(self.store, endpoint, self.clock.now_ns())
         log.info("push %s: endpoint set to %s", endpoint.label, endpoint.url)
         self.refresh()

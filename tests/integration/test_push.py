@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from msgtable.errors import InvalidArgument, TableNotFound
+from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
 from msgtable.push.allow import AllowList
 
 from ..push_receiver import Receiver
@@ -257,6 +257,9 @@ def test_malformed_definitions_are_refused_and_secrets_never_show(
     assert "short" not in str(info.value).split("bytes")[-1]
     with pytest.raises(TableNotFound):
         served.client.set_endpoint("nope", receiver.url(), RAW_SECRET)
+    served.create_table("grouped", vt_default_group="off", **FAST)
+    with pytest.raises(TableLoadError, match="no default group"):
+        served.client.set_endpoint("grouped", receiver.url(), RAW_SECRET)
     with pytest.raises(TableNotFound):
         served.client.drop_endpoint("jobs")
     served.client.set_endpoint("jobs", receiver.url(), RAW_SECRET)

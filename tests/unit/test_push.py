@@ -260,3 +260,19 @@ def test_the_readmes_verify_snippet_accepts_a_pushed_request_and_refuses_a_tampe
     )
     raw = "a-raw-secret-of-24-bytes"
     assert verify(raw, headers(secret_bytes(raw), "msg_2", now, body), body)
+
+
+def test_serve_with_a_bad_push_allow_entry_stops_with_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from msgtable import cli
+
+    argv = ["serve", "--dsn", "mysql+pymysql://u:p@127.0.0.1:1/app", "--listen", "127.0.0.1:0"]
+    assert cli.main([*argv, "--push-allow", "http://10.0.0.0/8,ftp://x"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "msgtable: error: --push-allow: 'ftp://x' is not scheme://host[:port], "
+        "scheme://*.domain or scheme://CIDR"
+    ]
+    assert cli.main([*argv, "--push-ca-file", "/nonexistent/ca.pem"]) == 1
+    assert "--push-ca-file /nonexistent/ca.pem: no such file" in capsys.readouterr().err

@@ -316,7 +316,9 @@ class MessageEngine(Subscriptions, Endpoints):
             defs = self.store.discover()
             self._apply(defs)
             self._discovered = True
-            self._sync_pushers()
+        # outside the refresh lock: a pusher closing waits for its POSTs, whose settlement
+        # may itself want a discovery (msgtable.push.pushers)
+        self._sync_pushers()
 
     def _apply(self, defs: list[TableDefinition]) -> None:
         configs: dict[str, TableConfig] = {}

@@ -70,6 +70,7 @@ class Receiver:
         self.bad_bodies: list[str] = []
         self.answers: dict[str, Answer] = {}  # path -> answer (default: 200)
         self.hang_paths: set[str] = set()
+        self.slow_s: dict[str, float] = {}  # path -> seconds before it answers
         self._unhang = threading.Event()
         self.port = 0
         self._server: ThreadingHTTPServer | None = None
@@ -130,6 +131,10 @@ class Receiver:
         with self.lock:
             self.answers.pop(path, None)
 
+    def slow(self, seconds: float, path: str = "/hook") -> None:
+        with self.lock:
+            self.slow_s[path] = seconds
+
     def hang(self, path: str = "/hook") -> None:
         self._unhang.clear()
         with self.lock:
@@ -181,6 +186,9 @@ class Receiver:
             self.requests += 1
             hang = path in self.hang_paths
             answer = self.answers.get(path, Answer())
+            slow_s = self.slow_s.get(path, 0.0)
+        if slow_s:
+            time.sleep(slow_s)  # then answers as it would have
         if hang:
             self._unhang.wait(120)
             self._reply(h, 503)

@@ -344,3 +344,19 @@ def test_an_endpoint_failing_past_max_attempts_makes_dead_letters(
     rows, _ = served.client.dead_letters("jobs")
     assert {(r.attempts, r.last_error) for r in rows} == {(3, "HTTP 503: down for maintenance")}
     assert receiver.requests == 3  # one batch of both, three times
+
+
+def test_a_server_shutting_down_lets_its_posts_finish_and_settles_them(
+    db_dsn: str, receiver: Receiver
+) -> None:
+    receiver.slow(1.5)
+    with serve(db_dsn, push_allow=AllowList.parse("http://127.0.0.0/8")) as s:
+        s.create_table("jobs", **FAST)
+        s.client.set_endpoint("jobs", receiver.url(), SECRET)
+        enqueue(s, "jobs", [1, 2, 3])
+        wait_until(lambda: push_of(s, "jobs").in_flight == 1, what="a POST in progress")
+        assert receiver.ids() == []
+    # closed: the POST was answered 2xx meanwhile, and the batch acked before the close ended
+    assert sorted(receiver.ids()) == [1, 2, 3]
+    with serve(db_dsn) as s:
+        assert unacked(s, "jobs") == []

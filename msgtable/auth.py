@@ -22,8 +22,9 @@ table and action from a TOML file (``msgtable serve --auth FILE``)::
 Actions: ``subscribe`` (MessageStream), ``ack`` (MessageAck, and release / reject / renew),
 ``list`` (ListTables shows the tables the caller may list, and only those; ListDeadLetters,
 ListSubscriptions), ``redrive``, and ``manage`` (CreateSubscription, AlterSubscription,
-DropSubscription). A subscription is named ``table/subscription`` in ``tables``: a rule for
-``orders`` alone does not reach ``orders/billing``; ``orders/*`` (or ``orders*``) does.
+DropSubscription, SetEndpoint, DropEndpoint). A subscription is named
+``table/subscription`` in ``tables``: a rule for ``orders`` alone does not reach
+``orders/billing``; ``orders/*`` (or ``orders*``) does.
 Nothing is allowed unless a rule allows it. A call without valid credentials is
 UNAUTHENTICATED; an authenticated call to a table its principal may not use is
 PERMISSION_DENIED, with the same message whether or not the table exists. Without a file

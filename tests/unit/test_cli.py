@@ -175,9 +175,14 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
     seen = []
     leases: list[float | None] = []
 
-    def open_engine(dsn, discovery_interval_s, follow_binlog, lease_period_s):
+    pushes: list[tuple[str, str | None]] = []
+
+    def open_engine(
+        dsn, discovery_interval_s, follow_binlog, lease_period_s, push_allow="", push_ca_file=None
+    ):
         seen.append((discovery_interval_s, follow_binlog))
         leases.append(lease_period_s)
+        pushes.append((push_allow, push_ca_file))
         return engine
 
     monkeypatch.setattr(cli.serve, "open_engine", open_engine)
@@ -193,6 +198,11 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
     cli.main([*argv, "--lease-period", "2.5"])
     cli.main([*argv, "--no-lease"])
     assert leases[-2:] == [2.5, None]
+    assert pushes[0] == ("", None)  # nothing allowed by default
+    cli.main([*argv, "--push-allow", "https://*.example.com", "--push-ca-file", "ca.pem"])
+    monkeypatch.setenv("MSGTABLE_PUSH_ALLOW", "http://10.0.0.0/8")
+    cli.main(argv)
+    assert pushes[-2:] == [("https://*.example.com", "ca.pem"), ("http://10.0.0.0/8", None)]
     assert engine.campaigned_as is not None and engine.campaigned_as.startswith("127.0.0.1:")
     cli.main([*argv, "--advertise", "mq1.example:7000"])
     assert engine.campaigned_as == "mq1.example:7000"

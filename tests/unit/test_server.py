@@ -488,6 +488,8 @@ def test_reflection_describes_the_messaging_service(channel):
         "AlterSubscription",
         "DropSubscription",
         "ListSubscriptions",
+        "SetEndpoint",
+        "DropEndpoint",
     }
 
 

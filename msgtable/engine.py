@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from msgtable.binlog import BinlogFollower
+from msgtable.capture import CaptureFollower, CaptureTarget
 from msgtable.clock import Clock, SystemClock
 from msgtable.deadletters import DeadLetter, RedriveBatch, check_dead_letter, redrive_problem
 from msgtable.errors import (
@@ -69,10 +70,12 @@ class MessageEngine(Subscriptions):
         run_loops: bool = True,
         follow_binlog: bool = False,
         lease_period_s: float | None = None,
+        capture: bool = True,
     ) -> None:
         """``lease_period_s``: share the database with other msgtable servers; this one
         sends only while it holds the lease (msgtable.lease), from ``campaign()`` on. None:
-        this server is the only one and sends from ``open()`` on."""
+        this server is the only one and sends from ``open()`` on. ``capture``: write table
+        events into capture tables (msgtable.capture) while this server sends."""
         self.store = store
         store.outage.tell = True  # a server says when its database goes and comes back
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
@@ -110,6 +113,20 @@ class MessageEngine(Subscriptions):
         if follow_binlog and isinstance(store, MySQLStore):
             self.binlog = BinlogFollower(
                 pymysql_args(store.url), store.database, self, outage=store.outage
+            )
+        # Table events (msgtable.capture): followed by the server that sends, while some
+        # capture table is loaded. Read by the follower for every event: replaced whole.
+        self.capture: CaptureFollower | None = None
+        self._capture_targets: tuple[CaptureTarget, ...] = ()
+        self._message_tables: frozenset[str] = frozenset()
+        if capture and isinstance(store, MySQLStore):
+            self.capture = CaptureFollower(
+                pymysql_args(store.url),
+                store.database,
+                lambda: self._capture_targets,
+                exclude=lambda t: t in self._message_tables,
+                written=self._captured,
+                outage=store.outage,
             )
 
     @classmethod
@@ -169,6 +186,8 @@ class MessageEngine(Subscriptions):
         self._wake.set()
         if self.binlog is not None:
             self.binlog.close()
+        if self.capture is not None:
+            self.capture.close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(DISCOVERY_RETRY_MAX_S)
         with self._lock:
@@ -202,6 +221,22 @@ class MessageEngine(Subscriptions):
             self._start(m)
         for f in fanouts:
             f.trigger()
+        self._follow_capture()
+
+    def _follow_capture(self) -> None:
+        """Capture table events while this server sends and some capture table is loaded."""
+        if (
+            self.capture is not None
+            and self.run_loops
+            and self._leading
+            and self._capture_targets
+            and not self._stop.is_set()
+        ):
+            self.capture.open()
+
+    def _captured(self, tables: Sequence[str]) -> None:
+        for t in tables:
+            self.binlog_insert(t)
 
     def _hold_s(self, cfg: TableConfig) -> float:
         """How long a table's sends wait after a takeover: until vt_ack_wait after the
@@ -239,6 +274,8 @@ class MessageEngine(Subscriptions):
             self._leader_hint = leader
             old = list(self._managers.values())
             self._managers = {m.config.name: self._new_manager(m.config) for m in old}
+        if self.capture is not None:
+            self.capture.close()
         self._clean_demotion = _close_all(old, error)
 
     def _not_leader(self, leader: str | None = None) -> NotLeader:
@@ -372,6 +409,10 @@ class MessageEngine(Subscriptions):
             # read by the binlog follower for every event: replaced whole, never changed (a
             # subscription's state table too: an ack by DML there leaves its cache at once)
             self._binlog_columns = {n: m.config.column_names for n, m in self._managers.items()}
+            self._capture_targets = tuple(
+                CaptureTarget(c.name, c.capture) for c in configs.values() if c.capture
+            )
+            self._message_tables = frozenset({d.name for d in defs} | self._managers.keys())
             fan_tables = {cfg.name for cfg in configs.values() if cfg.fanout}
             gone = [f for t, f in self._fanouts.items() if t not in fan_tables]
             self._fanouts = {t: f for t, f in self._fanouts.items() if t in fan_tables}
@@ -387,6 +428,7 @@ class MessageEngine(Subscriptions):
         for f in new_fanouts:
             if self.run_loops:
                 f.open()
+        self._follow_capture()
 
     def _discovery_loop(self) -> None:
         retry = Retry(

@@ -49,6 +49,7 @@ from msgtable.events import (
 )
 from msgtable.mysql import NO_REPLICATION, error_code, sorted_error
 from msgtable.retry import Backoff, Outage, Retry
+from msgtable.tables import is_message_comment
 
 log = logging.getLogger(__name__)
 
@@ -241,6 +242,19 @@ class _Reader:
         self.pending_rows = 0
         self.pending_since = 0.0
         self.retry = retry
+        self.message_tables: dict[str, bool] = {}  # whether a source table is one, as read
+
+    def excluded(self, table: str) -> bool:
+        """msgtable's tables and message tables are never captured (events of events would
+        loop): the engine's discovery knows those it loaded; a table created since is asked
+        about once (until a DDL names it)."""
+        if excluded(table) or self.f._exclude(table):
+            return True
+        known = self.message_tables.get(table)
+        if known is None:
+            comment = self.f._store.comment(table)
+            known = self.message_tables[table] = comment is not None and is_message_comment(comment)
+        return known
 
     def read(self) -> None:
         from pymysqlreplication.event import (
@@ -280,7 +294,7 @@ class _Reader:
     def rows(self, event: Any) -> None:
         table = event.table
         targets = [t for t in self.f._targets() if t.capture.wants_table(table)]
-        if not targets or excluded(table) or self.f._exclude(table):
+        if not targets or self.excluded(table):
             return
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
 
@@ -336,11 +350,10 @@ class _Reader:
         when = event.timestamp * 10**9
         targets = self.f._targets()
         for i, (kind, names) in enumerate(ddl_tables(text, schema)):
-            ours = [
-                t
-                for s, t in names
-                if s == self.f._database and not excluded(t) and not self.f._exclude(t)
-            ]
+            ours = [t for s, t in names if s == self.f._database]
+            for t in ours:
+                self.message_tables.pop(t, None)  # its comment may have changed
+            ours = [t for t in ours if not self.excluded(t)]
             for target in targets:
                 # a RENAME: one event for a capture table, under the first name it wants
                 name = next((n for n in ours if target.capture.wants(n, kind)), None)

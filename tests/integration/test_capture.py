@@ -7,12 +7,21 @@ picked up."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
+from msgtable.capture import CaptureFollower, CaptureTarget
 from msgtable.capturestore import POSITION_TABLE
+from msgtable.events import KINDS, Capture
+from msgtable.mysql import pymysql_args
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, comment, serve
@@ -284,3 +293,180 @@ def test_message_tables_and_msgtable_tables_are_never_captured(db_dsn: str):
             ("insert", "plain"),
         ]
         c.close()
+
+
+class Producer:
+    """Commits changes to orders_flow on a thread and keeps a log of what it committed (the
+    independent checker's truth: only changes whose COMMIT returned are in it)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.db = sa.create_engine(dsn, isolation_level="AUTOCOMMIT")
+        with self.db.connect() as conn:
+            conn.exec_driver_sql("create table orders_flow(id int primary key, n int)")
+        self.log: list[tuple[str, int, int]] = []  # (kind, id, n after; before for a delete)
+        self.stop = threading.Event()
+        self.next_id = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with self.db.connect() as conn:
+            while not self.stop.is_set():
+                i = self.next_id
+                self.next_id += 3
+                done = [("insert", i, 0), ("insert", i + 1, 0), ("insert", i + 2, 0)]
+                done += [("update", i, 1), ("delete", i + 1, 0)]
+                with conn.begin():
+                    conn.exec_driver_sql(
+                        f"insert into orders_flow values ({i}, 0), ({i + 1}, 0), ({i + 2}, 0)"
+                    )
+                    conn.exec_driver_sql(f"update orders_flow set n = 1 where id = {i}")
+                    conn.exec_driver_sql(f"delete from orders_flow where id = {i + 1}")
+                self.log += done
+                time.sleep(0.002)  # a steady flow, not a flood
+
+    def finish(self) -> None:
+        self.stop.set()
+        self._thread.join(10)
+        self.db.dispose()
+
+
+def check_exactly_once(s: Served, log: list[tuple[str, int, int]], table: str = EVENTS) -> None:
+    """Every change the producer committed is in the event table exactly once."""
+    want = Counter(log)
+
+    def seen() -> Counter[tuple[str, int, int]]:
+        out: Counter[tuple[str, int, int]] = Counter()
+        for e in events(s, table):
+            if e["source_table"] == "orders_flow" and e["kind"] in ("insert", "update", "delete"):
+                values = e["after"] if e["kind"] != "delete" else e["before"]
+                out[(e["kind"], e["pk"]["id"], values["n"])] += 1
+        return out
+
+    got: Counter[tuple[str, int, int]] = Counter()
+
+    def all_there() -> bool:
+        got.clear()
+        got.update(seen())
+        return all(got[k] >= n for k, n in want.items())
+
+    wait_until(all_there, 20, what=lambda: f"missing events: {list((want - got).items())[:10]}")
+    repeated = {k: n for k, n in got.items() if n > 1}
+    assert not repeated, f"events written twice: {list(repeated.items())[:10]}"
+    assert set(got) == set(want), f"events of no commit: {list((got - want).items())[:10]}"
+
+
+def test_a_restart_while_changes_flow_neither_loses_nor_repeats(db_dsn: str):
+    with serve(db_dsn) as s:
+        s.sql(event_table_ddl(vt_capture="orders_flow"))
+        s.engine.refresh()
+        wait_until(s.engine.capture.following.is_set, what="the capture follower")  # type: ignore[union-attr]
+        producer = Producer(db_dsn)
+        wait_until(lambda: len(events(s)) > 50, what="events flowing")
+    try:
+        for _ in range(2):  # the server closes and comes back twice while changes flow
+            with serve(db_dsn) as s:
+                wait_until(s.engine.capture.following.is_set, what="the follower again")  # type: ignore[union-attr]
+                n = len(events(s))
+                wait_until(lambda n=n: len(events(s)) > n + 50, what="events flowing again")
+    finally:
+        producer.finish()
+    with serve(db_dsn) as s:
+        check_exactly_once(s, producer.log)
+
+
+PRODUCER_SCRIPT = """
+import os, sys
+import pymysql
+conn = pymysql.connect(host=sys.argv[1], port=int(sys.argv[2]), user=sys.argv[3],
+                       password=sys.argv[4], database=sys.argv[5], autocommit=False)
+with conn.cursor() as cur:
+    cur.execute("insert into orders_dies values (1, 'committed, then the process died')")
+conn.commit()
+os._exit(9)  # no close, no cleanup: the process is gone right after its commit
+"""
+
+
+def test_a_producer_that_dies_right_after_its_commit_still_yields_its_event(captured: Served):
+    s = captured
+    s.sql("create table orders_dies(id int primary key, note varchar(64))")
+    url = sa.engine.make_url(s.db.url)
+    args = [url.host or "127.0.0.1", str(url.port or 3306), url.username or ""]
+    args += [url.password or "", url.database or ""]
+    done = subprocess.run(
+        [sys.executable, "-c", PRODUCER_SCRIPT, *args], capture_output=True, timeout=60
+    )
+    assert done.returncode == 9, done.stderr
+    got = wait_events(s, 2)
+    assert [(e["kind"], e["pk"]) for e in got] == [("create", None), ("insert", {"id": 1})]
+    assert got[1]["after"]["note"] == "committed, then the process died"
+
+
+def test_two_servers_rolling_restart_moves_the_lease_with_no_gap_and_no_repeat(db_dsn: str):
+    kwargs = {"lease_period_s": 1.0, "discovery_interval_s": 0.3}
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(event_table_ddl(vt_capture="orders_flow"))
+    producer: Producer | None = None
+    try:
+        with serve(db_dsn, **kwargs) as a:
+            wait_until(lambda: a.engine.leading, what="the first server leads")
+            wait_until(a.engine.capture.following.is_set, what="its follower")  # type: ignore[union-attr]
+            producer = Producer(db_dsn)
+            with serve(db_dsn, **kwargs) as b:
+                wait_until(lambda: len(events(a)) > 50, what="events flowing")
+                assert not b.engine.leading and not b.engine.capture.following.is_set()  # type: ignore[union-attr]
+                a.server.stop(0.5)
+                a.engine.close()  # the first goes down for its restart: the second takes over
+                wait_until(lambda: b.engine.leading, 10, what="the second server leads")
+                wait_until(b.engine.capture.following.is_set, what="the second's follower")  # type: ignore[union-attr]
+                n = len(events(b))
+                wait_until(lambda: len(events(b)) > n + 50, what="events flowing again")
+                with serve(db_dsn, **kwargs) as a2:  # the first is back, as the follower
+                    wait_until(lambda: a2.engine.list_tables(), what="its discovery")
+                    assert not a2.engine.leading
+                    b.server.stop(0.5)
+                    b.engine.close()  # now the second restarts
+                    wait_until(lambda: a2.engine.leading, 10, what="the first leads again")
+                    n = len(events(a2))
+                    wait_until(lambda: len(events(a2)) > n + 50, what="events flowing again")
+                    producer.finish()
+                    check_exactly_once(a2, producer.log)
+    finally:
+        if producer is not None:
+            producer.finish()
+        db.dispose()
+
+
+def test_two_followers_at_once_write_each_event_once(db_dsn: str):
+    """Without the lease (two servers that both believe they hold it): the conditional
+    position update lets only one of them write each transaction."""
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(event_table_ddl(vt_capture="orders_flow"))
+    url = sa.engine.make_url(db_dsn)
+    targets = (CaptureTarget(EVENTS, Capture(("orders_flow",), frozenset(KINDS))),)
+    followers = [
+        CaptureFollower(pymysql_args(url), url.database or "", lambda: targets) for _ in range(2)
+    ]
+    for f in followers:
+        f.open()
+    producer: Producer | None = None
+    try:
+        for f in followers:
+            wait_until(f.following.is_set, what="both followers")
+        producer = Producer(db_dsn)
+        wait_until(
+            lambda: sum(f.events for f in followers) > 300 and sum(f.conflicts for f in followers),
+            20,
+            what=lambda: f"both writing: {[(f.events, f.conflicts) for f in followers]}",
+        )
+        producer.finish()
+        with serve(db_dsn, capture=False) as s:
+            check_exactly_once(s, producer.log)
+    finally:
+        if producer is not None:
+            producer.finish()
+        for f in followers:
+            f.close()
+        db.dispose()

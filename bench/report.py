@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.capture import TARGET_EVENTS_S, CaptureResult
 from bench.database import PAYLOAD
 from bench.fanout import FILTER, GROUPS, FanoutResult
 from bench.latency import LatencyResult, OnTimeResult
@@ -95,6 +96,7 @@ class Report:
     settlement: SettleResult | None = None
     fanout: FanoutResult | None = None
     ordering: OrderingResult | None = None
+    capture: CaptureResult | None = None
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -247,6 +249,12 @@ class Report:
                 fair.ratio if fair else None,
                 2,
                 at_most=True,
+            ),
+            Target(
+                "capture_events_s",
+                "table events: source row changes captured a second",
+                self.capture.events_s if self.capture else None,
+                TARGET_EVENTS_S,
             ),
             Target(
                 "bytes_per_cached_msg",
@@ -582,6 +590,8 @@ class Report:
             "fairness_base_p99_ms": rnd(fair.base_p99_ms if fair else None, 1),
             "fairness_ratio": rnd(fair.ratio if fair else None, 3),
             "ordering": od.as_dict() if od else None,
+            "capture_events_s": rnd(self.capture.events_s if self.capture else None, 0),
+            "capture": self.capture.as_dict() if self.capture else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

@@ -734,12 +734,34 @@ class MessageEngine(Subscriptions):
             dead = {}
         out = [dataclasses.replace(s, dead=dead.get(s.name)) for s in out]
         out = [self._with_unseen(s) for s in out]
+        out = [self._with_capture(s) for s in out]
         out += [
             TableStatus(name=n, keyspace=self.keyspace, config=None, load_error=e)
             for n, e in errors.items()
         ]
         out += self._subscription_statuses(subs)
         return sorted(out, key=lambda s: (s.name, s.subscription))
+
+    def _with_capture(self, s: TableStatus) -> TableStatus:
+        """A capture table's status with its follower's (msgtable.capture)."""
+        if s.config is None or s.config.capture is None:
+            return s
+        f = self.capture
+        if f is None:
+            return dataclasses.replace(s, capture_problem="table events need a MySQL database")
+        if f.disabled_because:
+            return dataclasses.replace(s, capture_problem=f.disabled_because)
+        if not self._leading:
+            return dataclasses.replace(
+                s, capture_problem="this server does not hold the lease: the leader captures"
+            )
+        return dataclasses.replace(
+            s,
+            capture_position=f.position,
+            capture_lag_s=f.lag_s if f.following.is_set() else None,
+            capture_events=f.events,
+            capture_problem="" if f.following.is_set() else "not following the binlog now",
+        )
 
 
 def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str]) -> None:

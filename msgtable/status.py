@@ -41,3 +41,10 @@ class TableStatus:
     # messages wait in the cache
     keys_in_flight: int = 0
     keys_waiting: int = 0
+    # A capture table's (msgtable.capture): the follower's stored position ("": not followed
+    # here), its lag in seconds (None: unknown), events written since it started, and why
+    # this server does not capture now
+    capture_position: str = ""
+    capture_lag_s: float | None = None
+    capture_events: int = 0
+    capture_problem: str = ""

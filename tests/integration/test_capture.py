@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from msgtable.capture import CaptureFollower, CaptureTarget
 from msgtable.capturestore import POSITION_TABLE
+from msgtable.cli.output import format_tables
 from msgtable.events import KINDS, Capture
 from msgtable.mysql import pymysql_args
 
@@ -470,3 +471,43 @@ def test_two_followers_at_once_write_each_event_once(db_dsn: str):
         for f in followers:
             f.close()
         db.dispose()
+
+
+def test_list_tables_shows_a_capture_table_s_patterns_kinds_position_and_lag(db_dsn: str):
+    with serve(db_dsn) as s:
+        s.sql(event_table_ddl(vt_capture="orders_*|customers", vt_capture_kinds="insert|drop"))
+        s.create_table("plain_queue")
+        s.engine.refresh()
+        wait_until(s.engine.capture.following.is_set, what="the capture follower")  # type: ignore[union-attr]
+        s.sql("create table customers(id int primary key)")
+        s.sql("insert into customers values (1)")
+        wait_events(s, 1)
+
+        def info() -> Any:
+            (t,) = [t for t in s.client.list_tables() if t.name == EVENTS]
+            return t if t.capture_events >= 1 else None
+
+        t = wait_until(info, what="the capture table's status to count its event")
+        assert t.config.capture == ("orders_*", "customers")
+        assert t.config.capture_kinds == ("drop", "insert")
+        assert t.capture_position == s.sql(f"select position from {POSITION_TABLE}")[0][0]
+        assert t.capture_position.startswith(("gtid:", "file:"))
+        assert t.capture_lag_s is not None and 0 <= t.capture_lag_s < 60
+        assert t.capture_problem == ""
+        (plain,) = [t for t in s.client.list_tables() if t.name == "plain_queue"]
+        assert plain.config.capture == () and plain.capture_lag_s is None
+        text = format_tables(s.client.list_tables())
+        assert f"  {EVENTS} <- orders_*|customers (drop|insert); at {t.capture_position}" in text
+
+
+def test_a_follower_server_says_the_leader_captures(db_dsn: str):
+    kwargs = {"lease_period_s": 1.0, "discovery_interval_s": 0.3}
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(event_table_ddl())
+    with serve(db_dsn, **kwargs) as a:
+        wait_until(lambda: a.engine.leading, what="the first server leads")
+        with serve(db_dsn, **kwargs) as b:
+            (t,) = wait_until(lambda: b.client.list_tables(), what="the second's tables")
+            assert "does not hold the lease" in t.capture_problem and not t.capture_position
+    db.dispose()

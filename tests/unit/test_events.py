@@ -8,6 +8,8 @@ import decimal
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from msgtable.errors import TableLoadError
 from msgtable.events import (
@@ -215,3 +217,26 @@ def test_a_missing_or_mistyped_event_column_is_named():
     columns = [Column("kind", "int", "int(11)") if c.name == "kind" else c for c in EVENT_COLUMNS]
     with pytest.raises(TableLoadError, match="column kind cannot be int"):
         load(",vt_capture=t", columns)
+
+
+@settings(max_examples=2000, deadline=None, database=None)
+@given(st.text(max_size=100), st.one_of(st.none(), st.text(max_size=40)))
+def test_any_capture_field_loads_or_is_one_load_error_naming_it(patterns: str, kinds):
+    fields = ",vt_capture=" + patterns + ("" if kinds is None else ",vt_capture_kinds=" + kinds)
+    try:
+        cfg = load(fields)
+    except TableLoadError as exc:
+        assert str(exc).startswith("table events: ")
+        return
+    assert cfg.capture is not None
+    for name in ("orders", "", patterns):
+        cfg.capture.wants_table(name)  # never raises
+
+
+@settings(max_examples=2000, deadline=None, database=None)
+@given(st.text(max_size=200))
+def test_any_statement_gives_table_names_or_nothing(statement: str):
+    for kind, names in ddl_tables(statement, "db"):
+        assert kind in KINDS and names and all(isinstance(t, str) for _, t in names)
+    for prefix in ("create table ", "drop table ", "rename table a to ", "alter table "):
+        ddl_tables(prefix + statement, "db")

@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 FLUSH_ROWS = 5000  # pending events written together (one transaction) once this many wait
 FLUSH_S = 0.05  # ... or once the oldest has waited this long
 IDLE_POSITION_S = 1.0  # a position that moved past other tables' changes only: this often
+FL_STANDALONE = 0x1  # MariaDB GTID event flag: a statement without an Xid (a DDL)
 HEARTBEAT_S = 0.1  # the stream says it is quiet this often (the pending events go then)
 RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
@@ -241,7 +242,11 @@ class _Reader:
         self.written = start  # the stored position
         self.reached = start  # the position after the last transaction read
         self.trx: list[tuple[str, str, Event]] = []  # (table, kind, event) being read
+        self.trx_ddl: list[tuple[str, Event]] = []  # (capture table, event) being read
         self.trx_gtid: str | None = None
+        # MariaDB: whether the transaction being read is a lone statement (a DDL, which has
+        # no Xid) or ends with an Xid (CREATE TABLE ... SELECT: its DDL, then its rows)
+        self.standalone = True
         self.pending: dict[str, list[Event]] = {}  # committed, not written yet
         self.pending_rows = 0
         self.pending_since = 0.0
@@ -281,7 +286,8 @@ class _Reader:
                 continue
             f.caught_up = False
             if isinstance(event, MariadbGtidEvent):
-                self.trx, self.trx_gtid = [], event.gtid
+                self.trx, self.trx_ddl, self.trx_gtid = [], [], event.gtid
+                self.standalone = bool(event.flags & FL_STANDALONE)
             elif isinstance(event, XidEvent):
                 self.commit(event)
             elif isinstance(event, QueryEvent):
@@ -349,7 +355,6 @@ class _Reader:
             self.commit(event)
             return
         schema = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else ""
-        self.trx = []
         statement = json.dumps(text, ensure_ascii=False)
         when = event.timestamp * 10**9
         targets = self.f._targets()
@@ -363,20 +368,22 @@ class _Reader:
                 name = next((n for n in ours if target.capture.wants(n, kind)), None)
                 if name is not None:
                     row = (name, kind, None, name, None, statement, when, self.here(event, i))
+                    self.trx_ddl.append((target.table, row))
+        if not self.mariadb or self.standalone:  # else its Xid commits it, with its rows
+            self.commit(event)
+
+    def commit(self, event: Any) -> None:
+        """The transaction being read committed: its events join the pending ones."""
+        for table, row in self.trx_ddl:
+            self.pending.setdefault(table, []).append(row)
+            self.pending_rows += 1
+        targets = self.f._targets()
+        for source, kind, row in self.trx:
+            for target in targets:
+                if target.capture.wants(source, kind):
                     self.pending.setdefault(target.table, []).append(row)
                     self.pending_rows += 1
-        self.commit(event, ddl=True)
-
-    def commit(self, event: Any, ddl: bool = False) -> None:
-        """The transaction being read committed: its events join the pending ones."""
-        if not ddl:
-            targets = self.f._targets()
-            for table, kind, row in self.trx:
-                for target in targets:
-                    if target.capture.wants(table, kind):
-                        self.pending.setdefault(target.table, []).append(row)
-                        self.pending_rows += 1
-        self.trx = []
+        self.trx, self.trx_ddl = [], []
         if self.mariadb:
             if self.trx_gtid is not None:
                 self.gtids[self.trx_gtid.split("-", 1)[0]] = self.trx_gtid

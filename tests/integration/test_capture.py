@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from msgtable import capture
 from msgtable.capture import CaptureFollower, CaptureTarget
-from msgtable.capturestore import POSITION_TABLE
+from msgtable.capturestore import POSITION_TABLE, CaptureStore
 from msgtable.cli.output import format_tables
 from msgtable.events import KINDS, Capture
 from msgtable.mysql import pymysql_args
@@ -511,3 +512,50 @@ def test_a_follower_server_says_the_leader_captures(db_dsn: str):
             (t,) = wait_until(lambda: b.client.list_tables(), what="the second's tables")
             assert "does not hold the lease" in t.capture_problem and not t.capture_position
     db.dispose()
+
+
+def test_create_table_select_gives_its_create_and_its_rows(captured: Served):
+    s = captured
+    s.sql("create table seed(id int primary key, v int)")
+    s.sql("insert into seed values (1, 10), (2, 20)")
+    s.sql("create table orders_cs (primary key(id)) select id, v from seed")
+    s.sql("insert into orders_cs values (3, 30)")
+    got = wait_events(s, 4)
+    assert [(e["kind"], e["pk"]) for e in got] == [
+        ("create", None),
+        ("insert", {"id": 1}),
+        ("insert", {"id": 2}),
+        ("insert", {"id": 3}),
+    ]
+
+
+def test_a_failure_inside_create_table_select_loses_none_of_its_rows(
+    captured: Served, monkeypatch: pytest.MonkeyPatch
+):
+    """CREATE ... SELECT is one transaction (its rows commit with its Xid): the position
+    moves past it only with its rows, so a write that fails after its DDL loses nothing."""
+    s = captured
+    s.sql("create table seed(id int primary key, v int)")
+    s.sql("insert into seed values (1, 10), (2, 20)")
+    real = CaptureStore.write
+    failed: list[str] = []
+
+    def write_failing_once_on_rows(self: CaptureStore, events: Any, *args: Any) -> None:
+        kinds = {row[1] for rows in events.values() for row in rows}
+        if "insert" in kinds and not failed:
+            failed.append("once")
+            raise ConnectionError("the connection broke (test)")
+        real(self, events, *args)
+
+    monkeypatch.setattr(CaptureStore, "write", write_failing_once_on_rows)
+    monkeypatch.setattr(capture, "FLUSH_S", 0.0)  # every commit is written at once
+    s.sql("create table orders_cs2 (primary key(id)) select id, v from seed")
+    s.sql("insert into orders_cs2 values (3, 30)")
+    got = wait_events(s, 4)
+    assert failed
+    assert [(e["kind"], e["pk"]) for e in got] == [
+        ("create", None),
+        ("insert", {"id": 1}),
+        ("insert", {"id": 2}),
+        ("insert", {"id": 3}),
+    ]

@@ -559,3 +559,27 @@ def test_a_failure_inside_create_table_select_loses_none_of_its_rows(
         ("insert", {"id": 2}),
         ("insert", {"id": 3}),
     ]
+
+
+def test_without_full_row_metadata_the_server_says_why_it_does_not_capture(db_dsn: str):
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        try:
+            conn.exec_driver_sql("set global binlog_row_metadata = 'MINIMAL'")
+        except sa.exc.DBAPIError as exc:  # an account without SUPER on a server of its own
+            pytest.skip(f"cannot change binlog_row_metadata here: {exc}")
+    try:
+        with serve(db_dsn) as s:
+            s.sql(event_table_ddl())
+            s.engine.refresh()
+            f = s.engine.capture
+            assert f is not None
+            wait_until(lambda: f.disabled_because, what="the follower to give up")
+            assert "binlog_row_metadata is not FULL" in (f.disabled_because or "")
+            (t,) = s.client.list_tables()
+            assert "binlog_row_metadata" in t.capture_problem and t.capture_lag_s is None
+            assert "binlog_row_metadata is not FULL" in format_tables([t])
+    finally:
+        with db.connect() as conn:
+            conn.exec_driver_sql("set global binlog_row_metadata = 'FULL'")
+        db.dispose()

@@ -369,8 +369,14 @@ class _Reader:
                 if name is not None:
                     row = (name, kind, None, name, None, statement, when, self.here(event, i))
                     self.trx_ddl.append((target.table, row))
-        if not self.mariadb or self.standalone:  # else its Xid commits it, with its rows
-            self.commit(event)
+        # A DDL is a transaction of its own, but CREATE TABLE ... SELECT, whose Xid commits
+        # it with its rows (MariaDB: its GTID is not standalone; MySQL 8.0.21+ logs it ending
+        # "START TRANSACTION", not run here)
+        if self.mariadb and not self.standalone:
+            return
+        if not self.mariadb and text.rstrip().upper().endswith("START TRANSACTION"):
+            return
+        self.commit(event)
 
     def commit(self, event: Any) -> None:
         """The transaction being read committed: its events join the pending ones."""

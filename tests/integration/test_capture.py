@@ -583,3 +583,32 @@ def test_without_full_row_metadata_the_server_says_why_it_does_not_capture(db_ds
         with db.connect() as conn:
             conn.exec_driver_sql("set global binlog_row_metadata = 'FULL'")
         db.dispose()
+
+
+def test_a_subscription_with_a_kind_filter_gets_only_the_creates_of_its_tables(
+    captured: Served,
+):
+    s = captured
+    s.client.create_subscription(
+        EVENTS, "creates", filter="kind = 'create' AND source_table LIKE 'orders%'"
+    )
+    s.engine.refresh()
+    creates = Collector(s.client, EVENTS, subscription="creates")
+    everything = Collector(s.client, EVENTS)  # the default group: every event
+    s.sql("create table customers(id int primary key)")
+    s.sql("create table orders_s1(id int primary key)")
+    s.sql("insert into orders_s1 values (1)")
+    s.sql("alter table orders_s1 add column x int")
+    s.sql("create table orders_s2(id int primary key)")
+    got = creates.take(2)
+    assert [(m.values["kind"], m.values["source_table"]) for m in got] == [
+        ("create", "orders_s1"),
+        ("create", "orders_s2"),
+    ]
+    for m in got:
+        m.ack()
+    creates.nothing_for(0.5)
+    all_kinds = [m.values["kind"] for m in everything.take(5)]
+    assert all_kinds == ["create", "create", "insert", "alter", "create"]
+    creates.close()
+    everything.close()

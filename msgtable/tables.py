@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from msgtable.errors import TableLoadError
-from msgtable.events import EVENT_COLUMNS, Capture, parse_kinds, parse_patterns
+from msgtable.events import EVENT_COLUMNS, ROW_KEY_MAX, Capture, parse_kinds, parse_patterns
 from msgtable.mysql import BINARY_TYPES, INTEGER_TYPES
 
 COMMENT_MARKER = "vitess_message"
@@ -395,6 +395,11 @@ EVENT_COLUMN_TYPES = {
 }
 
 
+# The shortest text an event column may be (a table name, a kind, msgtable.events.row_key,
+# a binlog position).
+EVENT_TEXT_LENGTHS = {"source_table": 64, "kind": 8, "row_key": ROW_KEY_MAX, "position": 255}
+
+
 def _capture(
     fields: dict[str, str], by_name: dict[str, Column], layout: Layout, problems: Problems
 ) -> Capture | None:
@@ -419,6 +424,12 @@ def _capture(
         # MariaDB reports a JSON column as longtext
         if col is not None and col.data_type not in EVENT_COLUMN_TYPES[name]:
             problems.add(f"vt_capture: column {name} cannot be {col.column_type}")
+        elif col is not None and text_limit(col) < EVENT_TEXT_LENGTHS.get(name, 0):
+            # shorter, and one event would fail to be written, stopping all of them
+            problems.add(
+                f"vt_capture: column {name} must hold {EVENT_TEXT_LENGTHS[name]} "
+                f"characters, not {col.column_type}"
+            )
     if wrong or wrong_kinds:
         return None
     return Capture(patterns, kinds)

@@ -240,3 +240,16 @@ def test_any_statement_gives_table_names_or_nothing(statement: str):
         assert kind in KINDS and names and all(isinstance(t, str) for _, t in names)
     for prefix in ("create table ", "drop table ", "rename table a to ", "alter table "):
         ddl_tables(prefix + statement, "db")
+
+
+def test_an_event_column_too_short_for_what_is_written_is_named():
+    short = {"row_key": "varchar(100)", "position": "varchar(20)"}
+    columns = [
+        Column(c.name, c.data_type, short[c.name]) if c.name in short else c for c in EVENT_COLUMNS
+    ]
+    with pytest.raises(TableLoadError) as caught:
+        load(",vt_capture=t", columns)
+    assert "column row_key must hold 255 characters, not varchar(100)" in str(caught.value)
+    assert "column position must hold 255 characters, not varchar(20)" in str(caught.value)
+    long = [Column(c.name, "longtext", "longtext") if c.name in short else c for c in EVENT_COLUMNS]
+    assert load(",vt_capture=t", long).capture is not None

@@ -1,9 +1,9 @@
 """Writing SQL text safely: identifiers quoted, ids as IN lists, msgtable's statement mark.
 
 The modules that hold SQL (store.py: the engine's; bulk.py: the pipeline's; lease.py: the
-lease's) build their statements with these: a table or column name reaches SQL only if it
-came from information_schema, and quoted; every value is a bound parameter, but for integer
-ids, which are written as decimal literals.
+lease's; capturestore.py: the table events') build their statements with these: a table or
+column name reaches SQL only if it came from information_schema, and quoted; every value is a
+bound parameter, but for integer ids, which are written as decimal literals.
 """
 
 from __future__ import annotations

@@ -263,3 +263,48 @@ def test_an_ordered_tables_status_carries_its_ordering_and_key_counts_both_ways(
     assert (info.keys_in_flight, info.keys_waiting) == (4, 9)
     text = output.format_tables([info])
     assert "ordered per key:\n  t: by k in id order; keys in flight 4, keys waiting 9" in text
+
+
+def test_a_capture_tables_status_carries_its_patterns_kinds_and_follower_both_ways():
+    from msgtable.events import Capture
+
+    columns = (Column("id", "bigint", "bigint"), Column("kind", "varchar", "varchar(16)"))
+    config = config_of(columns, capture=Capture(("orders_*", "c"), frozenset({"insert", "drop"})))
+    status = TableStatus(
+        name="ev",
+        keyspace="ks",
+        config=config,
+        load_error=None,
+        capture_position="gtid:0-1-9",
+        capture_lag_s=1.25,
+        capture_events=42,
+    )
+    info = codec.table_info_from_proto(codec.table_status_to_proto(status))
+    assert info.config is not None
+    assert (info.config.capture, info.config.capture_kinds) == (
+        ("orders_*", "c"),
+        ("drop", "insert"),
+    )
+    assert (info.capture_position, info.capture_lag_s, info.capture_events) == (
+        "gtid:0-1-9",
+        1.25,
+        42,
+    )
+    text = output.format_tables([info])
+    assert (
+        "table events:\n  ev <- orders_*|c (drop|insert); at gtid:0-1-9, lag 1.2s, 42 written"
+        in text
+    )
+    unknown = TableStatus(
+        name="ev", keyspace="ks", config=config, load_error=None, capture_problem="why"
+    )
+    info = codec.table_info_from_proto(codec.table_status_to_proto(unknown))
+    assert info.capture_lag_s is None and info.capture_problem == "why"
+    assert "  ev <- orders_*|c (drop|insert); why" in output.format_tables([info])
+    plain = codec.table_info_from_proto(
+        codec.table_status_to_proto(
+            TableStatus(name="t", keyspace="ks", config=config_of(columns), load_error=None)
+        )
+    )
+    assert plain.config is not None and plain.config.capture == () and plain.capture_lag_s is None
+    assert "table events" not in output.format_tables([plain])

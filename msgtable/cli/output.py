@@ -95,6 +95,11 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         lines.append("")
         lines.append("table events:")
         lines.extend(_capturing(t) for t in capturing)
+    pushed = [t for t in (*tables, *subs) if t.push is not None]
+    if pushed:
+        lines.append("")
+        lines.append("pushed to:")
+        lines.extend(_pushed(t) for t in pushed)
     moved = [t for t in tables if t.config is not None and t.config.dead_letter]
     if moved:
         lines.append("")
@@ -214,6 +219,16 @@ def format_subscriptions(
         lines.append("load errors:")
         lines.extend(_load_error(s) for s in failed)
     return "\n".join(lines)
+
+
+def _pushed(t: TableInfo) -> str:
+    p = t.push
+    assert p is not None
+    group = f"{t.name}/{t.subscription}" if t.subscription else t.name
+    return (
+        f"  {group} -> {p.url}: {p.state}; in flight {p.in_flight}/{p.max_in_flight}, "
+        f"pushed {p.pushed:,}, failed {p.failed:,}"
+    )
 
 
 def format_endpoints(tables: Sequence[TableInfo]) -> str:

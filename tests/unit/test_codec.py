@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from decimal import Decimal
 from typing import Any
@@ -12,6 +13,7 @@ from msgtable import codec
 from msgtable.cli import output
 from msgtable.codec import FieldType, RowDecoder, RowEncoder
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.push.status import PushStatus
 from msgtable.status import TableStatus
 from msgtable.tables import Column, Layout, TableConfig
 
@@ -308,3 +310,17 @@ def test_a_capture_tables_status_carries_its_patterns_kinds_and_follower_both_wa
     )
     assert plain.config is not None and plain.config.capture == () and plain.capture_lag_s is None
     assert "table events" not in output.format_tables([plain])
+
+
+def test_a_groups_push_endpoint_shows_under_pushed_to_in_msgtable_tables_without_its_secret():
+    columns = (Column("id", "bigint", "bigint"),)
+    push = PushStatus("https://hooks.example.com/in", "pushing", 2, 1_234, 5, 4, 10.0)
+    table = TableStatus(name="t", keyspace="ks", config=config_of(columns), load_error=None)
+    sub = dataclasses.replace(table, subscription="billing", push=push)
+    infos = [codec.table_info_from_proto(codec.table_status_to_proto(s)) for s in (table, sub)]
+    assert infos[1].push == push
+    text = output.format_tables(infos)
+    assert (
+        "pushed to:\n  t/billing -> https://hooks.example.com/in: pushing; in flight 2/4, "
+        "pushed 1,234, failed 5"
+    ) in text

@@ -182,9 +182,15 @@ class ServerProcess:
     (the server gets its own GIL); ``address`` once started, ``rss_mb()`` its memory."""
 
     def __init__(
-        self, dsn: str, log_level: str = "warning", binlog: bool = True, lease: bool = True
+        self,
+        dsn: str,
+        log_level: str = "warning",
+        binlog: bool = True,
+        lease: bool = True,
+        extra: Sequence[str] = (),
     ) -> None:
         self.dsn = dsn
+        self.extra = tuple(extra)  # more flags of msgtable serve (bench.push: --push-allow)
         self.log_level = log_level
         self.binlog = binlog  # False: msgtable serve --no-binlog (polling only)
         # False: --no-lease, for a second server beside the bench's main one (which holds the
@@ -218,6 +224,7 @@ class ServerProcess:
             self.log_level,
             "--binlog" if self.binlog else "--no-binlog",
             "--lease" if self.lease else "--no-lease",
+            *self.extra,
         ]
         self.process = subprocess.Popen(
             command,

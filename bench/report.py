@@ -15,6 +15,7 @@ from bench.measure import Throughput
 from bench.memory import MemoryResult
 from bench.ordering import HOT_BATCH, FairnessResult, OrderingResult
 from bench.producer import MIN_PRODUCER_ROWS
+from bench.push import TARGET_MSGS_S, TARGET_P99_MS, PushResult
 from bench.scale import (
     DRAINS,
     LARGE_BACKLOG,
@@ -95,6 +96,7 @@ class Report:
     settlement: SettleResult | None = None
     fanout: FanoutResult | None = None
     ordering: OrderingResult | None = None
+    push: PushResult | None = None
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -246,6 +248,20 @@ class Report:
                 "other keys' p99 wait: with a 90 % hot key / without",
                 fair.ratio if fair else None,
                 2,
+                at_most=True,
+            ),
+            Target(
+                "push_msgs_s",
+                "push to a local HTTP receiver at batch 100, msgs/s",
+                self.push.msgs_s if self.push else None,
+                TARGET_MSGS_S,
+            ),
+            Target(
+                "push_latency_p99_ms",
+                "INSERT commit -> POST received at 1,000 msg/s (binlog), p99",
+                self.push.p99_ms if self.push else None,
+                TARGET_P99_MS,
+                unit=" ms",
                 at_most=True,
             ),
             Target(
@@ -582,6 +598,10 @@ class Report:
             "fairness_base_p99_ms": rnd(fair.base_p99_ms if fair else None, 1),
             "fairness_ratio": rnd(fair.ratio if fair else None, 3),
             "ordering": od.as_dict() if od else None,
+            "push_msgs_s": rnd(self.push.msgs_s if self.push else None, 0),
+            "push_latency_p50_ms": rnd(self.push.p50_ms if self.push else None, 2),
+            "push_latency_p99_ms": rnd(self.push.p99_ms if self.push else None, 2),
+            "push": self.push.as_dict() if self.push else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

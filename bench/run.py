@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import engine, fanout, latency, memory, ordering, peer, raw, scale, settle, spark
+from bench import engine, fanout, latency, memory, ordering, peer, push, raw, scale, settle, spark
 from bench.database import Database, database_server, scratch_database
 from bench.errors import BenchError
 from bench.processes import ServerProcess
@@ -56,6 +56,7 @@ SECTIONS = (
     "settlement",
     "fanout",
     "ordering",
+    "push",
     "expiry",
     "backlog",
     "purge",
@@ -191,6 +192,14 @@ def run(args: argparse.Namespace) -> Report:
                 progress(
                     f"spark: enqueue {sp.enqueue_rows_s:,.0f} rows/s, archive {sp.archive_s:.1f} s"
                 )
+        if "push" in only:  # a server of its own, with --push-allow (bench.push)
+            with scratch_database(db.handle, "bench_push") as dsn:
+                report.push = push.run(dsn, p.mode, args.postpone_after)
+            pu = report.push
+            progress(
+                f"push: {pu.msgs_s:,.0f} msgs/s at batch {push.BATCH}; INSERT -> POST p50 "
+                f"{pu.p50_ms:.1f} ms, p99 {pu.p99_ms:.1f} ms"
+            )
         if "memory" in only:
             with scratch_database(db.handle, "bench_memory") as dsn:
                 report.memory = memory.run(dsn, postpone_after_s=args.postpone_after)

@@ -15,6 +15,7 @@ times stay in their MySQL text form (``"2024-05-01 12:00:00.250000"``), which is
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import enum
@@ -25,6 +26,7 @@ from typing import Any
 from msgtable import mysql
 from msgtable.deadletters import DeadLetter
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.push.status import PushStatus
 from msgtable.status import TableStatus
 from msgtable.tables import Column
 
@@ -350,6 +352,8 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
         unseen=-1 if status.unseen is None else status.unseen,
         **{name: getattr(status, name) for name in _COUNTERS},
     )
+    if status.push is not None:
+        message.push.CopyFrom(pb.PushStatus(**dataclasses.asdict(status.push)))
     if status.subscription and status.config is not None:
         message.settings.CopyFrom(
             settings_to_proto(
@@ -452,6 +456,7 @@ class TableInfo:
     expire_after_s: float | None = None
     keys_in_flight: int = 0  # an ordered table's keys with a batch in flight
     keys_waiting: int = 0  # and keys whose next messages wait in the server's cache
+    push: PushStatus | None = None  # its push endpoint (msgtable.push; never the secret)
 
     @property
     def loaded(self) -> bool:
@@ -498,7 +503,20 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         expire_after_s=(
             message.settings.expire_after_s if message.settings.HasField("expire_after_s") else None
         ),
+        push=push_status_from_proto(message.push) if message.HasField("push") else None,
         **{name: getattr(message, name) for name in _COUNTERS},
+    )
+
+
+def push_status_from_proto(message: pb.PushStatus) -> PushStatus:
+    return PushStatus(
+        url=message.url,
+        state=message.state,
+        in_flight=message.in_flight,
+        pushed=message.pushed,
+        failed=message.failed,
+        max_in_flight=message.max_in_flight,
+        timeout_s=message.timeout_s,
     )
 
 

@@ -37,6 +37,8 @@ from msgtable.lease import Lease, Takeover, connector
 from msgtable.limits import MAX_DEAD_LETTERS_LISTED, MAX_REDRIVE_BATCH
 from msgtable.manager import MessageManager
 from msgtable.mysql import pymysql_args
+from msgtable.push.allow import AllowList
+from msgtable.push.pushers import Endpoints
 from msgtable.registry import Subscriptions, stream_filter
 from msgtable.retry import Backoff, Retry
 from msgtable.rows import RowChange
@@ -56,7 +58,7 @@ DISCOVERY_RETRY_MAX_S = 30.0
 SHARDS = ("", "0", "-")  # ways to name the one shard of an unsharded keyspace
 
 
-class MessageEngine(Subscriptions):
+class MessageEngine(Subscriptions, Endpoints):
     """Serves every message table of one database (the keyspace)."""
 
     def __init__(
@@ -69,10 +71,14 @@ class MessageEngine(Subscriptions):
         run_loops: bool = True,
         follow_binlog: bool = False,
         lease_period_s: float | None = None,
+        push_allow: AllowList | None = None,
+        push_ca_file: str | None = None,
     ) -> None:
         """``lease_period_s``: share the database with other msgtable servers; this one
         sends only while it holds the lease (msgtable.lease), from ``campaign()`` on. None:
-        this server is the only one and sends from ``open()`` on."""
+        this server is the only one and sends from ``open()`` on. ``push_allow``: the URLs
+        push endpoints may have (msgtable.push.allow; None: none), ``push_ca_file`` the CAs
+        their certificates are checked against (None: the system's)."""
         self.store = store
         store.outage.tell = True  # a server says when its database goes and comes back
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
@@ -105,6 +111,7 @@ class MessageEngine(Subscriptions):
         self._takeover: tuple[float, Takeover] | None = None  # (monotonic when, what)
         self._clean_demotion = True  # the last loss of the lease wrote every postpone
         self._leader_hint = ""  # the leader named when this server lost the lease
+        self._init_push(push_allow, push_ca_file)
         self.binlog: BinlogFollower | None = None
         self._binlog_columns: dict[str, Sequence[str]] = {}
         if follow_binlog and isinstance(store, MySQLStore):
@@ -164,7 +171,8 @@ class MessageEngine(Subscriptions):
 
     def close(self) -> None:
         """End every subscription (Unavailable), stop all loops, give the lease back,
-        close connections."""
+        close connections. Pushers first: the POSTs they have in progress get settled."""
+        self._close_pushers()
         self._stop.set()
         self._wake.set()
         if self.binlog is not None:
@@ -202,6 +210,7 @@ class MessageEngine(Subscriptions):
             self._start(m)
         for f in fanouts:
             f.trigger()
+        self._wake_pushers()
 
     def _hold_s(self, cfg: TableConfig) -> float:
         """How long a table's sends wait after a takeover: until vt_ack_wait after the
@@ -240,6 +249,7 @@ class MessageEngine(Subscriptions):
             old = list(self._managers.values())
             self._managers = {m.config.name: self._new_manager(m.config) for m in old}
         self._clean_demotion = _close_all(old, error)
+        self._wake_pushers()
 
     def _not_leader(self, leader: str | None = None) -> NotLeader:
         if leader is None:
@@ -306,6 +316,7 @@ class MessageEngine(Subscriptions):
             defs = self.store.discover()
             self._apply(defs)
             self._discovered = True
+            self._sync_pushers()
 
     def _apply(self, defs: list[TableDefinition]) -> None:
         configs: dict[str, TableConfig] = {}
@@ -697,6 +708,7 @@ class MessageEngine(Subscriptions):
             for n, e in errors.items()
         ]
         out += self._subscription_statuses(subs)
+        out = [dataclasses.replace(s, push=self.push_status(s.name, s.subscription)) for s in out]
         return sorted(out, key=lambda s: (s.name, s.subscription))
 
 

@@ -50,6 +50,9 @@ from msgtable.limits import (
 )
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+from msgtable.push.endpoints import DEFAULT_MAX_IN_FLIGHT as DEFAULT_PUSH_IN_FLIGHT
+from msgtable.push.endpoints import DEFAULT_TIMEOUT_S as DEFAULT_PUSH_TIMEOUT_S
+from msgtable.push.endpoints import Endpoint
 from msgtable.rows import Batch
 from msgtable.status import TableStatus
 from msgtable.subscriber import narrowed
@@ -156,6 +159,10 @@ class Engine(Protocol):
     def drop_subscription(self, table: str, name: str) -> None: ...
 
     def list_subscriptions(self, table: str = "") -> list[TableStatus]: ...
+
+    def set_endpoint(self, endpoint: Endpoint) -> None: ...
+
+    def drop_endpoint(self, table: str, subscription: str = "") -> None: ...
 
 
 # The one mapping from domain errors to status codes; the first class in an error's MRO wins.
@@ -536,6 +543,33 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             )
         except Exception as exc:
             _fail(context, "ListSubscriptions", exc)
+
+    # -- push endpoints (msgtable.push) ---------------------------------------------------------
+    def SetEndpoint(self, request: Any, context: grpc.ServicerContext) -> pb.EndpointResponse:
+        try:
+            self._allowed(context, "manage", _resource(request.table, request.subscription))
+            _keyspace(self._engine, request.keyspace)
+            endpoint = Endpoint(
+                table=request.table,
+                subscription=request.subscription,
+                url=request.url,
+                secret=request.secret,
+                max_in_flight=request.max_in_flight or DEFAULT_PUSH_IN_FLIGHT,
+                timeout_s=request.timeout_s or DEFAULT_PUSH_TIMEOUT_S,
+            )
+            self._engine.set_endpoint(endpoint)
+            return pb.EndpointResponse()
+        except Exception as exc:
+            _fail(context, "SetEndpoint", exc)
+
+    def DropEndpoint(self, request: Any, context: grpc.ServicerContext) -> pb.EndpointResponse:
+        try:
+            self._allowed(context, "manage", _resource(request.table, request.subscription))
+            _keyspace(self._engine, request.keyspace)
+            self._engine.drop_endpoint(request.table, request.subscription)
+            return pb.EndpointResponse()
+        except Exception as exc:
+            _fail(context, "DropEndpoint", exc)
 
 
 def _resource(table: str, subscription: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msgtable.push.status import PushStatus
 from msgtable.tables import TableConfig
 
 
@@ -41,3 +42,5 @@ class TableStatus:
     # messages wait in the cache
     keys_in_flight: int = 0
     keys_waiting: int = 0
+    # Its push endpoint (msgtable.push): url, state, counts; never the secret (None: none)
+    push: PushStatus | None = None

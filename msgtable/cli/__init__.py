@@ -8,6 +8,8 @@
     msgtable subscription create|alter TABLE NAME      a subscription's filter, columns and
                   [--filter TEXT] [--columns A,B] ...  settings (alter: '' or 0 clears one)
     msgtable subscription drop TABLE NAME / list       drop one / list them with lag and state
+    msgtable endpoint set TABLE URL [--subscription S]  push a table or subscription by HTTP
+                  [--secret-file F] / drop TABLE / list (CloudEvents, signed); drop / list them
     msgtable dead NAME / redrive NAME [--to TABLE]     dead letters: list them, move them back
     msgtable archive NAME --to PATH / report NAME      the Spark pipeline's jobs
 
@@ -45,6 +47,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "subscription alter": commands.subscription_alter,
     "subscription drop": commands.subscription_drop,
     "subscription list": commands.subscription_list,
+    "endpoint set": commands.endpoint_set,
+    "endpoint drop": commands.endpoint_drop,
+    "endpoint list": commands.endpoint_list,
     "dead": commands.dead,
     "redrive": commands.redrive,
     "archive": commands.archive,

@@ -5,6 +5,7 @@ archive`` and ``msgtable report`` (the spark extra)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -13,6 +14,7 @@ from tqdm import tqdm
 
 from msgtable.cli.output import (
     format_dead,
+    format_endpoints,
     format_message,
     format_subscriptions,
     format_tables,
@@ -160,6 +162,55 @@ def subscription_list(args: argparse.Namespace, out: TextIO | None = None) -> in
             print(subscription_json(s), file=out)
     else:
         print(format_subscriptions(subs, args.table), file=out)
+    return EXIT_OK
+
+
+# -- push endpoints ------------------------------------------------------------------------------
+def _secret(args: argparse.Namespace) -> str:
+    if args.secret_file:
+        try:
+            with open(args.secret_file, encoding="utf-8") as f:
+                return f.read().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidArgument(
+                f"cannot read --secret-file {args.secret_file}: {exc.__class__.__name__}"
+            ) from None
+    secret = os.environ.get("MSGTABLE_PUSH_SECRET", "")
+    if not secret:
+        raise InvalidArgument(
+            "an endpoint needs a secret: --secret-file FILE or MSGTABLE_PUSH_SECRET"
+        )
+    return secret
+
+
+def endpoint_set(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    with _client(args) as client:
+        client.set_endpoint(
+            args.table,
+            args.url,
+            _secret(args),
+            subscription=args.subscription,
+            max_in_flight=args.max_in_flight,
+            timeout_s=args.timeout,
+            keyspace=args.keyspace,
+        )
+    label = f"{args.table}/{args.subscription}" if args.subscription else args.table
+    print(f"{label} is pushed to {args.url}", file=out or sys.stdout)
+    return EXIT_OK
+
+
+def endpoint_drop(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    with _client(args) as client:
+        client.drop_endpoint(args.table, args.subscription, keyspace=args.keyspace)
+    label = f"{args.table}/{args.subscription}" if args.subscription else args.table
+    print(f"{label} is no longer pushed", file=out or sys.stdout)
+    return EXIT_OK
+
+
+def endpoint_list(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    with _client(args) as client:
+        tables = client.list_tables()
+    print(format_endpoints(tables), file=out or sys.stdout)
     return EXIT_OK
 
 

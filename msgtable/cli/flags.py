@@ -256,6 +256,21 @@ SERVE = Command(
             metavar="PEM",
         ),
         Flag(
+            "--push-allow",
+            "the URLs push endpoints may have, comma separated: scheme://host[:port], "
+            "scheme://*.domain, scheme://CIDR (e.g. https://*.example.com,http://10.1.0.0/16); "
+            "default none: nothing is pushed",
+            env="MSGTABLE_PUSH_ALLOW",
+            default="",
+            metavar="LIST",
+        ),
+        Flag(
+            "--push-ca-file",
+            "the CA certificates HTTPS endpoints are checked against (default the system's)",
+            env="MSGTABLE_PUSH_CA_FILE",
+            metavar="PEM",
+        ),
+        Flag(
             "--max-subscribers-per-table",
             f"then RESOURCE_EXHAUSTED (default {DEFAULT_MAX_SUBSCRIBERS_PER_TABLE:,})",
             default=DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
@@ -577,7 +592,75 @@ SUBSCRIPTION = Command(
     ),
 )
 
-COMMANDS = (SERVE, TABLES, TAIL, SUBSCRIPTION, DEAD, REDRIVE, ARCHIVE, REPORT)
+# -- push endpoints ------------------------------------------------------------------------------
+ENDPOINT_SUBSCRIPTION = Flag(
+    "--subscription",
+    "the endpoint of this subscription of TABLE (default the table's default group)",
+    default="",
+)
+ENDPOINT = Command(
+    "endpoint",
+    "set, drop and list push endpoints",
+    "A push endpoint delivers a table's default group (or one of its subscriptions) by HTTP "
+    "POST instead of to msgtable tail / MessageStream subscribers: CloudEvents in batches, "
+    "signed the Standard Webhooks way; a 2xx answer acks the batch (README: Push to HTTP "
+    "endpoints). The definitions live in the database (table msgtable_endpoints), so every "
+    "server sees them; the one holding the lease pushes. The server calls only URLs its "
+    "--push-allow allows.",
+    subcommands=(
+        Command(
+            "set",
+            "push a table or subscription to a URL",
+            "Push TABLE's default group (or --subscription's) to URL, replacing its endpoint "
+            "if it has one. The signing secret comes from --secret-file or MSGTABLE_PUSH_SECRET "
+            "(whsec_<base64>, or 16-512 bytes of text); it is never shown again. A URL outside "
+            "the server's --push-allow is stored and waits (msgtable tables says why).",
+            (
+                Flag("table", "message table"),
+                Flag("url", "http(s)://host[:port]/path"),
+                ENDPOINT_SUBSCRIPTION,
+                Flag(
+                    "--secret-file",
+                    "a file holding the signing secret (surrounding white space is dropped)",
+                    metavar="FILE",
+                ),
+                Flag(
+                    "--max-in-flight",
+                    "batches POSTed at once (default 4)",
+                    default=0,
+                    type=positive_int,
+                    metavar="N",
+                ),
+                Flag(
+                    "--timeout",
+                    "the time-out of one POST: 10, 30s, 2m (default 10s)",
+                    default=0.0,
+                    type=duration,
+                    metavar="S",
+                ),
+                KEYSPACE_FLAG,
+                *CLIENT_FLAGS,
+            ),
+        ),
+        Command(
+            "drop",
+            "stop pushing a table or subscription",
+            "Drop the endpoint of TABLE's default group (or --subscription's): its messages "
+            "wait for subscribers again.",
+            (Flag("table", "message table"), ENDPOINT_SUBSCRIPTION, KEYSPACE_FLAG, *CLIENT_FLAGS),
+        ),
+        Command(
+            "list",
+            "list push endpoints with their state",
+            "List every push endpoint the server has: table, subscription, URL (never the "
+            "secret), state (pushing; idle: another server pushes; not allowed: why; failing: "
+            "the last error), batches in flight, messages pushed and failed.",
+            CLIENT_FLAGS,
+        ),
+    ),
+)
+
+COMMANDS = (SERVE, TABLES, TAIL, SUBSCRIPTION, ENDPOINT, DEAD, REDRIVE, ARCHIVE, REPORT)
 # Every command's: all of the logs (libraries' too), and an error's details.
 VERBOSE = Flag("--verbose", "log everything, and show an error's details", store_true=True)
 

@@ -199,6 +199,31 @@ def format_subscriptions(
     return "\n".join(lines)
 
 
+def format_endpoints(tables: Sequence[TableInfo]) -> str:
+    """The push endpoints as ``msgtable endpoint list`` prints them (never a secret)."""
+    pushed = [t for t in tables if t.push is not None]
+    if not pushed:
+        return "no push endpoints"
+    rows: list[tuple[str, ...]] = [
+        ("TABLE", "SUBSCRIPTION", "URL", "IN FLIGHT", "PUSHED", "FAILED", "STATE")
+    ]
+    for t in pushed:
+        p = t.push
+        assert p is not None
+        rows.append(
+            (
+                t.name,
+                t.subscription or "-",
+                p.url,
+                f"{p.in_flight}/{p.max_in_flight}",
+                f"{p.pushed:,}",
+                f"{p.failed:,}",
+                p.state,
+            )
+        )
+    return "\n".join(_aligned(rows))
+
+
 def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
     """One subscription as a JSON line: what the list shows, in numbers, and its settings
     where the server reports them (its ack wait, max attempts and columns)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import shutil
 import signal
 import sys
@@ -30,6 +31,7 @@ log = logging.getLogger("msgtable.cli")
 EXIT_OK = 0
 EXIT_ERROR = 1
 DEMO_DATABASE = "msgtable"
+DEMO_PUSH_ALLOW = "http://127.0.0.0/8,http://[::1]"
 
 
 def open_engine(
@@ -37,17 +39,24 @@ def open_engine(
     discovery_interval_s: float = DEFAULT_DISCOVERY_INTERVAL_S,
     follow_binlog: bool = False,
     lease_period_s: float | None = None,
+    push_allow: str = "",
+    push_ca_file: str | None = None,
 ) -> MessageEngine:
     from sqlalchemy.exc import ArgumentError
 
     from msgtable.engine import MessageEngine
+    from msgtable.push.allow import AllowList
 
+    if push_ca_file and not os.path.isfile(push_ca_file):
+        raise InvalidArgument(f"--push-ca-file {push_ca_file}: no such file")
     try:
         return MessageEngine.from_dsn(
             dsn,
             discovery_interval_s=discovery_interval_s,
             follow_binlog=follow_binlog,
             lease_period_s=lease_period_s,
+            push_allow=AllowList.parse(push_allow),
+            push_ca_file=push_ca_file,
         )
     except ArgumentError as exc:
         raise InvalidArgument(f"invalid DSN: {exc}") from None
@@ -130,11 +139,16 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             from msgtable.mysql import without_driver
 
             dsn = without_driver(dsn)  # the server takes the fastest driver installed
+        push_allow = args.push_allow
+        if local is not None and not push_allow:
+            push_allow = DEMO_PUSH_ALLOW  # the demo pushes to this machine only
         engine = open_engine(
             dsn,
             args.discovery_interval,
             args.binlog,
             lease_period_s=args.lease_period if args.lease else None,
+            push_allow=push_allow,
+            push_ca_file=args.push_ca_file,
         )
         try:
             engine.open()

@@ -318,6 +318,36 @@ class Client:
         response = self._router.unary("ListSubscriptions", request)
         return [codec.table_info_from_proto(t) for t in response.subscriptions]
 
+    # -- push endpoints (README: Push to HTTP endpoints) ---------------------------------------
+    def set_endpoint(
+        self,
+        table: str,
+        url: str,
+        secret: str,
+        subscription: str = "",
+        max_in_flight: int = 0,
+        timeout_s: float = 0.0,
+        keyspace: str = "",
+    ) -> None:
+        """Push ``table``'s default group (or its ``subscription``) to ``url``, signed with
+        ``secret`` (``whsec_<base64>`` or 16-512 bytes of text); ``max_in_flight`` batches
+        at once (0: 4), each POST timing out after ``timeout_s`` (0: 10 s)."""
+        request = pb.SetEndpointRequest(
+            table=table,
+            keyspace=keyspace,
+            subscription=subscription,
+            url=url,
+            secret=secret,
+            max_in_flight=max_in_flight,
+            timeout_s=timeout_s,
+        )
+        self._router.unary("SetEndpoint", request)
+
+    def drop_endpoint(self, table: str, subscription: str = "", keyspace: str = "") -> None:
+        """Stop pushing ``table``'s default group (or its ``subscription``)."""
+        request = pb.DropEndpointRequest(table=table, keyspace=keyspace, subscription=subscription)
+        self._router.unary("DropEndpoint", request)
+
     def list_tables(self) -> list[TableInfo]:
         """Every message table the server knows, with config or load error and counters."""
         return self.status().tables

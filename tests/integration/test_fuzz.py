@@ -5,8 +5,10 @@ NaN delays and hostile or 1 MB reasons; dead-letter listings and redrives with h
 targets, limits and cursors; subscriptions created, altered, dropped, listed and streamed with
 hostile names, filters (quotes, comments, subqueries, function calls, unknown columns, random
 text) and projections; the same on an ordered table (vt_order_key) whose keys are hostile
-text. Each must get a clean status (never INTERNAL or UNKNOWN), the
-server must keep serving, and no table may change that was not named legitimately."""
+text; push endpoints set and dropped with hostile URLs (userinfo tricks, CRLF header
+injection, NUL, unicode hosts, 1 MB) and secrets. Each must get a clean status (never
+INTERNAL or UNKNOWN), the server must keep serving, and no table may change that was not
+named legitimately."""
 
 from __future__ import annotations
 
@@ -99,6 +101,7 @@ kinds = st.sampled_from(
     + ["create_sub"] * 3
     + ["stream_sub"] * 2
     + ["manage_sub"] * 2
+    + ["endpoint"] * 3
 )
 HOSTILE_FILTERS = [
     "message = 'kept' OR 1=1",
@@ -121,6 +124,36 @@ HOSTILE_FILTERS = [
 filters = st.one_of(st.sampled_from(HOSTILE_FILTERS + NASTY), st.text(max_size=120))
 columns = st.lists(
     st.one_of(st.sampled_from(["id", "message", "epoch", "nosuch"]), names), max_size=3
+)
+HOSTILE_URLS = [
+    "http://127.0.0.1@evil.test/",
+    "http://user:pw@127.0.0.1/",
+    "http://127.0.0.1/a\r\nX-Injected: 1",
+    "http://127.0.0.1/\x00",
+    "http://ex\u00e4mple.com/",
+    "http://\u0661\u0662\u0667.0.0.1/",
+    "http://[::1/",
+    "http://127.0.0.1:99999/",
+    "javascript:alert(1)",
+    "file:///etc/passwd",
+    "gopher://127.0.0.1:6379/_FLUSHALL",
+    "http://" + "a" * 1_000_000,
+    "http://127.0.0.1:1/valid",  # well formed: stored (not allowed by this server), dropped
+    "https://hooks.example.com/in?x=1",
+]
+urls = st.one_of(st.sampled_from(HOSTILE_URLS + NASTY), st.text(max_size=200))
+secrets = st.one_of(
+    st.sampled_from(
+        [
+            *NASTY,
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+            "whsec_not base64!",
+            "a-raw-secret-of-enough-bytes\r\nX: 1",
+            "s" * 513,
+            "a-raw-secret-of-enough-bytes",
+        ]
+    ),
+    st.text(max_size=100),
 )
 requests = kinds.flatmap(
     lambda kind: {
@@ -160,6 +193,15 @@ requests = kinds.flatmap(
         ),
         "manage_sub": st.tuples(
             st.just("manage_sub"), st.sampled_from(["alter", "drop", "list"]), names, names
+        ),
+        "endpoint": st.tuples(
+            st.just("endpoint"),
+            st.one_of(names, st.just("canary")),
+            st.one_of(st.just(""), names),
+            urls,
+            secrets,
+            st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, 1, 64, 65]),
+            st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, 300.0, 301.0]),
         ),
         "redrive": st.tuples(
             st.just("redrive"),
@@ -213,9 +255,11 @@ def test_hostile_requests_get_clean_statuses_and_touch_nothing(db_dsn):
         assert sum(seen.values()) >= EXAMPLES
         # still serving, and nothing was touched (a subscription created by a valid request
         # was dropped at once; the canary's first one added its time_fanout column)
-        assert [t for t in s.sql("show tables") if t[0] != "msgtable_subscriptions"] == [
-            t for t in tables_before if t[0] != "msgtable_subscriptions"
+        registries = ("msgtable_subscriptions", "msgtable_endpoints")
+        assert [t for t in s.sql("show tables") if t[0] not in registries] == [
+            t for t in tables_before if t[0] not in registries
         ]
+        assert s.client.list_tables() and all(t.push is None for t in s.client.list_tables())
         after = s.sql("select id, epoch, time_next, time_acked, message from canary order by id")
         assert after == before
         c = Collector(s.client, "canary")
@@ -314,6 +358,20 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
                 )
             else:
                 stub.ListSubscriptions(pb.ListSubscriptionsRequest(table=table), timeout=10)
+        elif kind == "endpoint":
+            _, table, sub, url, secret, n, timeout_s = request
+            stub.SetEndpoint(
+                pb.SetEndpointRequest(
+                    table=table,
+                    subscription=sub,
+                    url=url,
+                    secret=secret,
+                    max_in_flight=n,
+                    timeout_s=timeout_s,
+                ),
+                timeout=30,
+            )
+            stub.DropEndpoint(pb.DropEndpointRequest(table=table, subscription=sub), timeout=30)
         else:
             stub.MessageAck(pb.MessageAckRequest(name="canary", ids=HUGE), timeout=10)
         return grpc.StatusCode.OK

@@ -805,6 +805,7 @@ class TableStatus(_message.Message):
     SETTINGS_FIELD_NUMBER: _builtins.int
     KEYS_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     KEYS_WAITING_FIELD_NUMBER: _builtins.int
+    PUSH_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -863,6 +864,10 @@ class TableStatus(_message.Message):
     def settings(self) -> Global___SubscriptionSettings:
         """A subscription's settings (0 / empty: the table's, or none)."""
 
+    @_builtins.property
+    def push(self) -> Global___PushStatus:
+        """Its push endpoint, when it has one (never its secret)."""
+
     def __init__(
         self,
         *,
@@ -891,14 +896,140 @@ class TableStatus(_message.Message):
         settings: Global___SubscriptionSettings | None = ...,
         keys_in_flight: _builtins.int = ...,
         keys_waiting: _builtins.int = ...,
+        push: Global___PushStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "settings", b"settings"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "push", b"push", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___TableStatus: _TypeAlias = TableStatus  # noqa: Y015
+
+@_typing.final
+class PushStatus(_message.Message):
+    """A push endpoint as a server sees it right now."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    PUSHED_FIELD_NUMBER: _builtins.int
+    FAILED_FIELD_NUMBER: _builtins.int
+    TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    state: _builtins.str
+    """"pushing", "idle: ..." (another server pushes), "not allowed: why" (its messages wait),
+    "failing: the last error" (its messages are released with the backoff), "starting".
+    """
+    in_flight: _builtins.int
+    """POSTs in progress now, and the most at once."""
+    max_in_flight: _builtins.int
+    pushed: _builtins.int
+    """Messages acked by a 2xx answer, and messages whose POST failed, since this server began."""
+    failed: _builtins.int
+    timeout_s: _builtins.float
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        state: _builtins.str = ...,
+        in_flight: _builtins.int = ...,
+        max_in_flight: _builtins.int = ...,
+        pushed: _builtins.int = ...,
+        failed: _builtins.int = ...,
+        timeout_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failed", b"failed", "in_flight", b"in_flight", "max_in_flight", b"max_in_flight", "pushed", b"pushed", "state", b"state", "timeout_s", b"timeout_s", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PushStatus: _TypeAlias = PushStatus  # noqa: Y015
+
+@_typing.final
+class SetEndpointRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    TIMEOUT_S_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    keyspace: _builtins.str
+    subscription: _builtins.str
+    """"": the table's default group."""
+    url: _builtins.str
+    """http(s)://host[:port]/path, within the server's --push-allow."""
+    secret: _builtins.str
+    """The signing secret: whsec_<base64> (Standard Webhooks) or 16-512 bytes of text."""
+    max_in_flight: _builtins.int
+    """Batches in flight at once (0: 4), and the time-out of one POST in seconds (0: 10)."""
+    timeout_s: _builtins.float
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+        url: _builtins.str = ...,
+        secret: _builtins.str = ...,
+        max_in_flight: _builtins.int = ...,
+        timeout_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "max_in_flight", b"max_in_flight", "secret", b"secret", "subscription", b"subscription", "table", b"table", "timeout_s", b"timeout_s", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetEndpointRequest: _TypeAlias = SetEndpointRequest  # noqa: Y015
+
+@_typing.final
+class DropEndpointRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TABLE_FIELD_NUMBER: _builtins.int
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    table: _builtins.str
+    keyspace: _builtins.str
+    subscription: _builtins.str
+    def __init__(
+        self,
+        *,
+        table: _builtins.str = ...,
+        keyspace: _builtins.str = ...,
+        subscription: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "subscription", b"subscription", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropEndpointRequest: _TypeAlias = DropEndpointRequest  # noqa: Y015
+
+@_typing.final
+class EndpointResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EndpointResponse: _TypeAlias = EndpointResponse  # noqa: Y015
 
 @_typing.final
 class SubscriptionSettings(_message.Message):

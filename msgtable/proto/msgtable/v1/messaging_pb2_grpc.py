@@ -95,6 +95,16 @@ class MessagingStub:
                 request_serializer=msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsRequest.SerializeToString,
                 response_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsResponse.FromString,
                 _registered_method=True)
+        self.SetEndpoint = channel.unary_unary(
+                '/msgtable.v1.Messaging/SetEndpoint',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.SetEndpointRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.FromString,
+                _registered_method=True)
+        self.DropEndpoint = channel.unary_unary(
+                '/msgtable.v1.Messaging/DropEndpoint',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.DropEndpointRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServicer:
@@ -210,6 +220,25 @@ class MessagingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetEndpoint(self, request, context):
+        """Push endpoints (README: Push to HTTP endpoints): a table's default group (subscription
+        "") or a subscription delivered by HTTP POST (CloudEvents, signed the Standard Webhooks
+        way) instead of to MessageStream subscribers. The definitions live in the database
+        (msgtable_endpoints); the server holding the lease pushes. A malformed URL, secret or
+        limit is INVALID_ARGUMENT (the secret is never quoted); an unknown table or
+        subscription, or dropping an endpoint that is not there, is NOT_FOUND. A URL outside the
+        server's --push-allow is stored, and waits: its status says why.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropEndpoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -272,6 +301,16 @@ def add_MessagingServicer_to_server(servicer, server):
                     servicer.ListSubscriptions,
                     request_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsRequest.FromString,
                     response_serializer=msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsResponse.SerializeToString,
+            ),
+            'SetEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetEndpoint,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.SetEndpointRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.SerializeToString,
+            ),
+            'DropEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropEndpoint,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.DropEndpointRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -599,6 +638,60 @@ class Messaging:
             '/msgtable.v1.Messaging/ListSubscriptions',
             msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsRequest.SerializeToString,
             msgtable_dot_v1_dot_messaging__pb2.ListSubscriptionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/SetEndpoint',
+            msgtable_dot_v1_dot_messaging__pb2.SetEndpointRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/DropEndpoint',
+            msgtable_dot_v1_dot_messaging__pb2.DropEndpointRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -96,6 +96,16 @@ class MessagingStub:
     DropSubscription: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.DropSubscriptionRequest, _messaging_pb2.SubscriptionResponse]
     ListSubscriptions: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.ListSubscriptionsRequest, _messaging_pb2.ListSubscriptionsResponse]
     """Lists subscriptions (of one table, or all) with their lag and state."""
+    SetEndpoint: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.SetEndpointRequest, _messaging_pb2.EndpointResponse]
+    """Push endpoints (README: Push to HTTP endpoints): a table's default group (subscription
+    "") or a subscription delivered by HTTP POST (CloudEvents, signed the Standard Webhooks
+    way) instead of to MessageStream subscribers. The definitions live in the database
+    (msgtable_endpoints); the server holding the lease pushes. A malformed URL, secret or
+    limit is INVALID_ARGUMENT (the secret is never quoted); an unknown table or
+    subscription, or dropping an endpoint that is not there, is NOT_FOUND. A URL outside the
+    server's --push-allow is stored, and waits: its status says why.
+    """
+    DropEndpoint: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.DropEndpointRequest, _messaging_pb2.EndpointResponse]
 
 @_typing.type_check_only
 class MessagingAsyncStub(MessagingStub):
@@ -160,6 +170,16 @@ class MessagingAsyncStub(MessagingStub):
     DropSubscription: _aio.UnaryUnaryMultiCallable[_messaging_pb2.DropSubscriptionRequest, _messaging_pb2.SubscriptionResponse]  # type: ignore[assignment]
     ListSubscriptions: _aio.UnaryUnaryMultiCallable[_messaging_pb2.ListSubscriptionsRequest, _messaging_pb2.ListSubscriptionsResponse]  # type: ignore[assignment]
     """Lists subscriptions (of one table, or all) with their lag and state."""
+    SetEndpoint: _aio.UnaryUnaryMultiCallable[_messaging_pb2.SetEndpointRequest, _messaging_pb2.EndpointResponse]  # type: ignore[assignment]
+    """Push endpoints (README: Push to HTTP endpoints): a table's default group (subscription
+    "") or a subscription delivered by HTTP POST (CloudEvents, signed the Standard Webhooks
+    way) instead of to MessageStream subscribers. The definitions live in the database
+    (msgtable_endpoints); the server holding the lease pushes. A malformed URL, secret or
+    limit is INVALID_ARGUMENT (the secret is never quoted); an unknown table or
+    subscription, or dropping an endpoint that is not there, is NOT_FOUND. A URL outside the
+    server's --push-allow is stored, and waits: its status says why.
+    """
+    DropEndpoint: _aio.UnaryUnaryMultiCallable[_messaging_pb2.DropEndpointRequest, _messaging_pb2.EndpointResponse]  # type: ignore[assignment]
 
 class MessagingServicer(metaclass=_abc_1.ABCMeta):
     """Messaging streams the rows of message tables to subscribers and takes their acks."""
@@ -293,5 +313,27 @@ class MessagingServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_messaging_pb2.ListSubscriptionsResponse, _abc.Awaitable[_messaging_pb2.ListSubscriptionsResponse]]:
         """Lists subscriptions (of one table, or all) with their lag and state."""
+
+    @_abc_1.abstractmethod
+    def SetEndpoint(
+        self,
+        request: _messaging_pb2.SetEndpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.EndpointResponse, _abc.Awaitable[_messaging_pb2.EndpointResponse]]:
+        """Push endpoints (README: Push to HTTP endpoints): a table's default group (subscription
+        "") or a subscription delivered by HTTP POST (CloudEvents, signed the Standard Webhooks
+        way) instead of to MessageStream subscribers. The definitions live in the database
+        (msgtable_endpoints); the server holding the lease pushes. A malformed URL, secret or
+        limit is INVALID_ARGUMENT (the secret is never quoted); an unknown table or
+        subscription, or dropping an endpoint that is not there, is NOT_FOUND. A URL outside the
+        server's --push-allow is stored, and waits: its status says why.
+        """
+
+    @_abc_1.abstractmethod
+    def DropEndpoint(
+        self,
+        request: _messaging_pb2.DropEndpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.EndpointResponse, _abc.Awaitable[_messaging_pb2.EndpointResponse]]: ...
 
 def add_MessagingServicer_to_server(servicer: MessagingServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

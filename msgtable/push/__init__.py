@@ -1,0 +1,8 @@
+"""Push to HTTP endpoints: a table's default group or a subscription delivered by POST.
+
+The pieces, one idea each: ``endpoints`` (the definitions in the database and their SQL),
+``allow`` (the server's allow-list: which URLs and addresses it may call), ``body`` (the
+CloudEvents batch and its Standard Webhooks signature), ``outcome`` (what an answer means for
+the batch), ``pusher`` (one endpoint's loop: take a batch, POST, settle), ``pushers`` (the
+engine's side: one pusher per endpoint while this server holds the lease).
+"""

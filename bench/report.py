@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.capture import TARGET_EVENTS_S, CaptureResult
 from bench.database import PAYLOAD
 from bench.fanout import FILTER, GROUPS, FanoutResult
 from bench.latency import LatencyResult, OnTimeResult
@@ -97,6 +98,7 @@ class Report:
     fanout: FanoutResult | None = None
     ordering: OrderingResult | None = None
     push: PushResult | None = None
+    capture: CaptureResult | None = None
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -263,6 +265,12 @@ class Report:
                 TARGET_P99_MS,
                 unit=" ms",
                 at_most=True,
+            ),
+            Target(
+                "capture_events_s",
+                "table events: source row changes captured a second",
+                self.capture.events_s if self.capture else None,
+                TARGET_EVENTS_S,
             ),
             Target(
                 "bytes_per_cached_msg",
@@ -602,6 +610,8 @@ class Report:
             "push_latency_p50_ms": rnd(self.push.p50_ms if self.push else None, 2),
             "push_latency_p99_ms": rnd(self.push.p99_ms if self.push else None, 2),
             "push": self.push.as_dict() if self.push else None,
+            "capture_events_s": rnd(self.capture.events_s if self.capture else None, 0),
+            "capture": self.capture.as_dict() if self.capture else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

@@ -40,7 +40,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench import engine, fanout, latency, memory, ordering, peer, push, raw, scale, settle, spark
+from bench import (
+    capture,
+    engine,
+    fanout,
+    latency,
+    memory,
+    ordering,
+    peer,
+    push,
+    raw,
+    scale,
+    settle,
+    spark,
+)
 from bench.database import Database, database_server, scratch_database
 from bench.errors import BenchError
 from bench.processes import ServerProcess
@@ -61,6 +74,7 @@ SECTIONS = (
     "backlog",
     "purge",
     "spark",
+    "capture",
 )
 FULL_ONLY = {
     "expiry",
@@ -181,6 +195,14 @@ def run(args: argparse.Namespace) -> Report:
                 with scratch_database(db.handle, "bench_peer") as dsn:
                     report.peer = peer.run(dsn, p.peer_messages, p.peer_max_s)
                 progress(f"peer (kombu): {report.peer.msgs_s:,.0f} msgs/s")
+        if "capture" in only:
+            with scratch_database(db.handle, "bench_capture") as dsn:
+                report.capture = capture.run(dsn, capture.ROWS[p.mode])
+            c = report.capture
+            progress(
+                f"capture: {c.events_s:,.0f} row changes/s captured "
+                f"(the producer committed {c.producer_changes_s:,.0f}/s)"
+            )
         if "spark" in only:
             if importlib.util.find_spec("pyspark") is None:
                 report.spark_missing = "pyspark is not installed (pip install -e '.[spark]')"

@@ -333,6 +333,9 @@ _COUNTERS = (
     "dead_lettered",
     "keys_in_flight",
     "keys_waiting",
+    "capture_position",
+    "capture_events",
+    "capture_problem",
 )
 
 
@@ -350,6 +353,7 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
         holding=status.holding,
         not_holding=status.not_holding,
         unseen=-1 if status.unseen is None else status.unseen,
+        capture_lag_s=-1.0 if status.capture_lag_s is None else status.capture_lag_s,
         **{name: getattr(status, name) for name in _COUNTERS},
     )
     if status.push is not None:
@@ -371,6 +375,8 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
             pb.TableConfig(
                 layout=config.layout.value,
                 message_columns=[field_to_proto(c) for c in config.message_columns],
+                capture=config.capture.patterns if config.capture else (),
+                capture_kinds=sorted(config.capture.kinds) if config.capture else (),
                 **{name: getattr(config, name) for name in _SETTINGS},
             )
         )
@@ -423,6 +429,8 @@ class TableSettings:
     dead_letter: str = ""  # vt_dead_letter ("": dead messages stay in place)
     order_key: str = ""  # vt_order_key ("": not ordered)
     order_by: str = ""  # vt_order_by (id by default when ordered)
+    capture: tuple[str, ...] = ()  # vt_capture (): not a capture table)
+    capture_kinds: tuple[str, ...] = ()  # vt_capture_kinds
 
 
 @dataclass(frozen=True)
@@ -457,6 +465,11 @@ class TableInfo:
     keys_in_flight: int = 0  # an ordered table's keys with a batch in flight
     keys_waiting: int = 0  # and keys whose next messages wait in the server's cache
     push: PushStatus | None = None  # its push endpoint (msgtable.push; never the secret)
+    # a capture table's (msgtable.status.TableStatus says what)
+    capture_position: str = ""
+    capture_lag_s: float | None = None
+    capture_events: int = 0
+    capture_problem: str = ""
 
     @property
     def loaded(self) -> bool:
@@ -483,6 +496,8 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         config = TableSettings(
             layout=c.layout,
             message_columns=tuple(field_from_proto(f) for f in c.message_columns),
+            capture=tuple(c.capture),
+            capture_kinds=tuple(c.capture_kinds),
             **{name: getattr(c, name) for name in _SETTINGS},
         )
     return TableInfo(
@@ -504,6 +519,7 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
             message.settings.expire_after_s if message.settings.HasField("expire_after_s") else None
         ),
         push=push_status_from_proto(message.push) if message.HasField("push") else None,
+        capture_lag_s=message.capture_lag_s if message.capture_lag_s >= 0 else None,
         **{name: getattr(message, name) for name in _COUNTERS},
     )
 

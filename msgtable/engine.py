@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from msgtable.binlog import BinlogFollower
+from msgtable.capture import CaptureFollower, CaptureTarget
 from msgtable.clock import Clock, SystemClock
 from msgtable.deadletters import DeadLetter, RedriveBatch, check_dead_letter, redrive_problem
 from msgtable.errors import (
@@ -73,12 +74,14 @@ class MessageEngine(Subscriptions, Endpoints):
         lease_period_s: float | None = None,
         push_allow: AllowList | None = None,
         push_ca_file: str | None = None,
+        capture: bool = True,
     ) -> None:
         """``lease_period_s``: share the database with other msgtable servers; this one
         sends only while it holds the lease (msgtable.lease), from ``campaign()`` on. None:
         this server is the only one and sends from ``open()`` on. ``push_allow``: the URLs
         push endpoints may have (msgtable.push.allow; None: none), ``push_ca_file`` the CAs
-        their certificates are checked against (None: the system's)."""
+        their certificates are checked against (None: the system's). ``capture``: write table
+        events into capture tables (msgtable.capture) while this server sends."""
         self.store = store
         store.outage.tell = True  # a server says when its database goes and comes back
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
@@ -117,6 +120,20 @@ class MessageEngine(Subscriptions, Endpoints):
         if follow_binlog and isinstance(store, MySQLStore):
             self.binlog = BinlogFollower(
                 pymysql_args(store.url), store.database, self, outage=store.outage
+            )
+        # Table events (msgtable.capture): followed by the server that sends, while some
+        # capture table is loaded. Read by the follower for every event: replaced whole.
+        self.capture: CaptureFollower | None = None
+        self._capture_targets: tuple[CaptureTarget, ...] = ()
+        self._message_tables: frozenset[str] = frozenset()
+        if capture and isinstance(store, MySQLStore):
+            self.capture = CaptureFollower(
+                pymysql_args(store.url),
+                store.database,
+                lambda: self._capture_targets,
+                exclude=lambda t: t in self._message_tables,
+                written=self._captured,
+                outage=store.outage,
             )
 
     @classmethod
@@ -177,6 +194,8 @@ class MessageEngine(Subscriptions, Endpoints):
         self._wake.set()
         if self.binlog is not None:
             self.binlog.close()
+        if self.capture is not None:
+            self.capture.close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(DISCOVERY_RETRY_MAX_S)
         with self._lock:
@@ -211,6 +230,22 @@ class MessageEngine(Subscriptions, Endpoints):
         for f in fanouts:
             f.trigger()
         self._wake_pushers()
+        self._follow_capture()
+
+    def _follow_capture(self) -> None:
+        """Capture table events while this server sends and some capture table is loaded."""
+        if (
+            self.capture is not None
+            and self.run_loops
+            and self._leading
+            and self._capture_targets
+            and not self._stop.is_set()
+        ):
+            self.capture.open()
+
+    def _captured(self, tables: Sequence[str]) -> None:
+        for t in tables:
+            self.binlog_insert(t)
 
     def _hold_s(self, cfg: TableConfig) -> float:
         """How long a table's sends wait after a takeover: until vt_ack_wait after the
@@ -248,6 +283,8 @@ class MessageEngine(Subscriptions, Endpoints):
             self._leader_hint = leader
             old = list(self._managers.values())
             self._managers = {m.config.name: self._new_manager(m.config) for m in old}
+        if self.capture is not None:
+            self.capture.close()
         self._clean_demotion = _close_all(old, error)
         self._wake_pushers()
 
@@ -383,6 +420,10 @@ class MessageEngine(Subscriptions, Endpoints):
             # read by the binlog follower for every event: replaced whole, never changed (a
             # subscription's state table too: an ack by DML there leaves its cache at once)
             self._binlog_columns = {n: m.config.column_names for n, m in self._managers.items()}
+            self._capture_targets = tuple(
+                CaptureTarget(c.name, c.capture) for c in configs.values() if c.capture
+            )
+            self._message_tables = frozenset({d.name for d in defs} | self._managers.keys())
             fan_tables = {cfg.name for cfg in configs.values() if cfg.fanout}
             gone = [f for t, f in self._fanouts.items() if t not in fan_tables]
             self._fanouts = {t: f for t, f in self._fanouts.items() if t in fan_tables}
@@ -398,6 +439,7 @@ class MessageEngine(Subscriptions, Endpoints):
         for f in new_fanouts:
             if self.run_loops:
                 f.open()
+        self._follow_capture()
 
     def _discovery_loop(self) -> None:
         retry = Retry(
@@ -703,6 +745,7 @@ class MessageEngine(Subscriptions, Endpoints):
             dead = {}
         out = [dataclasses.replace(s, dead=dead.get(s.name)) for s in out]
         out = [self._with_unseen(s) for s in out]
+        out = [self._with_capture(s) for s in out]
         out += [
             TableStatus(name=n, keyspace=self.keyspace, config=None, load_error=e)
             for n, e in errors.items()
@@ -710,6 +753,27 @@ class MessageEngine(Subscriptions, Endpoints):
         out += self._subscription_statuses(subs)
         out = [dataclasses.replace(s, push=self.push_status(s.name, s.subscription)) for s in out]
         return sorted(out, key=lambda s: (s.name, s.subscription))
+
+    def _with_capture(self, s: TableStatus) -> TableStatus:
+        """A capture table's status with its follower's (msgtable.capture)."""
+        if s.config is None or s.config.capture is None:
+            return s
+        f = self.capture
+        if f is None:
+            return dataclasses.replace(s, capture_problem="table events need a MySQL database")
+        if f.disabled_because:
+            return dataclasses.replace(s, capture_problem=f.disabled_because)
+        if not self._leading:
+            return dataclasses.replace(
+                s, capture_problem="this server does not hold the lease: the leader captures"
+            )
+        return dataclasses.replace(
+            s,
+            capture_position=f.position,
+            capture_lag_s=f.lag_s if f.following.is_set() else None,
+            capture_events=f.events,
+            capture_problem="" if f.following.is_set() else "not following the binlog now",
+        )
 
 
 def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str]) -> None:

@@ -219,6 +219,8 @@ def server_command(
     if binlog:
         args += ["--server-id=1", "--log-bin=binlog", "--binlog-format=ROW"]
         args.append("--binlog-row-image=FULL")
+        # column names in the binlog's table maps: table events need them (msgtable.capture)
+        args.append("--binlog-row-metadata=FULL")
     else:
         args.append("--skip-log-bin")  # MySQL 8 logs by default
     if version.flavour == "mysql":

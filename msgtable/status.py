@@ -44,3 +44,10 @@ class TableStatus:
     keys_waiting: int = 0
     # Its push endpoint (msgtable.push): url, state, counts; never the secret (None: none)
     push: PushStatus | None = None
+    # A capture table's (msgtable.capture): the follower's stored position ("": not followed
+    # here), its lag in seconds (None: unknown), events written since it started, and why
+    # this server does not capture now
+    capture_position: str = ""
+    capture_lag_s: float | None = None
+    capture_events: int = 0
+    capture_problem: str = ""

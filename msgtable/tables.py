@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from msgtable.errors import TableLoadError
+from msgtable.events import EVENT_COLUMNS, Capture, parse_kinds, parse_patterns
 from msgtable.mysql import BINARY_TYPES, INTEGER_TYPES
 
 COMMENT_MARKER = "vitess_message"
@@ -35,6 +36,8 @@ OPTIONAL_KEYS = (
     "vt_default_group",
     "vt_order_key",
     "vt_order_by",
+    "vt_capture",
+    "vt_capture_kinds",
 )
 
 # A sent message is postponed in the database (time_next by backoff, epoch + 1) only once it
@@ -158,6 +161,9 @@ class TableConfig:
     order_key: str = ""
     order_by: str = ""
     order_index: str = ""
+    # A capture table's (msgtable.capture): the source tables and kinds of change it takes
+    # (vt_capture, vt_capture_kinds); None: not a capture table.
+    capture: Capture | None = None
 
     def has_column(self, name: str) -> bool:
         return any(c.name == name for c in self.columns)
@@ -350,6 +356,7 @@ def load_table(
         )
     message_columns = _message_columns(fields, columns, layout, problems)
     order_key, order_by, order_index = _ordering(fields, by_name, layout, indexes, problems)
+    capture = _capture(fields, by_name, layout, problems)
     problems.raise_any()
 
     return TableConfig(
@@ -371,7 +378,50 @@ def load_table(
         order_key=order_key,
         order_by=order_by,
         order_index=order_index,
+        capture=capture,
     )
+
+
+# What an event table's columns must be (msgtable.capture writes them): a type family each.
+EVENT_COLUMN_TYPES = {
+    "source_table": TEXT_TYPES,
+    "kind": TEXT_TYPES,
+    "pk": ("json", "longtext", "mediumtext", "text"),
+    "row_key": TEXT_TYPES,
+    "before_values": ("json", "longtext", "mediumtext"),
+    "after_values": ("json", "longtext", "mediumtext"),
+    "time_commit": INTEGER_TYPES,
+    "position": TEXT_TYPES,
+}
+
+
+def _capture(
+    fields: dict[str, str], by_name: dict[str, Column], layout: Layout, problems: Problems
+) -> Capture | None:
+    """vt_capture / vt_capture_kinds, checked with the event columns they need."""
+    if "vt_capture" not in fields:
+        if "vt_capture_kinds" in fields:
+            problems.add("vt_capture_kinds needs vt_capture")
+        return None
+    patterns, wrong = parse_patterns(fields["vt_capture"])
+    kinds, wrong_kinds = parse_kinds(fields.get("vt_capture_kinds"))
+    for p in wrong + wrong_kinds:
+        problems.add(p)
+    if layout is not Layout.CURRENT:
+        problems.add("vt_capture needs the current layout (see schema/events.sql)")
+    missing = [c for c in EVENT_COLUMNS if c not in by_name]
+    if missing:
+        problems.add(
+            f"vt_capture: missing event column {', '.join(missing)} (see schema/events.sql)"
+        )
+    for name in EVENT_COLUMNS:
+        col = by_name.get(name)
+        # MariaDB reports a JSON column as longtext
+        if col is not None and col.data_type not in EVENT_COLUMN_TYPES[name]:
+            problems.add(f"vt_capture: column {name} cannot be {col.column_type}")
+    if wrong or wrong_kinds:
+        return None
+    return Capture(patterns, kinds)
 
 
 def order_index_columns(order_key: str, order_by: str) -> tuple[str, ...]:

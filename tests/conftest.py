@@ -44,7 +44,7 @@ MYSQL_IMAGE = "mysql:8.0"
 # The same trade of durability for speed as LocalServer; MySQL 8 logs ROW binlogs by default.
 CONTAINER_OPTIONS = (
     "--innodb-flush-log-at-trx-commit=2 --sync-binlog=0 --max-connections=500"
-    " --binlog-format=ROW --binlog-row-image=FULL --skip-name-resolve"
+    " --binlog-format=ROW --binlog-row-image=FULL --binlog-row-metadata=FULL --skip-name-resolve"
 )
 DOCKER_PING_TIMEOUT_S = 3
 TESTS_DIR = Path(__file__).parent

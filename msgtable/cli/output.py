@@ -90,6 +90,11 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         lines.append("")
         lines.append("ordered per key:")
         lines.extend(_ordered(t) for t in ordered)
+    capturing = [t for t in tables if t.config is not None and t.config.capture]
+    if capturing:
+        lines.append("")
+        lines.append("table events:")
+        lines.extend(_capturing(t) for t in capturing)
     moved = [t for t in tables if t.config is not None and t.config.dead_letter]
     if moved:
         lines.append("")
@@ -110,6 +115,18 @@ def _ordered(t: TableInfo) -> str:
         f"  {t.name}: by {c.order_key} in {c.order_by} order; keys in flight "
         f"{t.keys_in_flight}, keys waiting {t.keys_waiting}"
     )
+
+
+def _capturing(t: TableInfo) -> str:
+    c = t.config
+    assert c is not None
+    kinds = "all kinds" if len(c.capture_kinds) == 8 else "|".join(c.capture_kinds)
+    where = (
+        f"at {t.capture_position}, lag {t.capture_lag_s:.1f}s, {t.capture_events} written"
+        if t.capture_position and t.capture_lag_s is not None
+        else t.capture_problem or "not followed yet"
+    )
+    return f"  {t.name} <- {'|'.join(c.capture)} ({kinds}); {where}"
 
 
 def _load_error(t: TableInfo) -> str:

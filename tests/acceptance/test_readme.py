@@ -262,3 +262,39 @@ def test_the_ordering_example_and_its_schema_file_run_as_pasted(db_dsn: str):
             "id",
         )
         assert s.sql("select count(*) from order_events where time_acked is null")[0][0] == 0
+
+
+def test_the_table_events_example_and_its_schema_file_run_as_pasted(db_dsn: str):
+    ddl_sql, changes = snippets("sql", "## Table events")
+    (example,) = snippets("python", "## Table events")
+    schema = statements((ROOT / "schema" / "events.sql").read_text())
+    assert schema == statements(ddl_sql), "schema/events.sql is the README's DDL"
+    with serve(db_dsn) as s:
+        run_sql(db_dsn, ddl_sql)
+        s.engine.refresh()  # the server finds the capture table (as discovery would)
+        assert s.engine.capture is not None
+        wait_until(s.engine.capture.following.is_set, what="the capture follower")
+        run_sql(db_dsn, changes)
+        done = run_python(example, s.server.address)
+        assert done.returncode == 0, describe(done)
+        assert done.stdout.splitlines() == ["create orders_eu"], describe(done)
+        wait_until(
+            lambda: s.sql("select count(*) from table_events")[0][0] == 4,
+            what="the four events of the example",
+        )
+        rows = s.sql(
+            "select kind, pk, row_key, before_values, after_values from table_events "
+            "where kind = 'update'"
+        )
+        assert [tuple(r) for r in rows] == [
+            (
+                "update",
+                '{"id": 1}',
+                'orders_eu:{"id": 1}',
+                '{"id": 1, "item": "apple", "qty": 2}',
+                '{"id": 1, "item": "apple", "qty": 3}',
+            )
+        ]
+        (t,) = [t for t in s.client.list_tables() if t.name == "table_events"]
+        assert t.config is not None and t.config.capture == ("orders_*", "customers")
+        assert t.config.order_key == "row_key"

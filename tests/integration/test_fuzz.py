@@ -12,6 +12,9 @@ named legitimately."""
 
 from __future__ import annotations
 
+import base64
+import os
+
 import grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -19,6 +22,7 @@ from hypothesis import strategies as st
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 
+from ..waiting import wait_until
 from .helpers import Collector, serve
 
 EXAMPLES = 10_000
@@ -377,3 +381,115 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
         return grpc.StatusCode.OK
     except grpc.RpcError as exc:
         return exc.code()
+
+
+# -- table events (msgtable.capture) -------------------------------------------------------------
+HOSTILE_TABLES = [
+    "orders_'quote",
+    'orders_"dq',
+    "orders_`tick`",
+    "orders_; drop table canary; --",
+    "orders_ça表ü",  # (identifiers and comments are utf8mb3: no emoji in them)
+    "orders_%s{}",
+    "orders_\\back",
+    "orders_" + "x" * 57,  # 64 characters, MySQL's longest
+]
+HOSTILE_VALUES = [
+    "'",
+    '"',
+    "`; drop table canary; --",
+    "\\",
+    "ça😀表\u202e",
+    "\x00nul",
+    "%s %(x)s {}",
+    "y" * 70_000,
+]
+
+
+def _comment_literal(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "''")
+
+
+def test_hostile_capture_patterns_load_or_fail_with_one_line_naming_the_field(db_dsn):
+    from tests.integration.test_capture import event_table_ddl
+
+    patterns = [
+        "",
+        "|",
+        "a||b",
+        "`x`",
+        "db.orders",
+        "../x",
+        "x\ny",
+        "x" * 65,
+        "orders_*|*",
+        "ça表*",
+        "[abc]|(x)|x+",
+        "'; drop table canary; --",
+    ]
+    with serve(db_dsn) as s:
+        s.create_table("canary", vt_poller_interval=0.2)
+        for i, pattern in enumerate(patterns):
+            ddl = event_table_ddl(f"ev{i}", vt_capture="PATTERN").replace(
+                "vt_capture=PATTERN", "vt_capture=" + _comment_literal(pattern)
+            )
+            s.sql(ddl)
+        s.engine.refresh()
+        by_name = {t.name: t for t in s.client.list_tables()}
+        for i, pattern in enumerate(patterns):
+            t = by_name[f"ev{i}"]
+            if t.load_error:
+                assert "\n" not in t.load_error and "vt_capture" in t.load_error, (pattern, t)
+                assert t.load_error.startswith(f"table ev{i}: ")
+            else:
+                assert t.config is not None and "|".join(t.config.capture) == pattern.strip()
+        assert not by_name["canary"].load_error
+        assert [r[0] for r in s.sql("select count(*) from canary")] == [0]
+
+
+def test_hostile_source_tables_columns_and_values_are_captured_exactly(db_dsn):
+    import json
+
+    from tests.integration.test_capture import event_table_ddl
+
+    with serve(db_dsn) as s:
+        s.sql(event_table_ddl(vt_capture="orders_*"))
+        s.engine.refresh()
+        wait_until(s.engine.capture.following.is_set, what="the capture follower")
+        column = "c`'\"; ça表"
+        quoted = "`" + column.replace("`", "``") + "`"
+        want = []
+        for table in HOSTILE_TABLES:
+            qt = "`" + table.replace("`", "``") + "`"
+            s.sql(f"create table {qt}(id int primary key, {quoted} longtext, b longblob)")
+            for i, value in enumerate(HOSTILE_VALUES):
+                s.sql(
+                    f"insert into {qt} values (:id, :v, :b)",
+                    id=i,
+                    v=value,
+                    b=value.encode("utf-8") * 10,
+                )
+                want.append((table, i, value))
+            s.sql(f"insert into {qt} (id, b) values (99, :b)", b=os.urandom(4_000_000))
+            want.append((table, 99, None))
+        got: list[tuple] = []
+
+        def arrived() -> bool:
+            got[:] = s.sql(
+                "select source_table, pk, after_values from table_events "
+                "where kind = 'insert' order by id"
+            )
+            return len(got) >= len(want)
+
+        wait_until(arrived, 60, what=lambda: f"{len(want)} events, got {len(got)}")
+        assert len(got) == len(want)
+        for (source, pk, after), (table, i, value) in zip(got, want, strict=True):
+            after = json.loads(after)
+            assert source == table and json.loads(pk) == {"id": i}
+            assert after["id"] == i and after[column] == value
+            if value is not None:
+                assert base64.b64decode(after["b"]) == value.encode("utf-8") * 10
+            else:
+                assert len(base64.b64decode(after["b"])) == 4_000_000
+        creates = s.sql("select source_table from table_events where kind = 'create' order by id")
+        assert [r[0] for r in creates] == HOSTILE_TABLES

@@ -222,6 +222,7 @@ def test_binlog_is_row_based_with_full_images_or_off() -> None:
     for option in ("--server-id=1", "--log-bin=binlog", "--binlog-format=ROW"):
         assert option in with_binlog
     assert "--binlog-row-image=FULL" in with_binlog
+    assert "--binlog-row-metadata=FULL" in with_binlog  # table events need column names
     without = command_for(MYSQL, binlog=False)
     assert "--skip-log-bin" in without
     assert not [arg for arg in without if arg.startswith(("--log-bin", "--binlog"))]

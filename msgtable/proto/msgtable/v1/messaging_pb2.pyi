@@ -806,6 +806,10 @@ class TableStatus(_message.Message):
     KEYS_IN_FLIGHT_FIELD_NUMBER: _builtins.int
     KEYS_WAITING_FIELD_NUMBER: _builtins.int
     PUSH_FIELD_NUMBER: _builtins.int
+    CAPTURE_POSITION_FIELD_NUMBER: _builtins.int
+    CAPTURE_LAG_S_FIELD_NUMBER: _builtins.int
+    CAPTURE_EVENTS_FIELD_NUMBER: _builtins.int
+    CAPTURE_PROBLEM_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -856,6 +860,15 @@ class TableStatus(_message.Message):
     out), and keys whose next messages wait in the server's memory.
     """
     keys_waiting: _builtins.int
+    capture_position: _builtins.str
+    """A capture table's (vt_capture): where in the binlog its events are written up to (the
+    follower's stored position; empty: this server does not follow it), how far behind the
+    binlog that is in seconds (-1: unknown), events written since the follower started,
+    and why this server does not capture now (not the lease holder, the binlog unusable).
+    """
+    capture_lag_s: _builtins.float
+    capture_events: _builtins.int
+    capture_problem: _builtins.str
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
@@ -897,10 +910,14 @@ class TableStatus(_message.Message):
         keys_in_flight: _builtins.int = ...,
         keys_waiting: _builtins.int = ...,
         push: Global___PushStatus | None = ...,
+        capture_position: _builtins.str = ...,
+        capture_lag_s: _builtins.float = ...,
+        capture_events: _builtins.int = ...,
+        capture_problem: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "push", b"push", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1268,6 +1285,8 @@ class TableConfig(_message.Message):
     DEAD_LETTER_FIELD_NUMBER: _builtins.int
     ORDER_KEY_FIELD_NUMBER: _builtins.int
     ORDER_BY_FIELD_NUMBER: _builtins.int
+    CAPTURE_FIELD_NUMBER: _builtins.int
+    CAPTURE_KINDS_FIELD_NUMBER: _builtins.int
     ack_wait_s: _builtins.float
     """vt_ack_wait: how long a sent message waits for its ack before it is due again."""
     purge_after_s: _builtins.float
@@ -1306,6 +1325,15 @@ class TableConfig(_message.Message):
         column).
         """
 
+    @_builtins.property
+    def capture(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """vt_capture: a capture table's source tables (patterns, `*` and `?` wildcards; empty:
+        not a capture table), and vt_capture_kinds: the kinds of change it takes (insert,
+        update, delete, create, alter, drop, rename, truncate).
+        """
+
+    @_builtins.property
+    def capture_kinds(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -1323,10 +1351,12 @@ class TableConfig(_message.Message):
         dead_letter: _builtins.str = ...,
         order_key: _builtins.str = ...,
         order_by: _builtins.str = ...,
+        capture: _abc.Iterable[_builtins.str] | None = ...,
+        capture_kinds: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "dead_letter", b"dead_letter", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "order_by", b"order_by", "order_key", b"order_key", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "capture", b"capture", "capture_kinds", b"capture_kinds", "dead_letter", b"dead_letter", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "order_by", b"order_by", "order_key", b"order_key", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

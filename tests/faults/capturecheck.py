@@ -454,8 +454,11 @@ class CaptureChecker:
         return f"{table} id {i}: committed {log}; events {found}"
 
     def judge(self, db: sa.Engine) -> CaptureReport:
+        return self.judge_events(read_events(db))
+
+    def judge_events(self, events: list[Event]) -> CaptureReport:
+        """The verdict on the event table's rows ``events`` (in id order)."""
         p = self.producer
-        events = read_events(db)
         r = CaptureReport(
             changes=len(p.log),
             transactions_rolled_back=p.rolled_back,

@@ -283,9 +283,12 @@ class PushChecker:
         return f"push {i} ({self.key_of(i)}): {said}{acked}; row {row}"
 
     def judge(self, db: sa.Engine, table: str, faults: ReceiverFaults) -> PushReport:
-        rows = read_push_rows(db, table)
+        return self.judge_rows(read_push_rows(db, table), faults.counts())
+
+    def judge_rows(self, rows: dict[int, PushRow], faults: Counter[str]) -> PushReport:
+        """The verdict on the table's ``rows`` and what the receiver recorded."""
         r = PushReport(inserted=len(self.inserted), poison=len(self.poison))
-        r.receiver_faults = faults.counts()
+        r.receiver_faults = faults
         receipts = list(self.receiver.receipts)
         r.requests = len(receipts)
         r.cut = self.receiver.cut

@@ -444,7 +444,11 @@ class CaptureChecker:
 
     def history(self, change: Change, events: Sequence[Event]) -> str:
         """What the log and the event table say of a change's row."""
-        table, _, i, _, _ = change
+        table, kind, i, _, _ = change
+        if i is None:  # a DDL: the table's
+            ddl = [(e.id, e.kind, e.after) for e in events if e.table == table and e.pk is None]
+            committed = [c for c in self.producer.log if c == change]
+            return f"{table} {kind}: committed {committed}; DDL events {ddl}"
         log = [c for c in self.producer.log if c[0] == table and c[2] == i]
         found = [
             (e.id, e.kind, e.before, e.after, e.time_acked)
@@ -473,7 +477,7 @@ class CaptureChecker:
             r.add("committed change without its event", self.history(c, events))
         for c, n in sorted(got.items(), key=str):
             if n > 1 and want[c] == 1:
-                r.add("change written more than once", (c, n))
+                r.add("change written more than once", f"{n} times: {self.history(c, events)}")
             if not want[c]:
                 versions = {c[3], c[4]} - {None}
                 what = (

@@ -14,6 +14,7 @@ judges are tests/faults/pushcheck.py and tests/faults/capturecheck.py.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import sqlalchemy as sa
@@ -33,6 +34,7 @@ from .capturecheck import (
     DrainLog,
     SourceProducer,
     events_ddl,
+    read_events,
 )
 from .chaos import ORDER_KEY, Producer, key_of
 from .pushcheck import (
@@ -42,6 +44,7 @@ from .pushcheck import (
     PushChecker,
     PushReport,
     ReceiverFaults,
+    read_push_rows,
 )
 
 PUSH = "chaos_push"
@@ -168,6 +171,21 @@ class PushAndCapture:
         for what, ids in pending.items():
             if what.startswith("push:"):
                 lines += [self.push_checker.history(i) for i in ids[:3]]
+        if any(what.startswith("table events:") for what in pending):
+            try:
+                events = read_events(db)
+            except sa.exc.DBAPIError as exc:
+                return [*lines, f"table events: the database does not answer ({exc})"]
+            got = {e.change() for e in events}
+            missing = [c for c in self.source.log if c not in got][:3]
+            lines += [self.capture_checker.history(c, events) for c in missing]
+            unacked = [e for e in events if e.time_acked is None][:3]
+            with self.drained.lock:
+                lines += [
+                    f"event {e.id} ({e.row_key}) not acked; delivered "
+                    f"{self.drained.deliveries.get(e.id, [])}"
+                    for e in unacked
+                ]
         return lines
 
     def finish(self) -> None:
@@ -192,12 +210,8 @@ class PushAndCapture:
         out = []
         if push.findings:
             rows = None
-            try:
-                from .pushcheck import read_push_rows
-
+            with contextlib.suppress(sa.exc.DBAPIError):
                 rows = read_push_rows(db, PUSH)
-            except sa.exc.DBAPIError:
-                pass
             lines = [f"  {what}: {len(f)} {f[:10]}" for what, f in push.findings.items()]
             ids = [
                 f[0] if isinstance(f, tuple) else f

@@ -32,6 +32,12 @@ state table carries the key, with its own order index), so its own checker judge
 deliveries by the same rules, apart from the default group's (a message parked in one group
 holds no other).
 
+Push and table events run in the same run through the same servers and faults
+(tests/faults/push_and_capture.py): a table pushed to a receiver that misbehaves on its own
+schedule, and a capture table of source tables a producer writes, drained by subscribers
+that the subscriber faults hit too; each has its own checker (tests/faults/pushcheck.py,
+tests/faults/capturecheck.py) and its line in the summary.
+
 The judge is tests/faults/checker.Checker, one per group, which sees only what a user sees and
 reads the tables with its own SQL (a subscription's state table ``<table>__<name>``), and the
 purge rule across groups: no row leaves the table while a subscription holds it. Set
@@ -617,6 +623,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     for g in run.groups:
         g.producer = ordered_producer if g.table == ORDERED else producer
     pending: dict[str, list[int]] = {"everything": []}
+    faults_s = 0.0
     # by subscription (its label): its pending ids no longer in its message table, which
     # cannot settle
     gone_for_good: dict[str, set[int]] = {}
@@ -666,6 +673,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                 extra.before_fault(fault)
                 fault()
             cycles += 1
+        faults_s = time.monotonic() - began
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while (pending := unsettled()) and time.monotonic() < deadline:
             if cannot_settle(pending):
@@ -733,7 +741,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             for n, r in enumerate(reports.values())
         )
         + f"\n{push_report.summary()}\n{capture_report.summary()}"
-        + f"\n{cycles} fault cycles in {took:.0f}s; "
+        + f"\n{cycles} fault cycles in {took:.0f}s (the faults {faults_s:.0f}s, then the drain); "
         f"{reconnects} stream reconnects; producer retries {[p.retries for p in producers]}; "
         f"SIGTERM exit codes {run.graceful_exits}; takeovers after SIGKILL "
         f"{run.takeovers_s}s"

@@ -624,6 +624,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         g.producer = ordered_producer if g.table == ORDERED else producer
     pending: dict[str, list[int]] = {"everything": []}
     faults_s = 0.0
+    drained_s: dict[str, float] = {}  # by part: how long after the faults it last had pending
     # by subscription (its label): its pending ids no longer in its message table, which
     # cannot settle
     gone_for_good: dict[str, set[int]] = {}
@@ -676,6 +677,8 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         faults_s = time.monotonic() - began
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while (pending := unsettled()) and time.monotonic() < deadline:
+            for what in pending:  # how long each part took to settle (for the summary)
+                drained_s[what.split(":")[0]] = time.monotonic() - began - faults_s
             if cannot_settle(pending):
                 break
             run.keep_subscribers()
@@ -741,7 +744,9 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             for n, r in enumerate(reports.values())
         )
         + f"\n{push_report.summary()}\n{capture_report.summary()}"
-        + f"\n{cycles} fault cycles in {took:.0f}s (the faults {faults_s:.0f}s, then the drain); "
+        + f"\n{cycles} fault cycles in {took:.0f}s (the faults {faults_s:.0f}s, then the drain: "
+        + ", ".join(f"{what} {t:.0f}s" for what, t in drained_s.items())
+        + "); "
         f"{reconnects} stream reconnects; producer retries {[p.retries for p in producers]}; "
         f"SIGTERM exit codes {run.graceful_exits}; takeovers after SIGKILL "
         f"{run.takeovers_s}s"

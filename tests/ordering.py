@@ -16,9 +16,11 @@ A message is settled by whoever settles it: besides the subscriber of a delivery
 that held the message before (its ack wait over, it was sent again) may ack it late, and
 that ack frees the key too. So a delivery leaves flight at the first settlement of its
 message that began after its send, or raced it: began less than an ack wait before the send
-and had not returned by then (so it may have been written after it). A settlement that
-returned before the send (the release that made the message due again) or began long
-before does not count.
+and had not returned by then (so it may have been written after it). A call that began
+longer before and returned after the send (a settlement retried across a database restart)
+may have been written after it too: the delivery may have left flight from the send on. A
+settlement that returned before the send (the release that made the message due again), or
+began long before and never returned, does not count.
 
 Rows with a NULL key (None) are unordered and not checked.
 """
@@ -138,4 +140,11 @@ def _end(d: Delivery, ack_wait_ns: int, settles: Sequence[tuple[int, int | None]
         for began, done in settles
         if began >= since and (done is None or done >= d.sent_ns or began >= d.sent_ns)
     )
-    return min([d.sent_ns + ack_wait_ns, *raced])
+    # a call that returned after the send, however long before it began (retried across a
+    # database restart), may have been written after the send: from the send on
+    spanning = (
+        d.sent_ns
+        for began, done in settles
+        if began < since and done is not None and done >= d.sent_ns
+    )
+    return min([d.sent_ns + ack_wait_ns, *raced, *spanning])

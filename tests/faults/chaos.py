@@ -61,6 +61,7 @@ RENEW_ACK_WAITS = 0.5  # and renews it this often (each renewal for one ack wait
 BUCKETS = 4
 ORDER_KEY = "k"  # an ordered table's key column (vt_order_key)
 KEYS, RUN = 50, 5  # its keys, and how many consecutive ids share a key in turn
+PUSH_ALLOW = "http://127.0.0.0/8"  # the servers push to the receiver on loopback
 
 
 def key_of(i: int) -> str:
@@ -122,6 +123,8 @@ class ServerProcess:
             "1",
             "--grace-s",
             "3",
+            "--push-allow",
+            PUSH_ALLOW,
         ]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)

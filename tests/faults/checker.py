@@ -566,7 +566,8 @@ class Checker:
     def key_story(self, key: Hashable, limit: int = 60) -> str:
         """An ordered key's deliveries, as its subscribers recorded them (for a verdict):
         when each came (ms since the key's first), how long after its send, when its
-        subscriber began to settle it; and the faults meanwhile."""
+        subscriber began to settle it and when that call returned (a call retried across a
+        database restart may return long after it began); and the faults meanwhile."""
         assert self.order is not None
         with self.order.lock:
             ds = [d for d in self.order.deliveries if d.key == key]
@@ -579,6 +580,11 @@ class Checker:
                 "never settled"
                 if d.settled_ns is None
                 else f"settle began +{(d.settled_ns - d.received_ns) / 1e6:.1f} ms"
+                + (
+                    f", returned +{(d.done_ns - d.received_ns) / 1e6:.1f} ms"
+                    if d.done_ns is not None
+                    else ", never returned"
+                )
             )
             lines.append(
                 (

@@ -32,6 +32,12 @@ state table carries the key, with its own order index), so its own checker judge
 deliveries by the same rules, apart from the default group's (a message parked in one group
 holds no other).
 
+Push and table events run in the same run through the same servers and faults
+(tests/faults/push_and_capture.py): a table pushed to a receiver that misbehaves on its own
+schedule, and a capture table of source tables a producer writes, drained by subscribers
+that the subscriber faults hit too; each has its own checker (tests/faults/pushcheck.py,
+tests/faults/capturecheck.py) and its line in the summary.
+
 The judge is tests/faults/checker.Checker, one per group, which sees only what a user sees and
 reads the tables with its own SQL (a subscription's state table ``<table>__<name>``), and the
 purge rule across groups: no row leaves the table while a subscription holds it. Set
@@ -68,6 +74,7 @@ from .checker import (
     read_state_table,
     read_tables,
 )
+from .push_and_capture import PushAndCapture
 
 TOTAL = int(os.environ.get("MSGTABLE_CHAOS_MESSAGES", "100000"))
 # the ordered table's messages (over chaos.KEYS keys)
@@ -588,9 +595,10 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         f"  last_error varchar(1000),\n  bucket int not null,\n  {ORDER_KEY} varchar(32),\n"
         f"  primary key(id),\n  index order_idx({ORDER_KEY}, time_acked, id)",
     )
+    extra = PushAndCapture(run.dsn, run.targets, TOTAL, PRODUCE_FOR_S, fields)
     db = sa.create_engine(run.dsn, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     with db.connect() as conn:
-        for statement in (dead_ddl, ddl, ordered_dead_ddl, ordered_ddl):
+        for statement in (dead_ddl, ddl, ordered_dead_ddl, ordered_ddl, *extra.ddl()):
             conn.exec_driver_sql(statement)
     for server in run.servers:
         server.start()
@@ -615,6 +623,8 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     for g in run.groups:
         g.producer = ordered_producer if g.table == ORDERED else producer
     pending: dict[str, list[int]] = {"everything": []}
+    faults_s = 0.0
+    drained_s: dict[str, float] = {}  # by part: how long after the faults it last had pending
     # by subscription (its label): its pending ids no longer in its message table, which
     # cannot settle
     gone_for_good: dict[str, set[int]] = {}
@@ -622,6 +632,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     def unsettled() -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
         try:
+            out.update(extra.pending(db))
             by_group: dict[str, tuple[Group, set[int]]] = {}
             for g in run.groups:
                 found = group_pending(db, g)
@@ -649,25 +660,33 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
 
     try:
         run.create_subscriptions()
+        extra.start(run.leader().address)
         run.start_subscribers()
         for p in producers:
             p.start()
         began = time.monotonic()
         cycles = 0
-        while not all(p.done.is_set() for p in producers) or cycles < 1:
+        while not all(p.done.is_set() for p in producers) or not extra.producers_done or cycles < 1:
             for fault in run.faults():
                 time.sleep(PAUSE_S)
                 run.keep_subscribers()
+                extra.keep()
+                extra.before_fault(fault)
                 fault()
             cycles += 1
+        faults_s = time.monotonic() - began
         deadline = time.monotonic() + DRAIN_TIMEOUT_S
         while (pending := unsettled()) and time.monotonic() < deadline:
+            for what in pending:  # how long each part took to settle (for the summary)
+                drained_s[what.split(":")[0]] = time.monotonic() - began - faults_s
             if cannot_settle(pending):
                 break
             run.keep_subscribers()
+            extra.keep()
             time.sleep(0.5)
         took = time.monotonic() - began
     finally:
+        extra.finish()
         for s in run.everyone():
             s.finish()
         for server in run.servers:
@@ -689,7 +708,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             + "\nsubscribers: "
             + "; ".join(s.state() for g in run.groups for s in g.subscribers)
             + "\n"
-            + "\n".join(lines),
+            + "\n".join(lines + extra.stuck_stories(db, pending)),
             pytrace=False,
         )
     for g in run.groups:
@@ -709,6 +728,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             r = g.checker.judge(tables[g.table])
         reports[g.checker.label] = r
     report = reports[run.checker.label]
+    push_report, capture_report = extra.judge(db)
     everyone = run.everyone()
     reconnects = sum(s.sub.reconnects for s in everyone if s.sub is not None)
     summary = (
@@ -723,7 +743,10 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             )
             for n, r in enumerate(reports.values())
         )
-        + f"\n{cycles} fault cycles in {took:.0f}s; "
+        + f"\n{push_report.summary()}\n{capture_report.summary()}"
+        + f"\n{cycles} fault cycles in {took:.0f}s (the faults {faults_s:.0f}s, then the drain: "
+        + ", ".join(f"{what} {t:.0f}s" for what, t in drained_s.items())
+        + "); "
         f"{reconnects} stream reconnects; producer retries {[p.retries for p in producers]}; "
         f"SIGTERM exit codes {run.graceful_exits}; takeovers after SIGKILL "
         f"{run.takeovers_s}s"
@@ -764,10 +787,13 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                 + "\n"
                 + stories(db, g, first_ids(violations), first_keys(r))
             )
+    verdicts += extra.verdicts(db, push_report, capture_report)
     db.dispose()
     if verdicts:
         pytest.fail("\n".join(verdicts) + f"\n{summary}", pytrace=False)
     assert pending == {}, summary
+    assert extra.counts_ok(push_report, capture_report) == [], summary
+    assert extra.errors() == [], summary
     for g, r in zip(run.groups, reports.values(), strict=True):
         selects = g.checker.selects
         assert r.inserted == sum(1 for i in range(1, g.total + 1) if selects is None or selects(i))

@@ -39,10 +39,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from msgtable.mysql import (
-    NO_REPLICATION,
     BinlogStatus,
-    error_code,
     open_connection,
+    replication_refused,
     server_text,
     sorted_error,
 )
@@ -199,11 +198,9 @@ class BinlogFollower:
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                if error_code(exc, follow_cause=True) in NO_REPLICATION:
-                    self._disable(
-                        f"the database refused ({exc}); the msgtable user needs "
-                        "REPLICATION SLAVE and REPLICATION CLIENT"
-                    )
+                refused = replication_refused(exc)
+                if refused is not None:
+                    self._disable(refused)
                     return
                 delay = retry.failed(sorted_error(exc))
                 self._close_stream()

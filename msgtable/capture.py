@@ -47,7 +47,7 @@ from msgtable.events import (
     row_json,
     row_key,
 )
-from msgtable.mysql import NO_REPLICATION, error_code, sorted_error
+from msgtable.mysql import replication_refused, sorted_error
 from msgtable.retry import Backoff, Outage, Retry
 from msgtable.tables import is_message_comment
 
@@ -170,11 +170,9 @@ class CaptureFollower:
             except Exception as exc:
                 if self._stop.is_set():
                     return
-                if error_code(exc, follow_cause=True) in NO_REPLICATION:
-                    self._disable(
-                        f"the database refused ({exc}); the msgtable user needs "
-                        "REPLICATION SLAVE and REPLICATION CLIENT"
-                    )
+                refused = replication_refused(exc)
+                if refused is not None:
+                    self._disable(refused)
                     return
                 if isinstance(exc, PositionMoved):  # not a failure of this follower's
                     self.conflicts += 1

@@ -62,6 +62,17 @@ RETRYABLE = frozenset(
 LOST_CONNECTION = frozenset({0, 1927, 2006, 2013, 2014, 2055, 4031})
 
 
+def replication_refused(exc: BaseException) -> str | None:
+    """Why a binlog reader cannot work here, when ``exc`` says so (NO_REPLICATION; None:
+    another error, worth a retry): one line for the log and the status."""
+    if error_code(exc, follow_cause=True) not in NO_REPLICATION:
+        return None
+    return (
+        f"the database refused ({exc}); the msgtable user needs "
+        "REPLICATION SLAVE and REPLICATION CLIENT"
+    )
+
+
 def error_code(exc: BaseException | None, follow_cause: bool = False) -> int | None:
     """The MySQL error number of a driver's error (None if it has none); with
     ``follow_cause``, of the first error in its ``__cause__`` chain that has one."""

@@ -26,6 +26,7 @@ from typing import Any
 from bench.database import execute
 from bench.errors import BenchError
 from bench.processes import ServerProcess
+from msgtable.events import capture_table_ddl
 
 TABLE, SOURCE = "bench_events", "bench_src"
 INSERT_BATCH = 500
@@ -37,25 +38,7 @@ COMMENT = (
     "vitess_message,vt_ack_wait=30,vt_purge_after=86400,vt_batch_size=100,"
     f"vt_cache_size=1000,vt_poller_interval=30,vt_capture={SOURCE}"
 )
-EVENT_DDL = f"""create table {TABLE}(
-  id bigint not null auto_increment,
-  priority bigint not null default 0,
-  time_next bigint default 0,
-  epoch bigint not null default 0,
-  time_acked bigint,
-  time_created bigint,
-  source_table varchar(64) not null,
-  kind varchar(16) not null,
-  pk json,
-  row_key varchar(255) not null,
-  before_values json,
-  after_values json,
-  time_commit bigint not null,
-  position varchar(255) not null,
-  primary key(id),
-  index poller_idx(time_acked, priority, time_next),
-  index order_idx(row_key, time_acked, id)
-) engine=InnoDB comment '{COMMENT}'"""
+EVENT_DDL = capture_table_ddl(TABLE, COMMENT)
 
 
 @dataclass

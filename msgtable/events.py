@@ -39,6 +39,38 @@ EVENT_COLUMNS = (
 )
 
 
+CAPTURE_DEMO_TABLE = "table_events"
+CAPTURE_DEMO_COMMENT = (
+    "vitess_message,vt_ack_wait=30,vt_purge_after=86400,vt_batch_size=10,vt_cache_size=10000,"
+    "vt_poller_interval=30,vt_capture=orders_*|customers,vt_order_key=row_key"
+)
+
+
+def capture_table_ddl(table: str = CAPTURE_DEMO_TABLE, comment: str = CAPTURE_DEMO_COMMENT) -> str:
+    """The recommended DDL of a capture table (schema/events.sql is this, rendered for
+    table_events): the engine's columns, the event columns the follower writes, and the
+    order index that vt_order_key=row_key needs."""
+    return f"""create table {table}(
+  id bigint not null auto_increment,
+  priority bigint not null default 0,
+  time_next bigint default 0,
+  epoch bigint not null default 0,
+  time_acked bigint,
+  time_created bigint default (unix_timestamp(now(6)) * 1000000000),
+  source_table varchar(64) not null,
+  kind varchar(16) not null,
+  pk json,
+  row_key varchar(255) not null,
+  before_values json,
+  after_values json,
+  time_commit bigint not null,
+  position varchar(255) not null,
+  primary key(id),
+  index poller_idx(time_acked, priority, time_next),
+  index order_idx(row_key, time_acked, id)
+) engine=InnoDB comment '{comment}'"""
+
+
 @dataclass(frozen=True)
 class Capture:
     """What a capture table wants: source tables by pattern (``*`` any run of characters,

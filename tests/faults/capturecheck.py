@@ -41,6 +41,7 @@ import sqlalchemy as sa
 
 from msgtable.client import Client, Message, Subscription
 from msgtable.errors import MsgtableError
+from msgtable.events import capture_table_ddl
 
 EVENTS = "chaos_events"
 SOURCE, SOURCE_T, TXLOG = "chaos_src", "chaos_src_t", "chaos_txlog"
@@ -48,30 +49,10 @@ PATTERN = "chaos_src*"
 ROLLBACK_EVERY = 10
 DELIVERY_SLACK_S = 0.5
 
-EVENTS_COLUMNS = """
-  source_table varchar(64) not null,
-  kind varchar(16) not null,
-  pk json,
-  row_key varchar(255) not null,
-  before_values json,
-  after_values json,
-  time_commit bigint not null,
-  position varchar(255) not null,
-  primary key(id),
-  index order_idx(row_key, time_acked, id)"""
-
 
 def events_ddl(comment: str) -> str:
     """schema/events.sql's table as EVENTS with ``comment``."""
-    return f"""create table {EVENTS}(
-  id bigint not null auto_increment,
-  priority bigint not null default 0,
-  time_next bigint default 0,
-  epoch bigint not null default 0,
-  time_acked bigint,
-  time_created bigint,{EVENTS_COLUMNS},
-  index poller_idx(time_acked, priority, time_next)
-) engine=InnoDB comment '{comment}'"""
+    return capture_table_ddl(EVENTS, comment)
 
 
 SOURCE_DDL = (

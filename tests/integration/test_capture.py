@@ -22,7 +22,7 @@ from msgtable import capture
 from msgtable.capture import CaptureFollower, CaptureTarget
 from msgtable.capturestore import POSITION_TABLE, CaptureStore
 from msgtable.cli.output import format_tables
-from msgtable.events import KINDS, Capture
+from msgtable.events import KINDS, Capture, capture_table_ddl
 from msgtable.mysql import pymysql_args
 
 from ..waiting import wait_until
@@ -35,25 +35,7 @@ def event_table_ddl(name: str = EVENTS, **fields: Any) -> str:
     """schema/events.sql's table under ``name`` with comment ``fields``."""
     fields.setdefault("vt_capture", "orders_*|customers")
     fields.setdefault("vt_poller_interval", 0.2)
-    return f"""create table `{name}`(
-  id bigint not null auto_increment,
-  priority bigint not null default 0,
-  time_next bigint default 0,
-  epoch bigint not null default 0,
-  time_acked bigint,
-  time_created bigint,
-  source_table varchar(64) not null,
-  kind varchar(16) not null,
-  pk json,
-  row_key varchar(255) not null,
-  before_values json,
-  after_values json,
-  time_commit bigint not null,
-  position varchar(255) not null,
-  primary key(id),
-  index poller_idx(time_acked, priority, time_next),
-  index order_idx(row_key, time_acked, id)
-) engine=InnoDB comment '{comment(**fields)}'"""
+    return capture_table_ddl(f"`{name}`", comment(**fields))
 
 
 @pytest.fixture

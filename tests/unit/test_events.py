@@ -253,3 +253,12 @@ def test_an_event_column_too_short_for_what_is_written_is_named():
     assert "column position must hold 255 characters, not varchar(20)" in str(caught.value)
     long = [Column(c.name, "longtext", "longtext") if c.name in short else c for c in EVENT_COLUMNS]
     assert load(",vt_capture=t", long).capture is not None
+
+
+def test_schema_events_sql_is_the_recommended_capture_table_ddl():
+    from pathlib import Path
+
+    from msgtable.events import capture_table_ddl
+
+    text = (Path(__file__).parents[2] / "schema" / "events.sql").read_text()
+    assert capture_table_ddl().strip() + ";" in text

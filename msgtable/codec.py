@@ -26,8 +26,7 @@ from typing import Any
 from msgtable import mysql
 from msgtable.deadletters import DeadLetter
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.push.status import PushStatus
-from msgtable.status import TableStatus
+from msgtable.status import PushStatus, TableStatus
 from msgtable.tables import Column
 
 INT64_MIN = -(2**63)

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from msgtable.push.status import PushStatus
 from msgtable.tables import TableConfig
+
+
+@dataclass(frozen=True)
+class PushStatus:
+    """What ListTables shows of a group's push endpoint (msgtable.push; never its secret)."""
+
+    url: str
+    state: str  # "pushing", "idle: ...", "not allowed: ...", "failing: ..."
+    in_flight: int
+    pushed: int
+    failed: int
+    max_in_flight: int
+    timeout_s: float
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,9 @@ from msgtable.push.allow import AllowList, Target
 from msgtable.push.body import BatchEncoder, headers, secret_bytes
 from msgtable.push.endpoints import Endpoint
 from msgtable.push.outcome import Outcome, Verdict, for_answer, for_failure
-from msgtable.push.status import PushStatus
 from msgtable.push.transport import Transport, failure_text
 from msgtable.rows import Batch
+from msgtable.status import PushStatus
 from msgtable.subscriber import Subscriber
 from msgtable.tables import TableConfig
 

@@ -16,7 +16,7 @@ from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound
 from msgtable.push.allow import AllowList
 from msgtable.push.endpoints import Endpoint, delete_endpoint, read_endpoints, write_endpoint
 from msgtable.push.pusher import PushEngine, Pusher
-from msgtable.push.status import PushStatus
+from msgtable.status import PushStatus
 from msgtable.subscriptions import state_table_name
 from msgtable.tables import TableConfig
 

@@ -13,8 +13,7 @@ from msgtable import codec
 from msgtable.cli import output
 from msgtable.codec import FieldType, RowDecoder, RowEncoder
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.push.status import PushStatus
-from msgtable.status import TableStatus
+from msgtable.status import PushStatus, TableStatus
 from msgtable.tables import Column, Layout, TableConfig
 
 COLUMNS = (

@@ -163,14 +163,7 @@ class BinlogFollower:
         with self._lock:
             stream, self._stream = self._stream, None
         if stream is not None:
-            # A read blocked in the follower's thread wakes only when the socket is shut down
-            # (closing it from here would not wake it).
-            sock = getattr(getattr(stream, "_stream_connection", None), "_sock", None)
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(Exception):  # a broken stream may fail to close: it is
-                stream.close()
+            close_stream(stream)
         self.following.clear()
 
     def _disable(self, why: str) -> None:
@@ -414,6 +407,18 @@ def install_fast_path() -> bool:
 
     binlogstream.BinLogPacketWrapper = FastPathPacket
     return True
+
+
+def close_stream(stream: Any) -> None:
+    """Close a python-mysql-replication stream from another thread than its reader's: a read
+    blocked there wakes only when the socket is shut down (closing it would not wake it); a
+    broken stream may fail to close, which is fine."""
+    sock = getattr(getattr(stream, "_stream_connection", None), "_sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(Exception):
+        stream.close()
 
 
 def gtid_state(text: str) -> dict[str, str]:

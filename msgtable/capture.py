@@ -25,18 +25,16 @@ the replication privileges. Without them the follower logs once why and does not
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from msgtable.binlog import gtid_state, read_status
+from msgtable.binlog import close_stream, gtid_state, read_status
 from msgtable.capturestore import CaptureStore, PositionMoved
 from msgtable.events import (
     Capture,
@@ -137,12 +135,7 @@ class CaptureFollower:
         with self._lock:
             stream, self._stream = self._stream, None
         if stream is not None:
-            sock = getattr(getattr(stream, "_stream_connection", None), "_sock", None)
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            with contextlib.suppress(Exception):
-                stream.close()
+            close_stream(stream)
         self.following.clear()
 
     def _disable(self, why: str) -> None:

@@ -28,11 +28,10 @@ filter left); a key is busy from its pop until every row popped left flight.
 
 from __future__ import annotations
 
-import functools
 import logging
 import random
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import TYPE_CHECKING
 
 from msgtable import postpone, settlement
@@ -61,7 +60,7 @@ from msgtable.tables import TableConfig
 from msgtable.window import Window, window_size
 
 if TYPE_CHECKING:
-    from msgtable.store import Store
+    from msgtable.store import Keep, Store
 
 log = logging.getLogger(__name__)
 
@@ -622,12 +621,13 @@ class MessageManager:
         next_ns = postpone.next_delivery(cfg, now, draw_jitter(self.rng))
         deferred = cfg.postpone_after_ns > 0
         ack_wait_ns = round(cfg.ack_wait_s * 1e9)
-        keep = None
-        with self._lock:
-            ordered = self.cache.ordered
-            if ordered is not None:  # a key that lost a row sends none (msgtable.ordered)
-                keys = {r.id: ordered.key_of(r.id) for r in rows}
-                keep = functools.partial(whole_keys, key_of=keys.__getitem__)
+        ordered = self.cache.ordered
+        keep: Keep | None = None
+        if ordered is not None:  # a key that lost a row sends none (msgtable.ordered)
+
+            def keep(batch: Sequence[CachedRow], kept: Collection[Hashable]) -> list[CachedRow]:
+                with self._lock:  # only when the check lost rows: never per message
+                    return whole_keys(batch, kept, ordered.key_of)
 
         def deliver(claimed: list[CachedRow]) -> None:
             if not self._may_send():  # the lease ended during the claim: roll it back
@@ -641,8 +641,8 @@ class MessageManager:
                     ours = free if ours is None else ours & free
                 for sub, batch in plan:
                     sent = batch if ours is None else [r for r in batch if r.id in ours]
-                    if keep is not None and len(sent) < len(batch):
-                        sent = keep(batch, {r.id for r in sent})
+                    if ordered is not None and len(sent) < len(batch):  # under the lock
+                        sent = whole_keys(batch, {r.id for r in sent}, ordered.key_of)
                     if sent:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window)
                         out.append((sub, sent))

@@ -724,6 +724,20 @@ class MessageEngine(Subscriptions, Endpoints):
             return "the database has not answered yet"
         return self.store.outage.describe()
 
+    def live_statuses(self) -> list[TableStatus]:
+        """Every loaded table and subscription as its manager counts it now: no discovery,
+        no statement (what msgtable.metrics reads at scrape time). A subscription's entry
+        has its table's name and ``subscription`` set."""
+        with self._lock:
+            managers = list(self._managers.values())
+        out = []
+        for m in managers:
+            s = m.status(self.keyspace)
+            if m.config.source:
+                s = dataclasses.replace(s, name=m.config.source, subscription=m.config.subscription)
+            out.append(s)
+        return out
+
     def list_tables(self) -> list[TableStatus]:
         """Every message table: loaded ones with live counts, failed ones with their error.
 

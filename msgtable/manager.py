@@ -132,6 +132,7 @@ class MessageManager:
         self._threads: list[threading.Thread] = []
         self._opened = False
         self.sent = 0
+        self.redelivered = 0  # sends of rows read with epoch > 0 (sent before)
         self.acked = 0
         self.released = 0
         self.rejected = 0
@@ -455,6 +456,7 @@ class MessageManager:
                 in_flight=self.cache.inflight.count(self.clock.now_ns()),
                 subscribers=len(self._subscribers),
                 sent=self.sent,
+                redelivered=self.redelivered,
                 acked=self.acked,
                 released=self.released,
                 rejected=self.rejected,
@@ -647,6 +649,7 @@ class MessageManager:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window)
                         out.append((sub, sent))
                 self.sent += sum(len(sent) for _, sent in out)
+                self.redelivered += sum(1 for _, sent in out for r in sent if r.epoch)
             for sub, sent in out:
                 sub.put(Batch.of(sent, now))
 

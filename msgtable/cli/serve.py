@@ -25,6 +25,7 @@ from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 if TYPE_CHECKING:
     from msgtable.devdb import LocalServer
     from msgtable.engine import MessageEngine
+    from msgtable.metrics import MetricsServer
 
 log = logging.getLogger("msgtable.cli")
 
@@ -150,8 +151,13 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             push_allow=push_allow,
             push_ca_file=args.push_ca_file,
         )
+        metrics = None
         try:
+            metrics = _metrics_server(engine, args.metrics_listen)  # a bad address fails here
             engine.open()
+            if metrics is not None:
+                metrics.open()
+                print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
             server = MessagingServer(
                 engine,
                 args.listen,
@@ -173,10 +179,21 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             out.flush()
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:
+            if metrics is not None:
+                metrics.close()
             engine.close()
     finally:
         if local is not None:
             local.stop()
+
+
+def _metrics_server(engine: MessageEngine, listen: str | None) -> MetricsServer | None:
+    """The metrics server of ``--metrics-listen`` (None: off), its address checked."""
+    if not listen:
+        return None
+    from msgtable.metrics import MetricsServer
+
+    return MetricsServer(engine, listen)
 
 
 def advertised_address(listen: str, bound: str) -> str:

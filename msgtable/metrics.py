@@ -18,10 +18,12 @@ import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from msgtable.errors import InvalidArgument
+from msgtable.latency import LatencySnapshot
 from msgtable.status import PushStatus, TableStatus
 
 if TYPE_CHECKING:
@@ -59,7 +61,7 @@ class MetricsSource(Protocol):
     @property
     def leading(self) -> bool: ...
 
-    def live_statuses(self) -> list[TableStatus]: ...
+    def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]: ...
 
     def push_status(self, table: str, subscription: str) -> PushStatus | None: ...
 
@@ -70,12 +72,13 @@ class EngineCollector(Collector):
     def __init__(self, engine: MetricsSource) -> None:
         self.engine = engine
 
-    def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    def describe(self) -> Iterator[Metric]:
         return iter(())  # the families are only known at scrape time
 
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         engine = self.engine
-        statuses = sorted(engine.live_statuses(), key=lambda s: (s.name, s.subscription))
+        live = sorted(engine.live_statuses(), key=lambda x: (x[0].name, x[0].subscription))
+        statuses = [s for s, _ in live]
         for name, field, doc in COUNTERS:
             c = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)
             for s in statuses:
@@ -86,6 +89,14 @@ class EngineCollector(Collector):
             for s in statuses:
                 g.add_metric(_labels(s), getattr(s, field))
             yield g
+        h = HistogramMetricFamily(
+            PREFIX + "message_ack_latency_seconds",
+            "Time from a message's send to its ack (by MessageAck or DML) while in flight.",
+            labels=LABELS,
+        )
+        for s, (buckets, sum_s) in live:
+            h.add_metric(_labels(s), buckets, sum_s)
+        yield h
         pushes = [(s, engine.push_status(s.name, s.subscription)) for s in statuses]
         for name, field, doc in PUSH_COUNTERS:
             c = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)

@@ -48,6 +48,7 @@ def test_counters_after_known_traffic_are_exact_over_http(followed: Served, metr
     followed.create_table("jobs", vt_poller_interval=30, vt_ack_wait=30)
     rows = ",".join(f"({i}, 'm')" for i in range(6))
     followed.sql(f"insert into jobs(id, message) values {rows}")
+    began = time.monotonic()
     c = Collector(followed.client, "jobs")
     try:
         got = {m.id: m for m in c.take(6)}
@@ -64,6 +65,7 @@ def test_counters_after_known_traffic_are_exact_over_http(followed: Served, metr
             what="the DML ack counted by the binlog follower",
         )
         f = scrape(metrics)
+        took_s = time.monotonic() - began
     finally:
         c.close()
     assert f[("msgtable_messages_sent_total", "jobs", "")] == 7
@@ -75,6 +77,10 @@ def test_counters_after_known_traffic_are_exact_over_http(followed: Served, metr
     assert f[("msgtable_messages_in_flight", "jobs", "")] == 0
     assert f[("msgtable_subscribers", "jobs", "")] == 1
     assert f[("msgtable_lease_holder", "", "")] == 1
+    # send -> ack, of the 5 acks seen while in flight (the reject is no ack): bounded by
+    # the test's own duration
+    assert f[("msgtable_message_ack_latency_seconds_count", "jobs", "")] == 5
+    assert 0 < f[("msgtable_message_ack_latency_seconds_sum", "jobs", "")] < 5 * took_s
 
 
 def test_a_closed_metrics_server_frees_its_port(followed: Served):

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from msgtable.clock import FakeClock
 from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument
+from msgtable.latency import LatencyHistogram
 from msgtable.metrics import LABELS, MetricsServer, parse_listen, registry_for
 from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
@@ -55,8 +56,9 @@ def drain(sub) -> list:
 
 
 def traffic(engine) -> None:
-    """5 rows, batches of 2: 4 sent; 2 acked, 1 rejected, 1 released at once; then the
-    released one is sent again (a redelivery) with the fifth, and both are acked."""
+    """5 rows, batches of 2: 4 sent; 2 acked 0.2 s later, 1 rejected, 1 released at once;
+    then the released one is sent again (a redelivery) with the fifth, both acked 0.03 s
+    later."""
     m = engine._manager("q", "")
     sub = m.subscribe()
     m.poll_once()
@@ -64,6 +66,7 @@ def traffic(engine) -> None:
     m.send_once()
     got = drain(sub)
     assert len(got) == 4
+    engine.clock.advance(0.2)
     engine.ack("q", "", got[:2])
     engine.reject("q", "", [got[2]], "bad")
     engine.release("q", "", [got[3]], 0, None)
@@ -71,6 +74,7 @@ def traffic(engine) -> None:
     m.send_once()
     again = drain(sub)
     assert sorted(again) == sorted([got[3], 4]), again
+    engine.clock.advance(0.03)
     engine.ack("q", "", again)
 
 
@@ -89,6 +93,27 @@ def test_counters_after_known_traffic_are_exact(engine):
     assert value(f, "msgtable_messages_cached") == 0
     assert value(f, "msgtable_subscribers") == 1
     assert f["msgtable_lease_holder"].samples[0].value == 1
+
+
+def test_the_send_to_ack_histogram_has_each_ack_in_its_bucket(engine):
+    traffic(engine)
+    f = scrape(engine)
+    buckets = {
+        s.labels["le"]: s.value
+        for s in f["msgtable_message_ack_latency_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["table"] == "q"
+    }
+    assert buckets["0.025"] == 0 and buckets["0.05"] == 2  # the two acked after 0.03 s
+    assert buckets["0.1"] == 2 and buckets["0.25"] == 4 and buckets["+Inf"] == 4
+    samples = {s.name: s.value for s in f["msgtable_message_ack_latency_seconds"].samples}
+    assert samples["msgtable_message_ack_latency_seconds_count"] == 4
+    assert samples["msgtable_message_ack_latency_seconds_sum"] == pytest.approx(0.46)
+
+
+def test_latency_buckets_follow_the_le_rule():
+    h = LatencyHistogram((0.1, 1.0))
+    h.observe_since(10**9, [10**9, 9 * 10**8, 0, 2 * 10**9])  # 0, 0.1, 1, and "-1": 0
+    assert h.snapshot() == ([("0.1", 3), ("1.0", 4), ("+Inf", 4)], 1.1)
 
 
 def test_every_family_follows_the_prometheus_naming_rules(engine):

@@ -15,8 +15,8 @@ HTTP server, on its own thread), with idempotent ``open()`` / ``close()``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -57,9 +57,13 @@ class MetricsSource(Protocol):
     """What the collector reads (msgtable.engine.MessageEngine)."""
 
     keyspace: str
+    binlog: Any  # msgtable.binlog.BinlogFollower | None
+    capture: Any  # msgtable.capture.CaptureFollower | None
 
     @property
     def leading(self) -> bool: ...
+
+    def database_error(self) -> str: ...
 
     def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]: ...
 
@@ -69,8 +73,9 @@ class MetricsSource(Protocol):
 class EngineCollector(Collector):
     """The engine's metric families, built from its counters when scraped."""
 
-    def __init__(self, engine: MetricsSource) -> None:
+    def __init__(self, engine: MetricsSource, streams: Callable[[], int] | None = None) -> None:
         self.engine = engine
+        self.streams = streams  # the gRPC server's open MessageStream calls (None: no server)
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # the families are only known at scrape time
@@ -118,17 +123,53 @@ class EngineCollector(Collector):
         )
         lead.add_metric((engine.keyspace,), 1 if engine.leading else 0)
         yield lead
+        yield from self._server_families()
+
+    def _server_families(self) -> Iterator[Metric]:
+        engine, ks = self.engine, (self.engine.keyspace,)
+        up = GaugeMetricFamily(
+            PREFIX + "database_up",
+            "1 while the database answers, 0 while the server waits for it.",
+            labels=("keyspace",),
+        )
+        up.add_metric(ks, 0 if engine.database_error() else 1)
+        yield up
+        if self.streams is not None:
+            streams = GaugeMetricFamily(
+                PREFIX + "streams", "MessageStream calls open on this server.", labels=("keyspace",)
+            )
+            streams.add_metric(ks, self.streams())
+            yield streams
+        if engine.binlog is not None:
+            b = GaugeMetricFamily(
+                PREFIX + "binlog_following",
+                "1 while the binlog follower reads the binlog, 0 while it polls only or retries.",
+                labels=("keyspace",),
+            )
+            b.add_metric(ks, 1 if engine.binlog.following.is_set() else 0)
+            yield b
+        f = engine.capture
+        if f is not None and f.following.is_set():
+            lag = GaugeMetricFamily(
+                PREFIX + "capture_lag_seconds",
+                "How far the table-events follower is behind the binlog's newest event.",
+                labels=("keyspace",),
+            )
+            lag.add_metric(ks, float(f.lag_s))
+            yield lag
 
 
 def _labels(s: TableStatus) -> tuple[str, str, str]:
     return (s.keyspace, s.name, s.subscription)
 
 
-def registry_for(engine: MetricsSource) -> CollectorRegistry:
+def registry_for(
+    engine: MetricsSource, streams: Callable[[], int] | None = None
+) -> CollectorRegistry:
     """A registry with the engine's families only (not the process's default collectors,
     which a test or a second engine in one process would share)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(EngineCollector(engine))
+    registry.register(EngineCollector(engine, streams))
     return registry
 
 
@@ -144,9 +185,11 @@ def parse_listen(listen: str) -> tuple[str, int]:
 class MetricsServer:
     """``/metrics`` over HTTP on its own thread (prometheus_client's server)."""
 
-    def __init__(self, engine: MetricsSource, listen: str) -> None:
+    def __init__(
+        self, engine: MetricsSource, listen: str, streams: Callable[[], int] | None = None
+    ) -> None:
         self.host, self.port = parse_listen(listen)
-        self.registry = registry_for(engine)
+        self.registry = registry_for(engine, streams)
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None

@@ -25,7 +25,6 @@ from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 if TYPE_CHECKING:
     from msgtable.devdb import LocalServer
     from msgtable.engine import MessageEngine
-    from msgtable.metrics import MetricsServer
 
 log = logging.getLogger("msgtable.cli")
 
@@ -153,11 +152,12 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         )
         metrics = None
         try:
-            metrics = _metrics_server(engine, args.metrics_listen)  # a bad address fails here
+            metrics_listen = args.metrics_listen
+            if metrics_listen:
+                from msgtable.metrics import MetricsServer, parse_listen
+
+                parse_listen(metrics_listen)  # a bad address fails here, before anything runs
             engine.open()
-            if metrics is not None:
-                metrics.open()
-                print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
             server = MessagingServer(
                 engine,
                 args.listen,
@@ -169,6 +169,14 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 max_streams_per_client=args.max_streams_per_client,
             )
             server.start()
+            if metrics_listen:
+                metrics = MetricsServer(engine, metrics_listen, server.servicer.streams)
+                try:
+                    metrics.open()  # a port in use: one line, and nothing left serving
+                except InvalidArgument:
+                    server.stop(0)
+                    raise
+                print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
             engine.campaign(args.advertise or advertised_address(args.listen, server.address))
             if local is not None:
                 print(_demo_instructions(local, server.address, args.listen), file=out)
@@ -185,15 +193,6 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         if local is not None:
             local.stop()
-
-
-def _metrics_server(engine: MessageEngine, listen: str | None) -> MetricsServer | None:
-    """The metrics server of ``--metrics-listen`` (None: off), its address checked."""
-    if not listen:
-        return None
-    from msgtable.metrics import MetricsServer
-
-    return MetricsServer(engine, listen)
 
 
 def advertised_address(listen: str, bound: str) -> str:

@@ -25,7 +25,7 @@ def followed(db_dsn: str):
 
 @pytest.fixture
 def metrics(followed: Served):
-    m = MetricsServer(followed.engine, "127.0.0.1:0")
+    m = MetricsServer(followed.engine, "127.0.0.1:0", followed.server.servicer.streams)
     m.open()
     yield m
     m.close()
@@ -64,7 +64,7 @@ def test_counters_after_known_traffic_are_exact_over_http(followed: Served, metr
             lambda: scrape(metrics)[("msgtable_messages_acked_total", "jobs", "")] == 5,
             what="the DML ack counted by the binlog follower",
         )
-        f = scrape(metrics)
+        f = scrape(metrics)  # the stream still open
         took_s = time.monotonic() - began
     finally:
         c.close()
@@ -77,6 +77,12 @@ def test_counters_after_known_traffic_are_exact_over_http(followed: Served, metr
     assert f[("msgtable_messages_in_flight", "jobs", "")] == 0
     assert f[("msgtable_subscribers", "jobs", "")] == 1
     assert f[("msgtable_lease_holder", "", "")] == 1
+    assert f[("msgtable_streams", "", "")] == 1
+    assert f[("msgtable_binlog_following", "", "")] == 1
+    assert f[("msgtable_database_up", "", "")] == 1
+    wait_until(
+        lambda: scrape(metrics)[("msgtable_streams", "", "")] == 0, what="the stream's end counted"
+    )
     # send -> ack, of the 5 acks seen while in flight (the reject is no ack): bounded by
     # the test's own duration
     assert f[("msgtable_message_ack_latency_seconds_count", "jobs", "")] == 5

@@ -116,6 +116,22 @@ def test_latency_buckets_follow_the_le_rule():
     assert h.snapshot() == ([("0.1", 3), ("1.0", 4), ("+Inf", 4)], 1.1)
 
 
+def test_server_families_say_streams_database_and_no_binlog_family_without_a_follower(engine):
+    f = {
+        name: family.samples[0].value
+        for name, family in (
+            (f.name, f)
+            for f in text_string_to_metric_families(
+                generate_latest(registry_for(engine, streams=lambda: 3)).decode()
+            )
+        )
+        if family.samples
+    }
+    assert f["msgtable_streams"] == 3 and f["msgtable_database_up"] == 1
+    assert "msgtable_binlog_following" not in f and "msgtable_capture_lag_seconds" not in f
+    assert "msgtable_streams" not in scrape(engine)  # no gRPC server: no family
+
+
 def test_every_family_follows_the_prometheus_naming_rules(engine):
     traffic(engine)
     text = generate_latest(registry_for(engine)).decode()

@@ -59,6 +59,7 @@ class MetricsSource(Protocol):
     keyspace: str
     binlog: Any  # msgtable.binlog.BinlogFollower | None
     capture: Any  # msgtable.capture.CaptureFollower | None
+    store: Any  # msgtable.store.MySQLStore counts its failed statements
 
     @property
     def leading(self) -> bool: ...
@@ -134,6 +135,15 @@ class EngineCollector(Collector):
         )
         up.add_metric(ks, 0 if engine.database_error() else 1)
         yield up
+        failed = getattr(engine.store, "database_errors", None)
+        if failed is not None:
+            errors = CounterMetricFamily(
+                PREFIX + "database_errors",
+                "Statements that failed: the database away, a deadlock, a lock wait timeout...",
+                labels=("keyspace",),
+            )
+            errors.add_metric(ks, failed)
+            yield errors
         if self.streams is not None:
             streams = GaugeMetricFamily(
                 PREFIX + "streams", "MessageStream calls open on this server.", labels=("keyspace",)
@@ -148,6 +158,13 @@ class EngineCollector(Collector):
             )
             b.add_metric(ks, 1 if engine.binlog.following.is_set() else 0)
             yield b
+            events = CounterMetricFamily(
+                PREFIX + "binlog_row_events",
+                "Row events the binlog follower read.",
+                labels=("keyspace",),
+            )
+            events.add_metric(ks, engine.binlog.events)
+            yield events
         f = engine.capture
         if f is not None and f.following.is_set():
             lag = GaugeMetricFamily(

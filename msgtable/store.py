@@ -23,6 +23,7 @@ first; an ack that comes first counts the send (epoch + 1) in its own UPDATE.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -363,6 +364,9 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
     def __init__(self, url: sa.URL, database: str) -> None:
         self.database = database
         self.outage = Outage(f"the database at {address(url)}", log)
+        # statements that failed (msgtable.metrics); counted under a lock of its own
+        self.database_errors = 0
+        self._errors_lock = threading.Lock()
         connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
         if url.get_driver_name() in ("pymysql", "mysqldb"):
             connect_args.update(read_timeout=IO_TIMEOUT_S, write_timeout=IO_TIMEOUT_S)
@@ -431,6 +435,8 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
             raise
         except (self._auto.dbapi.Error, OSError) as exc:
             error = database_error(exc, table)
+            with self._errors_lock:
+                self.database_errors += 1
             if isinstance(error, DatabaseUnavailable):
                 self.outage.down(error)
             raise error from exc

@@ -9,6 +9,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from msgtable.errors import MsgtableError
 from msgtable.metrics import MetricsServer
 
 from ..waiting import wait_until
@@ -80,6 +81,7 @@ def test_counters_after_known_traffic_are_exact_over_http(followed: Served, metr
     assert f[("msgtable_streams", "", "")] == 1
     assert f[("msgtable_binlog_following", "", "")] == 1
     assert f[("msgtable_database_up", "", "")] == 1
+    assert f[("msgtable_binlog_row_events_total", "", "")] >= 2  # the insert, the DML ack
     wait_until(
         lambda: scrape(metrics)[("msgtable_streams", "", "")] == 0, what="the stream's end counted"
     )
@@ -99,3 +101,11 @@ def test_a_closed_metrics_server_frees_its_port(followed: Served):
     again.close()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://{address}/metrics", timeout=2)
+
+
+def test_a_failed_statement_counts_as_a_database_error(followed: Served, metrics):
+    store = followed.engine.store
+    before = scrape(metrics)[("msgtable_database_errors_total", "", "")]
+    with pytest.raises(MsgtableError), store._errors(), store._auto_cursor() as cur:
+        cur.execute("select * from no_such_table")
+    assert scrape(metrics)[("msgtable_database_errors_total", "", "")] == before + 1

@@ -16,6 +16,9 @@ from collections.abc import Iterable
 LatencySnapshot = tuple[list[tuple[str, int]], float]
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
+# A database statement's (msgtable.store, by kind): from half a millisecond to 10 s.
+STATEMENT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0)
+
 
 class LatencyHistogram:
     """Counts of durations by bucket, and their sum (see the module docstring)."""

@@ -135,6 +135,16 @@ class EngineCollector(Collector):
         )
         up.add_metric(ks, 0 if engine.database_error() else 1)
         yield up
+        latency = getattr(engine.store, "statement_latency_snapshot", None)
+        if latency is not None:
+            h = HistogramMetricFamily(
+                PREFIX + "database_statement_duration_seconds",
+                "How long the server's database statements took, by kind (poll, claim, ack...).",
+                labels=("keyspace", "kind"),
+            )
+            for kind, (buckets, sum_s) in sorted(latency().items()):
+                h.add_metric((engine.keyspace, kind), buckets, sum_s)
+            yield h
         failed = getattr(engine.store, "database_errors", None)
         if failed is not None:
             errors = CounterMetricFamily(

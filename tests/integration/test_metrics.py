@@ -32,8 +32,9 @@ def metrics(followed: Served):
     m.close()
 
 
-def scrape(m: MetricsServer) -> dict[tuple[str, str, str], float]:
-    """Every sample of table ``jobs`` (and the server's) by (sample name, table, subscription)."""
+def scrape(m: MetricsServer) -> dict[tuple[str, ...], float]:
+    """Every sample by (sample name, table, subscription); a statement kind's count and sum
+    also by (sample name, kind)."""
     with urllib.request.urlopen(f"http://{m.address}/metrics", timeout=10) as answer:
         assert answer.status == 200
         assert answer.headers["Content-Type"].startswith("text/plain")
@@ -42,6 +43,8 @@ def scrape(m: MetricsServer) -> dict[tuple[str, str, str], float]:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             out[(s.name, s.labels.get("table", ""), s.labels.get("subscription", ""))] = s.value
+            if "kind" in s.labels and not s.name.endswith("_bucket"):
+                out[(s.name, s.labels["kind"])] = s.value
     return out
 
 
@@ -82,6 +85,11 @@ def test_counters_after_known_traffic_are_exact_over_http(followed: Served, metr
     assert f[("msgtable_binlog_following", "", "")] == 1
     assert f[("msgtable_database_up", "", "")] == 1
     assert f[("msgtable_binlog_row_events_total", "", "")] >= 2  # the insert, the DML ack
+    # statements by kind: every poll, claim and ack took some time, none as long as the test
+    for kind in ("poll", "ack"):
+        n = f[("msgtable_database_statement_duration_seconds_count", kind)]
+        total = f[("msgtable_database_statement_duration_seconds_sum", kind)]
+        assert n >= 1 and 0 < total < took_s, (kind, n, total)
     wait_until(
         lambda: scrape(metrics)[("msgtable_streams", "", "")] == 0, what="the stream's end counted"
     )

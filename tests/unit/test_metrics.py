@@ -147,7 +147,8 @@ def test_every_family_follows_the_prometheus_naming_rules(engine):
                 assert s.name.endswith(("_total", "_created")), f"{s.name}: counter without _total"
             else:
                 assert not s.name.endswith("_total"), f"{s.name}: _total on a {f.type}"
-            assert set(s.labels) <= set(LABELS) | {"le"}, f"{s.name}: labels {set(s.labels)}"
+            allowed = set(LABELS) | {"le", "kind"}
+            assert set(s.labels) <= allowed, f"{s.name}: labels {set(s.labels)}"
 
 
 def test_a_scrape_runs_no_statement_so_it_answers_while_the_database_is_down(engine):

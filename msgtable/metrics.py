@@ -1,10 +1,14 @@
 """Prometheus metrics: a collector that reads the engine's own counters at scrape time.
 
 Nothing here runs per message: the managers already count what they send, ack, release,
-reject, renew and dead-letter (msgtable.status.TableStatus); :class:`EngineCollector` turns
-those counts into metric families only when Prometheus scrapes, so a server nobody scrapes
-pays nothing. Names follow Prometheus's conventions: one ``msgtable_`` prefix, base units,
-``_total`` on counters; labels ``keyspace``, ``table`` and ``subscription`` ("" for a table's
+reject, renew and dead-letter (msgtable.status.TableStatus), and fill two histograms that
+are always on and cheap (msgtable.latency: send -> ack per ack batch under the manager's
+lock; the store's statements by kind, one observation a statement); :class:`EngineCollector`
+turns those into metric families only when Prometheus scrapes, without a statement, so a
+server nobody scrapes pays nothing more.
+
+Names follow Prometheus's conventions: one ``msgtable_`` prefix, base units, ``_total`` on
+counters; labels ``keyspace``, ``table`` and ``subscription`` ("" for a table's
 default group), never one per message. The counters start at zero when a table (or
 subscription) is opened here; Prometheus's ``rate()`` takes such resets in its stride.
 

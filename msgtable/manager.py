@@ -266,7 +266,9 @@ class MessageManager:
         with self._lock:
             if sub in self._subscribers:
                 self._subscribers.remove(sub)
-            back = self.cache.inflight.unsend(values[0] for batch in unsent for values in batch)
+            ids = [values[0] for batch in unsent for values in batch]
+            self.redelivered -= self.cache.inflight.resent(ids)
+            back = self.cache.inflight.unsend(ids)
             if back:
                 self.sent -= back
                 self._restart = True  # they are at the head of the table: a new pass

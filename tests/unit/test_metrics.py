@@ -180,3 +180,33 @@ def test_a_port_in_use_is_one_clear_line(engine):
     finally:
         first.close()
         first.close()  # idempotent
+
+
+@pytest.mark.parametrize("postpone_after", [1, 0])
+def test_a_redelivery_its_subscriber_never_got_counts_neither_as_sent_nor_redelivered(
+    postpone_after,
+):
+    store = InMemoryStore()
+    store.create_table("q", f"{COMMENT},vt_postpone_after={postpone_after}")
+    store.insert("q", 1, message="a")
+    e = MessageEngine(
+        store, clock=FakeClock(), rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    e.refresh()
+    try:
+        m = e._manager("q", "")
+        a = m.subscribe()
+        m.poll_once()
+        m.send_once()
+        assert drain(a) == [1]
+        e.release("q", "", [1], 0, None)
+        m.poll_once()
+        m.send_once()  # the redelivery waits in a's queue
+        a.close()  # ...and never goes out
+        f = scrape(e)
+        # with vt_postpone_after=0 the send was written (epoch + 1): it counts as sent
+        kept = 0 if postpone_after else 1
+        assert value(f, "msgtable_messages_sent") == 1 + kept
+        assert value(f, "msgtable_messages_redelivered") == kept
+    finally:
+        e.close()

@@ -117,3 +117,26 @@ def test_a_failed_statement_counts_as_a_database_error(followed: Served, metrics
     with pytest.raises(MsgtableError), store._errors(), store._auto_cursor() as cur:
         cur.execute("select * from no_such_table")
     assert scrape(metrics)[("msgtable_database_errors_total", "", "")] == before + 1
+
+
+def test_a_subscription_has_its_own_labels_and_counts(followed: Served, metrics):
+    followed.create_table("jobs", vt_poller_interval=30)
+    followed.client.create_subscription("jobs", "billing")
+    followed.sql("insert into jobs(id, message) values (1, 'a'), (2, 'b'), (3, 'c')")
+    billing = Collector(followed.client, "jobs", subscription="billing")
+    default = Collector(followed.client, "jobs")
+    try:
+        billing.subscription.ack(billing.take(3))
+        default.subscription.ack(default.take(1, timeout_s=10))
+        wait_until(
+            lambda: scrape(metrics).get(("msgtable_messages_acked_total", "jobs", "")) == 1,
+            what="the default group's ack counted",
+        )
+        f = scrape(metrics)
+    finally:
+        billing.close()
+        default.close()
+    assert f[("msgtable_messages_sent_total", "jobs", "billing")] == 3
+    assert f[("msgtable_messages_acked_total", "jobs", "billing")] == 3
+    assert f[("msgtable_messages_acked_total", "jobs", "")] == 1
+    assert f[("msgtable_subscribers", "jobs", "billing")] == 1

@@ -14,6 +14,8 @@ from bench.fanout import FILTER, GROUPS, FanoutResult
 from bench.latency import LatencyResult, OnTimeResult
 from bench.measure import Throughput
 from bench.memory import MemoryResult
+from bench.metrics import TARGET_RATIO as TARGET_METRICS_RATIO
+from bench.metrics import MetricsCost
 from bench.ordering import HOT_BATCH, FairnessResult, OrderingResult
 from bench.producer import MIN_PRODUCER_ROWS
 from bench.push import TARGET_MSGS_S, TARGET_P99_MS, PushResult
@@ -99,6 +101,7 @@ class Report:
     ordering: OrderingResult | None = None
     push: PushResult | None = None
     capture: CaptureResult | None = None
+    metrics: MetricsCost | None = None
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -271,6 +274,12 @@ class Report:
                 "table events: source row changes captured a second",
                 self.capture.events_s if self.capture else None,
                 TARGET_EVENTS_S,
+            ),
+            Target(
+                "metrics_cost_ratio",
+                "msgtable with metrics scraped every 0.2 s / without, batch 100, 4 subscribers",
+                self.metrics.ratio if self.metrics else None,
+                TARGET_METRICS_RATIO,
             ),
             Target(
                 "bytes_per_cached_msg",
@@ -612,6 +621,10 @@ class Report:
             "push": self.push.as_dict() if self.push else None,
             "capture_events_s": rnd(self.capture.events_s if self.capture else None, 0),
             "capture": self.capture.as_dict() if self.capture else None,
+            "metrics_off_msgs_s": rnd(self.metrics.off_msgs_s if self.metrics else None, 0),
+            "metrics_on_msgs_s": rnd(self.metrics.on_msgs_s if self.metrics else None, 0),
+            "metrics_cost_ratio": rnd(self.metrics.ratio if self.metrics else None, 3),
+            "metrics": self.metrics.as_dict() if self.metrics else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

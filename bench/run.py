@@ -46,6 +46,7 @@ from bench import (
     fanout,
     latency,
     memory,
+    metrics,
     ordering,
     peer,
     push,
@@ -75,6 +76,7 @@ SECTIONS = (
     "purge",
     "spark",
     "capture",
+    "metrics",
 )
 FULL_ONLY = {
     "expiry",
@@ -195,6 +197,22 @@ def run(args: argparse.Namespace) -> Report:
                 with scratch_database(db.handle, "bench_peer") as dsn:
                     report.peer = peer.run(dsn, p.peer_messages, p.peer_max_s)
                 progress(f"peer (kombu): {report.peer.msgs_s:,.0f} msgs/s")
+        if "metrics" in only:
+            with scratch_database(db.handle, "bench_metrics") as dsn:
+                report.metrics = metrics.run(
+                    dsn,
+                    p.messages[args.batch_size],
+                    args.batch_size,
+                    args.subscribers,
+                    args.poller_interval,
+                    args.postpone_after,
+                    progress,
+                )
+            mc = report.metrics
+            progress(
+                f"metrics: on {mc.on_msgs_s:,.0f} vs off {mc.off_msgs_s:,.0f} msgs/s "
+                f"({mc.ratio:.3f}, {mc.scrapes} scrapes)"
+            )
         if "capture" in only:
             with scratch_database(db.handle, "bench_capture") as dsn:
                 report.capture = capture.run(dsn, capture.ROWS[p.mode])

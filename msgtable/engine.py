@@ -34,6 +34,7 @@ from msgtable.errors import (
 )
 from msgtable.fanout import Fanout
 from msgtable.ids import coerce_ids
+from msgtable.latency import LatencySnapshot
 from msgtable.lease import Lease, Takeover, connector
 from msgtable.limits import MAX_DEAD_LETTERS_LISTED, MAX_REDRIVE_BATCH
 from msgtable.manager import MessageManager
@@ -723,6 +724,20 @@ class MessageEngine(Subscriptions, Endpoints):
         if not self._discovered and not self.store.outage.away:
             return "the database has not answered yet"
         return self.store.outage.describe()
+
+    def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]:
+        """Every loaded table and subscription as its manager counts it now, with its send
+        -> ack latencies: no discovery, no statement (what msgtable.metrics reads at scrape
+        time). A subscription's entry has its table's name and ``subscription`` set."""
+        with self._lock:
+            managers = list(self._managers.values())
+        out = []
+        for m in managers:
+            s, latency = m.status(self.keyspace), m.ack_latency_snapshot()
+            if m.config.source:
+                s = dataclasses.replace(s, name=m.config.source, subscription=m.config.subscription)
+            out.append((s, latency))
+        return out
 
     def list_tables(self) -> list[TableStatus]:
         """Every message table: loaded ones with live counts, failed ones with their error.

@@ -28,7 +28,8 @@ class InFlight:
     """Sent rows by id (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._flight: OrderedDict[Hashable, tuple[int, Window | None]] = OrderedDict()
+        # id -> (ack wait deadline, window, when sent)
+        self._flight: OrderedDict[Hashable, tuple[int, Window | None, int]] = OrderedDict()
         self._unclaimed: OrderedDict[Hashable, Sent] = OrderedDict()  # by send time
         self.held: set[Hashable] = set()
         # told of each id that leaves flight (an ordered table's keys: msgtable.ordered)
@@ -45,7 +46,7 @@ class InFlight:
     ) -> None:
         """Rows about to be handed to a subscriber (whose ``window`` they count against): in
         flight for ack_wait, and ``unclaimed`` when the send does not postpone them."""
-        entry = (now_ns + ack_wait_ns, window)
+        entry = (now_ns + ack_wait_ns, window, now_ns)
         flight = self._flight
         for row in sent:
             if row.id in flight:  # sent again before its ack wait ended (a short backoff)
@@ -60,7 +61,7 @@ class InFlight:
         """Ids sent whose ack wait is not over (the others leave here, oldest first)."""
         flight = self._flight
         while flight:
-            rid, (deadline, _) = next(iter(flight.items()))
+            rid, (deadline, _, _) = next(iter(flight.items()))
             if deadline > now_ns:
                 break
             self.land(rid)
@@ -77,6 +78,11 @@ class InFlight:
         if self.on_land is not None and not again:
             self.on_land(rid)
 
+    def sent_ns(self, ids: Iterable[Hashable]) -> list[int]:
+        """When those of ``ids`` in flight were sent (for msgtable.latency)."""
+        flight = self._flight
+        return [e[2] for e in map(flight.get, ids) if e is not None]
+
     def flying(self, rid: Hashable) -> bool:
         return rid in self._flight
 
@@ -91,11 +97,11 @@ class InFlight:
         for rid in ids:
             entry = flight.pop(rid, None)
             if entry is not None:
-                flight[rid] = (max(entry[0], until_ns), entry[1])
+                flight[rid] = (max(entry[0], until_ns), entry[1], entry[2])
 
     def ids_of(self, window: Window) -> list[Hashable]:
         """The ids in flight to ``window``'s subscriber."""
-        return [rid for rid, (_, w) in self._flight.items() if w is window]
+        return [rid for rid, (_, w, _) in self._flight.items() if w is window]
 
     def land_gone(self, window: Window, ids: Iterable[Hashable]) -> int:
         """Those of ``ids`` still in flight to ``window`` left it by other means than this
@@ -155,6 +161,12 @@ class InFlight:
             self._unclaimed[rid] = sent
             self._unclaimed.move_to_end(rid, last=False)
         self.held.difference_update(taken)
+
+    def resent(self, ids: Iterable[Hashable]) -> int:
+        """How many of ``ids`` :meth:`unsend` would take back were sent before (epoch > 0 as
+        read): the redeliveries that never went out (msgtable.metrics)."""
+        unclaimed = self._unclaimed
+        return sum(1 for rid in ids if (e := unclaimed.get(rid)) is not None and e[0])
 
     def unsend(self, ids: Iterable[Hashable]) -> int:
         """Rows handed to a subscriber that left before they went out (or changed by another

@@ -41,6 +41,7 @@ from msgtable.cache import MessageCache, Sending
 from msgtable.clock import Clock
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.ids import coerce_ids
+from msgtable.latency import LatencyHistogram, LatencySnapshot
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 from msgtable.ordered import KeyOwners, KeyPass, OrderedDue, cut_at_gaps, whole_keys
 from msgtable.purger import Purger
@@ -131,6 +132,8 @@ class MessageManager:
         self._threads: list[threading.Thread] = []
         self._opened = False
         self.sent = 0
+        self.redelivered = 0  # sends of rows read with epoch > 0 (sent before)
+        self.ack_latency = LatencyHistogram()  # send -> ack, of acks through us and DML
         self.acked = 0
         self.released = 0
         self.rejected = 0
@@ -262,7 +265,9 @@ class MessageManager:
         with self._lock:
             if sub in self._subscribers:
                 self._subscribers.remove(sub)
-            back = self.cache.inflight.unsend(values[0] for batch in unsent for values in batch)
+            ids = [values[0] for batch in unsent for values in batch]
+            self.redelivered -= self.cache.inflight.resent(ids)
+            back = self.cache.inflight.unsend(ids)
             if back:
                 self.sent -= back
                 self._restart = True  # they are at the head of the table: a new pass
@@ -298,7 +303,9 @@ class MessageManager:
         cfg = self.config
         clean = coerce_ids(cfg.name, cfg.id_column, ids)
         n = self._acks.ack(clean)
+        now = self.clock.now_ns()
         with self._lock:
+            self.ack_latency.observe_since(now, self.cache.inflight.sent_ns(clean))
             self.cache.forget(clean)
             self.acked += n
         self._poll_if_wanted()
@@ -424,9 +431,12 @@ class MessageManager:
         back)."""
         gone = [c.id for c in changes if c.gone]
         moved = [c.id for c in changes if c.moved]
-        acked = sum(1 for c in changes if c.acked)
+        acked = [c.id for c in changes if c.acked]
+        now = self.clock.now_ns() if acked else 0
         with self._lock:
-            self.acked += acked
+            self.acked += len(acked)
+            if acked:
+                self.ack_latency.observe_since(now, self.cache.inflight.sent_ns(acked))
             if gone:
                 self.cache.forget(gone)
             if moved:
@@ -443,6 +453,10 @@ class MessageManager:
             self._restart = True
         self._poll_wake.set()
 
+    def ack_latency_snapshot(self) -> LatencySnapshot:
+        with self._lock:
+            return self.ack_latency.snapshot()
+
     def status(self, keyspace: str) -> TableStatus:
         with self._lock:
             return TableStatus(
@@ -454,6 +468,7 @@ class MessageManager:
                 in_flight=self.cache.inflight.count(self.clock.now_ns()),
                 subscribers=len(self._subscribers),
                 sent=self.sent,
+                redelivered=self.redelivered,
                 acked=self.acked,
                 released=self.released,
                 rejected=self.rejected,
@@ -647,6 +662,7 @@ class MessageManager:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window)
                         out.append((sub, sent))
                 self.sent += sum(len(sent) for _, sent in out)
+                self.redelivered += sum(1 for _, sent in out for r in sent if r.epoch)
             for sub, sent in out:
                 sub.put(Batch.of(sent, now))
 

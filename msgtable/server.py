@@ -235,6 +235,11 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         self._active: set[Subscriber] = set()
         self._stopping = threading.Event()
 
+    def streams(self) -> int:
+        """MessageStream calls open now (msgtable.metrics)."""
+        with self._lock:
+            return len(self._active)
+
     def shutdown(self) -> None:
         """End every stream with UNAVAILABLE and refuse new ones. Idempotent.
 

@@ -32,6 +32,7 @@ class TableStatus:
     in_flight: int = 0  # sent by this server, not acked (as far as it saw), ack wait not over
     subscribers: int = 0
     sent: int = 0  # messages sent since the table was opened
+    redelivered: int = 0  # of those, sends of messages sent before (epoch > 0 when read)
     acked: int = 0  # acked since the table was opened: MessageAck, and DML the binlog showed
     released: int = 0  # since the table was opened (msgtable.settlement)
     rejected: int = 0

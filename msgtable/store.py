@@ -23,6 +23,8 @@ first; an ack that comes first counts the send (epoch + 1) in its own UPDATE.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,6 +36,7 @@ from msgtable.dbpool import ConnectionPool
 from msgtable.deadletters import DeadLetter, RedriveBatch
 from msgtable.deadstore import DeadStatements, RedriveStatements, first_expr
 from msgtable.errors import DatabaseUnavailable, InvalidArgument, MsgtableError
+from msgtable.latency import STATEMENT_BUCKETS_S, LatencyHistogram, LatencySnapshot
 from msgtable.mysql import (
     CONNECT_TIMEOUT_S,
     IO_TIMEOUT_S,
@@ -363,6 +366,10 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
     def __init__(self, url: sa.URL, database: str) -> None:
         self.database = database
         self.outage = Outage(f"the database at {address(url)}", log)
+        # statements that failed, and how long each kind took (msgtable.metrics)
+        self.database_errors = 0
+        self.statement_latency: dict[str, LatencyHistogram] = {}  # by kind: poll, ack, ...
+        self._counts_lock = threading.Lock()
         connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
         if url.get_driver_name() in ("pymysql", "mysqldb"):
             connect_args.update(read_timeout=IO_TIMEOUT_S, write_timeout=IO_TIMEOUT_S)
@@ -424,22 +431,42 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         return self._tx.connection()
 
     @contextmanager
-    def _errors(self, table: str | None = None) -> Iterator[None]:
+    def _errors(self, table: str | None = None, kind: str = "other") -> Iterator[None]:
+        """Database errors as msgtable's (msgtable.mysql.database_error), counted, and the
+        statement's time in ``statement_latency[kind]`` (msgtable.metrics)."""
+        began = time.perf_counter_ns()
         try:
             yield
         except MsgtableError:
+            self._took(kind, began)
             raise
         except (self._auto.dbapi.Error, OSError) as exc:
             error = database_error(exc, table)
+            self._took(kind, began, failed=True)
             if isinstance(error, DatabaseUnavailable):
                 self.outage.down(error)
             raise error from exc
+        self._took(kind, began)
         self.outage.up()
+
+    def statement_latency_snapshot(self) -> dict[str, LatencySnapshot]:
+        """Each kind of statement's latencies so far (msgtable.metrics)."""
+        with self._counts_lock:
+            return {kind: h.snapshot() for kind, h in self.statement_latency.items()}
+
+    def _took(self, kind: str, began_ns: int, failed: bool = False) -> None:
+        now = time.perf_counter_ns()
+        with self._counts_lock:
+            h = self.statement_latency.get(kind)
+            if h is None:
+                h = self.statement_latency[kind] = LatencyHistogram(STATEMENT_BUCKETS_S)
+            h.observe_since(now, (began_ns,))
+            self.database_errors += failed
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> list[TableDefinition]:
         """Every table of this database whose comment marks it as a message table."""
-        with self._errors(), self._auto.connection() as conn, conn.cursor() as cur:
+        with self._errors(kind="discover"), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(_FIND_TABLES, [self.database])
             tables = {n: c for n, c in cur.fetchall() if is_message_comment(c or "")}
             if not tables:
@@ -480,7 +507,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         as read: (priority, time_next, epoch, id, other message columns...); and the key
         of the last row read (None when there was none)."""
         sql, params = self.statements(cfg).poll_query(now_ns, limit, after)
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with self._errors(cfg.name, "poll"), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql, params)
             rows = list(cur.fetchall())
         if not rows:
@@ -505,7 +532,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         """
         s = self.statements(cfg)
         # On any error the pool closes the connection, which rolls the transaction back.
-        with self._errors(cfg.name), self._tx.connection() as conn:
+        with self._errors(cfg.name, "claim"), self._tx.connection() as conn:
             groups = [(e, rows, next_ns(e or 0)) for e, rows in group_by_epoch(batch).items()]
             with conn.cursor() as cur:
                 claimed = _claim_rows(cur, s, groups, now_ns, lock_first=False)
@@ -538,7 +565,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         """
         s = self.statements(cfg)
         sent: list[CachedRow] = []
-        with self._errors(cfg.name), self._tx.connection() as conn:
+        with self._errors(cfg.name, "send"), self._tx.connection() as conn:
             with conn.cursor() as cur:
                 for epoch, rows in group_by_epoch(batch).items():
                     in_ids, id_params = in_list([r.id for r in rows])
@@ -568,7 +595,11 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         TableStatements.postpone); returns how many rows matched."""
         in_ids, id_params = in_list(ids)
         sql = self.statements(cfg).postpone.format(ids=in_ids)
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with (
+            self._errors(cfg.name, "postpone"),
+            self._auto.connection() as conn,
+            conn.cursor() as cur,
+        ):
             return int(cur.execute(sql, [next_ns, *id_params, epoch, sent_ns]))
 
     def ack(
@@ -590,14 +621,18 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
             in_first, first_params = in_list(list(first))
             sql = s.ack_mixed.format(first=in_first, ids=in_ids)
             params = [now_ns, *first_params, *id_params]
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with self._errors(cfg.name, "ack"), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
 
     def acked_ids(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> set[Hashable]:
         """Which of ``ids`` an ack with exactly this timestamp acked."""
         in_ids, id_params = in_list(ids)
         sql = self.statements(cfg).acked.format(ids=in_ids)
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with (
+            self._errors(cfg.name, "acked_ids"),
+            self._auto.connection() as conn,
+            conn.cursor() as cur,
+        ):
             cur.execute(sql, [*id_params, now_ns])
             return {r[0] for r in cur.fetchall()}
 
@@ -605,14 +640,18 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         """Which of ``ids`` are in the table and not acked."""
         in_ids, id_params = in_list(ids)
         sql = self.statements(cfg).unacked.format(ids=in_ids)
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with (
+            self._errors(cfg.name, "unacked_ids"),
+            self._auto.connection() as conn,
+            conn.cursor() as cur,
+        ):
             cur.execute(sql, id_params)
             return {r[0] for r in cur.fetchall()}
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
         """Delete up to ``limit`` rows acked before the cutoff; returns how many."""
         sql = self.statements(cfg).purge
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with self._errors(cfg.name, "purge"), self._auto.connection() as conn, conn.cursor() as cur:
             holders = [cutoff_ns] * self.statements(cfg).purge_holders
             return int(cur.execute(sql, [cutoff_ns, *holders, limit]))
 
@@ -634,7 +673,11 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         if cfg.keeps_errors:
             params.append(reason)
         sql = s.release.format(ids=in_ids, first=first_sql)
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with (
+            self._errors(cfg.name, "release"),
+            self._auto.connection() as conn,
+            conn.cursor() as cur,
+        ):
             return int(cur.execute(sql, [*params, *id_params, *first_params]))
 
     def renew(
@@ -656,7 +699,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
             params.append(reason)
         params += [*id_params, *first_params, now_ns]
         sql = s.renew.format(ids=in_ids, first=first_sql)
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with self._errors(cfg.name, "renew"), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
 
     def _dead(self, cfg: TableConfig, dead: TableConfig | None) -> DeadStatements:
@@ -679,7 +722,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         """Bury those of ``ids`` alive (with ``due_at_epoch``: also at that epoch and due) in
         one transaction: moved to ``dead``, or dead in place. Returns the ids buried."""
         statements = self._dead(cfg, dead)
-        with self._errors(cfg.name), self._tx.connection() as conn:
+        with self._errors(cfg.name, "bury"), self._tx.connection() as conn:
             with conn.cursor() as cur:
                 buried = statements.bury(cur, ids, now_ns, reason, first, due_at_epoch)
             conn.commit()
@@ -690,7 +733,11 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
     ) -> list[DeadLetter]:
         """Up to ``limit`` dead messages of ``cfg`` by id, after ``after``."""
         statements = self._dead(cfg, dead)
-        with self._errors(cfg.name), self._auto.connection() as conn, conn.cursor() as cur:
+        with (
+            self._errors(cfg.name, "dead_letters"),
+            self._auto.connection() as conn,
+            conn.cursor() as cur,
+        ):
             return statements.list(cur, after, limit)
 
     def count_dead(
@@ -702,7 +749,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
             return {}
         parts = [self._dead(cfg, dead).count for cfg, dead in tables]
         sql = " UNION ALL ".join(f"({p})" for p in parts)
-        with self._errors(), self._auto.connection() as conn, conn.cursor() as cur:
+        with self._errors(kind="count_dead"), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql)
             counts = [int(r[0]) for r in cur.fetchall()]
         return {cfg.name: n for (cfg, _), n in zip(tables, counts, strict=True)}
@@ -718,7 +765,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
     ) -> RedriveBatch:
         """One batch of a redrive, one transaction (msgtable.deadstore.RedriveStatements)."""
         statements = RedriveStatements(dead, target)
-        with self._errors(dead.name), self._tx.connection() as conn:
+        with self._errors(dead.name, "redrive"), self._tx.connection() as conn:
             with conn.cursor() as cur:
                 batch = statements.batch(cur, ids, after, limit, now_ns)
             conn.commit()

@@ -229,6 +229,12 @@ SERVE = Command(
             metavar="SECONDS",
         ),
         Flag(
+            "--metrics-listen",
+            "serve Prometheus metrics at http://HOST:PORT/metrics (default off)",
+            env="MSGTABLE_METRICS_LISTEN",
+            metavar="HOST:PORT",
+        ),
+        Flag(
             "--advertise",
             "the address other servers send clients to when this one leads (default the "
             "listen address, or this host's name on a wildcard)",

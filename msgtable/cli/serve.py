@@ -150,7 +150,13 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             push_allow=push_allow,
             push_ca_file=args.push_ca_file,
         )
+        metrics = None
         try:
+            metrics_listen = args.metrics_listen
+            if metrics_listen:
+                from msgtable.metrics import MetricsServer, parse_listen
+
+                parse_listen(metrics_listen)  # a bad address fails here, before anything runs
             engine.open()
             server = MessagingServer(
                 engine,
@@ -163,6 +169,14 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 max_streams_per_client=args.max_streams_per_client,
             )
             server.start()
+            if metrics_listen:
+                metrics = MetricsServer(engine, metrics_listen, server.servicer.streams)
+                try:
+                    metrics.open()  # a port in use: one line, and nothing left serving
+                except InvalidArgument:
+                    server.stop(0)
+                    raise
+                print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
             engine.campaign(args.advertise or advertised_address(args.listen, server.address))
             if local is not None:
                 print(_demo_instructions(local, server.address, args.listen), file=out)
@@ -173,6 +187,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             out.flush()
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:
+            if metrics is not None:
+                metrics.close()
             engine.close()
     finally:
         if local is not None:

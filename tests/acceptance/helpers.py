@@ -28,7 +28,13 @@ from ..waiting import wait_until
 
 MSGTABLE = (sys.executable, "-m", "msgtable")
 # Settings of the user's shell that must not leak into the commands under test.
-USER_SETTINGS = ("MSGTABLE_DSN", "MSGTABLE_SERVER", "MSGTABLE_LISTEN", "MSGTABLE_LOG_LEVEL")
+USER_SETTINGS = (
+    "MSGTABLE_DSN",
+    "MSGTABLE_SERVER",
+    "MSGTABLE_LISTEN",
+    "MSGTABLE_LOG_LEVEL",
+    "MSGTABLE_METRICS_LISTEN",
+)
 RUN_TIMEOUT_S = 30.0  # a command that should finish on its own
 START_TIMEOUT_S = 30.0  # serve until it answers (an embedded database included)
 STOP_TIMEOUT_S = 15.0  # a process asked to stop, before it is killed

@@ -298,3 +298,28 @@ def test_the_table_events_example_and_its_schema_file_run_as_pasted(db_dsn: str)
         (t,) = [t for t in s.client.list_tables() if t.name == "table_events"]
         assert t.config is not None and t.config.capture == ("orders_*", "customers")
         assert t.config.order_key == "row_key"
+
+
+def test_the_metrics_section_lists_every_family_the_server_serves(db_dsn: str):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from msgtable.metrics import registry_for
+
+    (section,) = [README[README.index("## Metrics\n") :].split("\n## ", 1)[0]]
+    listed = set(re.findall(r"^\| `(msgtable_\w+)` \| (\w+)", section, re.MULTILINE))
+    with serve(db_dsn, follow_binlog=True) as s:
+        s.create_table("my_message")
+        wait_until(lambda: s.engine.live_statuses(), what="the table loaded")
+        assert s.engine.binlog is not None
+        wait_until(s.engine.binlog.following.is_set, what="the binlog follower to start")
+        text = generate_latest(registry_for(s.engine, streams=lambda: 0)).decode()
+    served = {
+        (f.name + "_total" if f.type == "counter" else f.name, f.type)
+        for f in text_string_to_metric_families(text)
+    }
+    # push families are there, empty, without an endpoint; the capture lag only with one
+    missing = served - listed
+    assert not missing, f"served but not in the README: {sorted(missing)}"
+    unserved = {name for name, _ in listed - served} - {"msgtable_capture_lag_seconds"}
+    assert not unserved, f"in the README but not served: {sorted(unserved)}"

@@ -778,3 +778,18 @@ def test_tail_asks_for_only_the_columns_given(engine, server, capsys):
     assert cli.main(argv) == 0
     assert capsys.readouterr().out == "id=1 price=2.50\n"
     assert engine.subscribed_as == [""]
+
+
+def test_metrics_listen_is_a_flag_with_an_environment_fallback_and_off_by_default(monkeypatch):
+    assert cli.build_parser().parse_args(["serve"]).metrics_listen is None
+    monkeypatch.setenv("MSGTABLE_METRICS_LISTEN", "127.0.0.1:9464")
+    assert cli.build_parser().parse_args(["serve"]).metrics_listen == "127.0.0.1:9464"
+
+
+def test_serve_with_a_bad_metrics_address_is_one_line_and_closes_the_engine(monkeypatch, capsys):
+    engine = ServableEngine()
+    monkeypatch.setattr(cli.serve, "open_engine", lambda *a, **k: engine)
+    argv = ["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]
+    assert cli.main([*argv, "--metrics-listen", "localhost"]) == 1
+    assert_one_line_error(capsys.readouterr().err, "--metrics-listen 'localhost'")
+    assert not engine.opened and engine.closed

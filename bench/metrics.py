@@ -1,0 +1,122 @@
+"""The cost of Prometheus metrics (msgtable.metrics): msgtable at batch 100 with 4
+subscribers on a server with ``--metrics-listen``, scraped every SCRAPE_INTERVAL_S over
+HTTP, against the same run on a server without (the ``metrics`` section of
+``python -m bench.run``; JSON keys ``metrics_off_msgs_s``, ``metrics_on_msgs_s`` and
+``metrics_cost_ratio`` = on / off, target >= TARGET_RATIO).
+
+Both are measured in the same run, alternating off, on, off, on... (ROUNDS pairs) on fresh
+servers (no lease of their own: one at a time), and each side's best run is compared: the
+machine's speed drifts over minutes, and alternating exposes both sides to the same drift.
+The scrapes are checked: every one answered 200 with the server's families, and some had the
+run's table (a scrape before the server discovered it has none).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import urllib.request
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench import engine
+from bench.errors import BenchError
+from bench.processes import ServerProcess
+
+ROUNDS = 2
+SCRAPE_INTERVAL_S = 0.2  # Prometheus scrapes every 15 s to 1 min: this is far harsher
+TARGET_RATIO = 0.97
+
+
+@dataclass
+class MetricsCost:
+    off_msgs_s: float
+    on_msgs_s: float
+    ratio: float
+    scrapes: int
+    off_runs: list[float]
+    on_runs: list[float]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Scraper:
+    """GET /metrics every SCRAPE_INTERVAL_S on a thread until stopped; counts the answers
+    and remembers the first failure."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.scrapes = 0
+        self.with_table = 0
+        self.failure = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="bench-scraper")
+
+    def __enter__(self) -> Scraper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(SCRAPE_INTERVAL_S):
+            try:
+                with urllib.request.urlopen(self.url, timeout=10) as answer:
+                    text = answer.read().decode()
+                if "msgtable_lease_holder{" not in text:
+                    raise BenchError("no msgtable_lease_holder sample")
+                self.scrapes += 1
+                # the run's table, once the server discovered it
+                self.with_table += "msgtable_messages_sent_total{" in text
+            except Exception as exc:
+                self.failure = self.failure or f"{type(exc).__name__}: {exc}"
+
+
+def run(
+    dsn: str,
+    n: int,
+    batch_size: int,
+    subscribers: int,
+    poller_interval_s: float,
+    postpone_after_s: float | None,
+    progress: Any,
+) -> MetricsCost:
+    off: list[float] = []
+    on: list[float] = []
+    scrapes = with_table = 0
+    for _ in range(ROUNDS):
+        for metrics in (False, True):
+            port = free_port()
+            extra = ("--metrics-listen", f"127.0.0.1:{port}") if metrics else ()
+            with ServerProcess(dsn, lease=False, extra=extra) as server:
+                if not metrics:
+                    r = engine.run(
+                        server, dsn, n, batch_size, subscribers, poller_interval_s,
+                        postpone_after_s=postpone_after_s,
+                    )  # fmt: skip
+                    off.append(r.msgs_s)
+                else:
+                    with Scraper(f"http://127.0.0.1:{port}/metrics") as scraper:
+                        r = engine.run(
+                            server, dsn, n, batch_size, subscribers, poller_interval_s,
+                            postpone_after_s=postpone_after_s,
+                        )  # fmt: skip
+                    if scraper.failure:
+                        raise BenchError(f"metrics: a scrape failed: {scraper.failure}")
+                    scrapes += scraper.scrapes
+                    with_table += scraper.with_table
+                    on.append(r.msgs_s)
+            progress(f"metrics {'on' if metrics else 'off'}: {r.msgs_s:,.0f} msgs/s")
+    if not with_table:
+        raise BenchError(f"metrics: none of {scrapes} scrapes showed the run's table")
+    best_off, best_on = max(off), max(on)
+    return MetricsCost(best_off, best_on, best_on / best_off, scrapes, off, on)

@@ -1,0 +1,259 @@
+"""Prometheus metrics: a collector that reads the engine's own counters at scrape time.
+
+Nothing here runs per message: the managers already count what they send, ack, release,
+reject, renew and dead-letter (msgtable.status.TableStatus), and fill two histograms that
+are always on and cheap (msgtable.latency: send -> ack per ack batch under the manager's
+lock; the store's statements by kind, one observation a statement); :class:`EngineCollector`
+turns those into metric families only when Prometheus scrapes, without a statement, so a
+server nobody scrapes pays nothing more.
+
+Names follow Prometheus's conventions: one ``msgtable_`` prefix, base units, ``_total`` on
+counters; labels ``keyspace``, ``table`` and ``subscription`` ("" for a table's
+default group), never one per message. The counters start at zero when a table (or
+subscription) is opened here; Prometheus's ``rate()`` takes such resets in its stride.
+
+:class:`MetricsServer` serves them on ``--metrics-listen HOST:PORT`` (prometheus_client's
+HTTP server, on its own thread), with idempotent ``open()`` / ``close()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from msgtable.errors import InvalidArgument
+from msgtable.latency import LatencySnapshot
+from msgtable.status import PushStatus, TableStatus
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+
+PREFIX = "msgtable_"
+LABELS = ("keyspace", "table", "subscription")
+
+# (family name without prefix and suffix, TableStatus field, help)
+COUNTERS = (
+    ("messages_sent", "sent", "Messages sent to subscribers (each send of a message counts)."),
+    ("messages_redelivered", "redelivered", "Sends of messages that had been sent before."),
+    ("messages_acked", "acked", "Messages acked, by MessageAck or by DML the binlog showed."),
+    ("messages_released", "released", "Messages released back to be sent again."),
+    ("messages_rejected", "rejected", "Messages rejected by a subscriber."),
+    ("messages_renewed", "renewed", "Messages whose ack wait a subscriber renewed."),
+    ("messages_dead_lettered", "dead_lettered", "Messages that died: rejected or out of attempts."),
+)
+GAUGES = (
+    ("messages_in_flight", "in_flight", "Messages sent here and not acked, ack wait not over."),
+    ("messages_cached", "cached", "Due messages queued in memory, waiting to be sent."),
+    ("subscribers", "subscribers", "Subscribers streaming from the table or subscription."),
+)
+PUSH_COUNTERS = (
+    ("push_deliveries", "pushed", "Batches an endpoint accepted (2xx)."),
+    ("push_failures", "failed", "Pushes that failed (an error status, a timeout, no answer)."),
+)
+
+
+class MetricsSource(Protocol):
+    """What the collector reads (msgtable.engine.MessageEngine)."""
+
+    keyspace: str
+    binlog: Any  # msgtable.binlog.BinlogFollower | None
+    capture: Any  # msgtable.capture.CaptureFollower | None
+    store: Any  # msgtable.store.MySQLStore counts its failed statements
+
+    @property
+    def leading(self) -> bool: ...
+
+    def database_error(self) -> str: ...
+
+    def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]: ...
+
+    def push_status(self, table: str, subscription: str) -> PushStatus | None: ...
+
+
+class EngineCollector(Collector):
+    """The engine's metric families, built from its counters when scraped."""
+
+    def __init__(self, engine: MetricsSource, streams: Callable[[], int] | None = None) -> None:
+        self.engine = engine
+        self.streams = streams  # the gRPC server's open MessageStream calls (None: no server)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # the families are only known at scrape time
+
+    def collect(self) -> Iterator[Metric]:
+        engine = self.engine
+        live = sorted(engine.live_statuses(), key=lambda x: (x[0].name, x[0].subscription))
+        statuses = [s for s, _ in live]
+        for name, field, doc in COUNTERS:
+            c = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)
+            for s in statuses:
+                c.add_metric(_labels(s), getattr(s, field))
+            yield c
+        for name, field, doc in GAUGES:
+            g = GaugeMetricFamily(PREFIX + name, doc, labels=LABELS)
+            for s in statuses:
+                g.add_metric(_labels(s), getattr(s, field))
+            yield g
+        h = HistogramMetricFamily(
+            PREFIX + "message_ack_latency_seconds",
+            "Time from a message's send to its ack (by MessageAck or DML) while in flight.",
+            labels=LABELS,
+        )
+        for s, (buckets, sum_s) in live:
+            h.add_metric(_labels(s), buckets, sum_s)
+        yield h
+        pushes = [(s, engine.push_status(s.name, s.subscription)) for s in statuses]
+        for name, field, doc in PUSH_COUNTERS:
+            c = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)
+            for s, p in pushes:
+                if p is not None:
+                    c.add_metric(_labels(s), getattr(p, field))
+            yield c
+        g = GaugeMetricFamily(
+            PREFIX + "push_in_flight", "Pushes waiting for their endpoint's answer.", labels=LABELS
+        )
+        for s, p in pushes:
+            if p is not None:
+                g.add_metric(_labels(s), p.in_flight)
+        yield g
+        lead = GaugeMetricFamily(
+            PREFIX + "lease_holder",
+            "1 while this server holds the lease (it sends), else 0.",
+            labels=("keyspace",),
+        )
+        lead.add_metric((engine.keyspace,), 1 if engine.leading else 0)
+        yield lead
+        yield from self._server_families()
+
+    def _server_families(self) -> Iterator[Metric]:
+        engine, ks = self.engine, (self.engine.keyspace,)
+        up = GaugeMetricFamily(
+            PREFIX + "database_up",
+            "1 while the database answers, 0 while the server waits for it.",
+            labels=("keyspace",),
+        )
+        up.add_metric(ks, 0 if engine.database_error() else 1)
+        yield up
+        latency = getattr(engine.store, "statement_latency_snapshot", None)
+        if latency is not None:
+            h = HistogramMetricFamily(
+                PREFIX + "database_statement_duration_seconds",
+                "How long the server's database statements took, by kind (poll, claim, ack...).",
+                labels=("keyspace", "kind"),
+            )
+            for kind, (buckets, sum_s) in sorted(latency().items()):
+                h.add_metric((engine.keyspace, kind), buckets, sum_s)
+            yield h
+        failed = getattr(engine.store, "database_errors", None)
+        if failed is not None:
+            errors = CounterMetricFamily(
+                PREFIX + "database_errors",
+                "Statements that failed: the database away, a deadlock, a lock wait timeout...",
+                labels=("keyspace",),
+            )
+            errors.add_metric(ks, failed)
+            yield errors
+        if self.streams is not None:
+            streams = GaugeMetricFamily(
+                PREFIX + "streams", "MessageStream calls open on this server.", labels=("keyspace",)
+            )
+            streams.add_metric(ks, self.streams())
+            yield streams
+        if engine.binlog is not None:
+            b = GaugeMetricFamily(
+                PREFIX + "binlog_following",
+                "1 while the binlog follower reads the binlog, 0 while it polls only or retries.",
+                labels=("keyspace",),
+            )
+            b.add_metric(ks, 1 if engine.binlog.following.is_set() else 0)
+            yield b
+            events = CounterMetricFamily(
+                PREFIX + "binlog_row_events",
+                "Row events the binlog follower read.",
+                labels=("keyspace",),
+            )
+            events.add_metric(ks, engine.binlog.events)
+            yield events
+        f = engine.capture
+        if f is not None and f.following.is_set():
+            lag = GaugeMetricFamily(
+                PREFIX + "capture_lag_seconds",
+                "How far the table-events follower is behind the binlog's newest event.",
+                labels=("keyspace",),
+            )
+            lag.add_metric(ks, float(f.lag_s))
+            yield lag
+
+
+def _labels(s: TableStatus) -> tuple[str, str, str]:
+    return (s.keyspace, s.name, s.subscription)
+
+
+def registry_for(
+    engine: MetricsSource, streams: Callable[[], int] | None = None
+) -> CollectorRegistry:
+    """A registry with the engine's families only (not the process's default collectors,
+    which a test or a second engine in one process would share)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineCollector(engine, streams))
+    return registry
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:9464`` for IPv6) as (host, port); InvalidArgument otherwise."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument(f"--metrics-listen {listen!r}: expected HOST:PORT, e.g. 0.0.0.0:9464")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port)
+
+
+class MetricsServer:
+    """``/metrics`` over HTTP on its own thread (prometheus_client's server)."""
+
+    def __init__(
+        self, engine: MetricsSource, listen: str, streams: Callable[[], int] | None = None
+    ) -> None:
+        self.host, self.port = parse_listen(listen)
+        self.registry = registry_for(engine, streams)
+        self._lock = threading.Lock()
+        self._server: WSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> str:
+        """Where it listens (the port bound, when asked for port 0)."""
+        server = self._server
+        port = server.server_port if server is not None else self.port
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{port}"
+
+    def open(self) -> None:
+        from prometheus_client import start_http_server
+
+        with self._lock:
+            if self._server is not None:
+                return
+            try:
+                self._server, self._thread = start_http_server(
+                    self.port, addr=self.host, registry=self.registry
+                )
+            except (OSError, ValueError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                raise InvalidArgument(
+                    f"--metrics-listen {self.host}:{self.port}: cannot listen there ({why})"
+                ) from None
+
+    def close(self) -> None:
+        with self._lock:
+            server, thread, self._server, self._thread = self._server, self._thread, None, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+        if thread is not None:
+            thread.join()

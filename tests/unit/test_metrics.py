@@ -1,0 +1,212 @@
+from __future__ import annotations
+
+import random
+import re
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from msgtable.clock import FakeClock
+from msgtable.engine import MessageEngine
+from msgtable.errors import InvalidArgument
+from msgtable.latency import LatencyHistogram
+from msgtable.metrics import LABELS, MetricsServer, parse_listen, registry_for
+from msgtable.tables import DEMO_COMMENT
+from msgtable.testing import InMemoryStore
+
+COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2")
+# Prometheus's rules (https://prometheus.io/docs/practices/naming/), as promtool checks them
+NAME = re.compile(r"^msgtable_[a-z][a-z0-9_]*$")
+UNIT_WORDS = ("milliseconds", "microseconds", "minutes", "hours", "kilobytes", "megabytes")
+
+
+@pytest.fixture
+def engine():
+    store = InMemoryStore()
+    store.create_table("q", COMMENT)
+    for i in range(5):
+        store.insert("q", i, message=str(i))
+    e = MessageEngine(
+        store, clock=FakeClock(), rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    e.refresh()
+    yield e
+    e.close()
+
+
+def scrape(engine) -> dict[str, object]:
+    text = generate_latest(registry_for(engine)).decode()
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def value(families, name: str, table: str = "q", subscription: str = "") -> float:
+    family = families[name]
+    for s in family.samples:
+        if s.labels.get("table") == table and s.labels.get("subscription") == subscription:
+            return s.value
+    raise AssertionError(f"{name}: no sample for table {table!r} subscription {subscription!r}")
+
+
+def drain(sub) -> list:
+    got = []
+    while batch := sub.next_batch(0):
+        got.extend(r[0] for r in batch)
+    return got
+
+
+def traffic(engine) -> None:
+    """5 rows, batches of 2: 4 sent; 2 acked 0.2 s later, 1 rejected, 1 released at once;
+    then the released one is sent again (a redelivery) with the fifth, both acked 0.03 s
+    later."""
+    m = engine._manager("q", "")
+    sub = m.subscribe()
+    m.poll_once()
+    m.send_once()
+    m.send_once()
+    got = drain(sub)
+    assert len(got) == 4
+    engine.clock.advance(0.2)
+    engine.ack("q", "", got[:2])
+    engine.reject("q", "", [got[2]], "bad")
+    engine.release("q", "", [got[3]], 0, None)
+    m.poll_once()
+    m.send_once()
+    again = drain(sub)
+    assert sorted(again) == sorted([got[3], 4]), again
+    engine.clock.advance(0.03)
+    engine.ack("q", "", again)
+
+
+def test_counters_after_known_traffic_are_exact(engine):
+    traffic(engine)
+    f = scrape(engine)
+    # the parser names a counter's family without its _total
+    assert value(f, "msgtable_messages_sent") == 6
+    assert value(f, "msgtable_messages_redelivered") == 1
+    assert value(f, "msgtable_messages_acked") == 4
+    assert value(f, "msgtable_messages_released") == 1
+    assert value(f, "msgtable_messages_rejected") == 1
+    assert value(f, "msgtable_messages_dead_lettered") == 1
+    assert value(f, "msgtable_messages_renewed") == 0
+    assert value(f, "msgtable_messages_in_flight") == 0
+    assert value(f, "msgtable_messages_cached") == 0
+    assert value(f, "msgtable_subscribers") == 1
+    assert f["msgtable_lease_holder"].samples[0].value == 1
+
+
+def test_the_send_to_ack_histogram_has_each_ack_in_its_bucket(engine):
+    traffic(engine)
+    f = scrape(engine)
+    buckets = {
+        s.labels["le"]: s.value
+        for s in f["msgtable_message_ack_latency_seconds"].samples
+        if s.name.endswith("_bucket") and s.labels["table"] == "q"
+    }
+    assert buckets["0.025"] == 0 and buckets["0.05"] == 2  # the two acked after 0.03 s
+    assert buckets["0.1"] == 2 and buckets["0.25"] == 4 and buckets["+Inf"] == 4
+    samples = {s.name: s.value for s in f["msgtable_message_ack_latency_seconds"].samples}
+    assert samples["msgtable_message_ack_latency_seconds_count"] == 4
+    assert samples["msgtable_message_ack_latency_seconds_sum"] == pytest.approx(0.46)
+
+
+def test_latency_buckets_follow_the_le_rule():
+    h = LatencyHistogram((0.1, 1.0))
+    h.observe_since(10**9, [10**9, 9 * 10**8, 0, 2 * 10**9])  # 0, 0.1, 1, and "-1": 0
+    assert h.snapshot() == ([("0.1", 3), ("1.0", 4), ("+Inf", 4)], 1.1)
+
+
+def test_server_families_say_streams_database_and_no_binlog_family_without_a_follower(engine):
+    f = {
+        name: family.samples[0].value
+        for name, family in (
+            (f.name, f)
+            for f in text_string_to_metric_families(
+                generate_latest(registry_for(engine, streams=lambda: 3)).decode()
+            )
+        )
+        if family.samples
+    }
+    assert f["msgtable_streams"] == 3 and f["msgtable_database_up"] == 1
+    assert "msgtable_binlog_following" not in f and "msgtable_capture_lag_seconds" not in f
+    assert "msgtable_streams" not in scrape(engine)  # no gRPC server: no family
+
+
+def test_every_family_follows_the_prometheus_naming_rules(engine):
+    traffic(engine)
+    text = generate_latest(registry_for(engine)).decode()
+    families = list(text_string_to_metric_families(text))
+    assert families, "no family at all"
+    for f in families:
+        assert NAME.match(f.name), f"{f.name}: not msgtable_ snake case"
+        assert f.documentation.endswith("."), f"{f.name}: no help sentence"
+        assert f.type in ("counter", "gauge", "histogram"), f"{f.name}: type {f.type}"
+        assert not any(w in f.name for w in UNIT_WORDS), f"{f.name}: not a base unit"
+        for s in f.samples:
+            if f.type == "counter":
+                assert s.name.endswith(("_total", "_created")), f"{s.name}: counter without _total"
+            else:
+                assert not s.name.endswith("_total"), f"{s.name}: _total on a {f.type}"
+            allowed = set(LABELS) | {"le", "kind"}
+            assert set(s.labels) <= allowed, f"{s.name}: labels {set(s.labels)}"
+
+
+def test_a_scrape_runs_no_statement_so_it_answers_while_the_database_is_down(engine):
+    traffic(engine)
+    engine.store.down = True
+    assert value(scrape(engine), "msgtable_messages_acked") == 4
+
+
+@pytest.mark.parametrize("listen", ["9464", "host:", "host:port", ":70000", ""])
+def test_a_bad_listen_address_is_one_clear_line(listen):
+    with pytest.raises(InvalidArgument, match="expected HOST:PORT") as e:
+        parse_listen(listen)
+    assert "\n" not in str(e.value)
+
+
+def test_listen_addresses_parse():
+    assert parse_listen("127.0.0.1:9464") == ("127.0.0.1", 9464)
+    assert parse_listen(":9464") == ("0.0.0.0", 9464)
+    assert parse_listen("[::1]:0") == ("::1", 0)
+
+
+def test_a_port_in_use_is_one_clear_line(engine):
+    first = MetricsServer(engine, "127.0.0.1:0")
+    first.open()
+    try:
+        second = MetricsServer(engine, first.address)
+        with pytest.raises(InvalidArgument, match="cannot listen there"):
+            second.open()
+    finally:
+        first.close()
+        first.close()  # idempotent
+
+
+@pytest.mark.parametrize("postpone_after", [1, 0])
+def test_a_redelivery_its_subscriber_never_got_counts_neither_as_sent_nor_redelivered(
+    postpone_after,
+):
+    store = InMemoryStore()
+    store.create_table("q", f"{COMMENT},vt_postpone_after={postpone_after}")
+    store.insert("q", 1, message="a")
+    e = MessageEngine(
+        store, clock=FakeClock(), rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    e.refresh()
+    try:
+        m = e._manager("q", "")
+        a = m.subscribe()
+        m.poll_once()
+        m.send_once()
+        assert drain(a) == [1]
+        e.release("q", "", [1], 0, None)
+        m.poll_once()
+        m.send_once()  # the redelivery waits in a's queue
+        a.close()  # ...and never goes out
+        f = scrape(e)
+        # with vt_postpone_after=0 the send was written (epoch + 1): it counts as sent
+        kept = 0 if postpone_after else 1
+        assert value(f, "msgtable_messages_sent") == 1 + kept
+        assert value(f, "msgtable_messages_redelivered") == kept
+    finally:
+        e.close()

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from msgtable import codec
+from msgtable.client import requests
 from msgtable.client.acks import DEFAULT_ACK_LINGER_S
 from msgtable.client.credentials import channel_credentials
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S
@@ -14,7 +15,7 @@ from msgtable.client.router import Router
 from msgtable.client.subscriber import Subscriber
 from msgtable.codec import ServerStatus, TableInfo
 from msgtable.deadletters import DeadLetter, RedriveBatch
-from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
+from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
@@ -102,24 +103,14 @@ class Client:
         these message columns (``id`` always first). ``filter``: only the messages of the
         group that match it (README: Filters); the others go to the group's other
         subscribers."""
-        if not 0 <= max_in_flight <= 0xFFFFFFFF:
-            raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
+        request = requests.stream_request(
+            name, keyspace, shard, key_range, max_in_flight, subscription, columns, filter
+        )
         renew_every_s = None
         if auto_renew:
             if not max_lease_s > 0:
                 raise InvalidArgument(f"max_lease_s must be > 0, not {max_lease_s}")
             renew_every_s = self._ack_wait_s(name, keyspace, subscription) / 3
-        request = pb.MessageStreamRequest(
-            name=name,
-            keyspace=keyspace,
-            shard=shard,
-            max_in_flight=max_in_flight,
-            subscription=subscription,
-            columns=list(columns),
-            filter=filter,
-        )
-        if key_range is not None:
-            request.key_range.start, request.key_range.end = key_range
         return Subscriber(
             self._router,
             request,
@@ -132,16 +123,7 @@ class Client:
 
     def _ack_wait_s(self, name: str, keyspace: str, subscription: str = "") -> float:
         """The table's vt_ack_wait as the server reports it (auto-renew's rhythm)."""
-        for t in self.list_tables():
-            if (
-                t.name == name
-                and t.subscription == subscription
-                and (not keyspace or t.keyspace == keyspace)
-            ):
-                if t.config is None:
-                    raise TableLoadError(t.load_error)
-                return t.config.ack_wait_s
-        raise TableNotFound(f"message table {name!r} not found")
+        return requests.ack_wait_s(self.list_tables(), name, keyspace, subscription)
 
     def ack(
         self, name: str, ids: Sequence[object], keyspace: str = "", subscription: str = ""
@@ -166,13 +148,8 @@ class Client:
         """Not now: the messages are due again ``delay_s`` from now (0: at once), to any
         subscriber; the send counts as an attempt. Returns how many were released (sent at
         least once, not acked, not dead)."""
-        request = pb.MessageReleaseRequest(
-            name=name,
-            keyspace=keyspace,
-            ids=_values(ids),
-            delay_s=delay_s,
-            reason=reason or "",
-            subscription=subscription,
+        request = requests.release_request(
+            name, _values(ids), delay_s, reason, keyspace, subscription
         )
         return self._router.settle("MessageRelease", request)
 
@@ -186,13 +163,7 @@ class Client:
     ) -> int:
         """Never: the messages are dead now (moved to the table's vt_dead_letter table, or
         dead in place). Returns how many were rejected (not acked or dead before)."""
-        request = pb.MessageRejectRequest(
-            name=name,
-            keyspace=keyspace,
-            ids=_values(ids),
-            reason=reason or "",
-            subscription=subscription,
-        )
+        request = requests.reject_request(name, _values(ids), reason, keyspace, subscription)
         return self._router.settle("MessageReject", request)
 
     def renew(
@@ -206,13 +177,8 @@ class Client:
     ) -> int:
         """Still working: the messages (sent, not acked, not due again yet) are not due again
         before ``extend_s`` from now (0: the table's vt_ack_wait). Returns how many."""
-        request = pb.MessageRenewRequest(
-            name=name,
-            keyspace=keyspace,
-            ids=_values(ids),
-            extend_s=extend_s,
-            reason=reason or "",
-            subscription=subscription,
+        request = requests.renew_request(
+            name, _values(ids), extend_s, reason, keyspace, subscription
         )
         return self._router.settle("MessageRenew", request)
 
@@ -355,10 +321,7 @@ class Client:
     def status(self) -> ServerStatus:
         """The server's tables (as list_tables), and why it cannot reach its database now
         ("" while it can): a server answers at once while its database is away."""
-        response = self._router.unary("ListTables", pb.ListTablesRequest())
-        return ServerStatus(
-            [codec.table_info_from_proto(t) for t in response.tables], response.database_error
-        )
+        return requests.status_from_proto(self._router.unary("ListTables", pb.ListTablesRequest()))
 
     def close(self) -> None:
         self._router.close()
@@ -370,14 +333,7 @@ class Client:
         self.close()
 
 
-def _values(ids: Sequence[object]) -> list[pb.Value]:
-    values = []
-    for i, raw in enumerate(ids):
-        try:
-            values.append(codec.encode_value(raw))
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"ids[{i}]: {exc}") from None
-    return values
+_values = requests.values
 
 
 _SETTINGS = ("filter", "columns", "ack_wait_s", "max_attempts", "max_lag", "expire_after_s")

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -29,10 +29,9 @@ from msgtable import codec
 from msgtable.aio.router import AioRouter
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
-from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, MIN_RENEW_EVERY_S
+from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, MIN_RENEW_EVERY_S, Leases
 from msgtable.codec import Field
 from msgtable.errors import MsgtableError, Unavailable
-from msgtable.limits import MAX_ACK_IDS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.retry import Retry
 
@@ -120,13 +119,12 @@ class Subscriber:
         self._retry = retry
         self._retry_for_s = retry_for_s
         self._ack_wait_s = ack_wait_s  # with auto-renew: how to learn the table's ack wait
-        self._max_lease_s = max_lease_s
         self._decoder: codec.RowDecoder | None = None
         self._call: Any = None
         self._pending: deque[Message] = deque()
         self._closed = False
         self._closing = asyncio.Event()
-        self._leased: dict[object, tuple[pb.Value, float]] = {}
+        self._leases = Leases(max_lease_s)  # auto-renew's (the sync Leaser's bookkeeping)
         self._renewer: asyncio.Task[None] | None = None
         self.renewed = 0  # messages auto-renew renewed (the server's counts)
 
@@ -248,9 +246,7 @@ class Subscriber:
             for row in response.rows
         ]
         if self._renewer is not None:
-            now = time.monotonic()
-            for m in messages:
-                self._leased[_key(m.id)] = (m.id_value, now)
+            self._leases.add(messages)
         return messages
 
     def __aiter__(self) -> Subscriber:
@@ -264,7 +260,7 @@ class Subscriber:
             self._pending.extend(batch)
         return self._pending.popleft()
 
-    async def batches(self) -> Any:
+    async def batches(self) -> AsyncIterator[list[Message]]:
         """Batches as they arrive, until close() (an async iterator)."""
         while batch := await self.next_batch():
             yield batch
@@ -326,25 +322,19 @@ class Subscriber:
         return await self._router.settle("MessageRenew", request, self.target)
 
     def _settled(self, messages: Iterable[Message]) -> None:
-        for m in messages:
-            self._leased.pop(_key(m.id), None)
+        self._leases.remove(messages)
 
     # -- auto-renew --------------------------------------------------------------------------
     @property
     def leased(self) -> int:
         """How many received messages auto-renew holds."""
-        return len(self._leased)
+        return len(self._leases)
 
     async def renew_now(self) -> int:
         """One auto-renew round: renew every held message (dropping those held too long)."""
-        now = time.monotonic()
-        for key, (_, since) in list(self._leased.items()):
-            if now - since > self._max_lease_s:
-                del self._leased[key]
-        ids = [value for value, _ in self._leased.values()]
         n = 0
-        for i in range(0, len(ids), MAX_ACK_IDS):
-            n += await self._send_renew(ids[i : i + MAX_ACK_IDS])
+        for ids in self._leases.due():
+            n += await self._send_renew(ids)
         self.renewed += n
         return n
 
@@ -376,18 +366,10 @@ class Subscriber:
         if self._renewer is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
-        self._leased.clear()
+        self._leases.clear()
 
     async def __aenter__(self) -> Subscriber:
         return await self.open()
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
-
-
-def _key(value: object) -> object:
-    try:
-        hash(value)
-    except TypeError:
-        return repr(value)
-    return value

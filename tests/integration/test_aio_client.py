@@ -15,12 +15,21 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable import aio
-from msgtable.errors import InvalidArgument, TableNotFound, Unavailable
+from msgtable.errors import (
+    InvalidArgument,
+    PermissionDenied,
+    TableNotFound,
+    Unauthenticated,
+    Unavailable,
+)
+from msgtable.server import TlsFiles
 from msgtable.tables import current_layout_ddl
 
 from ..waiting import wait_until
 from .helpers import Served, comment, serve
 from .test_lease import PERIOD_S, _server
+from .test_security import WORKER, secured
+from .test_security import pki as pki  # a fixture
 from .test_settlement import enqueue, ids_in, make_pair
 
 T = TypeVar("T")
@@ -258,3 +267,44 @@ def test_two_servers_the_client_follows_the_leader_and_the_takeover(db_dsn: str)
 
             run(test, f"{second_server.address},{first_server.address}")
     db.dispose()
+
+
+def test_tls_and_tokens_allow_and_refuse_as_with_the_sync_client(db_dsn: str, pki):
+    tls = TlsFiles(str(pki / "server.pem"), str(pki / "server.key"))  # tokens, no client certs
+    ca = str(pki / "ca.pem")
+    with secured(db_dsn, pki, tls=tls) as s:
+
+        async def as_worker(client: aio.Client) -> None:
+            async with client.subscribe("invoice_in") as sub:
+                got = await take(sub, 2)
+                assert await sub.ack(got) == 2
+            with pytest.raises(PermissionDenied, match=r"billing may not subscribe.*payroll"):
+                async with client.subscribe("payroll"):
+                    pass
+            with pytest.raises(PermissionDenied):
+                await client.ack("payroll", [1])
+            assert [t.name for t in await client.list_tables()] == ["invoice_in"]
+
+        async def anonymous(client: aio.Client) -> None:
+            with pytest.raises(Unauthenticated):
+                await client.list_tables()
+            with pytest.raises(Unauthenticated):
+                async with client.subscribe("invoice_in"):
+                    pass
+
+        run(as_worker, s.address, token=WORKER, tls_ca=ca)
+        run(anonymous, s.address, tls_ca=ca)
+        run(anonymous, s.address, token="not-a-token-of-this-server", tls_ca=ca)
+
+
+def test_a_client_certificate_is_a_principal_with_mutual_tls(db_dsn: str, pki):
+    ca = str(pki / "ca.pem")
+    cert = {"tls_cert": str(pki / "client.pem"), "tls_key": str(pki / "client.key")}
+
+    async def with_certificate(client: aio.Client) -> None:
+        assert [t.name for t in await client.list_tables()] == ["invoice_in"]
+        async with client.subscribe("invoice_in") as sub:
+            assert len(await take(sub, 2)) == 2
+
+    with secured(db_dsn, pki) as s:  # the server requires client certificates
+        run(with_certificate, s.address, tls_ca=ca, **cert)  # worker-1: billing

@@ -308,3 +308,40 @@ def test_a_client_certificate_is_a_principal_with_mutual_tls(db_dsn: str, pki):
 
     with secured(db_dsn, pki) as s:  # the server requires client certificates
         run(with_certificate, s.address, tls_ca=ca, **cert)  # worker-1: billing
+
+
+def test_closing_a_subscriber_ends_its_iteration_and_unacked_messages_come_again(
+    served: Served,
+):
+    served.create_table("jobs", vt_ack_wait=0.3, vt_min_backoff=0.1, vt_poller_interval=0.1)
+    enqueue(served, "jobs", [1])
+
+    async def test(client: aio.Client) -> None:
+        sub = await client.subscribe("jobs").open()
+        (m,) = await take(sub, 1)
+        reader = asyncio.create_task(sub.next_batch())  # waits for more
+        await asyncio.sleep(0.1)
+        await sub.close()
+        assert await asyncio.wait_for(reader, 5) == []
+        assert [x async for x in sub] == []
+        async with client.subscribe("jobs") as again:
+            (m2,) = await take(again, 1)
+            assert (m2.id, m2.attempt) == (m.id, 2)
+            assert await m2.ack() == 1
+
+    run(test, served.server.address)
+
+
+def test_a_subscriber_gives_up_after_retry_for_s_without_a_server(db_dsn: str):
+    with serve(db_dsn) as served:
+        served.create_table("jobs", vt_poller_interval=0.1)
+
+        async def test(client: aio.Client) -> None:
+            async with client.subscribe("jobs") as sub:
+                await asyncio.to_thread(served.server.stop, 0.5)
+                started = time.monotonic()
+                with pytest.raises(Unavailable, match="gave up after 1s"):
+                    await asyncio.wait_for(sub.__anext__(), 20)
+                assert time.monotonic() - started < 10
+
+        run(test, served.server.address, retry_for_s=1.0, timeout_s=1.0)

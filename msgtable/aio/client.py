@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from msgtable import codec
 from msgtable.aio.router import AioRouter
 from msgtable.aio.subscriber import Subscriber
 from msgtable.client import requests
@@ -12,6 +12,7 @@ from msgtable.client.client import DEFAULT_RETRY_FOR_S, DEFAULT_TIMEOUT_S
 from msgtable.client.credentials import channel_credentials
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S
 from msgtable.codec import ServerStatus, TableInfo
+from msgtable.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -35,11 +36,7 @@ class Client:
         tls_cert: str | None = None,
         tls_key: str | None = None,
     ) -> None:
-        if retry_for_s is not None and retry_for_s < 0:
-            raise InvalidArgument(f"retry_for_s must be >= 0 or None, not {retry_for_s}")
-        targets = tuple(t.strip() for t in target.split(",") if t.strip())
-        if not targets:
-            raise InvalidArgument("no server address given")
+        targets = requests.targets(target, retry_for_s)
         self.target = target
         self.targets = targets
         self.timeout_s = timeout_s
@@ -157,19 +154,27 @@ class Client:
         keyspace: str = "",
     ) -> int:
         """Create subscription ``name`` of ``table`` (as the sync client's)."""
-        settings = codec.settings_to_proto(
-            filter=filter,
-            columns=columns,
-            ack_wait_s=ack_wait_s,
-            max_attempts=max_attempts,
-            max_lag=max_lag,
-            expire_after_s=expire_after_s,
-        )
-        request = pb.CreateSubscriptionRequest(
-            table=table, keyspace=keyspace, name=name, settings=settings, from_start=from_start
+        request = requests.create_subscription_request(
+            table,
+            name,
+            filter,
+            columns,
+            ack_wait_s,
+            max_attempts,
+            max_lag,
+            expire_after_s,
+            from_start,
+            keyspace,
         )
         count: int = (await self._router.unary("CreateSubscription", request)).count
         return count
+
+    async def alter_subscription(
+        self, table: str, name: str, keyspace: str = "", **changes: Any
+    ) -> None:
+        """Change a subscription's settings (as the sync client's)."""
+        request = requests.alter_subscription_request(table, name, keyspace, **changes)
+        await self._router.unary("AlterSubscription", request)
 
     async def drop_subscription(self, table: str, name: str, keyspace: str = "") -> None:
         """Drop a subscription and its delivery state."""
@@ -179,8 +184,57 @@ class Client:
     async def list_subscriptions(self, table: str = "", keyspace: str = "") -> list[TableInfo]:
         """The subscriptions (of ``table``, or all) with state, filter, lag and counters."""
         request = pb.ListSubscriptionsRequest(table=table, keyspace=keyspace)
-        response = await self._router.unary("ListSubscriptions", request)
-        return [codec.table_info_from_proto(t) for t in response.subscriptions]
+        return requests.subscriptions_from_proto(
+            await self._router.unary("ListSubscriptions", request)
+        )
+
+    async def dead_letters(
+        self,
+        name: str,
+        limit: int = 0,
+        after: object | None = None,
+        keyspace: str = "",
+        subscription: str = "",
+    ) -> tuple[list[DeadLetter], int]:
+        """Dead messages of table ``name`` (or its ``subscription``) and how many there are."""
+        request = requests.dead_letters_request(name, limit, after, keyspace, subscription)
+        response = await self._router.unary("ListDeadLetters", request)
+        return requests.dead_letters_from_proto(response)
+
+    async def redrive(
+        self,
+        name: str,
+        to: str = "",
+        ids: Sequence[object] | None = None,
+        limit: int = 0,
+        after: object | None = None,
+        keyspace: str = "",
+        subscription: str = "",
+    ) -> RedriveBatch:
+        """One batch of moving dead messages back (as the sync client's)."""
+        request = requests.redrive_request(name, to, ids, limit, after, keyspace, subscription)
+        return requests.redrive_from_proto(await self._router.unary("Redrive", request))
+
+    async def set_endpoint(
+        self,
+        table: str,
+        url: str,
+        secret: str,
+        subscription: str = "",
+        max_in_flight: int = 0,
+        timeout_s: float = 0.0,
+        keyspace: str = "",
+    ) -> None:
+        """Push ``table``'s default group (or its ``subscription``) to ``url``."""
+        request = requests.set_endpoint_request(
+            table, url, secret, subscription, max_in_flight, timeout_s, keyspace
+        )
+        await self._router.unary("SetEndpoint", request)
+
+    async def drop_endpoint(self, table: str, subscription: str = "", keyspace: str = "") -> None:
+        """Stop pushing ``table``'s default group (or its ``subscription``)."""
+        request = pb.DropEndpointRequest(table=table, keyspace=keyspace, subscription=subscription)
+        await self._router.unary("DropEndpoint", request)
 
     async def list_tables(self) -> list[TableInfo]:
         """Every message table the server knows, with config or load error and counters."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from msgtable import codec
 from msgtable.client import requests
 from msgtable.client.acks import DEFAULT_ACK_LINGER_S
 from msgtable.client.credentials import channel_credentials
@@ -51,11 +50,7 @@ class Client:
         certificate for mutual TLS), make the channels TLS."""
         if ack_linger_s < 0:
             raise InvalidArgument(f"ack_linger_s must be >= 0, not {ack_linger_s}")
-        if retry_for_s is not None and retry_for_s < 0:
-            raise InvalidArgument(f"retry_for_s must be >= 0 or None, not {retry_for_s}")
-        targets = tuple(t.strip() for t in target.split(",") if t.strip())
-        if not targets:
-            raise InvalidArgument("no server address given")
+        targets = requests.targets(target, retry_for_s)
         self.target = target
         self.targets = targets
         self.timeout_s = timeout_s
@@ -193,13 +188,8 @@ class Client:
         """Dead messages of table ``name`` (or of its ``subscription``) by id (after
         ``after``; ``limit`` 0: 100), with their reasons, and how many there are (counted up
         to 100,000)."""
-        request = pb.ListDeadLettersRequest(
-            name=name, keyspace=keyspace, limit=limit, subscription=subscription
-        )
-        if after is not None:
-            request.after.CopyFrom(_values([after])[0])
-        response = self._router.unary("ListDeadLetters", request)
-        return [codec.dead_letter_from_proto(d) for d in response.dead], response.total
+        request = requests.dead_letters_request(name, limit, after, keyspace, subscription)
+        return requests.dead_letters_from_proto(self._router.unary("ListDeadLetters", request))
 
     def redrive(
         self,
@@ -214,22 +204,8 @@ class Client:
         """One batch (one transaction) of moving dead messages back as fresh ones; call
         again with ``after=batch.last`` until ``batch.last`` is None (msgtable redrive does).
         ``subscription``: that subscription's dead messages of table ``name``, for it alone."""
-        request = pb.RedriveRequest(
-            name=name,
-            keyspace=keyspace,
-            to=to,
-            ids=_values(ids or ()),
-            limit=limit,
-            subscription=subscription,
-        )
-        if after is not None:
-            request.after.CopyFrom(_values([after])[0])
-        response = self._router.unary("Redrive", request)
-        return RedriveBatch(
-            moved=response.moved,
-            skipped=tuple(codec.decode_value(v) for v in response.skipped),
-            last=codec.decode_value(response.last) if response.HasField("last") else None,
-        )
+        request = requests.redrive_request(name, to, ids, limit, after, keyspace, subscription)
+        return requests.redrive_from_proto(self._router.unary("Redrive", request))
 
     # -- subscriptions (README: Subscriptions) ----------------------------------------------------
     def create_subscription(
@@ -248,16 +224,17 @@ class Client:
         """Create subscription ``name`` of ``table``: it gets every message enqueued from now
         on that matches ``filter`` (with ``from_start``, also every retained one the default
         group has not acked: returns how many). Settings left None take the table's."""
-        settings = codec.settings_to_proto(
-            filter=filter,
-            columns=columns,
-            ack_wait_s=ack_wait_s,
-            max_attempts=max_attempts,
-            max_lag=max_lag,
-            expire_after_s=expire_after_s,
-        )
-        request = pb.CreateSubscriptionRequest(
-            table=table, keyspace=keyspace, name=name, settings=settings, from_start=from_start
+        request = requests.create_subscription_request(
+            table,
+            name,
+            filter,
+            columns,
+            ack_wait_s,
+            max_attempts,
+            max_lag,
+            expire_after_s,
+            from_start,
+            keyspace,
         )
         count: int = self._router.unary("CreateSubscription", request).count
         return count
@@ -265,12 +242,7 @@ class Client:
     def alter_subscription(self, table: str, name: str, keyspace: str = "", **changes: Any) -> None:
         """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
         max_lag, expire_after_s); 0 or "" clears one (back to the table's, or no limit)."""
-        unknown = set(changes) - set(_SETTINGS)
-        if unknown:
-            raise InvalidArgument(f"unknown subscription setting {sorted(unknown)[0]!r}")
-        request = pb.AlterSubscriptionRequest(
-            table=table, keyspace=keyspace, name=name, settings=codec.settings_to_proto(**changes)
-        )
+        request = requests.alter_subscription_request(table, name, keyspace, **changes)
         self._router.unary("AlterSubscription", request)
 
     def drop_subscription(self, table: str, name: str, keyspace: str = "") -> None:
@@ -281,8 +253,7 @@ class Client:
     def list_subscriptions(self, table: str = "", keyspace: str = "") -> list[TableInfo]:
         """The subscriptions (of ``table``, or all) with state, filter, lag and counters."""
         request = pb.ListSubscriptionsRequest(table=table, keyspace=keyspace)
-        response = self._router.unary("ListSubscriptions", request)
-        return [codec.table_info_from_proto(t) for t in response.subscriptions]
+        return requests.subscriptions_from_proto(self._router.unary("ListSubscriptions", request))
 
     # -- push endpoints (README: Push to HTTP endpoints) ---------------------------------------
     def set_endpoint(
@@ -298,14 +269,8 @@ class Client:
         """Push ``table``'s default group (or its ``subscription``) to ``url``, signed with
         ``secret`` (``whsec_<base64>`` or 16-512 bytes of text); ``max_in_flight`` batches
         at once (0: 4), each POST timing out after ``timeout_s`` (0: 10 s)."""
-        request = pb.SetEndpointRequest(
-            table=table,
-            keyspace=keyspace,
-            subscription=subscription,
-            url=url,
-            secret=secret,
-            max_in_flight=max_in_flight,
-            timeout_s=timeout_s,
+        request = requests.set_endpoint_request(
+            table, url, secret, subscription, max_in_flight, timeout_s, keyspace
         )
         self._router.unary("SetEndpoint", request)
 
@@ -334,6 +299,3 @@ class Client:
 
 
 _values = requests.values
-
-
-_SETTINGS = ("filter", "columns", "ack_wait_s", "max_attempts", "max_lag", "expire_after_s")

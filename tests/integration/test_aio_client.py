@@ -345,3 +345,28 @@ def test_a_subscriber_gives_up_after_retry_for_s_without_a_server(db_dsn: str):
                 assert time.monotonic() - started < 10
 
         run(test, served.server.address, retry_for_s=1.0, timeout_s=1.0)
+
+
+def test_dead_letters_redrive_and_subscription_changes_as_with_the_sync_client(served: Served):
+    make_pair(served, vt_ack_wait=30, vt_poller_interval=0.1)
+    enqueue(served, "jobs", [1, 2])
+
+    async def test(client: aio.Client) -> None:
+        async with client.subscribe("jobs") as sub:
+            msgs = await take(sub, 2)
+            assert await sub.reject(msgs, reason="bad") == 2
+        dead, total = await client.dead_letters("jobs")
+        assert total == 2 and [d.id for d in dead] == [1, 2]
+        assert [d.last_error for d in dead] == ["bad", "bad"]
+        batch = await client.redrive("jobs", ids=[1])
+        assert batch.moved == 1
+        assert (await client.dead_letters("jobs"))[1] == 1
+        await client.create_subscription("jobs", "audit", filter="id > 100")
+        await client.alter_subscription("jobs", "audit", filter="id > 5")
+        (info,) = await client.list_subscriptions("jobs")
+        assert info.filter == "id > 5"
+        with pytest.raises(InvalidArgument, match="unknown subscription setting 'colour'"):
+            await client.alter_subscription("jobs", "audit", colour="red")
+
+    run(test, served.server.address)
+    assert ids_in(served, "jobs") == [1]  # redriven: a fresh message again

@@ -222,7 +222,7 @@ class Subscriber:
                     return []
                 error = error_from_rpc(exc, self.target)
             except asyncio.CancelledError:
-                if self._closed:
+                if self._closed or self._router.closed:  # closing the client ends it quietly
                     return []
                 raise
             else:

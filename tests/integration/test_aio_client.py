@@ -370,3 +370,19 @@ def test_dead_letters_redrive_and_subscription_changes_as_with_the_sync_client(s
 
     run(test, served.server.address)
     assert ids_in(served, "jobs") == [1]  # redriven: a fresh message again
+
+
+def test_closing_the_client_ends_its_subscribers_quietly(served: Served):
+    served.create_table("jobs", vt_poller_interval=0.1)
+
+    async def main() -> None:
+        client = aio.Client(served.server.address)
+        sub = await client.subscribe("jobs").open()
+        reader = asyncio.create_task(sub.next_batch())  # waits for messages
+        await asyncio.sleep(0.1)
+        await client.close()
+        assert await asyncio.wait_for(reader, 5) == []
+        with pytest.raises(Unavailable, match="closed"):
+            await client.list_tables()
+
+    asyncio.run(main())

@@ -6,7 +6,9 @@ lease sends, the others answer MessageStream with NotLeader and the leader's add
 calls and subscribers both go through the router: :meth:`Router.next_target` says where,
 :meth:`Router.failed` notes an error (it follows a redirect at once, else moves on to the next
 server and backs off) and :meth:`Router.should_retry` is the one predicate for what passes, as
-google-cloud-pubsub's streaming pull manager keeps its policy in ``_should_recover``.
+google-cloud-pubsub's streaming pull manager keeps its policy in ``_should_recover``. That
+policy (:class:`Route`) holds no channel: the asyncio client's router (msgtable.aio.router)
+is a Route over grpc.aio channels, so both clients follow the leader and retry alike.
 """
 
 from __future__ import annotations

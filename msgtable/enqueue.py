@@ -18,6 +18,7 @@ left out when it has not.
 from __future__ import annotations
 
 import math
+import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,8 @@ TRACEPARENT_COLUMN = "traceparent"
 PLAN_TTL_S = 30.0
 # The database's clock in unix ns: the server's polls compare time_next with it.
 _NOW_NS = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000000 AS SIGNED)"
+# W3C trace context's traceparent header: version-trace id-parent id-flags, lower-case hex.
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 # Columns the engine owns: set through the arguments, never in ``values``.
 _ENGINE_COLUMNS = ("epoch", "time_acked", "time_next", "time_scheduled", "priority")
 
@@ -133,6 +136,11 @@ def enqueue_many(
         if cfg.order_key in names:
             raise InvalidArgument("give the order key either as order_key or in values")
         extra.append((cfg.order_key, "%s", [order_key]))
+    if traceparent is not None and not _TRACEPARENT.fullmatch(traceparent):
+        raise InvalidArgument(
+            f"traceparent {traceparent[:60]!r} is not W3C trace context "
+            "(00-<32 hex>-<16 hex>-<2 hex>)"
+        )
     if traceparent is not None and TRACEPARENT_COLUMN in plan.columns:
         if TRACEPARENT_COLUMN in names:
             raise InvalidArgument("give the traceparent either as traceparent or in values")

@@ -101,6 +101,7 @@ def test_order_key_and_traceparent_fill_their_columns(served: Served):
         ("jobs", {"id": 1}, {"delay_s": float("nan")}, InvalidArgument, "zero or more"),
         ("jobs", {"id": 1}, {"priority": 1.5}, InvalidArgument, "integer"),
         ("jobs", {"id": 1}, {"order_key": "k"}, InvalidArgument, "no vt_order_key"),
+        ("jobs", {"id": 1}, {"traceparent": "not-a-trace"}, InvalidArgument, "W3C"),
     ],
 )
 def test_bad_input_is_one_clear_error_and_nothing_is_written(

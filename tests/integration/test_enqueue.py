@@ -5,6 +5,7 @@ server, or never when the transaction rolls back; delay, priority, order key, tr
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import orm
 
 from msgtable.enqueue import enqueue, enqueue_many
@@ -14,9 +15,13 @@ from .helpers import NS, Collector, Served, serve
 from .test_ordering import KEYED
 
 
-@pytest.fixture
-def served(db_dsn: str):
-    with serve(db_dsn) as s:
+@pytest.fixture(params=["pymysql", "mysqldb"])
+def served(request: pytest.FixtureRequest, db_dsn: str):
+    """The application's engine on each MySQL driver (PyMySQL, mysqlclient)."""
+    url = sa.engine.make_url(db_dsn)
+    dsn = url.set(drivername=f"{url.get_backend_name()}+{request.param}")
+    with serve(dsn.render_as_string(hide_password=False)) as s:
+        assert s.db.dialect.driver == request.param
         yield s
 
 

@@ -153,12 +153,14 @@ class Subscriber:
                         raise error
                     self._closed = True
                     return False
-                if not self._retry or not router.should_retry(error):
-                    raise error
-                retry_for = self._retry_for_s
-                if retry_for is not None and time.monotonic() - started >= retry_for:
-                    raise type(error)(f"{error} (gave up after {retry_for:g}s of retrying)")
-                delay = router.failed(error, target, retry)
+                delay = router.reopen_delay(
+                    error,
+                    target,
+                    retry,
+                    retrying=self._retry,
+                    started=started,
+                    retry_for_s=self._retry_for_s,
+                )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closing.wait(), delay)
                 if self._closing.is_set():

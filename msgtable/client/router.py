@@ -116,6 +116,26 @@ class Route:
             raise error
         return delay
 
+    def reopen_delay(
+        self,
+        error: MsgtableError,
+        target: str,
+        retry: Retry,
+        *,
+        retrying: bool,
+        started: float,
+        retry_for_s: float | None,
+    ) -> float:
+        """A subscriber's stream to ``target`` broke or failed to open with ``error``: how
+        long to wait before opening it again, or raise ``error`` when it would fail again
+        (or ``retrying`` is off), and the last error once ``retry_for_s`` passed since
+        ``started`` (monotonic). The one rule of both clients' streams."""
+        if not retrying or not self.should_retry(error):
+            raise error
+        if retry_for_s is not None and time.monotonic() - started >= retry_for_s:
+            raise type(error)(f"{error} (gave up after {retry_for_s:g}s of retrying)")
+        return self.failed(error, target, retry)
+
     def deadline(self) -> float | None:
         """When a unary call started now gives up (monotonic; None: never)."""
         return None if self.timeout_s is None else time.monotonic() + self.timeout_s

@@ -54,6 +54,15 @@ class SyncAio:
     def dead_letters(self, name: str, **kwargs: Any) -> Any:
         return self.call(self.aio.dead_letters(name, **kwargs))
 
+    def __getattr__(self, name: str) -> Any:
+        """Any other call of the aio client (create_subscription, redrive, status, ...)."""
+        method = getattr(self.aio, name)
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return self.call(method(*args, **kwargs))
+
+        return run
+
     def close(self) -> None:
         if not self._loop.is_closed():
             self.call(self.aio.close())
@@ -103,6 +112,14 @@ class SyncSubscriber:
     @property
     def reconnects(self) -> int:
         return self.sub.reconnects
+
+    @property
+    def field_names(self) -> tuple[str, ...]:
+        return self.sub.field_names
+
+    @property
+    def fields(self) -> Any:
+        return self.sub.fields
 
     def next_batch(self) -> list[SyncMessage]:
         return [SyncMessage(self._face, m, self) for m in self._face.call(self.sub.next_batch())]

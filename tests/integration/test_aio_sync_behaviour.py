@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from ..aio_adapter import SyncAio
-from . import test_messaging, test_ordering, test_settlement
+from . import test_messaging, test_ordering, test_settlement, test_subscriptions
 from .helpers import serve
 
 
@@ -38,6 +38,13 @@ SAME = [
     test_ordering.test_streams_with_filters_take_a_keys_messages_from_its_head_and_keep_its_order,
     test_ordering.test_a_released_message_parks_only_its_key_until_it_comes_back_first,
     test_ordering.test_a_killed_subscribers_key_comes_back_from_its_head_after_the_ack_wait,
+    *(
+        getattr(test_subscriptions, name)
+        for name in dir(test_subscriptions)
+        if name.startswith("test_")
+    ),
+    test_settlement.test_a_redrive_stopped_half_way_and_rerun_moves_each_message_once,
+    test_settlement.test_a_redrive_skips_ids_the_target_has_again_and_leaves_them_dead,
 ]
 
 

@@ -1,9 +1,13 @@
 """The sync client's behaviour tests, unchanged, run against the asyncio client through a
 thin sync face (tests/aio_adapter.SyncAio): each test below is the sync one called with a
-served engine whose ``client`` is the aio client. Tests that use what only the sync client
-has (ack_async, its Leaser object) stay with it; test_aio_client.py has their async twins."""
+served engine whose ``client`` is the aio client: every test of test_messaging,
+test_settlement, test_ordering and test_subscriptions that needs only a served engine, but
+those of what only the sync client has (SYNC_ONLY: ack_async, its Leaser object, raw
+responses); test_aio_client.py has async twins of those that apply."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 
@@ -45,6 +49,26 @@ SAME = [
     ),
     test_settlement.test_a_redrive_stopped_half_way_and_rerun_moves_each_message_once,
     test_settlement.test_a_redrive_skips_ids_the_target_has_again_and_leaves_them_dead,
+]
+# What only the sync client has: ack_async and its queue, the Leaser object of auto-renew
+# (test_aio_client has the async twin), the raw responses of a stream.
+SYNC_ONLY = {
+    "test_a_failed_async_ack_reaches_its_future_and_flush",
+    "test_acks_queued_with_ack_async_are_merged_sent_and_counted",
+    "test_acks_queued_within_the_linger_go_in_one_call_and_flush_does_not_wait_it",
+    "test_close_sends_the_queued_acks_first",
+    "test_fields_come_first_then_batches_of_at_most_batch_size",
+    "test_auto_renew_keeps_a_slow_handlers_message",
+}
+# ... and every other test of these modules that needs nothing but a served engine.
+SAME += [
+    getattr(m, n)
+    for m in (test_messaging, test_settlement, test_ordering)
+    for n in dir(m)
+    if n.startswith("test_")
+    and n not in SYNC_ONLY
+    and list(inspect.signature(getattr(m, n)).parameters) == ["served"]
+    and getattr(m, n) not in SAME
 ]
 
 

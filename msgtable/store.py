@@ -94,6 +94,43 @@ class TableDefinition:
     indexes: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
+def read_definitions(cur: Any, database: str, only: str | None = None) -> list[TableDefinition]:
+    """Every message table of ``database`` (or only the one named ``only``) as
+    information_schema describes it, read with a DBAPI cursor (the engine's discovery, and
+    msgtable.enqueue inside the application's own transaction)."""
+    cur.execute(_FIND_TABLES, [database])
+    tables = {n: c for n, c in cur.fetchall() if is_message_comment(c or "") and only in (None, n)}
+    if not tables:
+        return []
+    names = list(tables)
+    in_names = placeholders(len(names))
+    columns: dict[str, list[Column]] = {n: [] for n in tables}
+    cur.execute(_COLUMNS.format(names=in_names), [database, *names])
+    for tname, cname, data_type, column_type in cur.fetchall():
+        columns[tname].append(
+            Column(cname, server_text(data_type).lower(), server_text(column_type).lower())
+        )
+    indexes: dict[tuple[str, str], list[str]] = {}
+    unique: set[tuple[str, str]] = set()
+    cur.execute(_INDEXES.format(names=in_names), [database, *names])
+    for tname, iname, cname, non_unique in cur.fetchall():
+        indexes.setdefault((tname, iname), []).append(cname)
+        if not int(non_unique):
+            unique.add((tname, iname))
+    return [
+        TableDefinition(
+            name=n,
+            comment=tables[n],
+            columns=tuple(columns[n]),
+            unique_indexes=tuple(
+                tuple(cols) for (t, i), cols in indexes.items() if t == n and (t, i) in unique
+            ),
+            indexes=tuple((i, tuple(cols)) for (t, i), cols in indexes.items() if t == n),
+        )
+        for n in sorted(tables)
+    ]
+
+
 Deliver = Callable[[list[CachedRow]], None]
 # Which of a send's rows may go, given the ids the database found due and unchanged (an
 # ordered table's: only whole keys, msgtable.ordered.whole_keys); None: all of those.
@@ -467,37 +504,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
     def discover(self) -> list[TableDefinition]:
         """Every table of this database whose comment marks it as a message table."""
         with self._errors(kind="discover"), self._auto.connection() as conn, conn.cursor() as cur:
-            cur.execute(_FIND_TABLES, [self.database])
-            tables = {n: c for n, c in cur.fetchall() if is_message_comment(c or "")}
-            if not tables:
-                return []
-            names = list(tables)
-            in_names = placeholders(len(names))
-            columns: dict[str, list[Column]] = {n: [] for n in tables}
-            cur.execute(_COLUMNS.format(names=in_names), [self.database, *names])
-            for tname, cname, data_type, column_type in cur.fetchall():
-                columns[tname].append(
-                    Column(cname, server_text(data_type).lower(), server_text(column_type).lower())
-                )
-            indexes: dict[tuple[str, str], list[str]] = {}
-            unique: set[tuple[str, str]] = set()
-            cur.execute(_INDEXES.format(names=in_names), [self.database, *names])
-            for tname, iname, cname, non_unique in cur.fetchall():
-                indexes.setdefault((tname, iname), []).append(cname)
-                if not int(non_unique):
-                    unique.add((tname, iname))
-        return [
-            TableDefinition(
-                name=n,
-                comment=tables[n],
-                columns=tuple(columns[n]),
-                unique_indexes=tuple(
-                    tuple(cols) for (t, i), cols in indexes.items() if t == n and (t, i) in unique
-                ),
-                indexes=tuple((i, tuple(cols)) for (t, i), cols in indexes.items() if t == n),
-            )
-            for n in sorted(tables)
-        ]
+            return read_definitions(cur, self.database)
 
     # -- the message lifecycle -----------------------------------------------------------
     def poll(

@@ -23,7 +23,8 @@ msgtable.codec: dates and times stay text.
 The package: client.py (Client), subscriber.py (Subscriber: messages and acks), stream.py
 (its MessageStream, opened again when it breaks), acks.py (ack_async's queue), message.py
 (Message), router.py (channels, the leader, retries), credentials.py (TLS, tokens), codes.py
-(status codes back to errors).
+(status codes back to errors), requests.py (the requests, built once for both clients).
+The asyncio client (msgtable.aio) shares router.Route, requests, codes and leaser.Leases.
 """
 
 from __future__ import annotations

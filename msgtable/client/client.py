@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from msgtable import codec
+from msgtable.client import requests
 from msgtable.client.acks import DEFAULT_ACK_LINGER_S
 from msgtable.client.credentials import channel_credentials
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S
@@ -14,7 +14,7 @@ from msgtable.client.router import Router
 from msgtable.client.subscriber import Subscriber
 from msgtable.codec import ServerStatus, TableInfo
 from msgtable.deadletters import DeadLetter, RedriveBatch
-from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
+from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
@@ -50,11 +50,7 @@ class Client:
         certificate for mutual TLS), make the channels TLS."""
         if ack_linger_s < 0:
             raise InvalidArgument(f"ack_linger_s must be >= 0, not {ack_linger_s}")
-        if retry_for_s is not None and retry_for_s < 0:
-            raise InvalidArgument(f"retry_for_s must be >= 0 or None, not {retry_for_s}")
-        targets = tuple(t.strip() for t in target.split(",") if t.strip())
-        if not targets:
-            raise InvalidArgument("no server address given")
+        targets = requests.targets(target, retry_for_s)
         self.target = target
         self.targets = targets
         self.timeout_s = timeout_s
@@ -102,24 +98,14 @@ class Client:
         these message columns (``id`` always first). ``filter``: only the messages of the
         group that match it (README: Filters); the others go to the group's other
         subscribers."""
-        if not 0 <= max_in_flight <= 0xFFFFFFFF:
-            raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
+        request = requests.stream_request(
+            name, keyspace, shard, key_range, max_in_flight, subscription, columns, filter
+        )
         renew_every_s = None
         if auto_renew:
             if not max_lease_s > 0:
                 raise InvalidArgument(f"max_lease_s must be > 0, not {max_lease_s}")
             renew_every_s = self._ack_wait_s(name, keyspace, subscription) / 3
-        request = pb.MessageStreamRequest(
-            name=name,
-            keyspace=keyspace,
-            shard=shard,
-            max_in_flight=max_in_flight,
-            subscription=subscription,
-            columns=list(columns),
-            filter=filter,
-        )
-        if key_range is not None:
-            request.key_range.start, request.key_range.end = key_range
         return Subscriber(
             self._router,
             request,
@@ -132,16 +118,7 @@ class Client:
 
     def _ack_wait_s(self, name: str, keyspace: str, subscription: str = "") -> float:
         """The table's vt_ack_wait as the server reports it (auto-renew's rhythm)."""
-        for t in self.list_tables():
-            if (
-                t.name == name
-                and t.subscription == subscription
-                and (not keyspace or t.keyspace == keyspace)
-            ):
-                if t.config is None:
-                    raise TableLoadError(t.load_error)
-                return t.config.ack_wait_s
-        raise TableNotFound(f"message table {name!r} not found")
+        return requests.ack_wait_s(self.list_tables(), name, keyspace, subscription)
 
     def ack(
         self, name: str, ids: Sequence[object], keyspace: str = "", subscription: str = ""
@@ -166,13 +143,8 @@ class Client:
         """Not now: the messages are due again ``delay_s`` from now (0: at once), to any
         subscriber; the send counts as an attempt. Returns how many were released (sent at
         least once, not acked, not dead)."""
-        request = pb.MessageReleaseRequest(
-            name=name,
-            keyspace=keyspace,
-            ids=_values(ids),
-            delay_s=delay_s,
-            reason=reason or "",
-            subscription=subscription,
+        request = requests.release_request(
+            name, _values(ids), delay_s, reason, keyspace, subscription
         )
         return self._router.settle("MessageRelease", request)
 
@@ -186,13 +158,7 @@ class Client:
     ) -> int:
         """Never: the messages are dead now (moved to the table's vt_dead_letter table, or
         dead in place). Returns how many were rejected (not acked or dead before)."""
-        request = pb.MessageRejectRequest(
-            name=name,
-            keyspace=keyspace,
-            ids=_values(ids),
-            reason=reason or "",
-            subscription=subscription,
-        )
+        request = requests.reject_request(name, _values(ids), reason, keyspace, subscription)
         return self._router.settle("MessageReject", request)
 
     def renew(
@@ -206,13 +172,8 @@ class Client:
     ) -> int:
         """Still working: the messages (sent, not acked, not due again yet) are not due again
         before ``extend_s`` from now (0: the table's vt_ack_wait). Returns how many."""
-        request = pb.MessageRenewRequest(
-            name=name,
-            keyspace=keyspace,
-            ids=_values(ids),
-            extend_s=extend_s,
-            reason=reason or "",
-            subscription=subscription,
+        request = requests.renew_request(
+            name, _values(ids), extend_s, reason, keyspace, subscription
         )
         return self._router.settle("MessageRenew", request)
 
@@ -227,13 +188,8 @@ class Client:
         """Dead messages of table ``name`` (or of its ``subscription``) by id (after
         ``after``; ``limit`` 0: 100), with their reasons, and how many there are (counted up
         to 100,000)."""
-        request = pb.ListDeadLettersRequest(
-            name=name, keyspace=keyspace, limit=limit, subscription=subscription
-        )
-        if after is not None:
-            request.after.CopyFrom(_values([after])[0])
-        response = self._router.unary("ListDeadLetters", request)
-        return [codec.dead_letter_from_proto(d) for d in response.dead], response.total
+        request = requests.dead_letters_request(name, limit, after, keyspace, subscription)
+        return requests.dead_letters_from_proto(self._router.unary("ListDeadLetters", request))
 
     def redrive(
         self,
@@ -248,22 +204,8 @@ class Client:
         """One batch (one transaction) of moving dead messages back as fresh ones; call
         again with ``after=batch.last`` until ``batch.last`` is None (msgtable redrive does).
         ``subscription``: that subscription's dead messages of table ``name``, for it alone."""
-        request = pb.RedriveRequest(
-            name=name,
-            keyspace=keyspace,
-            to=to,
-            ids=_values(ids or ()),
-            limit=limit,
-            subscription=subscription,
-        )
-        if after is not None:
-            request.after.CopyFrom(_values([after])[0])
-        response = self._router.unary("Redrive", request)
-        return RedriveBatch(
-            moved=response.moved,
-            skipped=tuple(codec.decode_value(v) for v in response.skipped),
-            last=codec.decode_value(response.last) if response.HasField("last") else None,
-        )
+        request = requests.redrive_request(name, to, ids, limit, after, keyspace, subscription)
+        return requests.redrive_from_proto(self._router.unary("Redrive", request))
 
     # -- subscriptions (README: Subscriptions) ----------------------------------------------------
     def create_subscription(
@@ -282,16 +224,17 @@ class Client:
         """Create subscription ``name`` of ``table``: it gets every message enqueued from now
         on that matches ``filter`` (with ``from_start``, also every retained one the default
         group has not acked: returns how many). Settings left None take the table's."""
-        settings = codec.settings_to_proto(
-            filter=filter,
-            columns=columns,
-            ack_wait_s=ack_wait_s,
-            max_attempts=max_attempts,
-            max_lag=max_lag,
-            expire_after_s=expire_after_s,
-        )
-        request = pb.CreateSubscriptionRequest(
-            table=table, keyspace=keyspace, name=name, settings=settings, from_start=from_start
+        request = requests.create_subscription_request(
+            table,
+            name,
+            filter,
+            columns,
+            ack_wait_s,
+            max_attempts,
+            max_lag,
+            expire_after_s,
+            from_start,
+            keyspace,
         )
         count: int = self._router.unary("CreateSubscription", request).count
         return count
@@ -299,12 +242,7 @@ class Client:
     def alter_subscription(self, table: str, name: str, keyspace: str = "", **changes: Any) -> None:
         """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
         max_lag, expire_after_s); 0 or "" clears one (back to the table's, or no limit)."""
-        unknown = set(changes) - set(_SETTINGS)
-        if unknown:
-            raise InvalidArgument(f"unknown subscription setting {sorted(unknown)[0]!r}")
-        request = pb.AlterSubscriptionRequest(
-            table=table, keyspace=keyspace, name=name, settings=codec.settings_to_proto(**changes)
-        )
+        request = requests.alter_subscription_request(table, name, keyspace, **changes)
         self._router.unary("AlterSubscription", request)
 
     def drop_subscription(self, table: str, name: str, keyspace: str = "") -> None:
@@ -315,8 +253,7 @@ class Client:
     def list_subscriptions(self, table: str = "", keyspace: str = "") -> list[TableInfo]:
         """The subscriptions (of ``table``, or all) with state, filter, lag and counters."""
         request = pb.ListSubscriptionsRequest(table=table, keyspace=keyspace)
-        response = self._router.unary("ListSubscriptions", request)
-        return [codec.table_info_from_proto(t) for t in response.subscriptions]
+        return requests.subscriptions_from_proto(self._router.unary("ListSubscriptions", request))
 
     # -- push endpoints (README: Push to HTTP endpoints) ---------------------------------------
     def set_endpoint(
@@ -332,14 +269,8 @@ class Client:
         """Push ``table``'s default group (or its ``subscription``) to ``url``, signed with
         ``secret`` (``whsec_<base64>`` or 16-512 bytes of text); ``max_in_flight`` batches
         at once (0: 4), each POST timing out after ``timeout_s`` (0: 10 s)."""
-        request = pb.SetEndpointRequest(
-            table=table,
-            keyspace=keyspace,
-            subscription=subscription,
-            url=url,
-            secret=secret,
-            max_in_flight=max_in_flight,
-            timeout_s=timeout_s,
+        request = requests.set_endpoint_request(
+            table, url, secret, subscription, max_in_flight, timeout_s, keyspace
         )
         self._router.unary("SetEndpoint", request)
 
@@ -355,10 +286,7 @@ class Client:
     def status(self) -> ServerStatus:
         """The server's tables (as list_tables), and why it cannot reach its database now
         ("" while it can): a server answers at once while its database is away."""
-        response = self._router.unary("ListTables", pb.ListTablesRequest())
-        return ServerStatus(
-            [codec.table_info_from_proto(t) for t in response.tables], response.database_error
-        )
+        return requests.status_from_proto(self._router.unary("ListTables", pb.ListTablesRequest()))
 
     def close(self) -> None:
         self._router.close()
@@ -370,14 +298,4 @@ class Client:
         self.close()
 
 
-def _values(ids: Sequence[object]) -> list[pb.Value]:
-    values = []
-    for i, raw in enumerate(ids):
-        try:
-            values.append(codec.encode_value(raw))
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgument(f"ids[{i}]: {exc}") from None
-    return values
-
-
-_SETTINGS = ("filter", "columns", "ack_wait_s", "max_attempts", "max_lag", "expire_after_s")
+_values = requests.values

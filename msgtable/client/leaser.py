@@ -36,6 +36,48 @@ class Leased(Protocol):
     def id_value(self) -> pb.Value: ...
 
 
+class Leases:
+    """The messages a subscriber holds and since when: what a renewal round renews. Shared by
+    the sync Leaser's thread and the asyncio subscriber's task (msgtable.aio). Thread-safe."""
+
+    def __init__(
+        self, max_lease_s: float = DEFAULT_MAX_LEASE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_lease_s = max_lease_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._leased: dict[Hashable, tuple[pb.Value, float]] = {}
+
+    def add(self, messages: Iterable[Leased]) -> None:
+        now = self._clock()
+        with self._lock:
+            for m in messages:
+                self._leased[_key(m.id)] = (m.id_value, now)
+
+    def remove(self, messages: Iterable[Leased]) -> None:
+        with self._lock:
+            for m in messages:
+                self._leased.pop(_key(m.id), None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._leased)
+
+    def due(self) -> list[list[pb.Value]]:
+        """One round's renewals, MAX_ACK_IDS ids a call (dropping messages held too long)."""
+        now = self._clock()
+        with self._lock:
+            for key, (_, since) in list(self._leased.items()):
+                if now - since > self.max_lease_s:
+                    del self._leased[key]
+            ids = [value for value, _ in self._leased.values()]
+        return [ids[i : i + MAX_ACK_IDS] for i in range(0, len(ids), MAX_ACK_IDS)]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._leased.clear()
+
+
 class Leaser:
     """Renews leased messages every ``every_s`` with ``renew(ids) -> count``."""
 
@@ -51,9 +93,7 @@ class Leaser:
         self._renew = renew
         self.every_s = max(MIN_RENEW_EVERY_S, every_s)
         self.max_lease_s = max_lease_s
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._leased: dict[Hashable, tuple[pb.Value, float]] = {}
+        self._leases = Leases(max_lease_s, clock)
         self._stop = threading.Event()
         self.renewed = 0  # messages the server said it renewed
         self.rounds = 0
@@ -63,32 +103,18 @@ class Leaser:
         self._thread.start()
 
     def add(self, messages: Iterable[Leased]) -> None:
-        now = self._clock()
-        with self._lock:
-            for m in messages:
-                self._leased[_key(m.id)] = (m.id_value, now)
+        self._leases.add(messages)
 
     def remove(self, messages: Iterable[Leased]) -> None:
-        with self._lock:
-            for m in messages:
-                self._leased.pop(_key(m.id), None)
+        self._leases.remove(messages)
 
     @property
     def leased(self) -> int:
-        with self._lock:
-            return len(self._leased)
+        return len(self._leases)
 
     def renew_now(self) -> int:
         """One round: renew every leased message (dropping those leased too long)."""
-        now = self._clock()
-        with self._lock:
-            for key, (_, since) in list(self._leased.items()):
-                if now - since > self.max_lease_s:
-                    del self._leased[key]
-            ids = [value for value, _ in self._leased.values()]
-        n = 0
-        for i in range(0, len(ids), MAX_ACK_IDS):
-            n += self._renew(ids[i : i + MAX_ACK_IDS])
+        n = sum(self._renew(ids) for ids in self._leases.due())
         self.renewed += n
         self.rounds += 1
         return n
@@ -108,8 +134,7 @@ class Leaser:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(5.0)
-        with self._lock:
-            self._leased.clear()
+        self._leases.clear()
 
 
 def _key(value: object) -> Hashable:

@@ -6,7 +6,9 @@ lease sends, the others answer MessageStream with NotLeader and the leader's add
 calls and subscribers both go through the router: :meth:`Router.next_target` says where,
 :meth:`Router.failed` notes an error (it follows a redirect at once, else moves on to the next
 server and backs off) and :meth:`Router.should_retry` is the one predicate for what passes, as
-google-cloud-pubsub's streaming pull manager keeps its policy in ``_should_recover``.
+google-cloud-pubsub's streaming pull manager keeps its policy in ``_should_recover``. That
+policy (:class:`Route`) holds no channel: the asyncio client's router (msgtable.aio.router)
+is a Route over grpc.aio channels, so both clients follow the leader and retry alike.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 import grpc
 import grpc.experimental
 
+from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.credentials import BearerToken
 from msgtable.errors import MsgtableError, NotLeader, Unavailable
@@ -47,25 +50,17 @@ CHANNEL_OPTIONS = (
 )
 
 
-class Router:
-    """A client's channels and its choice of server (see the module docstring). Thread-safe.
+class Route:
+    """A client's choice of server and its retry policy, without channels: shared by the
+    sync Router below and the asyncio client's (msgtable.aio.router). Thread-safe.
 
     ``timeout_s`` bounds each unary call with its retries (None: no bound)."""
 
-    def __init__(
-        self,
-        targets: Sequence[str],
-        credentials: grpc.ChannelCredentials | None,
-        token: str | None,
-        timeout_s: float | None,
-    ) -> None:
+    def __init__(self, targets: Sequence[str], timeout_s: float | None) -> None:
         self.targets = tuple(targets)
         self.timeout_s = timeout_s
-        self._credentials = credentials
-        self._token = token
         self.backoff = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=True)
         self._lock = threading.Lock()
-        self._channels: dict[str, tuple[grpc.Channel, pb_grpc.MessagingStub]] = {}
         self._leader = ""  # the address a NotLeader answer named, until it fails
         self._turn = 0  # which of the targets is next when no leader is known
         self._closed = False
@@ -78,6 +73,101 @@ class Router:
     def leader(self) -> str:
         """The leader's address as the last NotLeader answer named it ("" if none)."""
         return self._leader
+
+    def next_target(self) -> str:
+        """Where the next call goes: the known leader, else the targets in turn."""
+        with self._lock:
+            if self._leader:
+                return self._leader
+            return self.targets[self._turn % len(self.targets)]
+
+    def succeeded(self, target: str) -> None:
+        with self._lock:
+            if target in self.targets:
+                self._turn = self.targets.index(target)
+
+    def should_retry(self, error: MsgtableError) -> bool:
+        """Whether a failed call is tried again: the server or the database is away for now,
+        a limit is reached for now, or the server is not the leader (NotLeader, also an
+        Unavailable). The others (no such table, bad request, not allowed) would fail again;
+        and nothing is tried again once the client is closed."""
+        return not self._closed and isinstance(error, Unavailable)
+
+    def failed(self, error: MsgtableError, target: str, retry: Retry) -> float:
+        """Note a failed call to ``target`` that will be tried again (counted and logged by
+        ``retry``); returns how long to wait before the next attempt."""
+        redirect = self._note(error, target)
+        failures = retry.failures + 1
+        if redirect and failures <= 2:  # a redirect: at once (a loop of them backs off)
+            return retry.failed(error, delay_s=0.0, level=logging.INFO)
+        return retry.failed(error, delay_s=self.backoff.delay_s(failures))
+
+    def retry_delay(
+        self, error: MsgtableError, target: str, retry: Retry, deadline: float | None
+    ) -> float:
+        """A unary call to ``target`` failed with ``error``: how long to wait before trying
+        again (where next_target() then says), or raise ``error`` when it would fail again or
+        the ``deadline`` (monotonic) would pass first. The one rule of both clients."""
+        if not self.should_retry(error):
+            self._note(error, target)
+            raise error
+        delay = self.failed(error, target, retry)
+        if deadline is not None and time.monotonic() + delay >= deadline:
+            raise error
+        return delay
+
+    def reopen_delay(
+        self,
+        error: MsgtableError,
+        target: str,
+        retry: Retry,
+        *,
+        retrying: bool,
+        started: float,
+        retry_for_s: float | None,
+    ) -> float:
+        """A subscriber's stream to ``target`` broke or failed to open with ``error``: how
+        long to wait before opening it again, or raise ``error`` when it would fail again
+        (or ``retrying`` is off), and the last error once ``retry_for_s`` passed since
+        ``started`` (monotonic). The one rule of both clients' streams."""
+        if not retrying or not self.should_retry(error):
+            raise error
+        if retry_for_s is not None and time.monotonic() - started >= retry_for_s:
+            raise type(error)(f"{error} (gave up after {retry_for_s:g}s of retrying)")
+        return self.failed(error, target, retry)
+
+    def deadline(self) -> float | None:
+        """When a unary call started now gives up (monotonic; None: never)."""
+        return None if self.timeout_s is None else time.monotonic() + self.timeout_s
+
+    def _note(self, error: MsgtableError, target: str) -> bool:
+        """Where calls go after ``error`` from ``target``: to the leader it names, else on to
+        the next target. Returns whether it was a redirect."""
+        leader = error.leader if isinstance(error, NotLeader) else ""
+        redirect = bool(leader) and leader != target
+        with self._lock:
+            if redirect:
+                self._leader = leader
+            elif target == self._leader or not self._leader:
+                self._leader = ""
+                self._turn += 1  # try the next target
+        return redirect
+
+
+class Router(Route):
+    """A client's channels and its choice of server (see the module docstring). Thread-safe."""
+
+    def __init__(
+        self,
+        targets: Sequence[str],
+        credentials: grpc.ChannelCredentials | None,
+        token: str | None,
+        timeout_s: float | None,
+    ) -> None:
+        super().__init__(targets, timeout_s)
+        self._credentials = credentials
+        self._token = token
+        self._channels: dict[str, tuple[grpc.Channel, pb_grpc.MessagingStub]] = {}
 
     def stub(self, target: str) -> pb_grpc.MessagingStub:
         """The stub of ``target``'s channel (channels connect lazily, when first used)."""
@@ -108,51 +198,10 @@ class Router:
                 raise
             raise Unavailable("the client is closed") from None
 
-    def next_target(self) -> str:
-        """Where the next call goes: the known leader, else the targets in turn."""
-        with self._lock:
-            if self._leader:
-                return self._leader
-            return self.targets[self._turn % len(self.targets)]
-
-    def succeeded(self, target: str) -> None:
-        with self._lock:
-            if target in self.targets:
-                self._turn = self.targets.index(target)
-
-    def should_retry(self, error: MsgtableError) -> bool:
-        """Whether a failed call is tried again: the server or the database is away for now,
-        a limit is reached for now, or the server is not the leader (NotLeader, also an
-        Unavailable). The others (no such table, bad request, not allowed) would fail again;
-        and nothing is tried again once the client is closed."""
-        return not self._closed and isinstance(error, Unavailable)
-
-    def failed(self, error: MsgtableError, target: str, retry: Retry) -> float:
-        """Note a failed call to ``target`` that will be tried again (counted and logged by
-        ``retry``); returns how long to wait before the next attempt."""
-        redirect = self._note(error, target)
-        failures = retry.failures + 1
-        if redirect and failures <= 2:  # a redirect: at once (a loop of them backs off)
-            return retry.failed(error, delay_s=0.0, level=logging.INFO)
-        return retry.failed(error, delay_s=self.backoff.delay_s(failures))
-
-    def _note(self, error: MsgtableError, target: str) -> bool:
-        """Where calls go after ``error`` from ``target``: to the leader it names, else on to
-        the next target. Returns whether it was a redirect."""
-        leader = error.leader if isinstance(error, NotLeader) else ""
-        redirect = bool(leader) and leader != target
-        with self._lock:
-            if redirect:
-                self._leader = leader
-            elif target == self._leader or not self._leader:
-                self._leader = ""
-                self._turn += 1  # try the next target
-        return redirect
-
     def unary(self, method: str, request: Any, target: str = "") -> Any:
         """One unary call (to ``target``, else where the router thinks best) with retries of
         passing errors until the time-out is spent."""
-        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        deadline = self.deadline()
         retry = Retry(method, log, self.backoff, level=logging.INFO)
         while True:
             where = target or self.next_target()
@@ -165,13 +214,7 @@ class Router:
                 retry.succeeded()
                 return response
             target = ""  # a retry goes where the client now thinks best
-            if not self.should_retry(error):
-                self._note(error, where)
-                raise error
-            delay = self.failed(error, where, retry)
-            if deadline is not None and time.monotonic() + delay >= deadline:
-                raise error
-            time.sleep(delay)
+            time.sleep(self.retry_delay(error, where, retry, deadline))
 
     def ack(
         self,
@@ -182,9 +225,7 @@ class Router:
         subscription: str = "",
     ) -> int:
         """MessageAck; returns how many of ``ids`` this call acked."""
-        request = pb.MessageAckRequest(
-            name=name, keyspace=keyspace, ids=ids, subscription=subscription
-        )
+        request = requests.ack_request(name, ids, keyspace, subscription)
         count: int = self.unary("MessageAck", request, target).count
         return count
 

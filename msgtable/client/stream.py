@@ -69,12 +69,15 @@ class Stream:
                         raise error
                     self.closed = True
                     return None
-                if not self._retry or not router.should_retry(error):
-                    raise error
-                retry_for = self._retry_for_s
-                if retry_for is not None and time.monotonic() - started >= retry_for:
-                    raise type(error)(f"{error} (gave up after {retry_for:g}s of retrying)")
-                if self._closing.wait(router.failed(error, target, retry)):
+                delay = router.reopen_delay(
+                    error,
+                    target,
+                    retry,
+                    retrying=self._retry,
+                    started=started,
+                    retry_for_s=self._retry_for_s,
+                )
+                if self._closing.wait(delay):
                     return None
             target = router.next_target()
             try:

@@ -323,3 +323,40 @@ def test_the_metrics_section_lists_every_family_the_server_serves(db_dsn: str):
     assert not missing, f"served but not in the README: {sorted(missing)}"
     unserved = {name for name, _ in listed - served} - {"msgtable_capture_lag_seconds"}
     assert not unserved, f"in the README but not served: {sorted(unserved)}"
+
+
+def test_the_asyncio_client_example_runs_as_pasted(db_dsn: str):
+    (example,) = snippets("python", "### asyncio client")
+    create_demo_table(db_dsn)
+    with serve(db_dsn) as s:
+        s.sql("insert into my_message(id, message) values (1, 'hello world')")
+        done = run_python(example, s.server.address)
+        assert done.returncode == 0, describe(done)
+        assert done.stdout.splitlines() == [
+            "handling {'id': 1, 'message': 'hello world'}",
+            "['my_message']",
+        ], describe(done)
+        assert s.sql("select time_acked is not null from my_message")[0][0] == 1
+
+
+def test_the_sqlalchemy_enqueue_example_runs_as_pasted(db_dsn: str):
+    (example,) = snippets("python", "### Enqueue from SQLAlchemy")
+    dsn = 'DSN = "mysql+pymysql://root@127.0.0.1:3306/app"'
+    assert dsn in example
+    create_demo_table(db_dsn)
+    done = subprocess.run(
+        [sys.executable, "-c", example.replace(dsn, f"DSN = {db_dsn!r}")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, describe(done)
+    with serve(db_dsn) as s:
+        rows = s.sql("select id, message, priority, time_next > 0 from my_message order by id")
+        assert [tuple(r) for r in rows] == [
+            (10, "paid", 0, 0),
+            (11, "remind", 1, 1),
+            (12, "a", 0, 0),
+            (13, "b", 0, 0),
+        ]

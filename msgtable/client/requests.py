@@ -1,0 +1,256 @@
+"""The requests both clients send, built in one place: the sync client (msgtable.client) and
+the asyncio one (msgtable.aio) check arguments and encode ids the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from msgtable import codec
+from msgtable.deadletters import DeadLetter, RedriveBatch
+from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+
+
+def targets(target: str, retry_for_s: float | None) -> tuple[str, ...]:
+    """A client's servers from ``"host:port[,host:port...]"``, its arguments checked."""
+    if retry_for_s is not None and retry_for_s < 0:
+        raise InvalidArgument(f"retry_for_s must be >= 0 or None, not {retry_for_s}")
+    found = tuple(t.strip() for t in target.split(",") if t.strip())
+    if not found:
+        raise InvalidArgument("no server address given")
+    return found
+
+
+def values(ids: Sequence[object]) -> list[pb.Value]:
+    """Message ids as the wire carries them (InvalidArgument naming the one that cannot)."""
+    encoded = []
+    for i, raw in enumerate(ids):
+        try:
+            encoded.append(codec.encode_value(raw))
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"ids[{i}]: {exc}") from None
+    return encoded
+
+
+def stream_request(
+    name: str,
+    keyspace: str = "",
+    shard: str = "",
+    key_range: tuple[bytes, bytes] | None = None,
+    max_in_flight: int = 0,
+    subscription: str = "",
+    columns: Sequence[str] = (),
+    filter: str = "",
+) -> pb.MessageStreamRequest:
+    """A subscribe's MessageStream request (see Client.subscribe for the arguments)."""
+    if not 0 <= max_in_flight <= 0xFFFFFFFF:
+        raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
+    request = pb.MessageStreamRequest(
+        name=name,
+        keyspace=keyspace,
+        shard=shard,
+        max_in_flight=max_in_flight,
+        subscription=subscription,
+        columns=list(columns),
+        filter=filter,
+    )
+    if key_range is not None:
+        request.key_range.start, request.key_range.end = key_range
+    return request
+
+
+def ack_request(
+    name: str, ids: Sequence[pb.Value], keyspace: str = "", subscription: str = ""
+) -> pb.MessageAckRequest:
+    return pb.MessageAckRequest(name=name, keyspace=keyspace, ids=ids, subscription=subscription)
+
+
+def release_request(
+    name: str,
+    ids: Sequence[pb.Value],
+    delay_s: float = 0.0,
+    reason: str | None = None,
+    keyspace: str = "",
+    subscription: str = "",
+) -> pb.MessageReleaseRequest:
+    return pb.MessageReleaseRequest(
+        name=name,
+        keyspace=keyspace,
+        ids=ids,
+        delay_s=delay_s,
+        reason=reason or "",
+        subscription=subscription,
+    )
+
+
+def reject_request(
+    name: str,
+    ids: Sequence[pb.Value],
+    reason: str | None = None,
+    keyspace: str = "",
+    subscription: str = "",
+) -> pb.MessageRejectRequest:
+    return pb.MessageRejectRequest(
+        name=name, keyspace=keyspace, ids=ids, reason=reason or "", subscription=subscription
+    )
+
+
+def renew_request(
+    name: str,
+    ids: Sequence[pb.Value],
+    extend_s: float = 0.0,
+    reason: str | None = None,
+    keyspace: str = "",
+    subscription: str = "",
+) -> pb.MessageRenewRequest:
+    return pb.MessageRenewRequest(
+        name=name,
+        keyspace=keyspace,
+        ids=ids,
+        extend_s=extend_s,
+        reason=reason or "",
+        subscription=subscription,
+    )
+
+
+def ack_wait_s(
+    tables: Sequence[codec.TableInfo], name: str, keyspace: str, subscription: str
+) -> float:
+    """The table's (or subscription's) vt_ack_wait as ListTables reports it: auto-renew's
+    rhythm."""
+    for t in tables:
+        if (
+            t.name == name
+            and t.subscription == subscription
+            and (not keyspace or t.keyspace == keyspace)
+        ):
+            if t.config is None:
+                raise TableLoadError(t.load_error)
+            return t.config.ack_wait_s
+    raise TableNotFound(f"message table {name!r} not found")
+
+
+def status_from_proto(response: pb.ListTablesResponse) -> codec.ServerStatus:
+    return codec.ServerStatus(
+        [codec.table_info_from_proto(t) for t in response.tables], response.database_error
+    )
+
+
+def dead_letters_request(
+    name: str,
+    limit: int = 0,
+    after: object | None = None,
+    keyspace: str = "",
+    subscription: str = "",
+) -> pb.ListDeadLettersRequest:
+    request = pb.ListDeadLettersRequest(
+        name=name, keyspace=keyspace, limit=limit, subscription=subscription
+    )
+    if after is not None:
+        request.after.CopyFrom(values([after])[0])
+    return request
+
+
+def dead_letters_from_proto(response: pb.ListDeadLettersResponse) -> tuple[list[DeadLetter], int]:
+    return [codec.dead_letter_from_proto(d) for d in response.dead], response.total
+
+
+def redrive_request(
+    name: str,
+    to: str = "",
+    ids: Sequence[object] | None = None,
+    limit: int = 0,
+    after: object | None = None,
+    keyspace: str = "",
+    subscription: str = "",
+) -> pb.RedriveRequest:
+    request = pb.RedriveRequest(
+        name=name,
+        keyspace=keyspace,
+        to=to,
+        ids=values(ids or ()),
+        limit=limit,
+        subscription=subscription,
+    )
+    if after is not None:
+        request.after.CopyFrom(values([after])[0])
+    return request
+
+
+def redrive_from_proto(response: pb.RedriveResponse) -> RedriveBatch:
+    return RedriveBatch(
+        moved=response.moved,
+        skipped=tuple(codec.decode_value(v) for v in response.skipped),
+        last=codec.decode_value(response.last) if response.HasField("last") else None,
+    )
+
+
+def create_subscription_request(
+    table: str,
+    name: str,
+    filter: str | None = None,
+    columns: Sequence[str] | None = None,
+    ack_wait_s: float | None = None,
+    max_attempts: int | None = None,
+    max_lag: int | None = None,
+    expire_after_s: float | None = None,
+    from_start: bool = False,
+    keyspace: str = "",
+) -> pb.CreateSubscriptionRequest:
+    settings = codec.settings_to_proto(
+        filter=filter,
+        columns=columns,
+        ack_wait_s=ack_wait_s,
+        max_attempts=max_attempts,
+        max_lag=max_lag,
+        expire_after_s=expire_after_s,
+    )
+    return pb.CreateSubscriptionRequest(
+        table=table, keyspace=keyspace, name=name, settings=settings, from_start=from_start
+    )
+
+
+SUBSCRIPTION_SETTINGS = (
+    "filter",
+    "columns",
+    "ack_wait_s",
+    "max_attempts",
+    "max_lag",
+    "expire_after_s",
+)
+
+
+def alter_subscription_request(
+    table: str, name: str, keyspace: str = "", **changes: Any
+) -> pb.AlterSubscriptionRequest:
+    unknown = set(changes) - set(SUBSCRIPTION_SETTINGS)
+    if unknown:
+        raise InvalidArgument(f"unknown subscription setting {sorted(unknown)[0]!r}")
+    return pb.AlterSubscriptionRequest(
+        table=table, keyspace=keyspace, name=name, settings=codec.settings_to_proto(**changes)
+    )
+
+
+def subscriptions_from_proto(response: pb.ListSubscriptionsResponse) -> list[codec.TableInfo]:
+    return [codec.table_info_from_proto(t) for t in response.subscriptions]
+
+
+def set_endpoint_request(
+    table: str,
+    url: str,
+    secret: str,
+    subscription: str = "",
+    max_in_flight: int = 0,
+    timeout_s: float = 0.0,
+    keyspace: str = "",
+) -> pb.SetEndpointRequest:
+    return pb.SetEndpointRequest(
+        table=table,
+        keyspace=keyspace,
+        subscription=subscription,
+        url=url,
+        secret=secret,
+        max_in_flight=max_in_flight,
+        timeout_s=timeout_s,
+    )

@@ -1,0 +1,134 @@
+"""Enqueue from SQLAlchemy (msgtable.enqueue) end to end: rows written in the application's
+own transaction (a Connection or an ORM Session) on a real MariaDB, delivered by the real
+server, or never when the transaction rolls back; delay, priority, order key, traceparent."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from msgtable.enqueue import enqueue, enqueue_many
+from msgtable.errors import InvalidArgument, TableNotFound
+
+from .helpers import NS, Collector, Served, serve
+from .test_ordering import KEYED
+
+
+@pytest.fixture(params=["pymysql", "mysqldb"])
+def served(request: pytest.FixtureRequest, db_dsn: str):
+    """The application's engine on each MySQL driver (PyMySQL, mysqlclient)."""
+    url = sa.engine.make_url(db_dsn)
+    dsn = url.set(drivername=f"{url.get_backend_name()}+{request.param}")
+    with serve(dsn.render_as_string(hide_password=False)) as s:
+        assert s.db.dialect.driver == request.param
+        yield s
+
+
+class Boom(Exception):
+    pass
+
+
+def test_a_committed_transaction_is_delivered_and_a_rolled_back_one_enqueues_nothing(
+    served: Served,
+):
+    served.create_table("jobs", vt_poller_interval=0.1)
+    with served.transaction() as conn:
+        assert enqueue(conn, "jobs", {"id": 1, "message": "kept"}) == 1
+    with pytest.raises(Boom), served.transaction() as conn:
+        enqueue(conn, "jobs", {"id": 2, "message": "rolled back"})
+        raise Boom
+    with orm.Session(served.db.execution_options(isolation_level="REPEATABLE READ")) as session:
+        with session.begin():
+            assert (
+                enqueue_many(
+                    session, "jobs", [{"id": 3, "message": "s"}, {"id": 4, "message": "t"}]
+                )
+                == 2
+            )
+        with pytest.raises(Boom), session.begin():
+            enqueue(session, "jobs", {"id": 5, "message": "rolled back"})
+            raise Boom
+    c = Collector(served.client, "jobs")
+    try:
+        got = c.take(3)
+        assert sorted((m.id, m.values["message"]) for m in got) == [(1, "kept"), (3, "s"), (4, "t")]
+        assert served.client.ack("jobs", [m.id for m in got]) == 3
+        c.nothing_for(0.5)
+    finally:
+        c.close()
+    assert [r[0] for r in served.sql("select id from jobs order by id")] == [1, 3, 4]
+
+
+def test_delay_sets_time_next_by_the_databases_clock_and_priority_orders(served: Served):
+    served.create_table("jobs", vt_poller_interval=0.1)
+    with served.transaction() as conn:
+        (before,) = conn.exec_driver_sql("select unix_timestamp(now(6)) * 1000000000").one()
+        enqueue(conn, "jobs", {"id": 1, "message": "later"}, delay_s=1.5)
+        enqueue_many(conn, "jobs", [{"id": 2, "message": "low"}], priority=5)
+        enqueue(conn, "jobs", {"id": 3, "message": "high"}, priority=-1)
+    rows = {r[0]: (r[1], r[2]) for r in served.sql("select id, priority, time_next from jobs")}
+    assert rows[1][0] == 0 and 1.5 * NS <= rows[1][1] - int(before) < 3 * NS
+    assert rows[2] == (5, 0) and rows[3] == (-1, 0)
+    c = Collector(served.client, "jobs")
+    try:
+        first = c.take(2)
+        assert [m.id for m in first] == [3, 2]  # lower priority first; 1 not due yet
+        (later,) = c.take(1, timeout_s=5)
+        assert later.id == 1
+        assert later.sent_ns >= rows[1][1]
+    finally:
+        c.close()
+
+
+def test_order_key_and_traceparent_fill_their_columns(served: Served):
+    served.create_table("jobs", f"{KEYED}, traceparent varchar(55)", vt_order_key="k")
+    served.create_table("plain", vt_poller_interval=0.1)
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    with served.transaction() as conn:
+        enqueue(conn, "jobs", {"id": 1, "message": "a"}, order_key="cust-1", traceparent=tp)
+        enqueue(conn, "jobs", {"id": 2, "message": "b"})
+        enqueue(conn, "plain", {"id": 1, "message": "a"}, traceparent=tp)  # no column: left out
+    rows = served.sql("select id, k, traceparent from jobs order by id")
+    assert [tuple(r) for r in rows] == [(1, "cust-1", tp), (2, None, None)]
+    assert served.sql("select count(*) from plain")[0][0] == 1
+
+
+@pytest.mark.parametrize(
+    ("table", "values", "kwargs", "error", "match"),
+    [
+        ("nope", {"id": 1}, {}, TableNotFound, "nope"),
+        ("jobs`; drop table jobs; --", {"id": 1}, {}, TableNotFound, "drop table"),
+        ("jobs", {"id": 1, "colour": "x"}, {}, InvalidArgument, "no column 'colour'"),
+        ("jobs", {"id": 1, "epoch": 3}, {}, InvalidArgument, "engine's"),
+        ("jobs", {"id": 1, "time_next": 0}, {}, InvalidArgument, "delay_s"),
+        ("jobs", {"id": 1}, {"delay_s": -1}, InvalidArgument, "zero or more"),
+        ("jobs", {"id": 1}, {"delay_s": float("nan")}, InvalidArgument, "zero or more"),
+        ("jobs", {"id": 1}, {"priority": 1.5}, InvalidArgument, "integer"),
+        ("jobs", {"id": 1}, {"order_key": "k"}, InvalidArgument, "no vt_order_key"),
+        ("jobs", {"id": 1}, {"traceparent": "not-a-trace"}, InvalidArgument, "W3C"),
+    ],
+)
+def test_bad_input_is_one_clear_error_and_nothing_is_written(
+    served: Served, table, values, kwargs, error, match
+):
+    served.create_table("jobs")
+    with pytest.raises(error, match=match), served.transaction() as conn:
+        enqueue(conn, table, values, **kwargs)
+    assert served.sql("select count(*) from jobs")[0][0] == 0
+
+
+def test_rows_with_different_columns_are_refused(served: Served):
+    served.create_table("jobs")
+    with pytest.raises(InvalidArgument, match=r"rows\[1\]"), served.transaction() as conn:
+        enqueue_many(conn, "jobs", [{"id": 1, "message": "a"}, {"id": 2}])
+
+
+def test_a_column_added_to_the_table_is_seen_at_once(served: Served):
+    served.create_table("jobs")
+    with served.transaction() as conn:
+        enqueue(conn, "jobs", {"id": 1, "message": "a"})  # the table's columns are kept
+    served.sql("alter table jobs add column tenant varchar(10)")
+    with served.transaction() as conn:
+        enqueue(conn, "jobs", {"id": 2, "message": "b", "tenant": "t1"})
+    assert served.sql("select tenant from jobs where id = 2")[0][0] == "t1"

@@ -327,10 +327,10 @@ class MessageEngine(Subscriptions, Endpoints):
     def binlog_tables(self) -> dict[str, Sequence[str]]:
         return self._binlog_columns
 
-    def binlog_insert(self, table: str) -> None:
+    def binlog_insert(self, table: str, rows: int = 0) -> None:
         m = self._managers.get(table)
         if m is not None:
-            m.binlog_insert()
+            m.binlog_insert(rows)
         f = self._fanouts.get(table)
         if f is not None:
             f.trigger()

@@ -98,6 +98,16 @@ class EngineCollector(Collector):
             for s in statuses:
                 c.add_metric(_labels(s), getattr(s, field))
             yield c
+        c = CounterMetricFamily(
+            PREFIX + "messages_enqueued",
+            "Rows other clients inserted into the table, as the binlog follower counted them.",
+            labels=LABELS,
+        )
+        if engine.binlog is not None:
+            for s in statuses:
+                if not s.subscription:  # a subscription's rows are the table's
+                    c.add_metric(_labels(s), s.enqueued)
+        yield c
         for name, field, doc in GAUGES:
             g = GaugeMetricFamily(PREFIX + name, doc, labels=LABELS)
             for s in statuses:
@@ -255,6 +265,7 @@ class MetricsServer:
         self, engine: MetricsSource, listen: str, streams: Callable[[], int] | None = None
     ) -> None:
         self.host, self.port = parse_listen(listen)
+        self.engine = engine
         self.registry = registry_for(engine, streams)
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
@@ -274,6 +285,9 @@ class MetricsServer:
         with self._lock:
             if self._server is not None:
                 return
+            binlog = getattr(self.engine, "binlog", None)
+            if binlog is not None:  # msgtable_messages_enqueued_total counts rows from now on
+                binlog.count_rows = True
             try:
                 self._server, self._thread = start_http_server(
                     self.port, addr=self.host, registry=self.registry

@@ -35,6 +35,7 @@ import logging
 import random
 import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -154,6 +155,29 @@ class BinlogFollower:
         # it on: msgtable_messages_enqueued_total): their events then go to the library,
         # which parses each row, instead of the fast path, which reads only their table.
         self.count_rows = False
+        # The binlog timestamp (unix seconds, the statement's on the source) of the last
+        # event read, and whether the source has sent everything since: a heartbeat comes
+        # only once the source has nothing more to send (slave_heartbeat), so the follower
+        # is caught up until the next event. (msgtable_binlog_lag_seconds)
+        self._event_s = 0
+        self._caught_up = True
+
+    @property
+    def lag_s(self) -> float | None:
+        """How far behind the binlog the follower is: now minus the last event's timestamp
+        (whole seconds, as the binlog has them), 0 once a heartbeat said it is caught up;
+        None while it does not follow."""
+        if not self.following.is_set():
+            return None
+        if self._caught_up or not self._event_s:
+            return 0.0
+        return max(0.0, time.time() - self._event_s)
+
+    def _seen(self, timestamp: int, heartbeat: bool) -> None:
+        if heartbeat:
+            self._caught_up = True
+        elif timestamp:
+            self._event_s, self._caught_up = timestamp, False
 
     def open(self) -> None:
         if self._thread is None:
@@ -277,7 +301,9 @@ class BinlogFollower:
             if not self.following.is_set():
                 self.following.set()
                 retry.succeeded()
-            if isinstance(event, HeartbeatLogEvent):
+            heartbeat = isinstance(event, HeartbeatLogEvent)
+            self._seen(getattr(event, "timestamp", 0) or 0, heartbeat)
+            if heartbeat:
                 continue
             if isinstance(event, MariadbGtidEvent):  # a transaction begins
                 self._read_to_end()  # (the one before had no Xid: a DDL)
@@ -324,6 +350,7 @@ class BinlogFollower:
         and every other kind). The library's event objects cost about ten times more, and
         a busy table writes thousands of these a second."""
         kind = data[5]
+        self._seen(int.from_bytes(data[1:5], "little"), kind == _HEARTBEAT_EVENT)
         if kind in _ROWS_EVENTS:
             table = self._table_ids.get(data[20:26])
             if table is None:
@@ -376,6 +403,7 @@ class BinlogFollower:
 
 # Binlog event types (the event header's byte 4; the packet's byte 5, after the OK byte).
 _XID_EVENT = 0x10
+_HEARTBEAT_EVENT = 0x1B
 _TABLE_MAP_EVENT = 0x13
 _ROWS_QUERY_LOG_EVENT = 0x1D
 _MARIADB_ANNOTATE_ROWS_EVENT = 0xA0

@@ -224,6 +224,16 @@ class EngineCollector(Collector):
             )
             events.add_metric(ks, engine.binlog.events)
             yield events
+            lag_s = engine.binlog.lag_s
+            if lag_s is not None:
+                lag = GaugeMetricFamily(
+                    PREFIX + "binlog_lag_seconds",
+                    "How far the binlog follower is behind: now - its last event's time, "
+                    "0 when caught up.",
+                    labels=("keyspace",),
+                )
+                lag.add_metric(ks, lag_s)
+                yield lag
         f = engine.capture
         if f is not None and f.following.is_set():
             lag = GaugeMetricFamily(

@@ -142,7 +142,10 @@ def test_a_subscription_has_its_own_labels_and_counts(followed: Served, metrics)
     assert f[("msgtable_subscribers", "jobs", "billing")] == 1
 
 
-def test_enqueued_counts_the_rows_other_clients_inserted(followed: Served, metrics):
+def test_enqueued_counts_the_rows_other_clients_inserted_and_the_lag_returns_to_0(
+    followed: Served, metrics
+):
+    began = time.monotonic()
     followed.create_table("jobs", vt_poller_interval=30, vt_ack_wait=30)
     wait_until(lambda: "jobs" in followed.engine.binlog_tables(), what="the table loaded")
     followed.sql("insert into jobs(id, message) values (1, 'a'), (2, 'b'), (3, 'c')")
@@ -162,3 +165,6 @@ def test_enqueued_counts_the_rows_other_clients_inserted(followed: Served, metri
     )
     f = scrape(metrics)
     assert f[key] == 7, "msgtable's own writes (the sends' postpones, the acks) are no enqueue"
+    lag_key = ("msgtable_binlog_lag_seconds", "", "")
+    assert 0 <= f[lag_key] <= time.monotonic() - began + 1  # whole seconds in the binlog
+    wait_until(lambda: scrape(metrics)[lag_key] == 0, what="a heartbeat: the follower caught up")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import time
+
 from msgtable.binlog import (
     PARSE_MAX_BYTES,
     BinlogFollower,
@@ -189,3 +191,17 @@ def test_counting_rows_leaves_another_clients_insert_to_the_library_and_ours_unp
     assert sink.inserts == [] and f.events == 0  # counted once, on the library's path
     assert f.fast(packet(0xA0, STATEMENT_MARK.encode() + b"INSERT INTO `jobs` ..."))
     assert f.fast(rows(WRITE, 7))  # msgtable's own (a redrive): not an enqueue
+
+
+def test_the_lag_is_now_minus_the_last_events_time_until_a_heartbeat_says_caught_up():
+    f = follower(Sink())
+    assert f.lag_s is None  # not following
+    f.following.set()
+    assert f.lag_s == 0.0  # nothing read yet
+    f.fast(table_map(7, "app", "jobs"))  # an event of 1700000000 (the packets' timestamp)
+    lag = f.lag_s
+    assert lag is not None and lag >= time.time() - 1_700_000_000 - 1
+    f.fast(packet(0x1B, b"mysql-bin.000001", size=None))  # a heartbeat: nothing more to read
+    assert f.lag_s == 0.0
+    f.fast(rows(WRITE, 7))
+    assert f.lag_s and f.lag_s > 0

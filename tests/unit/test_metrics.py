@@ -223,16 +223,20 @@ class StubBinlog:
         self.following = threading.Event()
         self.following.set()
         self.events = 7
+        self.lag_s: float | None = 2.5
         self.count_rows = False
 
 
-def test_enqueued_rows_are_served_from_the_follower(engine):
+def test_enqueued_rows_and_the_binlog_lag_are_served_from_the_follower(engine):
     engine.binlog = StubBinlog()
     engine.binlog_insert("q", 3)
     engine.binlog_insert("q", 1)
     engine.binlog_insert("q")  # a hint only (the follower does not count rows): no row
     f = scrape(engine)
     assert value(f, "msgtable_messages_enqueued") == 4
+    assert f["msgtable_binlog_lag_seconds"].samples[0].value == 2.5
+    engine.binlog.lag_s = None  # not following: no lag family
+    assert "msgtable_binlog_lag_seconds" not in scrape(engine)
     m = MetricsServer(engine, "127.0.0.1:0")
     m.open()  # a metrics server has the follower count rows
     m.close()

@@ -56,9 +56,12 @@ class Poll:
             with self._cache.lock:
                 self._cache.polls.remove(self)
 
-    def add(self, rows: Sequence[PolledRow], now_ns: int | None = None) -> tuple[int, int]:
-        """Queue the rows the read returned (under the lock). Returns how many are new, and
-        how many of ``rows`` were taken in (all, unless the cache filled up first)."""
+    def add(
+        self, rows: Sequence[PolledRow], now_ns: int | None = None, created: bool = False
+    ) -> tuple[int, int]:
+        """Queue the rows the read returned (under the lock; ``created``: each ends with its
+        time_created). Returns how many are new, and how many of ``rows`` were taken in
+        (all, unless the cache filled up first)."""
         if self.added:
             raise RuntimeError("a poll's rows are added once")
         self.added = True
@@ -66,7 +69,7 @@ class Poll:
         cache.polls.remove(self)
         inflight = cache.inflight
         new, taken = cache.due.add(
-            rows, now_ns, inflight.unclaimed_ids, inflight.held, self.changed
+            rows, now_ns, inflight.unclaimed_ids, inflight.held, self.changed, created
         )
         if now_ns is None or not new:
             inflight.land_all(new)  # the database says they are due again

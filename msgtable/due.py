@@ -43,6 +43,7 @@ class DueRows:
         unclaimed: Collection[Hashable],
         held: Collection[Hashable],
         changed: Collection[Hashable],
+        created: bool = False,
     ) -> tuple[list[Hashable], int]:
         """Queue rows as a poll read them (in the poll's order); refresh rows already
         queued. A row whose time_next is after ``now_ns`` waits for it (None: every row is
@@ -52,7 +53,9 @@ class DueRows:
 
         Returns the ids that are new here, and how many of ``rows`` were taken in: all,
         unless the cache filled up first (the rest must be read again). A row object is made
-        only for a new or re-keyed row: most of a busy poll's rows are already here."""
+        only for a new or re-keyed row: most of a busy poll's rows are already here.
+        ``created``: each row ends with its time_created (not a message column)."""
+        end = -1 if created else None
         new: list[Hashable] = []
         taken = 0
         queued, sending = self._queued, self.sending
@@ -67,10 +70,10 @@ class DueRows:
                     break
                 new.append(rid)
             elif old.priority == (r[0] or 0) and old.time_next == (r[1] or 0):
-                old.epoch, old.values = r[2], tuple(r[3:])
+                old.epoch, old.values = r[2], tuple(r[3:end])
                 taken += 1
                 continue
-            row = CachedRow(r[0], r[1], r[2], tuple(r[3:]))
+            row = CachedRow(r[0], r[1], r[2], tuple(r[3:end]), r[-1] if created else 0)
             queued[rid] = row
             if now_ns is not None and row.time_next > now_ns:
                 heapq.heappush(self._scheduled, (row.time_next, next(self._seq), row))
@@ -89,7 +92,7 @@ class DueRows:
             return False
         if len(self._queued) + len(self.sending) >= self.size:
             return False
-        again = CachedRow(row.priority, time_next, epoch, row.values)
+        again = CachedRow(row.priority, time_next, epoch, row.values, row.created)
         self._queued[rid] = again
         heapq.heappush(self._scheduled, (time_next, next(self._seq), again))
         return True

@@ -753,6 +753,16 @@ class MessageEngine(Subscriptions, Endpoints):
             out.append((s, latency))
         return out
 
+    def delivery_delays(self) -> dict[tuple[str, str], LatencySnapshot]:
+        """Each loaded table's and subscription's time_created -> first send delays, by
+        (table, subscription): no statement (msgtable.metrics)."""
+        with self._lock:
+            managers = list(self._managers.values())
+        return {
+            (m.config.source or m.config.name, m.config.subscription): m.delivery_delay_snapshot()
+            for m in managers
+        }
+
     def list_tables(self) -> list[TableStatus]:
         """Every message table: loaded ones with live counts, failed ones with their error.
 

@@ -1,4 +1,5 @@
-"""A latency histogram a table's manager fills per batch, and msgtable.metrics reads.
+"""A latency histogram a table's manager fills per batch, and msgtable.metrics reads: send ->
+ack per ack batch, time_created -> first send per send batch, a statement's duration.
 
 Fixed buckets (seconds, Prometheus's ``le`` bounds: a value falls in the first bucket whose
 bound it does not exceed), counts and a sum: observing a batch is a bisect and an increment
@@ -15,6 +16,10 @@ from collections.abc import Iterable
 # Cumulative (``le`` bound, count) pairs ending with ``+Inf``, and the sum in seconds
 LatencySnapshot = tuple[list[tuple[str, int]], float]
 BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+# A message's time_created -> its first send: from 5 ms (a busy server) to an hour (a message
+# enqueued with a delay, a backlog worked off slowly).
+DELAY_BUCKETS_S = (*BUCKETS_S, 900.0, 3600.0)
 
 # A database statement's (msgtable.store, by kind): from half a millisecond to 10 s.
 STATEMENT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0)

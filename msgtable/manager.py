@@ -41,7 +41,7 @@ from msgtable.cache import MessageCache, Sending
 from msgtable.clock import Clock
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.ids import coerce_ids
-from msgtable.latency import LatencyHistogram, LatencySnapshot
+from msgtable.latency import DELAY_BUCKETS_S, LatencyHistogram, LatencySnapshot
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 from msgtable.ordered import KeyOwners, KeyPass, OrderedDue, cut_at_gaps, whole_keys
 from msgtable.purger import Purger
@@ -135,6 +135,8 @@ class MessageManager:
         self.enqueued = 0  # rows other clients inserted, as the binlog counted them
         self.redelivered = 0  # sends of rows read with epoch > 0 (sent before)
         self.ack_latency = LatencyHistogram()  # send -> ack, of acks through us and DML
+        # time_created -> first send (epoch 0 when read), of the rows the poll read it of
+        self.delivery_delay = LatencyHistogram(DELAY_BUCKETS_S)
         self.acked = 0
         self.released = 0
         self.rejected = 0
@@ -459,6 +461,10 @@ class MessageManager:
         with self._lock:
             return self.ack_latency.snapshot()
 
+    def delivery_delay_snapshot(self) -> LatencySnapshot:
+        with self._lock:
+            return self.delivery_delay.snapshot()
+
     def status(self, keyspace: str) -> TableStatus:
         with self._lock:
             return TableStatus(
@@ -511,11 +517,11 @@ class MessageManager:
         now = self.clock.now_ns()
         lookahead = _lookahead_ns(cfg)
         with self.cache.poll() as poll:
-            rows, last = self.store.poll(cfg, now + lookahead, limit, after)
+            rows, last = self.store.poll(cfg, now + lookahead, limit, after, created=True)
             with self._lock:
                 if not self._subscribers:  # the last one left during the poll
                     return 0
-                added, taken = poll.add(rows, now)
+                added, taken = poll.add(rows, now, created=True)
                 if taken < len(rows):  # the cache filled up: continue after the last row taken
                     full = True
                     self._cursor = poll_key(rows[taken - 1]) if taken else after
@@ -666,6 +672,9 @@ class MessageManager:
                         out.append((sub, sent))
                 self.sent += sum(len(sent) for _, sent in out)
                 self.redelivered += sum(1 for _, sent in out for r in sent if r.epoch)
+                firsts = [r.created for _, sent in out for r in sent if r.created and not r.epoch]
+                if firsts:
+                    self.delivery_delay.observe_since(now, firsts)
             for sub, sent in out:
                 sub.put(Batch.of(sent, now))
 

@@ -77,6 +77,8 @@ class MetricsSource(Protocol):
 
     def backlog(self, max_age_s: float = ...) -> list[Backlog]: ...
 
+    def delivery_delays(self) -> dict[tuple[str, str], LatencySnapshot]: ...
+
 
 class EngineCollector(Collector):
     """The engine's metric families, built from its counters when scraped."""
@@ -120,6 +122,23 @@ class EngineCollector(Collector):
         )
         for s, (buckets, sum_s) in live:
             h.add_metric(_labels(s), buckets, sum_s)
+        yield h
+        h = HistogramMetricFamily(
+            PREFIX + "message_delivery_delay_seconds",
+            "Time from a message's time_created to its first send (unordered tables).",
+            labels=LABELS,
+        )
+        delays = engine.delivery_delays()
+        for s in statuses:
+            d = delays.get((s.name, s.subscription))
+            cfg = s.config
+            if (
+                d is not None
+                and cfg is not None
+                and cfg.has_column("time_created")
+                and not cfg.ordered
+            ):
+                h.add_metric(_labels(s), *d)
         yield h
         pushes = [(s, engine.push_status(s.name, s.subscription)) for s in statuses]
         for name, field, doc in PUSH_COUNTERS:

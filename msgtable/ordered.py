@@ -98,6 +98,7 @@ class OrderedDue:
         unclaimed: Collection[Hashable],
         held: Collection[Hashable],
         changed: Collection[Hashable],
+        created: bool = False,  # an ordered poll never reads time_created (no delay histogram)
     ) -> tuple[list[Hashable], int]:
         """Take in the runs a poll read (rows of ``run_key``, each key's in order). A run of a
         busy key is skipped; one already cached is replaced; a run is cut before a row being

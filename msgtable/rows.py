@@ -11,7 +11,8 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# A row as a poll reads it: priority, time_next, epoch, then the message columns (id first).
+# A row as a poll reads it: priority, time_next, epoch, then the message columns (id first),
+# and time_created last when the poll was asked for it (``created``).
 PolledRow = tuple[Any, ...]
 # Where a poll stopped: (priority, time_next as read, possibly NULL, id) of its last row.
 PollKey = tuple[int, int | None, Hashable]
@@ -27,7 +28,7 @@ def poll_key(row: PolledRow) -> PollKey:
 class CachedRow:
     """One due message: engine fields for ordering and claiming, and the values to send."""
 
-    __slots__ = ("epoch", "id", "priority", "time_next", "values")
+    __slots__ = ("created", "epoch", "id", "priority", "time_next", "values")
 
     def __init__(
         self,
@@ -35,12 +36,15 @@ class CachedRow:
         time_next: int | None,
         epoch: int | None,
         values: Values,
+        created: int | None = 0,
     ) -> None:
         self.priority = priority or 0
         self.time_next = time_next or 0
         self.epoch = epoch  # as read; may be NULL, the claim compares NULL-safely
         self.values = values  # message columns, id first
         self.id: Hashable = values[0]
+        # time_created when the poll read it (0: not read, or NULL): the created -> sent delay
+        self.created = created or 0
 
     def __repr__(self) -> str:
         return f"CachedRow(id={self.id!r}, priority={self.priority}, time_next={self.time_next})"

@@ -150,7 +150,12 @@ class Store(Protocol):
     def discover(self) -> list[TableDefinition]: ...
 
     def poll(
-        self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
+        self,
+        cfg: TableConfig,
+        now_ns: int,
+        limit: int,
+        after: PollKey | None = None,
+        created: bool = False,
     ) -> tuple[list[PolledRow], PollKey | None]: ...
 
     def claim(
@@ -307,15 +312,23 @@ class TableStatements:
             if cfg.source
             else t
         )
-        select = (
-            f"SELECT {priority}, {time_next}, {s}{epoch}, {values} FROM {source} "
-            f"WHERE {p_acked} IS NULL AND {p_due}"
-        )
+        head = f"SELECT {priority}, {time_next}, {s}{epoch}, {values}"
+        body = f" FROM {source} WHERE {p_acked} IS NULL AND {p_due}"
+        select = head + body
         tail = f" ORDER BY {order} LIMIT %s"
         self.layout = cfg.layout
         self.poll = select + tail
         self.poll_after = select + after + tail
         self.poll_after_null = select + after_null + tail
+        # The same polls with each row's time_created last (the created -> sent delay,
+        # msgtable.latency); NULL for a table without the column.
+        created = s + quote("time_created") if cfg.has_column("time_created") else "NULL"
+        with_created = f"{head}, {created}{body}"
+        self.polls_created = (
+            with_created + tail,
+            with_created + after + tail,
+            with_created + after_null + tail,
+        )
         self.claim = (
             f"{MARK}UPDATE {tf} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND {acked} IS NULL AND {due}"
@@ -394,15 +407,20 @@ class TableStatements:
         limit = text_limit(next(c for c in cfg.columns if c.name == LAST_ERROR_COLUMN))
         return f", {le} = COALESCE(LEFT(%s, {limit}), {le})"
 
-    def poll_query(self, now_ns: int, limit: int, after: PollKey | None) -> tuple[str, list[Any]]:
+    def poll_query(
+        self, now_ns: int, limit: int, after: PollKey | None, created: bool = False
+    ) -> tuple[str, list[Any]]:
+        poll, poll_after, poll_after_null = (
+            self.polls_created if created else (self.poll, self.poll_after, self.poll_after_null)
+        )
         if after is None:
-            return self.poll, [now_ns, limit]
+            return poll, [now_ns, limit]
         p, t, i = after
         if self.layout is Layout.V2018:
-            return self.poll_after, [now_ns, t, t, i, limit]
+            return poll_after, [now_ns, t, t, i, limit]
         if t is None:
-            return self.poll_after_null, [now_ns, p, p, i, limit]
-        return self.poll_after, [now_ns, p, p, t, t, i, limit]
+            return poll_after_null, [now_ns, p, p, i, limit]
+        return poll_after, [now_ns, p, p, t, t, i, limit]
 
 
 def backlog_sql(cfg: TableConfig, mariadb: bool) -> str:
@@ -586,12 +604,18 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
 
     # -- the message lifecycle -----------------------------------------------------------
     def poll(
-        self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
+        self,
+        cfg: TableConfig,
+        now_ns: int,
+        limit: int,
+        after: PollKey | None = None,
+        created: bool = False,
     ) -> tuple[list[PolledRow], PollKey | None]:
         """Up to ``limit`` due, unacked rows, best first, after the key ``after`` if given,
         as read: (priority, time_next, epoch, id, other message columns...); and the key
-        of the last row read (None when there was none)."""
-        sql, params = self.statements(cfg).poll_query(now_ns, limit, after)
+        of the last row read (None when there was none). ``created``: each row ends with its
+        time_created (None for a table without the column)."""
+        sql, params = self.statements(cfg).poll_query(now_ns, limit, after, created)
         with self._errors(cfg.name, "poll"), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql, params)
             rows = list(cur.fetchall())

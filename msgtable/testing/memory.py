@@ -140,7 +140,12 @@ class InMemoryStore:
         return (priority, time_next is not None, time_next or 0, rid)  # NULL sorts first
 
     def poll(
-        self, cfg: TableConfig, now_ns: int, limit: int, after: PollKey | None = None
+        self,
+        cfg: TableConfig,
+        now_ns: int,
+        limit: int,
+        after: PollKey | None = None,
+        created: bool = False,
     ) -> tuple[list[PolledRow], PollKey | None]:
         with self.lock:
             self.polls += 1
@@ -156,6 +161,7 @@ class InMemoryStore:
                     self._key(cfg, r)[1],
                     r["epoch"],
                     *(r[c.name] for c in cfg.message_columns),
+                    *((r.get("time_created"),) if created else ()),
                 )
                 for r in picked
             ]

@@ -168,3 +168,26 @@ def test_enqueued_counts_the_rows_other_clients_inserted_and_the_lag_returns_to_
     lag_key = ("msgtable_binlog_lag_seconds", "", "")
     assert 0 <= f[lag_key] <= time.monotonic() - began + 1  # whole seconds in the binlog
     wait_until(lambda: scrape(metrics)[lag_key] == 0, what="a heartbeat: the follower caught up")
+
+
+def test_the_created_to_sent_histogram_counts_first_sends_bounded_by_their_age(
+    followed: Served, metrics
+):
+    followed.create_table("jobs", vt_poller_interval=0.2, vt_ack_wait=1)
+    created = time.time_ns() - 3 * 10**9  # enqueued 3 s ago
+    began = time.monotonic()
+    rows = ",".join(f"({i}, 'm', {created})" for i in range(4))
+    followed.sql(f"insert into jobs(id, message, time_created) values {rows}")
+    c = Collector(followed.client, "jobs")
+    try:
+        first = c.take(4)
+        (again,) = c.take(1, timeout_s=10)  # not acked: sent again after its ack wait
+        assert again.attempt == 2
+        f = scrape(metrics)
+        took_s = time.monotonic() - began
+        followed.client.ack("jobs", [m.id for m in first])
+    finally:
+        c.close()
+    name = "msgtable_message_delivery_delay_seconds"
+    assert f[(name + "_count", "jobs", "")] == 4, "the 4 first sends, not the redelivery"
+    assert 4 * 3 <= f[(name + "_sum", "jobs", "")] <= 4 * (3 + took_s)

@@ -188,6 +188,15 @@ def insert_order_case(tables: Tables) -> TableConfig:
     return cfg
 
 
+def test_a_poll_asked_for_time_created_reads_it_last(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1, time_created=NOW - NS, message="a")
+    tables.insert("q", 2, time_created=None)
+    rows, key = tables.store.poll(cfg, NOW, 10, created=True)
+    assert [tuple(r) for r in rows] == [(0, 0, 0, 1, "a", NOW - NS), (0, 0, 0, 2, None, None)]
+    assert key == (0, 0, 2)
+
+
 def test_poll_orders_by_priority_then_time_next_null_first_then_id(tables: Tables):
     cfg = insert_order_case(tables)
     rows, key = tables.store.poll(cfg, NOW, 100)

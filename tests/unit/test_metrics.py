@@ -216,6 +216,40 @@ def test_a_redelivery_its_subscriber_never_got_counts_neither_as_sent_nor_redeli
         e.close()
 
 
+def test_the_created_to_sent_histogram_has_each_first_send_and_no_redelivery():
+    store = InMemoryStore()
+    store.create_table("q", COMMENT)
+    clock = FakeClock()
+    now = clock.now_ns()
+    store.insert("q", 1, time_created=now - 2 * 10**9)  # 2 s old at its send
+    store.insert("q", 2, time_created=now - 20 * 10**9)  # 20 s
+    store.insert("q", 3, time_created=now - 10**9, epoch=1)  # a redelivery: not a first send
+    store.insert("q", 4, time_created=None)  # unknown: not observed
+    e = MessageEngine(
+        store, clock=clock, rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    e.refresh()
+    try:
+        m = e._manager("q", "")
+        sub = m.subscribe()
+        m.poll_once()
+        m.send_once()
+        m.send_once()
+        assert sorted(drain(sub)) == [1, 2, 3, 4]
+        samples = {
+            (s.name, s.labels.get("le")): s.value
+            for s in scrape(e)["msgtable_message_delivery_delay_seconds"].samples
+            if s.labels["table"] == "q"
+        }
+        name = "msgtable_message_delivery_delay_seconds"
+        assert samples[(name + "_count", None)] == 2
+        assert samples[(name + "_sum", None)] == pytest.approx(22.0)
+        assert samples[(name + "_bucket", "1.0")] == 0
+        assert samples[(name + "_bucket", "2.5")] == 1 and samples[(name + "_bucket", "30.0")] == 2
+    finally:
+        e.close()
+
+
 class StubBinlog:
     """A binlog follower as the collector reads it."""
 

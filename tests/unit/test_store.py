@@ -49,6 +49,16 @@ def test_the_statements_of_the_current_layout():
         "WHERE `id` IN ({ids}) AND `time_acked` IS NULL"
     )
     assert s.purge == "/* msgtable */ DELETE FROM `q` WHERE `time_acked` < %s LIMIT %s"
+    # the manager's polls read time_created last (the created -> sent delay)
+    created = select.replace("`message` FROM", "`message`, `time_created` FROM")
+    assert s.polls_created == (
+        created + order,
+        s.poll_after.replace(select, created),
+        s.poll_after_null.replace(select, created),
+    )
+    bare = [c for c in CURRENT_COLUMNS if c.name != "time_created"]
+    s = TableStatements(load_table("q", GOOD, tuple(bare), (("id",),)))
+    assert s.polls_created[0] == s.poll.replace("`message` FROM", "`message`, NULL FROM")
 
 
 def test_the_statements_of_the_deferred_postpone():

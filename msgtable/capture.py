@@ -45,6 +45,7 @@ from msgtable.events import (
     row_json,
     row_key,
 )
+from msgtable.latency import Timed, untimed
 from msgtable.mysql import replication_refused, sorted_error
 from msgtable.retry import Backoff, Outage, Retry
 from msgtable.tables import is_message_comment
@@ -88,6 +89,7 @@ class CaptureFollower:
         written: Callable[[Sequence[str]], None] = lambda t: None,
         outage: Outage | None = None,
         server_id: int | None = None,
+        timed: Timed = untimed,
     ) -> None:
         self._settings = settings
         self._database = database
@@ -96,7 +98,7 @@ class CaptureFollower:
         self._written = written
         self._outage = outage
         self._server_id = server_id or random.randrange(2**30, 2**31)
-        self._store = CaptureStore(settings, database)
+        self._store = CaptureStore(settings, database, timed)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._stream: Any = None

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from msgtable.events import EVENT_COLUMNS
+from msgtable.latency import Timed, untimed
 from msgtable.mysql import open_connection
 from msgtable.sql import quote
 
@@ -53,8 +54,9 @@ def insert_statement(table: str) -> str:
 class CaptureStore:
     """One connection of the follower's own (pymysql ``settings``, ``database``)."""
 
-    def __init__(self, settings: dict[str, Any], database: str) -> None:
+    def __init__(self, settings: dict[str, Any], database: str, timed: Timed = untimed) -> None:
         self._settings = {**settings, "database": database, "autocommit": False}
+        self._timed = timed  # each statement's time by kind (msgtable.latency.Timed)
         self._conn: Any = None
         self._inserts: dict[str, str] = {}
 
@@ -78,7 +80,7 @@ class CaptureStore:
     def row_metadata(self) -> str:
         """@@binlog_row_metadata ("" where the server has no such setting)."""
         conn = self._connection()
-        with conn.cursor() as cur:
+        with self._timed("capture_setup"), conn.cursor() as cur:
             try:
                 cur.execute("SELECT @@binlog_row_metadata")
                 value = cur.fetchone()[0]
@@ -91,7 +93,7 @@ class CaptureStore:
     def comment(self, table: str) -> str | None:
         """The table's COMMENT now (None: there is no such table now)."""
         conn = self._connection()
-        with conn.cursor() as cur:
+        with self._timed("capture_comment"), conn.cursor() as cur:
             cur.execute(_COMMENT, [table])
             row = cur.fetchone()
         conn.commit()
@@ -100,7 +102,7 @@ class CaptureStore:
     def start(self, position: str, now_ns: int) -> str:
         """The stored position; ``position`` is stored first when there is none."""
         conn = self._connection()
-        with conn.cursor() as cur:
+        with self._timed("capture_setup"), conn.cursor() as cur:
             cur.execute(_CREATE)
             cur.execute(_START, [POSITION_ROW, position, now_ns])
             cur.execute(_READ, [POSITION_ROW])
@@ -110,7 +112,7 @@ class CaptureStore:
 
     def stored(self) -> str | None:
         conn = self._connection()
-        with conn.cursor() as cur:
+        with self._timed("capture_position"), conn.cursor() as cur:
             cur.execute(_READ, [POSITION_ROW])
             row = cur.fetchone()
         conn.commit()
@@ -128,7 +130,7 @@ class CaptureStore:
         stored position is not ``old``."""
         conn = self._connection()
         try:
-            with conn.cursor() as cur:
+            with self._timed("capture_write"), conn.cursor() as cur:
                 if cur.execute(_MOVE, [new, now_ns, POSITION_ROW, old]) != 1:
                     raise PositionMoved(f"the capture position is no longer {old}")
                 head = (0, now_ns, 0, now_ns)

@@ -139,6 +139,7 @@ class MessageEngine(Subscriptions, Endpoints):
                 exclude=lambda t: t in self._message_tables,
                 written=self._captured,
                 outage=store.outage,
+                timed=store.timed,
             )
 
     @classmethod
@@ -178,6 +179,7 @@ class MessageEngine(Subscriptions, Endpoints):
             on_gain=self._gain,
             on_loss=self._lose,
             outage=self.store.outage,
+            timed=self.store.timed,
         )
         try:
             lease.prepare()

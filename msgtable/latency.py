@@ -9,8 +9,10 @@ prometheus import here: the engine runs the same without the metrics server.
 
 from __future__ import annotations
 
+import contextlib
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 
 # From 5 ms (a busy server's send -> ack) to 5 minutes (a slow consumer, a long ack wait).
 # Cumulative (``le`` bound, count) pairs ending with ``+Inf``, and the sum in seconds
@@ -23,6 +25,16 @@ DELAY_BUCKETS_S = (*BUCKETS_S, 900.0, 3600.0)
 
 # A database statement's (msgtable.store, by kind): from half a millisecond to 10 s.
 STATEMENT_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0)
+
+
+# How a component with a connection of its own (the lease, the capture follower) has its
+# statements timed by kind and failures counted (msgtable.store.MySQLStore.timed)
+Timed = Callable[[str], AbstractContextManager[None]]
+
+
+def untimed(kind: str) -> AbstractContextManager[None]:
+    """A Timed that times nothing (no store to tell: unit tests, tools)."""
+    return contextlib.nullcontext()
 
 
 class LatencyHistogram:

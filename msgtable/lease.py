@@ -34,6 +34,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.errors import MsgtableError, Unavailable
+from msgtable.latency import Timed, untimed
 from msgtable.mysql import (
     ACCESS_DENIED,
     database_error,
@@ -108,7 +109,9 @@ class Lease:
         on_loss: Callable[[str], None],
         holder: str | None = None,
         outage: Outage | None = None,
+        timed: Timed = untimed,
     ) -> None:
+        """``timed``: how its statements are timed by kind (the store's: msgtable.metrics)."""
         if period_s < MIN_LEASE_PERIOD_S:
             raise MsgtableError(f"the lease period must be at least {MIN_LEASE_PERIOD_S}s")
         self.holder = holder or uuid.uuid4().hex
@@ -117,6 +120,7 @@ class Lease:
         self.leader_address = ""  # the holder's address as last read ("" if none)
         self._connect = connect
         self._outage = outage  # the database's: it tells of an outage, not the lease
+        self._timed = timed
         self._conn: Any = None
         self._on_gain, self._on_loss = on_gain, on_loss
         self._valid_until = 0.0  # monotonic; 0: not held
@@ -139,6 +143,10 @@ class Lease:
     def prepare(self) -> None:
         """Create the lease table if it is missing; raise a clear error if we cannot (and
         Unavailable if the database does not answer)."""
+        with self._timed("lease_prepare"):
+            self._prepare()
+
+    def _prepare(self) -> None:
         try:
             with self._cursor() as cur:
                 cur.execute(f"SELECT 1 FROM {LEASE_TABLE} LIMIT 1")
@@ -186,7 +194,7 @@ class Lease:
             if self._held:
                 self._valid_until = 0.0
                 try:
-                    with self._cursor() as cur:
+                    with self._timed("lease_release"), self._cursor() as cur:
                         cur.execute(
                             f"UPDATE {LEASE_TABLE} SET expires = UTC_TIMESTAMP(6), released = %s "
                             "WHERE name = %s AND holder = %s",
@@ -210,7 +218,8 @@ class Lease:
                         break
                     if not self._prepared:
                         self.prepare()
-                    takeover = self._step(began)
+                    with self._timed("lease"):
+                        takeover = self._step(began)
                 retry.succeeded()
                 if self._outage is not None:
                     self._outage.up()  # the lease's own connection answered

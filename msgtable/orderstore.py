@@ -92,7 +92,9 @@ class _Statements(Protocol):
 class _Store(Protocol):
     def statements(self, cfg: TableConfig) -> _Statements: ...
 
-    def _errors(self, table: str | None = None) -> AbstractContextManager[None]: ...
+    def _errors(
+        self, table: str | None = None, kind: str = "other"
+    ) -> AbstractContextManager[None]: ...
 
     def _auto_cursor(self) -> AbstractContextManager[Any]: ...
 
@@ -116,7 +118,7 @@ class OrderSQL:
         sql, params = (
             (s.order_keys, [limit]) if after is None else (s.order_keys_after, [after, limit])
         )
-        with self._errors(cfg.name), self._auto_cursor() as cur:
+        with self._errors(cfg.name, "order_keys"), self._auto_cursor() as cur:
             cur.execute(sql, params)
             return [(r[0], r[1]) for r in cur.fetchall()]
 
@@ -127,7 +129,7 @@ class OrderSQL:
         them with the order value and the key at the end."""
         s = _order(self, cfg)
         rows: list[PolledRow] = []
-        with self._errors(cfg.name), self._auto_cursor() as cur:
+        with self._errors(cfg.name, "order_runs"), self._auto_cursor() as cur:
             for i in range(0, len(keys), RUN_KEYS_PER_STATEMENT):
                 sql, params = s.runs_query(keys[i : i + RUN_KEYS_PER_STATEMENT], per_key)
                 cur.execute(sql, params)
@@ -144,6 +146,6 @@ class OrderSQL:
             if after is None
             else (s.unkeyed_after, [now_ns, after, limit])
         )
-        with self._errors(cfg.name), self._auto_cursor() as cur:
+        with self._errors(cfg.name, "order_unkeyed"), self._auto_cursor() as cur:
             cur.execute(sql, params)
             return list(cur.fetchall())

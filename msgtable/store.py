@@ -548,6 +548,19 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         self._took(kind, began)
         self.outage.up()
 
+    @contextmanager
+    def timed(self, kind: str) -> Iterator[None]:
+        """A statement run on another connection than the store's (the lease's, the
+        capture follower's), timed as ``kind`` and counted as a database error if it
+        raises; its errors are left as they are (msgtable.latency.Timed)."""
+        began = time.perf_counter_ns()
+        try:
+            yield
+        except BaseException:
+            self._took(kind, began, failed=True)
+            raise
+        self._took(kind, began)
+
     def statement_latency_snapshot(self) -> dict[str, LatencySnapshot]:
         """Each kind of statement's latencies so far (msgtable.metrics)."""
         with self._counts_lock:

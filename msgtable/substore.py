@@ -355,7 +355,9 @@ def pending_sql(table: str, cap: int) -> str:
 class _Pools(Protocol):
     database: str
 
-    def _errors(self, table: str | None = None) -> AbstractContextManager[None]: ...
+    def _errors(
+        self, table: str | None = None, kind: str = "other"
+    ) -> AbstractContextManager[None]: ...
 
     def _auto_cursor(self) -> AbstractContextManager[Any]: ...
 
@@ -371,7 +373,7 @@ class SubscriptionSQL:
 
     def subscriptions(self: _Pools) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
         """Every definition, and the columns of every state table (by name)."""
-        with self._errors(), self._auto_cursor() as cur:
+        with self._errors(kind="subscriptions"), self._auto_cursor() as cur:
             if not SubscriptionSQL._has_registry(self, cur):
                 return [], {}
             cur.execute(SELECT_ALL)
@@ -391,7 +393,7 @@ class SubscriptionSQL:
         its time_fanout column); with ``from_start`` hand it every retained unacked row.
         Returns how many rows it got from the start."""
         sub = loaded.sub
-        with self._errors(table.name), self._auto_cursor() as cur:
+        with self._errors(table.name, kind="subscription_create"), self._auto_cursor() as cur:
             cur.execute(REGISTRY_DDL)
             if not table.has_column(FANOUT_COLUMN):
                 log.info("table %s: adding column %s for subscriptions", table.name, FANOUT_COLUMN)
@@ -435,7 +437,7 @@ class SubscriptionSQL:
                 after = rows[-1][0]
 
     def alter_subscription(self: _Pools, sub: Subscription) -> None:
-        with self._errors(), self._auto_cursor() as cur:
+        with self._errors(kind="subscription_alter"), self._auto_cursor() as cur:
             if not SubscriptionSQL._has_registry(self, cur):
                 raise TableNotFound(f"subscription {sub.label} not found")
             p = subscription_params(sub)
@@ -448,7 +450,7 @@ class SubscriptionSQL:
                 raise TableNotFound(f"subscription {sub.label} not found")
 
     def drop_subscription(self: _Pools, table: str, name: str, state_table: str) -> None:
-        with self._errors(), self._auto_cursor() as cur:
+        with self._errors(kind="subscription_drop"), self._auto_cursor() as cur:
             if not SubscriptionSQL._has_registry(self, cur) or not cur.execute(
                 DELETE, [table, name]
             ):
@@ -458,7 +460,7 @@ class SubscriptionSQL:
     def set_subscription_state(
         self: _Pools, sub: Subscription, state: SubscriptionState, now_ns: int
     ) -> None:
-        with self._errors(), self._auto_cursor() as cur:
+        with self._errors(kind="subscription_state"), self._auto_cursor() as cur:
             cur.execute(SET_STATE, [state.value, now_ns, sub.table, sub.name])
 
     def touch_subscriptions(self: _Pools, subs: Sequence[Subscription], now_ns: int) -> None:
@@ -469,7 +471,7 @@ class SubscriptionSQL:
         params: list[Any] = [now_ns]
         for sub in subs:
             params += [sub.table, sub.name]
-        with self._errors(), self._auto_cursor() as cur:
+        with self._errors(kind="subscription_touch"), self._auto_cursor() as cur:
             cur.execute(TOUCH.format(pairs=pairs), params)
 
     def subscription_lag(
@@ -478,7 +480,7 @@ class SubscriptionSQL:
         """For each state table (mapped to its message table): its unsettled messages still
         in the message table (up to ``cap``) and the oldest one's time_created (None: none)."""
         out: dict[str, tuple[int, int | None]] = {}
-        with self._errors(), self._auto_cursor() as cur:
+        with self._errors(kind="subscription_lag"), self._auto_cursor() as cur:
             for name, source in state_tables.items():
                 try:
                     cur.execute(lag_sql(name, source, cap))
@@ -497,7 +499,7 @@ class SubscriptionSQL:
         unsettled rows after id ``after`` (None: from the start), delete those whose message
         row is gone (purged while the subscription did not hold the table). Returns how many
         it deleted and where the next step starts (None: the pass reached the end)."""
-        with self._errors(), self._auto_cursor() as cur:
+        with self._errors(kind="subscription_orphans"), self._auto_cursor() as cur:
             try:
                 scan = orphan_scan_sql(state_table, source, after is not None)
                 cur.execute(scan, [limit] if after is None else [after, limit])
@@ -515,7 +517,7 @@ class SubscriptionSQL:
         return deleted, (rows[-1][0] if len(rows) == limit else None)
 
     def pending_fanout(self: _Pools, table: str, cap: int) -> int:
-        with self._errors(table), self._auto_cursor() as cur:
+        with self._errors(table, kind="fanout_pending"), self._auto_cursor() as cur:
             cur.execute(pending_sql(table, cap))
             return int(cur.fetchone()[0])
 
@@ -540,7 +542,7 @@ class SubscriptionSQL:
             if loaded[n].filter is not None:
                 verdict[n] = statements.verdicts_at + len(verdict)
         # no table for _errors: a missing table here is a state table dropped meanwhile
-        with self._errors(), self._tx_connection() as conn:
+        with self._errors(kind="fanout"), self._tx_connection() as conn:
             with conn.cursor() as cur:
                 cur.execute(*statements.pick(filters, limit))
                 picked = list(cur.fetchall())

@@ -88,7 +88,7 @@ def _text(value: Any) -> str:
 
 def read_endpoints(store: Any) -> list[Endpoint]:
     """Every definition (none while the table does not exist)."""
-    with store._errors(), store._auto_cursor() as cur:
+    with store._errors(kind="endpoints"), store._auto_cursor() as cur:
         cur.execute(EXISTS, [store.database, REGISTRY_TABLE])
         if not cur.fetchone()[0]:
             return []
@@ -101,7 +101,7 @@ def read_endpoints(store: Any) -> list[Endpoint]:
 
 
 def write_endpoint(store: Any, ep: Endpoint, now_ns: int) -> None:
-    with store._errors(ep.table), store._auto_cursor() as cur:
+    with store._errors(ep.table, kind="endpoint_set"), store._auto_cursor() as cur:
         cur.execute(REGISTRY_DDL)
         cur.execute(
             UPSERT,
@@ -118,7 +118,7 @@ def write_endpoint(store: Any, ep: Endpoint, now_ns: int) -> None:
 
 
 def delete_endpoint(store: Any, table: str, subscription: str) -> int:
-    with store._errors(table), store._auto_cursor() as cur:
+    with store._errors(table, kind="endpoint_drop"), store._auto_cursor() as cur:
         cur.execute(EXISTS, [store.database, REGISTRY_TABLE])
         if not cur.fetchone()[0]:
             return 0

@@ -191,3 +191,54 @@ def test_the_created_to_sent_histogram_counts_first_sends_bounded_by_their_age(
     name = "msgtable_message_delivery_delay_seconds"
     assert f[(name + "_count", "jobs", "")] == 4, "the 4 first sends, not the redelivery"
     assert 4 * 3 <= f[(name + "_sum", "jobs", "")] <= 4 * (3 + took_s)
+
+
+def test_statements_of_every_part_are_timed_by_their_kind_none_as_other(db_dsn: str):
+    """The lease's, subscriptions', ordering's, table events' and endpoints' statements go
+    through the store's one timing path (msgtable_database_statement_duration_seconds)."""
+    from msgtable.events import capture_table_ddl
+
+    from .helpers import comment
+
+    with serve(db_dsn, follow_binlog=True, lease_period_s=1.0, discovery_interval_s=0.3) as s:
+        wait_until(lambda: s.engine.leading, what="the server to take the lease")
+        s.create_table("orders", vt_poller_interval=0.2)
+        s.client.create_subscription("orders", "billing")
+        s.create_table("keyed", "k varchar(16), index key_idx(k, time_acked)", vt_order_key="k")
+        s.sql(capture_table_ddl("`events`", comment(vt_capture="orders", vt_poller_interval=0.2)))
+        s.engine.refresh()
+        assert s.engine.capture is not None
+        wait_until(s.engine.capture.following.is_set, what="the capture follower to start")
+        s.sql("insert into orders(id, message) values (1, 'a')")
+        s.sql("insert into keyed(id, message, k) values (1, 'a', 'x')")
+        c = Collector(s.client, "keyed")
+        try:
+            c.subscription.ack(c.take(1))
+        finally:
+            c.close()
+        m = MetricsServer(s.engine, "127.0.0.1:0")
+        m.open()
+        try:
+            wanted = {
+                "lease",
+                "lease_prepare",
+                "subscriptions",
+                "subscription_create",
+                "fanout",
+                "order_keys",
+                "capture_setup",
+                "capture_write",
+                "endpoints",
+            }
+
+            def kinds() -> set[str]:
+                f = scrape(m)
+                name = "msgtable_database_statement_duration_seconds_count"
+                return {k[1] for k in f if len(k) == 2 and k[0] == name and f[k] > 0}
+
+            wait_until(
+                lambda: wanted <= kinds(), what=lambda: f"kinds {sorted(wanted - kinds())} timed"
+            )
+            assert "other" not in kinds()
+        finally:
+            m.close()

@@ -138,6 +138,7 @@ class MessageManager:
         # time_created -> first send (epoch 0 when read), of the rows the poll read it of
         self.delivery_delay = LatencyHistogram(DELAY_BUCKETS_S)
         self.acked = 0
+        self.acked_dml = 0  # of those, acks by another client's DML (the binlog showed them)
         self.released = 0
         self.rejected = 0
         self.renewed = 0
@@ -439,6 +440,7 @@ class MessageManager:
         now = self.clock.now_ns() if acked else 0
         with self._lock:
             self.acked += len(acked)
+            self.acked_dml += len(acked)
             if acked:
                 self.ack_latency.observe_since(now, self.cache.inflight.sent_ns(acked))
             if gone:
@@ -479,6 +481,7 @@ class MessageManager:
                 enqueued=self.enqueued,
                 redelivered=self.redelivered,
                 acked=self.acked,
+                acked_dml=self.acked_dml,
                 released=self.released,
                 rejected=self.rejected,
                 renewed=self.renewed,

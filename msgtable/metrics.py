@@ -41,7 +41,6 @@ LABELS = ("keyspace", "table", "subscription")
 COUNTERS = (
     ("messages_sent", "sent", "Messages sent to subscribers (each send of a message counts)."),
     ("messages_redelivered", "redelivered", "Sends of messages that had been sent before."),
-    ("messages_acked", "acked", "Messages acked, by MessageAck or by DML the binlog showed."),
     ("messages_released", "released", "Messages released back to be sent again."),
     ("messages_rejected", "rejected", "Messages rejected by a subscriber."),
     ("messages_renewed", "renewed", "Messages whose ack wait a subscriber renewed."),
@@ -100,6 +99,16 @@ class EngineCollector(Collector):
             for s in statuses:
                 c.add_metric(_labels(s), getattr(s, field))
             yield c
+        c = CounterMetricFamily(
+            PREFIX + "messages_acked",
+            "Messages acked: via grpc (MessageAck) or dml (another client's UPDATE, as the "
+            "binlog showed it).",
+            labels=(*LABELS, "via"),
+        )
+        for s in statuses:
+            c.add_metric((*_labels(s), "grpc"), s.acked - s.acked_dml)
+            c.add_metric((*_labels(s), "dml"), s.acked_dml)
+        yield c
         c = CounterMetricFamily(
             PREFIX + "messages_enqueued",
             "Rows other clients inserted into the table, as the binlog follower counted them.",

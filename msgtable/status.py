@@ -37,6 +37,7 @@ class TableStatus:
     enqueued: int = 0
     redelivered: int = 0  # of those, sends of messages sent before (epoch > 0 when read)
     acked: int = 0  # acked since the table was opened: MessageAck, and DML the binlog showed
+    acked_dml: int = 0  # of those, by DML (the rest: MessageAck)
     released: int = 0  # since the table was opened (msgtable.settlement)
     rejected: int = 0
     renewed: int = 0

@@ -39,10 +39,15 @@ def scrape(m: MetricsServer) -> dict[tuple[str, ...], float]:
         assert answer.status == 200
         assert answer.headers["Content-Type"].startswith("text/plain")
         text = answer.read().decode()
-    out = {}
+    out: dict[tuple[str, ...], float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            out[(s.name, s.labels.get("table", ""), s.labels.get("subscription", ""))] = s.value
+            key = (s.name, s.labels.get("table", ""), s.labels.get("subscription", ""))
+            if "via" in s.labels:  # summed over via, and by via too
+                out[(*key, s.labels["via"])] = s.value
+                out[key] = out.get(key, 0) + s.value
+            else:
+                out[key] = s.value
             if "kind" in s.labels and not s.name.endswith("_bucket"):
                 out[(s.name, s.labels["kind"])] = s.value
     return out
@@ -73,6 +78,8 @@ def test_counters_after_known_traffic_are_exact_over_http(followed: Served, metr
     finally:
         c.close()
     assert f[("msgtable_messages_sent_total", "jobs", "")] == 7
+    assert f[("msgtable_messages_acked_total", "jobs", "", "grpc")] == 4
+    assert f[("msgtable_messages_acked_total", "jobs", "", "dml")] == 1
     assert f[("msgtable_messages_redelivered_total", "jobs", "")] == 1
     assert f[("msgtable_messages_released_total", "jobs", "")] == 1
     assert f[("msgtable_messages_rejected_total", "jobs", "")] == 1

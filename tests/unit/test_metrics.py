@@ -41,12 +41,21 @@ def scrape(engine) -> dict[str, object]:
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
-def value(families, name: str, table: str = "q", subscription: str = "") -> float:
+def value(
+    families, name: str, table: str = "q", subscription: str = "", via: str | None = None
+) -> float:
+    """A family's sample for the table (and subscription), summed over ``via`` unless given."""
     family = families[name]
-    for s in family.samples:
-        if s.labels.get("table") == table and s.labels.get("subscription") == subscription:
-            return s.value
-    raise AssertionError(f"{name}: no sample for table {table!r} subscription {subscription!r}")
+    got = [
+        s.value
+        for s in family.samples
+        if s.labels.get("table") == table
+        and s.labels.get("subscription") == subscription
+        and via in (None, s.labels.get("via"))
+    ]
+    if not got:
+        raise AssertionError(f"{name}: no sample for {table!r} subscription {subscription!r}")
+    return sum(got)
 
 
 def drain(sub) -> list:
@@ -86,6 +95,8 @@ def test_counters_after_known_traffic_are_exact(engine):
     assert value(f, "msgtable_messages_sent") == 6
     assert value(f, "msgtable_messages_redelivered") == 1
     assert value(f, "msgtable_messages_acked") == 4
+    assert value(f, "msgtable_messages_acked", via="grpc") == 4
+    assert value(f, "msgtable_messages_acked", via="dml") == 0
     assert value(f, "msgtable_messages_released") == 1
     assert value(f, "msgtable_messages_rejected") == 1
     assert value(f, "msgtable_messages_dead_lettered") == 1
@@ -148,7 +159,7 @@ def test_every_family_follows_the_prometheus_naming_rules(engine):
                 assert s.name.endswith(("_total", "_created")), f"{s.name}: counter without _total"
             else:
                 assert not s.name.endswith("_total"), f"{s.name}: _total on a {f.type}"
-            allowed = set(LABELS) | {"le", "kind"}
+            allowed = set(LABELS) | {"le", "kind", "via"}
             assert set(s.labels) <= allowed, f"{s.name}: labels {set(s.labels)}"
 
 

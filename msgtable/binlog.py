@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from msgtable.binlogrows import Shape, count_rows, table_shape
 from msgtable.mysql import (
     BinlogStatus,
     open_connection,
@@ -155,6 +156,9 @@ class BinlogFollower:
         # it on: msgtable_messages_enqueued_total): their events then go to the library,
         # which parses each row, instead of the fast path, which reads only their table.
         self.count_rows = False
+        self.checksum = False  # whether events end with a CRC32 (the library knows: the hook)
+        self._shapes: dict[bytes, Shape] = {}  # binlog table id -> its columns' types
+        self.counted_fast = 0  # INSERT events whose rows the fast path counted (tests)
         # The binlog timestamp (unix seconds, the statement's on the source) of the last
         # event read, and whether the source has sent everything since: a heartbeat comes
         # only once the source has nothing more to send (slave_heartbeat), so the follower
@@ -278,6 +282,7 @@ class BinlogFollower:
             self._stream = stream
         self._ours = None
         self._table_ids.clear()  # table ids are the server's, and may change when it restarts
+        self._shapes.clear()
         _reader.follower = self if install_fast_path() else None
         try:
             self._read(stream, retry)
@@ -361,11 +366,17 @@ class BinlogFollower:
                     size = int.from_bytes(data[10:14], "little")
                     if ours is False or size <= PARSE_MAX_BYTES:
                         return False  # another client's UPDATE or DELETE: its rows matter
+                rows = 0
                 if not ours and self.count_rows and kind in _WRITE_EVENTS:
-                    return False  # the library counts its rows
+                    shape = self._shapes.get(data[20:26])
+                    counted = None if shape is None else count_rows(data, shape, self.checksum)
+                    if counted is None:
+                        return False  # the library counts its rows
+                    rows = counted
+                    self.counted_fast += 1
                 self.events += 1
                 if not ours and kind in _WRITE_EVENTS and table[1] in self._sink.binlog_tables():
-                    self._sink.binlog_insert(table[1])
+                    self._sink.binlog_insert(table[1], rows)
             if data[26] & STMT_END_F:
                 self._ours = None
         elif kind == _TABLE_MAP_EVENT:
@@ -375,6 +386,12 @@ class BinlogFollower:
             name = data[31 + n : 31 + n + m].decode("utf-8", "replace")
             self._table_ids[data[20:26]] = (schema, name)
             if schema == self._database and not self._ours:
+                if self.count_rows:  # the columns its INSERTs' rows are counted by
+                    shape = table_shape(data)
+                    if shape is None:
+                        self._shapes.pop(data[20:26], None)
+                    else:
+                        self._shapes[data[20:26]] = shape
                 return False  # the library maps it too, for the rows it may have to parse
         elif kind == _MARIADB_ANNOTATE_ROWS_EVENT:
             self._ours = data[20 : 20 + len(_MARK)] == _MARK
@@ -433,6 +450,9 @@ def install_fast_path() -> bool:
         def __init__(self, from_packet: Any, *args: Any, **kwargs: Any) -> None:
             follower = getattr(_reader, "follower", None)
             if follower is not None:
+                # the library's own arguments: table_map, ctl_connection, mysql_version,
+                # use_checksum, ... (BinLogStreamReader passes them by position)
+                follower.checksum = bool(args[3]) if len(args) > 3 else False
                 data = from_packet.get_all_data()
                 if len(data) >= 28 and follower.fast(data):
                     self.event = None  # the library skips it

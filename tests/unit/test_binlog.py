@@ -72,12 +72,14 @@ class Sink:
     def __init__(self, tables=("jobs",)):
         self.tables = {t: COLUMNS for t in tables}
         self.inserts: list[str] = []
+        self.rows: list[int] = []
 
     def binlog_tables(self):
         return self.tables
 
-    def binlog_insert(self, table):
+    def binlog_insert(self, table, rows=0):
         self.inserts.append(table)
+        self.rows.append(rows)
 
     def binlog_changes(self, table, changes):  # pragma: no cover - the library's path
         raise AssertionError("parsed by the library, not here")
@@ -181,16 +183,22 @@ def test_the_fast_path_hooks_into_the_pinned_library():
     assert install_fast_path()  # once
 
 
-def test_counting_rows_leaves_another_clients_insert_to_the_library_and_ours_unparsed():
+def test_counting_rows_counts_another_clients_insert_from_its_bytes_and_skips_ours():
     sink = Sink()
     f = follower(sink)
     f.count_rows = True
     assert f.fast(packet(0xA0, b"INSERT INTO jobs VALUES (1), (2)"))
-    f.fast(table_map(7, "app", "jobs"))
-    assert not f.fast(rows(WRITE, 7))  # the library parses it: it has the rows to count
-    assert sink.inserts == [] and f.events == 0  # counted once, on the library's path
+    assert not f.fast(table_map(7, "app", "jobs"))  # one bigint column, its shape kept
+    two = (7).to_bytes(6, "little") + b"\x01\x00" + b"\x02\x00" + b"\x01\x01"
+    two += (b"\x00" + (1).to_bytes(8, "little")) + (b"\x00" + (2).to_bytes(8, "little"))
+    assert f.fast(packet(WRITE, two))
+    assert sink.inserts == ["jobs"] and sink.rows == [2] and f.counted_fast == 1
+    assert f.fast(packet(0xA0, b"INSERT INTO jobs VALUES (3)"))
+    assert not f.fast(rows(WRITE, 7))  # rows it cannot step over exactly: the library counts
+    assert sink.rows == [2] and f.events == 1  # counted once, on the library's path
     assert f.fast(packet(0xA0, STATEMENT_MARK.encode() + b"INSERT INTO `jobs` ..."))
     assert f.fast(rows(WRITE, 7))  # msgtable's own (a redrive): not an enqueue
+    assert sink.rows == [2]
 
 
 def test_the_lag_is_now_minus_the_last_events_time_until_a_heartbeat_says_caught_up():

@@ -1,0 +1,72 @@
+from __future__ import annotations
+
+from msgtable.binlogrows import (
+    BLOB,
+    LONGLONG,
+    NEWDECIMAL,
+    STRING,
+    TIMESTAMP2,
+    VARCHAR,
+    count_rows,
+    table_shape,
+)
+
+HEADER = b"\x00" + bytes(19)  # the OK byte and an event header (its bytes unread here)
+
+
+def table_map(types: bytes, meta: bytes) -> bytes:
+    body = (7).to_bytes(6, "little") + b"\x00\x00"
+    body += b"\x03app\x00" + b"\x04jobs\x00"
+    body += bytes([len(types)]) + types + bytes([len(meta)]) + meta
+    return HEADER + body + b"\x00"  # and the columns' null bitmap
+
+
+# id bigint, message varchar(300) (2-byte lengths), amount decimal(10,2), at timestamp(3),
+# note text (2-byte lengths), tag char(4)
+TYPES = bytes([LONGLONG, VARCHAR, NEWDECIMAL, TIMESTAMP2, BLOB, STRING])
+META = (300).to_bytes(2, "little") + bytes([10, 2]) + bytes([3]) + bytes([2]) + bytes([0xFE, 4])
+
+
+def row(message: bytes | None, note: bytes | None) -> bytes:
+    nulls = (0 if message is not None else 0b10) | (0 if note is not None else 0b10000)
+    out = bytes([nulls]) + (1).to_bytes(8, "little")
+    if message is not None:
+        out += len(message).to_bytes(2, "little") + message
+    out += bytes(5)  # decimal(10,2): 8 whole digits in 4 bytes, 2 decimals in 1
+    out += bytes(4 + 2)  # timestamp(3): 4 bytes and 2 of fraction
+    if note is not None:
+        out += len(note).to_bytes(2, "little") + note
+    return out + b"\x02ab"  # char(4): a 1-byte length
+
+
+def write_rows(rows: list[bytes], v2: bool = True, checksum: bool = False) -> bytes:
+    kind = 0x1E if v2 else 0x17
+    header = bytearray(HEADER)
+    header[5] = kind
+    body = (7).to_bytes(6, "little") + b"\x01\x00"
+    if v2:
+        body += (2).to_bytes(2, "little")  # no extra data
+    body += bytes([6]) + bytes([0b111111])  # 6 columns, all present
+    return bytes(header) + body + b"".join(rows) + (b"\xde\xad\xbe\xef" if checksum else b"")
+
+
+def test_rows_are_counted_by_their_columns_stored_sizes_nulls_included():
+    shape = table_shape(table_map(TYPES, META))
+    assert shape == (8, -2, 5, 6, -2, -1)
+    rows = [row(b"hello", b"x" * 300), row(None, b""), row(b"", None)]
+    assert count_rows(write_rows(rows), shape, checksum=False) == 3
+    assert count_rows(write_rows(rows, checksum=True), shape, checksum=True) == 3
+    assert count_rows(write_rows(rows[:1], v2=False), shape, checksum=False) == 1
+
+
+def test_an_event_that_does_not_end_with_its_last_row_is_not_counted_here():
+    shape = table_shape(table_map(TYPES, META))
+    assert shape is not None
+    packet = write_rows([row(b"hello", None)])
+    assert count_rows(packet + b"\x00", shape, checksum=False) is None  # a row cut short
+    assert count_rows(packet, shape, checksum=True) is None  # 4 bytes missing
+    assert count_rows(packet, shape[:-1], checksum=False) is None  # another column count
+
+
+def test_a_column_type_it_does_not_know_is_no_shape():
+    assert table_shape(table_map(bytes([LONGLONG, 0xF2]), b"\x00")) is None

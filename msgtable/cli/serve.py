@@ -23,6 +23,7 @@ from msgtable.server import MessagingServer, TlsFiles
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 
 if TYPE_CHECKING:
+    from msgtable.dashboard import DashboardServer
     from msgtable.devdb import LocalServer
     from msgtable.engine import MessageEngine
 
@@ -151,17 +152,23 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             push_ca_file=args.push_ca_file,
         )
         metrics = None
+        dashboard: DashboardServer | None = None
         try:
             metrics_listen = args.metrics_listen
             if metrics_listen:
                 from msgtable.metrics import MetricsServer, parse_listen
 
                 parse_listen(metrics_listen)  # a bad address fails here, before anything runs
+            if args.http:
+                from msgtable.dashboard import parse_listen as parse_http
+
+                parse_http(args.http)
+            authorizer = Authorizer.from_file(args.auth) if args.auth else None
             engine.open()
             server = MessagingServer(
                 engine,
                 args.listen,
-                authorizer=Authorizer.from_file(args.auth) if args.auth else None,
+                authorizer=authorizer,
                 tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
                 if args.tls_cert
                 else None,
@@ -177,6 +184,14 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                     server.stop(0)
                     raise
                 print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
+            if args.http:
+                dashboard = _dashboard(engine, args.http, authorizer)
+                try:
+                    dashboard.open()  # a port in use: one line, and nothing left serving
+                except InvalidArgument:
+                    server.stop(0)
+                    raise
+                print(f"dashboard on {dashboard.url}", file=out, flush=True)
             engine.campaign(args.advertise or advertised_address(args.listen, server.address))
             if local is not None:
                 print(_demo_instructions(local, server.address, args.listen), file=out)
@@ -187,12 +202,22 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             out.flush()
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:
+            if dashboard is not None:
+                dashboard.close()
             if metrics is not None:
                 metrics.close()
             engine.close()
     finally:
         if local is not None:
             local.stop()
+
+
+def _dashboard(
+    engine: MessageEngine, listen: str, authorizer: Authorizer | None
+) -> DashboardServer:
+    from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
+
+    return DashboardServer(DashboardApi(engine, RateHistory(), authorizer), listen)
 
 
 def advertised_address(listen: str, bound: str) -> str:

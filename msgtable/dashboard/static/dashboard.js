@@ -1,0 +1,319 @@
+// The msgtable dashboard: polls /api/state every 2 s and draws every table and subscription.
+// Nothing is fetched from anywhere but this server. With --auth the token is asked once and
+// kept in sessionStorage (this tab only); it travels in the Authorization header, never a cookie.
+"use strict";
+
+const POLL_MS = 2000;
+const TOKEN_KEY = "msgtable.dashboard.token";
+const SERIES = [
+  ["sent", "#4477aa"],
+  ["acked", "#228833"],
+  ["released", "#ccbb44"],
+  ["rejected", "#ee6677"],
+  ["dead_lettered", "#aa3377"],
+];
+const STATS = [
+  ["in_flight", "in flight"],
+  ["cached", "cached (due)"],
+  ["subscribers", "subscribers"],
+  ["dead", "dead letters"],
+  ["sent", "sent"],
+  ["acked", "acked"],
+  ["rejected", "rejected"],
+  ["lag", "unsettled"],
+];
+
+const cards = new Map(); // key -> {el, plot, entry}
+let timer = null;
+let waitingForToken = false;
+
+function headers(extra) {
+  const h = Object.assign({}, extra || {});
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) h["Authorization"] = "Bearer " + token;
+  return h;
+}
+
+async function api(path, init) {
+  const answer = await fetch(path, Object.assign({ cache: "no-store" }, init || {}));
+  if (answer.status === 401) {
+    askForToken((await answer.json()).error);
+    throw new Error("unauthenticated");
+  }
+  const body = await answer.json();
+  if (!answer.ok) throw new Error(body.error || answer.statusText);
+  return body;
+}
+
+function askForToken(why) {
+  waitingForToken = true;
+  const form = document.getElementById("login");
+  if (sessionStorage.getItem(TOKEN_KEY)) {
+    document.getElementById("login-why").textContent = "The token was refused: " + why;
+    sessionStorage.removeItem(TOKEN_KEY);
+  }
+  form.hidden = false;
+  document.getElementById("token").focus();
+}
+
+document.getElementById("login").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const token = document.getElementById("token").value.trim();
+  if (!token) return;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  document.getElementById("token").value = "";
+  document.getElementById("login").hidden = true;
+  waitingForToken = false;
+  poll();
+});
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else e[k] = v;
+  }
+  for (const c of children) e.append(c);
+  return e;
+}
+
+function fmt(v) {
+  if (v === null || v === undefined) return "–";
+  if (typeof v === "number") return v.toLocaleString("en");
+  return String(v);
+}
+
+function age(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 120) return s.toFixed(1) + " s";
+  if (s < 7200) return (s / 60).toFixed(1) + " min";
+  return (s / 3600).toFixed(1) + " h";
+}
+
+function keyOf(t) {
+  return t.subscription ? t.name + "/" + t.subscription : t.name;
+}
+
+function newCard(t) {
+  const key = keyOf(t);
+  const title = el("h2", {}, t.name);
+  if (t.subscription) title.append(el("span", { class: "sub" }, " / " + t.subscription));
+  const stats = el("dl", { class: "stats" });
+  for (const [field, label] of STATS) {
+    stats.append(el("dt", {}, label), el("dd", { class: "v-" + field }, "–"));
+  }
+  const card = el(
+    "section",
+    { class: "card", "data-key": key },
+    title,
+    el("p", { class: "error" }),
+    stats,
+    el("div", { class: "backlog" }),
+    el("div", { class: "push" }),
+    el("div", { class: "rate-plot", "data-samples": "0" }),
+    el("div", { class: "dead" })
+  );
+  document.getElementById("tables").append(card);
+  return { el: card, plot: null, entry: t, deadShown: "" };
+}
+
+function plotData(state, t) {
+  const times = state.history.times;
+  const per = state.history.interval_s;
+  const data = [times];
+  for (const [field] of SERIES) data.push((t.rates ? t.rates[field] : []).map((d) => d / per));
+  return data;
+}
+
+function drawPlot(card, state, t) {
+  const box = card.el.querySelector(".rate-plot");
+  if (!t.rates) {
+    box.hidden = true;
+    return;
+  }
+  box.hidden = false;
+  const data = plotData(state, t);
+  const sums = {};
+  SERIES.forEach(([field], i) => {
+    sums[field] = t.rates[field].reduce((a, b) => a + b, 0);
+    box.setAttribute("data-" + field.replace("_", "-"), String(sums[field]));
+  });
+  box.setAttribute("data-samples", String(data[0].length));
+  if (typeof uPlot === "undefined") return;
+  if (card.plot === null) {
+    const width = Math.max(300, box.clientWidth || card.el.clientWidth - 20);
+    card.plot = new uPlot(
+      {
+        width: width,
+        height: 150,
+        legend: { show: true },
+        cursor: { drag: { x: false, y: false } },
+        scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+        axes: [{}, { label: "msg/s", size: 50 }],
+        series: [{}].concat(
+          SERIES.map(([field, colour]) => ({ label: field.replace("_", " "), stroke: colour, width: 1.5 }))
+        ),
+      },
+      data,
+      box
+    );
+  } else {
+    card.plot.setData(data);
+  }
+}
+
+function drawBacklog(card, t) {
+  const b = t.backlog;
+  const box = card.el.querySelector(".backlog");
+  box.replaceChildren();
+  const parts = ["backlog: " + fmt(b.due) + " due", fmt(b.in_flight) + " in flight"];
+  if (b.scheduled !== undefined && b.scheduled !== null) parts.push(fmt(b.scheduled) + " scheduled");
+  if (b.unsettled !== null && b.unsettled !== undefined) parts.push(fmt(b.unsettled) + " unsettled");
+  parts.push("oldest unacked " + age(b.oldest_unacked_age_s));
+  box.append(el("span", { class: "backlog-text" }, parts.join(" · ")));
+  if (b.by_age && b.by_age.length) {
+    const most = Math.max(1, ...b.by_age.map(([, n]) => n));
+    const bars = el("div", { class: "bars", title: "due messages by age" });
+    for (const [upper, n] of b.by_age) {
+      const label = upper === null ? "older" : "≤ " + age(upper);
+      const bar = el("span", { title: label + ": " + n, "data-upper": String(upper), "data-count": String(n) });
+      bar.style.height = Math.max(1, Math.round((28 * n) / most)) + "px";
+      bars.append(bar);
+    }
+    box.append(bars);
+  }
+}
+
+function drawPush(card, t) {
+  const box = card.el.querySelector(".push");
+  const p = t.push;
+  box.textContent = p
+    ? "push → " + p.url + " (" + p.state + ", " + p.in_flight + " in flight, " + p.pushed + " pushed, " + p.failed + " failed)"
+    : "";
+}
+
+async function drawDead(card, t) {
+  const box = card.el.querySelector(".dead");
+  const has = (t.dead || 0) > 0 || (t.subscription && t.totals.dead_lettered > 0);
+  if (!has) {
+    box.replaceChildren();
+    return;
+  }
+  const q = new URLSearchParams({ table: t.name, subscription: t.subscription, limit: "50" });
+  let answer;
+  try {
+    answer = await api("/api/dead?" + q, { headers: headers() });
+  } catch (e) {
+    box.replaceChildren(el("p", { class: "error" }, "dead letters: " + e.message));
+    return;
+  }
+  const list = el("ul", {});
+  for (const d of answer.dead_letters) {
+    const button = el("button", { class: "redrive", type: "button", "data-id": String(d.id) }, "redrive");
+    button.addEventListener("click", () => redrive(t, [d.id], button));
+    list.append(
+      el(
+        "li",
+        { "data-id": String(d.id) },
+        el("span", { class: "id" }, "#" + d.id),
+        el("span", { class: "why", title: d.last_error || "" }, d.last_error || "(no reason)"),
+        el("span", {}, d.attempts + " attempts"),
+        button
+      )
+    );
+  }
+  const all = el("button", { class: "redrive-all", type: "button" }, "redrive all");
+  all.addEventListener("click", () => redrive(t, null, all));
+  box.replaceChildren(el("h3", {}, "Dead letters (" + fmt(answer.count) + ") ", all), list);
+}
+
+async function redrive(t, ids, button) {
+  button.disabled = true;
+  const body = { table: t.name, subscription: t.subscription };
+  if (ids) body.ids = ids;
+  try {
+    const answer = await api("/api/redrive", {
+      method: "POST",
+      headers: headers({ "Content-Type": "application/json" }),
+      body: JSON.stringify(body),
+    });
+    showProblem("");
+    button.textContent = "redriven (" + answer.moved + ")";
+  } catch (e) {
+    showProblem("redrive failed: " + e.message);
+    button.disabled = false;
+  }
+  poll();
+}
+
+function showProblem(text) {
+  const p = document.getElementById("problem");
+  p.textContent = text;
+  p.hidden = !text;
+}
+
+function drawServer(state) {
+  document.getElementById("keyspace").textContent = state.keyspace;
+  const s = state.server;
+  const db = document.getElementById("database");
+  db.textContent = s.database.up ? "database up" : "database down: " + s.database.error;
+  db.className = "pill" + (s.database.up ? "" : " bad");
+  const lease = document.getElementById("lease");
+  lease.textContent = (s.leading ? "sending here" : "standby") + " · lease holder " + (s.lease_holder || "none");
+  lease.className = "pill" + (s.leading ? "" : " muted");
+  const binlog = document.getElementById("binlog");
+  if (s.binlog === null) {
+    binlog.textContent = "binlog off (polling)";
+    binlog.className = "pill muted";
+  } else {
+    binlog.textContent = s.binlog.following ? "binlog following" : "binlog not following (polling)";
+    binlog.className = "pill" + (s.binlog.following ? "" : " bad");
+  }
+  document.getElementById("updated").textContent = "updated " + new Date(state.now_s * 1000).toLocaleTimeString("en-GB");
+}
+
+function render(state) {
+  drawServer(state);
+  const seen = new Set();
+  for (const t of state.tables) {
+    const key = keyOf(t);
+    seen.add(key);
+    let card = cards.get(key);
+    if (!card) {
+      card = newCard(t);
+      cards.set(key, card);
+    }
+    card.entry = t;
+    card.el.querySelector(".error").textContent = t.load_error || (t.state === "expired" ? "expired" : "");
+    const values = Object.assign({}, t, t.totals);
+    for (const [field] of STATS) card.el.querySelector(".v-" + field).textContent = fmt(values[field]);
+    drawBacklog(card, t);
+    drawPush(card, t);
+    drawPlot(card, state, t);
+    drawDead(card, t);
+  }
+  for (const [key, card] of cards) {
+    if (!seen.has(key)) {
+      if (card.plot) card.plot.destroy();
+      card.el.remove();
+      cards.delete(key);
+    }
+  }
+  document.getElementById("empty").hidden = state.tables.length > 0;
+  document.body.setAttribute("data-polls", String(Number(document.body.getAttribute("data-polls") || 0) + 1));
+}
+
+async function poll() {
+  clearTimeout(timer);
+  if (waitingForToken) return;
+  try {
+    render(await api("/api/state", { headers: headers() }));
+    if (!document.getElementById("problem").textContent.startsWith("redrive")) showProblem("");
+  } catch (e) {
+    if (e.message !== "unauthenticated") showProblem("cannot reach the server: " + e.message);
+  }
+  if (!waitingForToken) timer = setTimeout(poll, POLL_MS);
+}
+
+poll();

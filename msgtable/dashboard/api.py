@@ -37,6 +37,7 @@ from .history import FIELDS, RateHistory
 
 log = logging.getLogger("msgtable.dashboard")
 
+Series = Mapping[tuple[str, str], dict[str, list[float]]]
 DEAD_LETTERS_SHOWN = 50  # per table on the page; the CLI (msgtable dead) pages further
 
 
@@ -126,11 +127,13 @@ class DashboardApi:
         self.history.sample(self._now(), (s for s, _ in self.engine.live_statuses()))
 
     # -- answers -------------------------------------------------------------------------
-    def state(self, principal: str) -> dict[str, Any]:
+    def state(self, principal: str, after_s: float | None = None) -> dict[str, Any]:
         """Everything the page shows but dead letters: the server, and each table and
-        subscription the caller may list."""
+        subscription the caller may list; the rate history's samples after ``after_s``
+        (all of the last hour when None: the page asks for the rest as it polls)."""
         engine = self.engine
         now = self._now()
+        times, series = self.history.view(after_s)
         statuses = [
             s for s in engine.list_tables() if self._may(principal, "list", s.name, s.subscription)
         ]
@@ -150,12 +153,13 @@ class DashboardApi:
             "history": {
                 "interval_s": self.history.interval_s,
                 "window_s": self.history.interval_s * self.history.slots,
-                "times": self.history.times(),
+                "after_s": after_s,
+                "times": times,
             },
-            "tables": [self._table(s, now) for s in statuses],
+            "tables": [self._table(s, now, series, len(times)) for s in statuses],
         }
 
-    def _table(self, s: TableStatus, now_s: float) -> dict[str, Any]:
+    def _table(self, s: TableStatus, now_s: float, series: Series, n: int) -> dict[str, Any]:
         push = s.push
         oldest_age_s = None
         if s.oldest_ns is not None:
@@ -190,7 +194,7 @@ class DashboardApi:
                 "oldest_unacked_age_s": oldest_age_s,
                 "by_age": [],
             },
-            "rates": self.history.series(s.name, s.subscription) if s.config else None,
+            "rates": _rates(series, s, n) if s.config else None,
         }
 
     def dead(self, principal: str, query: Mapping[str, str]) -> dict[str, Any]:
@@ -276,6 +280,12 @@ class DashboardApi:
             raise ApiError(503, str(exc)) from None
         except MsgtableError as exc:
             raise ApiError(500, str(exc)) from None
+
+
+def _rates(series: Series, s: TableStatus, n: int) -> dict[str, list[float]]:
+    """A key's deltas at the view's ``n`` times (zeros for one loaded since the last sample)."""
+    found = series.get((s.name, s.subscription))
+    return found if found is not None else {f: [0.0] * n for f in FIELDS}
 
 
 def _int(text: str, name: str) -> int:

@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import logging
 import threading
 from array import array
@@ -32,6 +33,7 @@ DEFAULT_INTERVAL_S = 5.0
 DEFAULT_SLOTS = 720  # one hour at 5 s
 
 Key = tuple[str, str]  # (table, subscription; "" for the table's own group)
+Deltas = dict[str, list[float]]  # field -> its deltas, oldest first
 
 
 class _Series:
@@ -86,30 +88,52 @@ class RateHistory:
         with self._lock:
             return self._ordered(self._times, self._count)
 
-    def series(self, table: str, subscription: str = "") -> dict[str, list[float]]:
+    def series(self, table: str, subscription: str = "") -> Deltas:
         """Each field's deltas at the sample times (``times()``), oldest first; a key seen
-        only from a later sample has zeros before it."""
+        only from a later sample has zeros before it, an unknown one zeros."""
+        times, series = self.view()
+        found = series.get((table, subscription))
+        return found if found is not None else {f: [0.0] * len(times) for f in FIELDS}
+
+    def view(self, after_s: float | None = None) -> tuple[list[float], dict[Key, Deltas]]:
+        """The sample times after ``after_s`` (all held when None), oldest first, and each
+        key's deltas at those times: one consistent cut, taken under the lock (a page that
+        polls asks only for what it has not seen)."""
         with self._lock:
-            s = self._series.get((table, subscription))
-            n = min(self._count, self.slots)
-            if s is None:
-                return {f: [0.0] * n for f in FIELDS}
-            out = {f: self._ordered(s.deltas[i], self._count) for i, f in enumerate(FIELDS)}
-            missing = min(n, max(0, s.since - (self._count - n)))
-            if missing:
-                for values in out.values():
-                    values[:missing] = [0.0] * missing
-            return out
+            times = self._ordered(self._times, self._count)
+            skip = 0 if after_s is None else bisect.bisect_right(times, after_s)
+            n = len(times)
+            out: dict[Key, Deltas] = {}
+            for key, s in self._series.items():
+                zeros = min(n, max(0, s.since - (self._count - n)))  # before it was seen
+                first = max(skip, zeros)
+                pad = [0.0] * max(0, zeros - skip)
+                out[key] = {
+                    f: pad + self._ordered(s.deltas[i], self._count, first)
+                    for i, f in enumerate(FIELDS)
+                }
+            return times[skip:], out
+
+    def memory_bytes(self) -> int:
+        """The bytes its arrays hold (the bound the module's docstring states)."""
+        with self._lock:
+            arrays = [self._times] + [d for s in self._series.values() for d in s.deltas]
+            return sum(a.buffer_info()[1] * a.itemsize for a in arrays)
 
     def keys(self) -> list[Key]:
         with self._lock:
             return sorted(self._series)
 
-    def _ordered(self, ring: array[float], count: int) -> list[float]:
-        if count <= self.slots:
-            return list(ring[:count])
-        start = count % self.slots
-        return list(ring[start:]) + list(ring[:start])
+    def _ordered(self, ring: array[float], count: int, first: int = 0) -> list[float]:
+        """The ring's values oldest first, from the ``first``-th held on."""
+        n = min(count, self.slots)
+        length = n - first
+        if length <= 0:
+            return []
+        a = (count - n + first) % self.slots
+        if a + length <= self.slots:
+            return ring[a : a + length].tolist()
+        return ring[a:].tolist() + ring[: a + length - self.slots].tolist()
 
 
 class Sampler:

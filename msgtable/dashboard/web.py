@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 from importlib import resources
 from typing import Any
@@ -102,7 +103,8 @@ class DashboardApp:
         try:
             principal = self.api.principal(request.headers.get("Authorization"))
             if endpoint == "state":
-                answer = self.api.state(principal)
+                after = request.args.get("after")
+                answer = self.api.state(principal, _float(after) if after else None)
             elif endpoint == "dead":
                 answer = self.api.dead(principal, request.args)
             else:
@@ -116,6 +118,16 @@ class DashboardApp:
         except Exception:
             log.exception("dashboard: %s %s failed", request.method, request.path)
             return _json(500, {"error": "internal error (the server's log says more)"})
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ApiError(400, f"after must be a time in seconds, not {text!r}") from None
+    if not math.isfinite(value):
+        raise ApiError(400, f"after must be a time in seconds, not {text!r}")
+    return value
 
 
 def _json_body(request: Request) -> Any:

@@ -253,3 +253,33 @@ def test_open_and_close_are_idempotent_and_close_frees_the_port(engine):
     host, port = address.split(":")
     with socket.socket() as s:
         s.bind((host, int(port)))  # free again
+
+
+def test_a_poll_after_a_time_gets_only_the_samples_since_then(config):
+    h = RateHistory(5.0, slots=4)
+    for i in range(1, 7):  # six samples into four slots: 3, 4, 5, 6 held
+        h.sample(float(i), [status(config, "a", sent=i * i)])
+    times, series = h.view(4.0)
+    assert times == [5.0, 6.0]
+    assert series[("a", "")]["sent"] == [9.0, 11.0]
+    assert h.view(6.0) == ([], {("a", ""): {f: [] for f in FIELDS}})
+    times, series = h.view(None)
+    assert times == [3.0, 4.0, 5.0, 6.0] and series[("a", "")]["sent"] == [5.0, 7.0, 9.0, 11.0]
+    h.sample(7.0, [status(config, "a", sent=36), status(config, "b", sent=2)])
+    times, series = h.view(5.5)
+    assert times == [6.0, 7.0]
+    assert series[("b", "")]["sent"] == [0.0, 2.0]  # b was first seen at 7
+
+
+def test_the_state_api_gives_the_samples_after_the_time_asked(engine):
+    client, api, now = http(engine)
+    api.sample()
+    now.s += 5
+    traffic(engine)
+    api.sample()
+    _, state = get(client, f"/api/state?after={1_000_000.0}")
+    assert state["history"]["times"] == [1_000_005.0]
+    q = next(t for t in state["tables"] if t["name"] == "q")
+    assert q["rates"]["sent"] == [4.0]
+    code, body = get(client, "/api/state?after=soon")
+    assert code == 400 and body == {"error": "after must be a time in seconds, not 'soon'"}

@@ -23,7 +23,10 @@ const STATS = [
   ["lag", "unsettled"],
 ];
 
-const cards = new Map(); // key -> {el, plot, entry}
+const cards = new Map(); // key -> {el, plot, entry, rates}
+// The rate history as the page holds it: the server sends the whole last hour once, then
+// only the samples after the newest the page has (?after=); the page trims to the window.
+const hist = { times: [], window_s: 3600 };
 let timer = null;
 let waitingForToken = false;
 
@@ -115,28 +118,61 @@ function newCard(t) {
     el("div", { class: "dead" })
   );
   document.getElementById("tables").append(card);
-  return { el: card, plot: null, entry: t, deadShown: "" };
+  return { el: card, plot: null, entry: t, rates: null };
 }
 
-function plotData(state, t) {
+// Appends the new samples of this answer to the page's history; returns how many of the
+// answer's samples were new (an answer to an overlapping poll repeats some) and how many of
+// the oldest the page dropped out of the window.
+function mergeTimes(state) {
+  const last = hist.times.length ? hist.times[hist.times.length - 1] : -Infinity;
   const times = state.history.times;
+  let skip = 0;
+  while (skip < times.length && times[skip] <= last) skip++;
+  for (let i = skip; i < times.length; i++) hist.times.push(times[i]);
+  hist.window_s = state.history.window_s;
+  let drop = 0;
+  const newest = hist.times.length ? hist.times[hist.times.length - 1] : 0;
+  while (drop < hist.times.length && hist.times[drop] <= newest - hist.window_s) drop++;
+  hist.times.splice(0, drop);
+  return { skip: skip, drop: drop, added: times.length - skip };
+}
+
+function mergeRates(card, t, merged) {
+  const n = hist.times.length;
+  if (!t.rates) {
+    card.rates = null;
+    return;
+  }
+  const rates = card.rates || {};
+  for (const [field] of SERIES) {
+    const held = (rates[field] || []).slice(merged.drop);
+    const fresh = t.rates[field].slice(merged.skip);
+    let values = held.concat(fresh);
+    if (values.length < n) values = new Array(n - values.length).fill(0).concat(values);
+    rates[field] = values.slice(values.length - n);
+  }
+  card.rates = rates;
+}
+
+function plotData(state, card) {
   const per = state.history.interval_s;
-  const data = [times];
-  for (const [field] of SERIES) data.push((t.rates ? t.rates[field] : []).map((d) => d / per));
+  const data = [hist.times.slice()];
+  for (const [field] of SERIES) data.push(card.rates[field].map((d) => d / per));
   return data;
 }
 
-function drawPlot(card, state, t) {
+function drawPlot(card, state) {
   const box = card.el.querySelector(".rate-plot");
-  if (!t.rates) {
+  if (!card.rates) {
     box.hidden = true;
     return;
   }
   box.hidden = false;
-  const data = plotData(state, t);
+  const data = plotData(state, card);
   const sums = {};
-  SERIES.forEach(([field], i) => {
-    sums[field] = t.rates[field].reduce((a, b) => a + b, 0);
+  SERIES.forEach(([field]) => {
+    sums[field] = card.rates[field].reduce((a, b) => a + b, 0);
     box.setAttribute("data-" + field.replace("_", "-"), String(sums[field]));
   });
   box.setAttribute("data-samples", String(data[0].length));
@@ -275,6 +311,7 @@ function drawServer(state) {
 
 function render(state) {
   drawServer(state);
+  const merged = mergeTimes(state);
   const seen = new Set();
   for (const t of state.tables) {
     const key = keyOf(t);
@@ -290,7 +327,8 @@ function render(state) {
     for (const [field] of STATS) card.el.querySelector(".v-" + field).textContent = fmt(values[field]);
     drawBacklog(card, t);
     drawPush(card, t);
-    drawPlot(card, state, t);
+    mergeRates(card, t, merged);
+    drawPlot(card, state);
     drawDead(card, t);
   }
   for (const [key, card] of cards) {
@@ -308,7 +346,8 @@ async function poll() {
   clearTimeout(timer);
   if (waitingForToken) return;
   try {
-    render(await api("/api/state", { headers: headers() }));
+    const after = hist.times.length ? "?after=" + hist.times[hist.times.length - 1] : "";
+    render(await api("/api/state" + after, { headers: headers() }));
     if (!document.getElementById("problem").textContent.startsWith("redrive")) showProblem("");
   } catch (e) {
     if (e.message !== "unauthenticated") showProblem("cannot reach the server: " + e.message);

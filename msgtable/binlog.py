@@ -66,7 +66,10 @@ class BinlogSink(Protocol):
         """The message tables served now, with their column names in table order."""
         ...
 
-    def binlog_insert(self, table: str) -> None: ...
+    def binlog_insert(self, table: str, rows: int = 0) -> None:
+        """Another client inserted into ``table``: ``rows`` of them when the follower counts
+        them (``count_rows``), else 0 (a hint only)."""
+        ...
 
     def binlog_changes(self, table: str, changes: list[RowChange]) -> None: ...
 
@@ -147,6 +150,10 @@ class BinlogFollower:
         self.following = threading.Event()  # set while a stream is open
         self.disabled_because: str | None = None  # why the engine polls only
         self.events = 0
+        # Whether inserts by other clients are counted by the row (the metrics server turns
+        # it on: msgtable_messages_enqueued_total): their events then go to the library,
+        # which parses each row, instead of the fast path, which reads only their table.
+        self.count_rows = False
 
     def open(self) -> None:
         if self._thread is None:
@@ -292,7 +299,7 @@ class BinlogFollower:
             ours = self._ours
             if columns is not None and not ours:
                 if isinstance(event, WriteRowsEvent):
-                    self._sink.binlog_insert(event.table)
+                    self._sink.binlog_insert(event.table, len(event.rows) if self.count_rows else 0)
                 elif ours is False or event.event_size <= PARSE_MAX_BYTES:
                     update = isinstance(event, UpdateRowsEvent)
                     changes = row_changes(event.rows, columns, update, theirs=ours is False)
@@ -327,6 +334,8 @@ class BinlogFollower:
                     size = int.from_bytes(data[10:14], "little")
                     if ours is False or size <= PARSE_MAX_BYTES:
                         return False  # another client's UPDATE or DELETE: its rows matter
+                if not ours and self.count_rows and kind in _WRITE_EVENTS:
+                    return False  # the library counts its rows
                 self.events += 1
                 if not ours and kind in _WRITE_EVENTS and table[1] in self._sink.binlog_tables():
                     self._sink.binlog_insert(table[1])

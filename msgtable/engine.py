@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+from msgtable.backlog import DEFAULT_MAX_AGE_S, Backlog, BacklogReader
 from msgtable.binlog import BinlogFollower
 from msgtable.capture import CaptureFollower, CaptureTarget
 from msgtable.clock import Clock, SystemClock
@@ -116,6 +117,9 @@ class MessageEngine(Subscriptions, Endpoints):
         self._clean_demotion = True  # the last loss of the lease wrote every postpone
         self._leader_hint = ""  # the leader named when this server lost the lease
         self._init_push(push_allow, push_ca_file)
+        self._backlog = BacklogReader(
+            store, self._loaded_configs, self.clock.now_ns, away=lambda: store.outage.away
+        )
         self.binlog: BinlogFollower | None = None
         self._binlog_columns: dict[str, Sequence[str]] = {}
         if follow_binlog and isinstance(store, MySQLStore):
@@ -332,10 +336,10 @@ class MessageEngine(Subscriptions, Endpoints):
     def binlog_tables(self) -> dict[str, Sequence[str]]:
         return self._binlog_columns
 
-    def binlog_insert(self, table: str) -> None:
+    def binlog_insert(self, table: str, rows: int = 0) -> None:
         m = self._managers.get(table)
         if m is not None:
-            m.binlog_insert()
+            m.binlog_insert(rows)
         f = self._fanouts.get(table)
         if f is not None:
             f.trigger()
@@ -733,6 +737,16 @@ class MessageEngine(Subscriptions, Endpoints):
         if not self._discovered and not self.store.outage.away:
             return "the database has not answered yet"
         return self.store.outage.describe()
+
+    def _loaded_configs(self) -> list[TableConfig]:
+        with self._lock:
+            return [m.config for m in self._managers.values()]
+
+    def backlog(self, max_age_s: float = DEFAULT_MAX_AGE_S) -> list[Backlog]:
+        """The backlog of every loaded table (its default group) and subscription, read at
+        most once per ``max_age_s`` (msgtable.backlog); on a server that does not hold the
+        lease too. Never raises: a table whose read fails keeps its last read."""
+        return self._backlog.backlog(max_age_s)
 
     def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]:
         """Every loaded table and subscription as its manager counts it now, with its send

@@ -132,6 +132,7 @@ class MessageManager:
         self._threads: list[threading.Thread] = []
         self._opened = False
         self.sent = 0
+        self.enqueued = 0  # rows other clients inserted, as the binlog counted them
         self.redelivered = 0  # sends of rows read with epoch > 0 (sent before)
         self.ack_latency = LatencyHistogram()  # send -> ack, of acks through us and DML
         self.acked = 0
@@ -401,7 +402,7 @@ class MessageManager:
         return len(died)
 
     # -- hints from the binlog (msgtable.binlog) -------------------------------------------
-    def binlog_insert(self) -> None:
+    def binlog_insert(self, rows: int = 0) -> None:
         """Another client inserted rows: a new pass now if the sender is about to run dry
         (at most one batch queued). Otherwise it has work, and the rows come with the refill
         when the cache is half empty or with the next poll: a pass from the head per INSERT
@@ -409,6 +410,7 @@ class MessageManager:
         through its cache, which seldom runs dry: its next pass (which finds new keys)
         begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE)."""
         with self._lock:
+            self.enqueued += rows  # rows the binlog showed, when it counts them
             due = self.cache.due
             if not self._subscribers:
                 return
@@ -468,6 +470,7 @@ class MessageManager:
                 in_flight=self.cache.inflight.count(self.clock.now_ns()),
                 subscribers=len(self._subscribers),
                 sent=self.sent,
+                enqueued=self.enqueued,
                 redelivered=self.redelivered,
                 acked=self.acked,
                 released=self.released,

@@ -26,6 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from msgtable.backlog import DEFAULT_MAX_AGE_S, Backlog
 from msgtable.errors import InvalidArgument
 from msgtable.latency import LatencySnapshot
 from msgtable.status import PushStatus, TableStatus
@@ -74,6 +75,8 @@ class MetricsSource(Protocol):
 
     def push_status(self, table: str, subscription: str) -> PushStatus | None: ...
 
+    def backlog(self, max_age_s: float = ...) -> list[Backlog]: ...
+
 
 class EngineCollector(Collector):
     """The engine's metric families, built from its counters when scraped."""
@@ -81,6 +84,7 @@ class EngineCollector(Collector):
     def __init__(self, engine: MetricsSource, streams: Callable[[], int] | None = None) -> None:
         self.engine = engine
         self.streams = streams  # the gRPC server's open MessageStream calls (None: no server)
+        self.backlog_max_age_s = DEFAULT_MAX_AGE_S
 
     def describe(self) -> Iterator[Metric]:
         return iter(())  # the families are only known at scrape time
@@ -94,6 +98,16 @@ class EngineCollector(Collector):
             for s in statuses:
                 c.add_metric(_labels(s), getattr(s, field))
             yield c
+        c = CounterMetricFamily(
+            PREFIX + "messages_enqueued",
+            "Rows other clients inserted into the table, as the binlog follower counted them.",
+            labels=LABELS,
+        )
+        if engine.binlog is not None:
+            for s in statuses:
+                if not s.subscription:  # a subscription's rows are the table's
+                    c.add_metric(_labels(s), s.enqueued)
+        yield c
         for name, field, doc in GAUGES:
             g = GaugeMetricFamily(PREFIX + name, doc, labels=LABELS)
             for s in statuses:
@@ -121,6 +135,7 @@ class EngineCollector(Collector):
             if p is not None:
                 g.add_metric(_labels(s), p.in_flight)
         yield g
+        yield from self._backlog_families()
         lead = GaugeMetricFamily(
             PREFIX + "lease_holder",
             "1 while this server holds the lease (it sends), else 0.",
@@ -129,6 +144,36 @@ class EngineCollector(Collector):
         lead.add_metric((engine.keyspace,), 1 if engine.leading else 0)
         yield lead
         yield from self._server_families()
+
+    def _backlog_families(self) -> Iterator[Metric]:
+        """The backlog gauges: read from the database at most once per backlog_max_age_s
+        (msgtable.backlog), whatever the scrape interval; the last read while it is away."""
+        backlog = self.engine.backlog(self.backlog_max_age_s)
+        ks = self.engine.keyspace
+        due = GaugeMetricFamily(
+            PREFIX + "messages_due",
+            "Unacked messages due now (time_next <= now), waiting to be sent.",
+            labels=LABELS,
+        )
+        scheduled = GaugeMetricFamily(
+            PREFIX + "messages_scheduled",
+            "Unacked messages due later: delayed, or backing off after a send.",
+            labels=LABELS,
+        )
+        oldest = GaugeMetricFamily(
+            PREFIX + "oldest_unacked_age_seconds",
+            "Age (now - time_created) of the oldest unacked message; 0 when none.",
+            labels=LABELS,
+        )
+        for b in backlog:
+            labels = (ks, b.table, b.subscription)
+            due.add_metric(labels, b.due)
+            scheduled.add_metric(labels, b.scheduled)
+            if b.by_age:  # a table without time_created has no age
+                oldest.add_metric(labels, b.oldest_unacked_age_s or 0.0)
+        yield due
+        yield scheduled
+        yield oldest
 
     def _server_families(self) -> Iterator[Metric]:
         engine, ks = self.engine, (self.engine.keyspace,)
@@ -220,6 +265,7 @@ class MetricsServer:
         self, engine: MetricsSource, listen: str, streams: Callable[[], int] | None = None
     ) -> None:
         self.host, self.port = parse_listen(listen)
+        self.engine = engine
         self.registry = registry_for(engine, streams)
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
@@ -239,6 +285,9 @@ class MetricsServer:
         with self._lock:
             if self._server is not None:
                 return
+            binlog = getattr(self.engine, "binlog", None)
+            if binlog is not None:  # msgtable_messages_enqueued_total counts rows from now on
+                binlog.count_rows = True
             try:
                 self._server, self._thread = start_http_server(
                     self.port, addr=self.host, registry=self.registry

@@ -40,6 +40,9 @@ REFUSED = frozenset({1044, 1045, 1049})
 NO_REPLICATION = ACCESS_DENIED | {1227, 1236}
 # A statement that lost a lock race (a deadlock's victim, a lock wait that timed out): the
 # database is there, so it is retried without being taken for an outage.
+# A statement that ran past its time-out: MariaDB's max_statement_time (1969), MySQL's
+# MAX_EXECUTION_TIME (3024).
+STATEMENT_TIMED_OUT = frozenset({1969, 3024})
 LOCK_CONFLICTS = frozenset({1205, 1213})
 # Errors that mean "try again later".
 RETRYABLE = frozenset(

@@ -32,6 +32,9 @@ class TableStatus:
     in_flight: int = 0  # sent by this server, not acked (as far as it saw), ack wait not over
     subscribers: int = 0
     sent: int = 0  # messages sent since the table was opened
+    # rows other clients inserted since it was opened, as the binlog follower counted them
+    # (only while it counts: with the metrics server on)
+    enqueued: int = 0
     redelivered: int = 0  # of those, sends of messages sent before (epoch > 0 when read)
     acked: int = 0  # acked since the table was opened: MessageAck, and DML the binlog showed
     released: int = 0  # since the table was opened (msgtable.settlement)

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from msgtable.backlog import AGE_BOUNDS_S, STATEMENT_TIMEOUT_S, BacklogCounts
 from msgtable.dbpool import ConnectionPool
 from msgtable.deadletters import DeadLetter, RedriveBatch
 from msgtable.deadstore import DeadStatements, RedriveStatements, first_expr
@@ -40,9 +41,12 @@ from msgtable.latency import STATEMENT_BUCKETS_S, LatencyHistogram, LatencySnaps
 from msgtable.mysql import (
     CONNECT_TIMEOUT_S,
     IO_TIMEOUT_S,
+    NO_SUCH_TABLE,
     SESSION_SETUP,
+    STATEMENT_TIMED_OUT,
     address,
     database_error,
+    error_code,
     parse_url,
     server_text,
     with_driver,
@@ -251,6 +255,8 @@ class Store(Protocol):
         self, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
     ) -> list[PolledRow]: ...
 
+    def backlog(self, cfgs: Sequence[TableConfig], now_ns: int) -> dict[str, BacklogCounts]: ...
+
     def close(self) -> None: ...
 
 
@@ -375,6 +381,8 @@ class TableStatements:
         )
         # an ordered table's reads (msgtable.orderstore)
         self.order = OrderStatements(cfg, values, epoch) if cfg.ordered else None
+        # the backlog (msgtable.backlog), on MariaDB (True) and on MySQL (False)
+        self.backlog = {m: backlog_sql(cfg, m) for m in (True, False)}
 
     @staticmethod
     def set_error(cfg: TableConfig) -> str:
@@ -397,6 +405,41 @@ class TableStatements:
         return self.poll_after, [now_ns, p, p, t, t, i, limit]
 
 
+def backlog_sql(cfg: TableConfig, mariadb: bool) -> str:
+    """One table's (or state table's) backlog in one aggregate: its unacked messages that are
+    not dead, how many are due (time_next <= the first %s), the oldest time_created and how
+    many were created at or after each further %s (now minus each finite bound of
+    msgtable.backlog.AGE_BOUNDS_S); without a time_created column the counts alone.
+
+    Indexes: a current-layout table (and every state table) reads ``poller_idx (time_acked,
+    priority, time_next)``: the unacked rows are one range of it (time_acked IS NULL) and the
+    due and dead tests read its time_next, so without time_created the read is index-only;
+    time_created costs a primary-key lookup per unacked row. A 2018-layout table has no index
+    on time_acked (``next_idx (time_next, epoch)`` orders by time_next): it is scanned. Either
+    way it is bounded by a statement time-out (STATEMENT_TIMEOUT_S): MariaDB's ``SET STATEMENT
+    max_statement_time=... FOR`` prefix, MySQL 8's ``MAX_EXECUTION_TIME`` optimizer hint
+    (milliseconds; MySQL runs the hint on SELECT only, which this is)."""
+    t, acked, raw_next = quote(cfg.name), quote("time_acked"), quote("time_next")
+    if cfg.layout is Layout.CURRENT:
+        due = f"({raw_next} IS NULL OR {raw_next} <= %s)"
+    else:
+        due = f"COALESCE({raw_next}, {quote('time_scheduled')}, 0) <= %s"
+    columns = f"COUNT(*), COALESCE(SUM({due}), 0)"
+    if cfg.has_column("time_created"):
+        created = quote("time_created")
+        columns += f", MIN({created})" + "".join(
+            f", COALESCE(SUM({created} >= %s), 0)" for _ in AGE_BOUNDS_S[:-1]
+        )
+    where = f"{acked} IS NULL AND NOT ({raw_next} <=> {DEAD_TIME_NEXT})"
+    if mariadb:
+        return (
+            f"SET STATEMENT max_statement_time={STATEMENT_TIMEOUT_S:g} FOR "
+            f"SELECT {columns} FROM {t} WHERE {where}"
+        )
+    hint = f"/*+ MAX_EXECUTION_TIME({round(STATEMENT_TIMEOUT_S * 1000)}) */ "
+    return f"SELECT {hint}{columns} FROM {t} WHERE {where}"
+
+
 class MySQLStore(SubscriptionSQL, OrderSQL):
     """The Store on a real MySQL-family server, one database (the keyspace)."""
 
@@ -407,6 +450,7 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         self.database_errors = 0
         self.statement_latency: dict[str, LatencyHistogram] = {}  # by kind: poll, ack, ...
         self._counts_lock = threading.Lock()
+        self._mariadb: bool | None = None  # the flavour, once asked (the backlog's time-out)
         connect_args: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S}
         if url.get_driver_name() in ("pymysql", "mysqldb"):
             connect_args.update(read_timeout=IO_TIMEOUT_S, write_timeout=IO_TIMEOUT_S)
@@ -499,6 +543,40 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
                 h = self.statement_latency[kind] = LatencyHistogram(STATEMENT_BUCKETS_S)
             h.observe_since(now, (began_ns,))
             self.database_errors += failed
+
+    # -- the backlog (msgtable.backlog) ----------------------------------------------------
+    def backlog(self, cfgs: Sequence[TableConfig], now_ns: int) -> dict[str, BacklogCounts]:
+        """Each table's (or state table's) backlog, by name, on one connection; a table
+        dropped meanwhile, or whose statement hit its time-out, is left out."""
+        out: dict[str, BacklogCounts] = {}
+        params = [now_ns, *(now_ns - round(b * 1e9) for b in AGE_BOUNDS_S[:-1])]
+        with self._errors(kind="backlog"), self._auto_cursor() as cur:
+            mariadb = self._is_mariadb(cur)
+            for cfg in cfgs:
+                aged = cfg.has_column("time_created")
+                try:
+                    cur.execute(self.statements(cfg).backlog[mariadb], params if aged else [now_ns])
+                except Exception as exc:
+                    if error_code(exc) in (NO_SUCH_TABLE, *STATEMENT_TIMED_OUT):
+                        log.debug("backlog of %s not read: %s", cfg.label, exc)
+                        continue
+                    raise
+                total, due, *rest = cur.fetchone()
+                total, due = int(total), int(due)
+                out[cfg.name] = BacklogCounts(
+                    due=due,
+                    scheduled=total - due,
+                    oldest_created_ns=None if not rest or rest[0] is None else int(rest[0]),
+                    within=tuple(int(n) for n in rest[1:]),
+                )
+        return out
+
+    def _is_mariadb(self, cur: Any) -> bool:
+        """Whether the database is MariaDB (else MySQL): asked once."""
+        if self._mariadb is None:
+            cur.execute("SELECT VERSION()")
+            self._mariadb = "mariadb" in server_text(cur.fetchone()[0]).lower()
+        return self._mariadb
 
     # -- discovery -----------------------------------------------------------------------
     def discover(self) -> list[TableDefinition]:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
+from msgtable.backlog import AGE_BOUNDS_S, BacklogCounts
 from msgtable.deadletters import (
     ATTEMPTS_COLUMN,
     DeadLetter,
@@ -424,6 +425,36 @@ class InMemoryStore:
             rows = self._dead_rows(cfg, dead)
         rows = [r for r in rows if after is None or r[0] > after][:limit]  # type: ignore[operator]
         return [DeadLetter(*r) for r in rows]
+
+    def backlog(self, cfgs: Sequence[TableConfig], now_ns: int) -> dict[str, BacklogCounts]:
+        """MySQLStore.backlog: unacked, not dead rows, due or not, aged by time_created."""
+        out: dict[str, BacklogCounts] = {}
+        with self.lock:
+            if self.down:
+                raise DatabaseUnavailable("database unavailable: (2003) test outage")
+            for cfg in cfgs:
+                if cfg.name not in self.rows:
+                    continue
+                rows = [
+                    r
+                    for r in self.rows[cfg.name].values()
+                    if r["time_acked"] is None and r["time_next"] != DEAD_TIME_NEXT
+                ]
+                due = sum(1 for r in rows if self._next(cfg, r) <= now_ns)
+                created = [r["time_created"] for r in rows if r.get("time_created") is not None]
+                aged = cfg.has_column("time_created")
+                out[cfg.name] = BacklogCounts(
+                    due=due,
+                    scheduled=len(rows) - due,
+                    oldest_created_ns=min(created) if aged and created else None,
+                    within=tuple(
+                        sum(1 for c in created if c >= now_ns - round(b * 1e9))
+                        for b in AGE_BOUNDS_S[:-1]
+                    )
+                    if aged
+                    else (),
+                )
+        return out
 
     def count_dead(
         self, tables: Sequence[tuple[TableConfig, TableConfig | None]]

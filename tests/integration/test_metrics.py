@@ -140,3 +140,25 @@ def test_a_subscription_has_its_own_labels_and_counts(followed: Served, metrics)
     assert f[("msgtable_messages_acked_total", "jobs", "billing")] == 3
     assert f[("msgtable_messages_acked_total", "jobs", "")] == 1
     assert f[("msgtable_subscribers", "jobs", "billing")] == 1
+
+
+def test_enqueued_counts_the_rows_other_clients_inserted(followed: Served, metrics):
+    followed.create_table("jobs", vt_poller_interval=30, vt_ack_wait=30)
+    wait_until(lambda: "jobs" in followed.engine.binlog_tables(), what="the table loaded")
+    followed.sql("insert into jobs(id, message) values (1, 'a'), (2, 'b'), (3, 'c')")
+    followed.sql("insert into jobs(id, message) values (4, 'd')")
+    with followed.transaction() as conn:  # two statements in one transaction
+        conn.exec_driver_sql("insert into jobs(id, message) values (5, 'e'), (6, 'f')")
+        conn.exec_driver_sql("insert into jobs(id, message) values (7, 'g')")
+    key = ("msgtable_messages_enqueued_total", "jobs", "")
+    wait_until(lambda: scrape(metrics).get(key) == 7, what="7 rows counted as enqueued")
+    c = Collector(followed.client, "jobs")
+    try:
+        assert followed.client.ack("jobs", [m.id for m in c.take(7)]) == 7
+    finally:
+        c.close()
+    wait_until(
+        lambda: scrape(metrics)[("msgtable_messages_acked_total", "jobs", "")] == 7, what="acks"
+    )
+    f = scrape(metrics)
+    assert f[key] == 7, "msgtable's own writes (the sends' postpones, the acks) are no enqueue"

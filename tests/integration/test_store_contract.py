@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from msgtable.backlog import BacklogCounts
 from msgtable.errors import NotLeader, TableNotFound, Unavailable
 from msgtable.rows import CachedRow, PollKey
 from msgtable.store import Store
@@ -438,6 +439,28 @@ def test_every_statement_of_an_unreachable_database_raises_unavailable(tables: T
             down.discover()
     finally:
         down.close()
+
+
+# -- the backlog (msgtable.backlog) ---------------------------------------------------------
+def test_the_backlog_counts_unacked_live_rows_due_or_not_aged_by_time_created(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1, time_next=None, time_created=NOW - 10 * NS)
+    tables.insert("q", 2, time_next=NOW + NS, time_created=NOW - 400 * NS)
+    tables.insert("q", 3, time_next=NOW, time_created=None)  # due; no age but in +inf
+    tables.insert("q", 4, time_next=None, time_acked=NOW - NS, time_created=NOW - 10**6 * NS)
+    tables.insert("q", 5, time_next=DEAD_TIME_NEXT, time_created=NOW - 10**6 * NS)
+    old = tables.create("old", Layout.V2018)
+    tables.insert("old", 1, time_scheduled=NOW - 2, time_next=None, time_created=NOW - 90 * NS)
+    tables.insert("old", 2, time_scheduled=NOW + NS, time_next=None)  # due later
+    tables.insert("old", 3, time_scheduled=NOW + NS, time_next=NOW - 3)  # due: time_next
+    gone = tables.create("gone")
+    tables.drop("gone")
+    got = tables.store.backlog([cfg, old, gone], NOW)
+    assert got == {
+        "q": BacklogCounts(2, 1, NOW - 400 * NS, (1, 1, 2, 2, 2, 2)),
+        "old": BacklogCounts(2, 1, NOW - 90 * NS, (0, 1, 1, 1, 1, 1)),
+    }, "a dropped table is left out"
+    assert tables.store.backlog([], NOW) == {}
 
 
 # -- settlement and dead letters (msgtable.settlement, msgtable.deadletters) -----------------

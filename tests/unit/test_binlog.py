@@ -177,3 +177,15 @@ def test_gtids_read_to_their_commit_are_where_a_stream_resumes():
 def test_the_fast_path_hooks_into_the_pinned_library():
     assert install_fast_path()
     assert install_fast_path()  # once
+
+
+def test_counting_rows_leaves_another_clients_insert_to_the_library_and_ours_unparsed():
+    sink = Sink()
+    f = follower(sink)
+    f.count_rows = True
+    assert f.fast(packet(0xA0, b"INSERT INTO jobs VALUES (1), (2)"))
+    f.fast(table_map(7, "app", "jobs"))
+    assert not f.fast(rows(WRITE, 7))  # the library parses it: it has the rows to count
+    assert sink.inserts == [] and f.events == 0  # counted once, on the library's path
+    assert f.fast(packet(0xA0, STATEMENT_MARK.encode() + b"INSERT INTO `jobs` ..."))
+    assert f.fast(rows(WRITE, 7))  # msgtable's own (a redrive): not an enqueue

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import random
 import re
+import threading
 
 import pytest
 from prometheus_client import generate_latest
@@ -151,10 +152,13 @@ def test_every_family_follows_the_prometheus_naming_rules(engine):
             assert set(s.labels) <= allowed, f"{s.name}: labels {set(s.labels)}"
 
 
-def test_a_scrape_runs_no_statement_so_it_answers_while_the_database_is_down(engine):
+def test_a_scrape_answers_while_the_database_is_down_with_the_last_backlog_read(engine):
+    assert value(scrape(engine), "msgtable_messages_due") == 5
     traffic(engine)
     engine.store.down = True
-    assert value(scrape(engine), "msgtable_messages_acked") == 4
+    f = scrape(engine)
+    assert value(f, "msgtable_messages_acked") == 4
+    assert value(f, "msgtable_messages_due") == 5  # read before the traffic, 5 s ago at most
 
 
 @pytest.mark.parametrize("listen", ["9464", "host:", "host:port", ":70000", ""])
@@ -210,3 +214,27 @@ def test_a_redelivery_its_subscriber_never_got_counts_neither_as_sent_nor_redeli
         assert value(f, "msgtable_messages_redelivered") == kept
     finally:
         e.close()
+
+
+class StubBinlog:
+    """A binlog follower as the collector reads it."""
+
+    def __init__(self) -> None:
+        self.following = threading.Event()
+        self.following.set()
+        self.events = 7
+        self.count_rows = False
+
+
+def test_enqueued_rows_are_served_from_the_follower(engine):
+    engine.binlog = StubBinlog()
+    engine.binlog_insert("q", 3)
+    engine.binlog_insert("q", 1)
+    engine.binlog_insert("q")  # a hint only (the follower does not count rows): no row
+    f = scrape(engine)
+    assert value(f, "msgtable_messages_enqueued") == 4
+    m = MetricsServer(engine, "127.0.0.1:0")
+    m.open()  # a metrics server has the follower count rows
+    m.close()
+    assert engine.binlog.count_rows
+    engine.binlog = None

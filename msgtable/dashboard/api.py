@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from msgtable.auth import Authorizer
+from msgtable.backlog import Backlog
 from msgtable.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import (
     InvalidArgument,
@@ -39,6 +40,7 @@ log = logging.getLogger("msgtable.dashboard")
 
 Series = Mapping[tuple[str, str], dict[str, list[float]]]
 DEAD_LETTERS_SHOWN = 50  # per table on the page; the CLI (msgtable dead) pages further
+BACKLOG_MAX_AGE_S = 5.0  # the page polls every 2 s; the backlog is read at most this often
 
 
 class DashboardSource(Protocol):
@@ -58,6 +60,8 @@ class DashboardSource(Protocol):
     def list_tables(self) -> list[TableStatus]: ...
 
     def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]: ...
+
+    def backlog(self, max_age_s: float = ...) -> list[Backlog]: ...
 
     def dead_letters(
         self, name: str, keyspace: str, after: object | None, limit: int, subscription: str = ""
@@ -134,6 +138,7 @@ class DashboardApi:
         engine = self.engine
         now = self._now()
         times, series = self.history.view(after_s)
+        backlogs = {(b.table, b.subscription): b for b in engine.backlog(BACKLOG_MAX_AGE_S)}
         statuses = [
             s for s in engine.list_tables() if self._may(principal, "list", s.name, s.subscription)
         ]
@@ -156,10 +161,15 @@ class DashboardApi:
                 "after_s": after_s,
                 "times": times,
             },
-            "tables": [self._table(s, now, series, len(times)) for s in statuses],
+            "tables": [
+                self._table(s, now, series, len(times), backlogs.get((s.name, s.subscription)))
+                for s in statuses
+            ],
         }
 
-    def _table(self, s: TableStatus, now_s: float, series: Series, n: int) -> dict[str, Any]:
+    def _table(
+        self, s: TableStatus, now_s: float, series: Series, n: int, backlog: Backlog | None
+    ) -> dict[str, Any]:
         push = s.push
         oldest_age_s = None
         if s.oldest_ns is not None:
@@ -187,13 +197,7 @@ class DashboardApi:
                 "pushed": push.pushed,
                 "failed": push.failed,
             },
-            "backlog": {
-                "due": s.cached,
-                "in_flight": s.in_flight,
-                "unsettled": s.lag,
-                "oldest_unacked_age_s": oldest_age_s,
-                "by_age": [],
-            },
+            "backlog": _backlog(s, backlog, oldest_age_s),
             "rates": _rates(series, s, n) if s.config else None,
         }
 
@@ -280,6 +284,29 @@ class DashboardApi:
             raise ApiError(503, str(exc)) from None
         except MsgtableError as exc:
             raise ApiError(500, str(exc)) from None
+
+
+def _backlog(s: TableStatus, b: Backlog | None, oldest_age_s: float | None) -> dict[str, Any]:
+    """The backlog as msgtable.backlog reads it (the database's counts, at most
+    BACKLOG_MAX_AGE_S old); before its first read, what the manager counts in memory."""
+    if b is None:
+        return {
+            "due": s.cached,
+            "scheduled": None,
+            "in_flight": s.in_flight,
+            "unsettled": s.lag,
+            "oldest_unacked_age_s": oldest_age_s,
+            "by_age": [],
+        }
+    return {
+        "due": b.due,
+        "scheduled": b.scheduled,
+        "in_flight": s.in_flight,
+        "unsettled": s.lag,
+        "oldest_unacked_age_s": b.oldest_unacked_age_s,
+        # JSON has no infinity: the last bucket (every unacked message) has bound null
+        "by_age": [[None if math.isinf(u) else u, n] for u, n in b.by_age],
+    }
 
 
 def _rates(series: Series, s: TableStatus, n: int) -> dict[str, list[float]]:

@@ -66,8 +66,16 @@ def test_the_api_shows_exact_numbers_after_known_traffic_and_redrives(served: Se
     served.create_table("jobs", vt_poller_interval=30, vt_ack_wait=30)
     served.sql("insert into jobs(id, message) values " + ",".join(f"({i}, 'm')" for i in range(6)))
     d = dashboard(served)
-    c = Collector(served.client, "jobs")
+    c = None
     try:
+        b = wait_until(
+            lambda: (b := entry(d, "jobs")["backlog"])["due"] == 6 and b,
+            timeout_s=15,
+            what="the backlog of 6 due read (at most every 5 s)",
+        )
+        assert b["scheduled"] == 0 and b["by_age"][0] == [60.0, 6]
+        assert b["by_age"][-1] == [None, 6] and 0 <= b["oldest_unacked_age_s"] < 60
+        c = Collector(served.client, "jobs")
         got = {m.id: m for m in c.take(6)}
         assert served.client.ack("jobs", [0, 1, 2]) == 3
         assert got[3].reject("poison") == 1
@@ -80,6 +88,12 @@ def test_the_api_shows_exact_numbers_after_known_traffic_and_redrives(served: Se
         }  # fmt: skip
         assert t["in_flight"] == 2 and t["subscribers"] == 1 and t["cached"] == 0
         assert t["backlog"]["in_flight"] == 2
+        b = wait_until(
+            lambda: (b := entry(d, "jobs")["backlog"])["scheduled"] == 2 and b,
+            timeout_s=15,
+            what="the backlog read again: 2 unacked in flight (scheduled), none due",
+        )
+        assert b["due"] == 0 and b["by_age"][-1] == [None, 2]
         # the history's deltas add up to the counters once sampled after the traffic
         rates = wait_until(
             lambda: (r := entry(d, "jobs")["rates"])["acked"] and sum(r["acked"]) == 3 and r,
@@ -100,7 +114,8 @@ def test_the_api_shows_exact_numbers_after_known_traffic_and_redrives(served: Se
         assert again.id == 3
         assert call(d, "/api/dead?table=jobs")[1]["count"] == 0
     finally:
-        c.close()
+        if c is not None:
+            c.close()
         d.close()
 
 

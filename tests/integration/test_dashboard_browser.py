@@ -139,6 +139,16 @@ def test_the_page_shows_traffic_and_a_click_redrives_a_dead_letter(served: Serve
         wait_until(lambda: text(browser, dead), what="the dead letter 3 listed")
         assert text(browser, card + " .v-dead") == "1"
         assert "1 attempts" in text(browser, dead)
+        # the backlog by age, as msgtable.backlog reads it (at most every 5 s): the 2 in
+        # flight are scheduled (their ack wait), both created within the last minute
+        backlog = card + " .backlog-text"
+        wait_until(
+            lambda: "0 due · 2 scheduled" in text(browser, backlog),
+            timeout_s=20,
+            what=lambda: f"the backlog read (shows {text(browser, backlog)!r})",
+        )
+        bars = browser.find_elements("css selector", card + " .bars span")
+        assert [b.get_attribute("data-count") for b in bars] == ["2", "0", "0", "0", "0", "0", "0"]
         screenshot(browser, "dashboard-traffic.png")
 
         browser.find_element("css selector", dead + " button.redrive").click()

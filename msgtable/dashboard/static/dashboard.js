@@ -199,25 +199,41 @@ function drawPlot(card, state) {
   }
 }
 
+// The backlog by age arrives cumulative (created within 1 min, 5 min, ..., all): the bars
+// show each bucket's own count (1-5 min: within 5 min less within 1 min).
+function ageBuckets(byAge) {
+  const out = [];
+  let before = 0;
+  let lower = 0;
+  for (const [upper, n] of byAge) {
+    const label = upper === null ? "> " + age(lower) : age(lower) + "–" + age(upper);
+    out.push([label, n - before]);
+    before = n;
+    if (upper !== null) lower = upper;
+  }
+  return out;
+}
+
 function drawBacklog(card, t) {
   const b = t.backlog;
   const box = card.el.querySelector(".backlog");
   box.replaceChildren();
-  const parts = ["backlog: " + fmt(b.due) + " due", fmt(b.in_flight) + " in flight"];
-  if (b.scheduled !== undefined && b.scheduled !== null) parts.push(fmt(b.scheduled) + " scheduled");
+  const parts = ["backlog: " + fmt(b.due) + " due"];
+  if (b.scheduled !== null && b.scheduled !== undefined) parts.push(fmt(b.scheduled) + " scheduled");
+  parts.push(fmt(b.in_flight) + " in flight");
   if (b.unsettled !== null && b.unsettled !== undefined) parts.push(fmt(b.unsettled) + " unsettled");
   parts.push("oldest unacked " + age(b.oldest_unacked_age_s));
   box.append(el("span", { class: "backlog-text" }, parts.join(" · ")));
   if (b.by_age && b.by_age.length) {
-    const most = Math.max(1, ...b.by_age.map(([, n]) => n));
-    const bars = el("div", { class: "bars", title: "due messages by age" });
-    for (const [upper, n] of b.by_age) {
-      const label = upper === null ? "older" : "≤ " + age(upper);
-      const bar = el("span", { title: label + ": " + n, "data-upper": String(upper), "data-count": String(n) });
+    const buckets = ageBuckets(b.by_age);
+    const most = Math.max(1, ...buckets.map(([, n]) => n));
+    const bars = el("div", { class: "bars", title: "unacked messages by age" });
+    for (const [label, n] of buckets) {
+      const bar = el("span", { title: label + ": " + n, "data-age": label, "data-count": String(n) });
       bar.style.height = Math.max(1, Math.round((28 * n) / most)) + "px";
       bars.append(bar);
     }
-    box.append(bars);
+    box.append(el("div", { class: "bars-label" }, "unacked by age: < 1 min, 1–5, 5–15 min, 15 min–1 h, 1–6 h, 6 h–1 day, older"), bars);
   }
 }
 

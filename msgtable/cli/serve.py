@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TextIO
 from msgtable.auth import Authorizer
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
-from msgtable.server import MessagingServer, TlsFiles
+from msgtable.server import MessagingServer, TlsFiles, is_loopback
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 
 if TYPE_CHECKING:
@@ -165,6 +165,16 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 parse_http(args.http)
             authorizer = Authorizer.from_file(args.auth) if args.auth else None
             engine.open()
+            if args.http:  # before the gRPC server: a port in use stops it before it serves
+                dashboard = _dashboard(engine, args.http, authorizer)
+                dashboard.open()
+                print(f"dashboard on {dashboard.url}", file=out, flush=True)
+                if authorizer is None and not is_loopback(args.http):
+                    log.warning(
+                        "dashboard: anyone who reaches %s sees every table and may redrive "
+                        "(no --auth): bind it to a private address",
+                        dashboard.address,
+                    )
             server = MessagingServer(
                 engine,
                 args.listen,
@@ -184,14 +194,6 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                     server.stop(0)
                     raise
                 print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
-            if args.http:
-                dashboard = _dashboard(engine, args.http, authorizer)
-                try:
-                    dashboard.open()  # a port in use: one line, and nothing left serving
-                except InvalidArgument:
-                    server.stop(0)
-                    raise
-                print(f"dashboard on {dashboard.url}", file=out, flush=True)
             engine.campaign(args.advertise or advertised_address(args.listen, server.address))
             if local is not None:
                 print(_demo_instructions(local, server.address, args.listen), file=out)

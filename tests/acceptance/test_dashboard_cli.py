@@ -1,20 +1,24 @@
 """`msgtable serve --http` as a user runs it: the env var, the page and its data over HTTP
-after `msgtable tail --ack`, a bad address and a port in use (one line each)."""
+after `msgtable tail --ack`, a bad address and a port in use (one line each), and the
+README's auth example."""
 
 from __future__ import annotations
 
 import json
 import socket
+import tomllib
 import urllib.request
 from typing import TYPE_CHECKING
 
 import pytest
 from grpc_health.v1 import health_pb2
 
+from msgtable.auth import Authorizer
 from msgtable.tables import current_layout_ddl
 from tests.integration.helpers import comment
 
 from .helpers import Cli, assert_one_line_error, describe, free_port
+from .test_readme import snippets
 
 if TYPE_CHECKING:
     from tests.conftest import Sql
@@ -53,3 +57,13 @@ def test_serve_with_the_http_port_in_use_is_one_line_and_stops(cli: Cli, db_dsn:
         done = cli.run("serve", "--dsn", db_dsn, "--http", f"127.0.0.1:{port}")
     assert done.returncode == 1, describe(done)
     assert_one_line_error(done, f"--http 127.0.0.1:{port}", "Address already in use")
+
+
+def test_the_readmes_dashboard_auth_file_lets_viewers_list_only():
+    (toml,) = snippets("toml", "## Dashboard")
+    auth = Authorizer.from_dict(tomllib.loads(toml))
+    principal = auth.authenticate([("authorization", "Bearer k3y-of-the-dashboard-viewers")], ())
+    assert principal == "viewers"
+    assert auth.allows(principal, "list", "orders")
+    assert auth.allows(principal, "list", "orders/billing")
+    assert not auth.allows(principal, "redrive", "orders")

@@ -141,3 +141,60 @@ def test_with_auth_a_call_needs_a_token_and_sees_only_what_it_may_list(served: S
         assert (code, body) == (200, {"moved": 0, "skipped": []})
     finally:
         d.close()
+
+
+def test_two_servers_name_the_same_lease_holder(db_dsn: str):
+    with serve(db_dsn, lease_period_s=2.0) as first, serve(db_dsn, lease_period_s=2.0) as second:
+        first.create_table("jobs")
+        wait_until(lambda: first.engine.leading != second.engine.leading, what="one leader")
+        leader, standby = (first, second) if first.engine.leading else (second, first)
+        d_leader, d_standby = dashboard(leader), dashboard(standby)
+        try:
+            want = leader.server.address
+
+            def holders() -> tuple[object, ...]:
+                a, b = call(d_leader, "/api/state")[1], call(d_standby, "/api/state")[1]
+                return (
+                    a["server"]["leading"], a["server"]["lease_holder"],
+                    b["server"]["leading"], b["server"]["lease_holder"],
+                )  # fmt: skip
+
+            wait_until(
+                lambda: holders() == (True, want, False, want),
+                what=lambda: f"both naming {want} (they say {holders()})",
+            )
+        finally:
+            d_leader.close()
+            d_standby.close()
+
+
+def test_a_subscription_has_its_own_entry_rates_and_dead_letters(served: Served):
+    served.create_table("orders", vt_poller_interval=0.2, vt_ack_wait=30)
+    served.client.create_subscription("orders", "billing")
+    served.sql("insert into orders(id, message) values (1, 'a'), (2, 'b'), (3, 'c')")
+    d = dashboard(served)
+    c = Collector(served.client, "orders", subscription="billing")
+    try:
+        got = {m.id: m for m in c.take(3)}
+        assert got[1].ack() == 1
+        assert got[2].reject("bad") == 1
+
+        def billing() -> dict[str, Any]:
+            state = call(d, "/api/state")[1]
+            return next(t for t in state["tables"] if t["subscription"] == "billing")
+
+        b = wait_until(
+            lambda: (b := billing())["rates"] and sum(b["rates"]["dead_lettered"]) == 1 and b,
+            what="the subscription's dead letter in its rates",
+        )
+        assert b["kind"] == "subscription" and b["name"] == "orders"
+        assert b["totals"]["acked"] == 1 and b["in_flight"] == 1 and b["subscribers"] == 1
+        code, dead = call(d, "/api/dead?table=orders&subscription=billing")
+        assert code == 200 and [x["id"] for x in dead["dead_letters"]] == [2]
+        code, body = call(d, "/api/redrive", {"table": "orders", "subscription": "billing"})
+        assert (code, body) == (200, {"moved": 1, "skipped": []})
+        (again,) = c.take(1, timeout_s=10)
+        assert again.id == 2
+    finally:
+        c.close()
+        d.close()

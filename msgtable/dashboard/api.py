@@ -15,7 +15,6 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from msgtable.auth import Authorizer
@@ -79,12 +78,13 @@ class DashboardSource(Protocol):
     ) -> RedriveBatch: ...
 
 
-@dataclass(frozen=True)
 class ApiError(Exception):
     """An answer other than 200: its HTTP status and one line saying why."""
 
-    status: int
-    message: str
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 def resource(table: str, subscription: str) -> str:
@@ -274,16 +274,23 @@ class DashboardApi:
     def _call(self, fn: Any, *args: Any) -> Any:
         try:
             return fn(*args)
-        except TableNotFound as exc:
-            raise ApiError(404, str(exc)) from None
-        except (InvalidArgument, TableLoadError) as exc:
-            raise ApiError(400, str(exc)) from None
-        except PermissionDenied as exc:
-            raise ApiError(403, str(exc)) from None
-        except Unavailable as exc:
-            raise ApiError(503, str(exc)) from None
         except MsgtableError as exc:
-            raise ApiError(500, str(exc)) from None
+            raise ApiError(status_of(exc), str(exc)) from None
+
+
+def status_of(exc: MsgtableError) -> int:
+    """The HTTP status of a domain error (the one table, as msgtable.server's for gRPC)."""
+    for kind, status in (
+        (TableNotFound, 404),
+        (InvalidArgument, 400),
+        (TableLoadError, 400),
+        (PermissionDenied, 403),
+        (Unauthenticated, 401),
+        (Unavailable, 503),
+    ):
+        if isinstance(exc, kind):
+            return status
+    return 500
 
 
 def _backlog(s: TableStatus, b: Backlog | None, oldest_age_s: float | None) -> dict[str, Any]:

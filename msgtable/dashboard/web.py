@@ -25,9 +25,10 @@ from werkzeug.exceptions import HTTPException, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from msgtable.errors import InvalidArgument
+from msgtable.errors import InvalidArgument, MsgtableError
 
-from .api import ApiError, DashboardApi
+from .api import ApiError, DashboardApi, status_of
+from .history import Sampler
 
 log = logging.getLogger("msgtable.dashboard")
 
@@ -85,8 +86,7 @@ class DashboardApp:
                 return self._file(str(values["name"]))
             return self._api(str(endpoint), request)
         except HTTPException as exc:
-            response = exc.get_response()
-            return response
+            return exc.get_response()
 
     def _file(self, name: str) -> Response:
         body = self.files.get(name)
@@ -115,6 +115,8 @@ class DashboardApp:
             if exc.status == 401:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="msgtable"'
             return response
+        except MsgtableError as exc:
+            return _json(status_of(exc), {"error": str(exc)})
         except Exception:
             log.exception("dashboard: %s %s failed", request.method, request.path)
             return _json(500, {"error": "internal error (the server's log says more)"})
@@ -164,8 +166,6 @@ class DashboardServer:
     each on its own thread."""
 
     def __init__(self, api: DashboardApi, listen: str) -> None:
-        from .history import Sampler
-
         self.host, self.port = parse_listen(listen)
         self.api = api
         self.app = DashboardApp(api)

@@ -298,3 +298,19 @@ def test_the_backlog_is_the_databases_by_age_with_no_infinity_in_the_json(engine
     bounds = [u for u, _ in b["by_age"]]
     assert bounds == [60.0, 300.0, 900.0, 3600.0, 21600.0, 86400.0, None]
     assert b["by_age"][-1] == [None, 2]  # every unacked message
+
+
+def test_with_the_database_away_the_state_says_so_and_dead_letters_are_503(engine):
+    from msgtable.errors import DatabaseUnavailable
+
+    client, _, _ = http(engine)
+    engine.store.down = True
+    # what the server's loops do when a statement fails: the outage is told
+    engine.store.outage.down(DatabaseUnavailable("database unavailable: (2003) test outage"))
+    code, body = get(client, "/api/dead?table=q")
+    assert code == 503 and "database unavailable" in body["error"]
+    code, state = get(client, "/api/state")  # at once, the tables as last seen
+    assert code == 200, state
+    assert state["server"]["database"]["up"] is False
+    assert "test outage" in state["server"]["database"]["error"]
+    assert [t["name"] for t in state["tables"]] == ["q", "secret"]

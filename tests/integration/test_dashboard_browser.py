@@ -87,6 +87,31 @@ def attr(browser: Any, css: str, name: str) -> str:
         return ""
 
 
+SENT_RGB = (0x44, 0x77, 0xAA)  # dashboard.js: the colour of the "sent" series
+
+
+def blue_pixels(browser: Any, plot_css: str) -> int:
+    """Pixels of the plot's canvas within 8 of the sent series' colour."""
+    return int(
+        browser.execute_script(
+            """
+            const c = document.querySelector(arguments[0] + " canvas");
+            if (!c) return 0;
+            const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+            const [r, g, b] = arguments[1];
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4) {
+              if (d[i + 3] > 200 && Math.abs(d[i] - r) <= 8 && Math.abs(d[i + 1] - g) <= 8
+                  && Math.abs(d[i + 2] - b) <= 8) n++;
+            }
+            return n;
+            """,
+            plot_css,
+            list(SENT_RGB),
+        )
+    )
+
+
 @pytest.fixture
 def served(db_dsn: str) -> Iterator[Served]:
     with serve(db_dsn) as s:
@@ -125,6 +150,7 @@ def test_the_page_shows_traffic_and_a_click_redrives_a_dead_letter(served: Serve
         assert text(browser, card + " .v-sent") == "8"
         assert text(browser, card + " .v-subscribers") == "1"
         plot = card + " .rate-plot"
+        idle_plot = '[data-key="idle"] .rate-plot'
         wait_until(
             lambda: (
                 attr(browser, plot, "data-acked") == "5" and attr(browser, plot, "data-sent") == "8"
@@ -134,7 +160,16 @@ def test_the_page_shows_traffic_and_a_click_redrives_a_dead_letter(served: Serve
                 f"{attr(browser, plot, 'data-sent')!r} and {attr(browser, plot, 'data-acked')!r})"
             ),
         )
-        assert browser.find_elements("css selector", plot + " canvas"), "no plot drawn"
+        # what a person sees: the sends drawn as a line in their colour, off the zero line
+        # where an idle table's overlapping series show the last one's colour
+        sent_pixels = wait_until(
+            lambda: (n := blue_pixels(browser, plot)) > blue_pixels(browser, idle_plot) + 20 and n,
+            what=lambda: (
+                f"the sends drawn (blue pixels: {blue_pixels(browser, plot)} in jobs, "
+                f"{blue_pixels(browser, idle_plot)} in idle)"
+            ),
+        )
+        assert sent_pixels > 20
         dead = card + ' .dead li[data-id="3"]'
         wait_until(lambda: text(browser, dead), what="the dead letter 3 listed")
         assert text(browser, card + " .v-dead") == "1"

@@ -127,10 +127,14 @@ spark-deps:
 	[ -f "$(JDBC_JAR)" ] || missing="$$missing libmariadb-java"; \
 	[ -z "$$missing" ] || $(APT_INSTALL) --for Spark $$missing
 
-# The browser tests render msgtable's HTML report in headless Chromium: Debian's chromium
-# (/usr/bin/chromium), installed with apt-get as root.
+# The browser tests render msgtable's HTML report and drive the dashboard in headless
+# Chromium: Debian's chromium (/usr/bin/chromium) and chromium-driver (/usr/bin/chromedriver,
+# for selenium), installed with apt-get as root.
 browser-deps:
-	@command -v chromium >/dev/null 2>&1 || $(APT_INSTALL) --for "the browser tests" chromium
+	@missing=""; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	[ -z "$$missing" ] || $(APT_INSTALL) --for "the browser tests" $$missing
 
 # The bench extra brings the peer queue (kombu) the benchmarks compare against; the spark
 # extra the pipeline's figures.

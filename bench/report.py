@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.capture import TARGET_EVENTS_S, CaptureResult
+from bench.dashboard import TARGET_MS as TARGET_DASHBOARD_MS
+from bench.dashboard import DashboardResult
 from bench.database import PAYLOAD
 from bench.fanout import FILTER, GROUPS, FanoutResult
 from bench.latency import LatencyResult, OnTimeResult
@@ -102,6 +104,7 @@ class Report:
     push: PushResult | None = None
     capture: CaptureResult | None = None
     metrics: MetricsCost | None = None
+    dashboard: DashboardResult | None = None
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -280,6 +283,30 @@ class Report:
                 "msgtable with metrics scraped every 0.2 s / without, batch 100, 4 subscribers",
                 self.metrics.ratio if self.metrics else None,
                 TARGET_METRICS_RATIO,
+            ),
+            Target(
+                "dashboard_page_ms",
+                "the dashboard's page with 100 tables: GET /, median",
+                self.dashboard.page_ms if self.dashboard else None,
+                TARGET_DASHBOARD_MS,
+                unit=" ms",
+                at_most=True,
+            ),
+            Target(
+                "dashboard_api_ms",
+                "the dashboard's data with 100 tables: GET /api/state, median",
+                self.dashboard.api_ms if self.dashboard else None,
+                TARGET_DASHBOARD_MS,
+                unit=" ms",
+                at_most=True,
+            ),
+            Target(
+                "dashboard_api_hour_ms",
+                "the dashboard's first load with 100 tables and an hour of history, median",
+                self.dashboard.hour_ms if self.dashboard else None,
+                TARGET_DASHBOARD_MS,
+                unit=" ms",
+                at_most=True,
             ),
             Target(
                 "bytes_per_cached_msg",
@@ -625,6 +652,12 @@ class Report:
             "metrics_on_msgs_s": rnd(self.metrics.on_msgs_s if self.metrics else None, 0),
             "metrics_cost_ratio": rnd(self.metrics.ratio if self.metrics else None, 3),
             "metrics": self.metrics.as_dict() if self.metrics else None,
+            "dashboard_page_ms": rnd(self.dashboard.page_ms if self.dashboard else None, 2),
+            "dashboard_page_p99_ms": rnd(self.dashboard.page_p99_ms if self.dashboard else None, 2),
+            "dashboard_api_ms": rnd(self.dashboard.api_ms if self.dashboard else None, 2),
+            "dashboard_api_p99_ms": rnd(self.dashboard.api_p99_ms if self.dashboard else None, 2),
+            "dashboard_api_hour_ms": rnd(self.dashboard.hour_ms if self.dashboard else None, 2),
+            "dashboard": self.dashboard.as_dict() if self.dashboard else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

@@ -42,6 +42,7 @@ from pathlib import Path
 
 from bench import (
     capture,
+    dashboard,
     engine,
     fanout,
     latency,
@@ -77,6 +78,7 @@ SECTIONS = (
     "spark",
     "capture",
     "metrics",
+    "dashboard",
 )
 FULL_ONLY = {
     "expiry",
@@ -213,6 +215,9 @@ def run(args: argparse.Namespace) -> Report:
                 f"metrics: on {mc.on_msgs_s:,.0f} vs off {mc.off_msgs_s:,.0f} msgs/s "
                 f"({mc.ratio:.3f}, {mc.scrapes} scrapes)"
             )
+        if "dashboard" in only:
+            with scratch_database(db.handle, "bench_dashboard") as dsn:
+                report.dashboard = dashboard.run(dsn, p.mode, progress)
         if "capture" in only:
             with scratch_database(db.handle, "bench_capture") as dsn:
                 report.capture = capture.run(dsn, capture.ROWS[p.mode])

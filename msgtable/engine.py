@@ -193,6 +193,15 @@ class MessageEngine(Subscriptions, Endpoints):
         """Whether this server sends now (it holds the lease, or has no lease to share)."""
         return self._leading
 
+    @property
+    def lease_holder(self) -> str:
+        """The address of the server that sends now, as this one last read the lease ("":
+        unknown, or no server holds it); this server's own when it has no lease to share."""
+        lease = self._lease
+        if lease is None:
+            return self._leader_hint if self.lease_period_s is not None else "this server"
+        return lease.address if self._leading else lease.leader_address
+
     def close(self) -> None:
         """End every subscription (Unavailable), stop all loops, give the lease back,
         close connections. Pushers first: the POSTs they have in progress get settled."""

@@ -235,6 +235,13 @@ SERVE = Command(
             metavar="HOST:PORT",
         ),
         Flag(
+            "--http",
+            "serve the live dashboard at http://HOST:PORT/ (default off; with --auth it asks "
+            "for a token; without, bind it to a private address)",
+            env="MSGTABLE_HTTP",
+            metavar="HOST:PORT",
+        ),
+        Flag(
             "--advertise",
             "the address other servers send clients to when this one leads (default the "
             "listen address, or this host's name on a wildcard)",

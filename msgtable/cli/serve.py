@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, TextIO
 from msgtable.auth import Authorizer
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
-from msgtable.server import MessagingServer, TlsFiles
+from msgtable.server import MessagingServer, TlsFiles, is_loopback
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 
 if TYPE_CHECKING:
+    from msgtable.dashboard import DashboardServer
     from msgtable.devdb import LocalServer
     from msgtable.engine import MessageEngine
 
@@ -151,17 +152,33 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             push_ca_file=args.push_ca_file,
         )
         metrics = None
+        dashboard: DashboardServer | None = None
         try:
             metrics_listen = args.metrics_listen
             if metrics_listen:
                 from msgtable.metrics import MetricsServer, parse_listen
 
                 parse_listen(metrics_listen)  # a bad address fails here, before anything runs
+            if args.http:
+                from msgtable.dashboard import parse_listen as parse_http
+
+                parse_http(args.http)
+            authorizer = Authorizer.from_file(args.auth) if args.auth else None
             engine.open()
+            if args.http:  # before the gRPC server: a port in use stops it before it serves
+                dashboard = _dashboard(engine, args.http, authorizer)
+                dashboard.open()
+                print(f"dashboard on {dashboard.url}", file=out, flush=True)
+                if authorizer is None and not is_loopback(args.http):
+                    log.warning(
+                        "dashboard: anyone who reaches %s sees every table and may redrive "
+                        "(no --auth): bind it to a private address",
+                        dashboard.address,
+                    )
             server = MessagingServer(
                 engine,
                 args.listen,
-                authorizer=Authorizer.from_file(args.auth) if args.auth else None,
+                authorizer=authorizer,
                 tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
                 if args.tls_cert
                 else None,
@@ -187,12 +204,22 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             out.flush()
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:
+            if dashboard is not None:
+                dashboard.close()
             if metrics is not None:
                 metrics.close()
             engine.close()
     finally:
         if local is not None:
             local.stop()
+
+
+def _dashboard(
+    engine: MessageEngine, listen: str, authorizer: Authorizer | None
+) -> DashboardServer:
+    from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
+
+    return DashboardServer(DashboardApi(engine, RateHistory(), authorizer), listen)
 
 
 def advertised_address(listen: str, bound: str) -> str:

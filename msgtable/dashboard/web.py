@@ -1,0 +1,219 @@
+"""The dashboard over HTTP: ``msgtable serve --http HOST:PORT``.
+
+werkzeug routes and parses the requests; cheroot serves them from a small thread pool on
+its own thread, with idempotent ``open()`` / ``close()`` (:class:`DashboardServer`). The page
+is static files bundled in the package (``static/``: no CDN, nothing fetched from outside;
+a Content-Security-Policy of ``'self'`` says so to the browser too); its data comes from the
+JSON API (msgtable.dashboard.api), which the page polls.
+
+Routes: ``GET /`` the page; ``GET /static/NAME`` its files; ``GET /api/state``;
+``GET /api/dead?table=T&subscription=S&limit=N``; ``POST /api/redrive`` (JSON
+``{table, subscription, ids}``; needs ``Content-Type: application/json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from importlib import resources
+from typing import Any
+
+from cheroot import wsgi
+from werkzeug.exceptions import HTTPException, NotFound
+from werkzeug.routing import Map, Rule
+from werkzeug.wrappers import Request, Response
+
+from msgtable.errors import InvalidArgument, MsgtableError
+
+from .api import ApiError, DashboardApi, status_of
+from .history import Sampler
+
+log = logging.getLogger("msgtable.dashboard")
+
+STATIC_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+}
+CSP = (
+    "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+)
+THREADS = 4  # a dashboard has few viewers; each request is short
+MAX_BODY = 1 << 20
+
+
+def _static() -> dict[str, bytes]:
+    """The bundled files, read once."""
+    root = resources.files("msgtable.dashboard") / "static"
+    return {
+        f.name: f.read_bytes()
+        for f in root.iterdir()
+        if f.is_file() and any(f.name.endswith(s) for s in STATIC_TYPES)
+    }
+
+
+class DashboardApp:
+    """The WSGI application: routes to the page, its files and the JSON API."""
+
+    def __init__(self, api: DashboardApi) -> None:
+        self.api = api
+        self.files = _static()
+        self.urls = Map(
+            [
+                Rule("/", endpoint="page", methods=["GET"]),
+                Rule("/static/<name>", endpoint="static", methods=["GET"]),
+                Rule("/api/state", endpoint="state", methods=["GET"]),
+                Rule("/api/dead", endpoint="dead", methods=["GET"]),
+                Rule("/api/redrive", endpoint="redrive", methods=["POST"]),
+            ]
+        )
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        request = Request(environ)
+        response = self.respond(request)
+        return response(environ, start_response)
+
+    def respond(self, request: Request) -> Response:
+        adapter = self.urls.bind_to_environ(request.environ)
+        try:
+            endpoint, values = adapter.match()
+            if endpoint == "page":
+                return self._file("index.html")
+            if endpoint == "static":
+                return self._file(str(values["name"]))
+            return self._api(str(endpoint), request)
+        except HTTPException as exc:
+            return exc.get_response()
+
+    def _file(self, name: str) -> Response:
+        body = self.files.get(name)
+        if body is None or name.startswith("."):
+            raise NotFound()
+        kind = next(t for s, t in STATIC_TYPES.items() if name.endswith(s))
+        response = Response(body, content_type=kind)
+        response.headers["Content-Security-Policy"] = CSP
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+    def _api(self, endpoint: str, request: Request) -> Response:
+        try:
+            principal = self.api.principal(request.headers.get("Authorization"))
+            if endpoint == "state":
+                after = request.args.get("after")
+                answer = self.api.state(principal, _float(after) if after else None)
+            elif endpoint == "dead":
+                answer = self.api.dead(principal, request.args)
+            else:
+                answer = self.api.redrive(principal, _json_body(request))
+            return _json(200, answer)
+        except ApiError as exc:
+            response = _json(exc.status, {"error": exc.message})
+            if exc.status == 401:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="msgtable"'
+            return response
+        except MsgtableError as exc:
+            return _json(status_of(exc), {"error": str(exc)})
+        except Exception:
+            log.exception("dashboard: %s %s failed", request.method, request.path)
+            return _json(500, {"error": "internal error (the server's log says more)"})
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ApiError(400, f"after must be a time in seconds, not {text!r}") from None
+    if not math.isfinite(value):
+        raise ApiError(400, f"after must be a time in seconds, not {text!r}")
+    return value
+
+
+def _json_body(request: Request) -> Any:
+    if request.mimetype != "application/json":
+        raise ApiError(415, "send JSON (Content-Type: application/json)")
+    if (request.content_length or 0) > MAX_BODY:
+        raise ApiError(413, "the body is too large")
+    try:
+        return json.loads(request.get_data(cache=False) or b"null")
+    except ValueError:
+        raise ApiError(400, "the body is not valid JSON") from None
+
+
+def _json(status: int, body: Any) -> Response:
+    response = Response(
+        json.dumps(body, separators=(",", ":")), status=status, content_type="application/json"
+    )
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:8080`` for IPv6) as (host, port); InvalidArgument otherwise."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise InvalidArgument(f"--http {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    return host or "0.0.0.0", int(port)
+
+
+class DashboardServer:
+    """The dashboard on ``listen``: its HTTP server and the sampler of its rate history,
+    each on its own thread."""
+
+    def __init__(self, api: DashboardApi, listen: str) -> None:
+        self.host, self.port = parse_listen(listen)
+        self.api = api
+        self.app = DashboardApp(api)
+        self.sampler = Sampler(api.history, api.sample)
+        self._lock = threading.Lock()
+        self._server: wsgi.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._bound = self.port
+
+    @property
+    def address(self) -> str:
+        """Where it listens (the port bound, when asked for port 0)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self._bound}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}/"
+
+    def open(self) -> None:
+        """Listen (InvalidArgument, one line, when it cannot) and start serving."""
+        with self._lock:
+            if self._server is not None:
+                return
+            server = wsgi.Server((self.host, self.port), self.app, numthreads=THREADS)
+            server.shutdown_timeout = 1
+            try:
+                server.prepare()  # binds: a bad address or a port in use fails here
+            except (OSError, ValueError) as exc:
+                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+                why = why.rsplit("] ", 1)[-1].rstrip(")") if "[Errno" in why else why
+                raise InvalidArgument(
+                    f"--http {self.host}:{self.port}: cannot listen there ({why})"
+                ) from None
+            assert server.socket is not None
+            self._bound = int(server.socket.getsockname()[1])
+            self._server = server
+            self._thread = threading.Thread(
+                target=server.serve, daemon=True, name="msgtable-dashboard-http"
+            )
+            self._thread.start()
+        self.sampler.open()
+
+    def close(self) -> None:
+        self.sampler.close()
+        with self._lock:
+            server, thread, self._server, self._thread = self._server, self._thread, None, None
+        if server is not None:
+            server.stop()
+        if thread is not None:
+            thread.join()

@@ -1,0 +1,241 @@
+"""The dashboard as a person sees it (README: Dashboard): Debian's headless Chromium, driven
+by selenium through chromedriver, loads the page of a real server on the real database;
+traffic shows in its numbers and plot, a dead letter appears and a click redrives it, and
+with --auth the page asks for the token. Screenshots go to $MSGTABLE_ARTIFACTS (default
+test-artifacts/ in the repository), kept as the run's artefacts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msgtable.auth import Authorizer
+from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
+
+from ..waiting import wait_until
+from .helpers import Collector, Served, serve
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+pytestmark = pytest.mark.skipif(
+    not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
+    reason="no chromium and chromedriver (make test installs them: apt-get install "
+    "chromium chromium-driver)",
+)
+ARTIFACTS = Path(
+    os.environ.get("MSGTABLE_ARTIFACTS") or Path(__file__).resolve().parents[2] / "test-artifacts"
+)
+TOKEN = "t0ken-of-the-ops-team"
+AUTH = {
+    "tokens": {TOKEN: "ops"},
+    "allow": [{"principal": "ops", "tables": ["jobs"], "actions": ["list", "redrive"]}],
+}
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        "--no-first-run", "--window-size=1280,1000",
+    ):  # fmt: skip
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="msgtable-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def screenshot(browser: Any, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    assert browser.save_screenshot(str(path)), f"no screenshot at {path}"
+    print(f"screenshot: {path}")
+    return path
+
+
+def text(browser: Any, css: str) -> str:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    try:
+        return str(browser.find_element("css selector", css).text)
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+def attr(browser: Any, css: str, name: str) -> str:
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
+    try:
+        return str(browser.find_element("css selector", css).get_attribute(name) or "")
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+SENT_RGB = (0x44, 0x77, 0xAA)  # dashboard.js: the colour of the "sent" series
+
+
+def blue_pixels(browser: Any, plot_css: str) -> int:
+    """Pixels of the plot's canvas within 8 of the sent series' colour."""
+    return int(
+        browser.execute_script(
+            """
+            const c = document.querySelector(arguments[0] + " canvas");
+            if (!c) return 0;
+            const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+            const [r, g, b] = arguments[1];
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4) {
+              if (d[i + 3] > 200 && Math.abs(d[i] - r) <= 8 && Math.abs(d[i + 1] - g) <= 8
+                  && Math.abs(d[i + 2] - b) <= 8) n++;
+            }
+            return n;
+            """,
+            plot_css,
+            list(SENT_RGB),
+        )
+    )
+
+
+@pytest.fixture
+def served(db_dsn: str) -> Iterator[Served]:
+    with serve(db_dsn) as s:
+        yield s
+
+
+def open_dashboard(served: Served, authorizer: Authorizer | None = None) -> DashboardServer:
+    d = DashboardServer(DashboardApi(served.engine, RateHistory(0.5), authorizer), "127.0.0.1:0")
+    d.open()
+    return d
+
+
+def test_the_page_shows_traffic_and_a_click_redrives_a_dead_letter(served: Served, browser):
+    served.create_table("jobs", vt_poller_interval=30, vt_ack_wait=60)
+    served.create_table("idle")
+    d = open_dashboard(served)
+    c = None
+    try:
+        browser.get(d.url)
+        card = '[data-key="jobs"]'
+        wait_until(lambda: text(browser, card + " h2") == "jobs", what="the jobs table shown")
+        wait_until(lambda: text(browser, '[data-key="idle"] h2'), what="the idle table shown")
+        assert text(browser, card + " .v-in_flight") == "0"
+
+        rows = ",".join(f"({i}, 'm')" for i in range(8))
+        served.sql(f"insert into jobs(id, message) values {rows}")
+        c = Collector(served.client, "jobs")
+        got = {m.id: m for m in c.take(8)}
+        assert served.client.ack("jobs", [0, 1, 2, 4, 5]) == 5
+        assert got[3].reject("poison") == 1
+        wait_until(
+            lambda: text(browser, card + " .v-in_flight") == "2",
+            what=lambda: f"in flight 2 shown (shows {text(browser, card + ' .v-in_flight')!r})",
+        )
+        assert text(browser, card + " .v-acked") == "5"
+        assert text(browser, card + " .v-sent") == "8"
+        assert text(browser, card + " .v-subscribers") == "1"
+        plot = card + " .rate-plot"
+        idle_plot = '[data-key="idle"] .rate-plot'
+        wait_until(
+            lambda: (
+                attr(browser, plot, "data-acked") == "5" and attr(browser, plot, "data-sent") == "8"
+            ),
+            what=lambda: (
+                "the rate plot to hold the 8 sends and 5 acks (holds "
+                f"{attr(browser, plot, 'data-sent')!r} and {attr(browser, plot, 'data-acked')!r})"
+            ),
+        )
+        # what a person sees: the sends drawn as a line in their colour, off the zero line
+        # where an idle table's overlapping series show the last one's colour
+        sent_pixels = wait_until(
+            lambda: (n := blue_pixels(browser, plot)) > blue_pixels(browser, idle_plot) + 20 and n,
+            what=lambda: (
+                f"the sends drawn (blue pixels: {blue_pixels(browser, plot)} in jobs, "
+                f"{blue_pixels(browser, idle_plot)} in idle)"
+            ),
+        )
+        assert sent_pixels > 20
+        dead = card + ' .dead li[data-id="3"]'
+        wait_until(lambda: text(browser, dead), what="the dead letter 3 listed")
+        assert text(browser, card + " .v-dead") == "1"
+        assert "1 attempts" in text(browser, dead)
+        # the backlog by age, as msgtable.backlog reads it (at most every 5 s): the 2 in
+        # flight are scheduled (their ack wait), both created within the last minute
+        backlog = card + " .backlog-text"
+        wait_until(
+            lambda: "0 due · 2 scheduled" in text(browser, backlog),
+            timeout_s=20,
+            what=lambda: f"the backlog read (shows {text(browser, backlog)!r})",
+        )
+        bars = browser.find_elements("css selector", card + " .bars span")
+        assert [b.get_attribute("data-count") for b in bars] == ["2", "0", "0", "0", "0", "0", "0"]
+        screenshot(browser, "dashboard-traffic.png")
+
+        browser.find_element("css selector", dead + " button.redrive").click()
+        (again,) = c.take(1, timeout_s=10)
+        assert again.id == 3
+        wait_until(
+            lambda: text(browser, card + " .v-dead") == "0" and not text(browser, dead),
+            what="the redriven dead letter gone from the page",
+        )
+        wait_until(lambda: text(browser, card + " .v-in_flight") == "3", what="3 in flight shown")
+        screenshot(browser, "dashboard-redriven.png")
+
+        # nothing was fetched from anywhere but this server
+        origin = d.url.rstrip("/")
+        urls = browser.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)"
+        )
+        assert urls and all(u.startswith(origin + "/") for u in urls), urls
+        assert text(browser, "#database") == "database up"
+        assert "lease holder this server" in text(browser, "#lease")
+    finally:
+        if c is not None:
+            c.close()
+        d.close()
+
+
+def test_with_auth_the_page_asks_for_the_token_once(served: Served, browser):
+    served.create_table("jobs")
+    served.create_table("payroll")
+    wait_until(
+        lambda: {t.name for t in served.engine.list_tables()} >= {"jobs", "payroll"},
+        what="both tables loaded",
+    )
+    d = open_dashboard(served, Authorizer.from_dict(AUTH))
+    try:
+        browser.get(d.url)
+        wait_until(
+            lambda: browser.find_element("id", "login").is_displayed(), what="the token prompt"
+        )
+        assert not browser.find_elements("css selector", ".card")
+        screenshot(browser, "dashboard-token-prompt.png")
+        browser.find_element("id", "token").send_keys("not-the-token-at-all")
+        browser.find_element("id", "login-button").click()
+        wait_until(lambda: "refused" in text(browser, "#login-why"), what="the wrong token refused")
+        browser.find_element("id", "token").send_keys(TOKEN)
+        browser.find_element("id", "login-button").click()
+        wait_until(lambda: text(browser, '[data-key="jobs"] h2'), what="jobs shown with a token")
+        assert not browser.find_elements("css selector", '[data-key="payroll"]')
+        assert not browser.find_element("id", "login").is_displayed()
+        browser.refresh()  # the token is kept for the tab: no second prompt
+        wait_until(lambda: text(browser, '[data-key="jobs"] h2'), what="jobs shown after reload")
+        assert not browser.find_element("id", "login").is_displayed()
+        screenshot(browser, "dashboard-with-token.png")
+    finally:
+        d.close()

@@ -13,6 +13,7 @@ Routes: ``GET /`` the page; ``GET /static/NAME`` its files; ``GET /api/state``;
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
@@ -43,6 +44,13 @@ CSP = (
 )
 THREADS = 4  # a dashboard has few viewers; each request is short
 MAX_BODY = 1 << 20
+# Without --auth, a page on another site whose name was rebound to this server's address
+# (DNS rebinding) could read the state and redrive; its requests carry its own name as Host,
+# so an open dashboard answers only to IP addresses and localhost.
+REBINDING = (
+    "an open dashboard (msgtable serve without --auth) answers only to an IP address or "
+    "localhost in the URL, not to a name (DNS rebinding); use --auth to reach it by name"
+)
 
 
 def _static() -> dict[str, bytes]:
@@ -77,6 +85,8 @@ class DashboardApp:
         return response(environ, start_response)
 
     def respond(self, request: Request) -> Response:
+        if self.api.authorizer is None and not _local_name(request.host):
+            return _json(403, {"error": REBINDING})
         adapter = self.urls.bind_to_environ(request.environ)
         try:
             endpoint, values = adapter.match()
@@ -120,6 +130,20 @@ class DashboardApp:
         except Exception:
             log.exception("dashboard: %s %s failed", request.method, request.path)
             return _json(500, {"error": "internal error (the server's log says more)"})
+
+
+def _local_name(host: str) -> bool:
+    """Whether a request's Host names this server by an IP address or as localhost: the
+    only names an open dashboard answers to (:data:`REBINDING`)."""
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host  # drop a port
+    name = name[1:].split("]", 1)[0] if name.startswith("[") else name
+    if name.lower() == "localhost" or name.lower().endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def _float(text: str) -> float:

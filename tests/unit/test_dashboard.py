@@ -314,3 +314,37 @@ def test_with_the_database_away_the_state_says_so_and_dead_letters_are_503(engin
     assert state["server"]["database"]["up"] is False
     assert "test outage" in state["server"]["database"]["error"]
     assert [t["name"] for t in state["tables"]] == ["q", "secret"]
+
+
+def test_an_open_dashboard_answers_only_to_addresses_and_localhost_not_a_rebound_name(engine):
+    """Without --auth, a page on another site whose name was rebound to this server's
+    address (DNS rebinding) must not read the state or redrive: the Host it sends is that
+    site's name, so an open dashboard answers only to IP addresses and localhost."""
+    client, _, _ = http(engine)
+    for host in ("127.0.0.1:8080", "[::1]:8080", "10.1.2.3", "localhost:8080", "LocalHost"):
+        answer = client.get("/api/state", headers={"Host": host})
+        assert answer.status_code == 200, host
+    for host in ("evil.example:8080", "queue-host", "127.0.0.1.evil.example"):
+        for path in ("/", "/api/state", "/static/dashboard.js"):
+            answer = client.get(path, headers={"Host": host})
+            assert answer.status_code == 403, (host, path)
+            assert "--auth" in answer.get_data(as_text=True), (host, path)
+        answer = client.post(
+            "/api/redrive",
+            data=json.dumps({"table": "q"}),
+            headers={"Host": host},
+            content_type="application/json",
+        )
+        assert answer.status_code == 403, host
+
+
+def test_with_auth_the_dashboard_answers_to_any_name(engine):
+    """With --auth a rebound page has no token (the tab's sessionStorage is per origin): a
+    name is fine, and the token rules decide."""
+    client, _, _ = http(engine, Authorizer.from_dict(AUTH))
+    answer = client.get("/api/state", headers={"Host": "queue-host:8080"})
+    assert answer.status_code == 401
+    answer = client.get(
+        "/api/state", headers={"Host": "queue-host:8080", "Authorization": f"Bearer {OPS}"}
+    )
+    assert answer.status_code == 200

@@ -337,6 +337,8 @@ _COUNTERS = (
     "capture_problem",
 )
 
+_BACKLOG = ("due", "scheduled", "oldest_unacked_age_s")  # optional: unset when not read
+
 
 def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
     message = pb.TableStatus(
@@ -355,6 +357,9 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
         capture_lag_s=-1.0 if status.capture_lag_s is None else status.capture_lag_s,
         **{name: getattr(status, name) for name in _COUNTERS},
     )
+    for name in _BACKLOG:
+        if getattr(status, name) is not None:
+            setattr(message, name, getattr(status, name))
     if status.push is not None:
         message.push.CopyFrom(pb.PushStatus(**dataclasses.asdict(status.push)))
     if status.subscription and status.config is not None:
@@ -469,6 +474,9 @@ class TableInfo:
     capture_lag_s: float | None = None
     capture_events: int = 0
     capture_problem: str = ""
+    due: int | None = None  # the backlog read from the database (None: not read)
+    scheduled: int | None = None
+    oldest_unacked_age_s: float | None = None
 
     @property
     def loaded(self) -> bool:
@@ -520,6 +528,11 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         push=push_status_from_proto(message.push) if message.HasField("push") else None,
         capture_lag_s=message.capture_lag_s if message.capture_lag_s >= 0 else None,
         **{name: getattr(message, name) for name in _COUNTERS},
+        due=message.due if message.HasField("due") else None,
+        scheduled=message.scheduled if message.HasField("scheduled") else None,
+        oldest_unacked_age_s=(
+            message.oldest_unacked_age_s if message.HasField("oldest_unacked_age_s") else None
+        ),
     )
 
 

@@ -804,6 +804,8 @@ class MessageEngine(Subscriptions, Endpoints):
         ]
         out += self._subscription_statuses(subs)
         out = [dataclasses.replace(s, push=self.push_status(s.name, s.subscription)) for s in out]
+        backlog = {(b.table, b.subscription): b for b in self.backlog()}
+        out = [_with_backlog(s, backlog.get((s.name, s.subscription))) for s in out]
         return sorted(out, key=lambda s: (s.name, s.subscription))
 
     def _with_capture(self, s: TableStatus) -> TableStatus:
@@ -826,6 +828,14 @@ class MessageEngine(Subscriptions, Endpoints):
             capture_events=f.events,
             capture_problem="" if f.following.is_set() else "not following the binlog now",
         )
+
+
+def _with_backlog(s: TableStatus, b: Backlog | None) -> TableStatus:
+    if b is None:
+        return s
+    return dataclasses.replace(
+        s, due=b.due, scheduled=b.scheduled, oldest_unacked_age_s=b.oldest_unacked_age_s
+    )
 
 
 def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str]) -> None:

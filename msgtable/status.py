@@ -68,3 +68,8 @@ class TableStatus:
     capture_lag_s: float | None = None
     capture_events: int = 0
     capture_problem: str = ""
+    # The backlog read from the database (msgtable.backlog): unacked messages due now and
+    # due later, the oldest one's age in seconds (None: not read, or no time_created)
+    due: int | None = None
+    scheduled: int | None = None
+    oldest_unacked_age_s: float | None = None

@@ -85,6 +85,11 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         lines.append("")
         lines.append("subscriptions:")
         lines.extend(_subscriptions_by_table(tables, subs, now_ns))
+    read = [t for t in (*tables, *subs) if t.due is not None]
+    if read:
+        lines.append("")
+        lines.append("backlog (read from the database):")
+        lines.extend(_backlog(t) for t in sorted(read, key=lambda t: (t.name, t.subscription)))
     ordered = [t for t in tables if t.config is not None and t.config.order_key]
     if ordered:
         lines.append("")
@@ -111,6 +116,14 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         lines.append("load errors:")
         lines.extend(_load_error(t) for t in failed)
     return "\n".join(lines)
+
+
+def _backlog(t: TableInfo) -> str:
+    label = f"{t.name}/{t.subscription}" if t.subscription else t.name
+    oldest = (
+        "" if t.oldest_unacked_age_s is None else f", oldest unacked {age(t.oldest_unacked_age_s)}"
+    )
+    return f"  {label}: {t.due:,} due, {t.scheduled or 0:,} scheduled{oldest}"
 
 
 def _ordered(t: TableInfo) -> str:
@@ -282,6 +295,9 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "sent": s.sent,
         "acked": s.acked,
         "dead": s.dead,
+        "due": s.due,
+        "scheduled": s.scheduled,
+        "oldest_unacked_age_s": s.oldest_unacked_age_s,
         "load_error": s.load_error,
     }
     return json.dumps(out, ensure_ascii=False)

@@ -717,6 +717,28 @@ def test_list_tables_shows_a_table_created_a_moment_ago(db_dsn: str):
         assert [t.name for t in s.client.list_tables()] == ["fresh"]
 
 
+def test_list_tables_shows_each_tables_backlog_read_from_the_database(db_dsn: str):
+    with serve(db_dsn) as s:
+        s.create_table("aging")
+        two_minutes_ago = f"(unix_timestamp(now(6)) - 120) * {NS}"
+        s.sql(
+            "insert into aging(id, message, time_created) values "
+            f"(1, 'a', {two_minutes_ago}), (2, 'b', {two_minutes_ago}), (3, 'c', {two_minutes_ago})"
+        )
+        later = f"(unix_timestamp(now(6)) + 3600) * {NS}"
+        s.sql(
+            f"insert into aging(id, message, time_next) values (4, 'd', {later}), (5, 'e', {later})"
+        )
+
+        def read() -> object:
+            (t,) = [t for t in s.client.list_tables() if t.name == "aging"]
+            return t if t.due == 3 else None
+
+        t = wait_until(read, what="ListTables to show the 3 due messages")
+        assert t.scheduled == 2
+        assert t.oldest_unacked_age_s is not None and 120 <= t.oldest_unacked_age_s < 180
+
+
 # -- live schema ---------------------------------------------------------------------------
 def test_a_new_table_is_served_within_one_discovery_interval(served: Served):
     # The fixture's engine looks every 0.5 s; nothing here names the table to the server.

@@ -323,3 +323,31 @@ def test_a_groups_push_endpoint_shows_under_pushed_to_in_msgtable_tables_without
         "pushed to:\n  t/billing -> https://hooks.example.com/in: pushing; in flight 2/4, "
         "pushed 1,234, failed 5"
     ) in text
+
+
+def test_the_backlog_travels_in_list_tables_and_shows_under_backlog_in_msgtable_tables():
+    columns = (Column("id", "bigint", "bigint"),)
+    table = TableStatus(
+        name="t",
+        keyspace="ks",
+        config=config_of(columns),
+        load_error=None,
+        due=1_500,
+        scheduled=20,
+        oldest_unacked_age_s=125.25,
+    )
+    sub = dataclasses.replace(table, subscription="billing", due=0, scheduled=0)
+    sub = dataclasses.replace(sub, oldest_unacked_age_s=None)
+    infos = [codec.table_info_from_proto(codec.table_status_to_proto(s)) for s in (table, sub)]
+    assert (infos[0].due, infos[0].scheduled, infos[0].oldest_unacked_age_s) == (1_500, 20, 125.25)
+    assert (infos[1].due, infos[1].scheduled, infos[1].oldest_unacked_age_s) == (0, 0, None)
+    text = output.format_tables(infos)
+    assert (
+        "backlog (read from the database):\n"
+        "  t: 1,500 due, 20 scheduled, oldest unacked 2.1m\n"
+        "  t/billing: 0 due, 0 scheduled"
+    ) in text
+    unread = dataclasses.replace(table, due=None, scheduled=None, oldest_unacked_age_s=None)
+    info = codec.table_info_from_proto(codec.table_status_to_proto(unread))
+    assert (info.due, info.scheduled, info.oldest_unacked_age_s) == (None, None, None)
+    assert "backlog" not in output.format_tables([info])

@@ -810,6 +810,9 @@ class TableStatus(_message.Message):
     CAPTURE_LAG_S_FIELD_NUMBER: _builtins.int
     CAPTURE_EVENTS_FIELD_NUMBER: _builtins.int
     CAPTURE_PROBLEM_FIELD_NUMBER: _builtins.int
+    DUE_FIELD_NUMBER: _builtins.int
+    SCHEDULED_FIELD_NUMBER: _builtins.int
+    OLDEST_UNACKED_AGE_S_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -869,6 +872,15 @@ class TableStatus(_message.Message):
     capture_lag_s: _builtins.float
     capture_events: _builtins.int
     capture_problem: _builtins.str
+    due: _builtins.int
+    """The backlog as read from the database (at most every 5 s; on a server without the lease
+    too): unacked messages that are not dead, due now and due later (delayed, or backing
+    off), and the oldest one's age in seconds (now - time_created). Unset: not read (an older
+    server, the database away since the server started, or a table without time_created
+    for the age).
+    """
+    scheduled: _builtins.int
+    oldest_unacked_age_s: _builtins.float
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
@@ -914,12 +926,26 @@ class TableStatus(_message.Message):
         capture_lag_s: _builtins.float = ...,
         capture_events: _builtins.int = ...,
         capture_problem: _builtins.str = ...,
+        due: _builtins.int | None = ...,
+        scheduled: _builtins.int | None = ...,
+        oldest_unacked_age_s: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "push", b"push", "settings", b"settings"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "config", b"config", "due", b"due", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "scheduled", b"scheduled", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__due: _TypeAlias = _typing.Literal["due"]  # noqa: Y015
+    _WhichOneofArgType__due: _TypeAlias = _typing.Literal["_due", b"_due"]  # noqa: Y015
+    _WhichOneofReturnType__oldest_unacked_age_s: _TypeAlias = _typing.Literal["oldest_unacked_age_s"]  # noqa: Y015
+    _WhichOneofArgType__oldest_unacked_age_s: _TypeAlias = _typing.Literal["_oldest_unacked_age_s", b"_oldest_unacked_age_s"]  # noqa: Y015
+    _WhichOneofReturnType__scheduled: _TypeAlias = _typing.Literal["scheduled"]  # noqa: Y015
+    _WhichOneofArgType__scheduled: _TypeAlias = _typing.Literal["_scheduled", b"_scheduled"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__due) -> _WhichOneofReturnType__due | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__oldest_unacked_age_s) -> _WhichOneofReturnType__oldest_unacked_age_s | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__scheduled) -> _WhichOneofReturnType__scheduled | None: ...
 
 Global___TableStatus: _TypeAlias = TableStatus  # noqa: Y015
 

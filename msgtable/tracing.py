@@ -1,0 +1,339 @@
+"""OpenTelemetry through messages: the one module that imports opentelemetry (optional).
+
+msgtable runs without opentelemetry installed; with only ``opentelemetry-api`` (the ``otel``
+extra) and no SDK configured, nothing is traced either: ``tracer()`` answers None when the
+tracer provider is the API's default (a proxy or no-op one), and every caller checks that once
+(a subscriber when it is made, a table's manager when it opens, an enqueue once per call),
+never per message. With a provider configured (an SDK's, or one passed in):
+
+* producers: ``traceparent()`` / ``trace_headers()`` give the current context's W3C headers for
+  a plain INSERT; ``msgtable.enqueue(..., traceparent=CURRENT)`` wraps its INSERT in a PRODUCER
+  span "send TABLE" and stores that span's context in the table's ``traceparent`` (and
+  ``tracestate``) column;
+* consumers (both clients, ``ConsumerTracing``): a CONSUMER span "process TABLE" per message
+  handed out by iteration, whose parent is the message's producer context (and linked to it),
+  current while the loop body runs, ended once the message is settled (ack, ack_async,
+  release, reject) or the next message is asked for or the subscriber closes; a batch from
+  ``next_batch()`` / ``batches()`` gets one such span with a link to each message's context;
+* the server (``ServerTracing``): INTERNAL spans "poll TABLE", "send TABLE" (a batch) and
+  "ack TABLE".
+
+A traceparent column with a value that is not W3C trace context never breaks a delivery: the
+span has no parent, and the table gets one warning in the log (once per process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+try:  # the otel extra; everything here is a no-op without it
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    _PROPAGATOR: TraceContextTextMapPropagator | None = TraceContextTextMapPropagator()
+except ImportError:  # pragma: no cover - exercised by the no-otel test in a subprocess
+    _PROPAGATOR = None
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span, Tracer, TracerProvider
+
+log = logging.getLogger(__name__)
+
+SYSTEM: Final = "msgtable"  # messaging.system: the intermediary subscribers talk to
+TRACEPARENT_COLUMN: Final = "traceparent"
+TRACESTATE_COLUMN: Final = "tracestate"
+INSTRUMENTATION: Final = "msgtable"
+
+# messaging semantic conventions' attribute names
+SYSTEM_ATTR: Final = "messaging.system"
+DESTINATION: Final = "messaging.destination.name"
+OPERATION_TYPE: Final = "messaging.operation.type"
+OPERATION_NAME: Final = "messaging.operation.name"
+MESSAGE_ID: Final = "messaging.message.id"
+CONSUMER_GROUP: Final = "messaging.consumer.group.name"
+BATCH_COUNT: Final = "messaging.batch.message_count"
+DEFAULT_GROUP: Final = "default"  # the consumer group of a table's own subscribers
+
+
+class Current:
+    """The type of the sentinel ``CURRENT``: take the trace context from the current span."""
+
+    def __repr__(self) -> str:
+        return "msgtable.tracing.CURRENT"
+
+
+CURRENT: Final = Current()
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def available() -> bool:
+    """Whether opentelemetry-api is installed."""
+    return _PROPAGATOR is not None
+
+
+def tracer(provider: TracerProvider | None = None) -> Tracer | None:
+    """A tracer of ``provider`` (default: the global one), or None when nothing would record:
+    opentelemetry is not installed, or no provider was configured (the API's default)."""
+    if _PROPAGATOR is None:
+        return None
+    if provider is None:
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+            return None
+    return provider.get_tracer(INSTRUMENTATION)
+
+
+def trace_headers() -> dict[str, str]:
+    """The current context's W3C headers: ``traceparent`` (and ``tracestate`` when it has
+    one); {} without a valid current span or without opentelemetry. For a plain INSERT."""
+    if _PROPAGATOR is None:
+        return {}
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier)
+    return carrier
+
+
+def traceparent() -> str | None:
+    """The current context's ``traceparent`` header (None: no valid span, or no
+    opentelemetry): what a plain INSERT puts into a message table's traceparent column."""
+    return trace_headers().get(TRACEPARENT_COLUMN)
+
+
+def producer_context(
+    traceparent: object, tracestate: object = None, table: str = ""
+) -> Context | None:
+    """The context a producer stored with a message (None: none, or not W3C trace context:
+    then ``table`` gets one warning per process)."""
+    if _PROPAGATOR is None or traceparent is None or traceparent == "":
+        return None
+    carrier = {TRACEPARENT_COLUMN: str(traceparent)}
+    if tracestate:
+        carrier[TRACESTATE_COLUMN] = str(tracestate)
+    ctx = _PROPAGATOR.extract(carrier)
+    if trace.get_current_span(ctx).get_span_context().is_valid:
+        return ctx
+    with _warned_lock:
+        first = table not in _warned
+        _warned.add(table)
+    if first:
+        log.warning(
+            "table %s: a traceparent that is not W3C trace context (%.60r): its consumer "
+            "span has no parent (said once per table)",
+            table,
+            traceparent,
+        )
+    return None
+
+
+@contextlib.contextmanager
+def producer_span(table: str, count: int) -> Iterator[None]:
+    """A PRODUCER span "send TABLE" around an enqueue of ``count`` rows, current inside (no
+    span when no tracer provider is configured)."""
+    t = tracer()
+    if t is None:
+        yield
+        return
+    attributes: dict[str, Any] = {
+        SYSTEM_ATTR: SYSTEM,
+        DESTINATION: table,
+        OPERATION_TYPE: "send",
+        OPERATION_NAME: "send",
+    }
+    if count > 1:
+        attributes[BATCH_COUNT] = count
+    with t.start_as_current_span(
+        f"send {table}", kind=trace.SpanKind.PRODUCER, attributes=attributes
+    ):
+        yield
+
+
+class ConsumerTracing:
+    """A subscriber's consumer spans (both clients; see the module docstring). Made by
+    ``consumer()`` only when a tracer records; the subscriber calls ``adopt`` with each new
+    stream's columns, ``message`` / ``batch`` when it hands messages out, ``settled`` and
+    ``close``."""
+
+    def __init__(self, tracer: Tracer, table: str, subscription: str) -> None:
+        self._tracer = tracer
+        self.table = table
+        self._name = f"process {table}"
+        self._attributes: dict[str, Any] = {
+            SYSTEM_ATTR: SYSTEM,
+            DESTINATION: table,
+            OPERATION_TYPE: "process",
+            OPERATION_NAME: "process",
+            CONSUMER_GROUP: subscription or DEFAULT_GROUP,
+        }
+        self._tp: int | None = None  # where traceparent / tracestate are in a row
+        self._ts: int | None = None
+        self._span: Span | None = None  # the open span, and what it covers
+        self._left: set[int] = set()  # id() of the messages it covers not settled yet
+        self._token: object | None = None  # its context attached by the iterating code
+        self._attached: Context | None = None  # that context
+
+    def adopt(self, field_names: Sequence[str]) -> None:
+        """A (new) stream's columns: where the producer's context is in a row."""
+        names = list(field_names)
+        self._tp = names.index(TRACEPARENT_COLUMN) if TRACEPARENT_COLUMN in names else None
+        self._ts = names.index(TRACESTATE_COLUMN) if TRACESTATE_COLUMN in names else None
+
+    def _context_of(self, row: Sequence[object]) -> Context | None:
+        if self._tp is None:
+            return None
+        state = row[self._ts] if self._ts is not None else None
+        return producer_context(row[self._tp], state, self.table)
+
+    def message(self, message: Any) -> None:
+        """Hand ``message`` out: end the last span, start its own (parent: its producer's
+        context) and make it current until the next hand-out."""
+        self.release_context()
+        parent = self._context_of(message.row)
+        links = [trace.Link(trace.get_current_span(parent).get_span_context())] if parent else []
+        attributes = dict(self._attributes)
+        attributes[MESSAGE_ID] = str(message.id)
+        self._start(parent, links, attributes, (message,))
+
+    def batch(self, messages: Sequence[Any]) -> None:
+        """Hand a batch out: one span linked to each message's producer context."""
+        self.release_context()
+        if not messages:
+            return
+        links = []
+        if self._tp is not None:
+            for m in messages:
+                ctx = self._context_of(m.row)
+                if ctx is not None:
+                    links.append(trace.Link(trace.get_current_span(ctx).get_span_context()))
+        attributes = dict(self._attributes)
+        attributes[BATCH_COUNT] = len(messages)
+        self._start(None, links, attributes, messages)
+
+    def _start(
+        self,
+        parent: Context | None,
+        links: list[trace.Link],
+        attributes: dict[str, Any],
+        covers: Sequence[object],
+    ) -> None:
+        span = self._tracer.start_span(
+            self._name,
+            context=parent if parent is not None else otel_context.Context(),
+            kind=trace.SpanKind.CONSUMER,
+            attributes=attributes,
+            links=links,
+        )
+        self._span, self._left = span, {id(m) for m in covers}
+        self._attached = trace.set_span_in_context(span)
+        self._token = otel_context.attach(self._attached)
+
+    def settled(self, messages: Sequence[object]) -> None:
+        """Messages were acked, released or rejected: the span covering them ends (it stays
+        current until the next hand-out, so the handler's own spans still nest)."""
+        span, left = self._span, self._left
+        if span is None:
+            return
+        left.difference_update(id(m) for m in messages)
+        if not left:
+            self._span = None
+            span.end()
+
+    def release_context(self) -> None:
+        """End the open span and detach its context (from the iterating code only: the
+        context was attached there)."""
+        span, self._span = self._span, None
+        if span is not None:
+            span.end()
+        token, self._token, self._attached = self._token, None, None
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
+
+    def end(self) -> None:
+        """End the open span (close(), from any thread); detach its context if it is the
+        current one here (a loop left by break, then close() in the same thread or task)."""
+        if self._token is not None and otel_context.get_current() is self._attached:
+            self.release_context()
+            return
+        span, self._span = self._span, None
+        if span is not None:
+            span.end()
+
+
+def consumer(
+    table: str, subscription: str, provider: TracerProvider | None = None
+) -> ConsumerTracing | None:
+    """A subscriber's consumer spans, or None when nothing would record."""
+    t = tracer(provider)
+    return ConsumerTracing(t, table, subscription) if t is not None else None
+
+
+class ServerTracing:
+    """A table manager's spans: poll, send (a batch), ack (see the module docstring)."""
+
+    def __init__(self, tracer: Tracer, table: str) -> None:
+        self._tracer = tracer
+        self._names = {op: f"{op} {table}" for op in ("poll", "send", "ack")}
+        self._attributes = {SYSTEM_ATTR: SYSTEM, DESTINATION: table}
+
+    def span(self, operation: str, count: int | None = None) -> Any:
+        """A span for one poll / send / ack (a context manager yielding the span)."""
+        attributes: dict[str, Any] = dict(self._attributes)
+        attributes[OPERATION_NAME] = operation
+        if operation == "send":
+            attributes[OPERATION_TYPE] = "send"
+        elif operation == "ack":
+            attributes[OPERATION_TYPE] = "settle"
+        else:
+            attributes[OPERATION_TYPE] = "receive"
+        if count is not None:
+            attributes[BATCH_COUNT] = count
+        return self._tracer.start_as_current_span(
+            self._names[operation],
+            context=otel_context.Context(),
+            kind=trace.SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+
+
+def server(table: str, provider: TracerProvider | None = None) -> ServerTracing | None:
+    """A table's server spans, or None when nothing would record."""
+    t = tracer(provider)
+    return ServerTracing(t, table) if t is not None else None
+
+
+def configure_from_env() -> bool:
+    """For ``msgtable serve``: when opentelemetry-sdk is installed and OTEL_TRACES_EXPORTER
+    names exporters (other than ``none``) and no provider is set yet, set a global SDK tracer
+    provider (its resource from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES) exporting in
+    batches to those exporters (the ``opentelemetry_traces_exporter`` entry points, e.g.
+    ``otlp`` with opentelemetry-exporter-otlp, ``console``). Returns whether it did."""
+    names = [n.strip() for n in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")]
+    names = [n for n in names if n and n != "none"]
+    if not names or _PROPAGATOR is None or tracer() is not None:
+        return False
+    try:
+        from importlib.metadata import entry_points
+
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider as SdkTracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        log.warning("OTEL_TRACES_EXPORTER is set but opentelemetry-sdk is not installed")
+        return False
+    found = {ep.name: ep for ep in entry_points(group="opentelemetry_traces_exporter")}
+    provider = SdkTracerProvider(resource=Resource.create())
+    for name in names:
+        if name not in found:
+            log.warning("OTEL_TRACES_EXPORTER: no exporter %r installed; skipped", name)
+            continue
+        provider.add_span_processor(BatchSpanProcessor(found[name].load()()))
+    trace.set_tracer_provider(provider)
+    return True

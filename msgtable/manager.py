@@ -32,6 +32,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Collection, Hashable, Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from msgtable import postpone, settlement
@@ -62,6 +63,7 @@ from msgtable.window import Window, window_size
 
 if TYPE_CHECKING:
     from msgtable.store import Keep, Store
+    from msgtable.tracing import ServerTracing
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +92,10 @@ class MessageManager:
         outage: Outage | None = None,
         dead_letter: Callable[[TableConfig], TableConfig | None] | None = None,
         buried: Callable[[str], None] | None = None,
+        tracing: ServerTracing | None = None,
     ) -> None:
         self.store = store
+        self._tracing = tracing  # poll / send / ack spans (None: nothing records)
         # The config of a table's vt_dead_letter table (None: not loaded), and what to tell
         # when messages were moved there (its manager polls).
         self._dead_letter = dead_letter or (lambda cfg: None)
@@ -300,6 +304,14 @@ class MessageManager:
 
     # -- acks ----------------------------------------------------------------------------
     def ack(self, ids: Sequence[object]) -> int:
+        if self._tracing is None:
+            return self._ack(ids)
+        with self._tracing.span("ack", len(ids)) as span:
+            n = self._ack(ids)
+            span.set_attribute("msgtable.acked", n)
+            return n
+
+    def _ack(self, ids: Sequence[object]) -> int:
         cfg = self.config
         clean = coerce_ids(cfg.name, cfg.id_column, ids)
         n = self._acks.ack(clean)
@@ -490,6 +502,14 @@ class MessageManager:
         vt_poller_interval wait in the cache and go out at their time (future time_next,
         backoff redeliveries), not a poll late.
         """
+        if self._tracing is None:
+            return self._poll(restart)
+        with self._tracing.span("poll") as span:
+            added = self._poll(restart)
+            span.set_attribute("msgtable.added", added)
+            return added
+
+    def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
             return self._poll_ordered(self.cache.ordered, restart)
         with self._lock:
@@ -666,11 +686,13 @@ class MessageManager:
             for sub, sent in out:
                 sub.put(Batch.of(sent, now))
 
+        span = self._tracing.span("send", len(rows)) if self._tracing is not None else nullcontext()
         try:
-            if deferred:
-                self.store.send(cfg, rows, now, deliver, keep)
-                return []
-            claimed = self.store.claim(cfg, rows, now, next_ns, deliver, keep)
+            with span:
+                if deferred:
+                    self.store.send(cfg, rows, now, deliver, keep)
+                    return []
+                claimed = self.store.claim(cfg, rows, now, next_ns, deliver, keep)
         except MsgtableError:
             with self._lock:
                 self.cache.due.pending = True  # the rows are still due: read them again soon

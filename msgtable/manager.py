@@ -32,7 +32,6 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Collection, Hashable, Sequence
-from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from msgtable import postpone, settlement
@@ -306,10 +305,16 @@ class MessageManager:
     def ack(self, ids: Sequence[object]) -> int:
         if self._tracing is None:
             return self._ack(ids)
-        with self._tracing.span("ack", len(ids)) as span:
+        span = self._tracing.start("ack", len(ids))
+        try:
             n = self._ack(ids)
             span.set_attribute("msgtable.acked", n)
             return n
+        except MsgtableError as exc:
+            self._tracing.failed(span, exc)
+            raise
+        finally:
+            span.end()
 
     def _ack(self, ids: Sequence[object]) -> int:
         cfg = self.config
@@ -504,10 +509,16 @@ class MessageManager:
         """
         if self._tracing is None:
             return self._poll(restart)
-        with self._tracing.span("poll") as span:
+        span = self._tracing.start("poll")
+        try:
             added = self._poll(restart)
             span.set_attribute("msgtable.added", added)
             return added
+        except MsgtableError as exc:
+            self._tracing.failed(span, exc)
+            raise
+        finally:
+            span.end()
 
     def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
@@ -686,19 +697,24 @@ class MessageManager:
             for sub, sent in out:
                 sub.put(Batch.of(sent, now))
 
-        span = self._tracing.span("send", len(rows)) if self._tracing is not None else nullcontext()
+        tracing = self._tracing
+        span = tracing.start("send", len(rows)) if tracing is not None else None
         try:
-            with span:
-                if deferred:
-                    self.store.send(cfg, rows, now, deliver, keep)
-                    return []
-                claimed = self.store.claim(cfg, rows, now, next_ns, deliver, keep)
-        except MsgtableError:
+            if deferred:
+                self.store.send(cfg, rows, now, deliver, keep)
+                return []
+            claimed = self.store.claim(cfg, rows, now, next_ns, deliver, keep)
+        except MsgtableError as exc:
             with self._lock:
                 self.cache.due.pending = True  # the rows are still due: read them again soon
                 self._restart = True
             self._poll_wake.set()
+            if tracing is not None and span is not None:
+                tracing.failed(span, exc)
             raise
+        finally:
+            if span is not None:
+                span.end()
         return postpone.claimed(cfg, claimed, next_ns)
 
     def recheck_windows(self) -> int:

@@ -73,6 +73,9 @@ CURRENT: Final = Current()
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
+# the parent of a span that continues no trace (not the current context: a consumer span
+# without a producer context, a server span, starts a trace of its own)
+_ROOT: Final = otel_context.Context() if _PROPAGATOR is not None else None
 
 
 def available() -> bool:
@@ -226,7 +229,7 @@ class ConsumerTracing:
     ) -> None:
         span = self._tracer.start_span(
             self._name,
-            context=parent if parent is not None else otel_context.Context(),
+            context=parent if parent is not None else _ROOT,
             kind=trace.SpanKind.CONSUMER,
             attributes=attributes,
             links=links,
@@ -275,32 +278,42 @@ def consumer(
     return ConsumerTracing(t, table, subscription) if t is not None else None
 
 
+# the server's operations: messaging.operation.name -> messaging.operation.type
+_SERVER_OPERATIONS: Final = {"poll": "receive", "send": "send", "ack": "settle"}
+
+
 class ServerTracing:
     """A table manager's spans: poll, send (a batch), ack (see the module docstring)."""
 
     def __init__(self, tracer: Tracer, table: str) -> None:
         self._tracer = tracer
-        self._names = {op: f"{op} {table}" for op in ("poll", "send", "ack")}
-        self._attributes = {SYSTEM_ATTR: SYSTEM, DESTINATION: table}
+        self._names = {op: f"{op} {table}" for op in _SERVER_OPERATIONS}
+        self._attributes: dict[str, dict[str, Any]] = {
+            op: {
+                SYSTEM_ATTR: SYSTEM,
+                DESTINATION: table,
+                OPERATION_TYPE: kind,
+                OPERATION_NAME: op,
+            }
+            for op, kind in _SERVER_OPERATIONS.items()
+        }
 
-    def span(self, operation: str, count: int | None = None) -> Any:
-        """A span for one poll / send / ack (a context manager yielding the span)."""
-        attributes: dict[str, Any] = dict(self._attributes)
-        attributes[OPERATION_NAME] = operation
-        if operation == "send":
-            attributes[OPERATION_TYPE] = "send"
-        elif operation == "ack":
-            attributes[OPERATION_TYPE] = "settle"
-        else:
-            attributes[OPERATION_TYPE] = "receive"
-        if count is not None:
-            attributes[BATCH_COUNT] = count
-        return self._tracer.start_as_current_span(
+    def start(self, operation: str, count: int | None = None) -> Span:
+        """A started span for one poll / send / ack (a root: it serves many producers'
+        messages), not made current (it has no children); the caller ends it. Not a
+        context manager: start_span and end cost a third of start_as_current_span."""
+        return self._tracer.start_span(
             self._names[operation],
-            context=otel_context.Context(),
+            context=_ROOT,
             kind=trace.SpanKind.INTERNAL,
-            attributes=attributes,
+            attributes=self._attributes[operation]
+            if count is None
+            else {**self._attributes[operation], BATCH_COUNT: count},
         )
+
+    def failed(self, span: Span, exc: BaseException) -> None:
+        """Mark ``span`` failed by ``exc`` (then the caller ends it)."""
+        span.set_status(trace.StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:200])
 
 
 def server(table: str, provider: TracerProvider | None = None) -> ServerTracing | None:

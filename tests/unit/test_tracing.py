@@ -156,16 +156,19 @@ def test_server_spans_carry_the_operation_and_batch_size(spans):
     provider, exporter = spans
     server = tracing.server("orders", provider)
     assert server is not None
-    with server.span("send", 100):
-        pass
-    with server.span("ack", 3):
-        pass
-    with server.span("poll"):
-        pass
+    server.start("send", 100).end()
+    ack = server.start("ack", 3)
+    server.failed(ack, TimeoutError("lock wait"))
+    ack.end()
+    server.start("poll").end()
     send, ack, poll = exporter.get_finished_spans()
     assert (send.name, ack.name, poll.name) == ("send orders", "ack orders", "poll orders")
     assert send.attributes is not None and send.attributes["messaging.batch.message_count"] == 100
     assert ack.attributes is not None and ack.attributes["messaging.operation.type"] == "settle"
+    assert ack.status.status_code is trace.StatusCode.ERROR
+    assert ack.status.description == "TimeoutError: lock wait"
+    assert send.status.status_code is trace.StatusCode.UNSET
+    assert poll.attributes is not None and "messaging.batch.message_count" not in poll.attributes
     assert {s.kind for s in (send, ack, poll)} == {trace.SpanKind.INTERNAL}
 
 

@@ -342,11 +342,14 @@ def configure_from_env() -> bool:
         log.warning("OTEL_TRACES_EXPORTER is set but opentelemetry-sdk is not installed")
         return False
     found = {ep.name: ep for ep in entry_points(group="opentelemetry_traces_exporter")}
+    missing = [n for n in names if n not in found]
+    for name in missing:
+        log.warning("OTEL_TRACES_EXPORTER: no exporter %r installed; skipped", name)
+    exporters = [found[n].load()() for n in names if n in found]
+    if not exporters:  # nothing would leave the process: trace nothing
+        return False
     provider = SdkTracerProvider(resource=Resource.create())
-    for name in names:
-        if name not in found:
-            log.warning("OTEL_TRACES_EXPORTER: no exporter %r installed; skipped", name)
-            continue
-        provider.add_span_processor(BatchSpanProcessor(found[name].load()()))
+    for exporter in exporters:
+        provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return True

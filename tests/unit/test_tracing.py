@@ -6,6 +6,7 @@ runs without opentelemetry installed."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -200,3 +201,41 @@ def test_msgtable_runs_without_opentelemetry_installed():
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def run_configure(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """configure_from_env() in a fresh process (the global provider is set once a process)."""
+    script = textwrap.dedent(
+        """
+        import logging
+        from opentelemetry import trace
+        from msgtable import tracing
+
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        print("configured", tracing.configure_from_env())
+        provider = trace.get_tracer_provider()
+        print("records", tracing.tracer() is not None)
+        if tracing.tracer() is not None:
+            print("service", provider.resource.attributes["service.name"])
+        """
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **env},
+    )
+
+
+def test_serve_takes_its_tracer_provider_from_the_standard_variables():
+    done = run_configure({"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "queue-1"})
+    assert done.stdout.split("\n")[:3] == ["configured True", "records True", "service queue-1"]
+    none = run_configure({"OTEL_TRACES_EXPORTER": "none"})
+    assert none.stdout.split("\n")[:2] == ["configured False", "records False"], none.stderr
+    unset = run_configure({})
+    assert unset.stdout.split("\n")[:2] == ["configured False", "records False"], unset.stderr
+    unknown = run_configure({"OTEL_TRACES_EXPORTER": "nosuch"})
+    assert "no exporter 'nosuch' installed" in unknown.stderr
+    assert unknown.stdout.split("\n")[:2] == ["configured False", "records False"]

@@ -282,6 +282,13 @@ class Report:
                 TARGET_METRICS_RATIO,
             ),
             Target(
+                "tracing_cost_ratio",
+                "msgtable with metrics and tracing (SDK, spans dropped) / without, batch 100, "
+                "4 subscribers",
+                self.metrics.tracing_ratio if self.metrics else None,
+                TARGET_METRICS_RATIO,
+            ),
+            Target(
                 "bytes_per_cached_msg",
                 "server memory per cached message above idle",
                 per_msg,
@@ -624,6 +631,8 @@ class Report:
             "metrics_off_msgs_s": rnd(self.metrics.off_msgs_s if self.metrics else None, 0),
             "metrics_on_msgs_s": rnd(self.metrics.on_msgs_s if self.metrics else None, 0),
             "metrics_cost_ratio": rnd(self.metrics.ratio if self.metrics else None, 3),
+            "tracing_on_msgs_s": rnd(self.metrics.traced_msgs_s if self.metrics else None, 0),
+            "tracing_cost_ratio": rnd(self.metrics.tracing_ratio if self.metrics else None, 3),
             "metrics": self.metrics.as_dict() if self.metrics else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,

@@ -239,3 +239,31 @@ def test_serve_takes_its_tracer_provider_from_the_standard_variables():
     unknown = run_configure({"OTEL_TRACES_EXPORTER": "nosuch"})
     assert "no exporter 'nosuch' installed" in unknown.stderr
     assert unknown.stdout.split("\n")[:2] == ["configured False", "records False"]
+
+
+@pytest.mark.parametrize(
+    "value, valid",
+    [
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", True),
+        ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-03-future", True),
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", False),
+        ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+        ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", False),
+        ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", False),
+        ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00F067AA0BA902B7-01", False),
+        (b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", True),  # varbinary
+    ],
+)
+def test_the_producer_context_is_read_as_the_w3c_propagator_reads_it(value, valid):
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    ours = tracing.span_context(value, "vendor=abc", "w3c_cases")
+    assert (ours is not None) == valid
+    if isinstance(value, str):
+        ctx = TraceContextTextMapPropagator().extract(
+            {"traceparent": value, "tracestate": "vendor=abc"}
+        )
+        theirs = trace.get_current_span(ctx).get_span_context()
+        assert theirs.is_valid == valid
+        if valid:
+            assert ours == theirs

@@ -166,3 +166,47 @@ def test_a_bad_traceparent_still_delivers_with_a_span_without_parent(served: Ser
     spans = app.named("process shaky")
     assert len(spans) == 2 and all(s.parent is None for s in spans)
     assert len([r for r in caplog.records if "shaky" in r.getMessage()]) == 1
+
+
+def test_a_batch_is_one_span_linked_to_each_producer_in_both_clients(served: Served):
+    served.create_table("bulk", TRACE_COLUMNS, vt_poller_interval=0.1, vt_batch_size=10)
+    app = Spans()
+    producers = {}
+    for i in (1, 2, 3):
+        with app.tracer.start_as_current_span(f"producer {i}") as span:
+            producers[i] = span.get_span_context().span_id
+            served.sql(
+                "insert into bulk (id, message, traceparent, tracestate) "
+                "values (:i, 'm', :tp, :ts)",
+                i=i,
+                tp=tracing.traceparent(),
+                ts=f"shop=p{i}",
+            )
+
+    def check(span: ReadableSpan) -> None:
+        assert span.parent is None  # a batch has no single parent
+        assert (span.attributes or {})["messaging.batch.message_count"] == 3
+        assert sorted(link.context.span_id for link in span.links) == sorted(producers.values())
+        assert {link.context.trace_state.get("shop") for link in span.links} == {"p1", "p2", "p3"}
+
+    with (
+        Client(served.server.address, tracer_provider=app.provider) as client,
+        client.subscribe("bulk") as sub,
+    ):
+        batch = sub.next_batch()
+        assert len(batch) == 3, f"one batch of the 3 rows, not {len(batch)}"
+        sub.release(batch)  # all settled: the span ends
+    check(app.one("process bulk"))
+    app.exporter.clear()
+
+    async def consume() -> None:
+        async with (
+            aio.Client(served.server.address, tracer_provider=app.provider) as client,
+            client.subscribe("bulk") as sub,
+        ):
+            batch = await sub.next_batch()
+            assert len(batch) == 3, f"one batch of the 3 rows, not {len(batch)}"
+            await sub.ack(batch)
+
+    asyncio.run(consume())
+    check(app.one("process bulk"))

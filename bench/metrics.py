@@ -50,6 +50,10 @@ class MetricsCost:
     server_spans: dict[str, int] = field(default_factory=dict)  # by operation, traced runs
     client_spans: int = 0  # consumer spans of the traced runs
     traced_messages: int = 0  # messages of the traced runs
+    # CPU microseconds a message by process class (server, subscribers, ...) per side (off,
+    # on, traced): the least of its runs. What tracing costs shows here even when the
+    # machine's other work moves the throughput of single runs far more.
+    cpu_us_per_msg: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -111,8 +115,12 @@ def run(
     client_spans = traced_messages = 0
     spans_dir = tempfile.TemporaryDirectory(prefix="msgtable-bench-spans-")
     scrapes = with_table = 0
-    for _ in range(ROUNDS):
-        for metrics, tracing in ((False, False), (True, False), (True, True)):
+    cpu: dict[str, list[dict[str, float]]] = {"off": [], "on": [], "traced": []}
+    modes = ((False, False), (True, False), (True, True))
+    for round_ in range(ROUNDS):
+        # every other round the other way round (off, on, traced; traced, on, off): a run's
+        # place in the round (the database still purging the last run's rows) weighs alike
+        for metrics, tracing in modes if round_ % 2 == 0 else modes[::-1]:
             port = free_port()
             extra = ("--metrics-listen", f"127.0.0.1:{port}") if metrics else ()
             module = "bench.traced" if tracing else "msgtable"
@@ -141,8 +149,10 @@ def run(
                 server_spans.update(json.loads(spans_file.read_text()))
                 client_spans += r.spans
                 traced_messages += r.messages
+            side = "traced" if tracing else "on" if metrics else "off"
+            cpu[side].append(r.cpu_per_msg())
             mode = "metrics and tracing on" if tracing else "on" if metrics else "off"
-            progress(f"metrics {mode}: {r.msgs_s:,.0f} msgs/s")
+            progress(f"metrics {mode}: {r.msgs_s:,.0f} msgs/s ({r.cpu_note()})")
     if not with_table:
         raise BenchError(f"metrics: none of {scrapes} scrapes showed the run's table")
     spans_dir.cleanup()
@@ -156,4 +166,11 @@ def run(
         best_off, best_on, best_on / best_off, scrapes, off, on,
         best_traced, best_traced / best_off, traced,
         dict(server_spans), client_spans, traced_messages,
+        {side: _least(runs) for side, runs in cpu.items()},
     )  # fmt: skip
+
+
+def _least(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per process class, the least CPU microseconds a message of these runs took (the run
+    least disturbed by other work on the machine)."""
+    return {k: min(r[k] for r in runs if k in r) for k in runs[0]} if runs else {}

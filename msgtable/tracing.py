@@ -208,7 +208,8 @@ class ConsumerTracing:
         self._tp: int | None = None  # where traceparent / tracestate are in a row
         self._ts: int | None = None
         self._span: Span | None = None  # the open span, and what it covers
-        self._left: set[int] = set()  # id() of the messages it covers not settled yet
+        self._covers: Sequence[object] = ()  # the messages it covers
+        self._left: set[int] | None = None  # id() of those not settled yet, after a part was
         self._token: object | None = None  # its context attached by the iterating code
         self._attached: Context | None = None  # that context
 
@@ -267,20 +268,28 @@ class ConsumerTracing:
             attributes=attributes,
             links=links,
         )
-        self._span, self._left = span, {id(m) for m in covers}
+        self._span, self._covers, self._left = span, covers, None
         self._attached = trace.set_span_in_context(span)
         self._token = otel_context.attach(self._attached)
 
     def settled(self, messages: Sequence[object]) -> None:
         """Messages were acked, released or rejected: the span covering them ends (it stays
         current until the next hand-out, so the handler's own spans still nest)."""
-        span, left = self._span, self._left
+        span, covers = self._span, self._covers
         if span is None:
             return
-        left.difference_update(id(m) for m in messages)
-        if not left:
-            self._span = None
-            span.end()
+        # the common case, a batch settled whole as it came: no set of ids to build
+        whole = len(messages) == len(covers) and all(
+            a is b for a, b in zip(messages, covers, strict=True)
+        )
+        if not whole:
+            if self._left is None:
+                self._left = {id(m) for m in covers}
+            self._left.difference_update(id(m) for m in messages)
+            if self._left:
+                return
+        self._span = None
+        span.end()
 
     def release_context(self) -> None:
         """End the open span and detach its context (from the iterating code only: the

@@ -169,19 +169,21 @@ def test_a_bad_traceparent_still_delivers_with_a_span_without_parent(served: Ser
 
 
 def test_a_batch_is_one_span_linked_to_each_producer_in_both_clients(served: Served):
-    served.create_table("bulk", TRACE_COLUMNS, vt_poller_interval=0.1, vt_batch_size=10)
     app = Spans()
     producers = {}
+    for table in ("bulk_sync", "bulk_aio"):
+        served.create_table(table, TRACE_COLUMNS, vt_poller_interval=0.1, vt_batch_size=10)
     for i in (1, 2, 3):
         with app.tracer.start_as_current_span(f"producer {i}") as span:
             producers[i] = span.get_span_context().span_id
-            served.sql(
-                "insert into bulk (id, message, traceparent, tracestate) "
-                "values (:i, 'm', :tp, :ts)",
-                i=i,
-                tp=tracing.traceparent(),
-                ts=f"shop=p{i}",
-            )
+            for table in ("bulk_sync", "bulk_aio"):
+                served.sql(
+                    f"insert into {table} (id, message, traceparent, tracestate) "
+                    "values (:i, 'm', :tp, :ts)",
+                    i=i,
+                    tp=tracing.traceparent(),
+                    ts=f"shop=p{i}",
+                )
 
     def check(span: ReadableSpan) -> None:
         assert span.parent is None  # a batch has no single parent
@@ -191,22 +193,23 @@ def test_a_batch_is_one_span_linked_to_each_producer_in_both_clients(served: Ser
 
     with (
         Client(served.server.address, tracer_provider=app.provider) as client,
-        client.subscribe("bulk") as sub,
+        client.subscribe("bulk_sync") as sub,
     ):
         batch = sub.next_batch()
         assert len(batch) == 3, f"one batch of the 3 rows, not {len(batch)}"
-        sub.release(batch)  # all settled: the span ends
-    check(app.one("process bulk"))
-    app.exporter.clear()
+        sub.ack(batch[:1])
+        assert app.named("process bulk_sync") == []  # two of its messages are not settled
+        sub.ack(batch[1:])
+        check(app.one("process bulk_sync"))  # all settled: the span ended
 
     async def consume() -> None:
         async with (
             aio.Client(served.server.address, tracer_provider=app.provider) as client,
-            client.subscribe("bulk") as sub,
+            client.subscribe("bulk_aio") as sub,
         ):
             batch = await sub.next_batch()
             assert len(batch) == 3, f"one batch of the 3 rows, not {len(batch)}"
             await sub.ack(batch)
 
     asyncio.run(consume())
-    check(app.one("process bulk"))
+    check(app.one("process bulk_aio"))

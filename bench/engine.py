@@ -36,6 +36,7 @@ class SubscriberSpec:
     target: int  # stop once this many messages were received by all subscribers together
     marks: tuple[int, ...] = ()  # counts at which to note the time (e.g. 10,000 of 100,000)
     subscribe_after_go: bool = False  # True: the clock starts at go, before subscribing
+    traced: bool = False  # True: consumer spans to an SDK provider (bench.traced)
 
 
 @dataclass
@@ -59,6 +60,11 @@ def subscriber_worker(
     def work() -> dict[str, Any]:
         from msgtable.client import Client
 
+        tracer = None
+        if spec.traced:
+            from bench.traced import install
+
+            tracer = install()
         ids = array("q")
         acked = batches = ack_calls = 0
         last = 0.0
@@ -107,12 +113,18 @@ def subscriber_worker(
                         f"the server ended the stream of {spec.table} after {len(ids)} messages "
                         f"here, {shared.counter.value} of {spec.target} in all"
                     )
+        spans = 0
+        if tracer is not None:  # what the consumer spans came to (bench.metrics checks some)
+            provider, exporter = tracer
+            provider.force_flush()
+            spans = sum(exporter.spans.values())
         return {
             "ids": ids.tobytes(),
             "acked": acked,
             "batches": batches,
             "ack_calls": ack_calls,
             "last": last,
+            "spans": spans,
         }
 
     report(name, results, work)
@@ -178,6 +190,7 @@ def run(
     table: str | None = None,
     first_id: int = 0,
     db_pid: int | None = None,
+    traced: bool = False,
 ) -> Throughput:
     """One end-to-end run: a producer of ``n`` messages and ``subscribers`` subscribers.
 
@@ -194,7 +207,7 @@ def run(
         shared = Shared.new(0)
         with Workers() as workers:
             for k in range(subscribers):
-                spec = SubscriberSpec(server.address, table, n)
+                spec = SubscriberSpec(server.address, table, n, traced=traced)
                 workers.start(f"sub{k}", subscriber_worker, spec, shared)
             producer = ProducerSpec(dsn, table, first_id, n, producer_rows(batch_size), subscribers)
             workers.start("producer", producer_worker, producer)
@@ -228,6 +241,7 @@ def run(
             f"{n / batches:.1f} messages a batch, {batches / max(calls, 1):.1f} batches a "
             "MessageAck",
             cpu_s=cpu,
+            spans=sum(r.get("spans", 0) for name, r in results.items() if name.startswith("sub")),
         )
     finally:
         if fresh:

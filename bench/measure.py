@@ -69,6 +69,7 @@ class Throughput:
     seconds: float
     note: str = ""
     cpu_s: dict[str, float] = field(default_factory=dict)  # process class -> CPU seconds
+    spans: int = 0  # consumer spans the subscribers exported (bench.metrics' traced runs)
 
     @property
     def msgs_s(self) -> float:

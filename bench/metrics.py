@@ -2,9 +2,13 @@
 subscribers on a server with ``--metrics-listen``, scraped every SCRAPE_INTERVAL_S over
 HTTP, against the same run on a server without (the ``metrics`` section of
 ``python -m bench.run``; JSON keys ``metrics_off_msgs_s``, ``metrics_on_msgs_s`` and
-``metrics_cost_ratio`` = on / off, target >= TARGET_RATIO).
+``metrics_cost_ratio`` = on / off, target >= TARGET_RATIO). And the cost of tracing on top:
+the same server with metrics and an SDK tracer provider (BatchSpanProcessor, an exporter that
+drops the spans: bench.traced) on both the server and the subscribers' side (JSON keys
+``tracing_on_msgs_s`` and ``tracing_cost_ratio`` = metrics and tracing on / off, target >=
+TARGET_RATIO).
 
-Both are measured in the same run, alternating off, on, off, on... (ROUNDS pairs) on fresh
+All are measured in the same run, alternating off, on, traced, off, on... (ROUNDS of each) on fresh
 servers (no lease of their own: one at a time), and each side's best run is compared: the
 machine's speed drifts over minutes, and alternating exposes both sides to the same drift.
 The scrapes are checked: every one answered 200 with the server's families, and some had the
@@ -13,10 +17,14 @@ run's table (a scrape before the server discovered it has none).
 
 from __future__ import annotations
 
+import json
 import socket
+import tempfile
 import threading
 import urllib.request
-from dataclasses import asdict, dataclass
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from bench import engine
@@ -36,6 +44,16 @@ class MetricsCost:
     scrapes: int
     off_runs: list[float]
     on_runs: list[float]
+    traced_msgs_s: float = 0.0  # metrics and tracing on
+    tracing_ratio: float = 0.0  # traced / off
+    traced_runs: list[float] = field(default_factory=list)
+    server_spans: dict[str, int] = field(default_factory=dict)  # by operation, traced runs
+    client_spans: int = 0  # consumer spans of the traced runs
+    traced_messages: int = 0  # messages of the traced runs
+    # CPU microseconds a message by process class (server, subscribers, ...) per side (off,
+    # on, traced): the least of its runs. What tracing costs shows here even when the
+    # machine's other work moves the throughput of single runs far more.
+    cpu_us_per_msg: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
@@ -92,12 +110,24 @@ def run(
 ) -> MetricsCost:
     off: list[float] = []
     on: list[float] = []
+    traced: list[float] = []
+    server_spans: Counter[str] = Counter()
+    client_spans = traced_messages = 0
+    spans_dir = tempfile.TemporaryDirectory(prefix="msgtable-bench-spans-")
     scrapes = with_table = 0
-    for _ in range(ROUNDS):
-        for metrics in (False, True):
+    cpu: dict[str, list[dict[str, float]]] = {"off": [], "on": [], "traced": []}
+    modes = ((False, False), (True, False), (True, True))
+    for round_ in range(ROUNDS):
+        # every other round the other way round (off, on, traced; traced, on, off): a run's
+        # place in the round (the database still purging the last run's rows) weighs alike
+        for metrics, tracing in modes if round_ % 2 == 0 else modes[::-1]:
             port = free_port()
             extra = ("--metrics-listen", f"127.0.0.1:{port}") if metrics else ()
-            with ServerProcess(dsn, lease=False, extra=extra) as server:
+            module = "bench.traced" if tracing else "msgtable"
+            spans_file = Path(spans_dir.name) / f"spans-{len(traced)}.json"
+            if tracing:
+                extra = (*extra, "--spans-file", str(spans_file))
+            with ServerProcess(dsn, lease=False, extra=extra, module=module) as server:
                 if not metrics:
                     r = engine.run(
                         server, dsn, n, batch_size, subscribers, poller_interval_s,
@@ -108,15 +138,39 @@ def run(
                     with Scraper(f"http://127.0.0.1:{port}/metrics") as scraper:
                         r = engine.run(
                             server, dsn, n, batch_size, subscribers, poller_interval_s,
-                            postpone_after_s=postpone_after_s,
+                            postpone_after_s=postpone_after_s, traced=tracing,
                         )  # fmt: skip
                     if scraper.failure:
                         raise BenchError(f"metrics: a scrape failed: {scraper.failure}")
                     scrapes += scraper.scrapes
                     with_table += scraper.with_table
-                    on.append(r.msgs_s)
-            progress(f"metrics {'on' if metrics else 'off'}: {r.msgs_s:,.0f} msgs/s")
+                    (traced if tracing else on).append(r.msgs_s)
+            if tracing:  # the server wrote its spans as it stopped
+                server_spans.update(json.loads(spans_file.read_text()))
+                client_spans += r.spans
+                traced_messages += r.messages
+            side = "traced" if tracing else "on" if metrics else "off"
+            cpu[side].append(r.cpu_per_msg())
+            mode = "metrics and tracing on" if tracing else "on" if metrics else "off"
+            progress(f"metrics {mode}: {r.msgs_s:,.0f} msgs/s ({r.cpu_note()})")
     if not with_table:
         raise BenchError(f"metrics: none of {scrapes} scrapes showed the run's table")
-    best_off, best_on = max(off), max(on)
-    return MetricsCost(best_off, best_on, best_on / best_off, scrapes, off, on)
+    spans_dir.cleanup()
+    if not (server_spans["send"] and server_spans["ack"] and client_spans):
+        raise BenchError(
+            f"metrics: tracing on but spans missing (server {dict(server_spans)}, "
+            f"subscribers {client_spans})"
+        )
+    best_off, best_on, best_traced = max(off), max(on), max(traced)
+    return MetricsCost(
+        best_off, best_on, best_on / best_off, scrapes, off, on,
+        best_traced, best_traced / best_off, traced,
+        dict(server_spans), client_spans, traced_messages,
+        {side: _least(runs) for side, runs in cpu.items()},
+    )  # fmt: skip
+
+
+def _least(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per process class, the least CPU microseconds a message of these runs took (the run
+    least disturbed by other work on the machine)."""
+    return {k: min(r[k] for r in runs if k in r) for k in runs[0]} if runs else {}

@@ -188,8 +188,10 @@ class ServerProcess:
         binlog: bool = True,
         lease: bool = True,
         extra: Sequence[str] = (),
+        module: str = "msgtable",
     ) -> None:
         self.dsn = dsn
+        self.module = module  # bench.traced: msgtable serve with tracing on (bench.metrics)
         self.extra = tuple(extra)  # more flags of msgtable serve (bench.push: --push-allow)
         self.log_level = log_level
         self.binlog = binlog  # False: msgtable serve --no-binlog (polling only)
@@ -212,7 +214,7 @@ class ServerProcess:
         command = [
             sys.executable,
             "-m",
-            "msgtable",
+            self.module,
             "serve",
             "--dsn",
             without_driver(self.dsn),  # the fastest driver installed, as msgtable serve picks

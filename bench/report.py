@@ -309,6 +309,13 @@ class Report:
                 at_most=True,
             ),
             Target(
+                "tracing_cost_ratio",
+                "msgtable with metrics and tracing (SDK, spans dropped) / without, batch 100, "
+                "4 subscribers",
+                self.metrics.tracing_ratio if self.metrics else None,
+                TARGET_METRICS_RATIO,
+            ),
+            Target(
                 "bytes_per_cached_msg",
                 "server memory per cached message above idle",
                 per_msg,
@@ -651,6 +658,8 @@ class Report:
             "metrics_off_msgs_s": rnd(self.metrics.off_msgs_s if self.metrics else None, 0),
             "metrics_on_msgs_s": rnd(self.metrics.on_msgs_s if self.metrics else None, 0),
             "metrics_cost_ratio": rnd(self.metrics.ratio if self.metrics else None, 3),
+            "tracing_on_msgs_s": rnd(self.metrics.traced_msgs_s if self.metrics else None, 0),
+            "tracing_cost_ratio": rnd(self.metrics.tracing_ratio if self.metrics else None, 3),
             "metrics": self.metrics.as_dict() if self.metrics else None,
             "dashboard_page_ms": rnd(self.dashboard.page_ms if self.dashboard else None, 2),
             "dashboard_page_p99_ms": rnd(self.dashboard.page_p99_ms if self.dashboard else None, 2),

@@ -213,7 +213,8 @@ def run(args: argparse.Namespace) -> Report:
             mc = report.metrics
             progress(
                 f"metrics: on {mc.on_msgs_s:,.0f} vs off {mc.off_msgs_s:,.0f} msgs/s "
-                f"({mc.ratio:.3f}, {mc.scrapes} scrapes)"
+                f"({mc.ratio:.3f}, {mc.scrapes} scrapes); with tracing "
+                f"{mc.traced_msgs_s:,.0f} ({mc.tracing_ratio:.3f})"
             )
         if "dashboard" in only:
             with scratch_database(db.handle, "bench_dashboard") as dsn:

@@ -17,8 +17,9 @@ import random
 import threading
 import time
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from msgtable import tracing
 from msgtable.backlog import DEFAULT_MAX_AGE_S, Backlog, BacklogReader
 from msgtable.binlog import BinlogFollower
 from msgtable.capture import CaptureFollower, CaptureTarget
@@ -54,6 +55,9 @@ from msgtable.subscriptions import (
 )
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S, TableConfig, load_table
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
 log = logging.getLogger(__name__)
 
 DISCOVERY_RETRY_MIN_S = 1.0
@@ -77,13 +81,16 @@ class MessageEngine(Subscriptions, Endpoints):
         push_allow: AllowList | None = None,
         push_ca_file: str | None = None,
         capture: bool = True,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         """``lease_period_s``: share the database with other msgtable servers; this one
         sends only while it holds the lease (msgtable.lease), from ``campaign()`` on. None:
         this server is the only one and sends from ``open()`` on. ``push_allow``: the URLs
         push endpoints may have (msgtable.push.allow; None: none), ``push_ca_file`` the CAs
         their certificates are checked against (None: the system's). ``capture``: write table
-        events into capture tables (msgtable.capture) while this server sends."""
+        events into capture tables (msgtable.capture) while this server sends.
+        ``tracer_provider``: where the tables' poll / send / ack spans go (msgtable.tracing;
+        None: the global provider, if one was configured when a table's manager is made)."""
         self.store = store
         store.outage.tell = True  # a server says when its database goes and comes back
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
@@ -91,6 +98,7 @@ class MessageEngine(Subscriptions, Endpoints):
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.discovery_interval_s = discovery_interval_s
+        self._tracer_provider = tracer_provider
         self._lock = threading.Lock()
         self._managers: dict[str, MessageManager] = {}
         self._load_errors: dict[str, str] = {}
@@ -327,6 +335,7 @@ class MessageEngine(Subscriptions, Endpoints):
             outage=self.store.outage,
             dead_letter=self._dead_letter_config,
             buried=self.binlog_insert,
+            tracing=tracing.server(cfg.name, self._tracer_provider),
         )
 
     def _dead_letter_config(self, cfg: TableConfig) -> TableConfig | None:

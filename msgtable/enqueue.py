@@ -12,7 +12,10 @@ rolled-back transaction enqueues nothing. ``delay_s`` sets ``time_next`` to the 
 now plus the delay in unix ns (its clock is the one the server polls by); ``priority`` the
 current layout's priority (lower goes first); ``order_key`` the table's vt_order_key column;
 ``traceparent`` (W3C trace context) the ``traceparent`` column when the table has one, and is
-left out when it has not.
+left out when it has not; ``traceparent=msgtable.tracing.CURRENT`` takes the current trace
+context (and its tracestate, into a ``tracestate`` column if the table has one). With a tracer
+provider configured, each call is a PRODUCER span "send TABLE" (msgtable.tracing), whose
+context is the one CURRENT stores.
 """
 
 from __future__ import annotations
@@ -28,12 +31,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from msgtable import tracing
 from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.sql import quote
 from msgtable.store import read_definitions
 from msgtable.tables import Layout, TableConfig, load_table
 
-TRACEPARENT_COLUMN = "traceparent"
+TRACEPARENT_COLUMN = tracing.TRACEPARENT_COLUMN
+TRACESTATE_COLUMN = tracing.TRACESTATE_COLUMN
+MAX_TRACESTATE = 512  # the README's tracestate varchar(512)
 # How long what information_schema says of a table is kept before it is read again (a
 # changed comment shows within this long; a column added shows at once, as an unknown column
 # reads it again); reading it costs three queries.
@@ -67,7 +73,7 @@ def enqueue(
     delay_s: float = 0.0,
     priority: int = 0,
     order_key: object | None = None,
-    traceparent: str | None = None,
+    traceparent: str | tracing.Current | None = None,
 ) -> int:
     """Insert one message into ``table`` in ``conn``'s transaction (see the module
     docstring); returns how many rows were inserted (1)."""
@@ -90,13 +96,33 @@ def enqueue_many(
     delay_s: float = 0.0,
     priority: int = 0,
     order_key: object | None = None,
-    traceparent: str | None = None,
+    traceparent: str | tracing.Current | None = None,
 ) -> int:
     """Insert ``rows`` (each with the same columns) into ``table`` in one multi-row INSERT
     in ``conn``'s transaction, all with the same delay, priority, order key and
     traceparent; returns how many rows were inserted."""
     if not rows:
         return 0
+    # a PRODUCER span "send TABLE" when a tracer provider is configured (msgtable.tracing)
+    with tracing.producer_span(table, len(rows)):
+        tracestate = None
+        if isinstance(traceparent, tracing.Current):  # the context of the span just begun
+            headers = tracing.trace_headers()
+            traceparent = headers.get(TRACEPARENT_COLUMN)
+            tracestate = headers.get(TRACESTATE_COLUMN)
+        return _insert(conn, table, rows, delay_s, priority, order_key, traceparent, tracestate)
+
+
+def _insert(
+    conn: sa.Connection | orm.Session,
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    delay_s: float,
+    priority: int,
+    order_key: object | None,
+    traceparent: str | None,
+    tracestate: str | None,
+) -> int:
     if not (isinstance(delay_s, int | float) and math.isfinite(delay_s) and delay_s >= 0):
         raise InvalidArgument(f"delay_s must be zero or more seconds, not {delay_s!r}")
     if isinstance(priority, bool) or not isinstance(priority, int):
@@ -145,6 +171,8 @@ def enqueue_many(
         if TRACEPARENT_COLUMN in names:
             raise InvalidArgument("give the traceparent either as traceparent or in values")
         extra.append((TRACEPARENT_COLUMN, "%s", [traceparent]))
+        if tracestate and TRACESTATE_COLUMN in plan.columns and TRACESTATE_COLUMN not in names:
+            extra.append((TRACESTATE_COLUMN, "%s", [tracestate[:MAX_TRACESTATE]]))
     columns = ", ".join(quote(c) for c in [*names, *(c for c, _, _ in extra)])
     one_row = ", ".join([*(["%s"] * len(names)), *(sql for _, sql, _ in extra)])
     statement = f"INSERT INTO {quote(cfg.name)} ({columns}) VALUES " + ", ".join(

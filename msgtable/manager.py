@@ -62,6 +62,7 @@ from msgtable.window import Window, window_size
 
 if TYPE_CHECKING:
     from msgtable.store import Keep, Store
+    from msgtable.tracing import ServerTracing
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,10 @@ class MessageManager:
         outage: Outage | None = None,
         dead_letter: Callable[[TableConfig], TableConfig | None] | None = None,
         buried: Callable[[str], None] | None = None,
+        tracing: ServerTracing | None = None,
     ) -> None:
         self.store = store
+        self._tracing = tracing  # poll / send / ack spans (None: nothing records)
         # The config of a table's vt_dead_letter table (None: not loaded), and what to tell
         # when messages were moved there (its manager polls).
         self._dead_letter = dead_letter or (lambda cfg: None)
@@ -304,6 +307,20 @@ class MessageManager:
 
     # -- acks ----------------------------------------------------------------------------
     def ack(self, ids: Sequence[object]) -> int:
+        if self._tracing is None:
+            return self._ack(ids)
+        span = self._tracing.start("ack", len(ids))
+        try:
+            n = self._ack(ids)
+            span.set_attribute("msgtable.acked", n)
+            return n
+        except MsgtableError as exc:
+            self._tracing.failed(span, exc)
+            raise
+        finally:
+            span.end()
+
+    def _ack(self, ids: Sequence[object]) -> int:
         cfg = self.config
         clean = coerce_ids(cfg.name, cfg.id_column, ids)
         n = self._acks.ack(clean)
@@ -502,6 +519,20 @@ class MessageManager:
         vt_poller_interval wait in the cache and go out at their time (future time_next,
         backoff redeliveries), not a poll late.
         """
+        if self._tracing is None:
+            return self._poll(restart)
+        span = self._tracing.start("poll")
+        try:
+            added = self._poll(restart)
+            span.set_attribute("msgtable.added", added)
+            return added
+        except MsgtableError as exc:
+            self._tracing.failed(span, exc)
+            raise
+        finally:
+            span.end()
+
+    def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
             return self._poll_ordered(self.cache.ordered, restart)
         with self._lock:
@@ -681,17 +712,24 @@ class MessageManager:
             for sub, sent in out:
                 sub.put(Batch.of(sent, now))
 
+        tracing = self._tracing
+        span = tracing.start("send", len(rows)) if tracing is not None else None
         try:
             if deferred:
                 self.store.send(cfg, rows, now, deliver, keep)
                 return []
             claimed = self.store.claim(cfg, rows, now, next_ns, deliver, keep)
-        except MsgtableError:
+        except MsgtableError as exc:
             with self._lock:
                 self.cache.due.pending = True  # the rows are still due: read them again soon
                 self._restart = True
             self._poll_wake.set()
+            if tracing is not None and span is not None:
+                tracing.failed(span, exc)
             raise
+        finally:
+            if span is not None:
+                span.end()
         return postpone.claimed(cfg, claimed, next_ns)
 
     def recheck_windows(self) -> int:

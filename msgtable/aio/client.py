@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgtable.aio.router import AioRouter
 from msgtable.aio.subscriber import Subscriber
@@ -16,6 +16,9 @@ from msgtable.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 
 class Client:
@@ -35,12 +38,15 @@ class Client:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
+        """Arguments as the sync Client's (``tracer_provider``: msgtable.tracing)."""
         targets = requests.targets(target, retry_for_s)
         self.target = target
         self.targets = targets
         self.timeout_s = timeout_s
         self.retry_for_s = retry_for_s
+        self.tracer_provider = tracer_provider
         self._router = AioRouter(
             targets, channel_credentials(tls_ca, tls_cert, tls_key), token, timeout_s
         )
@@ -82,6 +88,7 @@ class Client:
             retry_for_s=self.retry_for_s,
             ack_wait_s=self.ack_wait_s if auto_renew else None,
             max_lease_s=max_lease_s,
+            tracer_provider=self.tracer_provider,
         )
 
     async def ack_wait_s(self, name: str, keyspace: str = "", subscription: str = "") -> float:

@@ -20,12 +20,12 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 import grpc.aio
 
-from msgtable import codec
+from msgtable import codec, tracing
 from msgtable.aio.router import AioRouter
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
@@ -34,6 +34,9 @@ from msgtable.codec import Field
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.retry import Retry
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 log = logging.getLogger("msgtable.client")
 
@@ -106,6 +109,7 @@ class Subscriber:
         retry_for_s: float | None,
         ack_wait_s: Callable[[str, str, str], Awaitable[float]] | None = None,
         max_lease_s: float = DEFAULT_MAX_LEASE_S,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.name = request.name
         self.keyspace = request.keyspace
@@ -127,6 +131,8 @@ class Subscriber:
         self._leases = Leases(max_lease_s)  # auto-renew's (the sync Leaser's bookkeeping)
         self._renewer: asyncio.Task[None] | None = None
         self.renewed = 0  # messages auto-renew renewed (the server's counts)
+        # consumer spans (msgtable.tracing; None: nothing records, checked once here)
+        self._tracing = tracing.consumer(self.name, self.subscription, tracer_provider)
 
     # -- opening -----------------------------------------------------------------------------
     async def open(self) -> Subscriber:
@@ -185,6 +191,8 @@ class Subscriber:
                 self.fields = fields
                 self.field_names = tuple(f.name for f in fields)
                 self._decoder = codec.RowDecoder([f.type for f in fields])
+                if self._tracing is not None:
+                    self._tracing.adopt(self.field_names)
             return True
 
     async def _first_response(self, call: Any, target: str) -> pb.MessageStreamResponse:
@@ -209,6 +217,12 @@ class Subscriber:
     # -- messages ----------------------------------------------------------------------------
     async def next_batch(self) -> list[Message]:
         """The next batch as the server sent it; [] once closed."""
+        batch = await self._next_batch()
+        if self._tracing is not None:
+            self._tracing.batch(batch)  # one span for the batch, current until the next
+        return batch
+
+    async def _next_batch(self) -> list[Message]:
         if self._pending:
             batch = list(self._pending)
             self._pending.clear()
@@ -255,12 +269,17 @@ class Subscriber:
         return self
 
     async def __anext__(self) -> Message:
+        if self._tracing is not None:
+            self._tracing.release_context()  # the last message's span ends here at the latest
         while not self._pending:
-            batch = await self.next_batch()
+            batch = await self._next_batch()
             if not batch:
                 raise StopAsyncIteration
             self._pending.extend(batch)
-        return self._pending.popleft()
+        message = self._pending.popleft()
+        if self._tracing is not None:
+            self._tracing.message(message)  # its span, current until the next message
+        return message
 
     async def batches(self) -> AsyncIterator[list[Message]]:
         """Batches as they arrive, until close() (an async iterator)."""
@@ -323,8 +342,10 @@ class Subscriber:
         )
         return await self._router.settle("MessageRenew", request, self.target)
 
-    def _settled(self, messages: Iterable[Message]) -> None:
+    def _settled(self, messages: list[Message]) -> None:
         self._leases.remove(messages)
+        if self._tracing is not None:
+            self._tracing.settled(messages)
 
     # -- auto-renew --------------------------------------------------------------------------
     @property
@@ -363,6 +384,8 @@ class Subscriber:
             return
         self._closed = True
         self._closing.set()
+        if self._tracing is not None:
+            self._tracing.end()
         if self._call is not None:
             self._call.cancel()
         if self._renewer is not None:

@@ -140,6 +140,10 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             from msgtable.mysql import without_driver
 
             dsn = without_driver(dsn)  # the server takes the fastest driver installed
+        from msgtable import tracing
+
+        # the standard OTEL_* variables, when an SDK is installed (README: Tracing)
+        tracing.configure_from_env()
         push_allow = args.push_allow
         if local is not None and not push_allow:
             push_allow = DEMO_PUSH_ALLOW  # the demo pushes to this machine only

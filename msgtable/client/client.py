@@ -4,7 +4,7 @@ list tables)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgtable.client import requests
 from msgtable.client.acks import DEFAULT_ACK_LINGER_S
@@ -17,6 +17,9 @@ from msgtable.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_RETRY_FOR_S = 300.0  # a subscriber gives up after this long without a stream
@@ -41,13 +44,16 @@ class Client:
         tls_ca: str | None = None,
         tls_cert: str | None = None,
         tls_key: str | None = None,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         """``timeout_s``: for each unary call, for the first response of a stream, and for
         the retries of an ack. ``retry_for_s``: how long a subscriber keeps subscribing
         again after its stream broke (None: for ever). ``token``: sent as
         ``authorization: Bearer TOKEN`` with every call. ``tls_ca`` (the CA that signed the
         server's certificate; a PEM file), or ``tls_cert`` and ``tls_key`` (a client
-        certificate for mutual TLS), make the channels TLS."""
+        certificate for mutual TLS), make the channels TLS. ``tracer_provider``: where the
+        subscribers' consumer spans go (msgtable.tracing; None: the global provider, if one
+        was configured when a subscriber is made)."""
         if ack_linger_s < 0:
             raise InvalidArgument(f"ack_linger_s must be >= 0, not {ack_linger_s}")
         targets = requests.targets(target, retry_for_s)
@@ -56,6 +62,7 @@ class Client:
         self.timeout_s = timeout_s
         self.ack_linger_s = ack_linger_s  # see Subscriber.ack_async
         self.retry_for_s = retry_for_s
+        self.tracer_provider = tracer_provider
         self._router = Router(
             targets, channel_credentials(tls_ca, tls_cert, tls_key), token, timeout_s
         )
@@ -114,6 +121,7 @@ class Client:
             ack_linger_s=self.ack_linger_s,
             renew_every_s=renew_every_s,
             max_lease_s=max_lease_s,
+            tracer_provider=self.tracer_provider,
         )
 
     def _ack_wait_s(self, name: str, keyspace: str, subscription: str = "") -> float:

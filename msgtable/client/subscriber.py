@@ -16,9 +16,9 @@ import contextlib
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from msgtable import codec
+from msgtable import codec, tracing
 from msgtable.client.acks import AckQueue
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, Leaser
 from msgtable.client.message import Message
@@ -27,6 +27,9 @@ from msgtable.client.stream import Stream
 from msgtable.codec import Field
 from msgtable.errors import MsgtableError
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 
 class Subscriber:
@@ -48,6 +51,7 @@ class Subscriber:
         ack_linger_s: float,
         renew_every_s: float | None = None,
         max_lease_s: float = DEFAULT_MAX_LEASE_S,
+        tracer_provider: TracerProvider | None = None,
     ) -> None:
         self.name = request.name
         self.keyspace = request.keyspace
@@ -60,6 +64,8 @@ class Subscriber:
         self._pending: deque[Message] = deque()
         self._ack_queue: AckQueue | None = None
         self._decoder: codec.RowDecoder | None = None
+        # consumer spans (msgtable.tracing; None: nothing records, checked once here)
+        self._tracing = tracing.consumer(self.name, self.subscription, tracer_provider)
         self._stream = Stream(
             router,
             request,
@@ -93,6 +99,8 @@ class Subscriber:
             self.fields = fields
             self.field_names = tuple(f.name for f in fields)
             self._decoder = codec.RowDecoder([f.type for f in fields])
+            if self._tracing is not None:
+                self._tracing.adopt(self.field_names)
 
     # -- messages ----------------------------------------------------------------------------
     def _messages(self, response: pb.MessageStreamResponse) -> list[Message]:
@@ -108,6 +116,12 @@ class Subscriber:
 
     def next_batch(self) -> list[Message]:
         """The next batch as the server sent it (up to vt_batch_size); [] once closed."""
+        batch = self._next_batch()
+        if self._tracing is not None:
+            self._tracing.batch(batch)  # one span for the batch, current until the next
+        return batch
+
+    def _next_batch(self) -> list[Message]:
         if self._pending:
             batch = list(self._pending)
             self._pending.clear()
@@ -137,12 +151,17 @@ class Subscriber:
         return self
 
     def __next__(self) -> Message:
+        if self._tracing is not None:
+            self._tracing.release_context()  # the last message's span ends here at the latest
         while not self._pending:
-            batch = self.next_batch()
+            batch = self._next_batch()
             if not batch:
                 raise StopIteration
             self._pending.extend(batch)
-        return self._pending.popleft()
+        message = self._pending.popleft()
+        if self._tracing is not None:
+            self._tracing.message(message)  # its span, current until the next message
+        return message
 
     # -- acks --------------------------------------------------------------------------------
     def ack(self, messages: Iterable[Message]) -> int:
@@ -214,9 +233,11 @@ class Subscriber:
         )
         return self._router.settle("MessageRenew", request, self.target)
 
-    def _settled(self, messages: Iterable[Message]) -> None:
+    def _settled(self, messages: list[Message]) -> None:
         if self._leaser is not None:
             self._leaser.remove(messages)
+        if self._tracing is not None:
+            self._tracing.settled(messages)
 
     @property
     def leaser(self) -> Leaser | None:
@@ -269,6 +290,8 @@ class Subscriber:
         if not self._closed:
             self._closed = True
             self._stream.closed = True
+            if self._tracing is not None:
+                self._tracing.end()
             if self._leaser is not None:
                 self._leaser.close()
             try:

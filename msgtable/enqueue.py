@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from msgtable.errors import InvalidArgument, TableNotFound
+from msgtable.limits import MAX_ENQUEUE_DELAY_S
 from msgtable.sql import quote
 from msgtable.store import read_definitions
 from msgtable.tables import Layout, TableConfig, load_table
@@ -97,10 +98,19 @@ def enqueue_many(
     traceparent; returns how many rows were inserted."""
     if not rows:
         return 0
-    if not (isinstance(delay_s, int | float) and math.isfinite(delay_s) and delay_s >= 0):
-        raise InvalidArgument(f"delay_s must be zero or more seconds, not {delay_s!r}")
+    if not (
+        isinstance(delay_s, int | float)
+        and math.isfinite(delay_s)
+        and 0 <= delay_s <= MAX_ENQUEUE_DELAY_S
+    ):
+        raise InvalidArgument(
+            f"delay_s must be zero or more seconds, at most {MAX_ENQUEUE_DELAY_S:.0f} "
+            f"(about 100 years), not {_shown(delay_s)}"
+        )
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgument(f"priority must be an integer, not {priority!r}")
+        raise InvalidArgument(f"priority must be an integer, not {_shown(priority)}")
+    if not -(2**63) <= priority < 2**63:
+        raise InvalidArgument(f"priority {priority} does not fit the priority column (a bigint)")
     names = list(rows[0])
     for i, row in enumerate(rows):
         if list(row) != names:
@@ -112,7 +122,7 @@ def enqueue_many(
     cfg = plan.config
     for name in names:
         if name not in plan.columns:
-            raise InvalidArgument(f"table {table} has no column {name!r}")
+            raise InvalidArgument(f"table {table} has no column {_shown(name)}")
         if name in _ENGINE_COLUMNS:
             raise InvalidArgument(
                 f"column {name!r} is the engine's: use delay_s and priority to set it"
@@ -136,9 +146,11 @@ def enqueue_many(
         if cfg.order_key in names:
             raise InvalidArgument("give the order key either as order_key or in values")
         extra.append((cfg.order_key, "%s", [order_key]))
-    if traceparent is not None and not _TRACEPARENT.fullmatch(traceparent):
+    if traceparent is not None and not (
+        isinstance(traceparent, str) and _TRACEPARENT.fullmatch(traceparent)
+    ):
         raise InvalidArgument(
-            f"traceparent {traceparent[:60]!r} is not W3C trace context "
+            f"traceparent {_shown(traceparent)} is not W3C trace context "
             "(00-<32 hex>-<16 hex>-<2 hex>)"
         )
     if traceparent is not None and TRACEPARENT_COLUMN in plan.columns:
@@ -152,8 +164,21 @@ def enqueue_many(
     )
     tail = [p for _, _, params in extra for p in params]
     params = tuple(p for row in rows for p in [*(row[n] for n in names), *tail])
-    result = connection.exec_driver_sql(statement, params)
+    try:
+        result = connection.exec_driver_sql(statement, params)
+    except sa.exc.DataError as exc:
+        # a value the table's column cannot take (too long, out of range, not a number):
+        # only this statement failed, the application's transaction goes on
+        why = str(exc.orig.args[-1]) if exc.orig is not None and exc.orig.args else "a bad value"
+        why = " ".join(why.split())[:200]  # one line (the database's own words)
+        raise InvalidArgument(f"table {cfg.name}: {why}") from None
     return int(result.rowcount)
+
+
+def _shown(value: object, most: int = 60) -> str:
+    """``value`` as an error message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def _plan(conn: sa.Connection, table: str, fresh: bool = False) -> _Plan:
@@ -176,7 +201,7 @@ def _plan(conn: sa.Connection, table: str, fresh: bool = False) -> _Plan:
     finally:
         cur.close()
     if not found:
-        raise TableNotFound(f"no message table {table!r} in {database}")
+        raise TableNotFound(f"no message table {_shown(table)} in {database}")
     d = found[0]
     cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
     plan = _Plan(cfg, frozenset(c.name for c in d.columns), now)

@@ -130,6 +130,15 @@ def test_bad_input_is_one_clear_error_and_nothing_is_written(
     assert served.sql("select count(*) from jobs")[0][0] == 0
 
 
+@pytest.mark.parametrize("key", [object(), 1.5, None.__class__, [1], {"k": 1}, True])
+def test_an_order_key_that_is_not_text_bytes_or_an_integer_is_refused(served: Served, key):
+    """Found by the fuzz test: object() was enqueued with its repr as the key."""
+    served.create_table("keyed", KEYED, vt_order_key="k")
+    with pytest.raises(InvalidArgument, match="order_key"), served.transaction() as conn:
+        enqueue(conn, "keyed", {"id": 1, "message": "m"}, order_key=key)
+    assert served.sql("select count(*) from keyed")[0][0] == 0
+
+
 def test_after_a_refused_value_the_transaction_goes_on(served: Served):
     """A value the database refuses fails only its statement: the application's
     transaction stays usable and commits what else it wrote."""

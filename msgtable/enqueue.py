@@ -141,6 +141,11 @@ def enqueue_many(
         if "time_created" in plan.columns and "time_created" not in names:
             extra.append(("time_created", _NOW_NS, []))
     if order_key is not None:
+        if isinstance(order_key, bool) or not isinstance(order_key, str | bytes | int):
+            # the driver would write any other object as its repr
+            raise InvalidArgument(
+                f"order_key must be text, bytes or an integer, not {_shown(order_key)}"
+            )
         if not cfg.order_key:
             raise InvalidArgument(f"table {table} has no vt_order_key: it takes no order_key")
         if cfg.order_key in names:

@@ -13,6 +13,7 @@ named legitimately."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 import os
@@ -648,10 +649,9 @@ def _http(
             conn.putheader("Content-Length", str(len(HUGE_BODY if body == b"HUGE" else body)))
         if body == b"HUGE":
             body = HUGE_BODY
-        try:
+        # it may answer (and close) before reading the whole body: the answer says why
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             conn.endheaders(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # it answered (and closed) before reading the whole body: the answer says why
         answer = conn.getresponse()
         return answer.status, answer.read()
     finally:

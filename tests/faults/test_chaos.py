@@ -38,6 +38,12 @@ schedule, and a capture table of source tables a producer writes, drained by sub
 that the subscriber faults hit too; each has its own checker (tests/faults/pushcheck.py,
 tests/faults/capturecheck.py) and its line in the summary.
 
+Both servers run with --metrics-listen and --http; a scraper polls their /metrics and
+/api/state every 0.5 s through every fault, and tests/faults/scrapecheck.judge says whether
+a live server always answered in time, counters never went down, one server held the lease
+at quiescent points, and after the drain the backlog and the dead letters are what the
+checkers know.
+
 The judge is tests/faults/checker.Checker, one per group, which sees only what a user sees and
 reads the tables with its own SQL (a subscription's state table ``<table>__<name>``), and the
 purge rule across groups: no row leaves the table while a subscription holds it. Set

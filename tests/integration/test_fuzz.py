@@ -8,7 +8,11 @@ text) and projections; the same on an ordered table (vt_order_key) whose keys ar
 text; push endpoints set and dropped with hostile URLs (userinfo tricks, CRLF header
 injection, NUL, unicode hosts, 1 MB) and secrets. Each must get a clean status (never
 INTERNAL or UNKNOWN), the server must keep serving, and no table may change that was not
-named legitimately."""
+named legitimately. Issue 19's parts too: hostile dashboard requests (paths, query
+strings, JSON bodies of every shape, wrong content types, huge bodies, forged tokens, Host
+headers) get a clean 4xx; /metrics scraped under hostile calls stays valid Prometheus text
+whose labels name only real tables; msgtable.enqueue with hostile arguments raises one
+clear error and writes nothing."""
 
 from __future__ import annotations
 

@@ -28,7 +28,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-BOUND_S = 3.0  # a live server answers a scrape within this long (a loaded machine: generous)
+# A live server answers a scrape within this long: the slowest seen was 1.1 s at load
+# average 5 and 2.5 s at load average 12 on the shared 2-core machine (a margin of 2x)
+BOUND_S = 5.0
 SCRAPE_EVERY_S = 0.5
 TIMEOUT_S = 10.0  # a scrape's own time-out: past BOUND_S, so a slow answer is measured
 QUIET_S = 4.0  # two lease periods and a margin: a quiescent point's calm before it
@@ -180,6 +182,7 @@ class ScrapeReport:
     scrapes: int = 0
     live_scrapes: int = 0
     slowest_live_s: float = 0.0
+    slowest: str = ""  # which scrape that was
     down_answers: int = 0  # live scrapes that said database_up 0
     quiescent_rounds: int = 0
     processes: int = 0
@@ -191,7 +194,8 @@ class ScrapeReport:
     def summary(self) -> str:
         return (
             f"scrapes: {self.scrapes} ({self.live_scrapes} of live servers, the slowest "
-            f"{self.slowest_live_s:.2f}s, bound {BOUND_S:g}s); {self.down_answers} said the "
+            f"{self.slowest_live_s:.2f}s: {self.slowest}; bound {BOUND_S:g}s); "
+            f"{self.down_answers} said the "
             f"database was down; {self.quiescent_rounds} quiescent rounds; "
             f"{self.processes} server processes"
         )
@@ -210,7 +214,10 @@ def judge(
         if not s.live:
             continue
         r.live_scrapes += 1
-        r.slowest_live_s = max(r.slowest_live_s, s.took_s)
+        if s.took_s > r.slowest_live_s:
+            restart = any(b <= s.began <= o for b, o in database_restarts)
+            r.slowest_live_s = s.took_s
+            r.slowest = f"{s.server} {s.kind}{' (database down)' if restart else ''}"
         if s.error is not None:
             what = f"{s.server} {s.kind} {s.began:.3f}: {s.error}"
             r.add("(a) a live server did not answer", what)

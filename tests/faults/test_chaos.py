@@ -40,7 +40,7 @@ tests/faults/capturecheck.py) and its line in the summary.
 
 Both servers run with --metrics-listen and --http; a scraper polls their /metrics and
 /api/state every 0.5 s through every fault, and tests/faults/scrapecheck.judge says whether
-a live server always answered in time, counters never went down, one server held the lease
+a live server always answered in time (5 s), counters never went down, one server held the lease
 at quiescent points, and after the drain the backlog and the dead letters are what the
 checkers know.
 

@@ -33,6 +33,7 @@ from sqlalchemy import orm
 
 from msgtable import tracing
 from msgtable.errors import InvalidArgument, TableNotFound
+from msgtable.limits import MAX_ENQUEUE_DELAY_S
 from msgtable.sql import quote
 from msgtable.store import read_definitions
 from msgtable.tables import Layout, TableConfig, load_table
@@ -123,10 +124,19 @@ def _insert(
     traceparent: str | None,
     tracestate: str | None,
 ) -> int:
-    if not (isinstance(delay_s, int | float) and math.isfinite(delay_s) and delay_s >= 0):
-        raise InvalidArgument(f"delay_s must be zero or more seconds, not {delay_s!r}")
+    if not (
+        isinstance(delay_s, int | float)
+        and math.isfinite(delay_s)
+        and 0 <= delay_s <= MAX_ENQUEUE_DELAY_S
+    ):
+        raise InvalidArgument(
+            f"delay_s must be zero or more seconds, at most {MAX_ENQUEUE_DELAY_S:.0f} "
+            f"(about 100 years), not {_shown(delay_s)}"
+        )
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgument(f"priority must be an integer, not {priority!r}")
+        raise InvalidArgument(f"priority must be an integer, not {_shown(priority)}")
+    if not -(2**63) <= priority < 2**63:
+        raise InvalidArgument(f"priority {priority} does not fit the priority column (a bigint)")
     names = list(rows[0])
     for i, row in enumerate(rows):
         if list(row) != names:
@@ -138,7 +148,7 @@ def _insert(
     cfg = plan.config
     for name in names:
         if name not in plan.columns:
-            raise InvalidArgument(f"table {table} has no column {name!r}")
+            raise InvalidArgument(f"table {table} has no column {_shown(name)}")
         if name in _ENGINE_COLUMNS:
             raise InvalidArgument(
                 f"column {name!r} is the engine's: use delay_s and priority to set it"
@@ -157,14 +167,21 @@ def _insert(
         if "time_created" in plan.columns and "time_created" not in names:
             extra.append(("time_created", _NOW_NS, []))
     if order_key is not None:
+        if isinstance(order_key, bool) or not isinstance(order_key, str | bytes | int):
+            # the driver would write any other object as its repr
+            raise InvalidArgument(
+                f"order_key must be text, bytes or an integer, not {_shown(order_key)}"
+            )
         if not cfg.order_key:
             raise InvalidArgument(f"table {table} has no vt_order_key: it takes no order_key")
         if cfg.order_key in names:
             raise InvalidArgument("give the order key either as order_key or in values")
         extra.append((cfg.order_key, "%s", [order_key]))
-    if traceparent is not None and not _TRACEPARENT.fullmatch(traceparent):
+    if traceparent is not None and not (
+        isinstance(traceparent, str) and _TRACEPARENT.fullmatch(traceparent)
+    ):
         raise InvalidArgument(
-            f"traceparent {traceparent[:60]!r} is not W3C trace context "
+            f"traceparent {_shown(traceparent)} is not W3C trace context "
             "(00-<32 hex>-<16 hex>-<2 hex>)"
         )
     if traceparent is not None and TRACEPARENT_COLUMN in plan.columns:
@@ -180,8 +197,21 @@ def _insert(
     )
     tail = [p for _, _, params in extra for p in params]
     params = tuple(p for row in rows for p in [*(row[n] for n in names), *tail])
-    result = connection.exec_driver_sql(statement, params)
+    try:
+        result = connection.exec_driver_sql(statement, params)
+    except sa.exc.DataError as exc:
+        # a value the table's column cannot take (too long, out of range, not a number):
+        # only this statement failed, the application's transaction goes on
+        why = str(exc.orig.args[-1]) if exc.orig is not None and exc.orig.args else "a bad value"
+        why = " ".join(why.split())[:200]  # one line (the database's own words)
+        raise InvalidArgument(f"table {cfg.name}: {why}") from None
     return int(result.rowcount)
+
+
+def _shown(value: object, most: int = 60) -> str:
+    """``value`` as an error message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 def _plan(conn: sa.Connection, table: str, fresh: bool = False) -> _Plan:
@@ -204,7 +234,7 @@ def _plan(conn: sa.Connection, table: str, fresh: bool = False) -> _Plan:
     finally:
         cur.close()
     if not found:
-        raise TableNotFound(f"no message table {table!r} in {database}")
+        raise TableNotFound(f"no message table {_shown(table)} in {database}")
     d = found[0]
     cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
     plan = _Plan(cfg, frozenset(c.name for c in d.columns), now)

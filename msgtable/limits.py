@@ -34,6 +34,9 @@ MAX_POSTPONE_IDS = 10_000
 MAX_REASON_CHARS = 1_000
 MAX_SETTLE_DELAY_S = 12 * 3600.0
 
+# msgtable.enqueue's delay_s: about 100 years (time_next, in unix ns, must fit a bigint).
+MAX_ENQUEUE_DELAY_S = 100 * 365 * 86400.0
+
 # Dead letters one Redrive call moves (one transaction), and msgtable redrive's batch.
 MAX_REDRIVE_BATCH = 10_000
 DEFAULT_REDRIVE_BATCH = 500

@@ -93,14 +93,31 @@ def rejects(i: int) -> bool:
     return i % 3 == 0
 
 
+def answers(address: str, path: str, timeout_s: float = 5.0) -> bool:
+    """Whether http://ADDRESS/PATH answers 200 (a server's metrics or dashboard)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://{address}{path}", timeout=timeout_s) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
 class ServerProcess:
-    """One `msgtable serve` process on a fixed port, killed or stopped and started again."""
+    """One `msgtable serve` process on fixed ports (gRPC, --metrics-listen, --http), killed
+    or stopped and started again. ``live_pid`` is the process's pid from the moment all
+    three answer until just before it is signalled (None otherwise): what the scrape
+    checker calls a live server."""
 
     def __init__(self, dsn: str, log_dir: Path, name: str, lease_period_s: float) -> None:
         self.dsn = dsn
         self.name = name
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        self.metrics_address = f"127.0.0.1:{free_port()}"
+        self.http_address = f"127.0.0.1:{free_port()}"
+        self.live_pid: int | None = None
         self.lease_period_s = lease_period_s
         self.log = log_dir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -125,6 +142,10 @@ class ServerProcess:
             "3",
             "--push-allow",
             PUSH_ALLOW,
+            "--metrics-listen",
+            self.metrics_address,
+            "--http",
+            self.http_address,
         ]
         with self.log.open("ab") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -133,22 +154,35 @@ class ServerProcess:
             timeout_s=30,
             what=f"{self.name} answering",
         )
+        # the metrics and the dashboard open after the gRPC server: wait for both too
+        wait_until(
+            lambda: (
+                answers(self.metrics_address, "/metrics")
+                and answers(self.http_address, "/api/state")
+            ),
+            timeout_s=30,
+            what=f"{self.name}'s /metrics and /api/state answering",
+        )
+        self.live_pid = self.process.pid
 
     def kill(self) -> None:
         """SIGKILL: no clean-up of any kind."""
         assert self.process is not None
+        self.live_pid = None
         self.process.send_signal(signal.SIGKILL)
         self.exit_codes.append(self.process.wait(10))
 
     def terminate(self) -> int:
         """SIGTERM: a graceful shutdown (returns the exit status)."""
         assert self.process is not None
+        self.live_pid = None
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(30)
         self.exit_codes.append(code)
         return code
 
     def stop(self) -> None:
+        self.live_pid = None
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:

@@ -38,6 +38,12 @@ schedule, and a capture table of source tables a producer writes, drained by sub
 that the subscriber faults hit too; each has its own checker (tests/faults/pushcheck.py,
 tests/faults/capturecheck.py) and its line in the summary.
 
+Both servers run with --metrics-listen and --http; a scraper polls their /metrics and
+/api/state every 0.5 s through every fault, and tests/faults/scrapecheck.judge says whether
+a live server always answered in time (5 s), counters never went down, one server held the lease
+at quiescent points, and after the drain the backlog and the dead letters are what the
+checkers know.
+
 The judge is tests/faults/checker.Checker, one per group, which sees only what a user sees and
 reads the tables with its own SQL (a subscription's state table ``<table>__<name>``), and the
 purge rule across groups: no row leaves the table while a subscription holds it. Set
@@ -75,6 +81,7 @@ from .checker import (
     read_tables,
 )
 from .push_and_capture import PushAndCapture
+from .scrapecheck import Scraper, judge
 
 TOTAL = int(os.environ.get("MSGTABLE_CHAOS_MESSAGES", "100000"))
 # the ordered table's messages (over chaos.KEYS keys)
@@ -602,6 +609,9 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             conn.exec_driver_sql(statement)
     for server in run.servers:
         server.start()
+    # both servers' /metrics and /api/state, every 0.5 s, through every fault
+    scraper = Scraper(run.servers)
+    scraper.start()
     producer = Producer(
         run.dsn,
         TABLE,
@@ -685,7 +695,10 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             extra.keep()
             time.sleep(0.5)
         took = time.monotonic() - began
+        if not pending:  # (d): what the leader reports once everything settled
+            scraper.settled([(g.table, g.name) for g in run.groups], [TABLE, ORDERED])
     finally:
+        scraper.stop()
         extra.finish()
         for s in run.everyone():
             s.finish()
@@ -729,6 +742,17 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         reports[g.checker.label] = r
     report = reports[run.checker.label]
     push_report, capture_report = extra.judge(db)
+    scrape_report = judge(
+        scraper,
+        [(e.began, e.at) for e in run.checker.events if e.what == "database restart"],
+        {
+            g.table: (r := reports[g.checker.label]).dead_poison
+            + len(r.dead_explained)
+            + len(r.dead_unexplained)
+            for g in run.groups
+            if not g.name
+        },
+    )
     everyone = run.everyone()
     reconnects = sum(s.sub.reconnects for s in everyone if s.sub is not None)
     summary = (
@@ -744,6 +768,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             for n, r in enumerate(reports.values())
         )
         + f"\n{push_report.summary()}\n{capture_report.summary()}"
+        + f"\n{scrape_report.summary()}"
         + f"\n{cycles} fault cycles in {took:.0f}s (the faults {faults_s:.0f}s, then the drain: "
         + ", ".join(f"{what} {t:.0f}s" for what, t in drained_s.items())
         + "); "
@@ -788,6 +813,14 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                 + stories(db, g, first_ids(violations), first_keys(r))
             )
     verdicts += extra.verdicts(db, push_report, capture_report)
+    if scrape_report.violations:
+        verdicts.append(
+            "the servers' metrics and dashboard:\n"
+            + "\n".join(
+                f"  {what}: {len(found)} {found[:5]}"
+                for what, found in scrape_report.violations.items()
+            )
+        )
     db.dispose()
     if verdicts:
         pytest.fail("\n".join(verdicts) + f"\n{summary}", pytrace=False)

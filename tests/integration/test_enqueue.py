@@ -107,15 +107,48 @@ def test_order_key_and_traceparent_fill_their_columns(served: Served):
         ("jobs", {"id": 1}, {"priority": 1.5}, InvalidArgument, "integer"),
         ("jobs", {"id": 1}, {"order_key": "k"}, InvalidArgument, "no vt_order_key"),
         ("jobs", {"id": 1}, {"traceparent": "not-a-trace"}, InvalidArgument, "W3C"),
+        # found by tests/integration/test_fuzz.py: a TypeError, the database's own errors,
+        # and messages that echoed 1 MB of a name
+        ("jobs", {"id": 1}, {"traceparent": 7}, InvalidArgument, "W3C"),
+        ("jobs", {"id": 1}, {"delay_s": 1e300}, InvalidArgument, "at most"),
+        ("jobs", {"id": 1}, {"delay_s": 1e10}, InvalidArgument, "at most"),
+        ("jobs", {"id": 1}, {"priority": 2**70}, InvalidArgument, "bigint"),
+        ("jobs", {"id": 1}, {"priority": -(2**63) - 1}, InvalidArgument, "bigint"),
+        ("jobs", {"id": 1, "message": "x" * 1_000_000}, {}, InvalidArgument, "message"),
+        ("jobs", {"id": 2**64}, {}, InvalidArgument, "id"),
+        ("jobs", {"id": 1, "x" * 1_000_000: 1}, {}, InvalidArgument, "no column 'xxx"),
+        ("x" * 1_000_000, {"id": 1}, {}, TableNotFound, "no message table 'xxx"),
     ],
 )
 def test_bad_input_is_one_clear_error_and_nothing_is_written(
     served: Served, table, values, kwargs, error, match
 ):
     served.create_table("jobs")
-    with pytest.raises(error, match=match), served.transaction() as conn:
+    with pytest.raises(error, match=match) as raised, served.transaction() as conn:
         enqueue(conn, table, values, **kwargs)
+    assert "\n" not in str(raised.value) and len(str(raised.value)) < 300, str(raised.value)[:400]
     assert served.sql("select count(*) from jobs")[0][0] == 0
+
+
+@pytest.mark.parametrize("key", [object(), 1.5, None.__class__, [1], {"k": 1}, True])
+def test_an_order_key_that_is_not_text_bytes_or_an_integer_is_refused(served: Served, key):
+    """Found by the fuzz test: object() was enqueued with its repr as the key."""
+    served.create_table("keyed", KEYED, vt_order_key="k")
+    with pytest.raises(InvalidArgument, match="order_key"), served.transaction() as conn:
+        enqueue(conn, "keyed", {"id": 1, "message": "m"}, order_key=key)
+    assert served.sql("select count(*) from keyed")[0][0] == 0
+
+
+def test_after_a_refused_value_the_transaction_goes_on(served: Served):
+    """A value the database refuses fails only its statement: the application's
+    transaction stays usable and commits what else it wrote."""
+    served.create_table("jobs")
+    with served.transaction() as conn:
+        enqueue(conn, "jobs", {"id": 1, "message": "kept"})
+        with pytest.raises(InvalidArgument, match="message"):
+            enqueue(conn, "jobs", {"id": 2, "message": "x" * 1_000})
+        enqueue(conn, "jobs", {"id": 3, "message": "kept"})
+    assert served.sql("select id from jobs order by id") == [(1,), (3,)]
 
 
 def test_rows_with_different_columns_are_refused(served: Served):

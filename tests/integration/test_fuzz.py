@@ -8,11 +8,18 @@ text) and projections; the same on an ordered table (vt_order_key) whose keys ar
 text; push endpoints set and dropped with hostile URLs (userinfo tricks, CRLF header
 injection, NUL, unicode hosts, 1 MB) and secrets. Each must get a clean status (never
 INTERNAL or UNKNOWN), the server must keep serving, and no table may change that was not
-named legitimately."""
+named legitimately. Issue 19's parts too: hostile dashboard requests (paths, query
+strings, JSON bodies of every shape, wrong content types, huge bodies, forged tokens, Host
+headers) get a clean 4xx; /metrics scraped under hostile calls stays valid Prometheus text
+whose labels name only real tables; msgtable.enqueue with hostile arguments raises one
+clear error and writes nothing."""
 
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
+import math
 import os
 
 import grpc
@@ -493,3 +500,456 @@ def test_hostile_source_tables_columns_and_values_are_captured_exactly(db_dsn):
                 assert len(base64.b64decode(after["b"])) == 4_000_000
         creates = s.sql("select source_table from table_events where kind = 'create' order by id")
         assert [r[0] for r in creates] == HOSTILE_TABLES
+
+
+# -- the dashboard, the metrics and msgtable.enqueue (issue 19) ---------------------------------
+DASH_TOKEN = "t0ken-fuzz-0ps-s3cret"
+DASH_AUTH = {
+    "tokens": {DASH_TOKEN: "ops"},
+    "allow": [{"principal": "ops", "tables": ["canary"], "actions": ["list"]}],
+}
+DASH_EXAMPLES = 1_500
+HOSTILE_NUMBERS = [
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e309",
+    "-1",
+    "0",
+    "9" * 400,
+    "1_000",
+    "0x10",
+    "",
+    " 1",
+    "1.5",
+    "\u0663",
+    "%00",
+    "'; drop table canary; --",
+]
+paths = st.sampled_from(
+    [
+        "/api/state",
+        "/api/dead",
+        "/api/redrive",
+        "/",
+        "/static/app.js",
+        "/static/..%2f..%2fetc%2fpasswd",
+        "/static/.hidden",
+        "/static/x.py",
+        "//api/state",
+        "/api/../api/state",
+        "/api/state/",
+        "/api/%00",
+        "/metrics",
+        "/" + "a" * 8_000,
+    ]
+)
+query_values = st.one_of(st.sampled_from(HOSTILE_NUMBERS + NASTY[:-3]), st.text(max_size=40))
+queries = st.dictionaries(
+    st.sampled_from(["after", "limit", "table", "subscription", "x", ""]),
+    query_values,
+    max_size=4,
+)
+json_bodies = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+) | st.fixed_dictionaries(
+    {"table": st.one_of(names, st.just("canary"), st.integers(), st.none())},
+    optional={
+        "subscription": st.one_of(names, st.just(""), st.lists(st.integers(), max_size=2)),
+        "ids": st.one_of(
+            st.lists(st.integers(10_000_000, 2**70) | st.text(max_size=10), max_size=5),
+            st.just([]),
+            st.just(list(range(10_000_000, 10_002_000))),
+            st.just("1,2"),
+            st.just([True, None]),
+            st.just([1.0, 2.0]),
+        ),
+    },
+)
+bodies = st.one_of(
+    st.none(),
+    st.builds(lambda b: json.dumps(b, allow_nan=True).encode(), json_bodies),
+    st.binary(max_size=200),
+    st.sampled_from([b"{", b"\xff\xfe", b"null", b"[]", b'{"table": "canary"' + b" " * 5_000]),
+    st.just(b"HUGE"),  # stands for HUGE_BODY (a short repr in a failing example)
+)
+HUGE_BODY = b"{" + b'"a":1,' * 400_000 + b'"table":"canary"}'  # about 2.4 MB
+content_types = st.sampled_from(
+    [None, "application/json", "text/plain", "application/json; charset=latin-1", "multipart/x"]
+)
+header_text = st.text(
+    st.characters(min_codepoint=0x20, max_codepoint=0xFF, exclude_characters="\x7f"), max_size=60
+)
+authorizations = st.one_of(
+    st.none(),
+    st.just(f"Bearer {DASH_TOKEN}"),
+    st.sampled_from(
+        [
+            "Bearer",
+            "Bearer ",
+            f"bearer {DASH_TOKEN}",
+            f"Bearer {DASH_TOKEN} extra",
+            f"Bearer {DASH_TOKEN[:-1]}",
+            f"Basic {base64.b64encode(b'ops:' + DASH_TOKEN.encode()).decode()}",
+            "Bearer " + "A" * 8_000,
+            "Bearer '; drop table canary; --",
+        ]
+    ),
+    header_text,
+)
+hosts = st.one_of(
+    st.none(),
+    st.sampled_from(
+        [
+            "localhost",
+            "127.0.0.1",
+            "evil.test",
+            "127.0.0.1.evil.test",
+            "localhost.evil.test",
+            "[::1]",
+            "[::1",
+            "::1",
+            "",
+            "127.0.0.1:99999",
+            "0x7f.1",
+        ]
+    ),
+    header_text,
+)
+dashboard_requests = st.tuples(
+    st.sampled_from(["open", "auth"]),
+    st.sampled_from(["GET", "POST", "PUT", "DELETE", "HEAD", "OPTIONS"]),
+    paths,
+    queries,
+    bodies,
+    content_types,
+    authorizations,
+    hosts,
+)
+
+
+def _http(
+    address: str,
+    method: str,
+    target: str,
+    body: bytes | None,
+    headers: dict[str, str],
+    host: str | None,
+) -> tuple[int, bytes]:
+    import http.client
+
+    host_name, port = address.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host_name, int(port), timeout=30)
+    try:
+        conn.putrequest(method, target, skip_host=host is not None, skip_accept_encoding=True)
+        if host is not None:
+            conn.putheader("Host", host)
+        for k, v in headers.items():
+            conn.putheader(k, v)
+        if body is not None:
+            conn.putheader("Content-Length", str(len(HUGE_BODY if body == b"HUGE" else body)))
+        if body == b"HUGE":
+            body = HUGE_BODY
+        # it may answer (and close) before reading the whole body: the answer says why
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            conn.endheaders(body)
+        answer = conn.getresponse()
+        return answer.status, answer.read()
+    finally:
+        conn.close()
+
+
+def test_hostile_dashboard_requests_get_a_clean_4xx_and_touch_nothing(db_dsn):
+    import urllib.parse
+
+    from msgtable.auth import Authorizer
+    from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
+
+    with serve(db_dsn) as s:
+        s.create_table("canary", vt_poller_interval=0.2)
+        s.sql("insert into canary(id, message) values (1, 'kept'), (2, 'kept')")
+        s.engine.refresh()
+        before = s.sql("select id, epoch, time_next, time_acked, message from canary order by id")
+        tables_before = s.sql("show tables")
+        servers = {
+            "open": DashboardServer(DashboardApi(s.engine, RateHistory(0.2)), "127.0.0.1:0"),
+            "auth": DashboardServer(
+                DashboardApi(s.engine, RateHistory(0.2), Authorizer.from_dict(DASH_AUTH)),
+                "127.0.0.1:0",
+            ),
+        }
+        for d in servers.values():
+            d.open()
+        seen: dict[int, int] = {}
+        try:
+
+            @settings(
+                max_examples=DASH_EXAMPLES,
+                deadline=None,
+                database=None,
+                suppress_health_check=list(HealthCheck),
+            )
+            @given(dashboard_requests)
+            def hostile(request):
+                which, method, path, query, body, ctype, auth, host = request
+                target = path
+                if query:
+                    target += "?" + urllib.parse.urlencode(query)
+                headers = {}
+                if ctype is not None:
+                    headers["Content-Type"] = ctype
+                if auth is not None:
+                    headers["Authorization"] = auth
+                try:
+                    code, text = _http(servers[which].address, method, target, body, headers, host)
+                except ValueError:  # http.client itself refuses to send it (not a server's fault)
+                    return
+                seen[code] = seen.get(code, 0) + 1
+                assert code < 500, (request[:4], code, text[:300])
+                assert b"Traceback" not in text and DASH_TOKEN.encode() not in text, text[:300]
+                if code != 200:
+                    assert 400 <= code < 500, (request[:4], code)
+                    if text.startswith(b"{"):  # the API's own answers say why
+                        assert "error" in json.loads(text), text[:300]
+
+            hostile()
+            # still serving, both
+            code, text = _http(servers["open"].address, "GET", "/api/state", None, {}, None)
+            assert code == 200 and "canary" in {t["name"] for t in json.loads(text)["tables"]}
+            code, _ = _http(
+                servers["auth"].address,
+                "GET",
+                "/api/state",
+                None,
+                {"Authorization": f"Bearer {DASH_TOKEN}"},
+                None,
+            )
+            assert code == 200
+        finally:
+            for d in servers.values():
+                d.close()
+        assert sum(seen.values()) >= DASH_EXAMPLES // 2, seen
+        assert seen.get(200) and seen.get(400) and seen.get(401) and seen.get(403), seen
+        assert s.sql("show tables") == tables_before
+        after = s.sql("select id, epoch, time_next, time_acked, message from canary order by id")
+        assert after == before
+        c = Collector(s.client, "canary")
+        assert sorted(m.id for m in c.take(2)) == [1, 2]
+        c.close()
+
+
+METRICS_EXAMPLES = 400
+WEIRD_TABLE = 'we"ird\\na\nme{x="y"}'  # a real table: its label must come out escaped, exactly
+
+
+def test_metrics_stay_valid_prometheus_text_under_hostile_calls(db_dsn):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from msgtable.metrics import MetricsServer
+    from msgtable.sql import quote
+
+    with serve(db_dsn) as s:
+        s.create_table("canary", vt_poller_interval=0.2)
+        keyed = "k varchar(64), index order_idx (k, time_acked, id)"
+        s.create_table("fuzzed", keyed, vt_poller_interval=0.2, vt_order_key="k")
+        s.create_table("keyed", keyed, vt_poller_interval=0.2, vt_order_key="k")
+        s.create_table(quote(WEIRD_TABLE), vt_poller_interval=0.2)
+        s.sql("insert into canary(id, message) values (1, 'kept'), (2, 'kept')")
+        s.sql(f"insert into {quote(WEIRD_TABLE)}(id, message) values (1, 'kept')")
+        s.engine.refresh()
+        real = {str(r[0]) for r in s.sql("show tables")}
+        assert WEIRD_TABLE in real
+        wait_until(
+            lambda: WEIRD_TABLE in {t.name for t in s.engine.list_tables()},
+            what="the weirdly named table loaded",
+        )
+        m = MetricsServer(s.engine, "127.0.0.1:0", s.server.servicer.streams)
+        m.open()
+        labelled: set[str] = set()
+        try:
+            with grpc.insecure_channel(
+                s.server.address, options=[("grpc.max_send_message_length", 8 * 1024 * 1024)]
+            ) as channel:
+                stub = pb_grpc.MessagingStub(channel)
+
+                @settings(
+                    max_examples=METRICS_EXAMPLES,
+                    deadline=None,
+                    database=None,
+                    suppress_health_check=list(HealthCheck),
+                )
+                @given(requests)
+                def hostile(request):
+                    code = send(stub, request)
+                    assert code in CLEAN or code is grpc.StatusCode.OK, (request[0], code)
+                    code, text = _http(m.address, "GET", "/metrics", None, {}, None)
+                    assert code == 200, text[:300]
+                    families = list(text_string_to_metric_families(text.decode()))
+                    assert any(f.name == "msgtable_database_up" for f in families)
+                    subscriptions = {"", "fz"}
+                    if s.sql("show tables like 'msgtable_subscriptions'"):
+                        registry = s.sql("select name from msgtable_subscriptions")
+                        subscriptions |= {str(r[0]) for r in registry}
+                    for f in families:
+                        for sample in f.samples:
+                            table = sample.labels.get("table")
+                            if table is not None:
+                                labelled.add(table)
+                                assert table in real, (sample.name, table)
+                            sub = sample.labels.get("subscription")
+                            assert sub is None or sub in subscriptions, (sample.name, sub)
+
+                hostile()
+        finally:
+            m.close()
+        # the weird name came out of the text exactly as it is in the database
+        assert {"canary", "keyed", WEIRD_TABLE} <= labelled
+        assert s.sql("select id, message from canary order by id") == [(1, "kept"), (2, "kept")]
+
+
+BIG = "<1 MB>"  # stands for 1 MB of text (a short repr in a failing example)
+
+
+def _big(value: object) -> object:
+    return "x" * 1_000_000 if value == BIG else value
+
+
+def _enqueue_case(kind: str) -> st.SearchStrategy[tuple]:
+    big = BIG
+    hostile_numbers = st.one_of(  # none of them a delay (0 to MAX_ENQUEUE_DELAY_S seconds)
+        st.floats(allow_nan=True, allow_infinity=True).filter(
+            lambda f: not 0 <= f <= 100 * 365 * 86400
+        ),
+        st.sampled_from([-1, -1e-9, 1e300, 2**70, -(2**70), 1e10, "1", None, b"1"]),
+    )
+    return {
+        "table": st.tuples(st.just("table"), st.one_of(names, st.just("msgtable_subscriptions"))),
+        "traceparent": st.tuples(
+            st.just("traceparent"),
+            st.one_of(
+                st.text(max_size=60),
+                st.sampled_from(
+                    [
+                        "00-" + "0" * 32 + "-" + "0" * 16 + "-01\n",
+                        "00-" + "A" * 32 + "-" + "b" * 16 + "-01",
+                        "00-" + "a" * 32 + "-" + "b" * 16 + "-01-extra",
+                        "00-\u0663" + "a" * 31 + "-" + "b" * 16 + "-01",
+                        big,
+                    ]
+                ),
+                st.integers(),
+                st.binary(max_size=55),
+            ),
+        ),
+        "priority": st.tuples(
+            st.just("priority"),
+            st.one_of(
+                st.sampled_from([2**63, -(2**63) - 1, 2**70, True, 1.5, "1", None, math.nan]),
+                st.integers(min_value=2**63),
+                st.integers(max_value=-(2**63) - 1),
+            ),
+        ),
+        "delay": st.tuples(st.just("delay"), hostile_numbers),
+        "columns": st.tuples(
+            st.just("columns"),
+            st.dictionaries(
+                st.one_of(
+                    names,
+                    st.sampled_from(
+                        ["epoch", "time_next", "priority", "time_acked", "ID", "id ", "`id`"]
+                    ),
+                ),
+                st.just(1),
+                min_size=1,
+                max_size=3,
+            ),
+        ),
+        "order_key": st.tuples(
+            st.just("order_key"),
+            st.sampled_from(["jobs", "keyed"]),
+            st.one_of(st.just(big), st.just("k" * 65), st.builds(object), st.just(b"\xff" * 70)),
+        ),
+        "big": st.tuples(st.just("big"), st.just(big)),
+        "rows": st.tuples(
+            st.just("rows"),
+            st.lists(
+                st.dictionaries(st.sampled_from(["id", "message"]), st.just(7)), min_size=2
+            ).filter(lambda rows: any(list(r) != list(rows[0]) for r in rows)),
+        ),
+    }[kind]
+
+
+enqueue_requests = st.sampled_from(
+    ["table", "traceparent", "priority", "delay", "columns", "order_key", "big", "rows"]
+).flatmap(_enqueue_case)
+ENQUEUE_EXAMPLES = 600
+
+
+def test_hostile_enqueues_raise_one_clear_error_and_write_nothing(db_dsn):
+    import sqlalchemy as sa
+
+    from msgtable.enqueue import enqueue, enqueue_many
+    from msgtable.errors import MsgtableError
+
+    with serve(db_dsn) as s:
+        s.create_table("jobs", "traceparent varchar(55)", vt_poller_interval=0.2)
+        keyed = "k varchar(64), index order_idx (k, time_acked, id)"
+        s.create_table("keyed", keyed, vt_poller_interval=0.2, vt_order_key="k")
+        s.sql("insert into jobs(id, message) values (1, 'kept')")
+        counts: dict[str, int] = {}
+        ids = iter(range(100, 1_000_000))
+
+        @settings(
+            max_examples=ENQUEUE_EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(enqueue_requests)
+        def hostile(request):
+            kind = request[0]
+            table, rows, kwargs = "jobs", [{"id": next(ids), "message": "m"}], {}
+            request = tuple(_big(v) for v in request)
+            if kind == "table":
+                table = request[1]
+            elif kind == "traceparent":
+                kwargs["traceparent"] = request[1]
+            elif kind == "priority":
+                kwargs["priority"] = request[1]
+            elif kind == "delay":
+                kwargs["delay_s"] = request[1]
+            elif kind == "columns":
+                rows = [request[1]]
+            elif kind == "order_key":
+                table, kwargs["order_key"] = request[1], request[2]
+            elif kind == "big":
+                rows[0]["message"] = request[1]
+            else:
+                rows = request[1]
+            with s.db.connect() as conn:
+                conn = conn.execution_options(isolation_level="REPEATABLE READ")
+                tx = conn.begin()
+                before = conn.exec_driver_sql("select count(*) from jobs").scalar()
+                try:
+                    enqueue_many(conn, table, rows, **kwargs)
+                except MsgtableError as exc:
+                    message = str(exc)
+                    assert "\n" not in message and len(message) < 400, message[:500]
+                    counts[type(exc).__name__] = counts.get(type(exc).__name__, 0) + 1
+                else:
+                    raise AssertionError(f"{kind} enqueued: {str(request)[:200]}")
+                # the transaction stays usable, and the failed call wrote nothing
+                assert conn.exec_driver_sql("select count(*) from jobs").scalar() == before
+                tx.rollback()
+
+        hostile()
+        assert counts.get("InvalidArgument") and counts.get("TableNotFound"), counts
+        # the helpers still work on the same tables
+        with s.db.connect() as conn, conn.begin():
+            assert enqueue(conn, "jobs", {"id": 2, "message": "ok"}, delay_s=0.5, priority=1)
+            assert enqueue(conn, "keyed", {"id": 1, "message": "ok"}, order_key="k1") == 1
+        assert [r[0] for r in s.sql("select id from jobs order by id")] == [1, 2]
+        _ = sa

@@ -1,0 +1,114 @@
+"""The scrape checker's verdicts on made-up scrapes: it passes a healthy run and names each
+kind of breakage (tests/faults/scrapecheck.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .scrapecheck import BOUND_S, QUIET_S, Scrape, judge
+
+SENT = ("msgtable_messages_sent_total", (("table", "chaos"),))
+
+
+class Recorded:
+    """What a Scraper recorded (no servers, no threads)."""
+
+    def __init__(self) -> None:
+        self.scrapes: list[Scrape] = []
+        self.rounds: list[list[Scrape]] = []
+        self.settled_found: dict[str, Any] = {
+            "leader": "server1",
+            "groups": [("chaos", "")],
+            "backlog": {("chaos", ""): (0, 0)},
+            "metrics_backlog": {("chaos", ""): 0},
+            "dead": {"chaos": 3},
+        }
+
+    def round(
+        self,
+        at: float,
+        sent: tuple[float, float] = (1, 0),
+        holders: tuple[int, int] = (1, 0),
+        named: tuple[str, str] = ("a", "a"),
+        took_s: float = 0.01,
+        error: str | None = None,
+        database_up: float = 1,
+        pids: tuple[int, int] = (11, 22),
+    ) -> None:
+        found = []
+        for n, name in enumerate(("server1", "server2")):
+            m = Scrape(name, "metrics", at, took_s, pids[n], True, error if n == 0 else None)
+            m.counters = {SENT: sent[n]}
+            m.lease_holder, m.database_up = holders[n], database_up
+            s = Scrape(name, "state", at, 0.01, pids[n], True)
+            s.state = {"server": {"lease_holder": named[n], "leading": holders[n] == 1}}
+            found += [m, s]
+        self.scrapes += found
+        self.rounds.append(found)
+
+
+def healthy() -> Recorded:
+    r = Recorded()
+    for i in range(20):
+        r.round(i * 0.5, sent=(i, 0))
+    return r
+
+
+def test_a_healthy_run_passes_and_counts_its_quiescent_rounds():
+    report = judge(healthy(), [], {"chaos": 3})  # type: ignore[arg-type]
+    assert report.violations == {}
+    assert report.live_scrapes == 80 and report.quiescent_rounds == 20 - int(QUIET_S / 0.5)
+
+
+def test_a_slow_or_failed_scrape_of_a_live_server_is_named():
+    r = healthy()
+    r.round(10.0, sent=(30, 0), took_s=BOUND_S + 0.5)
+    r.round(10.5, sent=(30, 0), error="URLError: refused")
+    report = judge(r, [], {"chaos": 3})  # type: ignore[arg-type]
+    assert set(report.violations) == {
+        "(a) a live server answered too late",
+        "(a) a live server did not answer",
+    }
+
+
+def test_a_database_restart_nobody_noticed_is_named():
+    r = healthy()
+    report = judge(r, [(1.0, 9.0)], {"chaos": 3})  # type: ignore[arg-type]
+    assert "(a) no live server said database_up 0 while the database was down" in (
+        report.violations
+    )
+    r = healthy()
+    r.round(10.0, sent=(30, 0), database_up=0)
+    assert judge(r, [(8.0, 11.0)], {"chaos": 3}).violations == {}  # type: ignore[arg-type]
+
+
+def test_a_counter_going_down_in_one_process_and_tenure_is_named_not_after_a_restart():
+    r = healthy()
+    r.round(10.0, sent=(3, 0))
+    report = judge(r, [], {"chaos": 3})  # type: ignore[arg-type]
+    assert list(report.violations) == ["(b) a counter went down"]
+    r = healthy()
+    r.round(10.0, sent=(3, 0), pids=(33, 22))  # a new process starts at zero
+    assert "(b) a counter went down" not in judge(r, [], {"chaos": 3}).violations  # type: ignore[arg-type]
+
+
+def test_two_lease_holders_or_two_named_at_a_quiescent_point_are_named():
+    r = healthy()
+    r.round(10.0, sent=(30, 0), holders=(1, 1))
+    r.round(10.5, sent=(30, 0), named=("a", "b"))
+    report = judge(r, [], {"chaos": 3})  # type: ignore[arg-type]
+    assert set(report.violations) == {
+        "(c) not exactly one lease holder at a quiescent point",
+        "(c) the servers name different lease holders",
+    }
+
+
+def test_a_backlog_or_other_dead_letters_after_the_drain_are_named():
+    r = healthy()
+    r.settled_found["backlog"] = {("chaos", ""): (0, 2)}
+    r.settled_found["dead"] = {"chaos": 2}
+    report = judge(r, [], {"chaos": 3})  # type: ignore[arg-type]
+    assert set(report.violations) == {
+        "(d) a backlog after the drain (due, scheduled)",
+        "(d) the dashboard's dead letters differ from the checker's",
+    }

@@ -45,7 +45,10 @@ def test_make_spark_installs_the_spark_extra_and_what_spark_needs(tmp_path: Path
     assert "bash .ci/apt-install --for Spark $missing" in commands  # Java, the JDBC jar
 
 
-def test_make_test_installs_chromium_when_it_is_missing(tmp_path: Path) -> None:
+def test_make_test_installs_chromium_and_its_driver_when_they_are_missing(tmp_path: Path) -> None:
     commands = dry_run(tmp_path, "test")
-    install = 'bash .ci/apt-install --for "the browser tests" chromium'
-    assert f"command -v chromium >/dev/null 2>&1 || {install}" in commands
+    assert 'command -v chromium >/dev/null 2>&1 || missing="$missing chromium"' in commands
+    assert (
+        'command -v chromedriver >/dev/null 2>&1 || missing="$missing chromium-driver"' in commands
+    )
+    assert 'bash .ci/apt-install --for "the browser tests" $missing' in commands

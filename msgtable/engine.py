@@ -124,6 +124,7 @@ class MessageEngine(Subscriptions, Endpoints):
         self._takeover: tuple[float, Takeover] | None = None  # (monotonic when, what)
         self._clean_demotion = True  # the last loss of the lease wrote every postpone
         self._leader_hint = ""  # the leader named when this server lost the lease
+        self.lease_gains = 0  # times this server gained the lease (msgtable.metrics)
         self._init_push(push_allow, push_ca_file)
         self._backlog = BacklogReader(
             store, self._loaded_configs, self.clock.now_ns, away=lambda: store.outage.away
@@ -208,7 +209,12 @@ class MessageEngine(Subscriptions, Endpoints):
         lease = self._lease
         if lease is None:
             return self._leader_hint if self.lease_period_s is not None else "this server"
-        return lease.address if self._leading else lease.leader_address
+        if self._leading:
+            return lease.address
+        # after a loss the lease's last read is this server's own renewal until a step
+        # reads the row again: it does not know the holder then
+        holder = lease.leader_address
+        return "" if holder == lease.address else holder
 
     def close(self) -> None:
         """End every subscription (Unavailable), stop all loops, give the lease back,
@@ -247,6 +253,7 @@ class MessageEngine(Subscriptions, Endpoints):
                 return
             self._takeover = (time.monotonic(), takeover)
             self._leading = True
+            self.lease_gains += 1  # a new tenure: its tables' counters start at 0
             managers = list(self._managers.values())
             fanouts = list(self._fanouts.values())
         for m in managers:

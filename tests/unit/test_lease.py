@@ -155,3 +155,27 @@ def test_an_ordered_table_waits_out_the_old_holders_ack_waits_even_when_it_postp
         assert e._hold_s(e._manager("keyed", "").config) == pytest.approx(8.0, abs=0.5)
     finally:
         e.close()
+
+
+def test_a_server_that_lost_the_lease_never_names_itself_as_its_holder(engine):
+    """The lease's last read named this server (its own renewal) until a step reads the
+    row again; while its steps fail (the database away), the server that lost the lease
+    must not tell the dashboard it is the holder: it does not know who is."""
+
+    class LostLease:  # what msgtable.lease.Lease holds after a loss, before the next read
+        address = "10.0.0.1:50051"
+        leader_address = "10.0.0.1:50051"
+
+        def valid(self) -> bool:
+            return False
+
+    engine._gain(FIRST)
+    engine._lease = LostLease()  # type: ignore[assignment]
+    try:
+        assert engine.lease_holder == "10.0.0.1:50051"  # it holds it: its own address
+        engine._lose("")
+        assert engine.lease_holder == ""  # lost, holder unknown until the next read
+        LostLease.leader_address = "10.0.0.2:50051"  # the next read names the new holder
+        assert engine.lease_holder == "10.0.0.2:50051"
+    finally:
+        engine._lease = None

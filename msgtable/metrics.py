@@ -61,6 +61,7 @@ class MetricsSource(Protocol):
     """What the collector reads (msgtable.engine.MessageEngine)."""
 
     keyspace: str
+    lease_gains: int  # times it gained the lease: each a tenure whose counters start at 0
     binlog: Any  # msgtable.binlog.BinlogFollower | None
     capture: Any  # msgtable.capture.CaptureFollower | None
     store: Any  # msgtable.store.MySQLStore counts its failed statements
@@ -171,6 +172,14 @@ class EngineCollector(Collector):
         )
         lead.add_metric((engine.keyspace,), 1 if engine.leading else 0)
         yield lead
+        gains = CounterMetricFamily(
+            PREFIX + "lease_gains",
+            "Times this server gained the lease: each starts a tenure whose table counters "
+            "start again at 0.",
+            labels=("keyspace",),
+        )
+        gains.add_metric((engine.keyspace,), engine.lease_gains)
+        yield gains
         yield from self._server_families()
 
     def _backlog_families(self) -> Iterator[Metric]:

@@ -6,7 +6,8 @@ from what it recorded only:
 (a) a live server (chaos.ServerProcess.live_pid: from the moment it answers until just before
     it is signalled) answers each scrape within BOUND_S, valid Prometheus text, even while
     the database is down (and says so: database_up 0 at least once during a restart);
-(b) within one server process and one lease tenure (its msgtable_lease_holder unchanged),
+(b) within one server process and one lease tenure (its msgtable_lease_holder and
+    msgtable_lease_gains_total unchanged),
     no counter goes down (a series that vanished from a scrape starts again at zero: its
     table was opened again);
 (c) at quiescent points (both servers live for QUIET_S, no database restart in it) exactly
@@ -52,6 +53,11 @@ class Scrape:
     lease_holder: float | None = None
     database_up: float | None = None
     state: dict[str, Any] | None = None
+
+
+def _gains(s: Scrape) -> float:
+    """msgtable_lease_gains_total as the scrape read it: a new value, a new lease tenure."""
+    return sum(v for (name, _), v in s.counters.items() if name == "msgtable_lease_gains_total")
 
 
 def _get(url: str) -> bytes:
@@ -248,7 +254,11 @@ def judge(
         pids.add((s.server, s.pid))
         before = last.get((s.server, s.pid))
         last[(s.server, s.pid)] = s
-        if before is None or before.lease_holder != s.lease_holder:
+        if (
+            before is None
+            or before.lease_holder != s.lease_holder
+            or _gains(before) != _gains(s)  # lost and gained back between the two scrapes
+        ):
             continue  # a new process, or a new tenure: counters may start again
         for key, value in s.counters.items():
             if not key[0].endswith("_total"):
@@ -282,7 +292,12 @@ def judge(
         if len(holders) != 1:
             r.add("(c) not exactly one lease holder at a quiescent point", f"{at:.3f}: {holders}")
         if len(named) != 1 or "" in named:
-            r.add("(c) the servers name different lease holders", f"{at:.3f}: {sorted(named)}")
+            who = sorted(
+                (s.server, s.state["server"]["lease_holder"], s.state["server"].get("leading"))
+                for s in found
+                if s.kind == "state" and s.state
+            )  # (server, the holder it names, whether it sends) for the next look
+            r.add("(c) the servers name different lease holders", f"{at:.3f}: {who}")
     # (d)
     found = scraper.settled_found
     r.settled_judged = bool(found)

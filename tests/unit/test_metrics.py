@@ -330,3 +330,20 @@ def test_the_lease_times_its_statements_by_kind():
     with pytest.raises(MsgtableError):  # the database away: Unavailable
         lease.prepare()
     assert seen == ["lease_prepare"]
+
+
+def test_lease_gains_count_each_tenure_so_a_reset_between_two_scrapes_shows(engine):
+    """A server that loses the lease and gains it back between two scrapes reopens its
+    tables (their counters start again at 0) while msgtable_lease_holder reads 1 both
+    times: msgtable_lease_gains_total tells the two tenures apart."""
+    from msgtable.lease import Takeover
+
+    gains = "msgtable_lease_gains"  # the parser names a counter family without _total
+    assert scrape(engine)[gains].samples[0].value == 0  # no lease: it sends, never gained
+    took = Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False)
+    engine._gain(took)
+    assert scrape(engine)[gains].samples[0].value == 1
+    engine._lose("")
+    engine._gain(Takeover("me", 0.0, released=False, by_me=True))
+    f = scrape(engine)
+    assert f[gains].samples[0].value == 2 and f["msgtable_lease_holder"].samples[0].value == 1

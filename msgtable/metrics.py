@@ -93,7 +93,15 @@ class EngineCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         engine = self.engine
-        live = sorted(engine.live_statuses(), key=lambda x: (x[0].name, x[0].subscription))
+        # the counters and the lease gauges of one tenure: a loss (its tables reopened,
+        # counters at 0) or a gain while the tables are read means reading them again
+        for _ in range(3):
+            tenure = (engine.leading, engine.lease_gains)
+            live = engine.live_statuses()
+            if (engine.leading, engine.lease_gains) == tenure:
+                break
+        leading, gains_now = tenure
+        live.sort(key=lambda x: (x[0].name, x[0].subscription))
         statuses = [s for s, _ in live]
         for name, field, doc in COUNTERS:
             c = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)
@@ -170,7 +178,7 @@ class EngineCollector(Collector):
             "1 while this server holds the lease (it sends), else 0.",
             labels=("keyspace",),
         )
-        lead.add_metric((engine.keyspace,), 1 if engine.leading else 0)
+        lead.add_metric((engine.keyspace,), 1 if leading else 0)
         yield lead
         gains = CounterMetricFamily(
             PREFIX + "lease_gains",
@@ -178,7 +186,7 @@ class EngineCollector(Collector):
             "start again at 0.",
             labels=("keyspace",),
         )
-        gains.add_metric((engine.keyspace,), engine.lease_gains)
+        gains.add_metric((engine.keyspace,), gains_now)
         yield gains
         yield from self._server_families()
 

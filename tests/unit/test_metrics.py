@@ -347,3 +347,31 @@ def test_lease_gains_count_each_tenure_so_a_reset_between_two_scrapes_shows(engi
     engine._gain(Takeover("me", 0.0, released=False, by_me=True))
     f = scrape(engine)
     assert f[gains].samples[0].value == 2 and f["msgtable_lease_holder"].samples[0].value == 1
+
+
+def test_a_scrape_never_pairs_one_tenures_counters_with_anothers_lease_gauge(engine):
+    """A loss of the lease while a scrape reads the tables (their counters start again
+    with the new managers) must not give counters of the old tenure beside the new
+    tenure's lease gauge: the fault suite's checker tells tenures apart by that gauge."""
+    from msgtable.lease import Takeover
+
+    engine._gain(Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
+    m = engine._manager("q", "")
+    sub = engine.subscribe("q")
+    m.poll_once()
+    assert m.send_once() > 0
+    read = engine.live_statuses
+    lost = []
+
+    def racing() -> list:
+        statuses = read()  # the old tenure's managers, then the loss lands
+        if not lost:
+            lost.append(True)
+            engine._lose("")
+        return statuses
+
+    engine.live_statuses = racing  # type: ignore[method-assign]
+    f = scrape(engine)
+    assert lost and f["msgtable_lease_holder"].samples[0].value == 0
+    assert value(f, "msgtable_messages_sent") == 0  # the new tenure's, as the gauge says
+    sub.close()

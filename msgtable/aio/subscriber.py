@@ -30,6 +30,7 @@ from msgtable.aio.router import AioRouter
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, MIN_RENEW_EVERY_S, Leases
+from msgtable.client.message import Received
 from msgtable.codec import Field
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -41,10 +42,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("msgtable.client")
 
 
-class Message:
+class Message(Received):
     """One message an asyncio subscriber received; its settlement calls are coroutines."""
 
-    __slots__ = ("_id_value", "_subscriber", "_values", "attempt", "row", "sent_ns")
+    __slots__ = ()
+    _subscriber: Subscriber
 
     def __init__(
         self,
@@ -54,27 +56,7 @@ class Message:
         attempt: int = 1,
         sent_ns: int = 0,
     ) -> None:
-        self.row = row  # values in the order of subscriber.fields, id first
-        self.attempt = attempt  # which delivery this is (1: the first)
-        self.sent_ns = sent_ns  # when the server sent it, unix ns (0: not said)
-        self._subscriber = subscriber
-        self._id_value = id_value
-        self._values: dict[str, object] | None = None
-
-    @property
-    def id(self) -> object:
-        return self.row[0]
-
-    @property
-    def id_value(self) -> pb.Value:
-        return self._id_value
-
-    @property
-    def values(self) -> dict[str, object]:
-        """Column name -> value, id included."""
-        if self._values is None:
-            self._values = dict(zip(self._subscriber.field_names, self.row, strict=True))
-        return self._values
+        super().__init__(subscriber, row, id_value, attempt, sent_ns)
 
     async def ack(self) -> int:
         """Acknowledge; 1 if this call acked it, 0 if it was already."""
@@ -91,9 +73,6 @@ class Message:
     async def renew(self, extend_s: float = 0.0, reason: str | None = None) -> int:
         """Still working: not sent again before ``extend_s`` (0: the ack wait); 1 if renewed."""
         return await self._subscriber.renew([self], extend_s, reason)
-
-    def __repr__(self) -> str:
-        return f"Message({self._subscriber.name}, {self.values!r})"
 
 
 class Subscriber:

@@ -28,14 +28,23 @@ class Receiver(Protocol):
     ) -> int: ...
 
 
-class Message:
-    """One message received by a subscriber."""
+class Named(Protocol):
+    """What a message's data needs of its subscriber (both clients')."""
+
+    name: str
+    field_names: tuple[str, ...]
+
+
+class Received:
+    """A received message's data, the same in both clients: its row, id, attempt and send
+    time. Each client's Message adds the settlement calls (sync here, coroutines in
+    msgtable.aio)."""
 
     __slots__ = ("_id_value", "_subscriber", "_values", "attempt", "row", "sent_ns")
 
     def __init__(
         self,
-        subscriber: Receiver,
+        subscriber: Named,
         row: tuple[object, ...],
         id_value: pb.Value,
         attempt: int = 1,
@@ -66,6 +75,26 @@ class Message:
             self._values = dict(zip(self._subscriber.field_names, self.row, strict=True))
         return self._values
 
+    def __repr__(self) -> str:
+        return f"Message({self._subscriber.name}, {self.values!r})"
+
+
+class Message(Received):
+    """One message received by a subscriber."""
+
+    __slots__ = ()
+    _subscriber: Receiver
+
+    def __init__(
+        self,
+        subscriber: Receiver,
+        row: tuple[object, ...],
+        id_value: pb.Value,
+        attempt: int = 1,
+        sent_ns: int = 0,
+    ) -> None:
+        super().__init__(subscriber, row, id_value, attempt, sent_ns)
+
     def ack(self) -> int:
         """Acknowledge this message; returns 1 if this call acked it, 0 if it was already."""
         return self._subscriber.ack([self])
@@ -84,6 +113,3 @@ class Message:
         """Still working: not sent again before ``extend_s`` from now (0: the table's ack
         wait). Returns 1 if renewed, 0 if not (acked, dead, or due again already)."""
         return self._subscriber.renew([self], extend_s, reason)
-
-    def __repr__(self) -> str:
-        return f"Message({self._subscriber.name}, {self.values!r})"

@@ -19,6 +19,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from msgtable import codec, tracing
+from msgtable.client import requests
 from msgtable.client.acks import AckQueue
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, Leaser
 from msgtable.client.message import Message
@@ -182,25 +183,21 @@ class Subscriber:
         """Not now: the messages are due again ``delay_s`` from now (0: at once), to any
         subscriber; this delivery counts as an attempt. Returns how many were released."""
         messages = list(messages)
-        request = pb.MessageReleaseRequest(
-            name=self.name,
-            keyspace=self.keyspace,
-            ids=[m.id_value for m in messages],
-            delay_s=delay_s,
-            reason=reason or "",
-            subscription=self.subscription,
+        request = requests.release_request(
+            self.name,
+            [m.id_value for m in messages],
+            delay_s,
+            reason,
+            self.keyspace,
+            self.subscription,
         )
         return self._settle("MessageRelease", request, messages)
 
     def reject(self, messages: Iterable[Message], reason: str | None = None) -> int:
         """Never: the messages are dead now, ``reason`` their last error. Returns how many."""
         messages = list(messages)
-        request = pb.MessageRejectRequest(
-            name=self.name,
-            keyspace=self.keyspace,
-            ids=[m.id_value for m in messages],
-            reason=reason or "",
-            subscription=self.subscription,
+        request = requests.reject_request(
+            self.name, [m.id_value for m in messages], reason, self.keyspace, self.subscription
         )
         return self._settle("MessageReject", request, messages)
 
@@ -223,13 +220,8 @@ class Subscriber:
     def _send_renew(
         self, ids: list[pb.Value], extend_s: float = 0.0, reason: str | None = None
     ) -> int:
-        request = pb.MessageRenewRequest(
-            name=self.name,
-            keyspace=self.keyspace,
-            ids=ids,
-            extend_s=extend_s,
-            reason=reason or "",
-            subscription=self.subscription,
+        request = requests.renew_request(
+            self.name, ids, extend_s, reason, self.keyspace, self.subscription
         )
         return self._router.settle("MessageRenew", request, self.target)
 

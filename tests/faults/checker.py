@@ -125,6 +125,8 @@ class Fault:
     at: float  # when it was over (recorded)
     began: float
     server: str = ""  # the server it hit ("": not known, or every server)
+    # how long it may go on eating sends after ``at`` (a stalled subscriber: its stall)
+    lasts_s: float = 0.0
 
     def loses_counts_of(self, server: str) -> bool:
         """Whether it can lose the count of a send by ``server`` ("": not known)."""
@@ -133,6 +135,14 @@ class Fault:
         return self.what in SERVER_FAULTS and (
             not self.server or not server or server == self.server
         )
+
+    def sends_it_may_eat(self, ack_wait_s: float) -> int:
+        """How many sends of one id it may have kept from every subscriber: one, or, for a
+        fault that lasts (a stalled subscriber, whose window gives its credit back as each
+        ack wait ends, so the server goes on sending to it), one every ack wait."""
+        if self.lasts_s <= 0 or ack_wait_s <= 0:
+            return 1
+        return 1 + int(self.lasts_s // ack_wait_s)
 
     def __str__(self) -> str:
         server = f" of {self.server}" if self.server else ""
@@ -273,12 +283,15 @@ class Checker:
         self.events: list[Fault] = []
 
     # -- recording -----------------------------------------------------------------------
-    def event(self, what: str, began: float | None = None, server: str = "") -> None:
+    def event(
+        self, what: str, began: float | None = None, server: str = "", lasts_s: float = 0.0
+    ) -> None:
         """A fault ``what`` is over now; it began at ``began`` (default: now) and hit
-        ``server`` ("": not known, or every server)."""
+        ``server`` ("": not known, or every server); or it goes on for ``lasts_s`` more."""
         now = time.monotonic()
         with self._lock:
-            self.events.append(Fault(what, now, now if began is None else began, server))
+            began = now if began is None else began
+            self.events.append(Fault(what, now, began, server, lasts_s))
 
     @property
     def label(self) -> str:
@@ -813,7 +826,7 @@ class Checker:
             return None
         unseen = n - len({a for _, _, a in ds if a <= n})
         faults = [e for e in self.events if e.at >= ds[0][0] - FAULT_WINDOW_S and e.began <= died]
-        if len(faults) < unseen:
+        if sum(e.sends_it_may_eat(self.ack_wait_s) for e in faults) < unseen:
             return None
         seen = sorted({a for _, _, a in ds})
         late = "" if acked_at is None else f"; ack after the death ({acked_at - died:.1f}s)"

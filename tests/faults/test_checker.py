@@ -652,3 +652,23 @@ def test_a_batch_that_skips_its_keys_released_head_is_reported() -> None:
     died = time.time_ns()  # dead of its attempts before [2, 3] came
     batch(c, "s2", [2, 3])
     assert c.judge(Tables({2: 1, 3: 1}, [DeadRow(1, 5, "poison", died)])).order_violations == []
+
+
+def test_a_stalled_subscriber_can_eat_several_sends_of_one_id() -> None:
+    """A stalled subscriber's window gives its credit back as each ack wait ends, so the
+    server goes on sending to it: one stall of ``lasts_s`` may eat a send of one id every ack
+    wait (CI saw attempts 4 and 5 of an id go unseen in one 5 s stall with a 2 s ack wait).
+    A short stall eats one send, like any other fault."""
+    c = Checker(ack_wait_s=2.0, max_attempts=5)
+    c.insert([8])
+    c.delivered([(8, 2)], "s1")
+    c.dropped([8], "s1", "subscriber killed")
+    c.delivered([(8, 3)], "s2")
+    c.dropped([8], "s2", "subscriber killed")
+    c.event("msgtable SIGKILL")  # ate attempt 1
+    c.event("subscriber stalled", lasts_s=1.0)  # may eat one: 3 unseen, 2 explained
+    assert c.judge(Tables({}, [dead(8, attempts=5)])).dead_unexplained == [8]
+    c.events.pop()
+    c.event("subscriber stalled", lasts_s=5.0)  # sends at t, t+2, t+4: three
+    (explained,) = c.judge(Tables({}, [dead(8, attempts=5)])).dead_explained
+    assert explained[0] == 8 and "3 sends unseen, amid 2 faults" in explained[1]

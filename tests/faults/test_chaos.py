@@ -88,6 +88,9 @@ TOTAL = int(os.environ.get("MSGTABLE_CHAOS_MESSAGES", "100000"))
 ORDERED_TOTAL = int(os.environ.get("MSGTABLE_CHAOS_ORDERED_MESSAGES", "3000"))
 ACK_WAIT_S = 2.0
 LEASE_PERIOD_S = 1.0
+# a restarted database stays down this long: past scrapecheck.NOTICE_S, so the servers'
+# scrapes have time to say database_up 0 before it starts again
+DATABASE_DOWN_S = 2.0
 SUBSCRIBERS = 4
 LIVE_WAIT_S = 10.0  # how long a subscriber's fault waits for a subscriber free to take it
 PRODUCE_FOR_S = 40.0  # the producer spreads its inserts over this long
@@ -265,6 +268,9 @@ class Run:
         self.targets = ",".join(s.address for s in self.servers)
         self.graceful_exits: list[int] = []
         self.takeovers_s: list[float] = []  # SIGKILL of the leader -> the other holds the lease
+        # each database restart's down time, (its process gone, it answers again): for the
+        # scrape checker
+        self.database_down: list[tuple[float, float]] = []
         self._names = iter(range(1, 1_000_000))
 
     @property
@@ -412,9 +418,11 @@ class Run:
     def restart_database(self) -> None:
         began = time.monotonic()
         self.database.stop()
-        time.sleep(1.0)
+        stopped = time.monotonic()  # a graceful stop can take seconds on a busy machine
+        time.sleep(DATABASE_DOWN_S)
         self.database.start()
         self.event("database restart", began)  # over once it answers again
+        self.database_down.append((stopped, time.monotonic()))
         self.log_deadlocks()
 
     def log_deadlocks(self) -> None:
@@ -430,7 +438,9 @@ class Run:
             stalled = self.live(g)
             stalled.stall_s = 2 * ACK_WAIT_S + 1
             stalled.order = "stall"
-            g.checker.event("subscriber stalled")
+            # from its next batch on it reads nothing for stall_s: a send of an id every ack
+            # wait may go to it unseen (its window's credit comes back as each ack wait ends)
+            g.checker.event("subscriber stalled", lasts_s=stalled.stall_s)
             before.append((busy, g.checker.ack_calls))
         began = time.monotonic()
         time.sleep(ACK_WAIT_S + 1)
@@ -744,7 +754,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     push_report, capture_report = extra.judge(db)
     scrape_report = judge(
         scraper,
-        [(e.began, e.at) for e in run.checker.events if e.what == "database restart"],
+        run.database_down,
         {
             g.table: (r := reports[g.checker.label]).dead_poison
             + len(r.dead_explained)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scrapecheck import BOUND_S, QUIET_S, Scrape, judge
+from .scrapecheck import BOUND_S, NOTICE_S, QUIET_S, Scrape, judge
 
 SENT = ("msgtable_messages_sent_total", (("table", "chaos"),))
 GAINS = ("msgtable_lease_gains_total", (("keyspace", "app"),))
@@ -117,3 +117,18 @@ def test_a_backlog_or_other_dead_letters_after_the_drain_are_named():
         "(d) a backlog after the drain (due, scheduled)",
         "(d) the dashboard's dead letters differ from the checker's",
     }
+
+
+def test_a_server_may_take_notice_s_to_see_the_database_down():
+    """The windows are the database's down time (from the moment it stopped); a scrape in
+    the first NOTICE_S of one may still say database_up 1 (a server learns of an outage from
+    a statement that fails: the lease holder's next poll, the other's next lease attempt).
+    A window whose every later scrape says up is named: CI saw one restart's only scrape
+    fall in that first moment and fail the run."""
+    r = healthy()  # rounds at 0, 0.5, ..., 9.5
+    report = judge(r, [(9.5 - NOTICE_S + 0.1, 9.6)], {"chaos": 3})  # type: ignore[arg-type]
+    assert report.violations == {}
+    report = judge(r, [(9.0 - NOTICE_S, 9.6)], {"chaos": 3})  # type: ignore[arg-type]
+    assert "(a) no live server said database_up 0 while the database was down" in (
+        report.violations
+    )

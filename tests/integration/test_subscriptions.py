@@ -487,7 +487,12 @@ def test_a_subscription_with_a_subscriber_does_not_expire(served: Served):
 def test_an_ack_reads_the_state_rows_it_acks_not_the_whole_state_table(served: Served):
     """A from_start hand-over fills a state table in one statement, before InnoDB has
     statistics for it: an ack of 100 ids must still go by the primary key (about 100 rows
-    read by its check and 100 by its update), not read every unsettled row of the table."""
+    read by its check and 100 by its update), not read every unsettled row of the table.
+
+    Rows_read is the database's global count: the server's own work that may run during an
+    ack (a poll, the purge, discovery) adds to it, in about one ack of twenty here (CI saw an
+    ack "read" 1,302 rows). So three acks of 100 are measured and the least is judged: a plan
+    that reads the table makes every one of them read it."""
     make_orders(served, vt_batch_size=100)
     served.client.create_subscription("orders", "first")  # the table's rows are now seen
     enqueue(served, range(1, 1001))
@@ -497,15 +502,19 @@ def test_an_ack_reads_the_state_rows_it_acks_not_the_whole_state_table(served: S
     )
     assert served.client.create_subscription("orders", "replay", from_start=True) == 1000
     c = Collector(served.client, "orders", subscription="replay")
+    reads = []
     try:
-        msgs = c.take(100)
-        time.sleep(0.3)  # the cache filled, the fan-out loop idle: nothing else reads rows
-        before = served.sql("show global status like 'Rows_read'")[0][1]
-        c.subscription.ack(msgs)
-        read = int(served.sql("show global status like 'Rows_read'")[0][1]) - int(before)
+        msgs = c.take(300)
+        time.sleep(0.3)  # the cache filled, the fan-out loop idle
+        for k in range(0, 300, 100):
+            before = served.sql("show global status like 'Rows_read'")[0][1]
+            c.subscription.ack(msgs[k : k + 100])
+            reads.append(int(served.sql("show global status like 'Rows_read'")[0][1]) - int(before))
     finally:
         c.close()
-    assert read < 600, f"an ack of 100 ids read {read} rows of a 3,000-row state table"
+    assert min(reads) < 600, (
+        f"each ack of 100 ids read rows of a 3,000-row state table: {reads} (bound 600)"
+    )
 
 
 def test_messages_purged_while_a_subscription_let_go_leave_no_lag_behind(served: Served):

@@ -143,19 +143,14 @@ class EngineCollector(Collector):
         yield h
         h = HistogramMetricFamily(
             PREFIX + "message_delivery_delay_seconds",
-            "Time from a message's time_created to its first send (unordered tables).",
+            "Time from a message's time_created to its first send.",
             labels=LABELS,
         )
         delays = engine.delivery_delays()
         for s in statuses:
             d = delays.get((s.name, s.subscription))
             cfg = s.config
-            if (
-                d is not None
-                and cfg is not None
-                and cfg.has_column("time_created")
-                and not cfg.ordered
-            ):
+            if d is not None and cfg is not None and cfg.has_column("time_created"):
                 h.add_metric(_labels(s), *d)
         yield h
         pushes = [(s, engine.push_status(s.name, s.subscription)) for s in statuses]

@@ -58,7 +58,8 @@ class Unkeyed(tuple[Hashable]):
 def run_key(row: PolledRow) -> Hashable:
     """The key of a row as an ordered poll reads it: its last column, the key's identity (of
     a text key, its collation's weight string: the values the database holds equal are one
-    key); the column before is a value of the key, the one before that its order value."""
+    key); the column before is a value of the key, the one before that its order value, and
+    before that its time_created (msgtable.orderstore)."""
     key = row[-1]
     return Unkeyed((row[3],)) if key is None else key
 
@@ -98,7 +99,7 @@ class OrderedDue:
         unclaimed: Collection[Hashable],
         held: Collection[Hashable],
         changed: Collection[Hashable],
-        created: bool = False,  # an ordered poll never reads time_created (no delay histogram)
+        created: bool = False,  # an ordered read always has time_created (orderstore)
     ) -> tuple[list[Hashable], int]:
         """Take in the runs a poll read (rows of ``run_key``, each key's in order). A run of a
         busy key is skipped; one already cached is replaced; a run is cut before a row being
@@ -124,7 +125,7 @@ class OrderedDue:
                 rid = r[3]
                 if rid in self.sending or rid in unclaimed or rid in held or rid in changed:
                     break
-                cut.append(CachedRow(r[0], r[1], r[2], tuple(r[3:-3])))
+                cut.append(CachedRow(r[0], r[1], r[2], tuple(r[3:-4]), r[-4]))
             old = self._runs.get(key)
             if len(cut) > len(old or ()) + self.room():
                 break  # full: the rest is read again

@@ -8,10 +8,10 @@ TableStatements holds one OrderStatements for an ordered table's config).
   each, in one UNION ALL for up to RUN_KEYS_PER_STATEMENT keys;
 * the due rows of no key (NULL), by id from a cursor.
 
-Each row is read as a poll reads it, with its order value, a value of its key and the key's
-identity at the end (msgtable.ordered.run_key). A subscription's state table carries the key
-and order columns too (copied by the fan-out): its reads join the message table for the
-values, as its poll does.
+Each row is read as a poll reads it, with its time_created, its order value, a value of its
+key and the key's identity at the end (msgtable.ordered.run_key). A subscription's state
+table carries the key and order columns too (copied by the fan-out): its reads join the
+message table for the values, as its poll does.
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ class OrderStatements:
         # ones 'a' and 'a ' are two keys that merely wait for each other), is the key's
         # identity in memory, and any of its values finds its rows.
         same = key_identity(cfg, key)
-        cols = f"{p}{quote('priority')}, {raw_next}, {p}{epoch}, {values}, {by}, {key}, {same}"
+        # time_created (NULL for a table without it): the created -> sent delay
+        created = p + quote("time_created") if cfg.has_column("time_created") else "NULL"
+        cols = (
+            f"{p}{quote('priority')}, {raw_next}, {p}{epoch}, {values}, {created}, {by}, {key}, "
+            f"{same}"
+        )
         source = f"{t} FORCE INDEX ({idx})"
         if cfg.source:
             source = (

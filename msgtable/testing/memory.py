@@ -526,6 +526,7 @@ class InMemoryStore:
             r["time_next"],
             r["epoch"],
             *(r[c.name] for c in cfg.message_columns),
+            r.get("time_created"),
             r[cfg.order_by],
             r[cfg.order_key],
             r[cfg.order_key],

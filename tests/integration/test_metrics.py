@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import urllib.request
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -177,14 +178,22 @@ def test_enqueued_counts_the_rows_other_clients_inserted_and_the_lag_returns_to_
     wait_until(lambda: scrape(metrics)[lag_key] == 0, what="a heartbeat: the follower caught up")
 
 
+@pytest.mark.parametrize("ordered", [False, True], ids=["plain", "ordered"])
 def test_the_created_to_sent_histogram_counts_first_sends_bounded_by_their_age(
-    followed: Served, metrics
+    followed: Served, metrics, ordered: bool
 ):
-    followed.create_table("jobs", vt_poller_interval=0.2, vt_ack_wait=1)
+    fields: dict[str, Any] = dict(vt_poller_interval=0.2, vt_ack_wait=1)
+    if ordered:  # its poll reads by key (msgtable.orderstore): two keys, and no key
+        extra = "k varchar(8), index order_idx(k, time_acked, id)"
+        followed.create_table("jobs", extra, vt_order_key="k", **fields)
+    else:
+        followed.create_table("jobs", **fields)
     created = time.time_ns() - 3 * 10**9  # enqueued 3 s ago
     began = time.monotonic()
-    rows = ",".join(f"({i}, 'm', {created})" for i in range(4))
-    followed.sql(f"insert into jobs(id, message, time_created) values {rows}")
+    keys = ["'a'", "'b'", "NULL", "'c'"]
+    rows = ",".join(f"({i}, 'm', {created}{', ' + keys[i] if ordered else ''})" for i in range(4))
+    k = ", k" if ordered else ""
+    followed.sql(f"insert into jobs(id, message, time_created{k}) values {rows}")
     c = Collector(followed.client, "jobs")
     try:
         first = c.take(4)

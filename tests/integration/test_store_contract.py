@@ -27,6 +27,7 @@ from .contract_tables import V2018_COLUMNS, V2018_UNIQUE, MemoryTables, MySQLTab
 NS = 10**9
 NOW = 1_700_000_000 * NS
 LATER = NOW + 600 * NS  # a new time_next the cases write
+CREATED = NOW - 90 * NS  # a time_created the cases write
 
 
 @pytest.fixture(params=["memory", "mysql"])
@@ -653,6 +654,9 @@ def test_runs_read_each_keys_first_unsettled_live_rows_in_order_due_or_not(table
     assert len({r[-1] for r in rows if r[-2] == "a"}) == 1
     (four,) = [r for r in rows if r[3] == 4]
     assert four[1] == LATER  # a run carries its rows' time_next: the cache decides
+    tables.update("o", 7, time_created=CREATED)
+    (seven,) = [r for r in tables.store.runs(cfg, ["a"], 3) if r[3] == 7]
+    assert seven[-4] == CREATED  # its time_created, before the order value (created -> sent)
     assert len(tables.store.runs(cfg, ["a"], 1)) == 1
 
 
@@ -663,3 +667,5 @@ def test_unkeyed_reads_the_due_rows_of_no_key_by_id_after_a_cursor(tables: Table
     assert [r[3] for r in tables.store.unkeyed(cfg, NOW, 9, 10)] == [11]
     assert [r[3] for r in tables.store.unkeyed(cfg, LATER, None, 1)] == [9]
     assert [r[-1] for r in tables.store.unkeyed(cfg, NOW, None, 10)] == [None, None]
+    tables.update("o", 9, time_created=CREATED)
+    assert tables.store.unkeyed(cfg, NOW, None, 1)[0][-4] == CREATED

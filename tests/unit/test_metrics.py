@@ -13,8 +13,9 @@ from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument, MsgtableError
 from msgtable.latency import LatencyHistogram
 from msgtable.metrics import LABELS, MetricsServer, parse_listen, registry_for
-from msgtable.tables import DEMO_COMMENT
+from msgtable.tables import DEMO_COMMENT, Column
 from msgtable.testing import InMemoryStore
+from msgtable.testing.memory import CURRENT_COLUMNS
 
 COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2")
 # Prometheus's rules (https://prometheus.io/docs/practices/naming/), as promtool checks them
@@ -227,15 +228,27 @@ def test_a_redelivery_its_subscriber_never_got_counts_neither_as_sent_nor_redeli
         e.close()
 
 
-def test_the_created_to_sent_histogram_has_each_first_send_and_no_redelivery():
+ORDERED_COLUMNS = (*CURRENT_COLUMNS, Column("k", "varchar", "varchar(64)"))
+ORDER_INDEX = (("order_idx", ("k", "time_acked", "id")),)
+
+
+@pytest.mark.parametrize("ordered", [False, True], ids=["plain", "ordered"])
+def test_the_created_to_sent_histogram_has_each_first_send_and_no_redelivery(ordered: bool):
     store = InMemoryStore()
-    store.create_table("q", COMMENT)
+    if ordered:  # an ordered table's poll reads time_created too (each id its own key)
+        store.create_table("q", COMMENT + ",vt_order_key=k", ORDERED_COLUMNS, indexes=ORDER_INDEX)
+    else:
+        store.create_table("q", COMMENT)
     clock = FakeClock()
     now = clock.now_ns()
-    store.insert("q", 1, time_created=now - 2 * 10**9)  # 2 s old at its send
-    store.insert("q", 2, time_created=now - 20 * 10**9)  # 20 s
-    store.insert("q", 3, time_created=now - 10**9, epoch=1)  # a redelivery: not a first send
-    store.insert("q", 4, time_created=None)  # unknown: not observed
+
+    def key(k: str) -> dict[str, str]:
+        return {"k": k} if ordered else {}
+
+    store.insert("q", 1, time_created=now - 2 * 10**9, **key("a"))  # 2 s old at its send
+    store.insert("q", 2, time_created=now - 20 * 10**9, **key("b"))  # 20 s
+    store.insert("q", 3, time_created=now - 10**9, epoch=1, **key("c"))  # a redelivery
+    store.insert("q", 4, time_created=None, **key("d"))  # unknown: not observed
     e = MessageEngine(
         store, clock=clock, rng=random.Random(1), discovery_interval_s=3600, run_loops=False
     )

@@ -203,7 +203,7 @@ def test_status_counts_keys_in_flight_and_waiting(engine, store):
 def row(
     rid: int, key: object, time_next: int = 0, priority: int = 0, epoch: int = 0
 ) -> tuple[object, ...]:
-    return (priority, time_next, epoch, rid, f"m{rid}", rid, key, key)
+    return (priority, time_next, epoch, rid, f"m{rid}", None, rid, key, key)
 
 
 def test_a_run_is_cut_before_a_row_sent_and_not_postponed_yet():

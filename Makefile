@@ -169,7 +169,7 @@ endef
 # bench/ may not exist yet in a fresh clone (git keeps no empty directories).
 define lint-commands
 $(RUFF) check msgtable tests $(wildcard bench)
-$(RUFF) format --check msgtable
+$(RUFF) format --check msgtable tests $(wildcard bench)
 $(VENV)/bin/mypy
 endef
 

@@ -217,8 +217,9 @@ def test_the_subscriptions_example_and_its_sql_run_as_pasted(db_dsn: str):
     run_sql(db_dsn, ";".join(create))
     with serve(db_dsn, follow_binlog=True) as s:
         wait_until(
-            lambda: [t.subscription for t in s.client.list_subscriptions("my_message")]
-            == ["reports"],
+            lambda: (
+                [t.subscription for t in s.client.list_subscriptions("my_message")] == ["reports"]
+            ),
             what="the subscription created by SQL loaded",
         )
         s.sql("insert into my_message(id, message) values (7, 'seven'), (8, 'eight')")
@@ -248,9 +249,9 @@ def test_the_ordering_example_and_its_schema_file_run_as_pasted(db_dsn: str):
         done = run_python(example, s.server.address)
         assert done.returncode == 0, describe(done)
         lines = done.stdout.splitlines()
-        assert sorted(lines) == sorted(
-            ["o-1 created", "o-1 paid", "o-1 shipped", "o-2 created"]
-        ), describe(done)
+        assert sorted(lines) == sorted(["o-1 created", "o-1 paid", "o-1 shipped", "o-2 created"]), (
+            describe(done)
+        )
         assert [x for x in lines if x.startswith("o-1")] == [
             "o-1 created",
             "o-1 paid",

@@ -227,9 +227,7 @@ def test_the_documented_minimal_grants_are_enough_to_serve(db_dsn):
         conn.execute(sa.text(f"create user '{user}'@'%' identified by '{password}'"))
         conn.execute(sa.text(f"grant select, update, delete on `{url.database}`.* to '{user}'@'%'"))
         conn.execute(sa.text(lease_ddl_file()))
-        conn.execute(
-            sa.text(f"grant insert on `{url.database}`.msgtable_lease to '{user}'@'%'")
-        )
+        conn.execute(sa.text(f"grant insert on `{url.database}`.msgtable_lease to '{user}'@'%'"))
         conn.execute(sa.text(f"grant replication slave, replication client on *.* to '{user}'@'%'"))
         conn.execute(
             sa.text(current_layout_ddl("jobs", comment(vt_poller_interval=0.2, vt_purge_after=0)))
@@ -281,9 +279,7 @@ def test_a_request_over_4_mib_is_resource_exhausted(db_dsn, pki):
         )
 
 
-def test_subscriptions_are_named_table_slash_name_and_managing_them_is_its_own_action(
-    db_dsn, pki
-):
+def test_subscriptions_are_named_table_slash_name_and_managing_them_is_its_own_action(db_dsn, pki):
     rules = {
         **AUTH,
         "allow": [

@@ -126,9 +126,7 @@ class FakeEngine:
     def next_subscriber(self) -> FakeSubscriber:
         return self.subscribers.get(timeout=WAIT_S)
 
-    def ack(
-        self, name: str, keyspace: str, ids: Sequence[object], subscription: str = ""
-    ) -> int:
+    def ack(self, name: str, keyspace: str, ids: Sequence[object], subscription: str = "") -> int:
         self.acks.append((name, keyspace, list(ids)))
         self.ack_subscription = subscription
         if self.ack_errors:

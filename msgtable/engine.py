@@ -804,7 +804,7 @@ class MessageEngine(Subscriptions, Endpoints):
         managers = [m for m in managers if not m.config.source]
         out = [m.status(self.keyspace) for m in managers]
         pairs = []
-        for m in managers:
+        for m in managers + subs:  # a subscription's: in its state table, by its name
             with contextlib.suppress(TableLoadError):  # its dead-letter table just went
                 pairs.append(self._dead_of(m.config))
         try:
@@ -812,13 +812,17 @@ class MessageEngine(Subscriptions, Endpoints):
         except MsgtableError:  # counts are extras: the list answers without them
             dead = {}
         out = [dataclasses.replace(s, dead=dead.get(s.name)) for s in out]
+        sub_dead = {(m.config.source, m.config.subscription): dead.get(m.config.name) for m in subs}
         out = [self._with_unseen(s) for s in out]
         out = [self._with_capture(s) for s in out]
         out += [
             TableStatus(name=n, keyspace=self.keyspace, config=None, load_error=e)
             for n, e in errors.items()
         ]
-        out += self._subscription_statuses(subs)
+        out += [
+            dataclasses.replace(s, dead=sub_dead.get((s.name, s.subscription)))
+            for s in self._subscription_statuses(subs)
+        ]
         out = [dataclasses.replace(s, push=self.push_status(s.name, s.subscription)) for s in out]
         backlog = {(b.table, b.subscription): b for b in self.backlog()}
         out = [_with_backlog(s, backlog.get((s.name, s.subscription))) for s in out]

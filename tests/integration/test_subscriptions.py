@@ -195,6 +195,31 @@ def test_settlement_of_a_subscription_is_its_own(served: Served):
         c.close()
 
 
+def test_list_tables_counts_a_subscriptions_dead_letters_from_the_database(
+    served: Served, db_dsn: str
+):
+    """A subscription's ``dead`` is counted in its state table, like a table's: a server
+    that never saw the messages die (another one, or this one after a restart) shows them,
+    and so does the dashboard, which lists dead letters where ``dead`` says there are some."""
+    make_orders(served)
+    served.client.create_subscription("orders", "work")
+    served.client.create_subscription("orders", "clean")
+    enqueue(served, [1, 2, 3])
+    c = Collector(served.client, "orders", subscription="work")
+    try:
+        msgs = c.take(3)
+        assert c.subscription.reject([m for m in msgs if int(m.id) != 3], reason="bad") == 2
+    finally:
+        c.close()
+
+    def dead(listed: list[Any]) -> dict[str, int | None]:
+        return {t.subscription: t.dead for t in listed if t.name == "orders"}
+
+    assert dead(served.client.list_tables()) == {"": 0, "work": 2, "clean": 0}
+    with serve(db_dsn) as fresh:  # a server that saw nothing die
+        assert dead(fresh.client.list_tables()) == {"": 0, "work": 2, "clean": 0}
+
+
 def test_an_ack_by_dml_on_the_state_table_counts(served: Served):
     make_orders(served, vt_ack_wait=0.5, vt_min_backoff=0.2, vt_max_backoff=0.2)
     served.client.create_subscription("orders", "dml")

@@ -8,9 +8,13 @@ drops the spans: bench.traced) on both the server and the subscribers' side (JSO
 ``tracing_on_msgs_s`` and ``tracing_cost_ratio`` = metrics and tracing on / off, target >=
 TARGET_RATIO).
 
-All are measured in the same run, alternating off, on, traced, off, on... (ROUNDS of each) on fresh
-servers (no lease of their own: one at a time), and each side's best run is compared: the
-machine's speed drifts over minutes, and alternating exposes both sides to the same drift.
+All are measured in the same run, in rounds of off, on, traced (every other round the other
+way round, an even number of rounds: ROUNDS, FULL_ROUNDS with --full), on fresh servers (no
+lease of their own: one at a time). Each ratio is the median over the rounds of that round's
+ratio (on / off, traced / off of the same round): the machine's speed drifts over minutes, a
+round's runs follow each other, and the median leaves out a round that other work on the
+machine disturbed; ``ratio_runs`` and ``tracing_ratio_runs`` keep each round's, the spread.
+The ``*_msgs_s`` figures are each side's best run.
 The scrapes are checked: every one answered 200 with the server's families, and some had the
 run's table (a scrape before the server discovered it has none).
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import json
 import socket
+import statistics
 import tempfile
 import threading
 import urllib.request
@@ -31,7 +36,8 @@ from bench import engine
 from bench.errors import BenchError
 from bench.processes import ServerProcess
 
-ROUNDS = 2
+ROUNDS = 6  # even: as many rounds each way round
+FULL_ROUNDS = 10
 SCRAPE_INTERVAL_S = 0.2  # Prometheus scrapes every 15 s to 1 min: this is far harsher
 TARGET_RATIO = 0.97
 
@@ -40,18 +46,20 @@ TARGET_RATIO = 0.97
 class MetricsCost:
     off_msgs_s: float
     on_msgs_s: float
-    ratio: float
+    ratio: float  # the median of the rounds' on / off
     scrapes: int
     off_runs: list[float]
     on_runs: list[float]
     traced_msgs_s: float = 0.0  # metrics and tracing on
-    tracing_ratio: float = 0.0  # traced / off
+    tracing_ratio: float = 0.0  # the median of the rounds' traced / off
+    ratio_runs: list[float] = field(default_factory=list)  # each round's on / off
+    tracing_ratio_runs: list[float] = field(default_factory=list)  # each round's traced / off
     traced_runs: list[float] = field(default_factory=list)
     server_spans: dict[str, int] = field(default_factory=dict)  # by operation, traced runs
     client_spans: int = 0  # consumer spans of the traced runs
     traced_messages: int = 0  # messages of the traced runs
     # CPU microseconds a message by process class (server, subscribers, ...) per side (off,
-    # on, traced): the least of its runs. What tracing costs shows here even when the
+    # on, traced): the median of its runs. What tracing costs shows here even when the
     # machine's other work moves the throughput of single runs far more.
     cpu_us_per_msg: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -107,6 +115,7 @@ def run(
     poller_interval_s: float,
     postpone_after_s: float | None,
     progress: Any,
+    rounds: int = ROUNDS,
 ) -> MetricsCost:
     off: list[float] = []
     on: list[float] = []
@@ -117,7 +126,7 @@ def run(
     scrapes = with_table = 0
     cpu: dict[str, list[dict[str, float]]] = {"off": [], "on": [], "traced": []}
     modes = ((False, False), (True, False), (True, True))
-    for round_ in range(ROUNDS):
+    for round_ in range(rounds):
         # every other round the other way round (off, on, traced; traced, on, off): a run's
         # place in the round (the database still purging the last run's rows) weighs alike
         for metrics, tracing in modes if round_ % 2 == 0 else modes[::-1]:
@@ -161,16 +170,27 @@ def run(
             f"metrics: tracing on but spans missing (server {dict(server_spans)}, "
             f"subscribers {client_spans})"
         )
-    best_off, best_on, best_traced = max(off), max(on), max(traced)
+    ratios = [a / b for a, b in zip(on, off, strict=True)]
+    tracing_ratios = [a / b for a, b in zip(traced, off, strict=True)]
     return MetricsCost(
-        best_off, best_on, best_on / best_off, scrapes, off, on,
-        best_traced, best_traced / best_off, traced,
-        dict(server_spans), client_spans, traced_messages,
-        {side: _least(runs) for side, runs in cpu.items()},
-    )  # fmt: skip
+        off_msgs_s=max(off),
+        on_msgs_s=max(on),
+        ratio=statistics.median(ratios),
+        scrapes=scrapes,
+        off_runs=off,
+        on_runs=on,
+        traced_msgs_s=max(traced),
+        tracing_ratio=statistics.median(tracing_ratios),
+        ratio_runs=ratios,
+        tracing_ratio_runs=tracing_ratios,
+        traced_runs=traced,
+        server_spans=dict(server_spans),
+        client_spans=client_spans,
+        traced_messages=traced_messages,
+        cpu_us_per_msg={side: _median(runs) for side, runs in cpu.items()},
+    )
 
 
-def _least(runs: list[dict[str, float]]) -> dict[str, float]:
-    """Per process class, the least CPU microseconds a message of these runs took (the run
-    least disturbed by other work on the machine)."""
-    return {k: min(r[k] for r in runs if k in r) for k in runs[0]} if runs else {}
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Per process class, the median CPU microseconds a message of these runs took."""
+    return {k: statistics.median(r[k] for r in runs if k in r) for k in runs[0]} if runs else {}

@@ -209,12 +209,15 @@ def run(args: argparse.Namespace) -> Report:
                     args.poller_interval,
                     args.postpone_after,
                     progress,
+                    metrics.FULL_ROUNDS if p.mode == "full" else metrics.ROUNDS,
                 )
             mc = report.metrics
             progress(
                 f"metrics: on {mc.on_msgs_s:,.0f} vs off {mc.off_msgs_s:,.0f} msgs/s "
                 f"({mc.ratio:.3f}, {mc.scrapes} scrapes); with tracing "
-                f"{mc.traced_msgs_s:,.0f} ({mc.tracing_ratio:.3f})"
+                f"{mc.traced_msgs_s:,.0f} ({mc.tracing_ratio:.3f}); ratios the median of "
+                f"each round's: {', '.join(f'{r:.3f}' for r in mc.ratio_runs)} and "
+                f"{', '.join(f'{r:.3f}' for r in mc.tracing_ratio_runs)}"
             )
         if "dashboard" in only:
             with scratch_database(db.handle, "bench_dashboard") as dsn:

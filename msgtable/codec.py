@@ -205,9 +205,11 @@ class RowEncoder:
         self.columns = tuple(columns)
         self._encoders = tuple(_ENCODERS.get(field_type(c), add_any) for c in self.columns)
 
-    def fields_response(self) -> pb.MessageStreamResponse:
-        """The first response of a stream: the fields, no rows."""
-        return pb.MessageStreamResponse(fields=[field_to_proto(c) for c in self.columns])
+    def fields_response(self, ack_wait_s: float = 0.0) -> pb.MessageStreamResponse:
+        """The first response of a stream: the fields and the ack wait, no rows."""
+        return pb.MessageStreamResponse(
+            fields=[field_to_proto(c) for c in self.columns], ack_wait_s=ack_wait_s
+        )
 
     def rows_response(
         self,

@@ -249,6 +249,7 @@ class MessageManager:
             self.wake_sender,
             self.unsubscribe,
             accepts=accepts,
+            ack_wait_s=self.config.ack_wait_s,
         )
         with self._lock:
             # The first one: the cache is empty, a pass from the head fills it. Another one

@@ -75,6 +75,9 @@ class Subscriber(Protocol):
     @property
     def fields(self) -> Sequence[Column]: ...
 
+    @property
+    def ack_wait_s(self) -> float: ...
+
     def next_batch(self, timeout_s: float | None = None, /) -> Batch: ...
 
     def end(self, error: MsgtableError, /) -> None: ...
@@ -345,7 +348,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             if not context.add_callback(sub.close):  # the client already left
                 return
             encoder = codec.RowEncoder(sub.fields)
-            yield encoder.fields_response()
+            yield encoder.fields_response(sub.ack_wait_s)
             while context.is_active():
                 batch = sub.next_batch(self._stream_poll_s)
                 if batch:

@@ -35,8 +35,10 @@ class Subscriber:
         on_close: Callable[[Subscriber, list[Batch]], object],
         max_batches: int = SUBSCRIBER_BUFFER_BATCHES,
         accepts: Callable[[Values], bool] | None = None,
+        ack_wait_s: float = 0.0,
     ) -> None:
         self.fields = fields
+        self.ack_wait_s = ack_wait_s  # the table's (or subscription's), as it subscribed
         # a filter of this stream (msgtable.filters): the messages it takes; None: all
         self.accepts = accepts
         self.window = window
@@ -125,6 +127,7 @@ class Projected:
         self._index = [0, *(by_name[n] for n in names if n != sub.fields[0].name)]
         self._sub = sub
         self.fields = tuple(sub.fields[i] for i in self._index)
+        self.ack_wait_s = sub.ack_wait_s
 
     def next_batch(self, timeout_s: float | None = None) -> Batch:
         batch = self._sub.next_batch(timeout_s)

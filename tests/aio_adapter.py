@@ -129,8 +129,12 @@ class SyncSubscriber:
             yield batch
 
     def __iter__(self) -> Iterator[SyncMessage]:
-        for batch in self.batches():
-            yield from batch
+        while True:  # the aio Subscriber's own iteration (its pending rest of a batch)
+            try:
+                message = self._face.call(self.sub.__anext__())
+            except StopAsyncIteration:
+                return
+            yield SyncMessage(self._face, message, self)
 
     def _unwrap(self, messages: Iterable[SyncMessage]) -> list[aio.Message]:
         return [m.message for m in messages]

@@ -104,7 +104,9 @@ class Subscriber:
         self._ack_wait_s = ack_wait_s  # with auto-renew: how to learn the table's ack wait
         self._decoder: codec.RowDecoder | None = None
         self._call: Any = None
-        self._pending: deque[Message] = deque()
+        self._pending: deque[Message] = deque()  # received by iteration, not handed out
+        self._pending_at = 0.0  # when they were received (monotonic)
+        self._stream_ack_wait_s = 0.0  # the stream's, from its first response (0: not said)
         self._closed = False
         self._closing = asyncio.Event()
         self._leases = Leases(max_lease_s)  # auto-renew's (the sync Leaser's bookkeeping)
@@ -165,6 +167,7 @@ class Subscriber:
             retry.succeeded()
             if broken is not None:
                 self.reconnects += 1
+            self._stream_ack_wait_s = first.ack_wait_s
             fields = tuple(codec.field_from_proto(f) for f in first.fields)
             if fields != self.fields:
                 self.fields = fields
@@ -255,6 +258,7 @@ class Subscriber:
             if not batch:
                 raise StopAsyncIteration
             self._pending.extend(batch)
+            self._pending_at = time.monotonic()
         message = self._pending.popleft()
         if self._tracing is not None:
             self._tracing.message(message)  # its span, current until the next message
@@ -358,7 +362,9 @@ class Subscriber:
 
     # -- closing -----------------------------------------------------------------------------
     async def close(self) -> None:
-        """Leave: the server releases the subscriber; unacked messages are resent later."""
+        """Leave: the server releases the subscriber; unacked messages are resent later. The
+        rest of a batch that iteration received and never handed out is released at once
+        (one try), while at most half its ack wait has passed (requests.release_unhanded)."""
         if self._closed:
             return
         self._closed = True
@@ -367,10 +373,36 @@ class Subscriber:
             self._tracing.end()
         if self._call is not None:
             self._call.cancel()
+        # after the stream ended: the server would send them right back to it
+        await self._release_unhanded()
         if self._renewer is not None:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
         self._leases.clear()
+
+    async def _release_unhanded(self) -> None:
+        left = list(self._pending)
+        self._pending.clear()
+        if not left or not requests.release_unhanded(
+            self._pending_at, self._stream_ack_wait_s, time.monotonic()
+        ):
+            return
+        self._settled(left)
+        request = requests.release_request(
+            self.name,
+            [m.id_value for m in left],
+            0.0,
+            requests.UNHANDED_REASON,
+            self.keyspace,
+            self.subscription,
+        )
+        with contextlib.suppress(MsgtableError, grpc.RpcError):  # their ack wait is the net
+            await self._router.invoke(
+                self.target,
+                "MessageRelease",
+                request,
+                timeout=requests.UNHANDED_RELEASE_TIMEOUT_S,
+            )
 
     async def __aenter__(self) -> Subscriber:
         return await self.open()

@@ -84,6 +84,21 @@ def release_request(
     )
 
 
+# The reason of the release of what a closing subscriber received and never handed out
+UNHANDED_REASON = "the subscriber closed before handing it out"
+UNHANDED_RELEASE_TIMEOUT_S = 5.0  # one try: close() does not wait out an unreachable server
+
+
+def release_unhanded(received_at: float, ack_wait_s: float, now: float) -> bool:
+    """Whether a closing subscriber releases the messages its iteration received at
+    ``received_at`` (monotonic) and never handed out, so that another subscriber gets them
+    at once instead of after their ack wait: while less than half of ``ack_wait_s`` (the
+    stream's, from its first response) has passed since. The send came before the receipt;
+    later, their ack wait may be over and another subscriber holding them, whose delivery a
+    release (of ids, not deliveries) would cut short. 0 (an older server): never."""
+    return ack_wait_s > 0 and now - received_at < ack_wait_s / 2
+
+
 def reject_request(
     name: str,
     ids: Sequence[pb.Value],

@@ -13,10 +13,13 @@ batches without waiting (msgtable.client.acks).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
+
+import grpc
 
 from msgtable import codec, tracing
 from msgtable.client import requests
@@ -62,7 +65,9 @@ class Subscriber:
         self._router = router
         self._ack_linger_s = ack_linger_s
         self._closed = False
-        self._pending: deque[Message] = deque()
+        self._pending: deque[Message] = deque()  # received by iteration, not handed out
+        self._pending_at = 0.0  # when they were received (monotonic)
+        self._ack_wait_s = 0.0  # the stream's, from its first response (0: not said)
         self._ack_queue: AckQueue | None = None
         self._decoder: codec.RowDecoder | None = None
         # consumer spans (msgtable.tracing; None: nothing records, checked once here)
@@ -95,6 +100,7 @@ class Subscriber:
 
     def _adopt(self, first: pb.MessageStreamResponse) -> None:
         """Take the columns of a (new) stream's first response."""
+        self._ack_wait_s = first.ack_wait_s
         fields = tuple(codec.field_from_proto(f) for f in first.fields)
         if fields != self.fields:
             self.fields = fields
@@ -159,6 +165,7 @@ class Subscriber:
             if not batch:
                 raise StopIteration
             self._pending.extend(batch)
+            self._pending_at = time.monotonic()
         message = self._pending.popleft()
         if self._tracing is not None:
             self._tracing.message(message)  # its span, current until the next message
@@ -278,7 +285,9 @@ class Subscriber:
 
     def close(self) -> None:
         """Leave: acks queued by ack_async are sent first (for up to the client's time-out),
-        then the server releases the subscriber; unacked messages are resent later."""
+        then the server releases the subscriber; unacked messages are resent later. The
+        rest of a batch that iteration received and never handed out is released at once
+        (one try), while at most half its ack wait has passed (requests.release_unhanded)."""
         if not self._closed:
             self._closed = True
             self._stream.closed = True
@@ -293,6 +302,36 @@ class Subscriber:
                         self._ack_queue.close(self._router.timeout_s)
             finally:
                 self._stream.cancel()
+                # after the stream ended: the server would send them right back to it
+                self._release_unhanded()
+
+    def _release_unhanded(self) -> None:
+        left = []
+        while True:  # popleft one at a time: a message goes to iteration or here, never both
+            try:
+                left.append(self._pending.popleft())
+            except IndexError:
+                break
+        if not left or not requests.release_unhanded(
+            self._pending_at, self._ack_wait_s, time.monotonic()
+        ):
+            return
+        self._settled(left)
+        request = requests.release_request(
+            self.name,
+            [m.id_value for m in left],
+            0.0,
+            requests.UNHANDED_REASON,
+            self.keyspace,
+            self.subscription,
+        )
+        with contextlib.suppress(MsgtableError, grpc.RpcError):  # their ack wait is the net
+            self._router.invoke(
+                self.target,
+                "MessageRelease",
+                request,
+                timeout=requests.UNHANDED_RELEASE_TIMEOUT_S,
+            )
 
     def __enter__(self) -> Subscriber:
         return self

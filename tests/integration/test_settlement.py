@@ -152,6 +152,45 @@ def test_reject_moves_the_message_to_the_dead_letter_table_now_with_its_reason(s
 
 
 # -- release ---------------------------------------------------------------------------------
+def test_a_closing_subscriber_releases_what_it_received_and_never_handed_out(served: Served):
+    """A worker that stops mid-batch (a break out of its loop, then close): the rest of the
+    batch its iteration received goes back at once, to any subscriber, with its attempt
+    counted and the reason why, instead of waiting out the ack wait (30 s here)."""
+    make_pair(served, vt_batch_size=10, vt_ack_wait=30)
+    enqueue(served, "jobs", range(1, 11))
+    sub = served.client.subscribe("jobs")
+    try:
+        first = next(iter(sub))  # iteration received the batch of 10, handed out 1
+        assert first.ack() == 1
+    finally:
+        sub.close()
+    c = Collector(served.client, "jobs")
+    try:
+        again = c.take(9, timeout_s=10)
+    finally:
+        c.close()
+    assert sorted(int(m.id) for m in again) == sorted(set(range(1, 11)) - {int(first.id)})
+    assert {m.attempt for m in again} == {2}
+    reasons = served.sql("select distinct last_error from jobs where time_acked is null")
+    assert reasons == [("the subscriber closed before handing it out",)]
+
+
+def test_a_closing_subscriber_leaves_a_rest_older_than_half_its_ack_wait_to_the_ack_wait(
+    served: Served,
+):
+    """Past half the ack wait since the batch came, another subscriber may soon hold those
+    messages (a release is of ids, not deliveries): close releases nothing then."""
+    make_pair(served, vt_batch_size=10, vt_ack_wait=1)
+    enqueue(served, "jobs", range(1, 11))
+    sub = served.client.subscribe("jobs")
+    try:
+        next(iter(sub))
+        time.sleep(0.6)
+    finally:
+        sub.close()
+    assert served.sql("select count(*) from jobs where last_error is not null") == [(0,)]
+
+
 def test_a_released_message_comes_back_after_its_delay_to_any_subscriber(served: Served):
     served.create_table("jobs", "last_error varchar(1000)", vt_ack_wait=30, vt_poller_interval=30)
     enqueue(served, "jobs", [1])

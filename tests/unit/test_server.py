@@ -54,6 +54,7 @@ class FakeSubscriber:
 
     def __init__(self, fields: tuple[Column, ...]) -> None:
         self.fields = fields
+        self.ack_wait_s = 30.0
         self._items: queue.Queue[object] = queue.Queue()
         self.closed = threading.Event()
 

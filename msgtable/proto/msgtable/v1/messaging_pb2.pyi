@@ -188,9 +188,17 @@ class MessageStreamResponse(_message.Message):
     FIELDS_FIELD_NUMBER: _builtins.int
     ROWS_FIELD_NUMBER: _builtins.int
     SENT_NS_FIELD_NUMBER: _builtins.int
+    ACK_WAIT_S_FIELD_NUMBER: _builtins.int
     sent_ns: _builtins.int
     """When the server sent this batch, unix nanoseconds (0 in the first response, and from
     servers older than this field).
+    """
+    ack_wait_s: _builtins.float
+    """Fields 4 to 15 are kept for per-batch metadata (the shard a batch came from).
+
+    The table's (or subscription's) vt_ack_wait in seconds, as the stream began; set in the
+    first response only (0 from servers older than this field). A client that stops
+    iterating mid-batch releases the messages it never handed out while their ack wait runs.
     """
     @_builtins.property
     def fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___Field]:
@@ -208,10 +216,11 @@ class MessageStreamResponse(_message.Message):
         fields: _abc.Iterable[Global___Field] | None = ...,
         rows: _abc.Iterable[Global___Row] | None = ...,
         sent_ns: _builtins.int = ...,
+        ack_wait_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fields", b"fields", "rows", b"rows", "sent_ns", b"sent_ns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "fields", b"fields", "rows", b"rows", "sent_ns", b"sent_ns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

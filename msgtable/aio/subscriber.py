@@ -383,26 +383,16 @@ class Subscriber:
     async def _release_unhanded(self) -> None:
         left = list(self._pending)
         self._pending.clear()
-        if not left or not requests.release_unhanded(
-            self._pending_at, self._stream_ack_wait_s, time.monotonic()
-        ):
+        request = requests.unhanded_release(
+            left, self._pending_at, self._stream_ack_wait_s, self.name, self.keyspace,
+            self.subscription,
+        )  # fmt: skip
+        if request is None:
             return
         self._settled(left)
-        request = requests.release_request(
-            self.name,
-            [m.id_value for m in left],
-            0.0,
-            requests.UNHANDED_REASON,
-            self.keyspace,
-            self.subscription,
-        )
+        timeout = requests.UNHANDED_RELEASE_TIMEOUT_S
         with contextlib.suppress(MsgtableError, grpc.RpcError):  # their ack wait is the net
-            await self._router.invoke(
-                self.target,
-                "MessageRelease",
-                request,
-                timeout=requests.UNHANDED_RELEASE_TIMEOUT_S,
-            )
+            await self._router.invoke(self.target, "MessageRelease", request, timeout=timeout)
 
     async def __aenter__(self) -> Subscriber:
         return await self.open()

@@ -3,6 +3,7 @@ the asyncio one (msgtable.aio) check arguments and encode ids the same way."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,6 +98,24 @@ def release_unhanded(received_at: float, ack_wait_s: float, now: float) -> bool:
     later, their ack wait may be over and another subscriber holding them, whose delivery a
     release (of ids, not deliveries) would cut short. 0 (an older server): never."""
     return ack_wait_s > 0 and now - received_at < ack_wait_s / 2
+
+
+def unhanded_release(
+    messages: Sequence[Any],
+    received_at: float,
+    ack_wait_s: float,
+    name: str,
+    keyspace: str,
+    subscription: str,
+) -> pb.MessageReleaseRequest | None:
+    """The MessageRelease a closing subscriber sends (one try, UNHANDED_RELEASE_TIMEOUT_S,
+    its errors ignored: the ack wait is the safety net) for ``messages`` its iteration
+    received at ``received_at`` and never handed out; None when there are none, or when
+    :func:`release_unhanded` says to leave them to their ack wait."""
+    if not messages or not release_unhanded(received_at, ack_wait_s, time.monotonic()):
+        return None
+    ids = [m.id_value for m in messages]
+    return release_request(name, ids, 0.0, UNHANDED_REASON, keyspace, subscription)
 
 
 def reject_request(

@@ -312,26 +312,15 @@ class Subscriber:
                 left.append(self._pending.popleft())
             except IndexError:
                 break
-        if not left or not requests.release_unhanded(
-            self._pending_at, self._ack_wait_s, time.monotonic()
-        ):
+        request = requests.unhanded_release(
+            left, self._pending_at, self._ack_wait_s, self.name, self.keyspace, self.subscription
+        )
+        if request is None:
             return
         self._settled(left)
-        request = requests.release_request(
-            self.name,
-            [m.id_value for m in left],
-            0.0,
-            requests.UNHANDED_REASON,
-            self.keyspace,
-            self.subscription,
-        )
+        timeout = requests.UNHANDED_RELEASE_TIMEOUT_S
         with contextlib.suppress(MsgtableError, grpc.RpcError):  # their ack wait is the net
-            self._router.invoke(
-                self.target,
-                "MessageRelease",
-                request,
-                timeout=requests.UNHANDED_RELEASE_TIMEOUT_S,
-            )
+            self._router.invoke(self.target, "MessageRelease", request, timeout=timeout)
 
     def __enter__(self) -> Subscriber:
         return self

@@ -6,9 +6,10 @@ HTTP, against the same run on a server without (the ``metrics`` section of
 the same server with metrics and an SDK tracer provider (BatchSpanProcessor, an exporter that
 drops the spans: bench.traced) on both the server and the subscribers' side (JSON keys
 ``tracing_on_msgs_s`` and ``tracing_cost_ratio`` = metrics and tracing on / off, target >=
-TARGET_RATIO).
+TARGET_RATIO). A fourth side listens (``--metrics-listen``) and is never scraped: what the
+metrics cost by themselves, without the scrapes (JSON ``metrics_listening_ratio``).
 
-All are measured in the same run, in rounds of off, on, traced (every other round the other
+All are measured in the same run, in rounds of the sides (SIDES; every other round the other
 way round, an even number of rounds: ROUNDS, FULL_ROUNDS with --full), on fresh servers (no
 lease of their own: one at a time). Each ratio is the median over the rounds of that round's
 ratio (on / off, traced / off of the same round): the machine's speed drifts over minutes, a
@@ -21,6 +22,7 @@ run's table (a scrape before the server discovered it has none).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import statistics
@@ -38,6 +40,15 @@ from bench.processes import ServerProcess
 
 ROUNDS = 6  # even: as many rounds each way round
 FULL_ROUNDS = 10
+# The sides of a round: no metrics; --metrics-listen and nobody scrapes (what metrics cost
+# by themselves: the counters, the binlog's row counting); scraped every SCRAPE_INTERVAL_S;
+# scraped, and tracing on (server and subscribers)
+SIDES = {
+    "off": "off",
+    "listening": "on, not scraped",
+    "on": "on",
+    "traced": "metrics and tracing on",
+}
 SCRAPE_INTERVAL_S = 0.2  # Prometheus scrapes every 15 s to 1 min: this is far harsher
 TARGET_RATIO = 0.97
 
@@ -50,6 +61,9 @@ class MetricsCost:
     scrapes: int
     off_runs: list[float]
     on_runs: list[float]
+    listening_msgs_s: float = 0.0  # --metrics-listen, never scraped
+    listening_ratio: float = 0.0  # the median of the rounds' listening / off
+    listening_ratio_runs: list[float] = field(default_factory=list)
     traced_msgs_s: float = 0.0  # metrics and tracing on
     tracing_ratio: float = 0.0  # the median of the rounds' traced / off
     ratio_runs: list[float] = field(default_factory=list)  # each round's on / off
@@ -117,51 +131,43 @@ def run(
     progress: Any,
     rounds: int = ROUNDS,
 ) -> MetricsCost:
-    off: list[float] = []
-    on: list[float] = []
-    traced: list[float] = []
+    runs: dict[str, list[float]] = {side: [] for side in SIDES}
     server_spans: Counter[str] = Counter()
     client_spans = traced_messages = 0
     spans_dir = tempfile.TemporaryDirectory(prefix="msgtable-bench-spans-")
     scrapes = with_table = 0
-    cpu: dict[str, list[dict[str, float]]] = {"off": [], "on": [], "traced": []}
-    modes = ((False, False), (True, False), (True, True))
+    cpu: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
+    order = list(SIDES)
     for round_ in range(rounds):
-        # every other round the other way round (off, on, traced; traced, on, off): a run's
-        # place in the round (the database still purging the last run's rows) weighs alike
-        for metrics, tracing in modes if round_ % 2 == 0 else modes[::-1]:
+        # every other round the other way round (off ... traced; traced ... off): a run's
+        # place in the round weighs alike
+        for side in order if round_ % 2 == 0 else order[::-1]:
+            metrics, scraped, tracing = side != "off", side in ("on", "traced"), side == "traced"
             port = free_port()
             extra = ("--metrics-listen", f"127.0.0.1:{port}") if metrics else ()
             module = "bench.traced" if tracing else "msgtable"
-            spans_file = Path(spans_dir.name) / f"spans-{len(traced)}.json"
+            spans_file = Path(spans_dir.name) / f"spans-{round_}.json"
             if tracing:
                 extra = (*extra, "--spans-file", str(spans_file))
             with ServerProcess(dsn, lease=False, extra=extra, module=module) as server:
-                if not metrics:
+                scraper = Scraper(f"http://127.0.0.1:{port}/metrics") if scraped else None
+                with scraper or contextlib.nullcontext():
                     r = engine.run(
                         server, dsn, n, batch_size, subscribers, poller_interval_s,
-                        postpone_after_s=postpone_after_s,
+                        postpone_after_s=postpone_after_s, traced=tracing,
                     )  # fmt: skip
-                    off.append(r.msgs_s)
-                else:
-                    with Scraper(f"http://127.0.0.1:{port}/metrics") as scraper:
-                        r = engine.run(
-                            server, dsn, n, batch_size, subscribers, poller_interval_s,
-                            postpone_after_s=postpone_after_s, traced=tracing,
-                        )  # fmt: skip
+                if scraper is not None:
                     if scraper.failure:
                         raise BenchError(f"metrics: a scrape failed: {scraper.failure}")
                     scrapes += scraper.scrapes
                     with_table += scraper.with_table
-                    (traced if tracing else on).append(r.msgs_s)
+            runs[side].append(r.msgs_s)
             if tracing:  # the server wrote its spans as it stopped
                 server_spans.update(json.loads(spans_file.read_text()))
                 client_spans += r.spans
                 traced_messages += r.messages
-            side = "traced" if tracing else "on" if metrics else "off"
             cpu[side].append(r.cpu_per_msg())
-            mode = "metrics and tracing on" if tracing else "on" if metrics else "off"
-            progress(f"metrics {mode}: {r.msgs_s:,.0f} msgs/s ({r.cpu_note()})")
+            progress(f"metrics {SIDES[side]}: {r.msgs_s:,.0f} msgs/s ({r.cpu_note()})")
     if not with_table:
         raise BenchError(f"metrics: none of {scrapes} scrapes showed the run's table")
     spans_dir.cleanup()
@@ -170,6 +176,8 @@ def run(
             f"metrics: tracing on but spans missing (server {dict(server_spans)}, "
             f"subscribers {client_spans})"
         )
+    off, on, traced = runs["off"], runs["on"], runs["traced"]
+    listening_ratios = [a / b for a, b in zip(runs["listening"], off, strict=True)]
     ratios = [a / b for a, b in zip(on, off, strict=True)]
     tracing_ratios = [a / b for a, b in zip(traced, off, strict=True)]
     return MetricsCost(
@@ -179,6 +187,9 @@ def run(
         scrapes=scrapes,
         off_runs=off,
         on_runs=on,
+        listening_msgs_s=max(runs["listening"]),
+        listening_ratio=statistics.median(listening_ratios),
+        listening_ratio_runs=listening_ratios,
         traced_msgs_s=max(traced),
         tracing_ratio=statistics.median(tracing_ratios),
         ratio_runs=ratios,

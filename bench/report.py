@@ -658,6 +658,9 @@ class Report:
             "metrics_off_msgs_s": rnd(self.metrics.off_msgs_s if self.metrics else None, 0),
             "metrics_on_msgs_s": rnd(self.metrics.on_msgs_s if self.metrics else None, 0),
             "metrics_cost_ratio": rnd(self.metrics.ratio if self.metrics else None, 3),
+            "metrics_listening_ratio": rnd(
+                self.metrics.listening_ratio if self.metrics else None, 3
+            ),
             "tracing_on_msgs_s": rnd(self.metrics.traced_msgs_s if self.metrics else None, 0),
             "tracing_cost_ratio": rnd(self.metrics.tracing_ratio if self.metrics else None, 3),
             "metrics": self.metrics.as_dict() if self.metrics else None,

@@ -214,7 +214,8 @@ def run(args: argparse.Namespace) -> Report:
             mc = report.metrics
             progress(
                 f"metrics: on {mc.on_msgs_s:,.0f} vs off {mc.off_msgs_s:,.0f} msgs/s "
-                f"({mc.ratio:.3f}, {mc.scrapes} scrapes); with tracing "
+                f"({mc.ratio:.3f}, {mc.scrapes} scrapes; listening, not scraped "
+                f"{mc.listening_ratio:.3f}); with tracing "
                 f"{mc.traced_msgs_s:,.0f} ({mc.tracing_ratio:.3f}); ratios the median of "
                 f"each round's: {', '.join(f'{r:.3f}' for r in mc.ratio_runs)} and "
                 f"{', '.join(f'{r:.3f}' for r in mc.tracing_ratio_runs)}"

@@ -130,23 +130,47 @@ def count_rows(data: bytes, shape: Shape, checksum: bool) -> int | None:
         p += present_bytes
         columns = [c for i, c in enumerate(shape) if present >> i & 1]
         null_bytes = (len(columns) + 7) // 8
-        fixed = sum(columns) if all(c >= 0 for c in columns) else -1
         end = len(data) - (4 if checksum else 0)
+        plans: dict[int, tuple[tuple[tuple[int, int], ...], int]] = {}
         rows = 0
         while p < end:
-            nulls = int.from_bytes(data[p : p + null_bytes], "little")
+            # (the common cases without a slice: a 1-byte bitmap, 1- and 2-byte lengths)
+            nulls = (
+                data[p] if null_bytes == 1 else int.from_bytes(data[p : p + null_bytes], "little")
+            )
             p += null_bytes
-            if not nulls and fixed >= 0:
-                p += fixed
-            else:
-                for c in columns:
-                    if not nulls & 1:
-                        if c >= 0:
-                            p += c
-                        else:
-                            p += -c + int.from_bytes(data[p : p - c], "little")
-                    nulls >>= 1
+            plan = plans.get(nulls)
+            if plan is None:
+                plan = plans[nulls] = _plan(columns, nulls)
+            steps, tail = plan
+            for run, width in steps:
+                p += run
+                if width == 1:
+                    p += 1 + data[p]
+                elif width == 2:
+                    p += 2 + (data[p] | data[p + 1] << 8)
+                else:
+                    p += width + int.from_bytes(data[p : p + width], "little")
+            p += tail
             rows += 1
         return rows if p == end else None
     except (IndexError, ValueError):
         return None
+
+
+def _plan(columns: list[int], nulls: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    """How a row whose null bitmap is ``nulls`` is stepped over: before each length-prefixed
+    value, the bytes of the fixed-size ones since the last (and its length's width); then
+    the fixed-size bytes after the last. A table's rows share a few bitmaps: each is worked
+    out once an event, not once a row."""
+    steps = []
+    run = 0
+    for c in columns:
+        if not nulls & 1:
+            if c >= 0:
+                run += c
+            else:
+                steps.append((run, -c))
+                run = 0
+        nulls >>= 1
+    return tuple(steps), run

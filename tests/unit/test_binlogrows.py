@@ -70,3 +70,29 @@ def test_an_event_that_does_not_end_with_its_last_row_is_not_counted_here():
 
 def test_a_column_type_it_does_not_know_is_no_shape():
     assert table_shape(table_map(bytes([LONGLONG, 0xF2]), b"\x00")) is None
+
+
+def test_a_two_byte_null_bitmap_and_long_length_prefixes_are_stepped_over():
+    """Nine columns or more: the bitmap takes two bytes; a mediumblob's length takes three,
+    a longblob's four (each row's bitmap picks its own way over the row, worked out once)."""
+    types = bytes([LONGLONG] * 8 + [BLOB, BLOB])
+    shape = table_shape(table_map(types, bytes([3, 4])))
+    assert shape == (8,) * 8 + (-3, -4)
+
+    def wide(medium: bytes | None, long: bytes | None) -> bytes:
+        nulls = (0 if medium is not None else 1 << 8) | (0 if long is not None else 1 << 9)
+        out = nulls.to_bytes(2, "little") + bytes(8 * 8)
+        if medium is not None:
+            out += len(medium).to_bytes(3, "little") + medium
+        if long is not None:
+            out += len(long).to_bytes(4, "little") + long
+        return out
+
+    header = bytearray(HEADER)
+    header[5] = 0x1E
+    body = (7).to_bytes(6, "little") + b"\x01\x00" + (2).to_bytes(2, "little")
+    body += bytes([10]) + (0b1111111111).to_bytes(2, "little")
+    rows = [wide(b"m" * 70_000, b"l"), wide(None, b""), wide(b"", None), wide(b"x", b"y" * 3)]
+    packet = bytes(header) + body + b"".join(rows)
+    assert count_rows(packet, shape, checksum=False) == 4
+    assert count_rows(packet[:-1], shape, checksum=False) is None

@@ -42,21 +42,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("msgtable.client")
 
 
-class Message(Received):
+class Message(Received["Subscriber"]):
     """One message an asyncio subscriber received; its settlement calls are coroutines."""
 
     __slots__ = ()
-    _subscriber: Subscriber
-
-    def __init__(
-        self,
-        subscriber: Subscriber,
-        row: tuple[object, ...],
-        id_value: pb.Value,
-        attempt: int = 1,
-        sent_ns: int = 0,
-    ) -> None:
-        super().__init__(subscriber, row, id_value, attempt, sent_ns)
 
     async def ack(self) -> int:
         """Acknowledge; 1 if this call acked it, 0 if it was already."""

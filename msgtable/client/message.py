@@ -4,16 +4,20 @@ renew)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Generic, Protocol, TypeVar
 
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
 
-class Receiver(Protocol):
-    """What a message needs of the subscriber that received it (msgtable.client.subscriber)."""
+class Named(Protocol):
+    """What a message's data needs of its subscriber (both clients')."""
 
     name: str
     field_names: tuple[str, ...]
+
+
+class Receiver(Named, Protocol):
+    """What a message needs of the subscriber that received it (msgtable.client.subscriber)."""
 
     def ack(self, messages: Iterable[Message]) -> int: ...
 
@@ -28,23 +32,19 @@ class Receiver(Protocol):
     ) -> int: ...
 
 
-class Named(Protocol):
-    """What a message's data needs of its subscriber (both clients')."""
-
-    name: str
-    field_names: tuple[str, ...]
+S = TypeVar("S", bound=Named)  # the subscriber class of a client
 
 
-class Received:
+class Received(Generic[S]):
     """A received message's data, the same in both clients: its row, id, attempt and send
     time. Each client's Message adds the settlement calls (sync here, coroutines in
-    msgtable.aio)."""
+    msgtable.aio), on its subscriber ``S``."""
 
     __slots__ = ("_id_value", "_subscriber", "_values", "attempt", "row", "sent_ns")
 
     def __init__(
         self,
-        subscriber: Named,
+        subscriber: S,
         row: tuple[object, ...],
         id_value: pb.Value,
         attempt: int = 1,
@@ -79,21 +79,10 @@ class Received:
         return f"Message({self._subscriber.name}, {self.values!r})"
 
 
-class Message(Received):
+class Message(Received[Receiver]):
     """One message received by a subscriber."""
 
     __slots__ = ()
-    _subscriber: Receiver
-
-    def __init__(
-        self,
-        subscriber: Receiver,
-        row: tuple[object, ...],
-        id_value: pb.Value,
-        attempt: int = 1,
-        sent_ns: int = 0,
-    ) -> None:
-        super().__init__(subscriber, row, id_value, attempt, sent_ns)
 
     def ack(self) -> int:
         """Acknowledge this message; returns 1 if this call acked it, 0 if it was already."""

@@ -14,7 +14,7 @@ from what it recorded only:
     one server reports msgtable_lease_holder 1, and both /api/state name the same holder;
 (d) after the drain, the leader's backlog (due + scheduled, its /api/state and its metrics)
     is what the checkers know is unacked (0), and its dashboard counts the dead letters
-    the checkers know of (:meth:`Scraper.settled`).
+    the checkers know of, each table's and each subscription's (:meth:`Scraper.settled`).
 """
 
 from __future__ import annotations
@@ -135,8 +135,10 @@ class Scraper(threading.Thread):
 
     def settled(self, groups: Sequence[tuple[str, str]], dead_tables: Sequence[str]) -> None:
         """(d), after the drain: wait (up to SETTLE_TIMEOUT_S) until the leader reports no
-        backlog for every (table, subscription) in ``groups``; record what it reported, and
-        its dashboard's dead-letter count of each of ``dead_tables``' tables."""
+        backlog for every (table, subscription) in ``groups``; record what it reported, its
+        dashboard's dead-letter count of each of ``dead_tables``' tables, and the dead count
+        its state gives each subscription in ``groups`` (as "TABLE/SUBSCRIPTION": counted in
+        the database, as ListTables counts it)."""
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         found: dict[str, Any] = {}
         while True:
@@ -157,6 +159,8 @@ class Scraper(threading.Thread):
                     if key in groups:
                         b = t["backlog"]
                         found["backlog"][key] = (b["due"], b["scheduled"])
+                        if t["subscription"]:
+                            found["dead"][f"{t['name']}/{t['subscription']}"] = t["dead"]
                 m = scrape_metrics(server)
                 for (name, labels), value in m.counters.items():
                     d = dict(labels)

@@ -755,12 +755,13 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     scrape_report = judge(
         scraper,
         run.database_down,
-        {
-            g.table: (r := reports[g.checker.label]).dead_poison
+        {  # a table's, and a subscription's as "TABLE/SUBSCRIPTION"
+            f"{g.table}/{g.name}" if g.name else g.table: (
+                r := reports[g.checker.label]
+            ).dead_poison
             + len(r.dead_explained)
             + len(r.dead_unexplained)
             for g in run.groups
-            if not g.name
         },
     )
     everyone = run.everyone()

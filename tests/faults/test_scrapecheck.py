@@ -119,6 +119,18 @@ def test_a_backlog_or_other_dead_letters_after_the_drain_are_named():
     }
 
 
+def test_a_subscriptions_dead_count_that_differs_from_its_checkers_is_named():
+    r = healthy()
+    r.settled_found["dead"] = {"chaos": 3, "chaos/all": 4}
+    assert judge(r, [], {"chaos": 3, "chaos/all": 4}).violations == {}  # type: ignore[arg-type]
+    report = judge(r, [], {"chaos": 3, "chaos/all": 5})  # type: ignore[arg-type]
+    assert report.violations == {
+        "(d) the dashboard's dead letters differ from the checker's": [
+            "chaos/all: the dashboard 4, the checker 5"
+        ]
+    }
+
+
 def test_a_server_may_take_notice_s_to_see_the_database_down():
     """The windows are the database's down time (from the moment it stopped); a scrape in
     the first NOTICE_S of one may still say database_up 1 (a server learns of an outage from

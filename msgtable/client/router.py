@@ -47,6 +47,10 @@ CHANNEL_OPTIONS = (
     # Read a stream's responses on the thread that iterates it, not on a helper thread that
     # hands each one over: about a fifth less client CPU per batch.
     (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
+    # A client's own connections: by default grpc shares them between all the channels of a
+    # process, so a client made after its server came back would fail at first with another
+    # client's stale "Connection refused" until that connection's reconnect backoff ended.
+    ("grpc.use_local_subchannel_pool", 1),
 )
 
 

@@ -6,6 +6,7 @@ retried within the time-out."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable
 from typing import TypeVar
@@ -190,3 +191,32 @@ def test_arguments_are_checked_as_the_sync_client_checks_them():
     with pytest.raises(InvalidArgument, match=r"ids\[1\]"):
         run(c.ack("t", [1, object()]))
     run(c.close())
+
+
+def test_a_new_client_does_not_inherit_an_older_clients_failed_connection(engine, caplog):
+    """As the sync client's test: each asyncio Client connects on its own, so one made after
+    its server came back does not fail at first with an older client's refused connection."""
+    first = MessagingServer(engine, "127.0.0.1:0")
+    first.start()
+    address = first.address
+    second = MessagingServer(engine, address)
+
+    async def test() -> None:
+        async with aio.Client(address, timeout_s=1.0) as old:
+            assert await old.list_tables() == []
+            first.stop(0)
+            with pytest.raises(Unavailable):
+                await old.list_tables()  # its connection failed: refused
+            second.start()
+            caplog.set_level(logging.DEBUG, logger="msgtable.client")
+            async with aio.Client(address, timeout_s=WAIT_S) as new, new.subscribe("t") as sub:
+                (await asyncio.to_thread(engine.next_subscriber)).put([(1, "a", None)])
+                assert (await sub.__anext__()).id == 1
+                assert await new.list_tables() == []
+
+    try:
+        run(test())
+    finally:
+        second.stop(0)
+    retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert retries == [], retries

@@ -4,6 +4,7 @@ NotLeader answer names, gives up after retry_for_s, and acks that retry passing 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -192,3 +193,30 @@ def test_a_call_racing_the_clients_close_fails_as_closed_not_with_a_grpc_error()
     r.stub = racing  # type: ignore[method-assign]
     with pytest.raises(Unavailable, match="the client is closed"):
         r.unary("MessageAck", pb.MessageAckRequest(name="t"))
+
+
+def test_a_new_client_does_not_inherit_an_older_clients_failed_connection(engine, caplog):
+    """grpc shares connections between the channels of one process by default: a Client made
+    after its server came back on the same address, while an older Client still holds the
+    connection that failed, would fail its first calls with the old "Connection refused" and
+    retry. Each Client connects on its own."""
+    first = MessagingServer(engine, "127.0.0.1:0")
+    first.start()
+    address = first.address
+    with Client(address, timeout_s=1.0) as old:
+        assert old.list_tables() == []
+        first.stop(0)
+        with pytest.raises(Unavailable):
+            old.list_tables()  # its connection failed: refused
+        second = MessagingServer(engine, address)
+        second.start()
+        try:
+            caplog.set_level(logging.DEBUG, logger="msgtable.client")
+            with Client(address, timeout_s=WAIT_S) as new, new.subscribe("t") as sub:
+                engine.next_subscriber().put([(1, "a", None)])
+                assert next(sub).id == 1
+                assert new.list_tables() == []
+            retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+            assert retries == [], retries
+        finally:
+            second.stop(0)

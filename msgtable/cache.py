@@ -139,6 +139,8 @@ class Hold:
         self._take = take
         self._wait_for = wait_for
         self.rows: dict[Hashable, Sent] = {}
+        # ids left out: sent again since the delivery a settlement answers (holding_acks)
+        self.skipped: set[Hashable] = set()
         self._written: list[Hashable] = []
 
     def __enter__(self) -> Hold:
@@ -222,12 +224,25 @@ class MessageCache:
         """A send at ``now_ns``: pop rows through it; they are sending until the block ends."""
         return Sending(self, now_ns)
 
-    def holding_acks(self, ids: Iterable[Hashable], wait: bool = False) -> Hold:
+    def holding_acks(
+        self, ids: Iterable[Hashable], wait: bool = False, attempts: Sequence[int] | None = None
+    ) -> Hold:
         """Those of ``ids`` sent and not postponed yet, held while their ack is written (it
         counts their send). ``wait``: first wait (up to HOLD_WAIT_S) until no other
-        statement holds any of them: a settlement verb whose count must be exact."""
+        statement holds any of them: a settlement verb whose count must be exact.
+        ``attempts``: the delivery of each id a release or renew answers; the ids in flight
+        from a later send are left out (``Hold.skipped``), their send neither held nor
+        changed (with ``wait``, no send hands them over while the statement runs)."""
         ids = list(ids)
-        return Hold(self, lambda inflight: inflight.take_unclaimed(ids), ids if wait else ())
+
+        def take(inflight: InFlight) -> dict[Hashable, Sent]:
+            if attempts is None:
+                return inflight.take_unclaimed(ids)
+            hold.skipped = skipped = inflight.sent_again(ids, attempts)
+            return inflight.take_unclaimed([i for i in ids if i not in skipped])
+
+        hold = Hold(self, take, ids if wait else ())
+        return hold
 
     def holding_postpones(self, sent_before_ns: int, limit: int) -> Hold:
         """Up to ``limit`` unclaimed rows sent at or before the time, oldest first, held while

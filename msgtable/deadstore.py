@@ -59,6 +59,39 @@ def first_expr(first: Collection[Hashable]) -> tuple[str, list[Any]]:
     return f"`id` IN ({in_first})", params
 
 
+def delivery_expr(
+    ids: Sequence[Hashable], attempts: Sequence[int] | None, first_sql: str, first_params: list[Any]
+) -> tuple[str, list[Any]]:
+    """An SQL condition true for the rows of ``ids`` whose current delivery is the one a
+    release or renew answers (msgtable.settlement): attempt ``a`` of an id matches while the
+    row's sends, counted with its uncounted one (``first_sql``), are ``a``. An attempt of 0,
+    or ``attempts`` None, matches any delivery. Ids of one attempt share a term; when all
+    share one, the statement's own IN list is enough."""
+    if attempts is None:
+        return "TRUE", []
+    by_attempt: dict[int, list[Hashable]] = {}
+    for rid, attempt in zip(ids, attempts, strict=True):
+        by_attempt.setdefault(attempt, []).append(rid)
+    if len(by_attempt) == 1:  # the usual call (one batch): no second IN list of its ids
+        (attempt,) = by_attempt
+        if attempt == 0:
+            return "TRUE", []
+        return f"COALESCE(`epoch`, 0) + ({first_sql}) = {attempt:d}", list(first_params)
+    terms: list[str] = []
+    params: list[Any] = []
+    for attempt, group in by_attempt.items():
+        in_group, group_params = in_list(group)
+        if attempt == 0:
+            terms.append(f"`id` IN ({in_group})")
+            params += group_params
+        else:
+            terms.append(
+                f"(`id` IN ({in_group}) AND COALESCE(`epoch`, 0) + ({first_sql}) = {attempt:d})"
+            )
+            params += [*group_params, *first_params]
+    return "(" + " OR ".join(terms) + ")", params
+
+
 class DeadStatements:
     """The SQL of one table's dead messages (``dead``: its dead-letter table, None: in place)."""
 

@@ -616,8 +616,9 @@ class MessageEngine(Subscriptions, Endpoints):
         delay_s: float,
         reason: str | None,
         subscription: str = "",
+        attempts: Sequence[int] = (),
     ) -> int:
-        return self._verb(name, keyspace, subscription).release(ids, delay_s, reason)
+        return self._verb(name, keyspace, subscription).release(ids, delay_s, reason, attempts)
 
     def reject(
         self,
@@ -637,8 +638,9 @@ class MessageEngine(Subscriptions, Endpoints):
         extend_s: float,
         reason: str | None,
         subscription: str = "",
+        attempts: Sequence[int] = (),
     ) -> int:
-        return self._verb(name, keyspace, subscription).renew(ids, extend_s, reason)
+        return self._verb(name, keyspace, subscription).renew(ids, extend_s, reason, attempts)
 
     def _settling(self, name: str, keyspace: str, subscription: str = "") -> MessageManager:
         if self._stop.is_set():

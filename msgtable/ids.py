@@ -36,6 +36,20 @@ def coerce_ids(
     return list(out)
 
 
+def coerce_id_pairs(
+    table: str, column: Column, ids: Sequence[object], values: Sequence[int], verb: str
+) -> tuple[list[Hashable], list[int]]:
+    """:func:`coerce_ids`, each id with its item of ``values`` (in the order of ``ids``; an id
+    named twice keeps its first): a release's or renew's ids and their attempts."""
+    clean = coerce_ids(table, column, ids, verb)
+    if len(clean) == len(ids):
+        return clean, list(values)
+    first: dict[Hashable, int] = {}
+    for raw, value in zip(ids, values, strict=True):
+        first.setdefault(_coerce_id(table, column, raw), value)
+    return list(first), list(first.values())
+
+
 def _coerce_id(table: str, column: Column, raw: object) -> Hashable:
     bad = InvalidArgument(
         f"table {table}: malformed id {raw!r} for id column of type {column.column_type}"

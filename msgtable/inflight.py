@@ -28,8 +28,8 @@ class InFlight:
     """Sent rows by id (see the module docstring)."""
 
     def __init__(self) -> None:
-        # id -> (ack wait deadline, window, when sent)
-        self._flight: OrderedDict[Hashable, tuple[int, Window | None, int]] = OrderedDict()
+        # id -> (ack wait deadline, window, when sent, which attempt the send was)
+        self._flight: OrderedDict[Hashable, tuple[int, Window | None, int, int]] = OrderedDict()
         self._unclaimed: OrderedDict[Hashable, Sent] = OrderedDict()  # by send time
         self.held: set[Hashable] = set()
         # told of each id that leaves flight (an ordered table's keys: msgtable.ordered)
@@ -46,12 +46,12 @@ class InFlight:
     ) -> None:
         """Rows about to be handed to a subscriber (whose ``window`` they count against): in
         flight for ack_wait, and ``unclaimed`` when the send does not postpone them."""
-        entry = (now_ns + ack_wait_ns, window, now_ns)
+        deadline = now_ns + ack_wait_ns
         flight = self._flight
         for row in sent:
             if row.id in flight:  # sent again before its ack wait ended (a short backoff)
                 self.land(row.id, again=True)
-            flight[row.id] = entry
+            flight[row.id] = (deadline, window, now_ns, (row.epoch or 0) + 1)
             if unclaimed:
                 self._unclaimed[row.id] = (row.epoch, now_ns, row)
         if window is not None:
@@ -61,7 +61,7 @@ class InFlight:
         """Ids sent whose ack wait is not over (the others leave here, oldest first)."""
         flight = self._flight
         while flight:
-            rid, (deadline, _, _) = next(iter(flight.items()))
+            rid, (deadline, *_) = next(iter(flight.items()))
             if deadline > now_ns:
                 break
             self.land(rid)
@@ -86,6 +86,17 @@ class InFlight:
     def flying(self, rid: Hashable) -> bool:
         return rid in self._flight
 
+    def sent_again(self, ids: Sequence[Hashable], attempts: Sequence[int]) -> set[Hashable]:
+        """Those of ``ids`` in flight from a later send than the attempt given for each (0:
+        any): a late settlement of an earlier delivery, which must leave this one alone."""
+        flight = self._flight
+        out: set[Hashable] = set()
+        for rid, attempt in zip(ids, attempts, strict=True):
+            entry = flight.get(rid)
+            if attempt and entry is not None and entry[3] != attempt:
+                out.add(rid)
+        return out
+
     def land_all(self, ids: Iterable[Hashable]) -> None:
         for rid in ids:
             self.land(rid)
@@ -97,11 +108,11 @@ class InFlight:
         for rid in ids:
             entry = flight.pop(rid, None)
             if entry is not None:
-                flight[rid] = (max(entry[0], until_ns), entry[1], entry[2])
+                flight[rid] = (max(entry[0], until_ns), entry[1], entry[2], entry[3])
 
     def ids_of(self, window: Window) -> list[Hashable]:
         """The ids in flight to ``window``'s subscriber."""
-        return [rid for rid, (_, w, _) in self._flight.items() if w is window]
+        return [rid for rid, (_, w, *_) in self._flight.items() if w is window]
 
     def land_gone(self, window: Window, ids: Iterable[Hashable]) -> int:
         """Those of ``ids`` still in flight to ``window`` left it by other means than this

@@ -40,7 +40,7 @@ from msgtable.backoff import draw_jitter
 from msgtable.cache import MessageCache, Sending
 from msgtable.clock import Clock
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
-from msgtable.ids import coerce_ids
+from msgtable.ids import coerce_id_pairs, coerce_ids
 from msgtable.latency import DELAY_BUCKETS_S, LatencyHistogram, LatencySnapshot
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 from msgtable.ordered import KeyOwners, KeyPass, OrderedDue, cut_at_gaps, whole_keys
@@ -339,18 +339,26 @@ class MessageManager:
             return self.store.ack(self.config, ids, now_ns, hold.rows)
 
     # -- settlement (msgtable.settlement) ------------------------------------------------------
-    def release(self, ids: Sequence[object], delay_s: float, reason: str | None) -> int:
+    def release(
+        self,
+        ids: Sequence[object],
+        delay_s: float,
+        reason: str | None,
+        attempts: Sequence[int] = (),
+    ) -> int:
         """Due again ``delay_s`` from now (a poll picks it up then, or now if sooner than
-        the next); returns how many were released."""
+        the next); ``attempts``: the delivery of each id it answers (msgtable.settlement).
+        Returns how many were released."""
         cfg = self.config
         delay_s = settlement.check_delay(cfg.name, "a release's delay", delay_s)
         reason = settlement.check_reason(cfg.name, reason)
-        clean = coerce_ids(cfg.name, cfg.id_column, ids, "release")
+        clean, bound = self._settled_ids(ids, attempts, "release")
         next_ns = self.clock.now_ns() + round(delay_s * 1e9)
-        with self.cache.holding_acks(clean, wait=True) as hold:
-            n = self.store.release(cfg, clean, next_ns, reason, hold.rows)
+        with self.cache.holding_acks(clean, wait=True, attempts=bound) as hold:
+            ids, named = self._current(clean, bound, hold.skipped)
+            n = self.store.release(cfg, ids, next_ns, reason, hold.rows, named) if ids else 0
         with self._lock:
-            self.cache.forget(clean)
+            self.cache.forget(ids)
             self.released += n
             self._restart = True
         if n:
@@ -358,21 +366,51 @@ class MessageManager:
         self._poll_if_wanted()
         return n
 
-    def renew(self, ids: Sequence[object], extend_s: float, reason: str | None) -> int:
-        """Not due again before ``extend_s`` from now (0: vt_ack_wait); returns how many
-        were renewed."""
+    def renew(
+        self,
+        ids: Sequence[object],
+        extend_s: float,
+        reason: str | None,
+        attempts: Sequence[int] = (),
+    ) -> int:
+        """Not due again before ``extend_s`` from now (0: vt_ack_wait); ``attempts`` as
+        release's. Returns how many were renewed."""
         cfg = self.config
         extend_s = settlement.check_delay(cfg.name, "a renew's extension", extend_s)
         reason = settlement.check_reason(cfg.name, reason)
-        clean = coerce_ids(cfg.name, cfg.id_column, ids, "renew")
+        clean, bound = self._settled_ids(ids, attempts, "renew")
         now = self.clock.now_ns()
         until = now + round((extend_s or cfg.ack_wait_s) * 1e9)
-        with self.cache.holding_acks(clean, wait=True) as hold:
-            n = self.store.renew(cfg, clean, now, until, reason, hold.rows)
+        with self.cache.holding_acks(clean, wait=True, attempts=bound) as hold:
+            ids, named = self._current(clean, bound, hold.skipped)
+            n = self.store.renew(cfg, ids, now, until, reason, hold.rows, named) if ids else 0
         with self._lock:
-            self.cache.inflight.extend(clean, until)
+            self.cache.inflight.extend(ids, until)
             self.renewed += n
         return n
+
+    def _settled_ids(
+        self, ids: Sequence[object], attempts: Sequence[int], verb: str
+    ) -> tuple[list[Hashable], list[int] | None]:
+        """A release's or renew's ids, checked and without repeats, and the attempt each
+        names (None: none named)."""
+        cfg = self.config
+        bound = settlement.check_attempts(cfg.name, attempts, len(ids))
+        if bound is None:
+            return coerce_ids(cfg.name, cfg.id_column, ids, verb), None
+        return coerce_id_pairs(cfg.name, cfg.id_column, ids, bound, verb)
+
+    @staticmethod
+    def _current(
+        ids: list[Hashable], attempts: list[int] | None, skipped: set[Hashable]
+    ) -> tuple[list[Hashable], list[int] | None]:
+        """The ids (and their attempts) a release or renew changes: all but those this server
+        sent again since the delivery named (the database cannot tell those: the later
+        send may not be counted there yet)."""
+        if not skipped or attempts is None:
+            return ids, attempts
+        keep = [k for k, rid in enumerate(ids) if rid not in skipped]
+        return [ids[k] for k in keep], [attempts[k] for k in keep]
 
     def reject(self, ids: Sequence[object], reason: str | None) -> int:
         """Dead now (msgtable.deadletters); returns how many were rejected."""

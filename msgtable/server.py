@@ -114,6 +114,7 @@ class Engine(Protocol):
         reason: str | None,
         /,
         subscription: str = "",
+        attempts: Sequence[int] = (),
     ) -> int: ...
 
     def reject(
@@ -135,6 +136,7 @@ class Engine(Protocol):
         reason: str | None,
         /,
         subscription: str = "",
+        attempts: Sequence[int] = (),
     ) -> int: ...
 
     def dead_letters(
@@ -408,7 +410,13 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             "MessageRelease",
             r,
             lambda ids: self._engine.release(
-                r.name, r.keyspace, ids, r.delay_s, r.reason or None, subscription=r.subscription
+                r.name,
+                r.keyspace,
+                ids,
+                r.delay_s,
+                r.reason or None,
+                subscription=r.subscription,
+                attempts=r.attempts,
             ),
         )
 
@@ -432,7 +440,13 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             "MessageRenew",
             r,
             lambda ids: self._engine.renew(
-                r.name, r.keyspace, ids, r.extend_s, r.reason or None, subscription=r.subscription
+                r.name,
+                r.keyspace,
+                ids,
+                r.extend_s,
+                r.reason or None,
+                subscription=r.subscription,
+                attempts=r.attempts,
             ),
         )
 

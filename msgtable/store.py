@@ -35,7 +35,7 @@ import sqlalchemy as sa
 from msgtable.backlog import AGE_BOUNDS_S, STATEMENT_TIMEOUT_S, BacklogCounts
 from msgtable.dbpool import ConnectionPool
 from msgtable.deadletters import DeadLetter, RedriveBatch
-from msgtable.deadstore import DeadStatements, RedriveStatements, first_expr
+from msgtable.deadstore import DeadStatements, RedriveStatements, delivery_expr, first_expr
 from msgtable.errors import DatabaseUnavailable, InvalidArgument, MsgtableError
 from msgtable.latency import STATEMENT_BUCKETS_S, LatencyHistogram, LatencySnapshot
 from msgtable.mysql import (
@@ -209,6 +209,7 @@ class Store(Protocol):
         next_ns: int,
         reason: str | None,
         first: Collection[Hashable] = (),
+        attempts: Sequence[int] | None = None,
     ) -> int: ...
 
     def renew(
@@ -219,6 +220,7 @@ class Store(Protocol):
         until_ns: int,
         reason: str | None,
         first: Collection[Hashable] = (),
+        attempts: Sequence[int] | None = None,
     ) -> int: ...
 
     def bury(
@@ -379,17 +381,18 @@ class TableStatements:
         self.alive = f"{acked} IS NULL AND NOT ({raw_next} <=> {DEAD_TIME_NEXT})"
         count_first = f"{epoch} = COALESCE({epoch}, 0) + ({{first}})"
         error = self.set_error(cfg)
-        # release: sent at least once (or now), not acked, not dead: due at the given time
+        # release: sent at least once (or now), not acked, not dead: due at the given time.
+        # ``{bound}``: the deliveries the call answers (deadstore.delivery_expr)
         self.release = (
             f"{MARK}UPDATE {tf} SET {count_first}, {raw_next} = %s{error} "
-            f"WHERE {rid} IN ({{ids}}) AND {self.alive} "
+            f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
             f"AND (COALESCE({epoch}, 0) > 0 OR {{first}})"
         )
         # renew: sent and not due again yet (so not sent since): due no sooner than ``until``
         self.renew = (
             f"{MARK}UPDATE {tf} SET {count_first}, "
             f"{raw_next} = IF({{first}}, %s, GREATEST(COALESCE({raw_next}, 0), %s)){error} "
-            f"WHERE {rid} IN ({{ids}}) AND {self.alive} "
+            f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
             f"AND ({{first}} OR (COALESCE({epoch}, 0) > 0 AND {raw_next} > %s))"
         )
         # an ordered table's reads (msgtable.orderstore)
@@ -785,22 +788,25 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         next_ns: int,
         reason: str | None,
         first: Collection[Hashable] = (),
+        attempts: Sequence[int] | None = None,
     ) -> int:
         """Make sent, unacked, live rows due at ``next_ns`` (``first``: their send is
-        counted here); returns how many."""
+        counted here; ``attempts``: the delivery of each id it answers, None: any); returns
+        how many."""
         s = self.statements(cfg)
         in_ids, id_params = in_list(ids)
         first_sql, first_params = first_expr(first)
+        bound_sql, bound_params = delivery_expr(ids, attempts, first_sql, first_params)
         params: list[Any] = [*first_params, next_ns]
         if cfg.keeps_errors:
             params.append(reason)
-        sql = s.release.format(ids=in_ids, first=first_sql)
+        sql = s.release.format(ids=in_ids, first=first_sql, bound=bound_sql)
         with (
             self._errors(cfg.name, "release"),
             self._auto.connection() as conn,
             conn.cursor() as cur,
         ):
-            return int(cur.execute(sql, [*params, *id_params, *first_params]))
+            return int(cur.execute(sql, [*params, *id_params, *bound_params, *first_params]))
 
     def renew(
         self,
@@ -810,17 +816,19 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         until_ns: int,
         reason: str | None,
         first: Collection[Hashable] = (),
+        attempts: Sequence[int] | None = None,
     ) -> int:
         """Keep sent, unacked rows that are not due again yet from falling due before
-        ``until_ns``; returns how many."""
+        ``until_ns`` (``attempts`` as release's); returns how many."""
         s = self.statements(cfg)
         in_ids, id_params = in_list(ids)
         first_sql, first_params = first_expr(first)
+        bound_sql, bound_params = delivery_expr(ids, attempts, first_sql, first_params)
         params: list[Any] = [*first_params, *first_params, until_ns, until_ns]
         if cfg.keeps_errors:
             params.append(reason)
-        params += [*id_params, *first_params, now_ns]
-        sql = s.renew.format(ids=in_ids, first=first_sql)
+        params += [*id_params, *bound_params, *first_params, now_ns]
+        sql = s.renew.format(ids=in_ids, first=first_sql, bound=bound_sql)
         with self._errors(cfg.name, "renew"), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
 

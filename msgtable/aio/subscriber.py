@@ -280,6 +280,7 @@ class Subscriber:
             reason,
             self.keyspace,
             self.subscription,
+            requests.attempts_of(messages),
         )
         return await self._settle("MessageRelease", request, messages)
 
@@ -298,7 +299,8 @@ class Subscriber:
         messages = list(messages)
         if not messages:
             return 0
-        return await self._send_renew([m.id_value for m in messages], extend_s, reason)
+        ids = [m.id_value for m in messages]
+        return await self._send_renew(ids, requests.attempts_of(messages), extend_s, reason)
 
     async def _settle(self, method: str, request: Any, messages: list[Message]) -> int:
         if not messages:
@@ -307,10 +309,14 @@ class Subscriber:
         return await self._router.settle(method, request, self.target)
 
     async def _send_renew(
-        self, ids: list[pb.Value], extend_s: float = 0.0, reason: str | None = None
+        self,
+        ids: list[pb.Value],
+        attempts: list[int],
+        extend_s: float = 0.0,
+        reason: str | None = None,
     ) -> int:
         request = requests.renew_request(
-            self.name, ids, extend_s, reason, self.keyspace, self.subscription
+            self.name, ids, extend_s, reason, self.keyspace, self.subscription, attempts
         )
         return await self._router.settle("MessageRenew", request, self.target)
 
@@ -328,8 +334,8 @@ class Subscriber:
     async def renew_now(self) -> int:
         """One auto-renew round: renew every held message (dropping those held too long)."""
         n = 0
-        for ids in self._leases.due():
-            n += await self._send_renew(ids)
+        for ids, attempts in self._leases.due():
+            n += await self._send_renew(ids, attempts)
         self.renewed += n
         return n
 

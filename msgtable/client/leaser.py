@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable
 from typing import Protocol
 
+from msgtable.client import requests
 from msgtable.errors import MsgtableError
 from msgtable.limits import MAX_ACK_IDS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -35,6 +36,12 @@ class Leased(Protocol):
     @property
     def id_value(self) -> pb.Value: ...
 
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def sent_ns(self) -> int: ...
+
 
 class Leases:
     """The messages a subscriber holds and since when: what a renewal round renews. Shared by
@@ -46,13 +53,14 @@ class Leases:
         self.max_lease_s = max_lease_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._leased: dict[Hashable, tuple[pb.Value, float]] = {}
+        # id -> (the id as received, the delivery's attempt (0: not known), since when)
+        self._leased: dict[Hashable, tuple[pb.Value, int, float]] = {}
 
     def add(self, messages: Iterable[Leased]) -> None:
         now = self._clock()
         with self._lock:
             for m in messages:
-                self._leased[_key(m.id)] = (m.id_value, now)
+                self._leased[_key(m.id)] = (m.id_value, requests.attempt_of(m), now)
 
     def remove(self, messages: Iterable[Leased]) -> None:
         with self._lock:
@@ -63,15 +71,19 @@ class Leases:
         with self._lock:
             return len(self._leased)
 
-    def due(self) -> list[list[pb.Value]]:
-        """One round's renewals, MAX_ACK_IDS ids a call (dropping messages held too long)."""
+    def due(self) -> list[tuple[list[pb.Value], list[int]]]:
+        """One round's renewals, MAX_ACK_IDS ids a call, each with the attempts of their
+        deliveries (dropping messages held too long)."""
         now = self._clock()
         with self._lock:
-            for key, (_, since) in list(self._leased.items()):
+            for key, (_, _, since) in list(self._leased.items()):
                 if now - since > self.max_lease_s:
                     del self._leased[key]
-            ids = [value for value, _ in self._leased.values()]
-        return [ids[i : i + MAX_ACK_IDS] for i in range(0, len(ids), MAX_ACK_IDS)]
+            held = list(self._leased.values())
+        return [
+            ([v for v, _, _ in chunk], [a for _, a, _ in chunk])
+            for chunk in (held[i : i + MAX_ACK_IDS] for i in range(0, len(held), MAX_ACK_IDS))
+        ]
 
     def clear(self) -> None:
         with self._lock:
@@ -84,7 +96,7 @@ class Leaser:
     def __init__(
         self,
         name: str,
-        renew: Callable[[list[pb.Value]], int],
+        renew: Callable[[list[pb.Value], list[int]], int],
         every_s: float,
         max_lease_s: float = DEFAULT_MAX_LEASE_S,
         clock: Callable[[], float] = time.monotonic,
@@ -114,7 +126,7 @@ class Leaser:
 
     def renew_now(self) -> int:
         """One round: renew every leased message (dropping those leased too long)."""
-        n = sum(self._renew(ids) for ids in self._leases.due())
+        n = sum(self._renew(ids, attempts) for ids, attempts in self._leases.due())
         self.renewed += n
         self.rounds += 1
         return n

@@ -4,7 +4,7 @@ the asyncio one (msgtable.aio) check arguments and encode ids the same way."""
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from msgtable import codec
@@ -67,6 +67,19 @@ def ack_request(
     return pb.MessageAckRequest(name=name, keyspace=keyspace, ids=ids, subscription=subscription)
 
 
+def attempt_of(message: Any) -> int:
+    """The attempt a settlement of ``message`` names (pb.MessageReleaseRequest.attempts): its
+    delivery's, or 0 (whichever delivery is current) when its server did not say which
+    (servers older than Row.sent_before send no batch time either)."""
+    return message.attempt if message.sent_ns else 0
+
+
+def attempts_of(messages: Iterable[Any]) -> list[int]:
+    """:func:`attempt_of` each message; [] when none is known (a call by id alone)."""
+    attempts = [attempt_of(m) for m in messages]
+    return attempts if any(attempts) else []
+
+
 def release_request(
     name: str,
     ids: Sequence[pb.Value],
@@ -74,7 +87,10 @@ def release_request(
     reason: str | None = None,
     keyspace: str = "",
     subscription: str = "",
+    attempts: Sequence[int] = (),
 ) -> pb.MessageReleaseRequest:
+    """``attempts``: the delivery each id's release answers (leaser.attempts_of); empty: by
+    id alone."""
     return pb.MessageReleaseRequest(
         name=name,
         keyspace=keyspace,
@@ -82,6 +98,7 @@ def release_request(
         delay_s=delay_s,
         reason=reason or "",
         subscription=subscription,
+        attempts=attempts,
     )
 
 
@@ -115,7 +132,9 @@ def unhanded_release(
     if not messages or not release_unhanded(received_at, ack_wait_s, time.monotonic()):
         return None
     ids = [m.id_value for m in messages]
-    return release_request(name, ids, 0.0, UNHANDED_REASON, keyspace, subscription)
+    return release_request(
+        name, ids, 0.0, UNHANDED_REASON, keyspace, subscription, attempts_of(messages)
+    )
 
 
 def reject_request(
@@ -137,7 +156,9 @@ def renew_request(
     reason: str | None = None,
     keyspace: str = "",
     subscription: str = "",
+    attempts: Sequence[int] = (),
 ) -> pb.MessageRenewRequest:
+    """``attempts`` as release_request's."""
     return pb.MessageRenewRequest(
         name=name,
         keyspace=keyspace,
@@ -145,6 +166,7 @@ def renew_request(
         extend_s=extend_s,
         reason=reason or "",
         subscription=subscription,
+        attempts=attempts,
     )
 
 

@@ -197,6 +197,7 @@ class Subscriber:
             reason,
             self.keyspace,
             self.subscription,
+            requests.attempts_of(messages),
         )
         return self._settle("MessageRelease", request, messages)
 
@@ -216,7 +217,8 @@ class Subscriber:
         messages = list(messages)
         if not messages:
             return 0
-        return self._send_renew([m.id_value for m in messages], extend_s, reason)
+        ids = [m.id_value for m in messages]
+        return self._send_renew(ids, requests.attempts_of(messages), extend_s, reason)
 
     def _settle(self, method: str, request: Any, messages: list[Message]) -> int:
         if not messages:
@@ -225,10 +227,14 @@ class Subscriber:
         return self._router.settle(method, request, self.target)
 
     def _send_renew(
-        self, ids: list[pb.Value], extend_s: float = 0.0, reason: str | None = None
+        self,
+        ids: list[pb.Value],
+        attempts: list[int],
+        extend_s: float = 0.0,
+        reason: str | None = None,
     ) -> int:
         request = requests.renew_request(
-            self.name, ids, extend_s, reason, self.keyspace, self.subscription
+            self.name, ids, extend_s, reason, self.keyspace, self.subscription, attempts
         )
         return self._router.settle("MessageRenew", request, self.target)
 

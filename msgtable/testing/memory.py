@@ -300,6 +300,20 @@ class InMemoryStore:
         return row["time_acked"] is None and row["time_next"] != DEAD_TIME_NEXT
 
     @staticmethod
+    def _current(
+        row: dict[str, Any],
+        rid: Hashable,
+        first: Collection[Hashable],
+        attempts: Sequence[int] | None,
+        k: int,
+    ) -> bool:
+        """Whether the ``k``-th id's settlement answers the row's current delivery (its
+        attempt 0, or no attempts: any)."""
+        if attempts is None or not attempts[k]:
+            return True
+        return (row["epoch"] or 0) + (rid in first) == attempts[k]
+
+    @staticmethod
     def _set_error(cfg: TableConfig, row: dict[str, Any], reason: str | None) -> None:
         if reason is not None and cfg.keeps_errors:
             row[LAST_ERROR_COLUMN] = reason[: text_limit(_column(cfg, LAST_ERROR_COLUMN))]
@@ -311,15 +325,17 @@ class InMemoryStore:
         next_ns: int,
         reason: str | None,
         first: Collection[Hashable] = (),
+        attempts: Sequence[int] | None = None,
     ) -> int:
         with self.lock:
             table, n = self._table(cfg.name), 0
-            for i in ids:
+            for k, i in enumerate(ids):
                 row = table.get(i)
                 if (
                     row is None
                     or not self._alive(row)
                     or not ((row["epoch"] or 0) > 0 or i in first)
+                    or not self._current(row, i, first, attempts, k)
                 ):
                     continue
                 row["epoch"] = (row["epoch"] or 0) + (i in first)
@@ -336,12 +352,17 @@ class InMemoryStore:
         until_ns: int,
         reason: str | None,
         first: Collection[Hashable] = (),
+        attempts: Sequence[int] | None = None,
     ) -> int:
         with self.lock:
             table, n = self._table(cfg.name), 0
-            for i in ids:
+            for k, i in enumerate(ids):
                 row = table.get(i)
-                if row is None or not self._alive(row):
+                if (
+                    row is None
+                    or not self._alive(row)
+                    or not self._current(row, i, first, attempts, k)
+                ):
                     continue
                 sent = (row["epoch"] or 0) > 0 and (row["time_next"] or 0) > now_ns
                 if i in first:

@@ -36,6 +36,8 @@ SAME = [
     test_settlement.test_a_release_at_once_counts_the_attempt_and_comes_back_at_once,
     test_settlement.test_a_renewed_message_is_not_redelivered_while_it_is_renewed,
     test_settlement.test_settling_ids_not_in_flight_counts_only_those_changed,
+    test_settlement.test_a_late_release_or_renew_of_an_earlier_delivery_leaves_the_later_one_alone,
+    test_settlement.test_a_late_release_or_renew_in_a_subscription_leaves_its_later_delivery_alone,
     test_messaging.test_message_ack_counts_and_an_acked_message_never_comes_back,
     test_messaging.test_subscribers_share_messages_round_robin_and_none_gets_one_twice,
     test_messaging.test_an_unacked_message_comes_back_after_its_backoff,

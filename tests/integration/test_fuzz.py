@@ -99,6 +99,7 @@ delays = st.one_of(
 reasons = st.one_of(st.sampled_from(NASTY), st.text(max_size=1_200))
 limits = st.one_of(st.integers(0, 2**32 - 1), st.sampled_from([0, 1, 10_000, 10_001]))
 verbs = st.sampled_from(["release", "reject", "renew"])
+attempts = st.lists(st.one_of(st.just(0), st.integers(0, 2**32 - 1)), max_size=6)
 kinds = st.sampled_from(
     ["stream"] * 4
     + ["ack"] * 4
@@ -107,6 +108,7 @@ kinds = st.sampled_from(
     + ["settle"] * 3
     + ["settle_canary"] * 3
     + ["settle_keyed"] * 2
+    + ["settle_bound"] * 2
     + ["dead"] * 2
     + ["redrive"] * 2
     + ["create_sub"] * 3
@@ -194,6 +196,23 @@ requests = kinds.flatmap(
             st.lists(values.filter(_not_a_canary_id), max_size=5),
             delays,
             reasons,
+        ),
+        # the canary's own (never sent) ids and others, each with any delivery named, or
+        # attempts that are not one per id: nothing of the canary may change
+        "settle_bound": st.tuples(
+            st.just("settle"),
+            st.sampled_from(["release", "renew"]),
+            st.just("canary"),
+            st.lists(
+                st.one_of(st.sampled_from([1, 2]), st.integers(3, 2**40)).map(
+                    lambda i: pb.Value(int_value=i)
+                ),
+                min_size=1,
+                max_size=5,
+            ),
+            delays,
+            reasons,
+            attempts,
         ),
         "dead": st.tuples(
             st.just("dead"), st.one_of(names, st.just("canary")), limits, st.none() | values
@@ -307,15 +326,20 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
             _, ids = request
             stub.MessageAck(pb.MessageAckRequest(name="canary", ids=ids), timeout=10)
         elif kind == "settle":
-            _, verb, name, ids, delay, reason = request
+            _, verb, name, ids, delay, reason, *named = request
+            tries = named[0] if named else []
             if verb == "release":
                 stub.MessageRelease(
-                    pb.MessageReleaseRequest(name=name, ids=ids, delay_s=delay, reason=reason),
+                    pb.MessageReleaseRequest(
+                        name=name, ids=ids, delay_s=delay, reason=reason, attempts=tries
+                    ),
                     timeout=10,
                 )
             elif verb == "renew":
                 stub.MessageRenew(
-                    pb.MessageRenewRequest(name=name, ids=ids, extend_s=delay, reason=reason),
+                    pb.MessageRenewRequest(
+                        name=name, ids=ids, extend_s=delay, reason=reason, attempts=tries
+                    ),
                     timeout=10,
                 )
             else:

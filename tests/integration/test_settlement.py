@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from msgtable.errors import InvalidArgument, TableLoadError
+from msgtable.subscriptions import state_table_name
 from msgtable.tables import DEAD_TIME_NEXT
 
 from ..waiting import wait_until
@@ -258,6 +259,53 @@ def test_auto_renew_keeps_a_slow_handlers_message(served: Served):
         assert sub.leaser.leased == 0
     (row,) = served.sql("select epoch from jobs")
     assert row[0] == 1  # sent once
+
+
+# -- a settlement belongs to its delivery ---------------------------------------------------
+def test_a_late_release_or_renew_of_an_earlier_delivery_leaves_the_later_one_alone(
+    served: Served,
+):
+    """A handler still holding the first delivery (its ack wait over, the message sent again)
+    releases or renews it late: that must not release or renew the second delivery, which
+    another handler may be working on. The client's release or renew by id alone still
+    changes whichever delivery is current."""
+    late_settlement(served, "")
+
+
+def test_a_late_release_or_renew_in_a_subscription_leaves_its_later_delivery_alone(
+    served: Served,
+):
+    """The same for a subscription (its state table)."""
+    late_settlement(served, "billing")
+
+
+def late_settlement(served: Served, group: str) -> None:
+    served.create_table("jobs", vt_ack_wait=1, vt_min_backoff=0.05, vt_poller_interval=0.1)
+    state = "jobs"
+    if group:
+        served.client.create_subscription("jobs", group, ack_wait_s=1)
+        state = state_table_name("jobs", group)
+    enqueue(served, "jobs", [1])
+    c = Collector(served.client, "jobs", subscription=group)
+    try:
+        (first,) = c.take(1)
+        (second,) = c.take(1, timeout_s=5)  # its ack wait ended: sent again
+        assert (first.attempt, second.attempt) == (1, 2)
+        before = served.sql(f"select epoch, time_next from {state}")
+        assert first.renew(30) == 0
+        assert first.release() == 0
+        assert served.sql(f"select epoch, time_next from {state}") == before
+        assert second.renew(30) == 1
+        assert second.release() == 1  # its own delivery: due again at once
+        (third,) = c.take(1, timeout_s=5)
+        assert third.attempt == 3
+        by_id = {"subscription": group}
+        assert served.client.renew("jobs", [third.id], extend_s=30, **by_id) == 1  # any delivery
+        assert served.client.release("jobs", [third.id], **by_id) == 1
+        (fourth,) = c.take(1, timeout_s=5)
+        assert fourth.attempt == 4 and fourth.ack() == 1
+    finally:
+        c.close()
 
 
 # -- bad input -------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from msgtable import postpone
 from msgtable.client.leaser import Leaser
+from msgtable.client.requests import attempts_of, release_request
 from msgtable.clock import FakeClock
 from msgtable.deadletters import check_dead_letter
 from msgtable.engine import MessageEngine
@@ -145,6 +146,34 @@ def test_renew_keeps_a_message_in_flight_past_its_ack_wait(engine, store, clock)
     assert [r[0] for r in deliver(m, sub)] == [1]
 
 
+def test_a_late_release_or_renew_of_an_earlier_delivery_changes_nothing(engine, store, clock):
+    """Attempt 1's handler settles after its ack wait, once attempt 2 is out (its send not
+    counted in the table yet with vt_postpone_after): neither verb touches attempt 2, which
+    stays in flight and is still counted by its postpone."""
+    store.insert("q", 1, message="a")
+    m = engine._manager("q", "")
+    sub = m.subscribe()
+    assert [r[0] for r in deliver(m, sub)] == [1]
+    m.postpone_once()
+    clock.advance(10.1 + 40)  # its ack wait and backoff over
+    m.postpone_once()
+    assert [r[0] for r in deliver(m, sub)] == [1]  # attempt 2
+    assert m.release([1], 0.0, "late", attempts=[1]) == 0
+    assert m.renew([1], 60.0, "late", attempts=[1]) == 0
+    assert m.cache.inflight.count(clock.now_ns()) == 1  # attempt 2 still in flight
+    postponed(m, clock)
+    assert store.rows["q"][1]["epoch"] == 2  # attempt 2's send counted, by its postpone
+    assert store.rows["q"][1].get("last_error") is None
+    assert m.renew([1], 60.0, None, attempts=[2]) == 1
+    assert m.release([1], 0.0, None, attempts=[0]) == 1  # 0: whichever delivery is current
+    assert [r[0] for r in deliver(m, sub)] == [1]  # attempt 3
+    with pytest.raises(InvalidArgument, match="2 attempts for 1 ids; one per id, or none"):
+        m.release([1], 0.0, None, attempts=[3, 3])
+    # an id named twice keeps the attempt it was first named with
+    assert m.release([1, 1], 0.0, None, attempts=[2, 3]) == 0
+    assert m.release([1, 1], 0.0, None, attempts=[3, 2]) == 1
+
+
 def test_release_and_renew_validate_before_they_change_anything(engine, store):
     store.insert("q", 1, message="a", epoch=1, time_next=NS)
     m = engine._manager("q", "")
@@ -249,29 +278,40 @@ def test_limits_of_a_request():
 
 # -- the client's leaser ----------------------------------------------------------------------
 class Held:
-    def __init__(self, i: int) -> None:
+    def __init__(self, i: int, attempt: int = 1, sent_ns: int = 1) -> None:
         self.id = i
         self.id_value = pb.Value(int_value=i)
+        self.attempt = attempt
+        self.sent_ns = sent_ns  # 0: from a server that does not say which delivery it is
 
 
 def test_the_leaser_renews_held_messages_until_settled_or_held_too_long():
     now = [0.0]
-    calls: list[list[int]] = []
+    calls: list[list[tuple[int, int]]] = []
 
-    def renew(ids: list[pb.Value]) -> int:
-        calls.append(sorted(v.int_value for v in ids))
+    def renew(ids: list[pb.Value], attempts: list[int]) -> int:
+        calls.append(sorted(zip((v.int_value for v in ids), attempts, strict=True)))
         return len(ids)
 
     leaser = Leaser("t", renew, every_s=3600, max_lease_s=10, clock=lambda: now[0])
     try:
-        leaser.add([Held(1), Held(2)])
+        leaser.add([Held(1), Held(2, attempt=4)])
         assert leaser.renew_now() == 2
         leaser.remove([Held(1)])
         now[0] = 5
-        leaser.add([Held(3)])
-        assert leaser.renew_now() == 2 and calls[-1] == [2, 3]
+        leaser.add([Held(3, sent_ns=0)])
+        # each with the delivery it renews (0: not known, whichever is current)
+        assert leaser.renew_now() == 2 and calls[-1] == [(2, 4), (3, 0)]
         now[0] = 11  # 2 held for 11 s: over max_lease_s, left to its ack wait
-        assert leaser.renew_now() == 1 and calls[-1] == [3]
+        assert leaser.renew_now() == 1 and calls[-1] == [(3, 0)]
         assert leaser.leased == 1
     finally:
         leaser.close()
+
+
+def test_a_settlement_names_each_delivery_unless_its_server_said_none():
+    assert attempts_of([Held(1, attempt=3), Held(2, attempt=1, sent_ns=0)]) == [3, 0]
+    assert attempts_of([Held(1, sent_ns=0)]) == []  # by id alone
+    request = release_request("t", [pb.Value(int_value=1)], attempts=[3])
+    assert list(request.attempts) == [3]
+    assert list(release_request("t", [pb.Value(int_value=1)]).attempts) == []

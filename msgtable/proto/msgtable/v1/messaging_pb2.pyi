@@ -402,6 +402,7 @@ class MessageReleaseRequest(_message.Message):
     DELAY_S_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
@@ -416,6 +417,14 @@ class MessageReleaseRequest(_message.Message):
     def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """Ids of the messages, as received in the `id` column (at most 10,000)."""
 
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The delivery each id's release answers, as received (Row.sent_before + 1), in the order
+        of ids: an id is released only if it was not sent again since, so a handler's late
+        release of an earlier delivery leaves a later one alone. 0 for an id: whichever
+        delivery is current. Empty: all by id alone. Otherwise exactly one per id.
+        """
+
     def __init__(
         self,
         *,
@@ -425,10 +434,11 @@ class MessageReleaseRequest(_message.Message):
         delay_s: _builtins.float = ...,
         reason: _builtins.str = ...,
         subscription: _builtins.str = ...,
+        attempts: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["delay_s", b"delay_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason", "subscription", b"subscription"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "delay_s", b"delay_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -486,6 +496,7 @@ class MessageRenewRequest(_message.Message):
     EXTEND_S_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     SUBSCRIPTION_FIELD_NUMBER: _builtins.int
+    ATTEMPTS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
@@ -500,6 +511,12 @@ class MessageRenewRequest(_message.Message):
     def ids(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
         """Ids of the messages, as received in the `id` column (at most 10,000)."""
 
+    @_builtins.property
+    def attempts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The delivery each id's renewal is for, as MessageReleaseRequest.attempts: an id sent
+        again since is not renewed.
+        """
+
     def __init__(
         self,
         *,
@@ -509,10 +526,11 @@ class MessageRenewRequest(_message.Message):
         extend_s: _builtins.float = ...,
         reason: _builtins.str = ...,
         subscription: _builtins.str = ...,
+        attempts: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["extend_s", b"extend_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason", "subscription", b"subscription"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempts", b"attempts", "extend_s", b"extend_s", "ids", b"ids", "keyspace", b"keyspace", "name", b"name", "reason", b"reason", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -266,6 +266,7 @@ class Subscriber(threading.Thread):
         self.late_log: list[str] = []  # what became of its "late" orders (for a verdict)
         # it holds a late batch, its ack to come: another fault would lose that ack
         self.late_pending = False
+        self._late_renewed = False  # the late batch's renewal of its replaced delivery is made
         self.stall_s = 0.0
         self.done = threading.Event()
         self.stop_event = threading.Event()
@@ -369,6 +370,7 @@ class Subscriber(threading.Thread):
             self.late_pending = True
             self.checker.dropped(ids, self.name, "ack too late")
             deadline = time.monotonic() + LATE_MAX_S
+            self._late_renewed = False
             self.handler.at(LATE_BY_S, partial(self._late_ack, rest, deadline), ids)
             return
         plain = by_kind["m"]
@@ -437,13 +439,16 @@ class Subscriber(threading.Thread):
     ) -> None:
         ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
         ds = self._settling(ids, verb) if verb != "renew" else []
+        # the delivery each release or renew answers (what the handler holds: the checker's
+        # own record, whatever the client sends)
+        named = [m.attempt for m in messages] if verb in ("release", "renew") else []
         start = time.monotonic()
         try:
             count: int | None = call()
         except MsgtableError:
             count = None
         OrderLog.settled(ds)
-        self.checker.settled(verb, ids, self.name, start, count, span_s, reason)
+        self.checker.settled(verb, ids, self.name, start, count, span_s, reason, named)
 
     def _late_ack(self, messages: list[Message], deadline: float) -> None:
         """The late ack: once another subscriber was sent one of these again and acked it
@@ -452,6 +457,13 @@ class Subscriber(threading.Thread):
         producer sends fresh rows before due redeliveries, so the redelivery may take longer
         than LATE_BY_S."""
         ids = [int(m.id) for m in messages]  # type: ignore[call-overload]
+        if not self._late_renewed:
+            # the late handler first renews its (replaced) delivery: that must change no id
+            # sent again since (the checker: late releases or renewals of a replaced one)
+            self._late_renewed = True
+            assert self.sub is not None
+            wait = self.checker.ack_wait_s
+            self._settle("renew", messages, partial(self.sub.renew, messages, wait), wait)
         if time.monotonic() < deadline and not self.checker.acked_any(ids):
             self.handler.at(0.5, partial(self._late_ack, messages, deadline), ids)
             return

@@ -115,6 +115,7 @@ class Settled:
     ok: bool | None
     span_s: float  # a release's delay, a renew's extension
     reason: str | None = None
+    attempt: int = 0  # the delivery a release or renew named (0: none, by id alone)
 
 
 @dataclass(frozen=True)
@@ -363,9 +364,11 @@ class Checker:
         count: int | None,
         span_s: float = 0.0,
         reason: str | None = None,
+        attempts: Sequence[int] = (),
     ) -> None:
         """A release, reject or renew call of ``ids`` started at ``start`` returned now,
-        answering ``count`` (None: it failed)."""
+        answering ``count`` (None: it failed); ``attempts``: the delivery it named for each
+        id (none: by id alone)."""
         end = time.monotonic()
         ok: bool | None = None  # a failed call (None), or a batch's count in between
         if count == len(ids):
@@ -374,8 +377,11 @@ class Checker:
             ok = False
         with self._lock:
             self.counts[verb] += count or 0
-            for i in ids:
-                self.settlements[i].append(Settled(verb, sub, start, end, ok, span_s, reason))
+            named = list(attempts) or [0] * len(ids)
+            for i, attempt in zip(ids, named, strict=True):
+                self.settlements[i].append(
+                    Settled(verb, sub, start, end, ok, span_s, reason, attempt)
+                )
                 if reason and ok:
                     self.reasons_given[i].add(reason)
                 elif reason and ok is None:  # a call that answered 0 wrote nothing
@@ -490,6 +496,7 @@ class Checker:
             for i, ds in self.deliveries.items():
                 ds.sort()
                 self._judge_deliveries(r, i, ds, died_at.get(i), acked_at.get(i))
+            self._judge_late_settlements(r)
             if tables is not None:
                 self._judge_tables(r, tables, dead, died_at, purged)
                 if message_ids is not None:
@@ -700,6 +707,31 @@ class Checker:
                 r.in_flight_twice.append((i, round(t2 - t1, 3)))
             r.reasons[self._unacked_why(i, s1, released)] += 1
 
+    def _judge_late_settlements(self, r: Report) -> None:
+        """A release or renew naming a delivery that a later one had replaced before the call
+        began (a later attempt came off some stream first) must not change the id: it belongs
+        to that delivery, which its handler gave up by its ack wait. Unless a fault may have
+        lost the count of the later send (the table then cannot tell the two apart)."""
+        for i, settlements in self.settlements.items():
+            ds = self.deliveries.get(i, [])
+            for st in settlements:
+                if st.verb not in ("release", "renew") or not st.attempt:
+                    continue
+                later = [(t, a) for t, _, a in ds if t < st.start and a > st.attempt]
+                if not later:
+                    continue
+                r.late_settlements += 1
+                if not st.ok:
+                    continue
+                t, a = max(later, key=lambda d: d[1])
+                server = self.senders.get((i, t), "")
+                if any(
+                    e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= st.end
+                    for e in self.events
+                ):
+                    continue
+                r.late_settled.append((i, st.verb, st.attempt, a))
+
     def _released_after(self, i: int, sub: str, t: float) -> bool:
         """Whether ``sub`` released ``i`` after its delivery at ``t``."""
         return any(
@@ -863,6 +895,10 @@ class Report:
     # (id, "release" / "renew", how long before the delay / extension ended)
     early: list[tuple[int, str, float]] = field(default_factory=list)
     in_flight_twice: list[tuple[int, float]] = field(default_factory=list)
+    # a release or renew of a delivery replaced before the call began: how many were made,
+    # and (id, verb, attempt named, the later attempt) those that changed the id anyway
+    late_settlements: int = 0
+    late_settled: list[tuple[int, str, int, int]] = field(default_factory=list)
     attempts: Counter[int] = field(default_factory=Counter)  # attempt -> deliveries saying it
     # (id, the attempt it had reached, the lower attempt a later delivery said)
     attempts_back: list[tuple[int, int, int]] = field(default_factory=list)
@@ -906,6 +942,9 @@ class Report:
             "delivered after they died (id, sub, s)": list(self.after_dead),
             "delivered within a release's delay or a renewal (id, verb, s)": list(self.early),
             "in flight to two subscribers at once (id, gap s)": list(self.in_flight_twice),
+            "a late release or renew changed a later delivery (id, verb, named, later)": list(
+                self.late_settled
+            ),
             "attempts counting back (id, reached, then)": list(self.attempts_back),
             "delivered past vt_max_attempts (id, attempt)": list(self.beyond_max),
             "poison acked": list(self.poison_acked),
@@ -942,6 +981,8 @@ class Report:
             f"{self.acks_in_doubt_purged}); delivered after their ack {len(self.after_ack)}, "
             f"after they died {len(self.after_dead)}, early {len(self.early)}, "
             f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
+            f"late releases or renewals of a replaced delivery {self.late_settlements} "
+            f"(changed it {len(self.late_settled)}), "
             f"attempts counting back {len(self.attempts_back)}, dead letters' attempts "
             f"below what was seen after a fault {len(self.attempts_uncounted)}, outside the filter "
             f"{len(self.outside_filter)}, gone while held {len(self.gone_while_held)}; "

@@ -672,3 +672,36 @@ def test_a_stalled_subscriber_can_eat_several_sends_of_one_id() -> None:
     c.event("subscriber stalled", lasts_s=5.0)  # sends at t, t+2, t+4: three
     (explained,) = c.judge(Tables({}, [dead(8, attempts=5)])).dead_explained
     assert explained[0] == 8 and "3 sends unseen, amid 2 faults" in explained[1]
+
+
+def test_a_late_release_or_renew_that_changed_a_later_delivery_is_reported() -> None:
+    """7 went out at attempt 2 before s1's handler, holding attempt 1, released and renewed
+    it: those calls name attempt 1 and must change nothing. A call by id alone (attempt 0),
+    or one that began before the later delivery came off a stream, may."""
+    c = settling()
+    now = time.monotonic()
+    c.deliveries[7] = [(now - 9, "s1", 1), (now - 5, "s2", 2)]
+    c.settlements[7] = [
+        Settled("renew", "s1", now - 4, now - 3.9, False, 2.0, None, 1),  # left alone: fine
+        Settled("release", "s1", now - 3, now - 2.9, True, 0.0, None, 1),  # released it
+        Settled("release", "s1", now - 6, now - 5.9, True, 0.0, None, 1),  # before attempt 2
+        Settled("release", "x", now - 2, now - 1.9, True, 0.0, None, 0),  # by id alone
+    ]
+    report = c.judge()
+    assert report.late_settlements == 2
+    assert report.late_settled == [(7, "release", 1, 2)]
+    assert "a late release or renew changed a later delivery" in " ".join(report.violations())
+    assert "late releases or renewals of a replaced delivery 2 (changed it 1)" in report.summary()
+
+
+def test_a_late_release_may_change_a_later_delivery_whose_count_a_fault_lost() -> None:
+    """Attempt 2's sender was killed before it counted the send: the table still says one
+    send, so a release naming attempt 1 matches it (the table cannot tell them apart)."""
+    c = settling()
+    now = time.monotonic()
+    c.deliveries[7] = [(now - 9, "s1", 1), (now - 5, "s2", 2)]
+    c.senders[(7, now - 5)] = A
+    c.events.append(Fault("msgtable SIGKILL", now - 4, now - 4.1, A))
+    c.settlements[7] = [Settled("release", "s1", now - 3, now - 2.9, True, 0.0, None, 1)]
+    report = c.judge()
+    assert (report.late_settlements, report.late_settled) == (1, [])

@@ -41,6 +41,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from msgtable.client import Client, Message, Subscription
+from msgtable.client.requests import UNHANDED_REASON
 from msgtable.devdb import free_port
 from msgtable.errors import MsgtableError
 
@@ -287,19 +288,18 @@ class Subscriber(threading.Thread):
                 auto_renew=self.auto_renew,
                 subscription=self.group,
             )
-            for batch in self.sub.batches():
-                ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
-                self.checker.delivered(
-                    [(i, m.attempt) for i, m in zip(ids, batch, strict=True)],
-                    self.name,
-                    self.sub.target,  # the server whose stream it came off: its sender
-                )
-                if self.checker.order is not None:
-                    recorded = self.checker.order.received(self.name, batch, ORDER_KEY)
-                    with self._unsettled_lock:
-                        self._unsettled.update((int(d.id), d) for d in recorded)  # type: ignore[call-overload]
+            while True:
+                if self.order == "close":  # a worker shutting down, between two messages
+                    self._close_mid_batch()
+                    return
+                batch = self.sub.next_batch()
+                if not batch:
+                    break
+                ids = self._record(batch)
                 order = self.order
-                if order == "late" and all(str(m.values["message"])[0] == "p" for m in batch):
+                if order == "close":
+                    order = None  # this batch is handled; the close comes before the next
+                elif order == "late" and all(str(m.values["message"])[0] == "p" for m in batch):
                     order = None  # poison is never acked: late waits for a batch with more
                 else:
                     self.order = None
@@ -320,6 +320,52 @@ class Subscriber(threading.Thread):
                 self.error = exc
         finally:
             self.done.set()
+
+    def _record(self, batch: list[Message]) -> list[int]:
+        """Tell the checker (and an ordered table's OrderLog) that ``batch`` came off the
+        stream now; returns its ids."""
+        assert self.sub is not None
+        ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
+        self.checker.delivered(
+            [(i, m.attempt) for i, m in zip(ids, batch, strict=True)],
+            self.name,
+            self.sub.target,  # the server whose stream it came off: its sender
+        )
+        if self.checker.order is not None:
+            recorded = self.checker.order.received(self.name, batch, ORDER_KEY)
+            with self._unsettled_lock:
+                self._unsettled.update((int(d.id), d) for d in recorded)  # type: ignore[call-overload]
+        return ids
+
+    def _close_mid_batch(self) -> None:
+        """Iterate messages, take the first of the next batch, and close: the message taken
+        is left to its ack wait (its handler never finished), the rest of the batch, never
+        handed out, is released by close() (bound to its deliveries; the checker expects
+        it back before its ack wait). Then this subscriber is gone, as a worker that
+        stopped."""
+        sub = self.sub
+        assert sub is not None
+        self.order = None
+        try:
+            first = next(sub)  # the client pulls a whole batch and hands out one message
+        except StopIteration:  # closed meanwhile (the run is ending)
+            return
+        rest = list(sub._pending)  # received, never handed out: what close() releases
+        ids = self._record([first, *rest])
+        why = "subscriber closed mid-batch"
+        self.checker.dropped(ids, self.name, why)
+        self.checker.dropped(self.handler.stop(), self.name, why)
+        began = time.monotonic()
+
+        def closing() -> None:
+            sub.close()  # its release's answer is not told (one try, errors swallowed)
+
+        if rest:
+            self._settle("release", rest, closing, 0.0, UNHANDED_REASON)
+        else:
+            closing()
+        self.checker.closed_mid_batch([int(m.id) for m in rest], began)  # type: ignore[call-overload]
+        self.client.close()
 
     def state(self) -> str:
         """What this subscriber is doing (for a verdict)."""
@@ -433,7 +479,7 @@ class Subscriber(threading.Thread):
         self,
         verb: str,
         messages: list[Message],
-        call: Callable[[], int],
+        call: Callable[[], int | None],
         span_s: float = 0.0,
         reason: str | None = None,
     ) -> None:

@@ -281,6 +281,8 @@ class Checker:
         self.reasons_given: dict[int, set[str]] = defaultdict(set)
         self.reasons_maybe: dict[int, set[str]] = defaultdict(set)
         self.counts: Counter[str] = Counter()  # verb -> messages the calls said they changed
+        # each subscriber closed mid-batch: when its close began, and the ids close() released
+        self.closes: list[tuple[float, list[int]]] = []
         self.events: list[Fault] = []
 
     # -- recording -----------------------------------------------------------------------
@@ -386,6 +388,12 @@ class Checker:
                     self.reasons_given[i].add(reason)
                 elif reason and ok is None:  # a call that answered 0 wrote nothing
                     self.reasons_maybe[i].add(reason)
+
+    def closed_mid_batch(self, rest: Sequence[int], began: float) -> None:
+        """A subscriber closed at ``began`` with ``rest`` received and never handed out:
+        close() released them (no answer told)."""
+        with self._lock:
+            self.closes.append((began, list(rest)))
 
     def auto_renewed(self, count: int) -> None:
         """Messages a subscriber's auto-renewal (its leaser) renewed."""
@@ -497,6 +505,7 @@ class Checker:
                 ds.sort()
                 self._judge_deliveries(r, i, ds, died_at.get(i), acked_at.get(i))
             self._judge_late_settlements(r)
+            self._judge_closes(r)
             if tables is not None:
                 self._judge_tables(r, tables, dead, died_at, purged)
                 if message_ids is not None:
@@ -732,6 +741,22 @@ class Checker:
                     continue
                 r.late_settled.append((i, st.verb, st.attempt, a))
 
+    def _judge_closes(self, r: Report) -> None:
+        """What closing subscribers released came back sooner than its ack wait would have
+        brought it (the next delivery of an id, to anyone, within the ack wait of the
+        close). Not every one must: a group behind its producer sends older rows first, and
+        a fault may fail the close's one try. But of all a group's closes, none back early
+        means close() released nothing."""
+        for began, rest in self.closes:
+            r.closes += 1
+            for i in rest:
+                r.closed_rest += 1
+                later = [t for t, _, _ in self.deliveries.get(i, []) if t > began]
+                if later and min(later) < began + self.ack_wait_s - WIRE_SLACK_S:
+                    r.closed_rest_early += 1
+        if r.closed_rest and not r.closed_rest_early:
+            r.closes_released_nothing.append((r.closes, r.closed_rest))
+
     def _released_after(self, i: int, sub: str, t: float) -> bool:
         """Whether ``sub`` released ``i`` after its delivery at ``t``."""
         return any(
@@ -898,6 +923,12 @@ class Report:
     # a release or renew of a delivery replaced before the call began: how many were made,
     # and (id, verb, attempt named, the later attempt) those that changed the id anyway
     late_settlements: int = 0
+    # subscribers closed mid-batch, the ids their close released, those back within the ack
+    # wait; (closes, ids) when none was
+    closes: int = 0
+    closed_rest: int = 0
+    closed_rest_early: int = 0
+    closes_released_nothing: list[tuple[int, int]] = field(default_factory=list)
     late_settled: list[tuple[int, str, int, int]] = field(default_factory=list)
     attempts: Counter[int] = field(default_factory=Counter)  # attempt -> deliveries saying it
     # (id, the attempt it had reached, the lower attempt a later delivery said)
@@ -945,6 +976,8 @@ class Report:
             "a late release or renew changed a later delivery (id, verb, named, later)": list(
                 self.late_settled
             ),
+            "closed subscribers' unhanded messages, none back before the ack wait (closes, "
+            "ids)": list(self.closes_released_nothing),
             "attempts counting back (id, reached, then)": list(self.attempts_back),
             "delivered past vt_max_attempts (id, attempt)": list(self.beyond_max),
             "poison acked": list(self.poison_acked),
@@ -982,7 +1015,8 @@ class Report:
             f"after they died {len(self.after_dead)}, early {len(self.early)}, "
             f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
             f"late releases or renewals of a replaced delivery {self.late_settlements} "
-            f"(changed it {len(self.late_settled)}), "
+            f"(changed it {len(self.late_settled)}), closed mid-batch {self.closes} "
+            f"(released {self.closed_rest}, back before the ack wait {self.closed_rest_early}), "
             f"attempts counting back {len(self.attempts_back)}, dead letters' attempts "
             f"below what was seen after a fault {len(self.attempts_uncounted)}, outside the filter "
             f"{len(self.outside_filter)}, gone while held {len(self.gone_while_held)}; "

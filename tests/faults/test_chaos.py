@@ -392,6 +392,11 @@ class Run:
             self.live(g, auto_renew=g.kills % 2 == 0).order = "kill"
             g.checker.event("subscriber killed mid-batch")
 
+    def close_subscriber(self) -> None:
+        for g in self.groups:
+            self.live(g).order = "close"
+            g.checker.event("subscriber closed mid-batch")
+
     def kill_leader(self) -> None:
         server = self.leader()
         before = self._lease()
@@ -459,6 +464,7 @@ class Run:
     def faults(self) -> list[Callable[[], None]]:
         return [
             self.kill_subscriber,
+            self.close_subscriber,
             self.kill_leader,
             self.late_ack,
             self.restart_database,

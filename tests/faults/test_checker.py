@@ -705,3 +705,19 @@ def test_a_late_release_may_change_a_later_delivery_whose_count_a_fault_lost() -
     c.settlements[7] = [Settled("release", "s1", now - 3, now - 2.9, True, 0.0, None, 1)]
     report = c.judge()
     assert (report.late_settlements, report.late_settled) == (1, [])
+
+
+def test_a_groups_closes_whose_released_rest_never_came_back_early_are_reported() -> None:
+    """Ack wait 2 s: 8, released by a close, came back 0.1 s later: early. 7 came back only
+    after the ack wait. One early id of all the closes is enough; none is reported."""
+    c = settling(ack_wait_s=2.0)
+    now = time.monotonic()
+    c.deliveries[7] = [(now - 9, "s1", 1), (now - 6, "s2", 2)]
+    c.deliveries[8] = [(now - 9, "s1", 1), (now - 8.9, "s2", 2)]
+    c.closed_mid_batch([7, 8], now - 9)
+    report = c.judge()
+    assert (report.closes, report.closed_rest, report.closed_rest_early) == (1, 2, 1)
+    assert report.closes_released_nothing == []
+    assert "closed mid-batch 1 (released 2, back before the ack wait 1)" in report.summary()
+    c.deliveries[8] = [(now - 9, "s1", 1), (now - 6, "s2", 2)]
+    assert c.judge().closes_released_nothing == [(1, 2)]

@@ -31,7 +31,7 @@ SPARK_STAMP := $(VENV)/.stamp-install-spark
 
 .DEFAULT_GOAL := help
 .PHONY: help run test venv install install-test mysql-server mysql-client-dev spark spark-deps \
-	browser-deps lint proto proto-check pytest \
+	browser-deps node-deps lint proto proto-check pytest \
 	clean distclean bench bench-full chaos
 
 help:
@@ -48,7 +48,7 @@ help:
 run: $(INSTALL_STAMP) mysql-server
 	$(VENV)/bin/msgtable serve $(ARGS)
 
-test: $(TEST_STAMP) mysql-server spark-deps browser-deps
+test: $(TEST_STAMP) mysql-server spark-deps browser-deps node-deps
 	$(proto-check-commands)
 	$(lint-commands)
 	$(pytest-commands)
@@ -136,6 +136,20 @@ browser-deps:
 	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	[ -z "$$missing" ] || $(APT_INSTALL) --for "the browser tests" $$missing
 
+# The fuzz test calls the server from a second client stack, Node's grpc-js (tests/node): Node
+# and npm (Debian's nodejs and npm, with apt-get as root, when missing), then the locked
+# packages of tests/node/package-lock.json (from the npm registry).
+NODE_GRPC := tests/node/node_modules/@grpc/grpc-js/package.json
+node-deps: $(NODE_GRPC)
+
+$(NODE_GRPC): tests/node/package-lock.json
+	@missing=""; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	[ -z "$$missing" ] || $(APT_INSTALL) --for "the fuzz test's Node client" $$missing
+	npm ci --prefix tests/node --no-audit --no-fund
+	@touch $@
+
 # The bench extra brings the peer queue (kombu) the benchmarks compare against; the spark
 # extra the pipeline's figures.
 $(BENCH_STAMP): $(INSTALL_STAMP) pyproject.toml
@@ -189,7 +203,7 @@ proto: $(TEST_STAMP)
 lint: $(TEST_STAMP)
 	$(lint-commands)
 
-pytest: $(TEST_STAMP) mysql-server spark-deps browser-deps
+pytest: $(TEST_STAMP) mysql-server spark-deps browser-deps node-deps
 	$(pytest-commands)
 
 # --- cleaning ------------------------------------------------------------------------------
@@ -199,4 +213,4 @@ clean:
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) tests/node/node_modules

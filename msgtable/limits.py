@@ -51,3 +51,10 @@ LAG_CAP = 1_000_000
 # The clean-up of a subscription's state rows whose message row was purged while it did not
 # hold its table reads this many of its unsettled rows each discovery.
 ORPHAN_STEP_ROWS = 5_000
+
+# A name in a request (table, keyspace, subscription, shard: msgtable.wire): MySQL's
+# identifier limit; a longer one names nothing and is refused before any lookup.
+MAX_NAME_CHARS = 64
+# A status message's length (msgtable.wire.bounded): user text quoted in it is cut, so a
+# reply's metadata stays within HTTP/2's header limits (8 KB by default in gRPC clients).
+MAX_STATUS_CHARS = 1_000

@@ -25,7 +25,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from msgtable import codec
+from msgtable import codec, wire
 from msgtable.auth import ANONYMOUS, Authorizer
 from msgtable.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import (
@@ -203,12 +203,12 @@ def _fail(context: grpc.ServicerContext, method: str, exc: Exception) -> NoRetur
     if not isinstance(exc, MsgtableError):
         log.error("server: %s failed unexpectedly", method, exc_info=exc)
     elif code is grpc.StatusCode.INTERNAL:
-        log.error("server: %s failed: %s", method, exc)
+        log.error("server: %s failed: %s", method, wire.bounded(str(exc)))
     _abort(context, code, details)
 
 
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
-    context.abort(code, details)  # raises
+    context.abort(code, wire.bounded(details))  # raises
     raise AssertionError("context.abort returned")  # pragma: no cover
 
 
@@ -722,7 +722,7 @@ class MessagingServer:
             # bounds the calls waiting for a thread; beyond it, RESOURCE_EXHAUSTED at once
             maximum_concurrent_rpcs=self.max_workers * 2,
         )
-        pb_grpc.add_MessagingServicer_to_server(self.servicer, server)
+        wire.add_service(self.servicer, pb.DESCRIPTOR.services_by_name["Messaging"], pb, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         reflection.enable_server_reflection(
             (

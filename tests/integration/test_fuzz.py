@@ -19,13 +19,18 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import math
 import os
+import subprocess
+from pathlib import Path
 
 import grpc
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from msgtable.errors import InvalidArgument
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 
@@ -977,3 +982,107 @@ def test_hostile_enqueues_raise_one_clear_error_and_write_nothing(db_dsn):
             assert enqueue(conn, "keyed", {"id": 1, "message": "ok"}, order_key="k1") == 1
         assert [r[0] for r in s.sql("select id from jobs order by id")] == [1, 2]
         _ = sa
+
+
+# -- user text echoed back: a bounded status on a real channel -------------------------------
+MAX_DETAILS = 1_200  # what a status's message may carry at most (msgtable.server)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, data: bytes) -> bytes:
+    """A length-delimited protobuf field: how any string field goes on the wire."""
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def raw_status(channel: grpc.Channel, method: str, payload: bytes) -> tuple[str, str]:
+    """The status of ``method`` called with ``payload`` as its serialized request (bytes as
+    they are: a client that is not protobuf's), as (code name, details)."""
+    path = f"/msgtable.v1.Messaging/{method}"
+    try:
+        if method == "MessageStream":
+            call = channel.unary_stream(path)(payload, timeout=10)
+            try:
+                next(call)
+            finally:
+                call.cancel()
+        else:
+            channel.unary_unary(path)(payload, timeout=10)
+    except grpc.RpcError as exc:
+        return exc.code().name, exc.details() or ""
+    return "OK", ""
+
+
+# (method, the serialized request's fields other than the name field 1)
+ID_ONE = _field(3, b"\x10\x02")  # ids: [Value(int_value=1)] (a sint64, field 2)
+NAMED_METHODS = [
+    ("MessageStream", b""),
+    ("MessageAck", ID_ONE),
+    ("MessageRelease", ID_ONE),
+    ("ListDeadLetters", b""),
+]
+
+
+def test_oversized_and_undecodable_text_gets_a_bounded_invalid_argument(db_dsn, caplog):
+    """A name of 70,000 characters, or one that is not UTF-8, sent as raw bytes: each method
+    answers INVALID_ARGUMENT with a short message, at once, before any lookup; the server
+    logs no error (no traceback) and keeps serving. The project's own client gets the same
+    for a 16 KB name (not a RESOURCE_EXHAUSTED of its own, from a reply that outgrew its
+    metadata limit)."""
+    with serve(db_dsn) as s, grpc.insecure_channel(s.server.address) as channel:
+        s.create_table("canary")
+        caplog.set_level(logging.WARNING)
+        for method, rest in NAMED_METHODS:
+            for name, code_wanted, why in (
+                (b"t" * 70_000, "INVALID_ARGUMENT", "at most 64 characters"),
+                (b"t\xff\xfe", "INVALID_ARGUMENT", "not valid UTF-8"),
+                (b"no_such_table", "NOT_FOUND", "no_such_table"),  # the request is well formed
+            ):
+                code, details = raw_status(channel, method, _field(1, name) + rest)
+                assert (code, why in details) == (code_wanted, True), (method, details)
+                assert len(details) <= MAX_DETAILS, (method, len(details))
+        with pytest.raises(InvalidArgument, match="at most 64 characters"):
+            s.client.ack("t" * 16_000, [1])
+        with pytest.raises(InvalidArgument) as bad:
+            s.client.create_subscription("canary", "s", filter="message = '" + "x" * 70_000)
+        assert len(str(bad.value)) <= MAX_DETAILS
+        errors = [r.getMessage()[:200] for r in caplog.records if r.levelno >= logging.ERROR]
+        assert errors == []
+        assert s.client.list_tables()[0].name == "canary"  # still serving
+
+
+NODE_TESTS = Path(__file__).parents[1] / "node"
+
+
+def test_hostile_text_from_nodes_grpc_js_gets_a_bounded_status(db_dsn):
+    """The same from a second client stack, Node's grpc-js (tests/node/hostile.js sends raw
+    bytes): names of 70,000 and 16,000 characters and one that is not UTF-8 are
+    INVALID_ARGUMENT, an unknown table NOT_FOUND, each with a short message, on every
+    method tried (none hangs to its deadline, as a 64 KB name once did)."""
+    grpc_js = NODE_TESTS / "node_modules" / "@grpc" / "grpc-js"
+    assert grpc_js.is_dir(), f"{grpc_js} is missing: `make node-deps` installs tests/node"
+    with serve(db_dsn) as s:
+        s.create_table("canary")
+        try:  # each call has a 10 s deadline: 16 calls that all hang end in 160 s
+            ran = subprocess.run(
+                ["node", str(NODE_TESTS / "hostile.js"), s.server.address],
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
+        except subprocess.TimeoutExpired as exc:
+            pytest.fail(f"hostile.js did not end in 240 s; the calls it finished: {exc.stdout!r}")
+        assert ran.returncode == 0, ran.stderr[-2_000:]
+        calls = [json.loads(line) for line in ran.stdout.splitlines()]
+        assert len(calls) == 16, ran.stdout
+        for c in calls:
+            wanted = "NOT_FOUND" if c["case"] == "unknown table" else "INVALID_ARGUMENT"
+            assert (c["status"], c["details_length"] <= MAX_DETAILS) == (wanted, True), c
+        assert s.client.list_tables()[0].name == "canary"  # still serving

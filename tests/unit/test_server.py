@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
+from msgtable import wire
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
@@ -521,3 +522,39 @@ def test_a_subclass_of_a_domain_error_maps_like_its_parent():
 
     assert status_for(ReplicaLagging("lagging")) == (grpc.StatusCode.UNAVAILABLE, "lagging")
     assert status_for(ValueError("x")) == (grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
+
+
+# -- what comes off the wire (msgtable.wire) -------------------------------------------------
+def test_a_status_message_is_cut_saying_how_much_was_left_out():
+    assert wire.bounded("x" * 10, 10) == "x" * 10
+    assert wire.bounded("x" * 12, 10) == "x" * 10 + "... (2 more characters)"
+
+
+def test_names_over_64_characters_and_undecodable_requests_are_refused_before_the_engine(
+    engine, server
+):
+    engine.ack_result = 1
+    with grpc.insecure_channel(server.address) as channel:
+        ack = channel.unary_unary("/msgtable.v1.Messaging/MessageAck")
+        ids = pb.MessageAckRequest(ids=[pb.Value(int_value=1)]).SerializeToString()
+        for name, why in (
+            ("t" * 65, "name of 65 characters: a name has at most 64 characters"),
+            ("t" * 64 + "\x00", "at most 64"),
+        ):
+            request = pb.MessageAckRequest(name=name).SerializeToString() + ids
+            with pytest.raises(grpc.RpcError) as err:
+                ack(request, timeout=WAIT_S)
+            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert why in (err.value.details() or "")
+        ks = pb.MessageAckRequest(name="t", keyspace="k" * 65).SerializeToString() + ids
+        with pytest.raises(grpc.RpcError, match="keyspace of 65 characters"):
+            ack(ks, timeout=WAIT_S)
+        with pytest.raises(grpc.RpcError) as err:
+            ack(b"\x0a\x03t\xff\xfe" + ids, timeout=WAIT_S)  # name: not UTF-8
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert (err.value.details() or "").endswith(
+            "not a valid msgtable.v1.MessageAckRequest: a string field is not valid UTF-8"
+        )
+        assert engine.acks == []  # none reached the engine
+        at_the_limit = pb.MessageAckRequest(name="t" * 64).SerializeToString() + ids
+        assert pb.MessageAckResponse.FromString(ack(at_the_limit)).count == 1

@@ -44,6 +44,7 @@ from msgtable.client import Client, Message, Subscription
 from msgtable.client.requests import UNHANDED_REASON
 from msgtable.devdb import free_port
 from msgtable.errors import MsgtableError
+from msgtable.subscriptions import state_table_name
 
 from ..acceptance.helpers import health_status
 from ..ordering import Delivery, OrderLog
@@ -256,8 +257,10 @@ class Subscriber(threading.Thread):
         checker: Checker,
         auto_renew: bool = False,
         group: str = "",
+        dsn: str = "",
     ) -> None:
         super().__init__(name=name, daemon=True)
+        self.dsn = dsn  # where a close's releases are read back ("": they are not)
         self.targets = targets
         self.table = table
         self.checker = checker
@@ -364,8 +367,39 @@ class Subscriber(threading.Thread):
             self._settle("release", rest, closing, 0.0, UNHANDED_REASON)
         else:
             closing()
-        self.checker.closed_mid_batch([int(m.id) for m in rest], began)  # type: ignore[call-overload]
+        ended = time.monotonic()
+        rest_ids = [int(m.id) for m in rest]  # type: ignore[call-overload]
+        found = self._released_in_table(rest) if rest else set()
+        self.checker.closed_mid_batch(rest_ids, began, ended, found)
         self.client.close()
+
+    def _released_in_table(self, rest: list[Message]) -> set[int] | None:
+        """Those of ``rest`` the table shows released (read right after close()): the send
+        counted (epoch = its attempt) and due now, or sent again since (epoch above it).
+        A row neither released nor postponed yet has epoch = attempt - 1, one postponed
+        (left to its ack wait) a time_next after now. None: the table did not answer."""
+        if not self.dsn:
+            return None
+        table = state_table_name(self.table, self.group) if self.group else self.table
+        attempts = {int(m.id): m.attempt for m in rest}  # type: ignore[call-overload]
+        now_ns = time.time_ns()
+        db = sa.create_engine(self.dsn)
+        try:
+            with db.connect() as conn:
+                rows = conn.exec_driver_sql(
+                    f"select id, epoch, time_next from {table} where id in "
+                    f"({','.join(map(str, attempts))})"
+                ).fetchall()
+        except sa.exc.DBAPIError:
+            return None
+        finally:
+            db.dispose()
+        found: set[int] = set()
+        for i, epoch, time_next in rows:
+            a, e = attempts[int(i)], epoch or 0
+            if e > a or (e == a and time_next is not None and time_next <= now_ns):
+                found.add(int(i))
+        return found
 
     def state(self) -> str:
         """What this subscriber is doing (for a verdict)."""

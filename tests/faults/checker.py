@@ -281,8 +281,9 @@ class Checker:
         self.reasons_given: dict[int, set[str]] = defaultdict(set)
         self.reasons_maybe: dict[int, set[str]] = defaultdict(set)
         self.counts: Counter[str] = Counter()  # verb -> messages the calls said they changed
-        # each subscriber closed mid-batch: when its close began, and the ids close() released
-        self.closes: list[tuple[float, list[int]]] = []
+        # each subscriber closed mid-batch: when its close began and ended, the ids close()
+        # released, and those the table showed released right after (None: not read)
+        self.closes: list[tuple[float, float, list[int], set[int] | None]] = []
         self.events: list[Fault] = []
 
     # -- recording -----------------------------------------------------------------------
@@ -389,11 +390,14 @@ class Checker:
                 elif reason and ok is None:  # a call that answered 0 wrote nothing
                     self.reasons_maybe[i].add(reason)
 
-    def closed_mid_batch(self, rest: Sequence[int], began: float) -> None:
-        """A subscriber closed at ``began`` with ``rest`` received and never handed out:
-        close() released them (no answer told)."""
+    def closed_mid_batch(
+        self, rest: Sequence[int], began: float, ended: float, found: set[int] | None
+    ) -> None:
+        """A subscriber's close() ran from ``began`` to ``ended`` with ``rest`` received and
+        never handed out, to be released (no answer told); the table then showed ``found``
+        of them released (None: it was not read)."""
         with self._lock:
-            self.closes.append((began, list(rest)))
+            self.closes.append((began, ended, list(rest), found))
 
     def auto_renewed(self, count: int) -> None:
         """Messages a subscriber's auto-renewal (its leaser) renewed."""
@@ -742,20 +746,26 @@ class Checker:
                 r.late_settled.append((i, st.verb, st.attempt, a))
 
     def _judge_closes(self, r: Report) -> None:
-        """What closing subscribers released came back sooner than its ack wait would have
-        brought it (the next delivery of an id, to anyone, within the ack wait of the
-        close). Not every one must: a group behind its producer sends older rows first, and
-        a fault may fail the close's one try. But of all a group's closes, none back early
-        means close() released nothing."""
-        for began, rest in self.closes:
+        """What a closing subscriber never handed out, the table shows released right after
+        its close() (the send counted, due at once, or sent again since), unless a server
+        or database fault overlapped the close (its one try may fail: the ack wait is the
+        net). Counted too: how much came back before the ack wait would have brought it
+        (not all must: a group behind its producer sends older rows first)."""
+        faults = [e for e in self.events if e.what in SERVER_FAULTS | DATABASE_FAULTS]
+        for began, ended, rest, found in self.closes:
             r.closes += 1
+            r.closed_rest += len(rest)
             for i in rest:
-                r.closed_rest += 1
                 later = [t for t, _, _ in self.deliveries.get(i, []) if t > began]
                 if later and min(later) < began + self.ack_wait_s - WIRE_SLACK_S:
                     r.closed_rest_early += 1
-        if r.closed_rest and not r.closed_rest_early:
-            r.closes_released_nothing.append((r.closes, r.closed_rest))
+            if found is None:
+                continue
+            r.closed_rest_found += len(found)
+            amid = any(e.began <= ended + WIRE_SLACK_S and e.at >= began for e in faults)
+            missing = sorted(set(rest) - found)
+            if missing and not amid:
+                r.closes_not_released.append((round(began, 3), missing[:LISTED]))
 
     def _released_after(self, i: int, sub: str, t: float) -> bool:
         """Whether ``sub`` released ``i`` after its delivery at ``t``."""
@@ -927,8 +937,10 @@ class Report:
     # wait; (closes, ids) when none was
     closes: int = 0
     closed_rest: int = 0
+    closed_rest_found: int = 0  # of those, the table showed released right after the close
     closed_rest_early: int = 0
-    closes_released_nothing: list[tuple[int, int]] = field(default_factory=list)
+    # (when the close began, ids it did not release though no fault overlapped it)
+    closes_not_released: list[tuple[float, list[int]]] = field(default_factory=list)
     late_settled: list[tuple[int, str, int, int]] = field(default_factory=list)
     attempts: Counter[int] = field(default_factory=Counter)  # attempt -> deliveries saying it
     # (id, the attempt it had reached, the lower attempt a later delivery said)
@@ -976,8 +988,9 @@ class Report:
             "a late release or renew changed a later delivery (id, verb, named, later)": list(
                 self.late_settled
             ),
-            "closed subscribers' unhanded messages, none back before the ack wait (closes, "
-            "ids)": list(self.closes_released_nothing),
+            "a closed subscriber's unhanded messages not released (close began, ids)": list(
+                self.closes_not_released
+            ),
             "attempts counting back (id, reached, then)": list(self.attempts_back),
             "delivered past vt_max_attempts (id, attempt)": list(self.beyond_max),
             "poison acked": list(self.poison_acked),
@@ -1016,7 +1029,8 @@ class Report:
             f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
             f"late releases or renewals of a replaced delivery {self.late_settlements} "
             f"(changed it {len(self.late_settled)}), closed mid-batch {self.closes} "
-            f"(released {self.closed_rest}, back before the ack wait {self.closed_rest_early}), "
+            f"({self.closed_rest} unhanded, found released {self.closed_rest_found}, back "
+            f"before the ack wait {self.closed_rest_early}), "
             f"attempts counting back {len(self.attempts_back)}, dead letters' attempts "
             f"below what was seen after a fault {len(self.attempts_uncounted)}, outside the filter "
             f"{len(self.outside_filter)}, gone while held {len(self.gone_while_held)}; "

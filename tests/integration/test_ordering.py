@@ -312,6 +312,43 @@ def test_a_killed_subscribers_key_comes_back_from_its_head_after_the_ack_wait(se
     assert check_order(by_key(rows), log.deliveries, 1.0) == []
 
 
+@pytest.mark.parametrize("group", ["", "audit"], ids=["default-group", "subscription"])
+def test_a_worker_closing_with_the_head_taken_keeps_the_key_until_the_head_is_back(
+    served: Served, group: str
+):
+    """A worker iterating a key's batch takes the head and closes without acking it; close()
+    releases the rest of the batch, which it never handed out. The key's later messages
+    must not go out before the head: it comes back first, after its ack wait."""
+    ordered_table(
+        served, vt_batch_size=5, vt_ack_wait=1, vt_min_backoff=0.2, vt_poller_interval=0.2
+    )
+    if group:
+        served.client.create_subscription("jobs", group, ack_wait_s=1)
+    rows = [(i, "a") for i in range(1, 6)]
+    enqueue(served, rows)
+    log = OrderLog()
+    worker = served.client.subscribe("jobs", subscription=group)
+    head = next(worker)  # the client took the whole batch, handed out the head
+    assert head.id == 1
+    log.received("closing", [head], "k")  # never settled: its ack wait ends it
+    worker.close()  # releases 2..5, never handed out
+    done: set[int] = set()
+    c = served.client.subscribe("jobs", subscription=group)
+    try:
+        deadline = time.monotonic() + 20
+        while len(done) < len(rows) and time.monotonic() < deadline:
+            batch = c.next_batch()
+            ds = log.received("live", batch, "k")
+            OrderLog.settling(ds)
+            c.ack(batch)
+            OrderLog.settled(ds)
+            done.update(m.id for m in batch)
+    finally:
+        c.close()
+    assert done == {r for r, _ in rows}
+    assert check_order(by_key(rows), log.deliveries, 1.0) == []
+
+
 @pytest.mark.parametrize("binlog", [True, False], ids=["binlog", "poll-only"])
 def test_an_ack_by_dml_frees_its_key_at_once_with_the_binlog_else_after_the_ack_wait(
     db_dsn: str, binlog: bool

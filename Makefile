@@ -32,7 +32,7 @@ SPARK_STAMP := $(VENV)/.stamp-install-spark
 .DEFAULT_GOAL := help
 .PHONY: help run test venv install install-test mysql-server mysql-client-dev spark spark-deps \
 	browser-deps node-deps lint proto proto-check pytest \
-	clean distclean bench bench-full chaos
+	clean distclean bench bench-full chaos chaos-busy
 
 help:
 	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
@@ -42,7 +42,8 @@ help:
 	@echo "make lint|proto|proto-check|pytest             the checks on their own"
 	@echo "make bench          quick benchmark suite (under a minute): table, targets, JSON line"
 	@echo "make bench-full     the full benchmark suite (minutes)"
-	@echo "make chaos          the fault suite alone (tests/faults, about a minute), with its counts"
+	@echo "make chaos          the fault suite alone (tests/faults, about two minutes), with its counts"
+	@echo "make chaos-busy     the fault suite beside two CPU hogs (a machine busy with other work)"
 	@echo "make clean|distclean                            remove caches | and the virtualenv"
 
 run: $(INSTALL_STAMP) mysql-server
@@ -65,6 +66,12 @@ bench-full: $(BENCH_STAMP) mysql-server spark-deps
 # MSGTABLE_CHAOS_MESSAGES=N for another size.
 chaos: $(TEST_STAMP) mysql-server
 	$(PY) -m pytest -p no:cacheprovider -q -s tests/faults $(PYTEST_ARGS)
+
+# The fault suite on a busy machine: two processes spin at normal priority beside it
+# (MSGTABLE_CHAOS_HOGS=N for another number).
+chaos-busy: $(TEST_STAMP) mysql-server
+	MSGTABLE_CHAOS_HOGS=$${MSGTABLE_CHAOS_HOGS:-2} \
+		$(PY) -m pytest -p no:cacheprovider -q -s tests/faults/test_chaos.py $(PYTEST_ARGS)
 
 # --- set-up --------------------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ from msgtable.subscriptions import state_table_name
 from ..acceptance.helpers import health_status
 from ..ordering import Delivery, OrderLog
 from ..waiting import wait_until
-from .checker import Checker
+from .checker import DEAD_TIME_NEXT, Checker
 
 # How long a late subscriber holds a batch before it acks: past its ack wait (vt_ack_wait), the
 # backoff (vt_max_backoff) and a poll, so the batch went to another subscriber meanwhile.
@@ -375,9 +375,11 @@ class Subscriber(threading.Thread):
 
     def _released_in_table(self, rest: list[Message]) -> set[int] | None:
         """Those of ``rest`` the table shows released (read right after close()): the send
-        counted (epoch = its attempt) and due now, or sent again since (epoch above it).
-        A row neither released nor postponed yet has epoch = attempt - 1, one postponed
-        (left to its ack wait) a time_next after now. None: the table did not answer."""
+        counted (epoch = its attempt) and due now, or sent again since (epoch above it), or
+        dead (a release at the last attempt makes it due, and due it dies: moved to the
+        dead-letter table, or dead in place). A row neither released nor postponed yet has
+        epoch = attempt - 1, one postponed (left to its ack wait) a time_next after now.
+        None: the table did not answer."""
         if not self.dsn:
             return None
         table = state_table_name(self.table, self.group) if self.group else self.table
@@ -394,10 +396,11 @@ class Subscriber(threading.Thread):
             return None
         finally:
             db.dispose()
-        found: set[int] = set()
+        found = set(attempts) - {int(r[0]) for r in rows}  # gone: dead, moved
         for i, epoch, time_next in rows:
             a, e = attempts[int(i)], epoch or 0
-            if e > a or (e == a and time_next is not None and time_next <= now_ns):
+            due = time_next is not None and (time_next <= now_ns or time_next == DEAD_TIME_NEXT)
+            if e > a or (e == a and due):
                 found.add(int(i))
         return found
 

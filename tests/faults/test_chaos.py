@@ -56,8 +56,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -580,8 +582,25 @@ def group_pending(db: sa.Engine, g: Group) -> dict[str, list[int]]:
     return g.checker.unsettled(unacked, dead, present)
 
 
+@pytest.fixture
+def busy_machine() -> Iterator[int]:
+    """MSGTABLE_CHAOS_HOGS busy processes (0 by default; `make chaos-busy`: 2, one a core
+    here) spinning at normal priority for the whole run: a machine busy with other work."""
+    n = int(os.environ.get("MSGTABLE_CHAOS_HOGS", "0"))
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    try:
+        yield n
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+
+
 def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
-    own_server: LocalServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    own_server: LocalServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    busy_machine: int,
 ) -> None:
     run = Run(own_server, tmp_path)
     run.log_deadlocks()
@@ -794,7 +813,9 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         )
         + f"\n{push_report.summary()}\n{capture_report.summary()}"
         + f"\n{scrape_report.summary()}"
-        + f"\n{cycles} fault cycles in {took:.0f}s (the faults {faults_s:.0f}s, then the drain: "
+        + f"\n{cycles} fault cycles in {took:.0f}s"
+        + (f" beside {busy_machine} CPU hogs" if busy_machine else "")
+        + f" (the faults {faults_s:.0f}s, then the drain: "
         + ", ".join(f"{what} {t:.0f}s" for what, t in drained_s.items())
         + "); "
         f"{reconnects} stream reconnects; producer retries {[p.retries for p in producers]}; "

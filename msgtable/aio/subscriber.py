@@ -344,11 +344,13 @@ class Subscriber:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._closing.wait(), every_s)
-            if self._closing.is_set():
+            if self._closing.is_set() or self._router.closed:  # (the client closed first)
                 return
             try:
                 await self.renew_now()
             except MsgtableError as exc:
+                if self._router.closed:
+                    return
                 log.warning(
                     "table %s: renewing held messages failed (%s); next round", self.name, exc
                 )

@@ -100,9 +100,12 @@ class Leaser:
         every_s: float,
         max_lease_s: float = DEFAULT_MAX_LEASE_S,
         clock: Callable[[], float] = time.monotonic,
+        closed: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``closed``: whether the client is closed (then renewing stops, quietly)."""
         self.name = name
         self._renew = renew
+        self._closed = closed
         self.every_s = max(MIN_RENEW_EVERY_S, every_s)
         self.max_lease_s = max_lease_s
         self._leases = Leases(max_lease_s, clock)
@@ -133,9 +136,13 @@ class Leaser:
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
+            if self._closed():  # the client was closed before its subscriber
+                return
             try:
                 self.renew_now()
             except MsgtableError as exc:
+                if self._closed():
+                    return
                 log.warning(
                     "table %s: renewing held messages failed (%s); next round", self.name, exc
                 )

@@ -83,7 +83,13 @@ class Subscriber:
         self._first = self._stream.open()
         # auto-renew (msgtable.client.leaser): messages received are renewed until settled
         self._leaser = (
-            Leaser(self.name, self._send_renew, renew_every_s, max_lease_s)
+            Leaser(
+                self.name,
+                self._send_renew,
+                renew_every_s,
+                max_lease_s,
+                closed=lambda: self._router.closed,
+            )
             if renew_every_s is not None
             else None
         )

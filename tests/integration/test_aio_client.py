@@ -6,6 +6,7 @@ errors, and leader following with two servers on one database."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -160,6 +161,29 @@ def test_auto_renew_keeps_a_slow_handlers_message(served: Served):
     run(test, served.server.address)
     (row,) = served.sql("select epoch from jobs")
     assert row[0] == 1  # sent once
+
+
+def test_auto_renew_stops_quietly_once_its_client_is_closed(served: Served, caplog):
+    """As the sync client's: a closed client's subscriber stops renewing, without a warning
+    a round."""
+    served.create_table("jobs", vt_ack_wait=0.6, vt_min_backoff=0.05, vt_poller_interval=0.2)
+    enqueue(served, "jobs", [1])
+    caplog.set_level(logging.WARNING, logger="msgtable.client")
+
+    async def test(client: aio.Client) -> None:
+        sub = client.subscribe("jobs", auto_renew=True)
+        async with sub:
+            await take(sub, 1)
+            await client.close()
+            renewer = sub._renewer
+            assert renewer is not None
+            try:  # it ends by itself
+                await asyncio.wait_for(asyncio.shield(renewer), 5)
+            except TimeoutError:
+                pytest.fail("auto-renew still ran 5 s after its client was closed")
+
+    run(test, served.server.address)
+    assert [r.getMessage() for r in caplog.records if "renewing" in r.getMessage()] == []
 
 
 def test_unknown_tables_and_bad_input_get_the_sync_clients_errors(served: Served):

@@ -4,12 +4,14 @@ server and client."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from msgtable.client import Client
 from msgtable.errors import InvalidArgument, TableLoadError
 from msgtable.subscriptions import state_table_name
 from msgtable.tables import DEAD_TIME_NEXT
@@ -306,6 +308,28 @@ def late_settlement(served: Served, group: str) -> None:
         assert fourth.attempt == 4 and fourth.ack() == 1
     finally:
         c.close()
+
+
+def test_auto_renew_stops_quietly_once_its_client_is_closed(served: Served, caplog):
+    """A client closed while a subscriber still holds messages (a worker's shutdown that
+    closes the client first): auto-renew stops, rather than warn every round for ever that
+    the client is closed; the messages are left to their ack wait."""
+    served.create_table("jobs", vt_ack_wait=0.6, vt_min_backoff=0.05, vt_poller_interval=0.2)
+    enqueue(served, "jobs", [1])
+    client = Client(served.server.address)
+    sub = client.subscribe("jobs", auto_renew=True)
+    next(iter(sub))
+    assert sub.leaser is not None
+    caplog.set_level(logging.WARNING, logger="msgtable.client.leaser")
+    client.close()
+    wait_until(
+        lambda: not sub.leaser._thread.is_alive(),  # type: ignore[union-attr]
+        timeout_s=5,
+        what="the leaser's thread to end after its client was closed",
+    )
+    said = [r.getMessage() for r in caplog.records if r.name == "msgtable.client.leaser"]
+    assert said == []
+    sub.close()
 
 
 # -- bad input -------------------------------------------------------------------------------

@@ -87,8 +87,9 @@ class DashboardApp:
     def respond(self, request: Request) -> Response:
         if self.api.authorizer is None and not _local_name(request.host):
             return _json(403, {"error": REBINDING})
-        adapter = self.urls.bind_to_environ(request.environ)
         try:
+            # a Host that is no host name (".", an empty label) is werkzeug's BadHost: 400
+            adapter = self.urls.bind_to_environ(request.environ)
             endpoint, values = adapter.match()
             if endpoint == "page":
                 return self._file("index.html")

@@ -284,19 +284,13 @@ def test_rows_with_a_null_key_are_unordered(served: Served):
         c.close()
 
 
-def test_a_killed_subscribers_key_comes_back_from_its_head_after_the_ack_wait(served: Served):
-    ordered_table(
-        served, vt_batch_size=3, vt_ack_wait=1, vt_min_backoff=0.2, vt_poller_interval=0.2
-    )
-    rows = [(i, "a") for i in range(1, 7)] + [(i, "b") for i in range(7, 10)]
-    enqueue(served, rows)
-    log = OrderLog()
-    dead = served.client.subscribe("jobs")
-    first = dead.next_batch()
-    log.received("dead", first, "k")  # never settled: its ack wait ends it
-    dead.close()
+def drain_in_order(
+    served: Served, rows: list[tuple[int, str | None]], log: OrderLog, group: str = ""
+) -> None:
+    """A live subscriber (of ``group``) acks every batch until all ``rows`` came, each
+    logged; then each key's messages must have come in order, one batch at a time."""
     done: set[int] = set()
-    c = served.client.subscribe("jobs")
+    c = served.client.subscribe("jobs", subscription=group)
     try:
         deadline = time.monotonic() + 20
         while len(done) < len(rows) and time.monotonic() < deadline:
@@ -310,6 +304,20 @@ def test_a_killed_subscribers_key_comes_back_from_its_head_after_the_ack_wait(se
         c.close()
     assert done == {r for r, _ in rows}
     assert check_order(by_key(rows), log.deliveries, 1.0) == []
+
+
+def test_a_killed_subscribers_key_comes_back_from_its_head_after_the_ack_wait(served: Served):
+    ordered_table(
+        served, vt_batch_size=3, vt_ack_wait=1, vt_min_backoff=0.2, vt_poller_interval=0.2
+    )
+    rows = [(i, "a") for i in range(1, 7)] + [(i, "b") for i in range(7, 10)]
+    enqueue(served, rows)
+    log = OrderLog()
+    dead = served.client.subscribe("jobs")
+    first = dead.next_batch()
+    log.received("dead", first, "k")  # never settled: its ack wait ends it
+    dead.close()
+    drain_in_order(served, rows, log)
 
 
 @pytest.mark.parametrize("group", ["", "audit"], ids=["default-group", "subscription"])
@@ -332,21 +340,7 @@ def test_a_worker_closing_with_the_head_taken_keeps_the_key_until_the_head_is_ba
     assert head.id == 1
     log.received("closing", [head], "k")  # never settled: its ack wait ends it
     worker.close()  # releases 2..5, never handed out
-    done: set[int] = set()
-    c = served.client.subscribe("jobs", subscription=group)
-    try:
-        deadline = time.monotonic() + 20
-        while len(done) < len(rows) and time.monotonic() < deadline:
-            batch = c.next_batch()
-            ds = log.received("live", batch, "k")
-            OrderLog.settling(ds)
-            c.ack(batch)
-            OrderLog.settled(ds)
-            done.update(m.id for m in batch)
-    finally:
-        c.close()
-    assert done == {r for r, _ in rows}
-    assert check_order(by_key(rows), log.deliveries, 1.0) == []
+    drain_in_order(served, rows, log, group)
 
 
 @pytest.mark.parametrize("binlog", [True, False], ids=["binlog", "poll-only"])

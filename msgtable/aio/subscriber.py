@@ -361,7 +361,7 @@ class Subscriber:
     async def close(self) -> None:
         """Leave: the server releases the subscriber; unacked messages are resent later. The
         rest of a batch that iteration received and never handed out is released at once
-        (one try), while at most half its ack wait has passed (requests.release_unhanded)."""
+        (one try, naming their deliveries: requests.release_unhanded)."""
         if self._closed:
             return
         self._closed = True
@@ -370,11 +370,11 @@ class Subscriber:
             self._tracing.end()
         if self._call is not None:
             self._call.cancel()
-        # after the stream ended: the server would send them right back to it
-        await self._release_unhanded()
-        if self._renewer is not None:
+        if self._renewer is not None:  # a renewal run after the release would undo it
             with contextlib.suppress(asyncio.CancelledError):
                 await self._renewer
+        # after the stream ended: the server would send them right back to it
+        await self._release_unhanded()
         self._leases.clear()
 
     async def _release_unhanded(self) -> None:

@@ -107,14 +107,21 @@ UNHANDED_REASON = "the subscriber closed before handing it out"
 UNHANDED_RELEASE_TIMEOUT_S = 5.0  # one try: close() does not wait out an unreachable server
 
 
-def release_unhanded(received_at: float, ack_wait_s: float, now: float) -> bool:
+def release_unhanded(
+    received_at: float, ack_wait_s: float, now: float, by_delivery: bool = False
+) -> bool:
     """Whether a closing subscriber releases the messages its iteration received at
     ``received_at`` (monotonic) and never handed out, so that another subscriber gets them
-    at once instead of after their ack wait: while less than half of ``ack_wait_s`` (the
-    stream's, from its first response) has passed since. The send came before the receipt;
-    later, their ack wait may be over and another subscriber holding them, whose delivery a
-    release (of ids, not deliveries) would cut short. 0 (an older server): never."""
-    return ack_wait_s > 0 and now - received_at < ack_wait_s / 2
+    at once instead of after their ack wait. ``by_delivery``: the release names each
+    message's delivery (every one carries its batch's send time), and the server changes
+    none sent again since, however late it comes: always. Otherwise (ids alone) only while
+    less than half of ``ack_wait_s`` (the stream's, from its first response) has passed
+    since the receipt: the send came before it, and later another subscriber may hold them,
+    whose delivery a release of ids would cut short. An ``ack_wait_s`` of 0 (a server older
+    than the release at close): never."""
+    if ack_wait_s <= 0:
+        return False
+    return by_delivery or now - received_at < ack_wait_s / 2
 
 
 def unhanded_release(
@@ -127,14 +134,16 @@ def unhanded_release(
 ) -> pb.MessageReleaseRequest | None:
     """The MessageRelease a closing subscriber sends (one try, UNHANDED_RELEASE_TIMEOUT_S,
     its errors ignored: the ack wait is the safety net) for ``messages`` its iteration
-    received at ``received_at`` and never handed out; None when there are none, or when
-    :func:`release_unhanded` says to leave them to their ack wait."""
-    if not messages or not release_unhanded(received_at, ack_wait_s, time.monotonic()):
+    received at ``received_at`` and never handed out, naming their deliveries; None when
+    there are none, or when :func:`release_unhanded` says to leave them to their ack wait."""
+    if not messages:
+        return None
+    attempts = attempts_of(messages)
+    by_delivery = bool(attempts) and all(attempts)
+    if not release_unhanded(received_at, ack_wait_s, time.monotonic(), by_delivery):
         return None
     ids = [m.id_value for m in messages]
-    return release_request(
-        name, ids, 0.0, UNHANDED_REASON, keyspace, subscription, attempts_of(messages)
-    )
+    return release_request(name, ids, 0.0, UNHANDED_REASON, keyspace, subscription, attempts)
 
 
 def reject_request(

@@ -299,7 +299,7 @@ class Subscriber:
         """Leave: acks queued by ack_async are sent first (for up to the client's time-out),
         then the server releases the subscriber; unacked messages are resent later. The
         rest of a batch that iteration received and never handed out is released at once
-        (one try), while at most half its ack wait has passed (requests.release_unhanded)."""
+        (one try, naming their deliveries: requests.release_unhanded)."""
         if not self._closed:
             self._closed = True
             self._stream.closed = True

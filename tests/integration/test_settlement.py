@@ -178,20 +178,53 @@ def test_a_closing_subscriber_releases_what_it_received_and_never_handed_out(ser
     assert reasons == [("the subscriber closed before handing it out",)]
 
 
-def test_a_closing_subscriber_leaves_a_rest_older_than_half_its_ack_wait_to_the_ack_wait(
+QUICK_BACKOFF = {"vt_min_backoff": 0.05, "vt_max_backoff": 0.1}
+
+
+def test_a_closing_subscriber_releases_its_rest_late_but_never_a_later_delivery_of_it(
     served: Served,
 ):
-    """Past half the ack wait since the batch came, another subscriber may soon hold those
-    messages (a release is of ids, not deliveries): close releases nothing then."""
-    make_pair(served, vt_batch_size=10, vt_ack_wait=1)
+    """The close's release names each message's delivery, so a close however late is safe:
+    a rest whose ack wait (1 s) has nearly run out is released all the same, and one already
+    sent again to another subscriber is left to that subscriber."""
+    make_pair(served, vt_batch_size=10, vt_ack_wait=1, vt_min_backoff=30, vt_max_backoff=30)
     enqueue(served, "jobs", range(1, 11))
-    sub = served.client.subscribe("jobs")
+    late = served.client.subscribe("jobs")
     try:
-        next(iter(sub))
-        time.sleep(0.6)
+        first = next(iter(late))  # the other 9 received, never handed out
+        time.sleep(0.7)  # past half the ack wait, within it
     finally:
-        sub.close()
-    assert served.sql("select count(*) from jobs where last_error is not null") == [(0,)]
+        late.close()
+    rest = set(range(1, 11)) - {int(first.id)}
+    released = "last_error = 'the subscriber closed before handing it out'"
+    assert set(ids_in(served, "jobs", released)) == rest
+    c = Collector(served.client, "jobs")
+    try:
+        again = c.take(9, timeout_s=10)  # at once, not after a backoff of 30 s
+    finally:
+        c.close()
+    assert sorted(int(m.id) for m in again) == sorted(rest)
+    assert {m.attempt for m in again} == {2}
+
+    make_pair(served, "quick", "quick_dead", vt_batch_size=10, vt_ack_wait=1, **QUICK_BACKOFF)
+    enqueue(served, "quick", range(11, 21))
+    gone = served.client.subscribe("quick")
+    taker: Collector | None = None
+    try:
+        first = next(iter(gone))
+        rest = set(range(11, 21)) - {int(first.id)}
+        taker = Collector(served.client, "quick")
+        seen: set[int] = set()  # rest sent again to the taker (its ack wait over: 1 s)
+        deadline = time.monotonic() + 10
+        while not rest <= seen and time.monotonic() < deadline:
+            seen.update(int(m.id) for m in taker.take(1, timeout_s=10) if m.attempt >= 2)
+        assert rest <= seen, f"never sent again to another subscriber: {sorted(rest - seen)}"
+        gone.close()  # releases its own deliveries, all replaced: nothing changes
+        assert ids_in(served, "quick", "last_error is not null") == []
+    finally:
+        gone.close()
+        if taker is not None:
+            taker.close()
 
 
 def test_a_released_message_comes_back_after_its_delay_to_any_subscriber(served: Served):

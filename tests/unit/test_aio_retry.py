@@ -221,3 +221,52 @@ def test_a_new_client_does_not_inherit_an_older_clients_failed_connection(engine
         second.stop(0)
     retries = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
     assert retries == [], retries
+
+
+def test_an_aio_close_releases_its_rest_only_after_a_running_renewal_returned() -> None:
+    """A renewal of the rest (naming the same deliveries) that the server ran after the
+    close's release would undo it: close() waits for auto-renew's round first, as the sync
+    subscriber joins its Leaser's thread."""
+    from types import SimpleNamespace
+
+    from msgtable.aio.subscriber import Subscriber
+    from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+
+    calls: list[str] = []
+
+    class Router:
+        closed = False
+
+        def __init__(self) -> None:
+            self.renewing = asyncio.Event()
+            self.go_on = asyncio.Event()
+
+        async def settle(self, method: str, request: object, target: str = "") -> int:
+            calls.append(f"{method} began")
+            self.renewing.set()
+            await self.go_on.wait()
+            calls.append(f"{method} returned")
+            return 1
+
+        async def invoke(self, target: str, method: str, request: object, timeout: float) -> None:
+            calls.append(method)
+
+    async def scenario() -> None:
+        r = Router()
+        sub = Subscriber(r, pb.MessageStreamRequest(name="jobs"), retry=False, retry_for_s=None)  # type: ignore[arg-type]
+        held = [
+            SimpleNamespace(id=i, id_value=pb.Value(int_value=i), attempt=1, sent_ns=1)
+            for i in (1, 2)
+        ]
+        sub._leases.add(held)  # type: ignore[arg-type]
+        sub._pending.extend(held)  # type: ignore[arg-type]
+        sub._pending_at, sub._stream_ack_wait_s = time.monotonic(), 30.0
+        sub._renewer = asyncio.create_task(sub.renew_now())  # a round, its call running
+        await r.renewing.wait()
+        closing = asyncio.create_task(sub.close())
+        await asyncio.sleep(0.05)
+        r.go_on.set()
+        await closing
+
+    run(scenario())
+    assert calls == ["MessageRenew began", "MessageRenew returned", "MessageRelease"]

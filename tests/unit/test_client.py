@@ -222,14 +222,17 @@ def test_other_status_codes_map_to_the_nearest_error(code, cls):
     assert isinstance(ResourceExhausted("x"), Unavailable)
 
 
-def test_a_closing_subscriber_releases_what_it_never_handed_out_only_within_half_its_ack_wait():
-    """The rest of a batch is released at close while less than half the stream's ack wait
-    has passed since it was received (the send came before: no other subscriber can hold
-    those messages yet); later, or when the server did not say its ack wait, it is left to
-    its ack wait."""
+def test_a_closing_subscriber_releases_what_it_never_handed_out_late_only_by_delivery():
+    """The rest of a batch is released at close whenever its release names each message's
+    delivery (the server changes nothing sent again since). A release of ids alone (a server
+    that sent no batch times) only while less than half the stream's ack wait has passed
+    since it was received: no other subscriber can hold those messages yet. When the server
+    did not say its ack wait (older than the release at close), never."""
     from msgtable.client.requests import release_unhanded
 
-    assert release_unhanded(received_at=100.0, ack_wait_s=30.0, now=100.1)
-    assert release_unhanded(received_at=100.0, ack_wait_s=30.0, now=114.9)
-    assert not release_unhanded(received_at=100.0, ack_wait_s=30.0, now=115.0)
-    assert not release_unhanded(received_at=100.0, ack_wait_s=0.0, now=100.0)  # older server
+    assert release_unhanded(received_at=100.0, ack_wait_s=30.0, now=100.1, by_delivery=True)
+    assert release_unhanded(received_at=100.0, ack_wait_s=30.0, now=900.0, by_delivery=True)
+    assert release_unhanded(received_at=100.0, ack_wait_s=30.0, now=100.1, by_delivery=False)
+    assert release_unhanded(received_at=100.0, ack_wait_s=30.0, now=114.9, by_delivery=False)
+    assert not release_unhanded(received_at=100.0, ack_wait_s=30.0, now=115.0, by_delivery=False)
+    assert not release_unhanded(received_at=100.0, ack_wait_s=0.0, now=100.0, by_delivery=True)

@@ -198,7 +198,8 @@ class MessageStreamResponse(_message.Message):
 
     The table's (or subscription's) vt_ack_wait in seconds, as the stream began; set in the
     first response only (0 from servers older than this field). A client that stops
-    iterating mid-batch releases the messages it never handed out while their ack wait runs.
+    iterating mid-batch releases the messages it never handed out (README: Stopping
+    mid-batch); without this field it leaves them to their ack wait.
     """
     @_builtins.property
     def fields(self) -> _containers.RepeatedCompositeFieldContainer[Global___Field]:

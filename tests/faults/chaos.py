@@ -354,6 +354,7 @@ class Subscriber(threading.Thread):
         except StopIteration:  # closed meanwhile (the run is ending)
             return
         rest = list(sub._pending)  # received, never handed out: what close() releases
+        received = sub._pending_at  # when the client received them (monotonic)
         ids = self._record([first, *rest])
         why = "subscriber closed mid-batch"
         self.checker.dropped(ids, self.name, why)
@@ -369,19 +370,22 @@ class Subscriber(threading.Thread):
             closing()
         ended = time.monotonic()
         rest_ids = [int(m.id) for m in rest]  # type: ignore[call-overload]
-        found = self._released_in_table(rest) if rest else set()
-        self.checker.closed_mid_batch(rest_ids, began, ended, found)
+        found, rows = self._released_in_table(rest) if rest else (set(), {})
+        self.checker.closed_mid_batch(rest_ids, began, ended, found, received, rows)
         self.client.close()
 
-    def _released_in_table(self, rest: list[Message]) -> set[int] | None:
+    def _released_in_table(
+        self, rest: list[Message]
+    ) -> tuple[set[int] | None, dict[int, tuple[int, int, float | None]]]:
         """Those of ``rest`` the table shows released (read right after close()): the send
         counted (epoch = its attempt) and due now, or sent again since (epoch above it), or
         dead (a release at the last attempt makes it due, and due it dies: moved to the
         dead-letter table, or dead in place). A row neither released nor postponed yet has
         epoch = attempt - 1, one postponed (left to its ack wait) a time_next after now.
-        None: the table did not answer."""
+        None: the table did not answer. Also, for each of the others, what the table showed:
+        (attempt delivered, epoch, time_next's distance from now in s; None: NULL)."""
         if not self.dsn:
-            return None
+            return None, {}
         table = state_table_name(self.table, self.group) if self.group else self.table
         attempts = {int(m.id): m.attempt for m in rest}  # type: ignore[call-overload]
         now_ns = time.time_ns()
@@ -393,16 +397,20 @@ class Subscriber(threading.Thread):
                     f"({','.join(map(str, attempts))})"
                 ).fetchall()
         except sa.exc.DBAPIError:
-            return None
+            return None, {}
         finally:
             db.dispose()
         found = set(attempts) - {int(r[0]) for r in rows}  # gone: dead, moved
+        others: dict[int, tuple[int, int, float | None]] = {}
         for i, epoch, time_next in rows:
             a, e = attempts[int(i)], epoch or 0
             due = time_next is not None and (time_next <= now_ns or time_next == DEAD_TIME_NEXT)
             if e > a or (e == a and due):
                 found.add(int(i))
-        return found
+            else:
+                away = None if time_next is None else round((time_next - now_ns) / 1e9, 3)
+                others[int(i)] = (a, e, away)
+        return found, others
 
     def state(self) -> str:
         """What this subscriber is doing (for a verdict)."""

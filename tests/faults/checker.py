@@ -84,7 +84,7 @@ import itertools
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -149,6 +149,17 @@ class Fault:
         server = f" of {self.server}" if self.server else ""
         began = f" (began {self.began:.3f})" if self.at - self.began >= 0.1 else ""
         return f"{self.what}{server}{began}"
+
+
+@dataclass(frozen=True)
+class Close:
+    """A subscriber closed mid-batch (Checker.closed_mid_batch)."""
+
+    began: float
+    ended: float
+    rest: list[int]  # received, never handed out: what close() releases
+    found: set[int] | None  # of those, the table showed released right after (None: not read)
+    received: float  # when the client received them
 
 
 @dataclass(frozen=True)
@@ -281,9 +292,9 @@ class Checker:
         self.reasons_given: dict[int, set[str]] = defaultdict(set)
         self.reasons_maybe: dict[int, set[str]] = defaultdict(set)
         self.counts: Counter[str] = Counter()  # verb -> messages the calls said they changed
-        # each subscriber closed mid-batch: when its close began and ended, the ids close()
-        # released, and those the table showed released right after (None: not read)
-        self.closes: list[tuple[float, float, list[int], set[int] | None]] = []
+        # each subscriber closed mid-batch
+        self.closes: list[Close] = []
+        self.close_rows: dict[int, object] = {}  # what the table showed of unreleased ones
         self.events: list[Fault] = []
 
     # -- recording -----------------------------------------------------------------------
@@ -391,13 +402,23 @@ class Checker:
                     self.reasons_maybe[i].add(reason)
 
     def closed_mid_batch(
-        self, rest: Sequence[int], began: float, ended: float, found: set[int] | None
+        self,
+        rest: Sequence[int],
+        began: float,
+        ended: float,
+        found: set[int] | None,
+        received: float | None = None,
+        rows: Mapping[int, object] | None = None,
     ) -> None:
-        """A subscriber's close() ran from ``began`` to ``ended`` with ``rest`` received and
-        never handed out, to be released (no answer told); the table then showed ``found``
-        of them released (None: it was not read)."""
+        """A subscriber's close() ran from ``began`` to ``ended`` with ``rest`` received (at
+        ``received``, default ``began``) and never handed out, to be released (no answer
+        told); the table then showed ``found`` of them released (None: it was not read), and
+        ``rows``: what it showed of the others (for the report)."""
         with self._lock:
-            self.closes.append((began, ended, list(rest), found))
+            self.closes.append(
+                Close(began, ended, list(rest), found, began if received is None else received)
+            )
+            self.close_rows.update(rows or {})
 
     def auto_renewed(self, count: int) -> None:
         """Messages a subscriber's auto-renewal (its leaser) renewed."""
@@ -752,20 +773,29 @@ class Checker:
         net). Counted too: how much came back before the ack wait would have brought it
         (not all must: a group behind its producer sends older rows first)."""
         faults = [e for e in self.events if e.what in SERVER_FAULTS | DATABASE_FAULTS]
-        for began, ended, rest, found in self.closes:
+        for c in self.closes:
             r.closes += 1
-            r.closed_rest += len(rest)
-            for i in rest:
-                later = [t for t, _, _ in self.deliveries.get(i, []) if t > began]
-                if later and min(later) < began + self.ack_wait_s - WIRE_SLACK_S:
+            r.closed_rest += len(c.rest)
+            r.close_longest_s = max(r.close_longest_s, round(c.ended - c.received, 3))
+            for i in c.rest:
+                later = [t for t, _, _ in self.deliveries.get(i, []) if t > c.began]
+                if later and min(later) < c.began + self.ack_wait_s - WIRE_SLACK_S:
                     r.closed_rest_early += 1
-            if found is None:
+            if c.found is None:
                 continue
-            r.closed_rest_found += len(found)
-            amid = any(e.began <= ended + WIRE_SLACK_S and e.at >= began for e in faults)
-            missing = sorted(set(rest) - found)
+            r.closed_rest_found += len(c.found)
+            amid = any(e.began <= c.ended + WIRE_SLACK_S and e.at >= c.began for e in faults)
+            missing = sorted(set(c.rest) - c.found)
             if missing and not amid:
-                r.closes_not_released.append((round(began, 3), missing[:LISTED]))
+                shown = {i: self.close_rows.get(i) for i in missing[:LISTED]}
+                r.closes_not_released.append(
+                    (
+                        round(c.began, 3),
+                        round(c.began - c.received, 3),
+                        round(c.ended - c.began, 3),
+                        shown,
+                    )
+                )
 
     def _released_after(self, i: int, sub: str, t: float) -> bool:
         """Whether ``sub`` released ``i`` after its delivery at ``t``."""
@@ -939,8 +969,12 @@ class Report:
     closed_rest: int = 0
     closed_rest_found: int = 0  # of those, the table showed released right after the close
     closed_rest_early: int = 0
-    # (when the close began, ids it did not release though no fault overlapped it)
-    closes_not_released: list[tuple[float, list[int]]] = field(default_factory=list)
+    close_longest_s: float = 0.0  # the longest time from a closed batch's receipt to the end
+    # (when the close began, how long after the receipt, how long it took, and the ids it
+    # did not release though no fault overlapped it: what the table showed of each)
+    closes_not_released: list[tuple[float, float, float, dict[int, object]]] = field(
+        default_factory=list
+    )
     late_settled: list[tuple[int, str, int, int]] = field(default_factory=list)
     attempts: Counter[int] = field(default_factory=Counter)  # attempt -> deliveries saying it
     # (id, the attempt it had reached, the lower attempt a later delivery said)
@@ -988,7 +1022,8 @@ class Report:
             "a late release or renew changed a later delivery (id, verb, named, later)": list(
                 self.late_settled
             ),
-            "a closed subscriber's unhanded messages not released (close began, ids)": list(
+            "a closed subscriber's unhanded messages not released (close began, s after the "
+            "receipt, s it took, {id: (attempt, epoch, time_next from now s)})": list(
                 self.closes_not_released
             ),
             "attempts counting back (id, reached, then)": list(self.attempts_back),
@@ -1030,7 +1065,8 @@ class Report:
             f"late releases or renewals of a replaced delivery {self.late_settlements} "
             f"(changed it {len(self.late_settled)}), closed mid-batch {self.closes} "
             f"({self.closed_rest} unhanded, found released {self.closed_rest_found}, back "
-            f"before the ack wait {self.closed_rest_early}), "
+            f"before the ack wait {self.closed_rest_early}, longest from receipt to the end "
+            f"{self.close_longest_s} s), "
             f"attempts counting back {len(self.attempts_back)}, dead letters' attempts "
             f"below what was seen after a fault {len(self.attempts_uncounted)}, outside the filter "
             f"{len(self.outside_filter)}, gone while held {len(self.gone_while_held)}; "

@@ -723,7 +723,7 @@ def test_a_close_whose_unhanded_messages_the_table_does_not_show_released_is_rep
     report = c.judge()
     assert (report.closes, report.closed_rest, report.closed_rest_found) == (3, 4, 2)
     assert report.closed_rest_early == 1
-    assert report.closes_not_released == [(round(now - 5, 3), [9])]
-    assert "closed mid-batch 3 (4 unhanded, found released 2, back before the ack wait 1)" in (
+    assert report.closes_not_released == [(round(now - 5, 3), 0.0, 0.05, {9: None})]
+    assert "closed mid-batch 3 (4 unhanded, found released 2, back before the ack wait 1, " in (
         report.summary()
     )

@@ -355,7 +355,12 @@ class TableStatements:
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND ({acked} IS NOT NULL OR {due})"
         )
         set_acked = f"{MARK}UPDATE {tf} SET {acked} = %s, {quote('time_next')} = NULL"
-        where_unacked = f" WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
+        # not acked, and not dead in place: a late ack leaves a dead letter dead, as it finds
+        # no row of one moved to a dead-letter table
+        where_unacked = (
+            f" WHERE {rid} IN ({{ids}}) AND {acked} IS NULL "
+            f"AND NOT ({quote('time_next')} <=> {DEAD_TIME_NEXT})"
+        )
         self.ack = set_acked + where_unacked
         # An ack of rows whose send was not postponed yet counts that send: epoch + 1.
         self.ack_first = set_acked + f", {epoch} = COALESCE({epoch}, 0) + 1" + where_unacked

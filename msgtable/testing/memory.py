@@ -265,7 +265,7 @@ class InMemoryStore:
             table, n = self._table(cfg.name), 0
             for i in ids:
                 row = table.get(i)
-                if row is not None and row["time_acked"] is None:
+                if row is not None and self._alive(row):  # a dead one stays dead
                     row["time_acked"], row["time_next"] = now_ns, None
                     if i in first:
                         row["epoch"] = (row["epoch"] or 0) + 1

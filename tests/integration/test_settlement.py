@@ -137,6 +137,39 @@ def test_without_a_dead_letter_table_a_dead_message_stays_in_place_never_sent(se
     ]
 
 
+@pytest.mark.parametrize("subscription", ["", "audit"])
+def test_a_late_ack_of_a_message_that_died_in_place_counts_0_and_leaves_it_dead(
+    served: Served, subscription: str
+):
+    """Out of attempts while its handler still worked on it, a message died in place (its
+    key, in an ordered table, went on without it). The handler's late ack finds it dead, as
+    it would find nothing of one moved to a dead-letter table: it counts 0 and the message
+    stays a dead letter (redrive it, or ack it by DML)."""
+    served.create_table(
+        "jobs",
+        "last_error varchar(1000), time_dead bigint",
+        vt_ack_wait=0.3,
+        vt_min_backoff=0.05,
+        vt_max_backoff=0.1,
+        vt_poller_interval=0.1,
+        vt_max_attempts=1,
+    )
+    table = "jobs"
+    if subscription:
+        served.client.create_subscription("jobs", subscription)
+        table = state_table_name("jobs", subscription)
+    enqueue(served, "jobs", [1])
+    c = Collector(served.client, "jobs", subscription=subscription)
+    try:
+        (m,) = c.take(1)
+        dead = f"time_acked is null and time_next = {DEAD_TIME_NEXT}"
+        wait_until(lambda: ids_in(served, table, dead) == [1], what="its death in place")
+        assert m.ack() == 0
+    finally:
+        c.close()
+    assert ids_in(served, table, dead) == [1]
+
+
 def test_reject_moves_the_message_to_the_dead_letter_table_now_with_its_reason(served: Served):
     make_pair(served)
     enqueue(served, "jobs", [1, 2, 3])

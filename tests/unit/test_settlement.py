@@ -207,6 +207,8 @@ def test_without_a_dead_letter_table_dead_is_in_place_and_redrive_revives(clock)
         clock.advance(10)
         assert deliver(m, sub) == []
         assert store.rows["p"][1]["time_next"] == DEAD_TIME_NEXT
+        assert m.ack([1]) == 0  # a late ack leaves it dead (a moved one: no row to ack)
+        assert store.rows["p"][1]["time_next"] == DEAD_TIME_NEXT
         (dead,), total = e.dead_letters("p", "", None, 10)
         assert (dead.id, dead.attempts, total) == (1, 1, 1)
         batch = e.redrive("p", "", "", None, None, 10)

@@ -46,7 +46,8 @@ def test_the_statements_of_the_current_layout():
     )
     assert s.ack == (
         "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL "
-        "WHERE `id` IN ({ids}) AND `time_acked` IS NULL"
+        "WHERE `id` IN ({ids}) AND `time_acked` IS NULL "
+        "AND NOT (`time_next` <=> 9223372036854775807)"  # a dead one stays dead
     )
     assert s.purge == "/* msgtable */ DELETE FROM `q` WHERE `time_acked` < %s LIMIT %s"
     # the manager's polls read time_created last (the created -> sent delay)
@@ -73,7 +74,10 @@ def test_the_statements_of_the_deferred_postpone():
         "`time_next` = IF(`time_acked` IS NULL, %s, `time_next`) "
         f"WHERE `id` IN ({{ids}}) AND `epoch` <=> %s AND (`time_acked` IS NOT NULL OR {due})"
     )
-    unacked = " WHERE `id` IN ({ids}) AND `time_acked` IS NULL"
+    unacked = (
+        " WHERE `id` IN ({ids}) AND `time_acked` IS NULL "
+        "AND NOT (`time_next` <=> 9223372036854775807)"
+    )
     assert s.ack_first == (
         "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
         "`epoch` = COALESCE(`epoch`, 0) + 1" + unacked

@@ -3,7 +3,7 @@
 `msgtable serve` without a DSN, the integration-test fixtures and the benchmarks need a
 MySQL-family server that nobody has to set up. `LocalServer` runs the `mariadbd` or `mysqld`
 installed on the machine in a data directory of its own, with options for a disposable server
-(speed over durability; a ROW-format binlog for binlog followers), creates the account
+(speed over durability, unless ``durable``; a ROW-format binlog for binlog followers), creates the account
 `msgtable`/`msgtable`, and on `stop()` shuts the server down and deletes the directory.
 
 Which binary, its options and the (cached, copied) data directory come from msgtable.mysqld.
@@ -91,6 +91,8 @@ class LocalServer:
     ROW-format binary log with full row images. Use it as a context manager or call `start()`
     and `stop()`; `stop()` also runs at interpreter exit, and a watchdog process stops the
     server if its owner dies without calling it. `binary` overrides find_server_binary().
+    `durable=True` runs it with a production server's durability (every commit flushed to
+    disk, the binlog's included; msgtable.mysqld.server_command); `kill()` crashes it.
     """
 
     def __init__(
@@ -101,10 +103,12 @@ class LocalServer:
         binlog: bool = True,
         keep: bool = False,
         binary: Path | None = None,
+        durable: bool = False,
     ) -> None:
         self._requested_datadir = Path(datadir) if datadir is not None else None
         self._requested_port = port
         self.binlog = binlog
+        self.durable = durable
         self.keep = keep
         self._binary = binary
         self._datadir: Path | None = None
@@ -184,6 +188,7 @@ class LocalServer:
                         port=self._port,
                         binlog=self.binlog,
                         as_root=os.geteuid() == 0,
+                        durable=self.durable,
                     )
                 )
                 try:
@@ -206,6 +211,18 @@ class LocalServer:
         self._end_process()
         if not self.keep and self._datadir is not None:
             shutil.rmtree(self._datadir, ignore_errors=True)
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+
+    def kill(self) -> None:
+        """Crash the server: SIGKILL, no shutdown. Its data directory stays (whatever
+        ``keep`` says); the next start() recovers it (InnoDB crash recovery)."""
+        process = self._process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+        self._end_process()  # (the process is gone: this dismisses the watchdog)
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None

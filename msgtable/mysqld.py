@@ -190,9 +190,12 @@ def server_command(
     port: int,
     binlog: bool,
     as_root: bool,
+    durable: bool = False,
 ) -> list[str]:
     """The server's command line: no option files, everything explicit, spelled the way both
-    MariaDB 10.6+ and MySQL 8 accept. Durability is traded for speed: it is a throwaway."""
+    MariaDB 10.6+ and MySQL 8 accept. Durability is traded for speed (it is a throwaway)
+    unless ``durable``: then every commit is flushed to disk, the binary log's included,
+    and pages are written through the doublewrite buffer, as a production server runs."""
     args = [
         str(binary),
         "--no-defaults",  # must come first
@@ -209,9 +212,9 @@ def server_command(
         "--performance-schema=OFF",
         "--character-set-server=utf8mb4",
         "--innodb-buffer-pool-size=256M",
-        "--innodb-flush-log-at-trx-commit=2",
-        "--innodb-doublewrite=OFF",
-        "--sync-binlog=0",
+        f"--innodb-flush-log-at-trx-commit={1 if durable else 2}",
+        f"--innodb-doublewrite={'ON' if durable else 'OFF'}",
+        f"--sync-binlog={1 if durable else 0}",
         "--max-connections=500",
     ]
     if as_root:

@@ -154,7 +154,18 @@ def _mysql_container() -> Iterator[ServerHandle]:
 def own_server(tmp_path: Path) -> Iterator[LocalServer]:
     """A database server of this test's own (database "app"), which it may stop and start
     again (the data directory is kept until the end of the test)."""
-    server = LocalServer(tmp_path / "db", port=free_port(), keep=True)
+    yield from _own_server(tmp_path, durable=False)
+
+
+@pytest.fixture
+def own_durable_server(tmp_path: Path) -> Iterator[LocalServer]:
+    """own_server with a production server's durability (every commit flushed to disk, the
+    binlog's included), which the test may also crash (kill()) and start again."""
+    yield from _own_server(tmp_path, durable=True)
+
+
+def _own_server(tmp_path: Path, durable: bool) -> Iterator[LocalServer]:
+    server = LocalServer(tmp_path / "db", port=free_port(), keep=True, durable=durable)
     server.start()
     server.create_database("app")
     try:

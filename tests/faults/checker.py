@@ -98,7 +98,7 @@ LISTED = 20  # ids listed per finding in a report
 # server killed, or stopped without reaching the database, and a database restart (every
 # server's postpones fail meanwhile).
 SERVER_FAULTS = frozenset({"msgtable SIGKILL", "msgtable SIGTERM under load"})
-DATABASE_FAULTS = frozenset({"database restart"})
+DATABASE_FAULTS = frozenset({"database restart", "database SIGKILL"})
 DEAD_TIME_NEXT = 9223372036854775807  # a message dead in place (the largest BIGINT)
 
 

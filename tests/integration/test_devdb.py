@@ -120,6 +120,48 @@ def test_a_kept_data_directory_is_reused_with_its_data(tmp_path: Path) -> None:
     assert not datadir.exists()
 
 
+def test_a_durable_server_killed_mid_load_recovers_every_commit_and_its_binlog(
+    tmp_path: Path,
+) -> None:
+    """durable=True: the settings a production server runs with; kill() is a crash (SIGKILL,
+    no shutdown), and start() recovers: every transaction whose commit returned is there,
+    in the table and in the binary log."""
+    server = LocalServer(tmp_path / "db", keep=True, durable=True)
+    server.start()
+    try:
+        assert query(
+            server.dsn(),
+            "SELECT @@innodb_flush_log_at_trx_commit, @@sync_binlog, @@innodb_doublewrite",
+        ) == [(1, 1, 1)]
+        server.create_database("app")
+        query(server.dsn("app"), "CREATE TABLE t (id BIGINT PRIMARY KEY)")
+        engine = sqlalchemy.create_engine(server.dsn("app"))
+        committed = 0
+        try:
+            with engine.connect() as conn:
+                for i in range(1, 201):
+                    conn.exec_driver_sql(f"INSERT INTO t VALUES ({i})")
+                    conn.commit()
+                    committed = i
+        finally:
+            engine.dispose()
+        pid = server.pid
+        assert pid is not None
+        server.kill()
+        assert not alive(pid)
+        server.start()
+        assert "crash recovery" in (tmp_path / "db" / "error.log").read_text().lower()
+        assert query(server.dsn("app"), "SELECT COUNT(*), MAX(id) FROM t") == [
+            (committed, committed)
+        ]
+        events = query(server.dsn(), "SHOW BINLOG EVENTS IN 'binlog.000001'")
+        writes = [e for e in events if e[2] in ("Write_rows_v1", "Write_rows")]
+        assert len(writes) >= committed
+    finally:
+        server.keep = False
+        server.stop()
+
+
 def test_a_taken_port_that_was_asked_for_fails_with_the_log(listener: int) -> None:
     server = LocalServer(port=listener)
     with pytest.raises(MsgtableError, match=f"port {listener} is in use"):

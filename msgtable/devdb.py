@@ -3,8 +3,9 @@
 `msgtable serve` without a DSN, the integration-test fixtures and the benchmarks need a
 MySQL-family server that nobody has to set up. `LocalServer` runs the `mariadbd` or `mysqld`
 installed on the machine in a data directory of its own, with options for a disposable server
-(speed over durability, unless ``durable``; a ROW-format binlog for binlog followers), creates the account
-`msgtable`/`msgtable`, and on `stop()` shuts the server down and deletes the directory.
+(speed over durability, unless `durable`; a ROW-format binlog for binlog followers), creates
+the account `msgtable`/`msgtable`, and on `stop()` shuts the server down and deletes the
+directory.
 
 Which binary, its options and the (cached, copied) data directory come from msgtable.mysqld.
 

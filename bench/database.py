@@ -42,27 +42,48 @@ class Database:
     description: str
     version: str
     pid: int | None = None  # the server process when it runs here (for CPU accounting)
+    # whether every commit is flushed to disk, the binlog's included (read from the server)
+    durable: bool = False
 
 
 @contextlib.contextmanager
-def database_server() -> Iterator[Database]:
-    """``MSGTABLE_TEST_DSN`` when set (its account may create databases), else a throwaway
-    local mariadbd/mysqld (msgtable.devdb.LocalServer), as the tests do."""
+def database_server(durable: bool = False) -> Iterator[Database]:
+    """``MSGTABLE_TEST_DSN`` when set (its account may create databases; ``durable`` cannot
+    change its settings, which the description reports), else a throwaway local
+    mariadbd/mysqld (msgtable.devdb.LocalServer), as the tests do: with ``durable``, with a
+    production server's durability (innodb_flush_log_at_trx_commit=1, sync_binlog=1)."""
     dsn = os.environ.get(DSN_ENV)
     if dsn:
         handle: ServerHandle = ExternalServer(dsn)
-        version = server_version(handle)
-        yield Database(handle, f"{version} from {DSN_ENV}", version)
+        version, flushed = server_version(handle), durability(handle)
+        yield Database(
+            handle, f"{version} from {DSN_ENV} ({flushed[1]})", version, durable=flushed[0]
+        )
         return
-    local = LocalServer()
+    local = LocalServer(durable=durable)
     local.start()
     try:
-        version = server_version(local)
+        version, flushed = server_version(local), durability(local)
         yield Database(
-            local, f"{version}, a throwaway local server (msgtable.devdb)", version, local.pid
+            local,
+            f"{version}, a throwaway local server (msgtable.devdb; {flushed[1]})",
+            version,
+            local.pid,
+            flushed[0],
         )
     finally:
         local.stop()
+
+
+def durability(handle: ServerHandle) -> tuple[bool, str]:
+    """Whether the server flushes every commit to disk, the binlog's included, and its two
+    settings as a text."""
+    with contextlib.closing(connect(handle.dsn())) as conn, conn.cursor() as cur:
+        cur.execute("select @@innodb_flush_log_at_trx_commit, @@sync_binlog")
+        flush, sync = (int(v) for v in cur.fetchone())
+    durable = flush == 1 and sync == 1
+    kind = "durable" if durable else "not durable"
+    return durable, f"{kind}: innodb_flush_log_at_trx_commit={flush}, sync_binlog={sync}"
 
 
 def server_version(handle: ServerHandle) -> str:

@@ -87,6 +87,7 @@ class Report:
     poller_interval_s: float
     postpone_after_s: float | None = None  # None: the engine's default
     binlog: bool = True  # the throughput server follows the binlog (not --no-binlog)
+    durable: bool = False  # the database flushes every commit (--durable, or its settings)
     runs: list[Throughput] = field(default_factory=list)
     peer: Throughput | None = None
     peer_missing: str = ""
@@ -607,6 +608,7 @@ class Report:
             "ratio_vs_peer": rnd(self.ratio_vs_peer(), 2),
             "batch_size": b,
             "subscribers": k,
+            "durable": self.durable,
             "latency_p50_ms": rnd(self.latency.p50_ms if self.latency else None, 2),
             "latency_p99_ms": rnd(self.latency.p99_ms if self.latency else None, 2),
             "rss_mb": rnd(self.memory.full_mb if self.memory else None, 1),

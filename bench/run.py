@@ -174,10 +174,11 @@ def run(args: argparse.Namespace) -> Report:
     if args.postpone_after is not None and args.postpone_after < 0:
         raise BenchError("--postpone-after must be 0 or more")
     progress(f"{p.mode} mode; starting or reaching the database server")
-    with database_server() as db:
+    with database_server(args.durable) as db:
         report = Report(
             mode=p.mode,
             server=db.description,
+            durable=db.durable,
             subscribers=args.subscribers,
             batch_size=args.batch_size,
             low_batch_size=args.low_batch_size,
@@ -472,6 +473,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="the throughput, backlog and purge runs' server polls only (msgtable serve "
         "--no-binlog); the latency section measures both either way",
+    )
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="the throwaway database with a production server's durability "
+        "(innodb_flush_log_at_trx_commit=1, sync_binlog=1, doublewrite on); every figure, "
+        "the raw-SQL limit's included, is measured on it (JSON: durable)",
     )
     parser.add_argument("--only", default="", help=f"comma-separated subset of {SECTIONS}")
     parser.add_argument(

@@ -55,21 +55,21 @@ def database_server(durable: bool = False) -> Iterator[Database]:
     dsn = os.environ.get(DSN_ENV)
     if dsn:
         handle: ServerHandle = ExternalServer(dsn)
-        version, flushed = server_version(handle), durability(handle)
-        yield Database(
-            handle, f"{version} from {DSN_ENV} ({flushed[1]})", version, durable=flushed[0]
-        )
+        version = server_version(handle)
+        flushed, settings = durability(handle)
+        yield Database(handle, f"{version} from {DSN_ENV} ({settings})", version, durable=flushed)
         return
     local = LocalServer(durable=durable)
     local.start()
     try:
-        version, flushed = server_version(local), durability(local)
+        version = server_version(local)
+        flushed, settings = durability(local)
         yield Database(
             local,
-            f"{version}, a throwaway local server (msgtable.devdb; {flushed[1]})",
+            f"{version}, a throwaway local server (msgtable.devdb; {settings})",
             version,
             local.pid,
-            flushed[0],
+            flushed,
         )
     finally:
         local.stop()

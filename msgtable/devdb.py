@@ -212,6 +212,9 @@ class LocalServer:
         self._end_process()
         if not self.keep and self._datadir is not None:
             shutil.rmtree(self._datadir, ignore_errors=True)
+        self._remove_socket_dir()
+
+    def _remove_socket_dir(self) -> None:
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
@@ -224,9 +227,7 @@ class LocalServer:
             process.kill()
             process.wait()
         self._end_process()  # (the process is gone: this dismisses the watchdog)
-        if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
-            self._socket_dir = None
+        self._remove_socket_dir()
 
     def __enter__(self) -> Self:
         self.start()

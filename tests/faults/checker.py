@@ -160,6 +160,7 @@ class Close:
     rest: list[int]  # received, never handed out: what close() releases
     found: set[int] | None  # of those, the table showed released right after (None: not read)
     received: float  # when the client received them
+    shown: Mapping[int, object]  # what the table showed of the others (for the report)
 
 
 @dataclass(frozen=True)
@@ -294,7 +295,6 @@ class Checker:
         self.counts: Counter[str] = Counter()  # verb -> messages the calls said they changed
         # each subscriber closed mid-batch
         self.closes: list[Close] = []
-        self.close_rows: dict[int, object] = {}  # what the table showed of unreleased ones
         self.events: list[Fault] = []
 
     # -- recording -----------------------------------------------------------------------
@@ -415,10 +415,8 @@ class Checker:
         told); the table then showed ``found`` of them released (None: it was not read), and
         ``rows``: what it showed of the others (for the report)."""
         with self._lock:
-            self.closes.append(
-                Close(began, ended, list(rest), found, began if received is None else received)
-            )
-            self.close_rows.update(rows or {})
+            at = began if received is None else received
+            self.closes.append(Close(began, ended, list(rest), found, at, dict(rows or {})))
 
     def auto_renewed(self, count: int) -> None:
         """Messages a subscriber's auto-renewal (its leaser) renewed."""
@@ -787,7 +785,7 @@ class Checker:
             amid = any(e.began <= c.ended + WIRE_SLACK_S and e.at >= c.began for e in faults)
             missing = sorted(set(c.rest) - c.found)
             if missing and not amid:
-                shown = {i: self.close_rows.get(i) for i in missing[:LISTED]}
+                shown = {i: c.shown.get(i) for i in missing[:LISTED]}
                 r.closes_not_released.append(
                     (
                         round(c.began, 3),

@@ -62,6 +62,9 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_RETRY_MIN_S = 1.0
 DISCOVERY_RETRY_MAX_S = 30.0
+# After an unclean takeover: how far the old holder's clock may have been ahead of this
+# server's (time_next and time_created are unix ns; see _hold_floor_ns)
+TAKEOVER_CLOCK_MARGIN_S = 1.0
 SHARDS = ("", "0", "-")  # ways to name the one shard of an unsharded keyspace
 
 
@@ -293,13 +296,27 @@ class MessageEngine(Subscriptions, Endpoints):
             return 0.0
         return max(0.0, cfg.ack_wait_s - t.ended_s_ago - (time.monotonic() - at))
 
+    def _hold_floor_ns(self, cfg: TableConfig) -> int | None:
+        """During a hold, what the old holder cannot have sent goes out at once: a row it
+        sent was due (time_next) and there (time_created) by its clock when it sent, before
+        its lease ended. The floor is that end on this server's clock, plus
+        TAKEOVER_CLOCK_MARGIN_S for the servers' clocks' disagreement. None (hold every
+        send) for an ordered table: a key's newer rows must not pass its held head."""
+        if self._takeover is None or cfg.ordered:
+            return None
+        at, t = self._takeover
+        ended_ns = self.clock.now_ns() - round((t.ended_s_ago + time.monotonic() - at) * 1e9)
+        return ended_ns + round(TAKEOVER_CLOCK_MARGIN_S * 1e9)
+
     def _start(self, m: MessageManager) -> None:
         hold = self._hold_s(m.config)
         if hold > 0:
-            m.hold(hold)
+            floor = self._hold_floor_ns(m.config)
+            m.hold(hold, floor)
             log.info(
-                "table %s: sending in %.1fs, once what the last server sent had its ack wait",
+                "table %s: %s in %.1fs, once what the last server sent had its ack wait",
                 m.config.name,
+                "sending" if floor is None else "sending what it may have sent",
                 hold,
             )
         if self.run_loops:

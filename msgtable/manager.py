@@ -104,6 +104,8 @@ class MessageManager:
         # lease); checked after each claim, before the hand-over.
         self._may_send = may_send or (lambda: True)
         self._hold_until_ns = 0  # after a takeover: no send before this (see hold())
+        # ... or only rows the old holder cannot have sent: due, and there, after this
+        self._hold_floor_ns: int | None = None
         self.config = config
         self.clock = clock
         self.rng = rng
@@ -167,12 +169,34 @@ class MessageManager:
             self._threads.append(t)
             t.start()
 
-    def hold(self, seconds: float) -> None:
+    def hold(self, seconds: float, floor_ns: int | None = None) -> None:
         """Send nothing for ``seconds`` (a new lease holder waits out the ack waits of what
-        the old one sent without writing their postpones; msgtable.lease)."""
+        the old one sent without writing their postpones; msgtable.lease).
+
+        With ``floor_ns`` hold back only the rows the old holder may have sent: those due
+        (time_next) and there (time_created, where the table has it) both at or before
+        ``floor_ns``. Until the hold ends the polls read only the others, which go out at
+        once; then a new pass reads the rest. Called before the loops start (open())."""
         with self._lock:
             self._hold_until_ns = self.clock.now_ns() + round(max(0.0, seconds) * 1e9)
+            self._hold_floor_ns = floor_ns if seconds > 0 else None
         self._send_wake.set()
+        self._poll_wake.set()
+
+    def _poll_floor(self, now_ns: int) -> tuple[int | None, bool]:
+        """(The floor of this poll, or None; whether the hold just ended: a new pass reads
+        what it held back.) Under the lock."""
+        floor = self._hold_floor_ns
+        if floor is None:
+            return None, False
+        if now_ns < self._hold_until_ns:
+            return floor, False
+        self._hold_floor_ns = None
+        return None, True
+
+    def _sending_held(self, now_ns: int) -> bool:
+        """Whether no send may go now: a takeover's whole hold (no floor). Under the lock."""
+        return now_ns < self._hold_until_ns and self._hold_floor_ns is None
 
     def close(self, error: MsgtableError | None = None, timeout_s: float = CLOSE_TIMEOUT_S) -> bool:
         """Stop the loops (letting a send in progress finish) and end every subscriber.
@@ -574,12 +598,14 @@ class MessageManager:
     def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
             return self._poll_ordered(self.cache.ordered, restart)
+        now = self.clock.now_ns()
         with self._lock:
             if not self._subscribers:
                 return 0
             cfg = self.config
+            floor, lifted = self._poll_floor(now)
             room = self.cache.due.room()
-            after = None if restart else self._cursor
+            after = None if restart or lifted else self._cursor
             # Rows sent but not postponed yet are still due in the table, at its head: a
             # pass from the head reads past them, rather than fill its page with rows the
             # cache skips.
@@ -587,10 +613,11 @@ class MessageManager:
             limit = room + (min(unclaimed, cfg.cache_size) if after is None else 0)
         if room == 0:
             return 0
-        now = self.clock.now_ns()
         lookahead = _lookahead_ns(cfg)
         with self.cache.poll() as poll:
-            rows, last = self.store.poll(cfg, now + lookahead, limit, after, created=True)
+            rows, last = self.store.poll(
+                cfg, now + lookahead, limit, after, created=True, floor_ns=floor
+            )
             with self._lock:
                 if not self._subscribers:  # the last one left during the poll
                     return 0
@@ -661,7 +688,7 @@ class MessageManager:
         now = self.clock.now_ns()
         with self.cache.sending(now) as sending:
             with self._lock:
-                if now < self._hold_until_ns or not self.cache.due.due(now):
+                if self._sending_held(now) or not self.cache.due.due(now):
                     return 0
                 cfg = self.config
                 self.cache.inflight.count(now)  # ack waits over: their windows' credit back
@@ -830,7 +857,7 @@ class MessageManager:
         postpone is to be written, at most IDLE_WAIT_S."""
         with self._lock:
             times = [self.cache.due.next_due_ns()]
-            if self._hold_until_ns > self.clock.now_ns():
+            if self._sending_held(self.clock.now_ns()):
                 times = [self._hold_until_ns]
             sent = self.cache.inflight.next_postpone_sent_ns()
             if sent is not None:
@@ -871,6 +898,11 @@ class MessageManager:
                 with self._lock:
                     until = (self._next_pass_ns() - self.clock.now_ns()) / 1e9
                 delay = max(0.0, min(delay, until))
+            with self._lock:
+                if self._hold_floor_ns is not None:  # the held rows are read when it ends
+                    until = (self._hold_until_ns - self.clock.now_ns()) / 1e9
+                    if until > 0:  # (past it: the next poll lifts it, at its own pace)
+                        delay = min(delay, until)
             if not self._poll_wake.wait(delay):  # the poll interval is over: a new pass
                 with self._lock:
                     self._restart = True

@@ -45,6 +45,10 @@ class Backoff:
     def delay_s(self, failures: int) -> float:
         """The wait after failure number ``failures`` (1, 2, ...)."""
         ceiling = min(self.max_s, self.min_s * 2.0 ** min(max(failures - 1, 0), _MAX_DOUBLINGS))
+        return self.jittered(ceiling)
+
+    def jittered(self, ceiling: float) -> float:
+        """A wait of at most ``ceiling``: with ``jitter`` drawn between half and all of it."""
         return self._rng.uniform(ceiling / 2, ceiling) if self.jitter else ceiling
 
 

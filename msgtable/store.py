@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import sqlalchemy as sa
 
@@ -156,6 +156,7 @@ class Store(Protocol):
         limit: int,
         after: PollKey | None = None,
         created: bool = False,
+        floor_ns: int | None = None,
     ) -> tuple[list[PolledRow], PollKey | None]: ...
 
     def claim(
@@ -331,6 +332,18 @@ class TableStatements:
             with_created + after + tail,
             with_created + after_null + tail,
         )
+        # After an unclean takeover, until the hold ends (msgtable.engine): only the rows the
+        # old holder cannot have sent, due or there after the floor (one %s each).
+        floor = f" AND ({time_next} > %s" + (f" OR {created} > %s)" if created != "NULL" else ")")
+        self.floor_params = 1 if created == "NULL" else 2
+        plain = (self.poll, self.poll_after, self.poll_after_null)
+        self.polls_floor = cast(
+            "tuple[str, str, str]", tuple(q.replace(body, body + floor, 1) for q in plain)
+        )
+        self.polls_created_floor = cast(
+            "tuple[str, str, str]",
+            tuple(q.replace(body, body + floor, 1) for q in self.polls_created),
+        )
         self.claim = (
             f"{MARK}UPDATE {tf} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND {acked} IS NULL AND {due}"
@@ -416,19 +429,29 @@ class TableStatements:
         return f", {le} = COALESCE(LEFT(%s, {limit}), {le})"
 
     def poll_query(
-        self, now_ns: int, limit: int, after: PollKey | None, created: bool = False
+        self,
+        now_ns: int,
+        limit: int,
+        after: PollKey | None,
+        created: bool = False,
+        floor_ns: int | None = None,
     ) -> tuple[str, list[Any]]:
-        poll, poll_after, poll_after_null = (
-            self.polls_created if created else (self.poll, self.poll_after, self.poll_after_null)
-        )
+        if floor_ns is None:
+            plain = (self.poll, self.poll_after, self.poll_after_null)
+            polls = self.polls_created if created else plain
+            due: list[Any] = [now_ns]
+        else:
+            polls = self.polls_created_floor if created else self.polls_floor
+            due = [now_ns] + [floor_ns] * self.floor_params
+        poll, poll_after, poll_after_null = polls
         if after is None:
-            return poll, [now_ns, limit]
+            return poll, [*due, limit]
         p, t, i = after
         if self.layout is Layout.V2018:
-            return poll_after, [now_ns, t, t, i, limit]
+            return poll_after, [*due, t, t, i, limit]
         if t is None:
-            return poll_after_null, [now_ns, p, p, i, limit]
-        return poll_after, [now_ns, p, p, t, t, i, limit]
+            return poll_after_null, [*due, p, p, i, limit]
+        return poll_after, [*due, p, p, t, t, i, limit]
 
 
 def backlog_sql(cfg: TableConfig, mariadb: bool) -> str:
@@ -631,12 +654,14 @@ class MySQLStore(SubscriptionSQL, OrderSQL):
         limit: int,
         after: PollKey | None = None,
         created: bool = False,
+        floor_ns: int | None = None,
     ) -> tuple[list[PolledRow], PollKey | None]:
         """Up to ``limit`` due, unacked rows, best first, after the key ``after`` if given,
         as read: (priority, time_next, epoch, id, other message columns...); and the key
         of the last row read (None when there was none). ``created``: each row ends with its
-        time_created (None for a table without the column)."""
-        sql, params = self.statements(cfg).poll_query(now_ns, limit, after, created)
+        time_created (None for a table without the column). ``floor_ns``: only rows whose
+        time_next or time_created (where the table has it) is after it."""
+        sql, params = self.statements(cfg).poll_query(now_ns, limit, after, created, floor_ns)
         with self._errors(cfg.name, "poll"), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql, params)
             rows = list(cur.fetchall())

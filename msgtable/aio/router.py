@@ -78,6 +78,7 @@ class AioRouter(Route):
                     raise Unavailable("the client is closed") from None
             else:
                 retry.succeeded()
+                self.answered()
                 return response
             target = ""  # a retry goes where the client now thinks best
             await asyncio.sleep(self.retry_delay(error, where, retry, deadline))

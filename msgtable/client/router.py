@@ -36,6 +36,9 @@ log = logging.getLogger("msgtable.client")
 # jitter (each wait drawn between half and all of its ceiling).
 RETRY_MIN_S = 0.1
 RETRY_MAX_S = 5.0
+# ... but at most this while a server answers NotLeader: it is alive and the lease is
+# changing hands (a new holder within a lease period), so a call is worth trying soon.
+NOT_LEADER_RETRY_MAX_S = 1.0
 # Ping an idle stream so a dead server or a dropped connection is noticed; the server allows
 # pings this often (server.py sets min_ping_interval_without_data_ms below it).
 KEEPALIVE_TIME_MS = 60_000
@@ -67,6 +70,8 @@ class Route:
         self._lock = threading.Lock()
         self._leader = ""  # the address a NotLeader answer named, until it fails
         self._turn = 0  # which of the targets is next when no leader is known
+        # a server answered NotLeader since the last call that went through (see failed())
+        self._electing = False
         self._closed = False
 
     @property
@@ -85,8 +90,14 @@ class Route:
                 return self._leader
             return self.targets[self._turn % len(self.targets)]
 
+    def answered(self) -> None:
+        """A call went through: the lease has a holder again (see failed())."""
+        self._electing = False
+
     def succeeded(self, target: str) -> None:
+        """A stream opened at ``target``: the next ones go there first."""
         with self._lock:
+            self._electing = False
             if target in self.targets:
                 self._turn = self.targets.index(target)
 
@@ -104,7 +115,12 @@ class Route:
         failures = retry.failures + 1
         if redirect and failures <= 2:  # a redirect: at once (a loop of them backs off)
             return retry.failed(error, delay_s=0.0, level=logging.INFO)
-        return retry.failed(error, delay_s=self.backoff.delay_s(failures))
+        delay = self.backoff.delay_s(failures)
+        with self._lock:
+            self._electing = self._electing or isinstance(error, NotLeader)
+            if self._electing:  # a live server said so: the next holder comes soon
+                delay = min(delay, self.backoff.jittered(NOT_LEADER_RETRY_MAX_S))
+        return retry.failed(error, delay_s=delay)
 
     def retry_delay(
         self, error: MsgtableError, target: str, retry: Retry, deadline: float | None
@@ -216,6 +232,7 @@ class Router(Route):
                 error = error_from_rpc(exc, where)
             else:
                 retry.succeeded()
+                self.answered()
                 return response
             target = ""  # a retry goes where the client now thinks best
             time.sleep(self.retry_delay(error, where, retry, deadline))

@@ -146,10 +146,17 @@ class InMemoryStore:
         limit: int,
         after: PollKey | None = None,
         created: bool = False,
+        floor_ns: int | None = None,
     ) -> tuple[list[PolledRow], PollKey | None]:
         with self.lock:
             self.polls += 1
             due = [r for r in self._table(cfg.name).values() if self._due(cfg, r, now_ns)]
+            if floor_ns is not None:  # MySQLStore's: time_next or time_created after it
+                due = [
+                    r
+                    for r in due
+                    if self._next(cfg, r) > floor_ns or (r.get("time_created") or 0) > floor_ns
+                ]
             due.sort(key=lambda r: self._order(self._key(cfg, r)))
             if after is not None:
                 due = [r for r in due if self._order(self._key(cfg, r)) > self._order(after)]

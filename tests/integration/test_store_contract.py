@@ -232,6 +232,35 @@ def test_the_2018_layout_polls_time_scheduled_where_time_next_is_null(tables: Ta
     assert one_pass(tables, cfg, 1) == ([4, 3, 1], [(0, 0, 4), (0, NOW - 3, 3), (0, NOW - 2, 1)])
 
 
+FLOOR = NOW - 10 * NS  # an old lease's end (msgtable.engine._hold_floor_ns)
+
+
+def test_a_poll_with_a_floor_reads_only_rows_due_or_created_after_it(tables: Tables):
+    cfg = tables.create("q")
+    tables.insert("q", 1, time_next=0, time_created=FLOOR - NS)  # there and due before it
+    tables.insert("q", 2, time_next=None, time_created=FLOOR)  # at it: held
+    tables.insert("q", 3, time_next=0, time_created=FLOOR + 1)  # inserted after it
+    tables.insert("q", 4, time_next=FLOOR + 1, time_created=FLOOR - NS)  # due after it
+    tables.insert("q", 5, time_next=0, time_created=None)  # age unknown, due since ever
+    tables.insert("q", 6, priority=1, time_next=None, time_created=NOW)  # NULL time_next
+    rows, key = tables.store.poll(cfg, NOW, 10, floor_ns=FLOOR)
+    assert [r[3] for r in rows] == [3, 4, 6]
+    assert key == (1, None, 6)
+    # a pass with the floor continues after its key, and created=True reads the same rows
+    rows, _ = tables.store.poll(cfg, NOW, 1, (0, 0, 3), created=True, floor_ns=FLOOR)
+    assert [(r[3], r[-1]) for r in rows] == [(4, FLOOR - NS)]
+    assert sorted(ids(poll_all(tables, cfg))) == [1, 2, 3, 4, 5, 6]  # no floor: all
+
+
+def test_a_poll_with_a_floor_on_the_2018_layout_goes_by_time_scheduled(tables: Tables):
+    cfg = tables.create("old", Layout.V2018)
+    tables.insert("old", 1, time_scheduled=FLOOR - NS, time_next=None, epoch=0)
+    tables.insert("old", 2, time_scheduled=FLOOR + NS, time_next=None, epoch=0)
+    tables.insert("old", 3, time_scheduled=FLOOR - NS, time_next=FLOOR + 2 * NS, epoch=1)
+    rows, _ = tables.store.poll(cfg, NOW, 10, floor_ns=FLOOR)
+    assert [r[3] for r in rows] == [2, 3]
+
+
 # -- claim and send ---------------------------------------------------------------------------
 def test_claim_writes_time_next_and_epoch_plus_one_and_delivers_inside_its_transaction(
     tables: Tables,

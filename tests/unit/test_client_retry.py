@@ -178,6 +178,35 @@ def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
         assert len(set(waits)) > 1
 
 
+def test_while_servers_answer_not_leader_the_wait_stays_short(monkeypatch):
+    """A NotLeader answer comes from a live server while the lease changes hands (a new
+    holder within a lease period): retried at most every NOT_LEADER_RETRY_MAX_S, not on the
+    backoff's ceiling for a server that does not answer."""
+    monkeypatch.setattr(router, "RETRY_MAX_S", 5.0)
+    from msgtable.retry import Retry
+
+    route = router.Route(("a:1", "b:2"), 1.0)
+    election = Retry("test", logging.getLogger("test"), route.backoff)
+    waits = [
+        route.failed(NotLeader("no server holds the lease now"), route.next_target(), election)
+        for _ in range(12)
+    ]
+    assert max(waits) <= router.NOT_LEADER_RETRY_MAX_S < 5.0
+    # the dead leader refuses, the live follower names it: short waits too
+    dead = router.Route(("a:1", "b:2"), 1.0)
+    both = Retry("test", logging.getLogger("test"), dead.backoff)
+    waits = []
+    for _ in range(6):
+        waits.append(dead.failed(Unavailable("connection refused"), "a:1", both))
+        waits.append(dead.failed(NotLeader("not me", leader="a:1"), "b:2", both))
+    assert max(waits) <= router.NOT_LEADER_RETRY_MAX_S
+    # no server answers at all: the whole backoff
+    away_route = router.Route(("a:1",), 1.0)
+    away = Retry("test", logging.getLogger("test"), away_route.backoff)
+    waits = [away_route.failed(Unavailable("refused"), "a:1", away) for _ in range(12)]
+    assert max(waits) > router.NOT_LEADER_RETRY_MAX_S
+
+
 def test_a_call_racing_the_clients_close_fails_as_closed_not_with_a_grpc_error():
     """close() may close the channel between a call taking its stub and invoking it (a killed
     worker's client, its ack queue still sending): the call fails as Unavailable "the client

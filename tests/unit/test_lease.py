@@ -15,11 +15,13 @@ from msgtable.errors import NotLeader
 from msgtable.lease import Takeover
 from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
+from msgtable.testing.memory import CURRENT_COLUMNS
 
 from .test_manager import drain, postponed
 from .test_ordered import INDEX, KEYED
 
 COMMENT = DEMO_COMMENT.replace("vt_ack_wait=30", "vt_ack_wait=10")
+NO_CREATED = tuple(c for c in CURRENT_COLUMNS if c.name != "time_created")
 
 
 @pytest.fixture
@@ -59,9 +61,9 @@ def engine(store, clock):
 FIRST = Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False)
 
 
-def one_row_polled(engine, store, table: str = "later"):
+def one_row_polled(engine, store, table: str = "later", **values):
     """Row 1 of ``table`` inserted, a subscriber, and a poll: (manager, subscriber)."""
-    store.insert(table, 1, message="a")
+    store.insert(table, 1, message="a", **values)
     m = engine._manager(table, "")
     sub = engine.subscribe(table)
     m.poll_once()
@@ -99,11 +101,60 @@ def test_a_new_holder_waits_out_the_leases_the_old_one_did_not_write(
     assert engine._hold_s(engine._manager("later", "").config) == pytest.approx(hold_later, abs=0.5)
     # vt_postpone_after=0: every send wrote its postpone first, nothing to wait for
     assert engine._hold_s(engine._manager("before", "").config) == 0.0
-    m, sub = one_row_polled(engine, store)
+    # there a minute before the old lease ended: that holder may have sent it
+    m, sub = one_row_polled(engine, store, time_created=clock.now_ns() - 60 * 10**9)
     if hold_later:
         assert m.send_once() == 0  # held: the old holder's subscriber may still have it
         clock.advance(hold_later + 0.5)
+        m.poll_once(restart=False)  # the poll that lifts the hold reads it
     assert m.send_once() == 1 and drain(sub) == [(1, "a")]
+
+
+def test_after_a_crash_only_what_the_old_holder_may_have_sent_is_held(engine, store, clock):
+    """The old holder (crashed, lease over 2 s ago) can only have sent a row that was due
+    and in the table before its lease ended: time_next and time_created both at or before
+    that end (plus the clock margin). Everything else goes out at once; the rest after the
+    hold, in a new pass."""
+    now = clock.now_ns()
+    ended = now - 2 * 10**9
+    old = ended - 10 * 10**9
+    store.insert("later", 1, message="old", time_created=old)  # due, there before the end
+    store.insert("later", 2, message="new", time_created=now)  # inserted after the end
+    store.insert("later", 3, message="later", time_created=old, time_next=now)  # due after it
+    # inside the margin: the old holder's clock may have been that far ahead
+    store.insert("later", 4, message="edge", time_created=ended + 10**8)
+    engine._gain(Takeover("old", 2.0, released=False, by_me=False))
+    m = engine._manager("later", "")
+    sub = engine.subscribe("later")
+    m.poll_once()
+    assert m.send_once() == 2
+    assert sorted(drain(sub)) == [(2, "new"), (3, "later")]
+    clock.advance(7.0)  # still held
+    m.poll_once(restart=False)
+    assert m.send_once() == 0
+    clock.advance(1.5)  # vt_ack_wait (10 s) after the old lease ended: the rest comes
+    m.poll_once(restart=False)  # the hold's end begins a new pass itself
+    assert m.send_once() == 2
+    assert sorted(drain(sub)) == [(1, "old"), (4, "edge")]
+
+
+def test_a_table_without_time_created_holds_by_time_next_alone(store, clock):
+    store.create_table("bare", f"{COMMENT},vt_postpone_after=1", columns=NO_CREATED)
+    e = new_engine(store, clock)
+    try:
+        now = clock.now_ns()
+        store.insert("bare", 1, message="unknown age")  # time_next 0: due since any time
+        store.insert("bare", 2, message="due after the end", time_next=now)
+        e._gain(Takeover("old", 2.0, released=False, by_me=False))
+        m = e._manager("bare", "")
+        sub = e.subscribe("bare")
+        m.poll_once()
+        assert m.send_once() == 1 and drain(sub) == [(2, "due after the end")]
+        clock.advance(8.5)
+        m.poll_once(restart=False)
+        assert m.send_once() == 1 and drain(sub) == [(1, "unknown age")]
+    finally:
+        e.close()
 
 
 def test_losing_the_lease_ends_subscriptions_with_the_leaders_address(engine, store, clock):

@@ -11,8 +11,10 @@ which a cross-site form cannot send without the browser asking first.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -40,6 +42,26 @@ log = logging.getLogger("msgtable.dashboard")
 Series = Mapping[tuple[str, str], dict[str, list[float]]]
 DEAD_LETTERS_SHOWN = 50  # per table on the page; the CLI (msgtable dead) pages further
 BACKLOG_MAX_AGE_S = 5.0  # the page polls every 2 s; the backlog is read at most this often
+# What /api/state shows from the database (discovery, dead letters, lag, the backlog) is read
+# on the dashboard's own thread this often (after the last read ended), never while a
+# request waits: a database slow under load slows the figures, not the page's answer.
+REFRESH_S = 1.0
+# The counters the engine keeps in memory (no statement): each answer reads them live.
+LIVE_FIELDS = (
+    "cached", "in_flight", "subscribers", "sent", "enqueued", "redelivered", "acked",
+    "acked_dml", "released", "rejected", "renewed", "dead_lettered", "keys_in_flight",
+    "keys_waiting",
+)  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What the last refresh read: every table and subscription as list_tables says, and
+    their backlogs; when it ended (unix seconds)."""
+
+    statuses: list[TableStatus]
+    backlogs: dict[tuple[str, str], Backlog]
+    read_at_s: float
 
 
 class DashboardSource(Protocol):
@@ -106,6 +128,8 @@ class DashboardApi:
         self.history = history
         self.authorizer = authorizer
         self._now = clock
+        self._snapshot: Snapshot | None = None
+        self._refreshing = threading.Lock()  # one refresh at a time
 
     # -- auth ----------------------------------------------------------------------------
     def principal(self, authorization: str | None) -> str:
@@ -130,23 +154,51 @@ class DashboardApi:
         """One sample of every table's counters into the history (no statement)."""
         self.history.sample(self._now(), (s for s, _ in self.engine.live_statuses()))
 
+    # -- what the database says, off the request path ------------------------------------
+    def refresh(self) -> Snapshot:
+        """Read the tables (discovery, dead letters, lag: engine.list_tables) and their
+        backlogs now (the refresher's thread, every REFRESH_S; or the first answer)."""
+        with self._refreshing:
+            statuses = self.engine.list_tables()
+            backlog = self.engine.backlog(BACKLOG_MAX_AGE_S)
+            snapshot = Snapshot(
+                statuses, {(b.table, b.subscription): b for b in backlog}, self._now()
+            )
+            self._snapshot = snapshot
+            return snapshot
+
+    def _statuses(self) -> tuple[list[TableStatus], Snapshot]:
+        """The last snapshot's tables with the engine's live counters (LIVE_FIELDS)."""
+        snapshot = self._snapshot or self.refresh()
+        live = {(s.name, s.subscription): s for s, _ in self.engine.live_statuses()}
+        out = []
+        for s in snapshot.statuses:
+            now = live.get((s.name, s.subscription))
+            if now is not None and s.config is not None:
+                s = dataclasses.replace(s, **{f: getattr(now, f) for f in LIVE_FIELDS})
+            out.append(s)
+        return out, snapshot
+
     # -- answers -------------------------------------------------------------------------
     def state(self, principal: str, after_s: float | None = None) -> dict[str, Any]:
         """Everything the page shows but dead letters: the server, and each table and
         subscription the caller may list; the rate history's samples after ``after_s``
-        (all of the last hour when None: the page asks for the rest as it polls)."""
+        (all of the last hour when None: the page asks for the rest as it polls).
+
+        No statement runs here (the first answer aside): the tables and what the database
+        says of them are the last refresh's (``read_at_s``), the counters live."""
         engine = self.engine
         now = self._now()
         times, series = self.history.view(after_s)
-        backlogs = {(b.table, b.subscription): b for b in engine.backlog(BACKLOG_MAX_AGE_S)}
-        statuses = [
-            s for s in engine.list_tables() if self._may(principal, "list", s.name, s.subscription)
-        ]
+        current, snapshot = self._statuses()
+        backlogs = snapshot.backlogs
+        statuses = [s for s in current if self._may(principal, "list", s.name, s.subscription)]
         error = engine.database_error()
         binlog = engine.binlog
         return {
             "keyspace": engine.keyspace,
             "now_s": now,
+            "read_at_s": snapshot.read_at_s,
             "server": {
                 "leading": engine.leading,
                 "lease_holder": engine.lease_holder,

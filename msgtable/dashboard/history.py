@@ -137,12 +137,23 @@ class RateHistory:
 
 
 class Sampler:
-    """Samples the engine into a :class:`RateHistory` every ``interval_s`` on its own thread
-    (idempotent ``open()`` / ``close()``; ``close()`` wakes it at once)."""
+    """Samples the engine into a :class:`RateHistory` every ``interval_s`` (the history's
+    unless given) on its own thread (idempotent ``open()`` / ``close()``; ``close()`` wakes it
+    at once). The dashboard's refresher (msgtable.dashboard.api.REFRESH_S) is one too."""
 
-    def __init__(self, history: RateHistory, sample: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        history: RateHistory,
+        sample: Callable[[], object],
+        interval_s: float | None = None,
+        what: str = "sampling the engine",
+        name: str = "msgtable-dashboard-sampler",
+    ) -> None:
         self.history = history
         self._sample = sample
+        self.interval_s = history.interval_s if interval_s is None else interval_s
+        self._what = what
+        self._name = name
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -152,9 +163,7 @@ class Sampler:
             if self._thread is not None:
                 return
             self._stop.clear()
-            self._thread = threading.Thread(
-                target=self._run, daemon=True, name="msgtable-dashboard-sampler"
-            )
+            self._thread = threading.Thread(target=self._run, daemon=True, name=self._name)
             self._thread.start()
 
     def _run(self) -> None:
@@ -162,8 +171,8 @@ class Sampler:
             try:
                 self._sample()
             except Exception:  # a failed sample is a gap in the plot, not a dead dashboard
-                log.exception("dashboard: sampling the engine failed")
-            if self._stop.wait(self.history.interval_s):
+                log.exception("dashboard: %s failed", self._what)
+            if self._stop.wait(self.interval_s):
                 return
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ from werkzeug.wrappers import Request, Response
 
 from msgtable.errors import InvalidArgument, MsgtableError
 
-from .api import ApiError, DashboardApi, status_of
+from .api import REFRESH_S, ApiError, DashboardApi, status_of
 from .history import Sampler
 
 log = logging.getLogger("msgtable.dashboard")
@@ -195,6 +195,13 @@ class DashboardServer:
         self.api = api
         self.app = DashboardApp(api)
         self.sampler = Sampler(api.history, api.sample)
+        self.refresher = Sampler(
+            api.history,
+            api.refresh,
+            REFRESH_S,
+            "reading the tables",
+            "msgtable-dashboard-refresher",
+        )
         self._lock = threading.Lock()
         self._server: wsgi.Server | None = None
         self._thread: threading.Thread | None = None
@@ -233,8 +240,10 @@ class DashboardServer:
             )
             self._thread.start()
         self.sampler.open()
+        self.refresher.open()
 
     def close(self) -> None:
+        self.refresher.close()
         self.sampler.close()
         with self._lock:
             server, thread, self._server, self._thread = self._server, self._thread, None, None

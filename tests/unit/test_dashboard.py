@@ -112,6 +112,34 @@ def test_state_shows_every_table_with_its_counts_and_the_server(engine):
     assert set(q["rates"]) == set(FIELDS)
 
 
+def test_state_reads_the_database_on_the_refresher_not_in_the_request(engine):
+    """After the first answer, /api/state runs no statement: what the database says (dead
+    letters, lag, the backlog, discovery) is the last refresh's, the counters are live."""
+    client, api, now = http(engine)
+    calls = []
+    list_tables = engine.list_tables
+    engine.list_tables = lambda: calls.append("list_tables") or list_tables()
+    code, first = get(client, "/api/state")
+    assert code == 200 and calls == ["list_tables"]  # no snapshot yet: the first reads
+    assert first["read_at_s"] == now.s
+    traffic(engine)  # sends 4, acks 2, rejects 1 (dead)
+    now.s += 1
+    engine.store.down = True  # a statement now would fail
+    _, state = get(client, "/api/state")
+    engine.store.down = False
+    assert calls == ["list_tables"]
+    q = next(t for t in state["tables"] if t["name"] == "q")
+    assert q["totals"] == {"sent": 4, "acked": 2, "released": 0, "rejected": 1, "dead_lettered": 1}
+    assert q["in_flight"] == 1 and q["subscribers"] == 1  # live
+    assert q["dead"] == 0  # the database's count: as the last refresh read it
+    assert state["read_at_s"] == now.s - 1
+    api.refresh()  # the refresher's next round
+    _, state = get(client, "/api/state")
+    q = next(t for t in state["tables"] if t["name"] == "q")
+    assert q["dead"] == 1 and state["read_at_s"] == now.s
+    assert calls == ["list_tables"] * 2
+
+
 def test_rates_sum_to_the_counters_once_sampled(engine):
     client, api, now = http(engine)
     api.sample()  # before any traffic: all zero

@@ -65,6 +65,14 @@ SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Messaging"].full_name
 DEFAULT_MAX_WORKERS = 256
 DEFAULT_GRACE_S = 5.0
 STREAM_POLL_S = 1.0  # how often an idle stream checks that its client is still there
+# The server pings each client connection this often when nothing else came from it, and
+# drops the connection (its streams end, its subscribers leave) when a ping is not answered
+# within KEEPALIVE_TIMEOUT_MS: a client whose packets vanish (half-open: no FIN, no RST) is
+# noticed in at most their sum, not after TCP's own retransmissions give up (minutes).
+KEEPALIVE_TIME_MS = 60_000
+KEEPALIVE_TIMEOUT_MS = 20_000
+# Clients may ping this often (theirs: msgtable.client.router.KEEPALIVE_TIME_MS, 60 s).
+MIN_CLIENT_PING_MS = 10_000
 INTERNAL_MESSAGE = "internal server error (details are in the server log)"
 SHUTTING_DOWN = "server shutting down"
 
@@ -709,9 +717,16 @@ class MessagingServer:
             return
         options = [
             ("grpc.so_reuseport", 0),  # otherwise a second server binds the same port silently
-            # clients ping idle streams (client.KEEPALIVE_TIME_MS) to notice dead peers
+            # both sides ping idle connections to notice dead peers (KEEPALIVE_TIME_MS)
+            ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+            ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
             ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            # an idle stream sends no data between pings: without this grpc stops pinging
+            # after two
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.http2.min_time_between_pings_ms", KEEPALIVE_TIME_MS),
+            ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+            ("grpc.http2.min_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
             ("grpc.max_receive_message_length", MAX_REQUEST_BYTES),
         ]
         server = grpc.server(

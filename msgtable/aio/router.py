@@ -15,7 +15,7 @@ import grpc.aio
 
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
-from msgtable.client.router import CHANNEL_OPTIONS, Route
+from msgtable.client.router import Route, channel_options
 from msgtable.errors import Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
@@ -24,7 +24,9 @@ from msgtable.retry import Retry
 log = logging.getLogger("msgtable.client")
 
 # The sync channel's SingleThreadedUnaryStream option means nothing to grpc.aio.
-AIO_CHANNEL_OPTIONS = tuple(o for o in CHANNEL_OPTIONS if "thread" not in o[0].lower())
+def aio_channel_options() -> tuple[tuple[str, Any], ...]:
+    """The sync client's channel options without its threading one."""
+    return tuple(o for o in channel_options() if "thread" not in o[0].lower())
 
 
 class AioRouter(Route):
@@ -50,10 +52,10 @@ class AioRouter(Route):
         if entry is None:
             if self._credentials is not None:
                 channel = grpc.aio.secure_channel(
-                    target, self._credentials, options=AIO_CHANNEL_OPTIONS
+                    target, self._credentials, options=aio_channel_options()
                 )
             else:
-                channel = grpc.aio.insecure_channel(target, options=AIO_CHANNEL_OPTIONS)
+                channel = grpc.aio.insecure_channel(target, options=aio_channel_options())
             entry = self._channels[target] = (channel, pb_grpc.MessagingStub(channel))
         return entry[1]
 

@@ -43,9 +43,23 @@ NOT_LEADER_RETRY_MAX_S = 1.0
 # pings this often (server.py sets min_ping_interval_without_data_ms below it).
 KEEPALIVE_TIME_MS = 60_000
 KEEPALIVE_TIMEOUT_MS = 20_000
+
+
+def channel_options() -> tuple[tuple[str, Any], ...]:
+    """A client channel's options (read when a channel is made)."""
+    return (
+        ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+        # a ping unanswered this long ends the connection: a server whose packets vanish
+        # (half-open) is noticed within KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        # an idle stream sends no data between pings: without this grpc stops after two
+        ("grpc.http2.max_pings_without_data", 0),
+        *CHANNEL_OPTIONS,
+    )
+
+
 CHANNEL_OPTIONS = (
-    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
-    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
     ("grpc.max_receive_message_length", -1),  # a batch of big rows may exceed the 4 MB default
     # Read a stream's responses on the thread that iterates it, not on a helper thread that
     # hands each one over: about a fifth less client CPU per batch.
@@ -197,9 +211,9 @@ class Router(Route):
             entry = self._channels.get(target)
             if entry is None:
                 if self._credentials is not None:
-                    raw = grpc.secure_channel(target, self._credentials, options=CHANNEL_OPTIONS)
+                    raw = grpc.secure_channel(target, self._credentials, options=channel_options())
                 else:
-                    raw = grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
+                    raw = grpc.insecure_channel(target, options=channel_options())
                 channel: grpc.Channel = raw
                 if self._token:
                     channel = grpc.intercept_channel(raw, BearerToken(self._token))

@@ -1,0 +1,234 @@
+"""A bad network, on loopback through a fault proxy (tests/netfault.py): between msgtable's
+server and its database (latency, connections reset mid-statement), and between a client and
+the server (a stream reset mid-batch, a subscriber that reads slowly). Nothing is lost, and a
+slow or broken path slows only what goes over it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+
+from msgtable.client import Client
+from msgtable.engine import MessageEngine
+from msgtable.server import MessagingServer
+from msgtable.tables import current_layout_ddl
+
+from ..netfault import FaultProxy
+from ..waiting import wait_until
+from .helpers import Collector, comment
+
+
+@contextmanager
+def through(db_dsn: str) -> Iterator[tuple[FaultProxy, MessagingServer, MessageEngine]]:
+    """A msgtable server whose every database connection (the binlog's too) goes through a
+    fault proxy."""
+    url = sa.make_url(db_dsn)
+    with FaultProxy(url.host or "127.0.0.1", url.port or 3306) as proxy:
+        proxied = url.set(host="127.0.0.1", port=proxy.port)
+        engine = MessageEngine.from_dsn(
+            proxied.render_as_string(hide_password=False), discovery_interval_s=0.5
+        )
+        engine.open()
+        server = MessagingServer(engine, "127.0.0.1:0")
+        server.start()
+        try:
+            yield proxy, server, engine
+        finally:
+            server.stop(1.0)
+            engine.close()
+
+
+def unacked(sql, table: str = "jobs") -> int:
+    return int(sql.scalar(f"select count(*) from {table} where time_acked is null"))
+
+
+def insert(sql, first: int, n: int, table: str = "jobs") -> None:
+    sql.execute(
+        f"insert into {table}(id, message) values "
+        + ",".join(f"({i}, 'm{i}')" for i in range(first, first + n))
+    )
+
+
+class Acker(threading.Thread):
+    """Acks every batch it gets; keeps the ids its acks said were acked."""
+
+    def __init__(self, client: Client, table: str = "jobs") -> None:
+        super().__init__(daemon=True)
+        self.sub = client.subscribe(table)
+        self.acked: set[int] = set()
+        self.received = 0
+        self.start()
+
+    def run(self) -> None:
+        try:
+            for batch in self.sub.batches():
+                self.received += len(batch)
+                try:
+                    self.sub.ack(batch)
+                except Exception:
+                    continue  # not acked: the messages come back after their ack wait
+                self.acked.update(int(m.id) for m in batch)
+        except Exception:
+            pass  # closed
+
+
+def test_a_slow_database_link_delays_but_delivers_and_acks_everything(sql, db_dsn):
+    sql.execute(current_layout_ddl("jobs", comment(vt_ack_wait=5, vt_poller_interval=0.5)))
+    with through(db_dsn) as (proxy, server, _), Client(server.address) as client:
+        proxy.latency_s = 0.05  # each way, every packet: tens of ms per round trip
+        acker = Acker(client)
+        insert(sql, 1, 300)
+        wait_until(
+            lambda: unacked(sql) == 0,
+            timeout_s=60,
+            what=lambda: f"300 acked over a 50 ms link ({unacked(sql)} left)",
+        )
+        wait_until(lambda: acker.acked == set(range(1, 301)), what="each ack's answer")
+        acker.sub.close()
+
+
+def test_database_connections_reset_mid_statement_lose_nothing(sql, db_dsn):
+    sql.execute(
+        current_layout_ddl("jobs", comment(vt_ack_wait=2, vt_poller_interval=0.3, vt_batch_size=20))
+    )
+    with through(db_dsn) as (proxy, server, _), Client(server.address) as client:
+        acker = Acker(client)
+        total = 0
+        resets = 0
+        for _ in range(12):  # a chunk inserted, then every server connection reset
+            insert(sql, total + 1, 100)
+            total += 100
+            time.sleep(0.25)
+            resets += proxy.reset()
+        wait_until(
+            lambda: unacked(sql) == 0,
+            timeout_s=90,
+            what=lambda: f"{total} acked after {resets} resets ({unacked(sql)} left)",
+        )
+        assert resets >= 12
+        assert sql.scalar("select count(*) from jobs") == total
+        # every message acked once in the table; the acks that said so cover all but those
+        # whose answer a reset lost (acked in the table all the same)
+        assert len(acker.acked) <= total
+        acker.sub.close()
+
+
+def test_a_stream_reset_mid_batch_reconnects_and_delivers_the_rest(sql, db_dsn):
+    sql.execute(current_layout_ddl("jobs", comment(vt_ack_wait=2, vt_poller_interval=0.3)))
+    with through(db_dsn) as (_, server, _):
+        host, port = server.address.rsplit(":", 1)
+        with FaultProxy(host, int(port)) as proxy, Client(proxy.address) as client:
+            acker = Acker(client)
+            total = 0
+            for _ in range(6):
+                insert(sql, total + 1, 100)
+                total += 100
+                time.sleep(0.3)
+                proxy.reset()  # the client's stream and its unary calls, cut with a RST
+            wait_until(
+                lambda: unacked(sql) == 0,
+                timeout_s=60,
+                what=lambda: f"{total} acked through 6 stream resets ({unacked(sql)} left)",
+            )
+            assert acker.sub.reconnects >= 1
+            acker.sub.close()
+
+
+def test_a_subscriber_that_reads_slowly_does_not_hold_up_another(sql, db_dsn):
+    """One subscriber's path passes 20 KB a second; the other, direct, still gets its share
+    at once (round-robin skips a subscriber whose batches back up; its window fills)."""
+    sql.execute(
+        current_layout_ddl("jobs", comment(vt_ack_wait=30, vt_poller_interval=0.3)).replace(
+            "message varchar(128)", "message varchar(2000)"
+        )
+    )
+    with through(db_dsn) as (_, server, _):
+        host, port = server.address.rsplit(":", 1)
+        with (
+            FaultProxy(host, int(port)) as slow_path,
+            Client(slow_path.address) as slow_client,
+            Client(server.address) as fast_client,
+        ):
+            slow_path.slow_bytes_s = 20_000
+            slow = Collector(slow_client, "jobs")
+            fast = Collector(fast_client, "jobs")
+            time.sleep(0.5)  # both subscribed
+            pad = "x" * 1500
+            sql.execute(
+                "insert into jobs(id, message) values "
+                + ",".join(f"({i}, '{pad}')" for i in range(1, 1001))
+            )
+            began = time.monotonic()
+            got = fast.take(500, timeout_s=30)
+            fast_s = time.monotonic() - began
+            # 1.5 MB at 20 KB/s would take 75 s: the fast one did not wait for the slow one
+            assert len(got) == 500 and fast_s < 20, f"{fast_s:.1f} s for 500 on the fast path"
+            slow_got = slow.messages.qsize()
+            assert slow_got < 500, f"the slow path passed {slow_got} already"
+            slow.subscription.close()
+            fast.subscription.close()
+
+
+def test_a_half_open_subscriber_is_dropped_by_the_servers_keepalive(sql, db_dsn, monkeypatch):
+    """A subscriber whose packets vanish (no FIN, no RST): the server's keepalive pings go
+    unanswered, the server ends the stream and the subscriber leaves the round-robin; what it
+    held comes back to another after its ack wait. (The pings' period is shortened here:
+    by default 60 s, 20 s to answer.)"""
+    from msgtable import server as server_module
+
+    monkeypatch.setattr(server_module, "KEEPALIVE_TIME_MS", 1000)
+    monkeypatch.setattr(server_module, "KEEPALIVE_TIMEOUT_MS", 1000)
+    sql.execute(current_layout_ddl("jobs", comment(vt_ack_wait=3, vt_poller_interval=0.3)))
+    with through(db_dsn) as (_, server, engine):
+        host, port = server.address.rsplit(":", 1)
+        with FaultProxy(host, int(port)) as proxy, Client(proxy.address) as lost_client:
+            lost = Collector(lost_client, "jobs")
+            insert(sql, 1, 5)
+            assert len(lost.take(5)) == 5
+            proxy.blackhole = True  # its packets vanish from now on, both ways
+
+            def subscribers() -> int:
+                (t,) = [t for t in engine.list_tables() if t.name == "jobs"]
+                return t.subscribers
+
+            wait_until(
+                lambda: subscribers() == 0,
+                timeout_s=15,
+                what=lambda: f"the server to drop the half-open stream ({subscribers()} left)",
+            )
+            with Client(server.address) as client:
+                acker = Acker(client)
+                wait_until(lambda: acker.acked == set(range(1, 6)), what="the 5 sent again")
+                acker.sub.close()
+
+
+def test_a_subscriber_notices_a_half_open_server_and_goes_to_the_next(sql, db_dsn, monkeypatch):
+    """The path to the server the subscriber streams from goes silent (no FIN, no RST): its
+    keepalive pings go unanswered, the client ends that connection and subscribes again at
+    its next target. (The pings' period is shortened here: by default 60 s, 20 s to answer.)"""
+    from msgtable import server as server_module
+    from msgtable.client import router
+
+    monkeypatch.setattr(router, "KEEPALIVE_TIME_MS", 1000)
+    monkeypatch.setattr(router, "KEEPALIVE_TIMEOUT_MS", 1000)
+    monkeypatch.setattr(server_module, "MIN_CLIENT_PING_MS", 500)
+    sql.execute(current_layout_ddl("jobs", comment(vt_ack_wait=3, vt_poller_interval=0.3)))
+    with through(db_dsn) as (_, server, _):
+        host, port = server.address.rsplit(":", 1)
+        with (
+            FaultProxy(host, int(port)) as proxy,
+            Client(f"{proxy.address},{server.address}") as client,
+        ):
+            c = Collector(client, "jobs")
+            assert c.subscription.target == proxy.address
+            insert(sql, 1, 5)
+            assert len(c.take(5)) == 5
+            proxy.blackhole = True
+            insert(sql, 6, 5)
+            got = c.take(5, timeout_s=20)  # 6-10, or 1-5 again after their ack wait
+            assert len(got) == 5 and c.subscription.target == server.address
+            c.subscription.close()

@@ -1,0 +1,119 @@
+"""A TCP proxy on loopback that misbehaves on demand, for the network fault tests: put it
+between msgtable's server and its database, or between a client and the server.
+
+- ``latency_s``: every chunk waits this long before it is passed on (each direction);
+- ``reset()``: every open connection ends with a reset (RST) on both sides, mid-statement or
+  mid-stream, whatever was in flight;
+- ``blackhole``: nothing is passed on and nothing is closed: each side's writes vanish and
+  its reads wait (a half-open connection, a peer whose packets are dropped);
+- ``slow_bytes_s``: the upstream's bytes reach the client at most this fast (a slow reader,
+  seen from the upstream: its writes back up).
+
+Threads, one pair per connection; ``close()`` ends them all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+import time
+
+CHUNK = 65536
+SLOW_CHUNK = 1024
+
+
+class FaultProxy:
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream = (upstream_host, upstream_port)
+        self.latency_s = 0.0
+        self.blackhole = False
+        self.slow_bytes_s: float | None = None
+        self.connections = 0  # accepted so far
+        self.resets = 0  # connections ended by reset()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self.address = f"127.0.0.1:{self.port}"
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._dead: set[int] = set()  # id() of sockets reset: their pumps pass nothing on
+        self._closed = False
+        threading.Thread(target=self._accept, daemon=True, name="netfault-accept").start()
+
+    def __enter__(self) -> FaultProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                _reset(client)
+                continue
+            with self._lock:
+                self.connections += 1
+                self._pairs.append((client, upstream))
+            for src, dst, up in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(
+                    target=self._pump, args=(src, dst, up), daemon=True, name="netfault-pump"
+                ).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, from_upstream: bool) -> None:
+        try:
+            while True:
+                slow = self.slow_bytes_s if from_upstream else None
+                data = src.recv(SLOW_CHUNK if slow else CHUNK)
+                if id(src) in self._dead:
+                    return  # reset: no FIN after it
+                if not data:
+                    if not self.blackhole:  # a half-open peer never hears of the end
+                        with contextlib.suppress(OSError):
+                            dst.shutdown(socket.SHUT_WR)
+                    return
+                if self.blackhole:
+                    continue  # dropped: no answer, no reset
+                if self.latency_s:
+                    time.sleep(self.latency_s)
+                dst.sendall(data)
+                if slow:
+                    time.sleep(len(data) / slow)
+        except OSError:
+            return
+
+    def reset(self) -> int:
+        """End every open connection with a reset on both sides; how many there were."""
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+            self.resets += len(pairs)
+            self._dead.update(id(s) for pair in pairs for s in pair)
+        for a, b in pairs:
+            _reset(a)
+            _reset(b)
+        return len(pairs)
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        self.reset()
+
+
+def _reset(s: socket.socket) -> None:
+    """Close with SO_LINGER 0: the peer gets a RST, not a FIN. A pump blocked reading the
+    socket holds it open, so the read side is shut first (on TCP that sends nothing): the
+    read returns, the last reference goes, and the kernel resets the connection."""
+    with contextlib.suppress(OSError):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        s.shutdown(socket.SHUT_RD)
+    with contextlib.suppress(OSError):
+        s.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import os
 import re
 import threading
@@ -279,9 +280,7 @@ class ConsumerTracing:
         if span is None:
             return
         # the common case, a batch settled whole as it came: no set of ids to build
-        whole = len(messages) == len(covers) and all(
-            a is b for a, b in zip(messages, covers, strict=True)
-        )
+        whole = len(messages) == len(covers) and all(map(operator.is_, messages, covers))
         if not whole:
             if self._left is None:
                 self._left = {id(m) for m in covers}

@@ -32,7 +32,7 @@ SPARK_STAMP := $(VENV)/.stamp-install-spark
 .DEFAULT_GOAL := help
 .PHONY: help run test venv install install-test mysql-server mysql-client-dev spark spark-deps \
 	browser-deps node-deps lint proto proto-check pytest \
-	clean distclean bench bench-full chaos chaos-busy
+	clean distclean bench bench-full chaos chaos-busy soak
 
 help:
 	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
@@ -44,6 +44,7 @@ help:
 	@echo "make bench-full     the full benchmark suite (minutes)"
 	@echo "make chaos          the fault suite alone (tests/faults, about two minutes), with its counts"
 	@echo "make chaos-busy     the fault suite beside two CPU hogs (a machine busy with other work)"
+	@echo "make soak           a long run with faults (MSGTABLE_SOAK_MINUTES, 30): resources stay flat"
 	@echo "make clean|distclean                            remove caches | and the virtualenv"
 
 run: $(INSTALL_STAMP) mysql-server
@@ -72,6 +73,12 @@ chaos: $(TEST_STAMP) mysql-server
 chaos-busy: $(TEST_STAMP) mysql-server
 	MSGTABLE_CHAOS_HOGS=$${MSGTABLE_CHAOS_HOGS:-2} \
 		$(PY) -m pytest -p no:cacheprovider -q -s tests/faults/test_chaos.py $(PYTEST_ARGS)
+
+# The soak: MSGTABLE_SOAK_MINUTES (30) at MSGTABLE_SOAK_RATE messages a second (200), a fault
+# a minute; prints the steady server's resources every minute and fails on growth. Not in CI.
+soak: $(TEST_STAMP) mysql-server
+	MSGTABLE_SOAK_MINUTES=$${MSGTABLE_SOAK_MINUTES:-30} \
+		$(PY) -m pytest -p no:cacheprovider -q -s tests/faults/test_soak.py $(PYTEST_ARGS)
 
 # --- set-up --------------------------------------------------------------------------------
 

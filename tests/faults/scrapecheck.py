@@ -197,6 +197,7 @@ class ScrapeReport:
     live_scrapes: int = 0
     slowest_live_s: float = 0.0
     slowest: str = ""  # which scrape that was
+    slowest_by_kind: dict[str, float] = field(default_factory=dict)  # metrics, state
     down_answers: int = 0  # live scrapes that said database_up 0
     quiescent_rounds: int = 0
     processes: int = 0
@@ -209,7 +210,9 @@ class ScrapeReport:
     def summary(self) -> str:
         return (
             f"scrapes: {self.scrapes} ({self.live_scrapes} of live servers, the slowest "
-            f"{self.slowest_live_s:.2f}s: {self.slowest}; bound {BOUND_S:g}s); "
+            f"{self.slowest_live_s:.2f}s: {self.slowest}; by kind "
+            + ", ".join(f"{k} {v:.2f}s" for k, v in sorted(self.slowest_by_kind.items()))
+            + f"; bound {BOUND_S:g}s); "
             f"{self.down_answers} said the "
             f"database was down; {self.quiescent_rounds} quiescent rounds; "
             f"{self.processes} server processes"
@@ -232,6 +235,7 @@ def judge(
         if not s.live:
             continue
         r.live_scrapes += 1
+        r.slowest_by_kind[s.kind] = max(s.took_s, r.slowest_by_kind.get(s.kind, 0.0))
         if s.took_s > r.slowest_live_s:
             restart = any(b <= s.began <= o for b, o in database_down)
             r.slowest_live_s = s.took_s

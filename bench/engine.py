@@ -37,6 +37,7 @@ class SubscriberSpec:
     marks: tuple[int, ...] = ()  # counts at which to note the time (e.g. 10,000 of 100,000)
     subscribe_after_go: bool = False  # True: the clock starts at go, before subscribing
     traced: bool = False  # True: consumer spans to an SDK provider (bench.traced)
+    sample: float | None = None  # with traced: the share of batches traced (None: all)
 
 
 @dataclass
@@ -64,7 +65,7 @@ def subscriber_worker(
         if spec.traced:
             from bench.traced import install
 
-            tracer = install()
+            tracer = install(spec.sample)
         ids = array("q")
         acked = batches = ack_calls = 0
         last = 0.0
@@ -191,6 +192,7 @@ def run(
     first_id: int = 0,
     db_pid: int | None = None,
     traced: bool = False,
+    sample: float | None = None,
 ) -> Throughput:
     """One end-to-end run: a producer of ``n`` messages and ``subscribers`` subscribers.
 
@@ -207,7 +209,7 @@ def run(
         shared = Shared.new(0)
         with Workers() as workers:
             for k in range(subscribers):
-                spec = SubscriberSpec(server.address, table, n, traced=traced)
+                spec = SubscriberSpec(server.address, table, n, traced=traced, sample=sample)
                 workers.start(f"sub{k}", subscriber_worker, spec, shared)
             producer = ProducerSpec(dsn, table, first_id, n, producer_rows(batch_size), subscribers)
             workers.start("producer", producer_worker, producer)

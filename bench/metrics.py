@@ -7,7 +7,10 @@ the same server with metrics and an SDK tracer provider (BatchSpanProcessor, an 
 drops the spans: bench.traced) on both the server and the subscribers' side (JSON keys
 ``tracing_on_msgs_s`` and ``tracing_cost_ratio`` = metrics and tracing on / off, target >=
 TARGET_RATIO). A fourth side listens (``--metrics-listen``) and is never scraped: what the
-metrics cost by themselves, without the scrapes (JSON ``metrics_listening_ratio``).
+metrics cost by themselves, without the scrapes (JSON ``metrics_listening_ratio``). A fifth
+traces one root span in ten (``ParentBased(TraceIdRatioBased(SAMPLE))`` in the server and the
+subscribers, as a production deployment would sample; JSON ``sampled_tracing_cost_ratio``).
+With --full each run delivers FULL_MESSAGES messages.
 
 All are measured in the same run, in rounds of the sides (SIDES; every other round the other
 way round, an even number of rounds: ROUNDS, FULL_ROUNDS with --full), on fresh servers (no
@@ -40,6 +43,7 @@ from bench.processes import ServerProcess
 
 ROUNDS = 6  # even: as many rounds each way round
 FULL_ROUNDS = 10
+SAMPLE = 0.1  # the sampled side's ParentBased(TraceIdRatioBased(SAMPLE)), both processes
 # The sides of a round: no metrics; --metrics-listen and nobody scrapes (what metrics cost
 # by themselves: the counters, the binlog's row counting); scraped every SCRAPE_INTERVAL_S;
 # scraped, and tracing on (server and subscribers)
@@ -48,7 +52,11 @@ SIDES = {
     "listening": "on, not scraped",
     "on": "on",
     "traced": "metrics and tracing on",
+    "sampled": f"metrics and tracing on, {SAMPLE:.0%} sampled",
 }
+# With --full each run delivers this many messages (quick: the throughput runs' size): runs
+# of several seconds, at the rate the engine keeps up, not its first second.
+FULL_MESSAGES = 200_000
 SCRAPE_INTERVAL_S = 0.2  # Prometheus scrapes every 15 s to 1 min: this is far harsher
 TARGET_RATIO = 0.97
 
@@ -64,6 +72,8 @@ class MetricsCost:
     listening_msgs_s: float = 0.0  # --metrics-listen, never scraped
     listening_ratio: float = 0.0  # the median of the rounds' listening / off
     listening_ratio_runs: list[float] = field(default_factory=list)
+    sampled_ratio: float = 0.0  # the median of the rounds' sampled / off
+    sampled_ratio_runs: list[float] = field(default_factory=list)
     traced_msgs_s: float = 0.0  # metrics and tracing on
     tracing_ratio: float = 0.0  # the median of the rounds' traced / off
     ratio_runs: list[float] = field(default_factory=list)  # each round's on / off
@@ -142,19 +152,22 @@ def run(
         # every other round the other way round (off ... traced; traced ... off): a run's
         # place in the round weighs alike
         for side in order if round_ % 2 == 0 else order[::-1]:
-            metrics, scraped, tracing = side != "off", side in ("on", "traced"), side == "traced"
+            metrics, scraped = side != "off", side in ("on", "traced", "sampled")
+            tracing, sample = side in ("traced", "sampled"), SAMPLE if side == "sampled" else None
             port = free_port()
             extra = ("--metrics-listen", f"127.0.0.1:{port}") if metrics else ()
             module = "bench.traced" if tracing else "msgtable"
-            spans_file = Path(spans_dir.name) / f"spans-{round_}.json"
+            spans_file = Path(spans_dir.name) / f"spans-{side}-{round_}.json"
             if tracing:
                 extra = (*extra, "--spans-file", str(spans_file))
+            if sample is not None:
+                extra = (*extra, "--sample", str(sample))
             with ServerProcess(dsn, lease=False, extra=extra, module=module) as server:
                 scraper = Scraper(f"http://127.0.0.1:{port}/metrics") if scraped else None
                 with scraper or contextlib.nullcontext():
                     r = engine.run(
                         server, dsn, n, batch_size, subscribers, poller_interval_s,
-                        postpone_after_s=postpone_after_s, traced=tracing,
+                        postpone_after_s=postpone_after_s, traced=tracing, sample=sample,
                     )  # fmt: skip
                 if scraper is not None:
                     if scraper.failure:
@@ -162,7 +175,7 @@ def run(
                     scrapes += scraper.scrapes
                     with_table += scraper.with_table
             runs[side].append(r.msgs_s)
-            if tracing:  # the server wrote its spans as it stopped
+            if side == "traced":  # the server wrote its spans as it stopped
                 server_spans.update(json.loads(spans_file.read_text()))
                 client_spans += r.spans
                 traced_messages += r.messages
@@ -180,6 +193,7 @@ def run(
     listening_ratios = [a / b for a, b in zip(runs["listening"], off, strict=True)]
     ratios = [a / b for a, b in zip(on, off, strict=True)]
     tracing_ratios = [a / b for a, b in zip(traced, off, strict=True)]
+    sampled_ratios = [a / b for a, b in zip(runs["sampled"], off, strict=True)]
     return MetricsCost(
         off_msgs_s=max(off),
         on_msgs_s=max(on),
@@ -192,6 +206,8 @@ def run(
         listening_ratio_runs=listening_ratios,
         traced_msgs_s=max(traced),
         tracing_ratio=statistics.median(tracing_ratios),
+        sampled_ratio=statistics.median(sampled_ratios),
+        sampled_ratio_runs=sampled_ratios,
         ratio_runs=ratios,
         tracing_ratio_runs=tracing_ratios,
         traced_runs=traced,

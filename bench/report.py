@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +90,10 @@ class Report:
     binlog: bool = True  # the throughput server follows the binlog (not --no-binlog)
     durable: bool = False  # the database flushes every commit (--durable, or its settings)
     runs: list[Throughput] = field(default_factory=list)
+    # The headline cells' rounds (bench.run.headline_rounds): (batch, subscribers) -> each
+    # round's msgtable / raw, run side by side, every other round msgtable first. Their
+    # ratio is the median round's; ``runs`` holds that round's two runs.
+    ratio_rounds: dict[tuple[int, int], list[float]] = field(default_factory=dict)
     peer: Throughput | None = None
     peer_missing: str = ""
     latency: LatencyResult | None = None  # polling only
@@ -115,8 +120,16 @@ class Report:
         return None
 
     def ratio_vs_raw(self, batch: int, clients: int) -> float | None:
+        rounds = self.ratio_rounds.get((batch, clients))
+        if rounds:
+            return statistics.median(rounds)
         raw, mt = self.find("raw", batch, clients), self.find("msgtable", batch, clients)
         return mt.msgs_s / raw.msgs_s if raw and mt else None
+
+    def ratio_spread(self, batch: int, clients: int) -> list[float] | None:
+        """[min, max] of the cell's rounds (None: measured once)."""
+        rounds = self.ratio_rounds.get((batch, clients))
+        return [round(min(rounds), 3), round(max(rounds), 3)] if rounds else None
 
     def ratio_vs_peer(self) -> float | None:
         mt = self.find("msgtable", self.batch_size, self.subscribers)
@@ -362,6 +375,13 @@ class Report:
             )
         if self.peer_missing:
             add(f"{LABELS['kombu']:<42}  not measured: {self.peer_missing}")
+        for (b, k), rounds in sorted(self.ratio_rounds.items()):
+            each = ", ".join(f"{r:.3f}" for r in rounds)
+            add(
+                f"vs raw at batch {b}, {k} subscribers: median {statistics.median(rounds):.3f} "
+                f"of {len(rounds)} rounds side by side (min {min(rounds):.3f}, max "
+                f"{max(rounds):.3f}; each: {each}); the rows above are the median round's"
+            )
         add("notes:")
         add("  raw: as many consumer connections as subscribers; consumer k owns the rows of")
         add("  priority k (INSERT number % consumers); poll, postpone, ack each autocommitted;")
@@ -617,6 +637,10 @@ class Report:
             f"raw_msgs_s_b{lo}": rnd(low_raw.msgs_s if low_raw else None, 0),
             f"msgtable_msgs_s_b{lo}": rnd(low_mt.msgs_s if low_mt else None, 0),
             f"ratio_vs_raw_b{lo}": rnd(self.ratio_vs_raw(lo, k), 3),
+            "ratio_vs_raw_spread": self.ratio_spread(b, k),
+            f"ratio_vs_raw_b{lo}_spread": self.ratio_spread(lo, k),
+            "ratio_vs_raw_rounds": [round(r, 3) for r in self.ratio_rounds.get((b, k), [])],
+            f"ratio_vs_raw_b{lo}_rounds": [round(r, 3) for r in self.ratio_rounds.get((lo, k), [])],
             "mode": self.mode,
             "server": self.server,
             "poller_interval_s": self.poller_interval_s,
@@ -665,6 +689,9 @@ class Report:
             ),
             "tracing_on_msgs_s": rnd(self.metrics.traced_msgs_s if self.metrics else None, 0),
             "tracing_cost_ratio": rnd(self.metrics.tracing_ratio if self.metrics else None, 3),
+            "sampled_tracing_cost_ratio": rnd(
+                self.metrics.sampled_ratio if self.metrics else None, 3
+            ),
             "metrics": self.metrics.as_dict() if self.metrics else None,
             "dashboard_page_ms": rnd(self.dashboard.page_ms if self.dashboard else None, 2),
             "dashboard_page_p99_ms": rnd(self.dashboard.page_p99_ms if self.dashboard else None, 2),

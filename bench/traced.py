@@ -2,9 +2,10 @@
 BatchSpanProcessor and an exporter that counts and drops what it gets, so what is measured
 is msgtable's spans and the SDK's batching, not an exporter's network.
 
-``python -m bench.traced serve ... --spans-file PATH`` is ``msgtable serve ...`` with that
-provider set first (the server side); at exit it writes the spans it exported to PATH, by
-operation, as JSON. ``install()`` sets it in a subscriber's process (the client side).
+``python -m bench.traced serve ... --spans-file PATH [--sample RATIO]`` is ``msgtable serve
+...`` with that provider set first (the server side; with RATIO it samples that share of its
+root spans); at exit it writes the spans it exported to PATH, by operation, as JSON.
+``install()`` sets it in a subscriber's process (the client side).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 
 class DroppingExporter(SpanExporter):
@@ -33,10 +35,15 @@ class DroppingExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
-def install() -> tuple[TracerProvider, DroppingExporter]:
-    """Set the global tracer provider of this process (once)."""
+def install(sample: float | None = None) -> tuple[TracerProvider, DroppingExporter]:
+    """Set the global tracer provider of this process (once). ``sample``: trace that share of
+    the root spans (ParentBased(TraceIdRatioBased)); None: all of them (the SDK's default)."""
     exporter = DroppingExporter()
-    provider = TracerProvider()
+    provider = (
+        TracerProvider()
+        if sample is None
+        else TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
+    )
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return provider, exporter
@@ -47,7 +54,12 @@ def _main() -> int:
     at = args.index("--spans-file")
     path = Path(args[at + 1])
     del args[at : at + 2]
-    provider, exporter = install()
+    sample = None
+    if "--sample" in args:
+        at = args.index("--sample")
+        sample = float(args[at + 1])
+        del args[at : at + 2]
+    provider, exporter = install(sample)
 
     def write() -> None:
         provider.force_flush()

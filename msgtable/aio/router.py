@@ -23,6 +23,7 @@ from msgtable.retry import Retry
 
 log = logging.getLogger("msgtable.client")
 
+
 # The sync channel's SingleThreadedUnaryStream option means nothing to grpc.aio.
 def aio_channel_options() -> tuple[tuple[str, Any], ...]:
     """The sync client's channel options without its threading one."""

@@ -6,12 +6,19 @@ lists). This pool hands out plain DBAPI connections (PyMySQL, or whichever MySQL
 SQLAlchemy URL names) and does nothing else on the way. A connection that saw any error is
 closed, and a lost connection empties the idle list (the server probably restarted: the
 others are dead too).
+
+Each connection sets its session's ``wait_timeout`` to SESSION_WAIT_TIMEOUT_S: a connection
+this server gave up on (a statement's read time-out) while the network dropped its packets
+never tells the database it is gone, and its transaction's row locks would stay until the
+database's own wait_timeout (8 hours by default). A connection idle in the pool longer than
+IDLE_MAX_S is closed instead of used, so the database never ends one the pool would hand out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,6 +27,9 @@ import sqlalchemy as sa
 
 from msgtable.errors import Unavailable
 from msgtable.mysql import lost_connection, open_connection
+
+SESSION_WAIT_TIMEOUT_S = 60
+IDLE_MAX_S = 30.0  # well inside SESSION_WAIT_TIMEOUT_S
 
 
 class ConnectionPool:
@@ -43,7 +53,7 @@ class ConnectionPool:
         cparams["init_command"] = init_command
         self.dbapi: Any = dialect.loaded_dbapi
         self._cargs, self._cparams = cargs, cparams
-        self._idle: list[Any] = []
+        self._idle: list[tuple[Any, float]] = []  # (connection, monotonic time it went idle)
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max_connections)
         self._max_idle = max_idle
@@ -56,10 +66,17 @@ class ConnectionPool:
         if not self._slots.acquire(timeout=self._wait_s):
             raise Unavailable("database unavailable: all connections are busy")
         try:
-            with self._lock:
-                conn = self._idle.pop() if self._idle else None
+            conn, stale = self._take_idle()
+            for old in stale:
+                _close(old)
             if conn is None:
                 conn = open_connection(self.dbapi.connect, *self._cargs, **self._cparams)
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(f"SET SESSION wait_timeout = {int(SESSION_WAIT_TIMEOUT_S)}")
+                except BaseException:
+                    _close(conn)
+                    raise
             try:
                 yield conn
             except BaseException as exc:
@@ -69,18 +86,27 @@ class ConnectionPool:
                 raise
             with self._lock:
                 if not self._closed and len(self._idle) < self._max_idle:
-                    self._idle.append(conn)
+                    self._idle.append((conn, time.monotonic()))
                     conn = None
             if conn is not None:
                 _close(conn)
         finally:
             self._slots.release()
 
+    def _take_idle(self) -> tuple[Any | None, list[Any]]:
+        """The most recently used idle connection (None: none), and those idle too long."""
+        now = time.monotonic()
+        with self._lock:
+            stale = [c for c, since in self._idle if now - since > IDLE_MAX_S]
+            self._idle = [(c, since) for c, since in self._idle if now - since <= IDLE_MAX_S]
+            conn = self._idle.pop()[0] if self._idle else None
+        return conn, stale
+
     def clear(self) -> None:
         """Close every idle connection."""
         with self._lock:
             idle, self._idle = self._idle, []
-        for conn in idle:
+        for conn, _ in idle:
             _close(conn)
 
     def close(self) -> None:

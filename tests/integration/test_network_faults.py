@@ -5,6 +5,7 @@ slow or broken path slows only what goes over it."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -232,3 +233,54 @@ def test_a_subscriber_notices_a_half_open_server_and_goes_to_the_next(sql, db_ds
             got = c.take(5, timeout_s=20)  # 6-10, or 1-5 again after their ack wait
             assert len(got) == 5 and c.subscription.target == server.address
             c.subscription.close()
+
+
+def test_a_half_open_database_connection_lets_go_of_its_row_locks(sql, db_dsn, monkeypatch):
+    """The server gives up on a connection whose packets vanish (its read time-out) while its
+    transaction holds row locks; the database never hears the close. The session's own
+    wait_timeout (msgtable.dbpool.SESSION_WAIT_TIMEOUT_S, 60 s; 2 s here) ends it on the
+    database's side and the locks go, instead of after the server's default (8 hours)."""
+    import pymysql
+
+    from msgtable import dbpool
+    from msgtable.mysql import SESSION_SETUP
+
+    monkeypatch.setattr(dbpool, "SESSION_WAIT_TIMEOUT_S", 2)
+    sql.execute(current_layout_ddl("jobs", comment()))
+    insert(sql, 1, 1)
+    url = sa.make_url(db_dsn)
+    with FaultProxy(url.host or "127.0.0.1", url.port or 3306) as proxy:
+        pool = dbpool.ConnectionPool(
+            url.set(host="127.0.0.1", port=proxy.port),
+            {"connect_timeout": 5, "read_timeout": 5},
+            autocommit=False,
+            init_command=SESSION_SETUP,
+            max_idle=1,
+            max_connections=1,
+            wait_s=5,
+        )
+        with contextlib.suppress(RuntimeError), pool.connection() as conn:
+            with conn.cursor() as cur:
+                cur.execute("select id from jobs where id = 1 for update")
+            proxy.blackhole = True  # from here its packets vanish, its close too
+            raise RuntimeError("the server gives up on it")
+
+        def locked() -> bool:
+            direct = pymysql.connect(
+                host=url.host, port=url.port, user=url.username, password=url.password,
+                database=url.database, autocommit=False,
+            )  # fmt: skip
+            try:
+                with direct.cursor() as cur:
+                    cur.execute("set session innodb_lock_wait_timeout = 1")
+                    try:
+                        cur.execute("select id from jobs where id = 1 for update")
+                    except pymysql.err.OperationalError:
+                        return True  # 1205: lock wait timeout
+                    return False
+            finally:
+                direct.close()
+
+        assert locked()
+        wait_until(lambda: not locked(), timeout_s=15, what="the half-open session's locks")
+        pool.close()

@@ -11,10 +11,28 @@ from msgtable.dbpool import ConnectionPool
 from msgtable.errors import Unavailable
 
 
+class FakeCursor:
+    def __init__(self, connection: FakeConnection) -> None:
+        self.connection = connection
+
+    def __enter__(self) -> FakeCursor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def execute(self, statement: str) -> None:
+        self.connection.statements.append(statement)
+
+
 class FakeConnection:
     def __init__(self, **params: object) -> None:
         self.params = params
         self.closed = False
+        self.statements: list[str] = []
+
+    def cursor(self) -> FakeCursor:
+        return FakeCursor(self)
 
     def close(self) -> None:
         self.closed = True
@@ -53,6 +71,23 @@ def test_connections_are_made_with_the_settings_and_reused(pool: ConnectionPool)
         }
     with pool.connection() as again:
         assert again is first and not first.closed
+    # its session ends on the database's side after a minute without a word from here
+    assert first.statements == ["SET SESSION wait_timeout = 60"]
+
+
+def test_a_connection_idle_longer_than_idle_max_is_closed_not_used(
+    pool: ConnectionPool, monkeypatch: pytest.MonkeyPatch
+):
+    now = [1000.0]
+    monkeypatch.setattr(dbpool.time, "monotonic", lambda: now[0])
+    with pool.connection() as first:
+        pass
+    now[0] += dbpool.IDLE_MAX_S - 1
+    with pool.connection() as again:
+        assert again is first
+    now[0] += dbpool.IDLE_MAX_S + 1  # the database may end it before long: not handed out
+    with pool.connection() as fresh:
+        assert fresh is not first and first.closed
 
 
 def test_a_connection_that_saw_an_error_is_closed_not_reused(pool: ConnectionPool):

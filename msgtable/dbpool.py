@@ -94,12 +94,18 @@ class ConnectionPool:
             self._slots.release()
 
     def _take_idle(self) -> tuple[Any | None, list[Any]]:
-        """The most recently used idle connection (None: none), and those idle too long."""
+        """The most recently used idle connection (None: none), and those idle too long.
+        The list is in the order the connections went idle, so those are its head: a
+        checkout (every statement) compares one time unless some went stale."""
         now = time.monotonic()
         with self._lock:
-            stale = [c for c, since in self._idle if now - since > IDLE_MAX_S]
-            self._idle = [(c, since) for c, since in self._idle if now - since <= IDLE_MAX_S]
-            conn = self._idle.pop()[0] if self._idle else None
+            idle = self._idle
+            cut = 0
+            while cut < len(idle) and now - idle[cut][1] > IDLE_MAX_S:
+                cut += 1
+            stale = [c for c, _ in idle[:cut]]
+            del idle[:cut]
+            conn = idle.pop()[0] if idle else None
         return conn, stale
 
     def clear(self) -> None:

@@ -112,7 +112,6 @@ class Subscriber(threading.Thread):
         self.join(30)
 
 
-@pytest.mark.timeout(int(MINUTES * 60 + DRAIN_S + 600) if MINUTES else 60)
 def test_a_long_run_with_faults_keeps_every_message_and_the_servers_resources_flat(
     own_durable_server: LocalServer, tmp_path: Path
 ) -> None:

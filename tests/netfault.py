@@ -6,6 +6,8 @@ between msgtable's server and its database, or between a client and the server.
   mid-stream, whatever was in flight;
 - ``blackhole``: nothing is passed on and nothing is closed: each side's writes vanish and
   its reads wait (a half-open connection, a peer whose packets are dropped);
+- ``drop_answers``: the upstream's bytes are dropped, the client's still pass on (a request
+  arrives and is carried out; its answer is lost on the way back);
 - ``slow_bytes_s``: the upstream's bytes reach the client at most this fast (a slow reader,
   seen from the upstream: its writes back up).
 
@@ -29,6 +31,7 @@ class FaultProxy:
         self.upstream = (upstream_host, upstream_port)
         self.latency_s = 0.0
         self.blackhole = False
+        self.drop_answers = False
         self.slow_bytes_s: float | None = None
         self.connections = 0  # accepted so far
         self.resets = 0  # connections ended by reset()
@@ -79,7 +82,7 @@ class FaultProxy:
                         with contextlib.suppress(OSError):
                             dst.shutdown(socket.SHUT_WR)
                     return
-                if self.blackhole:
+                if self.blackhole or (from_upstream and self.drop_answers):
                     continue  # dropped: no answer, no reset
                 if self.latency_s:
                     time.sleep(self.latency_s)

@@ -139,6 +139,63 @@ def test_a_stream_reset_mid_batch_reconnects_and_delivers_the_rest(sql, db_dsn):
             acker.sub.close()
 
 
+def test_an_ack_whose_answer_was_lost_is_written_and_counted_once(sql, db_dsn):
+    """The ack reaches the server and is written, and its answer is lost on the way back;
+    then the connection is reset. The client tries the ack again, and that acks nothing:
+    the server counts each message acked once, the table keeps the first ack's time, the
+    client's count is not inflated by the retry, and no message is sent again."""
+    sql.execute(
+        current_layout_ddl("jobs", comment(vt_ack_wait=2, vt_poller_interval=0.3, vt_batch_size=10))
+    )
+    with through(db_dsn) as (_, server, _):
+        host, port = server.address.rsplit(":", 1)
+        with FaultProxy(host, int(port)) as proxy, Client(proxy.address, timeout_s=30) as client:
+            insert(sql, 1, 10)
+            sub = client.subscribe("jobs")
+            batch = sub.next_batch()
+            assert sorted(int(m.id) for m in batch) == list(range(1, 11))
+            proxy.drop_answers = True
+            answered: list[int] = []
+            failed: list[BaseException] = []
+
+            def ack() -> None:
+                try:
+                    answered.append(sub.ack(batch))
+                except BaseException as exc:
+                    failed.append(exc)
+
+            acking = threading.Thread(target=ack, daemon=True)
+            acking.start()
+            wait_until(
+                lambda: unacked(sql) == 0,
+                timeout_s=30,
+                what=lambda: f"the ack written while its answer is dropped ({unacked(sql)} left)",
+            )
+            first = sql.execute("select id, time_acked from jobs order by id").all()
+            time.sleep(0.5)
+            assert not answered and not failed, "the ack's answer got through the proxy"
+            proxy.drop_answers = False
+            assert proxy.reset() >= 1  # the call's connection, its answer never sent on
+            acking.join(30)
+            assert not acking.is_alive(), "the ack call did not return within 30 s of the reset"
+            assert not failed, f"the retried ack failed: {failed[0]!r}"
+            # the retry found every message acked: it acked none, and the client counts that
+            assert answered == [0]
+            assert sub.acked == 0
+            assert sql.execute("select id, time_acked from jobs order by id").all() == first
+            # the server counts each ack once, the write the lost answer was for
+            assert [t.acked for t in client.list_tables() if t.name == "jobs"] == [10]
+            # and sends none of them again past their ack wait (the stream still works)
+            insert(sql, 11, 1)
+            again = sub.next_batch()
+            assert [int(m.id) for m in again] == [11]
+            assert sub.ack(again) == 1
+            time.sleep(2 * 2 + 0.5)
+            [jobs] = [t for t in client.list_tables() if t.name == "jobs"]
+            assert (jobs.sent, jobs.acked) == (11, 11)  # 1-10 sent once, 11 once
+            sub.close()
+
+
 def test_a_subscriber_that_reads_slowly_does_not_hold_up_another(sql, db_dsn):
     """One subscriber's path passes 20 KB a second; the other, direct, still gets its share
     at once (round-robin skips a subscriber whose batches back up; its window fills)."""

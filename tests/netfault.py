@@ -39,8 +39,7 @@ class FaultProxy:
         self.port = int(self._listener.getsockname()[1])
         self.address = f"127.0.0.1:{self.port}"
         self._lock = threading.Lock()
-        self._pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._dead: set[int] = set()  # id() of sockets reset: their pumps pass nothing on
+        self._pairs: list[_Pair] = []
         self._closed = False
         threading.Thread(target=self._accept, daemon=True, name="netfault-accept").start()
 
@@ -62,20 +61,23 @@ class FaultProxy:
             except OSError:
                 _reset(client)
                 continue
+            pair = _Pair(client, upstream)
             with self._lock:
                 self.connections += 1
-                self._pairs.append((client, upstream))
+                self._pairs.append(pair)
             for src, dst, up in ((client, upstream, False), (upstream, client, True)):
                 threading.Thread(
-                    target=self._pump, args=(src, dst, up), daemon=True, name="netfault-pump"
+                    target=self._pump, args=(pair, src, dst, up), daemon=True, name="netfault-pump"
                 ).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket, from_upstream: bool) -> None:
+    def _pump(
+        self, pair: _Pair, src: socket.socket, dst: socket.socket, from_upstream: bool
+    ) -> None:
         try:
             while True:
                 slow = self.slow_bytes_s if from_upstream else None
                 data = src.recv(SLOW_CHUNK if slow else CHUNK)
-                if id(src) in self._dead:
+                if pair.reset:
                     return  # reset: no FIN after it
                 if not data:
                     if not self.blackhole:  # a half-open peer never hears of the end
@@ -97,10 +99,11 @@ class FaultProxy:
         with self._lock:
             pairs, self._pairs = self._pairs, []
             self.resets += len(pairs)
-            self._dead.update(id(s) for pair in pairs for s in pair)
-        for a, b in pairs:
-            _reset(a)
-            _reset(b)
+            for pair in pairs:
+                pair.reset = True
+        for pair in pairs:
+            _reset(pair.client)
+            _reset(pair.upstream)
         return len(pairs)
 
     def close(self) -> None:
@@ -108,6 +111,16 @@ class FaultProxy:
         with contextlib.suppress(OSError):
             self._listener.close()
         self.reset()
+
+
+class _Pair:
+    """One proxied connection: the client's socket, the upstream's, and whether it was reset
+    (its pumps then pass nothing more on). A flag of its own, not a set of the sockets' id():
+    an id is reused by a later socket once the reset one is freed."""
+
+    def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
+        self.client, self.upstream = client, upstream
+        self.reset = False
 
 
 def _reset(s: socket.socket) -> None:

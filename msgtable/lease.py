@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 import uuid
@@ -62,6 +63,22 @@ LEASE_NAME = "sender"  # the one row: one holder sends every message table of th
 # A step's reads and writes: a hung step is retried soon (the holder's own clock ends its
 # lease on time whatever a step does).
 IO_TIMEOUT_S = 5
+
+
+# A step waits this long at most for the lease row's lock (the database's default: 50 s):
+# a step that cannot have it soon is tried again, as a hung one is.
+LOCK_WAIT_TIMEOUT_S = IO_TIMEOUT_S - 1
+
+
+def session_wait_timeout_s(period_s: float) -> int:
+    """The lease connection's ``wait_timeout`` on the database's side: two lease periods
+    (whole seconds, at least 2). A step holds the lease row's lock from its SELECT ... FOR
+    UPDATE to its COMMIT; a holder whose link dies in between (a half-open connection: no
+    FIN, no RST) leaves its session waiting for the rest, the lock held, until the database
+    ends the session: by default after 8 hours, with every other server's takeover waiting
+    on that lock. A holder renews every third of a period, so its connection is never idle
+    that long while it is well."""
+    return max(2, math.ceil(2 * period_s))
 
 
 def connector(url: sa.URL, database: str) -> Callable[[], Any]:
@@ -284,7 +301,18 @@ class Lease:
     def _cursor(self) -> Any:
         if self._conn is None:
             try:
-                self._conn = self._connect()
+                conn = self._connect()
+                try:
+                    with conn.cursor() as cur:  # a dead step's lock ends with its session
+                        cur.execute(
+                            "SET SESSION wait_timeout = %s, innodb_lock_wait_timeout = %s",
+                            (session_wait_timeout_s(self.period_s), LOCK_WAIT_TIMEOUT_S),
+                        )
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                    raise
+                self._conn = conn
             except MsgtableError:
                 raise
             except Exception as exc:

@@ -16,13 +16,14 @@ import sqlalchemy as sa
 from msgtable.client import Client
 from msgtable.engine import MessageEngine
 from msgtable.errors import LEADER_METADATA_KEY
-from msgtable.lease import Lease, Takeover, connector
+from msgtable.lease import Lease, Takeover, connector, session_wait_timeout_s
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server import MessagingServer
 from msgtable.store import MySQLStore
 from msgtable.tables import current_layout_ddl
 
+from ..netfault import FaultProxy
 from ..waiting import wait_until
 from .helpers import Collector, comment
 
@@ -193,3 +194,42 @@ def test_a_verb_sent_to_the_follower_goes_to_the_leader_and_counts_the_unwritten
                 assert epoch == 1
                 c.close()
     db.dispose()
+
+
+def test_a_holder_cut_off_mid_step_does_not_keep_the_lease_row_locked(store):
+    """The holder's link to the database goes silent in the middle of a step (its SELECT ...
+    FOR UPDATE done, its UPDATE and COMMIT never arrive): its transaction holds the lease
+    row's lock on the database's side. The database must end that session soon (the lease
+    connection's wait_timeout, lease.session_wait_timeout_s), not after its default of 8
+    hours: the other server takes over within that and two periods."""
+    url = store.url
+    with FaultProxy(url.host or "127.0.0.1", url.port or 3306) as proxy:
+        proxied = url.set(host="127.0.0.1", port=proxy.port)
+        gained = threading.Event()
+        a = Lease(
+            connector(proxied, store.database),
+            "a:1",
+            PERIOD_S,
+            on_gain=lambda _: gained.set(),
+            on_loss=lambda _: None,
+        )
+        a.prepare()
+        a.start()
+        assert gained.wait(5)
+        a._stop.set()  # its thread stops; its connection stays as it is
+        assert a._thread is not None
+        a._thread.join(5)
+        with a._cursor() as cur:  # a step's first statement: the row is locked
+            cur.execute("SELECT holder FROM msgtable_lease WHERE name = 'sender' FOR UPDATE")
+        proxy.blackhole = True  # the rest of the step never arrives
+        cut_at = time.monotonic()
+        b = _campaign(store, "b:2")
+        bound = session_wait_timeout_s(PERIOD_S) + 2 * PERIOD_S + 1
+        took = b.gained.wait(bound + 10) and b.gains[0][0] - cut_at
+        assert took is not False, (
+            f"b did not take the lease over within {bound + 10:.1f}s of the holder's cut: "
+            "the holder's session keeps the lease row locked"
+        )
+        assert took <= bound, f"takeover took {took:.2f}s (bound {bound:.1f}s)"
+        b.lease.close(released=True)
+        proxy.heal()

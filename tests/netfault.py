@@ -41,7 +41,9 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._pairs: list[_Pair] = []
         self._closed = False
-        threading.Thread(target=self._accept, daemon=True, name="netfault-accept").start()
+        self.refused = 0  # connections whose upstream could not be reached
+        self._acceptor = threading.Thread(target=self._accept, daemon=True, name="netfault-accept")
+        self._acceptor.start()
 
     def __enter__(self) -> FaultProxy:
         return self
@@ -59,7 +61,10 @@ class FaultProxy:
                 upstream = socket.create_connection(self.upstream, timeout=5)
                 upstream.settimeout(None)
             except OSError:
-                _reset(client)
+                self.refused += 1
+                _abort(client)  # no pump reads it: closed here
+                with contextlib.suppress(OSError):
+                    client.close()
                 continue
             pair = _Pair(client, upstream)
             with self._lock:
@@ -91,19 +96,51 @@ class FaultProxy:
                 dst.sendall(data)
                 if slow:
                     time.sleep(len(data) / slow)
-        except OSError:
+        except OSError:  # a peer reset it: so is the other side (as with no proxy between)
+            pair.reset = True
+            _abort(src)
+            _abort(dst)
             return
+        finally:
+            if pair.pump_ended():  # the last of its two: nobody uses its sockets now
+                with self._lock:
+                    if pair in self._pairs:
+                        self._pairs.remove(pair)
+                pair.close()
+
+    def state(self) -> str:
+        """For a test's verdict: what the proxy did so far."""
+        with self._lock:
+            open_now = len(self._pairs)
+        alive = self._acceptor.is_alive()
+        return (
+            f"{self.address}->{self.upstream[1]}: {self.connections} accepted, {open_now} open, "
+            f"{self.resets} reset, upstream refused {self.refused}, accepting {alive}"
+        )
 
     def reset(self) -> int:
         """End every open connection with a reset on both sides; how many there were."""
+        return self._end_all(heal=False)
+
+    def heal(self) -> int:
+        """The silent link comes back (``blackhole`` off): every connection made before, or
+        while it was silent, ends with a reset on both sides (their bytes were dropped:
+        the peers' streams no longer match), and connections made from now on pass bytes.
+        One step under the lock: a connection accepted in between would have lost its
+        first bytes and never been reset. Returns how many connections were reset."""
+        return self._end_all(heal=True)
+
+    def _end_all(self, heal: bool) -> int:
         with self._lock:
+            if heal:
+                self.blackhole = False
             pairs, self._pairs = self._pairs, []
             self.resets += len(pairs)
             for pair in pairs:
                 pair.reset = True
         for pair in pairs:
-            _reset(pair.client)
-            _reset(pair.upstream)
+            _abort(pair.client)
+            _abort(pair.upstream)
         return len(pairs)
 
     def close(self) -> None:
@@ -114,22 +151,36 @@ class FaultProxy:
 
 
 class _Pair:
-    """One proxied connection: the client's socket, the upstream's, and whether it was reset
-    (its pumps then pass nothing more on). A flag of its own, not a set of the sockets' id():
-    an id is reused by a later socket once the reset one is freed."""
+    """One proxied connection: the client's socket, the upstream's, whether it was reset
+    (its pumps then pass nothing more on), and how many of its two pumps still run.
+
+    Only the last pump to end closes the sockets. A socket closed while a pump may be about
+    to read it frees its descriptor number for the next socket opened in this process (the
+    next connection, of any proxy), and that read would take the new connection's bytes."""
 
     def __init__(self, client: socket.socket, upstream: socket.socket) -> None:
         self.client, self.upstream = client, upstream
         self.reset = False
+        self._pumps = 2
+        self._lock = threading.Lock()
+
+    def pump_ended(self) -> bool:
+        """A pump ended; whether it was the last."""
+        with self._lock:
+            self._pumps -= 1
+            return self._pumps == 0
+
+    def close(self) -> None:
+        for s in (self.client, self.upstream):
+            with contextlib.suppress(OSError):
+                s.close()
 
 
-def _reset(s: socket.socket) -> None:
-    """Close with SO_LINGER 0: the peer gets a RST, not a FIN. A pump blocked reading the
-    socket holds it open, so the read side is shut first (on TCP that sends nothing): the
-    read returns, the last reference goes, and the kernel resets the connection."""
+def _abort(s: socket.socket) -> None:
+    """Set SO_LINGER 0, so that closing the socket sends a RST, not a FIN, and shut its read
+    side (on TCP that sends nothing): a pump blocked reading it returns, and the last pump
+    of its connection closes it (the kernel resets the connection then)."""
     with contextlib.suppress(OSError):
         s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     with contextlib.suppress(OSError):
         s.shutdown(socket.SHUT_RD)
-    with contextlib.suppress(OSError):
-        s.close()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import struct
 import threading
 from collections.abc import Iterator
 
 from .netfault import FaultProxy
+from .waiting import wait_until
 
 
 @contextlib.contextmanager
@@ -49,3 +51,86 @@ def test_connections_made_after_resets_pass_bytes_both_ways() -> None:
                     got = b"nothing within 5 s"
                 assert got == b"ping %d" % n, f"connection {n} after {n} resets: {got!r}"
                 assert proxy.reset() == 1
+
+
+def test_resets_of_one_proxy_take_nothing_from_another_proxys_new_connections() -> None:
+    """One proxy's connections are reset over and over (each time a few new ones open)
+    while another proxy in the same process opens connection after connection: every one
+    of those echoes. (Socket descriptors are numbers the process reuses: a reset must not
+    leave a pump reading a number that now belongs to a new connection.)"""
+    with (
+        echo_server() as port,
+        FaultProxy("127.0.0.1", port) as a,
+        FaultProxy("127.0.0.1", port) as b,
+    ):
+        stop = threading.Event()
+
+        def churn() -> None:
+            while not stop.is_set():
+                held = [socket.create_connection(("127.0.0.1", a.port)) for _ in range(4)]
+                for s in held:
+                    s.sendall(b"x")
+                a.reset()
+                for s in held:
+                    s.close()
+
+        churner = threading.Thread(target=churn, daemon=True)
+        churner.start()
+        try:
+            for n in range(300):
+                with socket.create_connection(("127.0.0.1", b.port), timeout=5) as s:
+                    s.sendall(b"ping %d" % n)
+                    try:
+                        got = s.recv(64)
+                    except TimeoutError:
+                        got = b"nothing within 5 s"
+                    assert got == b"ping %d" % n, f"connection {n} beside the resets: {got!r}"
+        finally:
+            stop.set()
+            churner.join(10)
+
+
+def test_a_healed_link_resets_what_went_silent_and_passes_new_connections() -> None:
+    """A connection made while the link was silent lost its bytes: healing resets it (the
+    peer hears of it), and the next connection echoes."""
+    with echo_server() as port, FaultProxy("127.0.0.1", port) as proxy:
+        proxy.blackhole = True
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as silent:
+            silent.sendall(b"lost")
+            wait_until(lambda: proxy.connections == 1, what="the proxy accepting it")
+            assert proxy.heal() == 1
+            try:
+                got = silent.recv(64)
+            except ConnectionResetError:
+                got = b""
+            assert got == b"", f"a connection of the silent link answered {got!r}"
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as s:
+            s.sendall(b"back")
+            assert s.recv(64) == b"back"
+
+
+def test_a_reset_by_one_peer_reaches_the_other() -> None:
+    """The client's side ends with a RST (a killed process with unread data): the proxy's
+    upstream connection ends too, as it would without a proxy (the echo server sees its
+    connection end), rather than stay open with the upstream waiting."""
+    ended = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn, contextlib.suppress(OSError):
+            while conn.recv(4096):
+                pass
+        ended.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        with FaultProxy("127.0.0.1", int(listener.getsockname()[1])) as proxy:
+            s = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+            s.sendall(b"hello")
+            wait_until(lambda: proxy.connections == 1, what="the proxy accepting it")
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            s.close()  # RST
+            assert ended.wait(5), "the upstream's connection stayed open after the client's RST"
+    finally:
+        listener.close()

@@ -117,6 +117,9 @@ class ServerProcess:
         self.name = name
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
+        # where clients reach it (--advertise: the lease table names it, redirects go to it;
+        # a fault proxy in front of it); its own address by default
+        self.advertised = self.address
         self.metrics_address = f"127.0.0.1:{free_port()}"
         self.http_address = f"127.0.0.1:{free_port()}"
         self.live_pid: int | None = None
@@ -136,6 +139,8 @@ class ServerProcess:
             self.dsn,
             "--listen",
             self.address,
+            "--advertise",
+            self.advertised,
             "--lease-period",
             str(self.lease_period_s),
             "--discovery-interval",

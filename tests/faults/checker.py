@@ -99,6 +99,16 @@ LISTED = 20  # ids listed per finding in a report
 # server's postpones fail meanwhile).
 SERVER_FAULTS = frozenset({"msgtable SIGKILL", "msgtable SIGTERM under load"})
 DATABASE_FAULTS = frozenset({"database restart", "database SIGKILL"})
+# the network's faults (tests/netfault.FaultProxy): a database link's hit one server's
+# connections to the database (or, without a server named, both servers'); the clients'
+# reset every client connection to both servers
+DATABASE_LINK_FAULTS = frozenset(
+    {"database links reset", "database link slow", "database link cut"}
+)
+CLIENT_LINK_FAULTS = frozenset({"client links reset"})
+NETWORK_FAULTS = DATABASE_LINK_FAULTS | CLIENT_LINK_FAULTS
+# faults that can fail a call's one try, or lose its answer after it changed rows
+CALL_FAULTS = SERVER_FAULTS | DATABASE_FAULTS | NETWORK_FAULTS
 DEAD_TIME_NEXT = 9223372036854775807  # a message dead in place (the largest BIGINT)
 
 
@@ -133,7 +143,7 @@ class Fault:
         """Whether it can lose the count of a send by ``server`` ("": not known)."""
         if self.what in DATABASE_FAULTS:
             return True
-        return self.what in SERVER_FAULTS and (
+        return self.what in SERVER_FAULTS | DATABASE_LINK_FAULTS and (
             not self.server or not server or server == self.server
         )
 
@@ -766,11 +776,11 @@ class Checker:
 
     def _judge_closes(self, r: Report) -> None:
         """What a closing subscriber never handed out, the table shows released right after
-        its close() (the send counted, due at once, or sent again since), unless a server
-        or database fault overlapped the close (its one try may fail: the ack wait is the
+        its close() (the send counted, due at once, or sent again since), unless a server,
+        database or network fault overlapped the close (its one try may fail: the ack wait is the
         net). Counted too: how much came back before the ack wait would have brought it
         (not all must: a group behind its producer sends older rows first)."""
-        faults = [e for e in self.events if e.what in SERVER_FAULTS | DATABASE_FAULTS]
+        faults = [e for e in self.events if e.what in CALL_FAULTS]
         for c in self.closes:
             r.closes += 1
             r.closed_rest += len(c.rest)
@@ -867,10 +877,10 @@ class Checker:
             r.bad_reason.append((i, row.last_error))
 
     def _denied_amid_faults(self, i: int) -> set[str]:
-        """The reasons of calls that answered 0 while a server or the database went down:
-        the call may have changed the row before the answer was lost, and its retry found
-        it done."""
-        faults = [e for e in self.events if e.what in SERVER_FAULTS | DATABASE_FAULTS]
+        """The reasons of calls that answered 0 while a server or the database went down, or
+        the network failed: the call may have changed the row before the answer was lost,
+        and its retry found it done."""
+        faults = [e for e in self.events if e.what in CALL_FAULTS]
         return {
             s.reason
             for s in self.settlements.get(i, [])

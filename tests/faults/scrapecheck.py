@@ -10,7 +10,8 @@ from what it recorded only:
     msgtable_lease_gains_total unchanged),
     no counter goes down (a series that vanished from a scrape starts again at zero: its
     table was opened again);
-(c) at quiescent points (both servers live for QUIET_S, no database restart in it) exactly
+(c) at quiescent points (both servers live for QUIET_S, no database restart or fault of a
+    database link in it) exactly
     one server reports msgtable_lease_holder 1, and both /api/state name the same holder;
 (d) after the drain, the leader's backlog (due + scheduled, its /api/state and its metrics)
     is what the checkers know is unacked (0), and its dashboard counts the dead letters
@@ -224,11 +225,14 @@ def judge(
     scraper: Scraper,
     database_down: Sequence[tuple[float, float]],
     expected_dead: dict[str, int],
+    unquiet: Sequence[tuple[float, float]] = (),
 ) -> ScrapeReport:
     """The verdict on (a) to (d); ``database_down`` the times (stopped, answering again) of
     each database restart: from the moment its process was gone, not from the restart's start
     (a graceful stop of the database can take seconds on a busy machine);
-    ``expected_dead`` the checkers' dead messages by table."""
+    ``expected_dead`` the checkers' dead messages by table; ``unquiet`` the times (began,
+    over) of faults of a server's database link (silent, slow, reset): no quiescent point
+    within QUIET_S of one, as of a restart (a server cut off cannot read the lease)."""
     r = ScrapeReport(scrapes=len(scraper.scrapes))
     # (a)
     for s in scraper.scrapes:
@@ -297,7 +301,7 @@ def judge(
                 calm_since.setdefault(name, at)
         names = {s.server for s in found}
         calm = all(name in calm_since and at - calm_since[name] >= QUIET_S for name in names)
-        restarts = any(b - QUIET_S <= at <= o + QUIET_S for b, o in database_down)
+        restarts = any(b - QUIET_S <= at <= o + QUIET_S for b, o in [*database_down, *unquiet])
         if not calm or restarts:
             continue
         r.quiescent_rounds += 1

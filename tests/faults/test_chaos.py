@@ -4,7 +4,13 @@ them auto-renewing) and a producer, while, over and over: a subscriber is killed
 the leading server is killed with SIGKILL, a subscriber acks after its ack wait ended, the
 database restarts, a subscriber stalls without reading, the database crashes (SIGKILL: no
 shutdown, InnoDB's crash recovery at the next start), and the leading server gets SIGTERM
-under load. The database runs with a production server's durability (every commit flushed,
+under load. The network fails too (tests/netfault.py: each server reaches the database
+through a fault proxy of its own, and clients reach each server through another, which the
+server advertises): every client connection is reset (streams mid-batch, calls in flight);
+every database connection of both servers is reset mid-statement; the leader's database
+link is slow (NET_LATENCY_S a packet each way, for NET_FAULT_S); and the leader's database
+link goes silent for NET_FAULT_S (packets dropped, nothing closed: its lease is not renewed,
+the other server takes over), then comes back with every connection reset. The database runs with a production server's durability (every commit flushed,
 the binlog's included: msgtable.devdb's durable=True), so a crash loses nothing a commit
 returned for, and the checker holds it to that.
 
@@ -62,6 +68,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,9 +81,11 @@ from msgtable.devdb import LocalServer
 from msgtable.tables import current_layout_ddl
 
 from ..integration.helpers import comment
+from ..netfault import FaultProxy
 from ..waiting import wait_until
 from .chaos import ORDER_KEY, Producer, ServerProcess, Subscriber, bucket_of, key_of
 from .checker import (
+    NETWORK_FAULTS,
     Checker,
     Report,
     read_pending,
@@ -102,6 +111,11 @@ LIVE_WAIT_S = 10.0  # how long a subscriber's fault waits for a subscriber free 
 PRODUCE_FOR_S = 40.0  # the producer spreads its inserts over this long
 CHUNK = 500
 PAUSE_S = 2.0  # between faults
+# the network's faults: a slow or silent database link lasts this long; a slow one passes
+# each packet this late, each way
+NET_FAULT_S = 3.0
+NET_LATENCY_S = 0.15
+RESETS = ("database links reset", "database link cut", "client links reset")
 # Poison dies after this many sends; an ordinary message takes one for its release (some) and
 # one per fault that hits it (the faults above hit one at most three times so far).
 MAX_ATTEMPTS = 5
@@ -265,10 +279,27 @@ class Run:
             )
             for name, (flt, selects, size) in ORDERED_SUBSCRIPTIONS.items()
         ]
+        # The network: each server reaches the database through a fault proxy of its own
+        # (its pools, its lease, its binlog reader), and clients reach each server through
+        # another, which the server advertises (the lease table names it: a redirect to the
+        # leader goes through it too). The checker, the producers and the scrapers go direct.
+        self.db_links = [FaultProxy("127.0.0.1", database.port) for _ in (1, 2)]
         self.servers = [
-            ServerProcess(self.dsn, tmp_path, f"server{n}", LEASE_PERIOD_S) for n in (1, 2)
+            ServerProcess(
+                sa.make_url(self.dsn).set(port=link.port).render_as_string(hide_password=False),
+                tmp_path,
+                f"server{n}",
+                LEASE_PERIOD_S,
+            )
+            for n, link in enumerate(self.db_links, 1)
         ]
-        self.targets = ",".join(s.address for s in self.servers)
+        self.client_links = [FaultProxy("127.0.0.1", s.port) for s in self.servers]
+        for server, link in zip(self.servers, self.client_links, strict=True):
+            server.advertised = link.address
+        self.targets = ",".join(s.advertised for s in self.servers)
+        self.link_resets: Counter[str] = Counter()  # connections each network fault reset
+        # each fault of a database link, (began, over): for the scrape checker
+        self.database_link_faults: list[tuple[float, float]] = []
         self.graceful_exits: list[int] = []
         self.takeovers_s: list[float] = []  # SIGKILL of the leader -> the other holds the lease
         # each database restart's down time, (its process gone, it answers again): for the
@@ -356,7 +387,7 @@ class Run:
 
         def named() -> bool:
             lease = self._lease()
-            found[:] = [s for s in self.servers if lease is not None and s.address == lease[1]]
+            found[:] = [s for s in self.servers if lease is not None and s.advertised == lease[1]]
             return bool(found)
 
         wait_until(named, timeout_s=30, what="a leader")
@@ -408,13 +439,20 @@ class Run:
         began = time.monotonic()
         server.kill()
         killed_at = time.monotonic()
-        self.event("msgtable SIGKILL", began, server.address)
+        self.event("msgtable SIGKILL", began, server.advertised)
 
         def taken_over() -> bool:
             lease = self._lease()
             return lease is not None and lease != before
 
-        wait_until(taken_over, timeout_s=30, what="the other server taking the lease over")
+        wait_until(
+            taken_over,
+            timeout_s=30,
+            what=lambda: (
+                "the other server taking the lease over; database links: "
+                + "; ".join(link.state() for link in self.db_links)
+            ),
+        )
         self.takeovers_s.append(round(time.monotonic() - killed_at, 2))
         server.start()
 
@@ -475,18 +513,68 @@ class Run:
         server = self.leader()
         began = time.monotonic()
         self.graceful_exits.append(server.terminate())
-        self.event("msgtable SIGTERM under load", began, server.address)
+        self.event("msgtable SIGTERM under load", began, server.advertised)
         server.start()
+
+    # -- the network's faults -----------------------------------------------------------------
+    def reset_database_links(self) -> None:
+        """Every database connection of both servers (pools, lease, binlog reader) ends with a
+        reset (RST), whatever statement was on it."""
+        began = time.monotonic()
+        self.link_resets["database links reset"] += sum(link.reset() for link in self.db_links)
+        self.event("database links reset", began)
+        self.database_link_faults.append((began, time.monotonic()))
+
+    def slow_database_link(self) -> None:
+        """The leader's database link passes every packet NET_LATENCY_S late, each way, for
+        NET_FAULT_S (a statement's round trips: hundreds of ms; the lease's renewal with
+        them, against a lease of LEASE_PERIOD_S)."""
+        server = self.leader()
+        link = self.db_links[self.servers.index(server)]
+        began = time.monotonic()
+        link.latency_s = NET_LATENCY_S
+        time.sleep(NET_FAULT_S)
+        link.latency_s = 0.0
+        self.event("database link slow", began, server.advertised)
+        self.database_link_faults.append((began, time.monotonic()))
+
+    def cut_database_link(self) -> None:
+        """The leader's database link goes silent for NET_FAULT_S: packets dropped, no FIN,
+        no RST (its statements wait, its lease is not renewed, the other server takes over);
+        then the link comes back and both ends of each connection get a reset."""
+        server = self.leader()
+        link = self.db_links[self.servers.index(server)]
+        began = time.monotonic()
+        link.blackhole = True
+        time.sleep(NET_FAULT_S)
+        self.link_resets["database link cut"] += link.heal()
+        self.event("database link cut", began, server.advertised)
+        self.database_link_faults.append((began, time.monotonic()))
+
+    def reset_client_links(self) -> None:
+        """Every client connection to both servers ends with a reset: streams mid-batch,
+        acks and settlement calls in flight (some written, their answers lost)."""
+        began = time.monotonic()
+        self.link_resets["client links reset"] += sum(link.reset() for link in self.client_links)
+        self.event("client links reset", began)
+
+    def close_links(self) -> None:
+        for link in self.db_links + self.client_links:
+            link.close()
 
     def faults(self) -> list[Callable[[], None]]:
         return [
             self.kill_subscriber,
             self.close_subscriber,
+            self.reset_client_links,
             self.kill_leader,
             self.late_ack,
+            self.reset_database_links,
             self.restart_database,
             self.stall_subscriber,
+            self.slow_database_link,
             self.crash_database,
+            self.cut_database_link,
             self.terminate_leader,
         ]
 
@@ -757,6 +845,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             s.finish()
         for server in run.servers:
             server.stop()
+        run.close_links()
     if pending and not cannot_settle(pending):
         lines = []
         for g in run.groups:  # each group's first stuck ids: their stories and rows
@@ -807,6 +896,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
             + len(r.dead_unexplained)
             for g in run.groups
         },
+        unquiet=run.database_link_faults,
     )
     everyone = run.everyone()
     reconnects = sum(s.sub.reconnects for s in everyone if s.sub is not None)
@@ -831,7 +921,8 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         + "); "
         f"{reconnects} stream reconnects; producer retries {[p.retries for p in producers]}; "
         f"SIGTERM exit codes {run.graceful_exits}; takeovers after SIGKILL "
-        f"{run.takeovers_s}s"
+        f"{run.takeovers_s}s; connections reset by the network's faults "
+        f"{dict(run.link_resets)}"
     )
     found = deadlocks(own_server)
     (tmp_path / "deadlocks.log").write_text("\n".join(found))
@@ -913,8 +1004,10 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     assert [s.error for s in everyone if s.error is not None] == []
     assert [s.handler.error for s in everyone if s.handler.error is not None] == []
     assert reconnects > 0
-    for fault in ("database restart", "database SIGKILL", "msgtable SIGKILL"):
+    for fault in ("database restart", "database SIGKILL", "msgtable SIGKILL", *NETWORK_FAULTS):
         assert report.events[fault] >= 1, f"no {fault}: {summary}"
+    # the network's resets cut live connections (both servers' database links, the clients')
+    assert all(run.link_resets[f] > 0 for f in RESETS), summary
     # rows left the table during the run: the purge ran (and held what it had to)
     assert report.purged > 0, summary
     # the ordered table's order was exercised: every key delivered, runs of a key sent

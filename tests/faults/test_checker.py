@@ -293,6 +293,28 @@ def test_a_dead_letters_attempts_one_below_what_was_seen_pass_after_its_senders_
     assert rejected_at_attempt_2(("msgtable SIGKILL", 5.0, A), attempts=0).violations() == {}
 
 
+def test_a_dead_letters_attempts_below_what_was_seen_pass_after_its_senders_link_fault() -> None:
+    """The network's faults on a database link lose a send's count as a kill does: the
+    sender's link cut or slow (its lease lost, its postpone never written), or every
+    server's links reset."""
+    for fault in [
+        ("database link cut", 5.0, A),
+        ("database link slow", 4.0, A),
+        ("database links reset", 4.0, ""),
+    ]:
+        report = rejected_at_attempt_2(fault)
+        assert report.violations() == {}, fault
+        assert report.attempts_uncounted == [(7, 1, 2)]
+
+
+def test_a_fault_of_the_other_servers_or_the_clients_links_loses_no_count() -> None:
+    """The other server's database link cut, or the clients' connections reset (the server
+    writes its counts over its own database link), explain no undercount."""
+    assert short(rejected_at_attempt_2(("database link cut", 5.0, B))) == [(7, 1, 2)]
+    assert short(rejected_at_attempt_2(("database link slow", 5.0, B))) == [(7, 1, 2)]
+    assert short(rejected_at_attempt_2(("client links reset", 5.0, ""))) == [(7, 1, 2)]
+
+
 def short(report: Report) -> list[tuple[int, int, int]]:
     assert report.attempts_uncounted == []
     return report.attempts_short
@@ -331,6 +353,10 @@ def test_a_reason_of_a_call_that_answered_zero_amid_a_server_kill_may_be_in_last
     c.events.clear()
     report = c.judge(Tables({}, [dead(7, attempts=MAX, error="poison 7: rejected")]))
     assert report.bad_reason == [(7, "poison 7: rejected")]
+    # a reset of the client's connections during the call lost its answer the same way
+    c.event("client links reset", began=start)
+    report = c.judge(Tables({}, [dead(7, attempts=MAX, error="poison 7: rejected")]))
+    assert report.bad_reason == []
 
 
 def test_an_ack_in_doubt_that_committed_counts_as_acked_and_one_never_sent_does_not() -> None:

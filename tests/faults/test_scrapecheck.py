@@ -108,6 +108,22 @@ def test_two_lease_holders_or_two_named_at_a_quiescent_point_are_named():
     }
 
 
+def test_a_database_link_fault_near_a_round_makes_it_no_quiescent_point():
+    """A server cut off from the database (its link silent, slow or reset) cannot read who
+    holds the lease: within QUIET_S of such a fault a round is not quiescent; beyond, the
+    same round is judged."""
+    r = healthy()
+    r.round(10.0, sent=(30, 0), holders=(1, 0), named=("a", ""))
+    r.round(10.5, sent=(30, 0), holders=(0, 0))
+    quiet = judge(r, [], {"chaos": 3}, unquiet=[(9.0, 9.5)])  # type: ignore[arg-type]
+    assert quiet.violations == {}
+    report = judge(r, [], {"chaos": 3}, unquiet=[(1.0, 10.5 - QUIET_S - 1)])  # type: ignore[arg-type]
+    assert set(report.violations) == {
+        "(c) not exactly one lease holder at a quiescent point",
+        "(c) the servers name different lease holders",
+    }
+
+
 def test_a_backlog_or_other_dead_letters_after_the_drain_are_named():
     r = healthy()
     r.settled_found["backlog"] = {("chaos", ""): (0, 2)}

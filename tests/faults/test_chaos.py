@@ -10,7 +10,8 @@ server advertises): every client connection is reset (streams mid-batch, calls i
 every database connection of both servers is reset mid-statement; the leader's database
 link is slow (NET_LATENCY_S a packet each way, for NET_FAULT_S); and the leader's database
 link goes silent for NET_FAULT_S (packets dropped, nothing closed: its lease is not renewed,
-the other server takes over), then comes back with every connection reset. The database runs with a production server's durability (every commit flushed,
+the other server takes over), then comes back with every connection reset. The database
+runs with a production server's durability (every commit flushed,
 the binlog's included: msgtable.devdb's durable=True), so a crash loses nothing a commit
 returned for, and the checker holds it to that.
 

@@ -230,3 +230,29 @@ def test_a_server_that_lost_the_lease_never_names_itself_as_its_holder(engine):
         assert engine.lease_holder == "10.0.0.2:50051"
     finally:
         engine._lease = None
+
+
+def test_during_a_takeovers_hold_a_named_release_or_renew_changes_only_what_this_server_sent(
+    engine, store, clock
+):
+    """The old holder (crashed 2 s ago) may have sent row 1 again, at attempt 2, its count
+    not written: the table still says epoch 1. A late release or renew naming attempt 1
+    cannot be told from one of a current delivery, so during the hold it changes nothing
+    (answered 0: the message comes back after its ack wait, at the latest). Row 2, which
+    this server sent since it took over, is released as usual; after the hold, row 1 too."""
+    now = clock.now_ns()
+    old = now - 12 * 10**9
+    store.insert("later", 1, message="old", time_created=old, epoch=1)
+    store.insert("later", 2, message="new", time_created=now)
+    engine._gain(Takeover("old", 2.0, released=False, by_me=False))
+    m = engine._manager("later", "")
+    sub = engine.subscribe("later")
+    m.poll_once()
+    assert m.send_once() == 1 and drain(sub) == [(2, "new")]
+    before = dict(store._table("later")[1])
+    assert engine.release("later", "", [1], 0.0, "late", attempts=[1]) == 0
+    assert engine.renew("later", "", [1], 5.0, "late", attempts=[1]) == 0
+    assert store._table("later")[1] == before  # untouched: the old holder's send stands
+    assert engine.release("later", "", [2], 0.0, "mine", attempts=[1]) == 1
+    clock.advance(8.5)  # vt_ack_wait (10 s) after the old lease ended: the hold is over
+    assert engine.release("later", "", [1], 0.0, "late", attempts=[1]) == 1

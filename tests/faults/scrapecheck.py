@@ -10,8 +10,8 @@ from what it recorded only:
     msgtable_lease_gains_total unchanged),
     no counter goes down (a series that vanished from a scrape starts again at zero: its
     table was opened again);
-(c) at quiescent points (both servers live for QUIET_S, no database restart or fault of a
-    database link in it) exactly
+(c) at quiescent points (both servers live for QUIET_S, no database restart, fault of a
+    database link or change of the lease holders in it: a state that lasts is judged) exactly
     one server reports msgtable_lease_holder 1, and both /api/state name the same holder;
 (d) after the drain, the leader's backlog (due + scheduled, its /api/state and its metrics)
     is what the checkers know is unacked (0), and its dashboard counts the dead letters
@@ -201,6 +201,9 @@ class ScrapeReport:
     slowest_by_kind: dict[str, float] = field(default_factory=dict)  # metrics, state
     down_answers: int = 0  # live scrapes that said database_up 0
     quiescent_rounds: int = 0
+    # rounds whose lease holders (each server's msgtable_lease_holder) differ from the
+    # round before: a takeover, a lease given back, or lost on a stall (a busy machine)
+    lease_changes: int = 0
     processes: int = 0
     settled_judged: bool = False  # (d) asked after the drain
     violations: dict[str, list[str]] = field(default_factory=dict)
@@ -216,6 +219,7 @@ class ScrapeReport:
             + f"; bound {BOUND_S:g}s); "
             f"{self.down_answers} said the "
             f"database was down; {self.quiescent_rounds} quiescent rounds; "
+            f"{self.lease_changes} changes of the lease holders seen; "
             f"{self.processes} server processes"
             + ("" if self.settled_judged else "; (d) not judged: the drain did not end")
         )
@@ -291,8 +295,15 @@ def judge(
     r.processes = len(pids)
     # (c)
     calm_since: dict[str, float] = {}
+    seen: tuple[tuple[str, float | None], ...] | None = None
+    changed_at = float("-inf")  # when the holders last differed from the round before
     for found in scraper.rounds:
         at = min(s.began for s in found)
+        now = tuple(sorted((s.server, s.lease_holder) for s in found if s.kind == "metrics"))
+        if seen is not None and now != seen:
+            r.lease_changes += 1
+            changed_at = at
+        seen = now
         for name in {s.server for s in found}:
             mine = [s for s in found if s.server == name]
             if not all(s.live and s.error is None for s in mine):
@@ -302,7 +313,8 @@ def judge(
         names = {s.server for s in found}
         calm = all(name in calm_since and at - calm_since[name] >= QUIET_S for name in names)
         restarts = any(b - QUIET_S <= at <= o + QUIET_S for b, o in [*database_down, *unquiet])
-        if not calm or restarts:
+        moving = at - changed_at < QUIET_S  # a lease changing hands: judged once it settles
+        if not calm or restarts or moving:
             continue
         r.quiescent_rounds += 1
         holders = [s.server for s in found if s.kind == "metrics" and s.lease_holder == 1]

@@ -98,26 +98,49 @@ def test_a_counter_going_down_in_one_process_and_tenure_is_named_not_after_a_res
 
 
 def test_two_lease_holders_or_two_named_at_a_quiescent_point_are_named():
+    """Judged once the holders have not changed for QUIET_S: two holders that last, or
+    servers that name different holders while the holders stay as they are."""
     r = healthy()
-    r.round(10.0, sent=(30, 0), holders=(1, 1))
-    r.round(10.5, sent=(30, 0), named=("a", "b"))
+    r.round(10.0, sent=(30, 0), named=("a", "b"))
+    for i in range(10):
+        r.round(10.5 + i * 0.5, sent=(30, 0), holders=(1, 1))
     report = judge(r, [], {"chaos": 3})  # type: ignore[arg-type]
     assert set(report.violations) == {
         "(c) not exactly one lease holder at a quiescent point",
         "(c) the servers name different lease holders",
     }
+    assert report.lease_changes == 1
+
+
+def test_a_lease_changing_hands_is_judged_once_it_settles():
+    """A lease lost on a stall and taken again (a busy machine): the rounds while it moves,
+    with no holder or holders named apart, are counted, not judged; QUIET_S after, the one
+    holder is."""
+    r = healthy()
+    r.round(10.0, sent=(30, 0), holders=(0, 0), named=("", "a"))
+    r.round(10.5, sent=(30, 0), holders=(0, 1), named=("b", ""))
+    for i in range(10):
+        r.round(11.0 + i * 0.5, sent=(30, 0), holders=(0, 1), named=("b", "b"))
+    report = judge(r, [], {"chaos": 3})  # type: ignore[arg-type]
+    assert report.violations == {}
+    assert report.lease_changes == 2
+    assert "2 changes of the lease holders seen" in report.summary()
+    r.round(16.0, sent=(30, 0), holders=(0, 1), named=("b", ""))
+    report = judge(r, [], {"chaos": 3})  # type: ignore[arg-type]
+    assert set(report.violations) == {"(c) the servers name different lease holders"}
 
 
 def test_a_database_link_fault_near_a_round_makes_it_no_quiescent_point():
     """A server cut off from the database (its link silent, slow or reset) cannot read who
     holds the lease: within QUIET_S of such a fault a round is not quiescent; beyond, the
-    same round is judged."""
+    same rounds are judged."""
     r = healthy()
     r.round(10.0, sent=(30, 0), holders=(1, 0), named=("a", ""))
-    r.round(10.5, sent=(30, 0), holders=(0, 0))
-    quiet = judge(r, [], {"chaos": 3}, unquiet=[(9.0, 9.5)])  # type: ignore[arg-type]
+    for i in range(11):
+        r.round(10.5 + i * 0.5, sent=(30, 0), holders=(0, 0))
+    quiet = judge(r, [], {"chaos": 3}, unquiet=[(9.0, 15.0)])  # type: ignore[arg-type]
     assert quiet.violations == {}
-    report = judge(r, [], {"chaos": 3}, unquiet=[(1.0, 10.5 - QUIET_S - 1)])  # type: ignore[arg-type]
+    report = judge(r, [], {"chaos": 3}, unquiet=[(1.0, 10.0 - QUIET_S - 1)])  # type: ignore[arg-type]
     assert set(report.violations) == {
         "(c) not exactly one lease holder at a quiescent point",
         "(c) the servers name different lease holders",

@@ -295,11 +295,20 @@ def judge(
     r.processes = len(pids)
     # (c)
     calm_since: dict[str, float] = {}
-    seen: tuple[tuple[str, float | None], ...] | None = None
+    seen: tuple[tuple[str, str, object], ...] | None = None
     changed_at = float("-inf")  # when the holders last differed from the round before
     for found in scraper.rounds:
         at = min(s.began for s in found)
-        now = tuple(sorted((s.server, s.lease_holder) for s in found if s.kind == "metrics"))
+        # each server's lease holder gauge, and whom its /api/state names and whether it
+        # leads (scraped a moment apart: either may show a change first)
+        now = tuple(
+            sorted(
+                (s.server, s.kind, s.lease_holder)
+                if s.kind == "metrics"
+                else (s.server, s.kind, repr(_lease_of(s.state)))
+                for s in found
+            )
+        )
         if seen is not None and now != seen:
             r.lease_changes += 1
             changed_at = at
@@ -352,3 +361,11 @@ def judge(
                     f"{table}: the dashboard {found['dead'].get(table)}, the checker {n}",
                 )
     return r
+
+
+def _lease_of(state: dict[str, Any] | None) -> tuple[object, object] | None:
+    """(the holder it names, whether it leads) from a server's /api/state answer."""
+    if not state:
+        return None
+    server = state.get("server") or {}
+    return server.get("lease_holder"), server.get("leading")

@@ -53,43 +53,6 @@ def test_connections_made_after_resets_pass_bytes_both_ways() -> None:
                 assert proxy.reset() == 1
 
 
-def test_resets_of_one_proxy_take_nothing_from_another_proxys_new_connections() -> None:
-    """One proxy's connections are reset over and over (each time a few new ones open)
-    while another proxy in the same process opens connection after connection: every one
-    of those echoes. (Socket descriptors are numbers the process reuses: a reset must not
-    leave a pump reading a number that now belongs to a new connection.)"""
-    with (
-        echo_server() as port,
-        FaultProxy("127.0.0.1", port) as a,
-        FaultProxy("127.0.0.1", port) as b,
-    ):
-        stop = threading.Event()
-
-        def churn() -> None:
-            while not stop.is_set():
-                held = [socket.create_connection(("127.0.0.1", a.port)) for _ in range(4)]
-                for s in held:
-                    s.sendall(b"x")
-                a.reset()
-                for s in held:
-                    s.close()
-
-        churner = threading.Thread(target=churn, daemon=True)
-        churner.start()
-        try:
-            for n in range(300):
-                with socket.create_connection(("127.0.0.1", b.port), timeout=5) as s:
-                    s.sendall(b"ping %d" % n)
-                    try:
-                        got = s.recv(64)
-                    except TimeoutError:
-                        got = b"nothing within 5 s"
-                    assert got == b"ping %d" % n, f"connection {n} beside the resets: {got!r}"
-        finally:
-            stop.set()
-            churner.join(10)
-
-
 def test_a_healed_link_resets_what_went_silent_and_passes_new_connections() -> None:
     """A connection made while the link was silent lost its bytes: healing resets it (the
     peer hears of it), and the next connection echoes."""

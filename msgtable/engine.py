@@ -248,6 +248,19 @@ class MessageEngine(Subscriptions, Endpoints):
         lease = self._lease
         return lease.valid() if lease is not None else self._leading
 
+    def _may_postpone(self, ack_wait_s: float) -> bool:
+        """Whether a sent row's postpone (its count, its ack wait) may still be written:
+        while the lease is valid, and until half an ack wait after it ended. The next holder
+        holds back what this one may have sent until a whole ack wait after the lease ended
+        on the database's clock (no earlier than here); a postpone written later could land
+        after the next holder sent the row again, match the epoch that send has not counted
+        yet, and make the row due at once while it is in flight. Not written, the count is
+        lost, and the row is sent again after the next holder's hold."""
+        lease = self._lease
+        if lease is None:
+            return True
+        return time.monotonic() < lease.held_until_s + ack_wait_s / 2
+
     def _gain(self, takeover: Takeover) -> None:
         """This server now holds the lease: serve every table, holding back the sends of
         those the old holder may have messages in flight for."""
@@ -356,6 +369,7 @@ class MessageEngine(Subscriptions, Endpoints):
             self.rng,
             self._on_fatal,
             may_send=self._may_send,
+            may_postpone=self._may_postpone,
             outage=self.store.outage,
             dead_letter=self._dead_letter_config,
             buried=self.binlog_insert,

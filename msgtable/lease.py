@@ -141,6 +141,8 @@ class Lease:
         self._conn: Any = None
         self._on_gain, self._on_loss = on_gain, on_loss
         self._valid_until = 0.0  # monotonic; 0: not held
+        # when the last tenure's validity ends or ended (monotonic; kept after a loss)
+        self.held_until_s = 0.0
         self._held = False
         self._prepared = False
         self._stop = threading.Event()
@@ -290,7 +292,7 @@ class Lease:
                 cur.execute(set_me, (self.holder, self.address, period_us, LEASE_NAME))
                 takeover = Takeover(holder, max(0.0, over_us / 1e6), released, mine)
             self._conn.commit()
-        self._valid_until = began + self.period_s
+        self._valid_until = self.held_until_s = began + self.period_s
         self.leader_address = self.address
         if self._held:
             return None

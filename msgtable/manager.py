@@ -88,6 +88,7 @@ class MessageManager:
         rng: random.Random,
         on_fatal: Callable[[str], None] | None = None,
         may_send: Callable[[], bool] | None = None,
+        may_postpone: Callable[[float], bool] | None = None,
         outage: Outage | None = None,
         dead_letter: Callable[[TableConfig], TableConfig | None] | None = None,
         buried: Callable[[str], None] | None = None,
@@ -103,6 +104,8 @@ class MessageManager:
         # Whether this server may hand messages over now (msgtable.lease: it holds the
         # lease); checked after each claim, before the hand-over.
         self._may_send = may_send or (lambda: True)
+        # whether postpones may still be written (given the ack wait): msgtable.engine
+        self._may_postpone = may_postpone or (lambda _ack_wait_s: True)
         self._hold_until_ns = 0  # after a takeover: no send before this (see hold())
         # ... or only rows the old holder cannot have sent: due, and there, after this
         self._hold_floor_ns: int | None = None
@@ -227,6 +230,17 @@ class MessageManager:
         try:
             while self.postpone_once(everything=True):
                 pass
+            with self._lock:
+                left = self.cache.inflight.unclaimed
+            if left:  # not written: this server's lease ended too long ago
+                log.warning(
+                    "table %s: did not postpone %d sent, unacked messages on close: this "
+                    "server's lease ended more than half an ack wait ago, and another server "
+                    "may have sent them again since; they are due again after its hold",
+                    self.config.name,
+                    left,
+                )
+                return False
             return True
         except TableNotFound:
             return True  # dropped: nothing left to postpone
@@ -846,6 +860,8 @@ class MessageManager:
         UPDATE per (epoch, send). Returns how many rows it took (0: none is due)."""
         now = self.clock.now_ns()
         cfg = self.config
+        if not self._may_postpone(cfg.ack_wait_s):
+            return 0  # the lease ended too long ago (msgtable.engine): written, it could harm
         before = now if everything else now - cfg.postpone_after_ns
         with self.cache.holding_postpones(before, MAX_POSTPONE_IDS) as hold:
             if not hold.rows:

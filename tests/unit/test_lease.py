@@ -6,6 +6,7 @@ lost lease ends subscriptions with NotLeader, and a send never hands over withou
 from __future__ import annotations
 
 import random
+import time
 
 import pytest
 
@@ -256,3 +257,39 @@ def test_during_a_takeovers_hold_a_named_release_or_renew_changes_only_what_this
     assert engine.release("later", "", [2], 0.0, "mine", attempts=[1]) == 1
     clock.advance(8.5)  # vt_ack_wait (10 s) after the old lease ended: the hold is over
     assert engine.release("later", "", [1], 0.0, "late", attempts=[1]) == 1
+
+
+class EndedLease:
+    """A lease whose last tenure's validity ended ``ago_s`` ago (monotonic)."""
+
+    address = "me:1"
+    leader_address = ""
+
+    def __init__(self, ago_s: float) -> None:
+        self.held_until_s = time.monotonic() - ago_s
+
+    def valid(self) -> bool:
+        return False
+
+    def close(self, released: bool) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("ago_s", "written"), [(2.0, True), (6.0, False)])
+def test_a_server_whose_lease_ended_long_ago_writes_no_postpones_on_its_way_out(
+    engine, store, clock, ago_s, written
+):
+    """A server cut off from the database notices the end of its lease late. Past half an
+    ack wait (10 s here) after that end, the next holder may have sent its rows again, that
+    send not counted in the table yet: a postpone written now would match its epoch and
+    make the row due at once while it is in flight. So the demotion writes none then (the
+    count is lost; the next holder holds the rows until a whole ack wait after the end);
+    before that, it writes them as a clean hand-over does."""
+    engine._gain(FIRST)
+    m, sub = one_row_polled(engine, store)
+    assert m.send_once() == 1
+    drain(sub)
+    engine._lease = EndedLease(ago_s)
+    engine._lose("10.0.0.2:50051")
+    assert store.rows["later"][1]["epoch"] == (1 if written else 0)
+    assert engine._clean_demotion is written

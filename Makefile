@@ -32,7 +32,7 @@ SPARK_STAMP := $(VENV)/.stamp-install-spark
 .DEFAULT_GOAL := help
 .PHONY: help run test venv install install-test mysql-server mysql-client-dev spark spark-deps \
 	browser-deps node-deps lint proto proto-check pytest \
-	clean distclean bench bench-full chaos chaos-network chaos-busy soak
+	clean distclean bench bench-full chaos chaos-busy soak
 
 help:
 	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
@@ -43,7 +43,6 @@ help:
 	@echo "make bench          quick benchmark suite (under a minute): table, targets, JSON line"
 	@echo "make bench-full     the full benchmark suite (minutes)"
 	@echo "make chaos          the fault suite alone (tests/faults, about two minutes), with its counts"
-	@echo "make chaos-network  the fault suite with the network's faults in its cycle"
 	@echo "make chaos-busy     the fault suite beside two CPU hogs (a machine busy with other work)"
 	@echo "make soak           a long run with faults (MSGTABLE_SOAK_MINUTES, 30): resources stay flat"
 	@echo "make clean|distclean                            remove caches | and the virtualenv"
@@ -64,16 +63,11 @@ bench-full: $(BENCH_STAMP) mysql-server spark-deps
 	$(PY) -m bench.run --full $(BENCH_ARGS)
 
 # The fault suite (also part of `make test`): 100,000 messages through two servers while the
-# database restarts, servers are killed, subscribers die, stall and ack late; prints its counts.
+# database restarts and crashes, servers are killed, subscribers die, stall and ack late, and
+# the network resets connections, slows and cuts database links; prints its counts.
 # MSGTABLE_CHAOS_MESSAGES=N for another size.
 chaos: $(TEST_STAMP) mysql-server
 	$(PY) -m pytest -p no:cacheprovider -q -s tests/faults $(PYTEST_ARGS)
-
-# The fault suite with the network's faults in its cycle (connections reset, a slow and a
-# silent database link; not yet in `make test`: see the README's Faults section).
-chaos-network: $(TEST_STAMP) mysql-server
-	MSGTABLE_CHAOS_NETWORK=1 \
-		$(PY) -m pytest -p no:cacheprovider -q -s tests/faults/test_chaos.py $(PYTEST_ARGS)
 
 # The fault suite on a busy machine: two processes spin at normal priority beside it
 # (MSGTABLE_CHAOS_HOGS=N for another number).

@@ -393,7 +393,7 @@ class MessageManager:
         clean, bound = self._settled_ids(ids, attempts, "release")
         next_ns = self.clock.now_ns() + round(delay_s * 1e9)
         with self.cache.holding_acks(clean, wait=True, attempts=bound) as hold:
-            ids, named = self._unheld(*self._current(clean, bound, hold.skipped))
+            ids, named = self._current(clean, bound, hold.skipped)
             n = self.store.release(cfg, ids, next_ns, reason, hold.rows, named) if ids else 0
         with self._lock:
             self.cache.forget(ids)
@@ -420,7 +420,7 @@ class MessageManager:
         now = self.clock.now_ns()
         until = now + round((extend_s or cfg.ack_wait_s) * 1e9)
         with self.cache.holding_acks(clean, wait=True, attempts=bound) as hold:
-            ids, named = self._unheld(*self._current(clean, bound, hold.skipped))
+            ids, named = self._current(clean, bound, hold.skipped)
             n = self.store.renew(cfg, ids, now, until, reason, hold.rows, named) if ids else 0
         with self._lock:
             self.cache.inflight.extend(ids, until)
@@ -438,34 +438,27 @@ class MessageManager:
             return coerce_ids(cfg.name, cfg.id_column, ids, verb), None
         return coerce_id_pairs(cfg.name, cfg.id_column, ids, bound, verb)
 
-    @staticmethod
     def _current(
-        ids: list[Hashable], attempts: list[int] | None, skipped: set[Hashable]
+        self, ids: list[Hashable], attempts: list[int] | None, skipped: set[Hashable]
     ) -> tuple[list[Hashable], list[int] | None]:
-        """The ids (and their attempts) a release or renew changes: all but those this server
-        sent again since the delivery named (the database cannot tell those: the later
-        send may not be counted there yet)."""
-        if not skipped or attempts is None:
-            return ids, attempts
-        keep = [k for k, rid in enumerate(ids) if rid not in skipped]
-        return [ids[k] for k in keep], [attempts[k] for k in keep]
-
-    def _unheld(
-        self, ids: list[Hashable], attempts: list[int] | None
-    ) -> tuple[list[Hashable], list[int] | None]:
-        """During a takeover's hold (see hold()), the ids a release or renew naming their
-        delivery may change: only those this server sent since it took over. The old
-        holder may have sent any other again with its count not written yet, and then the
-        table cannot tell a late call about an earlier delivery from one about the current:
-        such a call changes nothing (the message comes back after its ack wait at the
-        latest). A call naming no delivery changes the ids whatever their delivery."""
+        """The ids (and their attempts) a release or renew naming their delivery changes.
+        Not those this server sent again since the delivery named (the database cannot tell
+        those: the later send may not be counted there yet). And during a takeover's hold
+        (see hold()), only those this server sent since it took over: the old holder may
+        have sent any other again with its count not written yet, and then the table cannot
+        tell a late call about an earlier delivery from one about the current; such a call
+        changes nothing (the message comes back after its ack wait at the latest). A call
+        naming no delivery changes the ids whatever their delivery."""
         if attempts is None:
             return ids, attempts
         with self._lock:
-            if self.clock.now_ns() >= self._hold_until_ns:
+            held = self.clock.now_ns() < self._hold_until_ns
+            if not skipped and not held:
                 return ids, attempts
             flying = self.cache.inflight.flying
-            keep = [k for k, rid in enumerate(ids) if flying(rid)]
+            keep = [
+                k for k, rid in enumerate(ids) if rid not in skipped and (not held or flying(rid))
+            ]
         return [ids[k] for k in keep], [attempts[k] for k in keep]
 
     def reject(self, ids: Sequence[object], reason: str | None) -> int:

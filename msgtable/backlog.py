@@ -12,7 +12,9 @@ The store reads it with one aggregate statement per table (msgtable.store.backlo
 a statement time-out); :class:`BacklogReader` (the engine's ``backlog()``) reads every table
 at most once per ``max_age_s``, shares one read between concurrent callers without holding a
 lock across it, and answers with the last read of a table whose read failed (the database
-away, a time-out): what the metrics scrape and the dashboard read, never an exception.
+away, a time-out): what the metrics scrape and the dashboard read, never an exception. A
+metrics scrape waits at most :data:`SCRAPE_WAIT_S` for a read (then answers with the last one
+while the read goes on): a slow or silent database does not make the scrape late.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ DEFAULT_MAX_AGE_S = 5.0
 # How long one table's backlog statement may run before the database ends it (MariaDB's
 # max_statement_time, MySQL's MAX_EXECUTION_TIME hint): a scrape waits at most this per table.
 STATEMENT_TIMEOUT_S = 2.0
+# How long a metrics scrape waits for a backlog read before it answers with the last read: a
+# healthy database answers in milliseconds; a slow or silent one does not hold the scrape.
+SCRAPE_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -113,25 +118,41 @@ class BacklogReader:
         self.reads = 0  # how many reads ran, and callers waiting for one (tests count them)
         self.waiting = 0
 
-    def backlog(self, max_age_s: float = DEFAULT_MAX_AGE_S) -> list[Backlog]:
+    def backlog(
+        self, max_age_s: float = DEFAULT_MAX_AGE_S, wait_s: float | None = None
+    ) -> list[Backlog]:
         """The backlogs, by (table, subscription): read now if the last read is older than
-        ``max_age_s``; a caller that comes while another reads waits for that read."""
+        ``max_age_s``; a caller that comes while another reads waits for that read.
+
+        ``wait_s`` None: the caller waits for the read, however long the database takes (the
+        dashboard's own thread, ``ListTables``). A number: the read runs on a thread of its
+        own and the caller waits at most that long for it, then answers with the last read
+        (``[]`` before the first), the read going on to serve later callers (a metrics
+        scrape: a database that holds the statement, a slow or silent link, does not hold
+        the scrape)."""
         with self._lock:
             fresh = self._read_at is not None and time.monotonic() - self._read_at < max_age_s
             if fresh:
                 return self._answer
             reading = self._reading
+            start = reading is None
             if reading is None:
                 reading = self._reading = threading.Event()
-                mine = True
-            else:
-                mine = False
+            reads_itself = start and wait_s is None
+            if not reads_itself:
                 self.waiting += 1
-        if not mine:
-            reading.wait()
-            with self._lock:
-                self.waiting -= 1
-                return self._answer
+        if reads_itself:
+            return self._read_then_wake(reading)
+        if start:
+            threading.Thread(
+                target=self._read_then_wake, args=(reading,), name="msgtable-backlog", daemon=True
+            ).start()
+        reading.wait(wait_s)
+        with self._lock:
+            self.waiting -= 1
+            return self._answer
+
+    def _read_then_wake(self, reading: threading.Event) -> list[Backlog]:
         try:
             answer = self._read()
         except Exception:  # never to the scraper: the last answer stands

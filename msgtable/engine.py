@@ -793,11 +793,14 @@ class MessageEngine(Subscriptions, Endpoints):
         with self._lock:
             return [m.config for m in self._managers.values()]
 
-    def backlog(self, max_age_s: float = DEFAULT_MAX_AGE_S) -> list[Backlog]:
+    def backlog(
+        self, max_age_s: float = DEFAULT_MAX_AGE_S, wait_s: float | None = None
+    ) -> list[Backlog]:
         """The backlog of every loaded table (its default group) and subscription, read at
         most once per ``max_age_s`` (msgtable.backlog); on a server that does not hold the
-        lease too. Never raises: a table whose read fails keeps its last read."""
-        return self._backlog.backlog(max_age_s)
+        lease too. Never raises: a table whose read fails keeps its last read. ``wait_s``:
+        wait at most that long for a read, then answer the last (msgtable.backlog)."""
+        return self._backlog.backlog(max_age_s, wait_s)
 
     def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]:
         """Every loaded table and subscription as its manager counts it now, with its send

@@ -26,7 +26,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from msgtable.backlog import DEFAULT_MAX_AGE_S, Backlog
+from msgtable.backlog import DEFAULT_MAX_AGE_S, SCRAPE_WAIT_S, Backlog
 from msgtable.errors import InvalidArgument
 from msgtable.latency import LatencySnapshot
 from msgtable.status import PushStatus, TableStatus
@@ -75,7 +75,7 @@ class MetricsSource(Protocol):
 
     def push_status(self, table: str, subscription: str) -> PushStatus | None: ...
 
-    def backlog(self, max_age_s: float = ...) -> list[Backlog]: ...
+    def backlog(self, max_age_s: float = ..., wait_s: float | None = ...) -> list[Backlog]: ...
 
     def delivery_delays(self) -> dict[tuple[str, str], LatencySnapshot]: ...
 
@@ -187,8 +187,9 @@ class EngineCollector(Collector):
 
     def _backlog_families(self) -> Iterator[Metric]:
         """The backlog gauges: read from the database at most once per backlog_max_age_s
-        (msgtable.backlog), whatever the scrape interval; the last read while it is away."""
-        backlog = self.engine.backlog(self.backlog_max_age_s)
+        (msgtable.backlog), whatever the scrape interval; the last read while it is away, or
+        while a read takes longer than SCRAPE_WAIT_S (the read goes on for the next scrape)."""
+        backlog = self.engine.backlog(self.backlog_max_age_s, wait_s=SCRAPE_WAIT_S)
         ks = self.engine.keyspace
         due = GaugeMetricFamily(
             PREFIX + "messages_due",

@@ -244,15 +244,18 @@ def judge(
             continue
         r.live_scrapes += 1
         r.slowest_by_kind[s.kind] = max(s.took_s, r.slowest_by_kind.get(s.kind, 0.0))
+        restart = any(b <= s.began <= o for b, o in database_down)
+        linked = any(b <= s.began + s.took_s and s.began <= o for b, o in unquiet)
+        why = " (database down)" if restart else " (database link fault)" if linked else ""
         if s.took_s > r.slowest_live_s:
-            restart = any(b <= s.began <= o for b, o in database_down)
             r.slowest_live_s = s.took_s
-            r.slowest = f"{s.server} {s.kind}{' (database down)' if restart else ''}"
+            r.slowest = f"{s.server} {s.kind}{why}"
         if s.error is not None:
             what = f"{s.server} {s.kind} {s.began:.3f}: {s.error}"
             r.add("(a) a live server did not answer", what)
         elif s.took_s > BOUND_S:
-            r.add("(a) a live server answered too late", f"{s.server} {s.kind} {s.took_s:.2f}s")
+            what = f"{s.server} {s.kind} {s.took_s:.2f}s{why}"
+            r.add("(a) a live server answered too late", what)
         if s.database_up == 0:
             r.down_answers += 1
     during = [

@@ -230,3 +230,53 @@ def test_the_backlog_statement_is_written_once_per_flavour():
         "q", DEMO_COMMENT, tuple(c for c in CURRENT_COLUMNS if c.name != "time_created"), (("id",),)
     )
     assert "time_created" not in backlog_sql(bare, True)
+
+
+def test_a_caller_with_a_wait_bound_answers_the_last_read_while_a_slow_read_goes_on():
+    store = SlowStore()
+    store.release.set()
+    reader = reader_over(store)
+    (first,) = reader.backlog(0)  # read 1, done
+    store.release.clear()
+    answers: list[list[Backlog]] = []
+    t = threading.Thread(target=lambda: answers.append(reader.backlog(0, wait_s=0.05)))
+    t.start()
+    t.join(5)
+    assert not t.is_alive(), "a caller with a wait bound waited for a read the database holds"
+    assert store.entered.wait(5) and store.calls == 2, "the read did not start"
+    assert answers == [[first]], "not the last read while the new one is held"
+    # a second caller while the read is still held: the same answer, no second read
+    assert reader.backlog(0, wait_s=0.05) == [first] and store.calls == 2
+    store.release.set()
+    wait_until(lambda: reader.reads == 2, 10, what="the held read to finish in the background")
+    (second,) = reader.backlog(3600, wait_s=0.05)
+    assert second.due == 2, "the background read's answer was not kept"
+
+
+def test_a_scrape_does_not_wait_for_a_backlog_read_the_database_holds():
+    store = InMemoryStore()
+    now = FakeClock().now_ns()
+    known_rows(store, now)
+    e = make_engine(store)
+    held, entered = threading.Event(), threading.Event()
+    real = store.backlog
+
+    def slow(cfgs, now_ns):
+        entered.set()
+        assert held.wait(10), "the test never released the read"
+        return real(cfgs, now_ns)
+
+    try:
+        assert sample(scrape(e), "msgtable_messages_due") == 2
+        store.backlog = slow  # type: ignore[method-assign]
+        e._backlog._read_at = None  # the next scrape reads again
+        families: list[dict[str, object]] = []
+        t = threading.Thread(target=lambda: families.append(scrape(e)))
+        t.start()
+        t.join(5)
+        assert not t.is_alive(), "a scrape waited for a backlog read the database holds"
+        assert entered.is_set(), "the scrape did not start a read"
+        assert sample(families[0], "msgtable_messages_due") == 2  # the last read
+    finally:
+        held.set()
+        e.close()

@@ -337,6 +337,8 @@ _COUNTERS = (
     "capture_position",
     "capture_events",
     "capture_problem",
+    "hold_s",
+    "hold_whole",
 )
 
 _BACKLOG = ("due", "scheduled", "oldest_unacked_age_s")  # optional: unset when not read
@@ -479,6 +481,9 @@ class TableInfo:
     due: int | None = None  # the backlog read from the database (None: not read)
     scheduled: int | None = None
     oldest_unacked_age_s: float | None = None
+    # seconds left of a takeover's hold (0: none; msgtable.status.TableStatus says what)
+    hold_s: float = 0.0
+    hold_whole: bool = False
 
     @property
     def loaded(self) -> bool:

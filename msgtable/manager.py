@@ -574,13 +574,15 @@ class MessageManager:
 
     def status(self, keyspace: str) -> TableStatus:
         with self._lock:
+            now = self.clock.now_ns()
+            hold_s = max(0.0, (self._hold_until_ns - now) / 1e9)
             return TableStatus(
                 name=self.config.name,
                 keyspace=keyspace,
                 config=self.config,
                 load_error=None,
                 cached=self.cache.cached,
-                in_flight=self.cache.inflight.count(self.clock.now_ns()),
+                in_flight=self.cache.inflight.count(now),
                 subscribers=len(self._subscribers),
                 sent=self.sent,
                 enqueued=self.enqueued,
@@ -593,6 +595,8 @@ class MessageManager:
                 dead_lettered=self.dead_lettered,
                 keys_in_flight=self.cache.ordered.keys_in_flight if self.cache.ordered else 0,
                 keys_waiting=self.cache.ordered.keys_waiting if self.cache.ordered else 0,
+                hold_s=hold_s,
+                hold_whole=hold_s > 0 and self._hold_floor_ns is None,
             )
 
     # -- one step of each loop (unit tests call these directly) --------------------------

@@ -73,3 +73,9 @@ class TableStatus:
     due: int | None = None
     scheduled: int | None = None
     oldest_unacked_age_s: float | None = None
+    # After an unclean takeover (msgtable.lease): seconds left of the hold on what the old
+    # holder may have had in flight (0: none), and whether it holds every send of the table
+    # (no floor: a table without time_created, an ordered table) or only the rows due and
+    # there before the old lease ended (the rest flow)
+    hold_s: float = 0.0
+    hold_whole: bool = False

@@ -90,6 +90,11 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         lines.append("")
         lines.append("backlog (read from the database):")
         lines.extend(_backlog(t) for t in sorted(read, key=lambda t: (t.name, t.subscription)))
+    held = [t for t in (*tables, *subs) if t.hold_s > 0]
+    if held:
+        lines.append("")
+        lines.append("held after a takeover (the old lease holder's last sends may be in flight):")
+        lines.extend(_held(t) for t in sorted(held, key=lambda t: (t.name, t.subscription)))
     ordered = [t for t in tables if t.config is not None and t.config.order_key]
     if ordered:
         lines.append("")
@@ -124,6 +129,16 @@ def _backlog(t: TableInfo) -> str:
         "" if t.oldest_unacked_age_s is None else f", oldest unacked {age(t.oldest_unacked_age_s)}"
     )
     return f"  {label}: {t.due:,} due, {t.scheduled or 0:,} scheduled{oldest}"
+
+
+def _held(t: TableInfo) -> str:
+    label = f"{t.name}/{t.subscription}" if t.subscription else t.name
+    what = (
+        "every send of the table"
+        if t.hold_whole
+        else "only messages due before the old lease ended, the rest flow"
+    )
+    return f"  {label}: {age(t.hold_s)} more; {what}"
 
 
 def _ordered(t: TableInfo) -> str:
@@ -298,6 +313,8 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "due": s.due,
         "scheduled": s.scheduled,
         "oldest_unacked_age_s": s.oldest_unacked_age_s,
+        "hold_s": s.hold_s,
+        "hold_whole": s.hold_whole,
         "load_error": s.load_error,
     }
     return json.dumps(out, ensure_ascii=False)

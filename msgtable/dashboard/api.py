@@ -50,7 +50,7 @@ REFRESH_S = 1.0
 LIVE_FIELDS = (
     "cached", "in_flight", "subscribers", "sent", "enqueued", "redelivered", "acked",
     "acked_dml", "released", "rejected", "renewed", "dead_lettered", "keys_in_flight",
-    "keys_waiting",
+    "keys_waiting", "hold_s", "hold_whole",
 )  # fmt: skip
 
 
@@ -239,6 +239,9 @@ class DashboardApi:
             "dead": s.dead,
             "lag": s.lag,
             "unseen": s.unseen,
+            # a takeover's hold: seconds left (0: none), every send or the old holder's rows
+            "hold_s": round(s.hold_s, 3),
+            "hold_whole": s.hold_whole,
             "totals": {f: getattr(s, f) for f in FIELDS},
             "push": None
             if push is None

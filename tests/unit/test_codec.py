@@ -351,3 +351,32 @@ def test_the_backlog_travels_in_list_tables_and_shows_under_backlog_in_msgtable_
     info = codec.table_info_from_proto(codec.table_status_to_proto(unread))
     assert (info.due, info.scheduled, info.oldest_unacked_age_s) == (None, None, None)
     assert "backlog" not in output.format_tables([info])
+
+
+def test_a_takeovers_hold_travels_both_ways_and_shows_in_msgtable_tables():
+    columns = (Column("id", "bigint", "bigint"),)
+    held = [
+        TableStatus(
+            name="a", keyspace="ks", config=config_of(columns), load_error=None, hold_s=7.5
+        ),
+        TableStatus(
+            name="b",
+            keyspace="ks",
+            config=config_of(columns),
+            load_error=None,
+            hold_s=12.25,
+            hold_whole=True,
+        ),
+        TableStatus(name="c", keyspace="ks", config=config_of(columns), load_error=None),
+    ]
+    a, b, c = (codec.table_info_from_proto(codec.table_status_to_proto(s)) for s in held)
+    assert (a.hold_s, a.hold_whole) == (7.5, False)
+    assert (b.hold_s, b.hold_whole) == (12.25, True)
+    assert (c.hold_s, c.hold_whole) == (0.0, False)
+    text = output.format_tables([a, b, c])
+    assert (
+        "held after a takeover (the old lease holder's last sends may be in flight):\n"
+        "  a: 7.5s more; only messages due before the old lease ended, the rest flow\n"
+        "  b: 12s more; every send of the table\n"
+    ) in text + "\n"
+    assert "  c:" not in text

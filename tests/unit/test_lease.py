@@ -293,3 +293,28 @@ def test_a_server_whose_lease_ended_long_ago_writes_no_postpones_on_its_way_out(
     engine._lose("10.0.0.2:50051")
     assert store.rows["later"][1]["epoch"] == (1 if written else 0)
     assert engine._clean_demotion is written
+
+
+def test_a_takeovers_hold_shows_in_the_tables_status_until_it_ends(engine, store, clock):
+    """ListTables / msgtable tables say what the log said alone: how long a table's sends
+    are still held after an unclean takeover, and whether all of them or only the old
+    holder's may-have-sent rows (a floor)."""
+    assert all(s.hold_s == 0 and not s.hold_whole for s in engine.list_tables())
+    engine._gain(Takeover("old", 2.0, released=False, by_me=False))  # crashed 2 s ago
+    later = {s.name: s for s in engine.list_tables()}["later"]
+    assert later.hold_s == pytest.approx(8.0, abs=0.5)  # vt_ack_wait 10 s after its end
+    assert not later.hold_whole  # the table has time_created: a floor, the rest flows
+    assert {s.name: s for s in engine.list_tables()}["before"].hold_s == 0
+    clock.advance(8.5)
+    assert {s.name: s for s in engine.list_tables()}["later"].hold_s == 0
+
+
+def test_a_hold_without_a_floor_says_it_holds_every_send(store, clock):
+    store.create_table("bare", f"{COMMENT},vt_postpone_after=1", columns=NO_CREATED)
+    e = new_engine(store, clock)
+    try:
+        e._manager("bare", "").hold(5.0)  # no floor: every send of the table waits
+        bare = {s.name: s for s in e.list_tables()}["bare"]
+        assert bare.hold_s == pytest.approx(5.0) and bare.hold_whole
+    finally:
+        e.close()

@@ -63,6 +63,8 @@ class Target:
     unit: str = ""
     at_most: bool = False  # the value must be <= threshold (else >=)
     why_unmeasured: str = ""
+    # [min, max] of the rounds whose median is the value (None: measured once)
+    spread: list[float] | None = None
 
     @property
     def met(self) -> bool | None:
@@ -75,6 +77,7 @@ class Target:
             "value": None if self.value is None else round(self.value, 3),
             "target": f"{'<=' if self.at_most else '>='} {self.threshold:g}{self.unit}",
             "met": self.met,
+            **({"spread": self.spread} if self.spread else {}),
         }
 
 
@@ -146,12 +149,14 @@ class Report:
                 f"msgtable / raw at batch {b}, {k} subscribers",
                 self.ratio_vs_raw(b, k),
                 1.0,
+                spread=self.ratio_spread(b, k),
             ),
             Target(
                 f"ratio_vs_raw_b{lo}",
                 f"msgtable / raw at batch {lo}, {k} subscribers",
                 self.ratio_vs_raw(lo, k),
                 0.8,
+                spread=self.ratio_spread(lo, k),
             ),
             Target(
                 "ratio_vs_peer",
@@ -173,6 +178,7 @@ class Report:
                 self.purge.ratio if self.purge else None,
                 0.8,
                 why_unmeasured=full_only,
+                spread=self.purge.spread if self.purge else None,
             ),
             Target(
                 "latency_binlog_p50_ms",
@@ -297,6 +303,7 @@ class Report:
                 "msgtable with metrics scraped every 0.2 s / without, batch 100, 4 subscribers",
                 self.metrics.ratio if self.metrics else None,
                 TARGET_METRICS_RATIO,
+                spread=_spread(self.metrics.ratio_runs if self.metrics else None),
             ),
             Target(
                 "dashboard_page_ms",
@@ -328,6 +335,7 @@ class Report:
                 "4 subscribers",
                 self.metrics.tracing_ratio if self.metrics else None,
                 TARGET_METRICS_RATIO,
+                spread=_spread(self.metrics.tracing_ratio_runs if self.metrics else None),
             ),
             Target(
                 "bytes_per_cached_msg",
@@ -449,13 +457,15 @@ class Report:
             add("")
             add(
                 f"purge of 1M acked rows during delivery (batch {first.batch_size}, "
-                f"{first.clients} subscribers, {first.messages:,} messages a run, mean of "
-                f"{len(p.without)} runs):"
+                f"{first.clients} subscribers, {first.messages:,} messages a run, "
+                f"{len(p.without)} rounds of a run without and one during, alternating):"
             )
             add(
                 f"  without purge {p.without_rate:,.0f} msgs/s; during purge "
-                f"{p.during_rate:,.0f} msgs/s ({p.ratio:.2f}); {p.purged_during:,} rows purged "
-                f"during the runs, {p.left_after:,} old rows left after them"
+                f"{p.during_rate:,.0f} msgs/s (medians); during / without: median "
+                f"{p.ratio:.2f} (rounds {', '.join(f'{r:.2f}' for r in p.rounds)}); rows "
+                f"purged in each run with it {', '.join(f'{n:,}' for n in p.purged)}, "
+                f"{p.left_after:,} old rows left after them"
             )
         add("")
         add("targets")
@@ -720,3 +730,8 @@ def rnd(value: float | None, digits: int) -> float | None:
 
 def _num(value: float | None, spec: str) -> str:
     return "-" if value is None or math.isnan(value) else format(value, spec)
+
+
+def _spread(rounds: list[float] | None) -> list[float] | None:
+    """[min, max] of a median's rounds (None: none)."""
+    return [round(min(rounds), 3), round(max(rounds), 3)] if rounds else None

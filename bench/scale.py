@@ -13,13 +13,17 @@ drains would pay for that and the small ones, which have a table to fill in betw
 The last drain of the large backlog goes on to SUSTAINED messages, whose rate is reported
 too. Target: the large backlog within 20% of the small one.
 
-Purge: a table holds PURGE_ROWS acked rows, acked two hours ago. Delivery is measured twice on
-it with the usual producer and K subscribers: PURGE_RUNS times with vt_purge_after one day
-(nothing is old enough, the purger finds nothing), then, after an ALTER TABLE ... COMMENT
-that the server applies live, PURGE_RUNS times with vt_purge_after PURGE_AFTER_S, so the
-purger deletes the old rows (500 a statement, as fast as it can) during the deliveries. It
-says how many rows were purged meanwhile and how many were left (if none were left, the
-purge ended before the runs did). Target: delivery keeps >= 80% of its throughput.
+Purge: a table holds PURGE_ROWS acked rows, acked two hours ago. Delivery is measured on it
+with the usual producer and K subscribers in PURGE_ROUNDS rounds of two runs side by side:
+one with vt_purge_after one day (nothing is old enough, the purger finds nothing) and one
+with vt_purge_after PURGE_AFTER_S, so the purger deletes the old rows (500 a statement, paced
+by msgtable.purger) during the delivery; every other round the purge goes first. Each run is
+at least PURGE_MESSAGES_MIN messages, so that it lasts seconds. The setting changes by an
+ALTER TABLE ... COMMENT the server applies live, and the bench waits until ListTables shows it.
+The ratio is the median round's during / without (a machine busy with other work moves single
+runs 10-20 %), with the rounds' spread; it says how many rows each run with the purge deleted
+(a run that deleted none measured nothing: an error) and how many were left. Target: delivery
+keeps >= 80% of its throughput.
 
 Explain: EXPLAIN of the engine's poll query at the large backlog (the shape msgtable/store.py
 builds, with literal values).
@@ -55,7 +59,10 @@ DRAINS = 3  # per backlog size; the medians are compared
 QUIET_S = DEFAULT_POSTPONE_AFTER_S + 0.5  # between drains, for both sizes
 PURGE_ROWS = 1_000_000
 PURGE_AFTER_S = 60
-PURGE_RUNS = 2  # deliveries without, and as many during, the purge; means compare
+PURGE_SETTLE_S = 1.0
+PURGE_OFF_S = 86400  # nothing acked two hours ago is this old: the purger finds nothing
+PURGE_ROUNDS = 5  # rounds of one run without the purge and one during it (odd: a median ran)
+PURGE_MESSAGES_MIN = 100_000
 CONFIG_TIMEOUT_S = 30.0
 
 
@@ -178,22 +185,35 @@ def backlog(
 
 @dataclass
 class PurgeResult:
-    without: list[Throughput]
-    during: list[Throughput]
-    purged_during: int  # old rows deleted while the runs with purge went on
-    left_after: int
+    without: list[Throughput]  # by round
+    during: list[Throughput]  # by round
+    purged: list[int]  # old rows deleted during each round's run with the purge
+    left_after: int  # old rows left after the last round
 
     @property
-    def without_rate(self) -> float:
-        return statistics.mean(r.msgs_s for r in self.without)
+    def purged_during(self) -> int:
+        return sum(self.purged)
 
     @property
-    def during_rate(self) -> float:
-        return statistics.mean(r.msgs_s for r in self.during)
+    def rounds(self) -> list[float]:
+        """Each round's during / without."""
+        return [d.msgs_s / w.msgs_s for w, d in zip(self.without, self.during, strict=True)]
 
     @property
     def ratio(self) -> float:
-        return self.during_rate / self.without_rate
+        return statistics.median(self.rounds)
+
+    @property
+    def spread(self) -> list[float]:
+        return [round(min(self.rounds), 3), round(max(self.rounds), 3)]
+
+    @property
+    def without_rate(self) -> float:
+        return statistics.median(r.msgs_s for r in self.without)
+
+    @property
+    def during_rate(self) -> float:
+        return statistics.median(r.msgs_s for r in self.during)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -203,6 +223,9 @@ class PurgeResult:
             "msgs_s_without_each": [round(r.msgs_s) for r in self.without],
             "msgs_s_during_each": [round(r.msgs_s) for r in self.during],
             "ratio": round(self.ratio, 3),
+            "ratio_each": [round(r, 3) for r in self.rounds],
+            "ratio_spread": self.spread,
+            "purged_each_run": self.purged,
             "purged_during_runs": self.purged_during,
             "old_rows_left_after_runs": self.left_after,
         }
@@ -218,15 +241,12 @@ def purge(
     *,
     postpone_after_s: float | None,
 ) -> PurgeResult:
-    """PURGE_RUNS deliveries with purge off, then PURGE_RUNS with the purger at work."""
+    """PURGE_ROUNDS rounds of a delivery without the purge and one during it, side by side
+    (module docstring)."""
     from msgtable.client import Client
 
     table = "purge_load"
-    create_table(
-        dsn,
-        table,
-        message_comment(batch_size, poller_interval_s, postpone_after_s=postpone_after_s),
-    )
+    n = max(n, PURGE_MESSAGES_MIN)
     old = f"time_acked < {time.time_ns() - 3600 * NS}"
     next_id = 0
 
@@ -245,32 +265,58 @@ def purge(
             first_id=first,
         )
 
+    def purge_after(client: Client, after_s: float) -> None:
+        comment = message_comment(
+            batch_size, poller_interval_s, postpone_after_s=postpone_after_s, purge_after_s=after_s
+        )
+        execute(dsn, f"alter table {table} comment '{comment}'")
+        deadline = time.monotonic() + CONFIG_TIMEOUT_S
+        while True:
+            status = {t.name: t for t in client.list_tables()}.get(table)
+            if status and status.config and status.config.purge_after_s == after_s:
+                return
+            if time.monotonic() > deadline:
+                raise BenchError(
+                    f"purge: the server did not take vt_purge_after={after_s:g} within "
+                    f"{CONFIG_TIMEOUT_S:g} s"
+                )
+            time.sleep(0.2)
+
+    create_table(
+        dsn,
+        table,
+        message_comment(batch_size, poller_interval_s, postpone_after_s=postpone_after_s),
+    )
+    without: list[Throughput] = []
+    during: list[Throughput] = []
+    purged: list[int] = []
     try:
         bulk_insert(
             dsn, table, PURGE_ROWS, first_id=1 << 40, time_acked_ns=time.time_ns() - 7200 * NS
         )
-        without = [deliver() for _ in range(PURGE_RUNS)]
-        if count_rows(dsn, table, old) != PURGE_ROWS:
-            raise BenchError("purge: rows were purged while vt_purge_after was one day")
-        comment = message_comment(
-            batch_size,
-            poller_interval_s,
-            postpone_after_s=postpone_after_s,
-            purge_after_s=PURGE_AFTER_S,
-        )
-        execute(dsn, f"alter table {table} comment '{comment}'")
         with Client(server.address, timeout_s=30) as client:
-            deadline = time.monotonic() + CONFIG_TIMEOUT_S
-            while True:
-                status = {t.name: t for t in client.list_tables()}.get(table)
-                if status and status.config and status.config.purge_after_s == PURGE_AFTER_S:
-                    break
-                if time.monotonic() > deadline:
-                    raise BenchError("purge: the server did not take the new comment in time")
-                time.sleep(0.2)
-        before = count_rows(dsn, table, old)
-        during = [deliver() for _ in range(PURGE_RUNS)]
+            for i in range(PURGE_ROUNDS):
+                for purging in (True, False) if i % 2 else (False, True):
+                    if not purging:
+                        purge_after(client, PURGE_OFF_S)
+                        time.sleep(PURGE_SETTLE_S)  # a DELETE begun before the change ends
+                        before = count_rows(dsn, table, old)
+                        without.append(deliver())
+                        if count_rows(dsn, table, old) != before:
+                            raise BenchError(
+                                "purge: rows were purged while vt_purge_after was one day"
+                            )
+                        continue
+                    purge_after(client, PURGE_AFTER_S)
+                    before = count_rows(dsn, table, old)
+                    during.append(deliver())
+                    purged.append(before - count_rows(dsn, table, old))
+                    if purged[-1] == 0:
+                        raise BenchError(
+                            f"purge: round {i + 1}'s run with the purge deleted no row "
+                            f"({before:,} old rows before it): it measured no purge"
+                        )
         left = count_rows(dsn, table, old)
     finally:
         execute(dsn, f"drop table if exists {table}")
-    return PurgeResult(without, during, before - left, left)
+    return PurgeResult(without, during, purged, left)

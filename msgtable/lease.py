@@ -49,6 +49,8 @@ from msgtable.retry import Backoff, Outage, Retry
 log = logging.getLogger(__name__)
 
 LEASE_TABLE = "msgtable_lease"
+# A renewal that comes back after its validity is logged the first time and every this many
+LATE_LOG_EVERY = 100
 DEFAULT_LEASE_PERIOD_S = 5.0
 MIN_LEASE_PERIOD_S = 0.3
 LEASE_DDL = f"""CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (
@@ -141,6 +143,7 @@ class Lease:
         self._conn: Any = None
         self._on_gain, self._on_loss = on_gain, on_loss
         self._valid_until = 0.0  # monotonic; 0: not held
+        self._renewed_at = -1.0  # when the last step that wrote the row as ours began
         # when the last tenure's validity ends or ended (monotonic; kept after a loss)
         self.held_until_s = 0.0
         self._held = False
@@ -229,6 +232,7 @@ class Lease:
     def _run(self) -> None:
         step_s = self.period_s / 3
         retry = Retry("lease", log, Backoff(step_s, step_s), outage=self._outage)
+        late = 0  # renewals that came back after the validity they gave
         while not self._stop.is_set():
             began = time.monotonic()
             try:
@@ -249,19 +253,58 @@ class Lease:
             if takeover is not None:
                 log.info("lease: this server (%s) now sends", self.address)
                 self._on_gain(takeover)
+            elif self._held and not self.valid() and self._renewed_late(began):
+                late += 1
+                if late == 1 or late % LATE_LOG_EVERY == 0:
+                    log.warning(
+                        "lease: a renewal took %.2fs, past the %gs period: sends paused until "
+                        "the next one (the row is still this server's; %d such so far)",
+                        time.monotonic() - began,
+                        self.period_s,
+                        late,
+                    )
+                continue  # renew again at once
             elif self._held and not self.valid():
                 self._held = False
                 log.warning(
-                    "lease: lost (not renewed within %gs); this server stops sending",
+                    "lease: lost (not renewed within %gs: the last renewal began %.2fs ago, "
+                    "this step took %.2fs); this server stops sending",
                     self.period_s,
+                    time.monotonic() - self.held_until_s + self.period_s,
+                    time.monotonic() - began,
                 )
                 self._on_loss(self.leader_address if self.leader_address != self.address else "")
             self._stop.wait(max(0.0, step_s - (time.monotonic() - began)))
 
+    def _renewed_late(self, began: float) -> bool:
+        """Whether the step that began at ``began`` renewed the row for this server but came
+        back after the validity it gave, not long after (a loaded machine): no other server
+        can have held the lease meanwhile (a takeover writes its holder, and the renewal
+        found this one's), so this is no loss, only a pause in sending."""
+        return self._renewed_at == began and time.monotonic() - began < 2 * self.period_s
+
     def _step(self, began: float) -> Takeover | None:
         """One transaction: renew, take over, or read who holds it. Returns the Takeover
-        when this step gained the lease (None when it renewed it, or another holds it)."""
+        when this step gained the lease (None when it renewed it, or another holds it).
+
+        A holder renews with one conditional UPDATE and its commit (the hot path, every
+        third of the period): no row lock held across round trips. When it matches no row
+        (another server took the lease over, or it was given back) the full step reads
+        the row FOR UPDATE and decides."""
         period_us = round(self.period_s * 1e6)
+        if self._held:
+            with self._cursor() as cur:
+                cur.execute(
+                    f"UPDATE {LEASE_TABLE} SET expires = UTC_TIMESTAMP(6) + INTERVAL %s "
+                    "MICROSECOND WHERE name = %s AND holder = %s AND released = 0",
+                    (period_us, LEASE_NAME, self.holder),
+                )
+                renewed = cur.rowcount == 1
+                self._conn.commit()
+            if renewed:
+                self._renewed_at = began
+                self._valid_until = self.held_until_s = began + self.period_s
+                return None
         with self._cursor() as cur:
             cur.execute(
                 f"SELECT holder, address, released, "
@@ -293,6 +336,7 @@ class Lease:
                 takeover = Takeover(holder, max(0.0, over_us / 1e6), released, mine)
             self._conn.commit()
         self._valid_until = self.held_until_s = began + self.period_s
+        self._renewed_at = began
         self.leader_address = self.address
         if self._held:
             return None

@@ -128,6 +128,8 @@ class MessageEngine(Subscriptions, Endpoints):
         self._clean_demotion = True  # the last loss of the lease wrote every postpone
         self._leader_hint = ""  # the leader named when this server lost the lease
         self.lease_gains = 0  # times this server gained the lease (msgtable.metrics)
+        # sent rows whose postpones a demotion noticed too late did not write (metrics)
+        self.postpones_skipped = 0
         self._init_push(push_allow, push_ca_file)
         self._backlog = BacklogReader(
             store, self._loaded_configs, self.clock.now_ns, away=lambda: store.outage.away
@@ -244,6 +246,13 @@ class MessageEngine(Subscriptions, Endpoints):
         self.store.close()
 
     # -- the lease (msgtable.lease) -----------------------------------------------------------
+    @property
+    def lease_late_renewals(self) -> int:
+        """Renewals of the lease that came back after the validity they gave (msgtable.lease:
+        sends paused until the next one; a loaded machine, or a period too short for it)."""
+        lease = self._lease
+        return lease.late_renewals if lease is not None else 0
+
     def _may_send(self) -> bool:
         lease = self._lease
         return lease.valid() if lease is not None else self._leading
@@ -347,6 +356,7 @@ class MessageEngine(Subscriptions, Endpoints):
         if self.capture is not None:
             self.capture.close()
         self._clean_demotion = _close_all(old, error)
+        self.postpones_skipped += sum(m.postpones_skipped for m in old)
         self._wake_pushers()
 
     def _not_leader(self, leader: str | None = None) -> NotLeader:

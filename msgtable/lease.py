@@ -144,6 +144,8 @@ class Lease:
         self._on_gain, self._on_loss = on_gain, on_loss
         self._valid_until = 0.0  # monotonic; 0: not held
         self._renewed_at = -1.0  # when the last step that wrote the row as ours began
+        # renewals that came back after the validity they gave (msgtable.metrics)
+        self.late_renewals = 0
         # when the last tenure's validity ends or ended (monotonic; kept after a loss)
         self.held_until_s = 0.0
         self._held = False
@@ -232,7 +234,6 @@ class Lease:
     def _run(self) -> None:
         step_s = self.period_s / 3
         retry = Retry("lease", log, Backoff(step_s, step_s), outage=self._outage)
-        late = 0  # renewals that came back after the validity they gave
         while not self._stop.is_set():
             began = time.monotonic()
             try:
@@ -254,7 +255,8 @@ class Lease:
                 log.info("lease: this server (%s) now sends", self.address)
                 self._on_gain(takeover)
             elif self._held and not self.valid() and self._renewed_late(began):
-                late += 1
+                self.late_renewals += 1
+                late = self.late_renewals
                 if late == 1 or late % LATE_LOG_EVERY == 0:
                     log.warning(
                         "lease: a renewal took %.2fs, past the %gs period: sends paused until "

@@ -106,6 +106,8 @@ class MessageManager:
         self._may_send = may_send or (lambda: True)
         # whether postpones may still be written (given the ack wait): msgtable.engine
         self._may_postpone = may_postpone or (lambda _ack_wait_s: True)
+        # sent rows whose postpone a late close did not write (msgtable.engine counts them)
+        self.postpones_skipped = 0
         self._hold_until_ns = 0  # after a takeover: no send before this (see hold())
         # ... or only rows the old holder cannot have sent: due, and there, after this
         self._hold_floor_ns: int | None = None
@@ -233,6 +235,7 @@ class MessageManager:
             with self._lock:
                 left = self.cache.inflight.unclaimed
             if left:  # not written: this server's lease ended too long ago
+                self.postpones_skipped += left
                 log.warning(
                     "table %s: did not postpone %d sent, unacked messages on close: this "
                     "server's lease ended more than half an ack wait ago, and another server "

@@ -62,6 +62,10 @@ class MetricsSource(Protocol):
 
     keyspace: str
     lease_gains: int  # times it gained the lease: each a tenure whose counters start at 0
+    postpones_skipped: int  # postpones a demotion noticed too late did not write
+
+    @property
+    def lease_late_renewals(self) -> int: ...
     binlog: Any  # msgtable.binlog.BinlogFollower | None
     capture: Any  # msgtable.capture.CaptureFollower | None
     store: Any  # msgtable.store.MySQLStore counts its failed statements
@@ -183,6 +187,22 @@ class EngineCollector(Collector):
         )
         gains.add_metric((engine.keyspace,), gains_now)
         yield gains
+        late = CounterMetricFamily(
+            PREFIX + "lease_late_renewals",
+            "Lease renewals that came back after the validity they gave: sends paused until "
+            "the next one (a loaded machine, or a --lease-period too short for it).",
+            labels=("keyspace",),
+        )
+        late.add_metric((engine.keyspace,), engine.lease_late_renewals)
+        yield late
+        skipped = CounterMetricFamily(
+            PREFIX + "postpones_skipped",
+            "Sent messages whose postpone a lost lease noticed too late did not write: their "
+            "send is not counted, and they go out again after the next holder's hold.",
+            labels=("keyspace",),
+        )
+        skipped.add_metric((engine.keyspace,), engine.postpones_skipped)
+        yield skipped
         yield from self._server_families()
 
     def _backlog_families(self) -> Iterator[Metric]:

@@ -142,6 +142,7 @@ def test_a_renewal_that_comes_back_late_but_still_holds_the_row_is_no_loss(store
     time.sleep(PERIOD_S)  # a few more renewals
     assert seen == [False], "sends were not fenced while the renewal was late"
     assert a.losses == [] and len(a.gains) == 1, (a.losses, a.gains)
+    assert a.lease.late_renewals == 1
     a.lease.close(released=True)
 
 

@@ -362,6 +362,28 @@ def test_lease_gains_count_each_tenure_so_a_reset_between_two_scrapes_shows(engi
     assert f[gains].samples[0].value == 2 and f["msgtable_lease_holder"].samples[0].value == 1
 
 
+def test_late_renewals_and_skipped_postpones_are_counted_for_the_operator(engine):
+    """Two signs of a lease too short for a loaded machine: renewals that came back after
+    the validity they gave (sends paused), and postpones not written on a demotion noticed
+    too late (their counts lost, the rows sent again after the next holder's hold)."""
+    late, skipped = "msgtable_lease_late_renewals", "msgtable_postpones_skipped"
+    f = scrape(engine)
+    assert f[late].samples[0].value == 0 and f[skipped].samples[0].value == 0
+
+    class Late:
+        late_renewals = 3
+        address, leader_address, held_until_s = "me:1", "", 0.0
+
+        def valid(self) -> bool:
+            return True
+
+    engine._lease = Late()
+    engine.postpones_skipped = 7
+    f = scrape(engine)
+    assert f[late].samples[0].value == 3 and f[skipped].samples[0].value == 7
+    engine._lease = None
+
+
 def test_a_scrape_never_pairs_one_tenures_counters_with_anothers_lease_gauge(engine):
     """A loss of the lease while a scrape reads the tables (their counters start again
     with the new managers) must not give counters of the old tenure beside the new

@@ -171,6 +171,7 @@ class Report:
                 self.backlog.ratio if self.backlog else None,
                 0.8,
                 why_unmeasured=full_only,
+                spread=self.backlog.spread if self.backlog else None,
             ),
             Target(
                 "purge_keeps",
@@ -606,10 +607,13 @@ class Report:
         out = [
             "",
             f"backlog: drain rate over the first {WINDOW:,} messages after subscribing "
-            f"(batch {self.batch_size}, {self.subscribers} subscribers; median of {DRAINS})",
+            f"(batch {self.batch_size}, {self.subscribers} subscribers; {DRAINS} rounds of "
+            "both side by side, alternating)",
             f"  {SMALL_BACKLOG:,} due rows {b.small_rate:,.0f} msgs/s ({each})",
             f"  {LARGE_BACKLOG:,} due rows {b.large_rate:,.0f} msgs/s ({each_large}): "
-            f"{b.ratio:.2f} of the small backlog",
+            f"median round {b.ratio:.2f} of the small backlog (rounds "
+            + ", ".join(f"{r:.2f}" for r in b.rounds)
+            + ")",
             f"  {SUSTAINED:,} messages from the 1M backlog: {b.sustained:,.0f} msgs/s",
             f"  1M rows inserted in {b.insert_s:.1f} s; one poll of 10,000 rows took "
             f"{b.poll_ms[SMALL_BACKLOG]:.0f} ms at 10k, {b.poll_ms[LARGE_BACKLOG]:.0f} ms at 1M",

@@ -4,14 +4,15 @@ Backlog: a table holds SMALL_BACKLOG or LARGE_BACKLOG due rows, inserted before 
 subscribes; K subscribers then drain WINDOW messages of it. The figure is messages per second
 over those WINDOW messages, counted from the moment the subscribers are told to subscribe,
 so both sizes do the same work (subscribing and the first polls included) and differ only in
-what the table holds. A WINDOW takes well under a second, so each size is drained DRAINS
-times (fresh small tables; the same large one, which still holds ~1M rows each time) and the
-medians compare. Every drain starts QUIET_S after the previous one ended, so that none runs
-while the last one's subscribers are still going away and the messages they left in flight
-are still waiting for their postpone (vt_postpone_after): back to back, the large backlog's
-drains would pay for that and the small ones, which have a table to fill in between, not.
-The last drain of the large backlog goes on to SUSTAINED messages, whose rate is reported
-too. Target: the large backlog within 20% of the small one.
+what the table holds. A WINDOW takes well under a second, so the sizes are drained in DRAINS
+rounds side by side (a fresh small table each time; the same large one, which still holds
+~1M rows each time), every other round the large one first; the ratio is the median round's
+large / small, with the rounds' spread (a machine busy with other work moves single runs
+10-20 %). Every drain starts QUIET_S after the previous one ended, so that none runs while
+the last one's subscribers are still going away and the messages they left in flight are
+still waiting for their postpone (vt_postpone_after). The last drain of the large backlog
+goes on to SUSTAINED messages, whose rate is reported too. Target: the large backlog within
+20% of the small one.
 
 Purge: a table holds PURGE_ROWS acked rows, acked two hours ago. Delivery is measured on it
 with the usual producer and K subscribers in PURGE_ROUNDS rounds of two runs side by side:
@@ -55,7 +56,7 @@ SMALL_BACKLOG = 10_000
 LARGE_BACKLOG = 1_000_000
 WINDOW = 10_000
 SUSTAINED = 100_000
-DRAINS = 3  # per backlog size; the medians are compared
+DRAINS = 9  # rounds of a small and a large drain side by side (odd: the median round ran)
 QUIET_S = DEFAULT_POSTPONE_AFTER_S + 0.5  # between drains, for both sizes
 PURGE_ROWS = 1_000_000
 PURGE_AFTER_S = 60
@@ -105,13 +106,24 @@ class BacklogResult:
         return statistics.median(self.large)
 
     @property
+    def rounds(self) -> list[float]:
+        """Each round's large / small, run side by side."""
+        return [lg / sm for sm, lg in zip(self.small, self.large, strict=True)]
+
+    @property
     def ratio(self) -> float:
-        return self.large_rate / self.small_rate
+        return statistics.median(self.rounds)
+
+    @property
+    def spread(self) -> list[float]:
+        return [round(min(self.rounds), 3), round(max(self.rounds), 3)]
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "window": WINDOW,
             "drains": DRAINS,
+            "ratio_each": [round(r, 3) for r in self.rounds],
+            "ratio_spread": self.spread,
             "msgs_s_10k": round(self.small_rate),
             "msgs_s_1m": round(self.large_rate),
             "msgs_s_10k_each": [round(r) for r in self.small],
@@ -148,11 +160,14 @@ def backlog(
     *,
     postpone_after_s: float | None,
 ) -> BacklogResult:
-    """DRAINS drains of WINDOW messages from a fresh SMALL_BACKLOG table each, and DRAINS
-    from one LARGE_BACKLOG table (the last going on to SUSTAINED messages); medians compare."""
+    """DRAINS rounds of a drain of WINDOW messages from a fresh SMALL_BACKLOG table and one
+    from the LARGE_BACKLOG table side by side, every other round the large one first (the
+    last large drain going on to SUSTAINED messages); the ratio is the median round's."""
     result = BacklogResult()
     comment = message_comment(batch_size, poller_interval_s, postpone_after_s=postpone_after_s)
-    for i in range(DRAINS):
+    large = "backlog_large"
+
+    def drain_small(i: int) -> None:
         table = f"backlog_small_{i}"
         create_table(dsn, table, comment)
         try:
@@ -164,22 +179,27 @@ def backlog(
             result.small.append(WINDOW / mark_s[0])
         finally:
             execute(dsn, f"drop table if exists {table}")
-    table = "backlog_large"
-    create_table(dsn, table, comment)
+
+    def drain_large(i: int) -> None:
+        marks = (WINDOW,) if i < DRAINS - 1 else (WINDOW, SUSTAINED)
+        time.sleep(QUIET_S)
+        mark_s, _ = engine.drain(server, large, marks, subscribers)
+        result.large.append(WINDOW / mark_s[0])
+        if i == DRAINS - 1:
+            result.sustained = SUSTAINED / mark_s[-1]
+
+    create_table(dsn, large, comment)
     try:
-        result.insert_s = bulk_insert(dsn, table, LARGE_BACKLOG)
-        execute(dsn, f"analyze table {table}")
-        sql = poll_sql(table, time.time_ns(), 10_000)
+        result.insert_s = bulk_insert(dsn, large, LARGE_BACKLOG)
+        execute(dsn, f"analyze table {large}")
+        sql = poll_sql(large, time.time_ns(), 10_000)
         result.explain_header, result.explain_rows = explain(dsn, sql)
-        result.poll_ms[LARGE_BACKLOG] = _timed_poll_ms(dsn, table)
+        result.poll_ms[LARGE_BACKLOG] = _timed_poll_ms(dsn, large)
         for i in range(DRAINS):
-            marks = (WINDOW,) if i < DRAINS - 1 else (WINDOW, SUSTAINED)
-            time.sleep(QUIET_S)
-            mark_s, _ = engine.drain(server, table, marks, subscribers)
-            result.large.append(WINDOW / mark_s[0])
-        result.sustained = SUSTAINED / mark_s[-1]
+            for step in (drain_large, drain_small) if i % 2 else (drain_small, drain_large):
+                step(i)
     finally:
-        execute(dsn, f"drop table if exists {table}")
+        execute(dsn, f"drop table if exists {large}")
     return result
 
 

@@ -62,7 +62,7 @@ class Scrape:
 
 def _gains(s: Scrape) -> float:
     """msgtable_lease_gains_total as the scrape read it: a new value, a new lease tenure."""
-    return sum(v for (name, _), v in s.counters.items() if name == "msgtable_lease_gains_total")
+    return _total(s, "msgtable_lease_gains_total")
 
 
 def _get(url: str) -> bytes:
@@ -70,6 +70,11 @@ def _get(url: str) -> bytes:
         if answer.status != 200:
             raise OSError(f"status {answer.status}")
         return bytes(answer.read())
+
+
+def _total(s: Scrape, name: str) -> float:
+    """A counter's value in a scrape, summed over its labels (0 when absent)."""
+    return sum(v for (n, _), v in s.counters.items() if n == name)
 
 
 def scrape_metrics(server: Any) -> Scrape:
@@ -204,6 +209,10 @@ class ScrapeReport:
     # rounds whose lease holders (each server's msgtable_lease_holder) differ from the
     # round before: a takeover, a lease given back, or lost on a stall (a busy machine)
     lease_changes: int = 0
+    # over every server process (its last scrape): lease renewals back after their validity
+    # (sends paused, no loss) and postpones a late demotion did not write
+    late_renewals: int = 0
+    postpones_skipped: int = 0
     processes: int = 0
     settled_judged: bool = False  # (d) asked after the drain
     violations: dict[str, list[str]] = field(default_factory=dict)
@@ -220,6 +229,8 @@ class ScrapeReport:
             f"{self.down_answers} said the "
             f"database was down; {self.quiescent_rounds} quiescent rounds; "
             f"{self.lease_changes} changes of the lease holders seen; "
+            f"{self.late_renewals} late lease renewals, {self.postpones_skipped} postpones "
+            "skipped; "
             f"{self.processes} server processes"
             + ("" if self.settled_judged else "; (d) not judged: the drain did not end")
         )
@@ -296,6 +307,9 @@ def judge(
                     f"at {s.began:.3f}",
                 )
     r.processes = len(pids)
+    for s in last.values():  # each process's last word: counters since it started
+        r.late_renewals += int(_total(s, "msgtable_lease_late_renewals_total"))
+        r.postpones_skipped += int(_total(s, "msgtable_postpones_skipped_total"))
     # (c)
     calm_since: dict[str, float] = {}
     seen: tuple[tuple[str, str, object], ...] | None = None

@@ -184,3 +184,20 @@ def test_a_server_may_take_notice_s_to_see_the_database_down():
     assert "(a) no live server said database_up 0 while the database was down" in (
         report.violations
     )
+
+
+def test_late_renewals_and_skipped_postpones_are_summed_over_every_process():
+    late = ("msgtable_lease_late_renewals_total", (("keyspace", "app"),))
+    skipped = ("msgtable_postpones_skipped_total", (("keyspace", "app"),))
+    r = healthy()
+    for i, (pids, values) in enumerate(
+        [((11, 22), (2, 1)), ((11, 22), (5, 1)), ((33, 22), (1, 4))]  # server1 restarted
+    ):
+        r.round(10.0 + i * 0.5, pids=pids)
+        for s, v in zip(r.scrapes[-4::2], values, strict=True):
+            s.counters[late] = v
+            s.counters[skipped] = 10 * v
+    report = judge(r, [], {"chaos": 3})  # type: ignore[arg-type]
+    # the last of each process: pid 11 said 5, pid 33 said 1, pid 22 said 4
+    assert (report.late_renewals, report.postpones_skipped) == (10, 100)
+    assert "10 late lease renewals, 100 postpones skipped" in report.summary()

@@ -41,3 +41,15 @@ def test_the_report_puts_the_purge_rounds_spread_on_its_target():
     (t,) = [t for t in r.targets() if t.key == "purge_keeps"]
     assert round(t.value or 0, 3) == 0.9 and t.spread == [0.5, 1.0]
     assert json.dumps(t.as_dict())
+
+
+def test_the_backlog_ratio_is_the_median_round_with_its_spread():
+    from bench.scale import BacklogResult
+
+    b = BacklogResult(small=[30_000, 20_000, 25_000], large=[15_000, 19_000, 25_000])
+    assert [round(r, 3) for r in b.rounds] == [0.5, 0.95, 1.0]
+    assert round(b.ratio, 3) == 0.95 and b.spread == [0.5, 1.0]
+    r = Report("full", "mariadb", 4, 100, 10, poller_interval_s=0.02)
+    r.backlog = b
+    (t,) = [t for t in r.targets() if t.key == "backlog_1m_vs_10k"]
+    assert t.spread == [0.5, 1.0]

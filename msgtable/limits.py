@@ -25,6 +25,10 @@ SUBSCRIBER_BUFFER_BATCHES = 2
 DEFAULT_MAX_SUBSCRIBERS_PER_TABLE = 1_000
 DEFAULT_MAX_STREAMS_PER_CLIENT = 64
 
+# How long a stopping server waits for the database's part of its way out (the postpones of
+# what it sent, the lease given back): past that it ends anyway and says what it left.
+SHUTDOWN_DATABASE_S = 10.0
+
 # Rows a statement of the purger deletes, and sent rows whose postpone one pass writes.
 PURGE_BATCH_ROWS = 500
 MAX_POSTPONE_IDS = 10_000

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from msgtable.auth import Authorizer
 from msgtable.errors import InvalidArgument
-from msgtable.limits import DEFAULT_ADDRESS
+from msgtable.limits import DEFAULT_ADDRESS, SHUTDOWN_DATABASE_S
 from msgtable.server import MessagingServer, TlsFiles, is_loopback
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
 
@@ -212,7 +212,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 dashboard.close()
             if metrics is not None:
                 metrics.close()
-            engine.close()
+            _close_within(engine, SHUTDOWN_DATABASE_S)
     finally:
         if local is not None:
             local.stop()
@@ -235,6 +235,24 @@ def advertised_address(listen: str, bound: str) -> str:
 
         return f"{socket.gethostname()}:{bound.rsplit(':', 1)[1]}"
     return bound
+
+
+def _close_within(engine: MessageEngine, seconds: float) -> None:
+    """Close the engine (its loops, the postpones of what it sent, the lease given back),
+    waiting at most ``seconds``: a database that does not answer (a silent link) would
+    otherwise hold the way out for each statement's read time-out. Past the bound the
+    process ends anyway; what was not written the next lease holder holds back (msgtable.lease)."""
+    closing = threading.Thread(target=engine.close, name="msgtable-close", daemon=True)
+    closing.start()
+    closing.join(seconds)
+    if closing.is_alive():
+        log.warning(
+            "server: the database did not answer within %gs of stopping: the postpones of "
+            "messages still in flight and the lease's release may be unwritten (the next "
+            "lease holder holds those messages back for their ack wait; the lease ends by "
+            "itself); stopping anyway",
+            seconds,
+        )
 
 
 def _serve_until_stopped(engine: MessageEngine, server: MessagingServer, grace_s: float) -> int:

@@ -63,15 +63,15 @@ class MetricsSource(Protocol):
     keyspace: str
     lease_gains: int  # times it gained the lease: each a tenure whose counters start at 0
     postpones_skipped: int  # postpones a demotion noticed too late did not write
-
-    @property
-    def lease_late_renewals(self) -> int: ...
     binlog: Any  # msgtable.binlog.BinlogFollower | None
     capture: Any  # msgtable.capture.CaptureFollower | None
     store: Any  # msgtable.store.MySQLStore counts its failed statements
 
     @property
     def leading(self) -> bool: ...
+
+    @property
+    def lease_late_renewals(self) -> int: ...
 
     def database_error(self) -> str: ...
 

@@ -113,15 +113,22 @@ class Sending:
             self._cache.due.put_back(rows)
 
     def sent(
-        self, rows: Sequence[CachedRow], ack_wait_ns: int, unclaimed: bool, window: Window | None
+        self,
+        rows: Sequence[CachedRow],
+        ack_wait_ns: int,
+        unclaimed: bool,
+        window: Window | None,
+        sent_ns: int | None = None,
     ) -> None:
         """``rows`` (popped here) are about to go to the subscriber of ``window`` (under the
-        lock): in flight for ack_wait, and ``unclaimed`` if the send did not postpone them
-        (claimed ones are no longer due in the table: a running poll's copy is stale)."""
+        lock): in flight for ack_wait from ``sent_ns`` (the hand-over; the send's start when
+        None), and ``unclaimed`` if the send did not postpone them (claimed ones are no
+        longer due in the table: a running poll's copy is stale)."""
         cache = self._cache
         if not unclaimed:
             cache.note(row.id for row in rows)
-        cache.inflight.add(rows, self.now_ns, ack_wait_ns, unclaimed, window)
+        at = self.now_ns if sent_ns is None else sent_ns
+        cache.inflight.add(rows, at, ack_wait_ns, unclaimed, window)
 
 
 class Hold:

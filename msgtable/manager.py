@@ -791,6 +791,9 @@ class MessageManager:
             ours = {r.id for r in claimed} if len(claimed) < len(rows) else None
             out = []
             with self._lock:  # before the hand-over: an ack may come back at once
+                # the ack wait counts from the hand-over, not from before the check: on a
+                # slow database the check takes a while, and the subscriber gets the rows now
+                handed = max(now, self.clock.now_ns())
                 settling = self.cache.settling  # a verb being written: not sent meanwhile
                 if settling:
                     free = {r.id for r in claimed if r.id not in settling}
@@ -800,7 +803,7 @@ class MessageManager:
                     if ordered is not None and len(sent) < len(batch):  # under the lock
                         sent = whole_keys(batch, {r.id for r in sent}, ordered.key_of)
                     if sent:
-                        sending.sent(sent, ack_wait_ns, deferred, sub.window)
+                        sending.sent(sent, ack_wait_ns, deferred, sub.window, handed)
                         out.append((sub, sent))
                 self.sent += sum(len(sent) for _, sent in out)
                 self.redelivered += sum(1 for _, sent in out for r in sent if r.epoch)
@@ -808,7 +811,7 @@ class MessageManager:
                 if firsts:
                     self.delivery_delay.observe_since(now, firsts)
             for sub, sent in out:
-                sub.put(Batch.of(sent, now))
+                sub.put(Batch.of(sent, handed))
 
         tracing = self._tracing
         span = tracing.start("send", len(rows)) if tracing is not None else None

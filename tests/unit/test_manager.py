@@ -884,3 +884,35 @@ def test_a_second_subscriber_does_not_make_the_poller_read_the_backlog_again():
         second.close()
     finally:
         e.close()
+
+
+def test_the_ack_wait_counts_from_the_hand_over_not_from_before_a_slow_send_check(
+    engine, store, clock
+):
+    """A send checks its rows in the database before it hands them over; on a slow database
+    link that takes a while. The ack wait (the in-flight deadline, and the postpone written
+    from it) must count from the hand-over: counted from before the check, the message came
+    due again 1.5 s after its subscriber got it with an ack wait of 2 s (the fault suite's
+    slow-link fault, in flight to two subscribers at once)."""
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    real_send, real_claim = store.send, store.claim
+
+    def slow_send(cfg, batch, now_ns, deliver, keep=None):
+        clock.advance(0.5)  # the check's round trips on a slow link
+        return real_send(cfg, batch, now_ns, deliver, keep)
+
+    def slow_claim(cfg, batch, now_ns, next_ns, deliver, keep=None):
+        clock.advance(0.5)
+        return real_claim(cfg, batch, now_ns, next_ns, deliver, keep)
+
+    store.send, store.claim = slow_send, slow_claim
+    began = clock.now_ns()
+    assert m.send_once() == 1
+    handed = began + 500_000_000
+    assert drain(sub) == [(1, "a")]
+    deadline, _, sent_ns, _ = m.cache.inflight._flight[1]
+    assert sent_ns == handed, "the send's time is not the hand-over's"
+    assert deadline == handed + round(m.config.ack_wait_s * 1e9)

@@ -172,37 +172,38 @@ class EngineCollector(Collector):
                 g.add_metric(_labels(s), p.in_flight)
         yield g
         yield from self._backlog_families()
-        lead = GaugeMetricFamily(
-            PREFIX + "lease_holder",
+        ks = engine.keyspace
+        yield _per_keyspace(
+            GaugeMetricFamily,
+            "lease_holder",
             "1 while this server holds the lease (it sends), else 0.",
-            labels=("keyspace",),
+            ks,
+            1 if leading else 0,
         )
-        lead.add_metric((engine.keyspace,), 1 if leading else 0)
-        yield lead
-        gains = CounterMetricFamily(
-            PREFIX + "lease_gains",
+        yield _per_keyspace(
+            CounterMetricFamily,
+            "lease_gains",
             "Times this server gained the lease: each starts a tenure whose table counters "
             "start again at 0.",
-            labels=("keyspace",),
+            ks,
+            gains_now,
         )
-        gains.add_metric((engine.keyspace,), gains_now)
-        yield gains
-        late = CounterMetricFamily(
-            PREFIX + "lease_late_renewals",
+        yield _per_keyspace(
+            CounterMetricFamily,
+            "lease_late_renewals",
             "Lease renewals that came back after the validity they gave: sends paused until "
             "the next one (a loaded machine, or a --lease-period too short for it).",
-            labels=("keyspace",),
+            ks,
+            engine.lease_late_renewals,
         )
-        late.add_metric((engine.keyspace,), engine.lease_late_renewals)
-        yield late
-        skipped = CounterMetricFamily(
-            PREFIX + "postpones_skipped",
+        yield _per_keyspace(
+            CounterMetricFamily,
+            "postpones_skipped",
             "Sent messages whose postpone a lost lease noticed too late did not write: their "
             "send is not counted, and they go out again after the next holder's hold.",
-            labels=("keyspace",),
+            ks,
+            engine.postpones_skipped,
         )
-        skipped.add_metric((engine.keyspace,), engine.postpones_skipped)
-        yield skipped
         yield from self._server_families()
 
     def _backlog_families(self) -> Iterator[Metric]:
@@ -304,6 +305,19 @@ class EngineCollector(Collector):
             )
             lag.add_metric(ks, float(f.lag_s))
             yield lag
+
+
+def _per_keyspace(
+    family: type[GaugeMetricFamily] | type[CounterMetricFamily],
+    name: str,
+    doc: str,
+    keyspace: str,
+    value: float,
+) -> Metric:
+    """A family of one sample, labelled with the server's keyspace."""
+    f = family(PREFIX + name, doc, labels=("keyspace",))
+    f.add_metric((keyspace,), value)
+    return f
 
 
 def _labels(s: TableStatus) -> tuple[str, str, str]:

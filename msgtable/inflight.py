@@ -173,12 +173,6 @@ class InFlight:
             self._unclaimed.move_to_end(rid, last=False)
         self.held.difference_update(taken)
 
-    def resent(self, ids: Iterable[Hashable]) -> int:
-        """How many of ``ids`` :meth:`unsend` would take back were sent before (epoch > 0 as
-        read): the redeliveries that never went out (msgtable.metrics)."""
-        unclaimed = self._unclaimed
-        return sum(1 for rid in ids if (e := unclaimed.get(rid)) is not None and e[0])
-
     def unsend(self, ids: Iterable[Hashable]) -> int:
         """Rows handed to a subscriber that left before they went out (or changed by another
         client since): the database still has them due (their postpone was not written), so

@@ -291,6 +291,7 @@ class MessageManager:
             self.unsubscribe,
             accepts=accepts,
             ack_wait_s=self.config.ack_wait_s,
+            on_taken=self._taken,
         )
         with self._lock:
             # The first one: the cache is empty, a pass from the head fills it. Another one
@@ -315,10 +316,8 @@ class MessageManager:
             if sub in self._subscribers:
                 self._subscribers.remove(sub)
             ids = [values[0] for batch in unsent for values in batch]
-            self.redelivered -= self.cache.inflight.resent(ids)
             back = self.cache.inflight.unsend(ids)
             if back:
-                self.sent -= back
                 self._restart = True  # they are at the head of the table: a new pass
             if not self._subscribers:
                 self.cache.due.clear()
@@ -328,6 +327,15 @@ class MessageManager:
 
     def wake_sender(self) -> None:
         self._send_wake.set()
+
+    def _taken(self, batch: Batch) -> None:
+        """A subscriber's stream took ``batch``: its messages went out (the counters count
+        sends there, so a subscriber that leaves with batches queued takes nothing back)."""
+        before = batch.sent_before
+        with self._lock:
+            self.sent += len(batch)
+            if before is not None:
+                self.redelivered += len(before) - before.count(0)
 
     def _poll_if_wanted(self) -> None:
         """An ordered table whose keys were freed reads their next runs now."""
@@ -805,8 +813,6 @@ class MessageManager:
                     if sent:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window, handed)
                         out.append((sub, sent))
-                self.sent += sum(len(sent) for _, sent in out)
-                self.redelivered += sum(1 for _, sent in out for r in sent if r.epoch)
                 firsts = [r.created for _, sent in out for r in sent if r.created and not r.epoch]
                 if firsts:
                     self.delivery_delay.observe_since(now, firsts)

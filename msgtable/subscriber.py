@@ -23,7 +23,8 @@ from msgtable.window import Window
 class Subscriber:
     """One MessageStream: its window, and a small bounded queue of batches the sender fills.
 
-    ``on_room`` runs when the stream took a batch (the sender may have another for it);
+    ``on_room`` runs when the stream took a batch (the sender may have another for it), after
+    ``on_taken(batch)`` (the table counts its sends there: what went out, never taken back);
     ``on_close(subscriber, unsent)`` when the client went away, with the batches it never
     took."""
 
@@ -36,6 +37,7 @@ class Subscriber:
         max_batches: int = SUBSCRIBER_BUFFER_BATCHES,
         accepts: Callable[[Values], bool] | None = None,
         ack_wait_s: float = 0.0,
+        on_taken: Callable[[Batch], object] | None = None,
     ) -> None:
         self.fields = fields
         self.ack_wait_s = ack_wait_s  # the table's (or subscription's), as it subscribed
@@ -43,6 +45,7 @@ class Subscriber:
         self.accepts = accepts
         self.window = window
         self._on_room = on_room
+        self._on_taken = on_taken
         self._on_close = on_close
         self._max = max_batches
         self._cond = threading.Condition()
@@ -77,6 +80,8 @@ class Subscriber:
                 raise Unavailable("subscription closed")
             else:
                 return Batch([])
+        if self._on_taken is not None:
+            self._on_taken(batch)
         self._on_room()
         return batch
 

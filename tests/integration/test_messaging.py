@@ -399,15 +399,16 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served, postpon
     seen: list[int] = []
 
     def settled() -> bool:
-        """Sending stopped (the subscriber's buffers are full: the count of sent messages
-        stayed the same for 0.2 s) and every sent row has been postponed (epoch 1), so
-        epoch 0 means "not sent"."""
+        """Sending stopped (the subscriber's buffers are full: the count of messages handed
+        to it, in flight, stayed the same for 0.2 s) and every one of them has been
+        postponed (epoch 1), so epoch 0 means "not sent". (In flight, not sent: a send
+        counts once the stream takes its batch, and the last two wait in its buffer.)"""
         time.sleep(0.2)
         t = served.client.list_tables()[0]
-        seen.append(t.sent)
+        seen.append(t.in_flight)
         postponed = served.sql("select count(*) from dml where epoch = 1")[0][0]
-        stopped = len(seen) >= 2 and seen[-2] == t.sent > 0
-        return stopped and t.cached >= 1 and t.sent == postponed
+        stopped = len(seen) >= 2 and seen[-2] == t.in_flight > 0
+        return stopped and t.cached >= 1 and t.in_flight == postponed
 
     wait_until(settled, what="the subscriber's buffers to fill and its rows to be postponed")
     # The application acks every message not sent yet, by DML in its own transaction.

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -161,6 +162,33 @@ def test_an_acked_message_is_not_sent_again(engine, store, clock):
     clock.advance(3600)
     assert m.postpone_once() == 0  # nothing left to postpone
     assert m.poll_once() == 0
+
+
+def test_sends_count_as_their_stream_takes_them_and_never_go_down(engine, store, clock):
+    # msgtable_messages_sent_total and _redelivered_total are Prometheus counters: a
+    # subscriber that leaves with batches queued for it must not take them back (fresh-clone
+    # CI: redelivered 18 -> 13 within one server process and lease tenure, a client
+    # connection reset mid-stream)
+    for i in range(4):
+        store.insert("q", i, message=str(i), epoch=1)  # each sent once before
+    m = manager(engine)
+    a, b = m.subscribe(), m.subscribe()
+    m.poll_once()
+    seen = []
+
+    def counts() -> tuple[int, int]:
+        s = m.status("memdb")
+        seen.append((s.sent, s.redelivered))
+        return seen[-1]
+
+    counts()
+    m.send_once()  # a batch of 2 queued for each
+    counts()
+    got_a = drain(a)
+    assert counts() == (len(got_a), len(got_a)) == (2, 2)  # what went out, all redeliveries
+    b.close()  # its batch never went out
+    assert counts() == (2, 2)
+    assert all(x <= y for x, y in itertools.pairwise(seen)), seen
 
 
 def test_a_dml_ack_while_cached_prevents_the_send(engine, store, clock):

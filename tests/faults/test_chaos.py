@@ -954,6 +954,12 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                 "summary": summary,
                 "reasons": {r.group: dict(r.reasons) for r in reports.values()},
                 "dead_explained": {r.group: r.dead_explained for r in reports.values()},
+                # what each group did during its stalls (the stall check's evidence, kept
+                # beside the servers' logs whether or not the check fails)
+                "stalls": {
+                    r.group: g.stall_story()
+                    for g, r in zip(run.groups, reports.values(), strict=True)
+                },
             },
             indent=2,
         )

@@ -287,11 +287,10 @@ class MessageManager:
         sub = Subscriber(
             self.config.message_columns,
             window,
-            self.wake_sender,
+            self._taken,
             self.unsubscribe,
             accepts=accepts,
             ack_wait_s=self.config.ack_wait_s,
-            on_taken=self._taken,
         )
         with self._lock:
             # The first one: the cache is empty, a pass from the head fills it. Another one
@@ -330,12 +329,14 @@ class MessageManager:
 
     def _taken(self, batch: Batch) -> None:
         """A subscriber's stream took ``batch``: its messages went out (the counters count
-        sends there, so a subscriber that leaves with batches queued takes nothing back)."""
+        sends there, so a subscriber that leaves with batches queued takes nothing back), and
+        it has room for another."""
         before = batch.sent_before
         with self._lock:
             self.sent += len(batch)
             if before is not None:
                 self.redelivered += len(before) - before.count(0)
+        self._send_wake.set()
 
     def _poll_if_wanted(self) -> None:
         """An ordered table whose keys were freed reads their next runs now."""

@@ -23,8 +23,8 @@ from msgtable.window import Window
 class Subscriber:
     """One MessageStream: its window, and a small bounded queue of batches the sender fills.
 
-    ``on_room`` runs when the stream took a batch (the sender may have another for it), after
-    ``on_taken(batch)`` (the table counts its sends there: what went out, never taken back);
+    ``on_taken(batch)`` runs when the stream took a batch (the table counts its sends there,
+    what went out, never taken back, and its sender may have another for it);
     ``on_close(subscriber, unsent)`` when the client went away, with the batches it never
     took."""
 
@@ -32,19 +32,17 @@ class Subscriber:
         self,
         fields: tuple[Column, ...],
         window: Window,
-        on_room: Callable[[], object],
+        on_taken: Callable[[Batch], object],
         on_close: Callable[[Subscriber, list[Batch]], object],
         max_batches: int = SUBSCRIBER_BUFFER_BATCHES,
         accepts: Callable[[Values], bool] | None = None,
         ack_wait_s: float = 0.0,
-        on_taken: Callable[[Batch], object] | None = None,
     ) -> None:
         self.fields = fields
         self.ack_wait_s = ack_wait_s  # the table's (or subscription's), as it subscribed
         # a filter of this stream (msgtable.filters): the messages it takes; None: all
         self.accepts = accepts
         self.window = window
-        self._on_room = on_room
         self._on_taken = on_taken
         self._on_close = on_close
         self._max = max_batches
@@ -80,9 +78,7 @@ class Subscriber:
                 raise Unavailable("subscription closed")
             else:
                 return Batch([])
-        if self._on_taken is not None:
-            self._on_taken(batch)
-        self._on_room()
+        self._on_taken(batch)
         return batch
 
     def end(self, error: MsgtableError) -> None:

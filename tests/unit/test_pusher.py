@@ -39,7 +39,7 @@ class FakeEngine:
     leading = True
 
     def __init__(self, config: TableConfig) -> None:
-        self.sub = Subscriber(config.message_columns, Window(10_000), lambda: None, self._closed)
+        self.sub = Subscriber(config.message_columns, Window(10_000), lambda _: None, self._closed)
         self.calls: list[tuple[Any, ...]] = []
         self.closed = False
 

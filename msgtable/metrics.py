@@ -200,7 +200,8 @@ class EngineCollector(Collector):
             CounterMetricFamily,
             "postpones_skipped",
             "Sent messages whose postpone a lost lease noticed too late did not write: their "
-            "send is not counted, and they go out again after the next holder's hold.",
+            "send is not counted in the table (epoch), and they go out again after the next "
+            "holder's hold.",
             ks,
             engine.postpones_skipped,
         )

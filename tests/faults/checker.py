@@ -286,6 +286,7 @@ class Checker:
         self.wall_offset_s = time.time() - time.monotonic()  # time_dead -> this clock
         self._lock = threading.Lock()
         self.inserted: set[int] = set()  # the ids committed that this group should get
+        self.commits: list[tuple[float, int]] = []  # (when, how many of this group's) each
         self.outside: set[int] = set()  # the ids committed outside its filter
         self.poison: set[int] = set()
         # id -> (when it came off the stream, subscriber, the attempt the message said)
@@ -328,6 +329,7 @@ class Checker:
         """The producer committed ``ids``: those its filter selects are this group's."""
         mine = ids if self.selects is None else [i for i in ids if self.selects(i)]
         with self._lock:
+            self.commits.append((time.monotonic(), len(mine)))
             self.inserted.update(mine)
             self.outside.update(set(ids) - set(mine))
             self.poison.update(set(poison) & set(mine))

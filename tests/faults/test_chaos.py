@@ -97,7 +97,7 @@ from .checker import (
 )
 from .drain import DRAIN_SAMPLE_S, Drain
 from .push_and_capture import PushAndCapture
-from .scrapecheck import Scraper, judge
+from .scrapecheck import Scrape, Scraper, judge
 
 TOTAL = int(os.environ.get("MSGTABLE_CHAOS_MESSAGES", "100000"))
 # the ordered table's messages (over chaos.KEYS keys)
@@ -191,9 +191,12 @@ class Group:
         holds sends an ack wait: a few seconds with nothing due is no fault)."""
         return self.acked_during_stalls() if self.table == ORDERED else self.stall_progress
 
-    def stall_story(self) -> str:
+    def stall_story(self, scrapes: Sequence[Scrape] = ()) -> str:
         """What the group did during each stall (for a verdict when it did not go on): its
-        deliveries and acks then, and the faults around."""
+        deliveries and acks then, and the faults around; then second by second from the wait
+        for the groups to flow before it (wait_flowing) to its end: what its producer
+        committed, what was delivered (to whom, from where) and acked, and what the leader's
+        /api/state said of it (``scrapes``: the scraper's)."""
         c = self.checker
         out = []
         for began, ended in self.stall_windows:
@@ -204,7 +207,50 @@ class Group:
                 f"{began:.3f}-{ended:.3f}: {got} deliveries, {acked} ids acked; faults "
                 f"before and during: {'; '.join(faults)}"
             )
+            out += self._seconds(began - FLOWING_WAIT_S - 2, ended, scrapes)
         return "\n".join(out)
+
+    def _seconds(self, start: float, end: float, scrapes: Sequence[Scrape]) -> list[str]:
+        """The stall story's lines, one a second from ``start`` to ``end`` (monotonic)."""
+        c = self.checker
+        delivered = [
+            (t, sub, c.senders.get((i, t), "?"))
+            for i, ds in c.deliveries.items()
+            for t, sub, _ in ds
+            if start <= t <= end
+        ]
+        acked = [t for t in c.first_ack.values() if start <= t <= end]
+        views = []  # (when, the leader's name, its entry for this group)
+        for s in scrapes:
+            if s.kind != "state" or not s.state or not start <= s.began <= end:
+                continue
+            if not s.state["server"]["leading"]:
+                continue
+            for entry in s.state["tables"]:
+                if entry["name"] == self.table and entry["subscription"] == self.name:
+                    views.append((s.began, s.server, entry))
+        lines = []
+        at = start
+        while at < end:
+            until = at + 1.0
+            committed = sum(n for t, n in c.commits if at <= t < until)
+            got = Counter(f"{sub}<-{server}" for t, sub, server in delivered if at <= t < until)
+            seen = [v for v in views if at <= v[0] < until]
+            leader = "no leader scraped"
+            if seen:
+                _, server, e = seen[-1]
+                b = e["backlog"]
+                leader = (
+                    f"{server} leads: due {b['due']}, scheduled {b['scheduled']}, in flight "
+                    f"{e['in_flight']}, cached {e['cached']}, subscribers {e['subscribers']}, "
+                    f"hold {e['hold_s']}, unseen {e['unseen']}, sent {e['totals']['sent']}"
+                )
+            lines.append(
+                f"  {at:.1f}: committed {committed}, delivered {sum(got.values())} "
+                f"{dict(got) or ''}, acked {sum(at <= t < until for t in acked)}; {leader}"
+            )
+            at = until
+        return lines
 
     def late_story(self) -> str:
         """What became of each "late" order (for a verdict when none made a late ack)."""
@@ -984,7 +1030,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                 # what each group did during its stalls (the stall check's evidence, kept
                 # beside the servers' logs whether or not the check fails)
                 "stalls": {
-                    r.group: g.stall_story()
+                    r.group: g.stall_story(scraper.scrapes)
                     for g, r in zip(run.groups, reports.values(), strict=True)
                 },
             },
@@ -1030,7 +1076,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         assert r.attempts[MAX_ATTEMPTS] > 0, summary  # poison reached its last attempt
         progress = g.stall_progress_judged()
         assert progress and all(p > 0 for p in progress), (
-            f"{r.group}: a stalled stream held the others up:\n{g.stall_story()}"
+            f"{r.group}: a stalled stream held the others up:\n{g.stall_story(scraper.scrapes)}"
         )
     # the default group's late acks came for messages another subscriber had been sent and
     # acked by then (a late subscriber acks once that happened, LATE_BY_S at the soonest and

@@ -753,3 +753,45 @@ def test_a_close_whose_unhanded_messages_the_table_does_not_show_released_is_rep
     assert "closed mid-batch 3 (4 unhanded, found released 2, back before the ack wait 1, " in (
         report.summary()
     )
+
+
+def test_a_stall_story_tells_each_second_from_the_wait_before_it() -> None:
+    """The stall check's evidence: what was committed, delivered (to whom, from where) and
+    acked each second, and what the leader's /api/state said of the group then."""
+    from .scrapecheck import Scrape
+    from .test_chaos import FLOWING_WAIT_S, Group
+
+    c = Checker(ack_wait_s=2.0)
+    g = Group("", c, size=2)
+    began = time.monotonic()
+    start = began - FLOWING_WAIT_S - 2
+    c.commits.append((start + 0.5, 7))
+    c.deliveries[1].append((start + 1.2, "sub1", 1))
+    c.senders[(1, start + 1.2)] = "127.0.0.1:1"
+    c.first_ack[1] = start + 1.4
+    entry = {
+        "name": g.table,
+        "subscription": "",
+        "backlog": {"due": 5, "scheduled": 0},
+        "in_flight": 3,
+        "cached": 4,
+        "subscribers": 2,
+        "hold_s": 0.0,
+        "unseen": 0,
+        "totals": {"sent": 9},
+    }
+    leading = Scrape("server2", "state", start + 2.5, 0.01, 1, True)
+    leading.state = {"server": {"leading": True}, "tables": [entry]}
+    other = Scrape("server1", "state", start + 2.6, 0.01, 2, True)
+    other.state = {"server": {"leading": False}, "tables": [dict(entry, cached=99)]}
+    g.stall_windows.append((began, began + 5))
+
+    lines = g.stall_story([leading, other]).splitlines()
+
+    assert lines[0].startswith(f"{began:.3f}-{began + 5:.3f}: 0 deliveries, 0 ids acked")
+    seconds = lines[1:]
+    assert len(seconds) == int(FLOWING_WAIT_S) + 2 + 5
+    assert "committed 7, delivered 0" in seconds[0] and "no leader scraped" in seconds[0]
+    assert "delivered 1 {'sub1<-127.0.0.1:1': 1}, acked 1" in seconds[1]
+    assert "server2 leads: due 5, scheduled 0, in flight 3, cached 4, subscribers 2" in seconds[2]
+    assert "cached 99" not in "\n".join(seconds)

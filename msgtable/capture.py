@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from msgtable.binlog import close_stream, gtid_state, read_status
+from msgtable.binlog import close_stream, gtid_state, read_status, reading_again
 from msgtable.capturestore import CaptureStore, PositionMoved
 from msgtable.events import (
     Capture,
@@ -272,7 +272,7 @@ class _Reader:
                 return
             if not f.following.is_set():
                 f.following.set()
-                self.retry.succeeded()
+                reading_again(self.retry)
             if isinstance(event, HeartbeatLogEvent):
                 f.caught_up = True
                 self.flush(quiet=True)

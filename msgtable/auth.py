@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import fnmatch
 import hmac
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msgtable import tomlfile
 from msgtable.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
 # ack covers release, reject and renew; list covers ListDeadLetters; redrive is its own.
@@ -77,13 +77,7 @@ class Authorizer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Authorizer:
-        try:
-            doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise InvalidArgument(f"cannot read the auth file {path}: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise InvalidArgument(f"the auth file {path} is not valid TOML: {exc}") from None
-        return cls.from_dict(doc, str(path))
+        return cls.from_dict(tomlfile.read(path, "the auth file"), str(path))
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], where: str = "the auth file") -> Authorizer:

@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import bisect
 import struct
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from msgtable import tomlfile
 from msgtable.errors import InvalidArgument
 
 MAX_ID = 2**64 - 1  # the largest id that has a keyspace id
@@ -223,13 +223,7 @@ def check_cover(name: str, shards: Sequence[Shard]) -> None:
 def load(path: str | Path) -> Keyspace:
     """The keyspace a TOML file describes (see the module docstring); InvalidArgument with
     one line naming what is wrong."""
-    try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InvalidArgument(f"cannot read the keyspace file {path}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InvalidArgument(f"the keyspace file {path} is not valid TOML: {exc}") from None
-    return from_dict(doc, str(path))
+    return from_dict(tomlfile.read(path, "the keyspace file"), str(path))
 
 
 def from_dict(doc: Mapping[str, Any], where: str = "the keyspace file") -> Keyspace:

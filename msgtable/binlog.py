@@ -476,7 +476,7 @@ def reading_again(retry: Retry) -> None:
     0.7 MB of OpenSSL memory that Python's collector does not count. A long-lived server
     makes full collections rarely, and a soak's server grew by several MB after every
     database fault. Collected here, on the follower's thread once its failed attempts are
-    out of scope: one collection (tens of ms) per run of failures."""
+    out of scope: one full collection per run of failures (not timed here)."""
     if retry.failures:
         gc.collect()
     retry.succeeded()

@@ -222,6 +222,9 @@ class BinlogFollower:
                         return
                     position, mariadb = (status.file, status.position), status.mariadb
                     self._gtids = gtid_state(status.gtid)
+                    # a row committed after a table's first poll and before this position is
+                    # in neither: every table polls again, now that what follows is followed
+                    self._sink.binlog_resync()
                 self._follow(position, mariadb, retry)
                 return  # closed
             except Exception as exc:

@@ -339,6 +339,7 @@ _COUNTERS = (
     "capture_problem",
     "hold_s",
     "hold_whole",
+    "sender",
 )
 
 _BACKLOG = ("due", "scheduled", "oldest_unacked_age_s")  # optional: unset when not read
@@ -484,6 +485,7 @@ class TableInfo:
     # seconds left of a takeover's hold (0: none; msgtable.status.TableStatus says what)
     hold_s: float = 0.0
     hold_whole: bool = False
+    sender: str = ""  # the server that sends the table now (msgtable.status.TableStatus)
 
     @property
     def loaded(self) -> bool:

@@ -37,10 +37,11 @@ from msgtable.errors import (
 from msgtable.fanout import Fanout
 from msgtable.ids import coerce_ids
 from msgtable.latency import LatencySnapshot
-from msgtable.lease import Lease, Takeover, connector
+from msgtable.lease import Takeover, connector
 from msgtable.limits import MAX_DEAD_LETTERS_LISTED, MAX_REDRIVE_BATCH
 from msgtable.manager import MessageManager
 from msgtable.mysql import pymysql_args
+from msgtable.placement import CAPTURE, Placement
 from msgtable.push.allow import AllowList
 from msgtable.push.pushers import Endpoints
 from msgtable.registry import Subscriptions, stream_filter
@@ -122,12 +123,14 @@ class MessageEngine(Subscriptions, Endpoints):
         self.fatal = threading.Event()
         self.fatal_reason = ""
         self.lease_period_s = lease_period_s
-        self._lease: Lease | None = None
-        self._leading = lease_period_s is None  # whether this server sends (the lock)
-        self._takeover: tuple[float, Takeover] | None = None  # (monotonic when, what)
-        self._clean_demotion = True  # the last loss of the lease wrote every postpone
-        self._leader_hint = ""  # the leader named when this server lost the lease
-        self.lease_gains = 0  # times this server gained the lease (msgtable.metrics)
+        self._lease: Placement | None = None
+        # the tables (and CAPTURE) this server sends, with a lease to share (msgtable.placement)
+        self._sending: set[str] = set()
+        # by unit: when this server gained its lease, and what it learnt of the one before
+        self._takeovers: dict[str, tuple[float, Takeover]] = {}
+        self._clean_demotion: dict[str, bool] = {}  # by unit: its last loss wrote every postpone
+        self.lease_gains = 0  # times this server gained a table's lease (msgtable.metrics)
+        self._sender_hints: dict[str, str] = {}  # by unit: the sender named when it was lost
         # sent rows whose postpones a demotion noticed too late did not write (metrics)
         self.postpones_skipped = 0
         self._init_push(push_allow, push_ca_file)
@@ -177,19 +180,21 @@ class MessageEngine(Subscriptions, Endpoints):
             self.binlog.open()
 
     def campaign(self, address: str) -> None:
-        """Start competing for the lease, as the server clients reach at ``address``.
+        """Start sharing the database's tables with the other servers on it, as the server
+        clients reach at ``address`` (msgtable.placement).
 
-        Creates the lease table if it is missing (raises MsgtableError if it cannot; if the
-        database is down, the lease's thread does it once it answers). A server without a
-        lease period sends already: nothing to do."""
+        Creates the placement table if it is missing (raises MsgtableError if it cannot; if
+        the database is down, the placement's thread does it once it answers). A server
+        without a lease period sends every table already: nothing to do."""
         if self.lease_period_s is None or self._lease is not None:
             return
         if not isinstance(self.store, MySQLStore):
             raise InvalidArgument("a lease needs a MySQL-family database")
-        lease = Lease(
+        lease = Placement(
             connector(self.store.url, self.store.database),
             address,
             self.lease_period_s,
+            units=self._units,
             on_gain=self._gain,
             on_loss=self._lose,
             outage=self.store.outage,
@@ -197,32 +202,55 @@ class MessageEngine(Subscriptions, Endpoints):
         )
         try:
             lease.prepare()
-        except Unavailable as exc:  # the lease's thread prepares it once the database answers
+        except Unavailable as exc:  # the placement's thread prepares it once the database answers
             self.store.outage.down(exc)
         self._lease = lease
         lease.start()
 
+    def _units(self) -> set[str]:
+        """What this server can send (msgtable.placement): its tables (a subscription goes
+        with its table), and CAPTURE while a capture table is loaded."""
+        with self._lock:
+            units = {_unit_of(m.config) for m in self._managers.values()}
+            if self._capture_targets:
+                units.add(CAPTURE)
+        return units
+
     @property
     def leading(self) -> bool:
-        """Whether this server sends now (it holds the lease, or has no lease to share)."""
-        return self._leading
+        """Whether this server sends any table now (it holds a table's lease, or has no
+        lease to share)."""
+        return self.lease_period_s is None or bool(self._sending)
+
+    def sends(self, table: str) -> bool:
+        """Whether this server sends ``table`` (and its subscriptions) now."""
+        if self.lease_period_s is None:
+            return True
+        m = self._managers.get(table)
+        return (_unit_of(m.config) if m is not None else table) in self._sending
+
+    def sender(self, table: str) -> str:
+        """The address of the server that sends ``table`` as this one last read the
+        placement ("": unknown, or no server sends it now); "this server" when it has no
+        lease to share."""
+        lease = self._lease
+        if lease is None:
+            return "" if self.lease_period_s is not None else "this server"
+        m = self._managers.get(table)
+        return lease.sender(_unit_of(m.config) if m is not None else table)
 
     @property
     def lease_holder(self) -> str:
-        """The address of the server that sends now, as this one last read the lease ("":
-        unknown, or no server holds it); this server's own when it has no lease to share."""
+        """The servers that send this database's tables as this one last read the
+        placement, comma-separated ("": none); "this server" when it has no lease to share."""
         lease = self._lease
         if lease is None:
-            return self._leader_hint if self.lease_period_s is not None else "this server"
-        if self._leading:
-            return lease.address
-        # after a loss the lease's last read is this server's own renewal until a step
-        # reads the row again: it does not know the holder then
-        holder = lease.leader_address
-        return "" if holder == lease.address else holder
+            return "" if self.lease_period_s is not None else "this server"
+        senders = {lease.sender(u) for u in self._units()} - {""}
+        return ",".join(sorted(senders))
 
     def close(self) -> None:
-        """End every subscription (Unavailable), stop all loops, give the lease back,
+        """End every subscription (Unavailable), stop all loops, give the leases back,
         close connections. Pushers first: the POSTs they have in progress get settled."""
         self._close_pushers()
         self._stop.set()
@@ -238,49 +266,51 @@ class MessageEngine(Subscriptions, Endpoints):
             fanouts, self._fanouts = list(self._fanouts.values()), {}
         for f in fanouts:
             f.close()
-        clean = True
+        clean: dict[str, bool] = {}
         for m in managers:
-            clean = m.close(Unavailable("server shutting down")) and clean
+            unit = _unit_of(m.config)
+            clean[unit] = m.close(Unavailable("server shutting down")) and clean.get(unit, True)
         if self._lease is not None:
-            self._lease.close(released=clean)
+            self._lease.close(released=lambda unit: clean.get(unit, True))
         self.store.close()
 
-    # -- the lease (msgtable.lease) -----------------------------------------------------------
+    # -- the placement (msgtable.placement) ----------------------------------------------------
     @property
     def lease_late_renewals(self) -> int:
-        """Renewals of the lease that came back after the validity they gave (msgtable.lease:
-        sends paused until the next one; a loaded machine, or a period too short for it)."""
+        """Renewals of the leases that came back after the validity they gave
+        (msgtable.placement: sends paused until the next one; a loaded machine, or a period
+        too short for it)."""
         lease = self._lease
         return lease.late_renewals if lease is not None else 0
 
-    def _may_send(self) -> bool:
+    def _may_send(self, unit: str) -> bool:
         lease = self._lease
-        return lease.valid() if lease is not None else self._leading
+        return lease.valid(unit) if lease is not None else self.sends(unit)
 
-    def _may_postpone(self, ack_wait_s: float) -> bool:
+    def _may_postpone(self, unit: str, ack_wait_s: float) -> bool:
         """Whether a sent row's postpone (its count, its ack wait) may still be written:
-        while the lease is valid, and until half an ack wait after it ended. The next holder
-        holds back what this one may have sent until a whole ack wait after the lease ended
-        on the database's clock (no earlier than here); a postpone written later could land
-        after the next holder sent the row again, match the epoch that send has not counted
-        yet, and make the row due at once while it is in flight. Not written, the count is
-        lost, and the row is sent again after the next holder's hold."""
+        while the table's lease is valid, and until half an ack wait after it ended. The
+        next sender holds back what this one may have sent until a whole ack wait after the
+        lease ended on the database's clock (no earlier than here); a postpone written later
+        could land after the next sender sent the row again, match the epoch that send has
+        not counted yet, and make the row due at once while it is in flight. Not written,
+        the count is lost, and the row is sent again after the next sender's hold."""
         lease = self._lease
         if lease is None:
             return True
-        return time.monotonic() < lease.held_until_s + ack_wait_s / 2
+        return time.monotonic() < lease.held_until_s(unit) + ack_wait_s / 2
 
-    def _gain(self, takeover: Takeover) -> None:
-        """This server now holds the lease: serve every table, holding back the sends of
-        those the old holder may have messages in flight for."""
+    def _gain(self, unit: str, takeover: Takeover) -> None:
+        """This server now sends ``unit``: serve its tables, holding back the sends the old
+        sender may have messages in flight for."""
         with self._lock:
             if self._stop.is_set():
                 return
-            self._takeover = (time.monotonic(), takeover)
-            self._leading = True
+            self._takeovers[unit] = (time.monotonic(), takeover)
+            self._sending.add(unit)
             self.lease_gains += 1  # a new tenure: its tables' counters start at 0
-            managers = list(self._managers.values())
-            fanouts = list(self._fanouts.values())
+            managers = [m for m in self._managers.values() if _unit_of(m.config) == unit]
+            fanouts = [f for t, f in self._fanouts.items() if t == unit]
         for m in managers:
             self._start(m)
         for f in fanouts:
@@ -289,11 +319,12 @@ class MessageEngine(Subscriptions, Endpoints):
         self._follow_capture()
 
     def _follow_capture(self) -> None:
-        """Capture table events while this server sends and some capture table is loaded."""
+        """Capture table events while this server sends them and some capture table is
+        loaded."""
         if (
             self.capture is not None
             and self.run_loops
-            and self._leading
+            and self.sends(CAPTURE)
             and self._capture_targets
             and not self._stop.is_set()
         ):
@@ -305,28 +336,31 @@ class MessageEngine(Subscriptions, Endpoints):
 
     def _hold_s(self, cfg: TableConfig) -> float:
         """How long a table's sends wait after a takeover: until vt_ack_wait after the
-        old holder's lease ended, when that holder may have sent messages whose postpone
+        old sender's lease ended, when that sender may have sent messages whose postpone
         (their ack wait in the table) it never wrote. Nothing to wait for when it gave the
         lease back cleanly, when there was none, or with vt_postpone_after=0 (the postpone
-        is written before the send), unless the table is ordered: then a head the old holder
+        is written before the send), unless the table is ordered: then a head the old sender
         sent may fall due again (a backoff shorter than the ack wait) while its subscriber
-        still holds the key's batch, which only the old holder knew (msgtable.ordered)."""
-        if self._takeover is None or (cfg.postpone_after_ns == 0 and not cfg.ordered):
+        still holds the key's batch, which only the old sender knew (msgtable.ordered)."""
+        unit = _unit_of(cfg)
+        taken = self._takeovers.get(unit)
+        if taken is None or (cfg.postpone_after_ns == 0 and not cfg.ordered):
             return 0.0
-        at, t = self._takeover
-        if not t.previous or t.released or (t.by_me and self._clean_demotion):
+        at, t = taken
+        if not t.previous or t.released or (t.by_me and self._clean_demotion.get(unit, True)):
             return 0.0
         return max(0.0, cfg.ack_wait_s - t.ended_s_ago - (time.monotonic() - at))
 
     def _hold_floor_ns(self, cfg: TableConfig) -> int | None:
-        """During a hold, what the old holder cannot have sent goes out at once: a row it
+        """During a hold, what the old sender cannot have sent goes out at once: a row it
         sent was due (time_next) and there (time_created) by its clock when it sent, before
         its lease ended. The floor is that end on this server's clock, plus
         TAKEOVER_CLOCK_MARGIN_S for the servers' clocks' disagreement. None (hold every
         send) for an ordered table: a key's newer rows must not pass its held head."""
-        if self._takeover is None or cfg.ordered:
+        taken = self._takeovers.get(_unit_of(cfg))
+        if taken is None or cfg.ordered:
             return None
-        at, t = self._takeover
+        at, t = taken
         ended_ns = self.clock.now_ns() - round((t.ended_s_ago + time.monotonic() - at) * 1e9)
         return ended_ns + round(TAKEOVER_CLOCK_MARGIN_S * 1e9)
 
@@ -344,42 +378,47 @@ class MessageEngine(Subscriptions, Endpoints):
         if self.run_loops:
             m.open()
 
-    def _lose(self, leader: str) -> None:
-        """This server lost the lease: end its subscriptions with NotLeader (clients go
-        to the leader), stop sending, keep answering acks and ListTables."""
-        error = self._not_leader(leader)
+    def _lose(self, unit: str, sender: str) -> bool:
+        """This server no longer sends ``unit`` (it lost the lease, or hands the table to
+        another server): end its subscriptions with NotLeader (clients go to ``sender``),
+        stop sending it, keep answering acks and ListTables. Returns whether every postpone
+        was written."""
+        error = self._not_leader(unit, sender)
         with self._lock:
-            self._leading = False
-            self._leader_hint = leader
-            old = list(self._managers.values())
-            self._managers = {m.config.name: self._new_manager(m.config) for m in old}
-        if self.capture is not None:
+            self._sending.discard(unit)
+            self._sender_hints[unit] = sender
+            old = [m for m in self._managers.values() if _unit_of(m.config) == unit]
+            for m in old:
+                self._managers[m.config.name] = self._new_manager(m.config)
+        if unit == CAPTURE and self.capture is not None:
             self.capture.close()
-        self._clean_demotion = _close_all(old, error)
+        clean = _close_all(old, error)
+        self._clean_demotion[unit] = clean
         self.postpones_skipped += sum(m.postpones_skipped for m in old)
         self._wake_pushers()
+        return clean
 
-    def _not_leader(self, leader: str | None = None) -> NotLeader:
-        if leader is None:
+    def _not_leader(self, unit: str, sender: str | None = None) -> NotLeader:
+        if sender is None:
             lease = self._lease
-            leader = lease.leader_address if lease is not None else self._leader_hint
-            if lease is not None and leader == lease.address:
-                leader = ""
-        where = f"the leader is at {leader}" if leader else "no server holds the lease now; retry"
+            sender = lease.sender(unit) if lease is not None else self._sender_hints.get(unit, "")
+        what = "the table events" if unit == CAPTURE else f"table {unit}"
+        where = f"the leader is at {sender}" if sender else "no server holds its lease now; retry"
         return NotLeader(
-            f"this server does not send the messages of keyspace {self.keyspace!r}: {where}",
-            leader=leader,
+            f"this server does not send {what} of keyspace {self.keyspace!r}: {where}",
+            leader=sender,
         )
 
     def _new_manager(self, cfg: TableConfig) -> MessageManager:
+        unit = _unit_of(cfg)
         return MessageManager(
             self.store,
             cfg,
             self.clock,
             self.rng,
             self._on_fatal,
-            may_send=self._may_send,
-            may_postpone=self._may_postpone,
+            may_send=lambda: self._may_send(unit),
+            may_postpone=lambda ack_wait_s: self._may_postpone(unit, ack_wait_s),
             outage=self.store.outage,
             dead_letter=self._dead_letter_config,
             buried=self.binlog_insert,
@@ -483,7 +522,7 @@ class MessageEngine(Subscriptions, Endpoints):
                 if name not in self._managers:
                     m = self._new_manager(cfg)
                     self._managers[name] = m
-                    if self._leading:
+                    if self.sends(_unit_of(cfg)):
                         to_open.append(m)
             for name in errors.keys() - self._load_errors.keys():
                 log.error("%s (not served until it is fixed)", errors[name])
@@ -515,6 +554,8 @@ class MessageEngine(Subscriptions, Endpoints):
             if self.run_loops:
                 f.open()
         self._follow_capture()
+        if self._lease is not None:
+            self._lease.wake()  # a table it can send now, or no longer
 
     def _discovery_loop(self) -> None:
         retry = Retry(
@@ -635,8 +676,8 @@ class MessageEngine(Subscriptions, Endpoints):
             raise Unavailable("server shutting down")
         m = self._default_group(self._manager(name, keyspace, shard, key_range, subscription))
         accepts = stream_filter(m.config, filter) if filter else None
-        if not self._leading:
-            raise self._not_leader()
+        if not self.sends(_unit_of(m.config)):
+            raise self._not_leader(_unit_of(m.config))
         if subscription:
             self._revive(m)
         return m.subscribe(max_in_flight, accepts)
@@ -694,8 +735,8 @@ class MessageEngine(Subscriptions, Endpoints):
         knows which of its sends are not counted yet (vt_postpone_after); another server
         would write one attempt too few (NotLeader: the client goes to the leader)."""
         m = self._settling(name, keyspace, subscription)
-        if not self._leading:
-            raise self._not_leader()
+        if not self.sends(_unit_of(m.config)):
+            raise self._not_leader(_unit_of(m.config))
         return m
 
     def dead_letters(
@@ -872,6 +913,7 @@ class MessageEngine(Subscriptions, Endpoints):
         out = [dataclasses.replace(s, push=self.push_status(s.name, s.subscription)) for s in out]
         backlog = {(b.table, b.subscription): b for b in self.backlog()}
         out = [_with_backlog(s, backlog.get((s.name, s.subscription))) for s in out]
+        out = [dataclasses.replace(s, sender=self.sender(s.name)) for s in out]
         return sorted(out, key=lambda s: (s.name, s.subscription))
 
     def _with_capture(self, s: TableStatus) -> TableStatus:
@@ -883,9 +925,12 @@ class MessageEngine(Subscriptions, Endpoints):
             return dataclasses.replace(s, capture_problem="table events need a MySQL database")
         if f.disabled_because:
             return dataclasses.replace(s, capture_problem=f.disabled_because)
-        if not self._leading:
+        if not self.sends(CAPTURE):
+            sender = self._lease.sender(CAPTURE) if self._lease is not None else ""
             return dataclasses.replace(
-                s, capture_problem="this server does not hold the lease: the leader captures"
+                s,
+                capture_problem="this server does not capture the table events: "
+                + (f"the server at {sender} does" if sender else "no server does now"),
             )
         return dataclasses.replace(
             s,
@@ -934,6 +979,12 @@ def _same_shape(new: TableConfig, old: TableConfig) -> bool:
 def _what(cfg: TableConfig) -> str:
     """A table or subscription as the log names it."""
     return f"subscription {cfg.label}" if cfg.source else f"table {cfg.name}"
+
+
+def _unit_of(cfg: TableConfig) -> str:
+    """The unit of the placement a table's manager goes with: a subscription's state table
+    with its source table (msgtable.placement)."""
+    return cfg.source or cfg.name
 
 
 def _close_all(managers: Sequence[MessageManager], error: MsgtableError) -> bool:

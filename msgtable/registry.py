@@ -72,7 +72,7 @@ class Subscriptions:
 
         def list_tables(self) -> list[TableStatus]: ...
 
-        def _may_send(self) -> bool: ...
+        def _may_send(self, unit: str) -> bool: ...
 
         def _manager(
             self,
@@ -160,7 +160,7 @@ class Subscriptions:
             config,
             subscriptions,
             self.clock,
-            self._may_send,
+            lambda: self._may_send(table),
             handed,
             unknown,
             outage=self.store.outage,

@@ -79,3 +79,7 @@ class TableStatus:
     # there before the old lease ended (the rest flow)
     hold_s: float = 0.0
     hold_whole: bool = False
+    # The address of the server that sends the table (and its subscriptions) now, as this
+    # one last read the placement (msgtable.placement; "": none now or unknown; "this
+    # server" for one that shares its database with none)
+    sender: str = ""

@@ -15,7 +15,7 @@ import grpc.aio
 
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
-from msgtable.client.router import Route, channel_options
+from msgtable.client.router import Route, channel_options, table_key
 from msgtable.errors import Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
@@ -70,8 +70,9 @@ class AioRouter(Route):
         """One unary call with the sync client's retries (Route.retry_delay)."""
         deadline = self.deadline()
         retry = Retry(method, log, self.backoff, level=logging.INFO)
+        key = table_key(request)
         while True:
-            where = target or self.next_target()
+            where = target or self.next_target(key)
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
                 response = await self.invoke(where, method, request, timeout=left)
@@ -84,7 +85,7 @@ class AioRouter(Route):
                 self.answered()
                 return response
             target = ""  # a retry goes where the client now thinks best
-            await asyncio.sleep(self.retry_delay(error, where, retry, deadline))
+            await asyncio.sleep(self.retry_delay(error, where, retry, deadline, key))
 
     async def ack(
         self,

@@ -31,6 +31,7 @@ from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, MIN_RENEW_EVERY_S, Leases
 from msgtable.client.message import Received
+from msgtable.client.router import table_key
 from msgtable.codec import Field
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -136,12 +137,13 @@ class Subscriber:
                     retrying=self._retry,
                     started=started,
                     retry_for_s=self._retry_for_s,
+                    key=table_key(self._request),
                 )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closing.wait(), delay)
                 if self._closing.is_set():
                     return False
-            target = router.next_target()
+            target = router.next_target(table_key(self._request))
             try:
                 call = router.invoke(target, "MessageStream", self._request)
                 first = await self._first_response(call, target)

@@ -90,6 +90,13 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         lines.append("")
         lines.append("backlog (read from the database):")
         lines.extend(_backlog(t) for t in sorted(read, key=lambda t: (t.name, t.subscription)))
+    # a server that shares its database names each table's sender ("this server" when it
+    # shares it with none; "" everywhere from a server of an earlier version)
+    shared = [t for t in tables if t.sender != "this server" and t.config is not None]
+    if any(t.sender for t in shared):
+        lines.append("")
+        lines.append("sent by (the servers of the database share its tables):")
+        lines.extend(f"  {t.name}: {t.sender or 'no server now'}" for t in shared)
     held = [t for t in (*tables, *subs) if t.hold_s > 0]
     if held:
         lines.append("")
@@ -315,6 +322,7 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "oldest_unacked_age_s": s.oldest_unacked_age_s,
         "hold_s": s.hold_s,
         "hold_whole": s.hold_whole,
+        "sender": s.sender,
         "load_error": s.load_error,
     }
     return json.dumps(out, ensure_ascii=False)

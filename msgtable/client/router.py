@@ -1,8 +1,10 @@
-"""Where a client's calls go: one channel per server, the leader once an answer named it
-(else the servers in turn), and the one rule for which errors are tried again.
+"""Where a client's calls go: one channel per server, each table's sender once an answer
+named it (else the servers in turn), and the one rule for which errors are tried again.
 
-A client may name several servers of one database (``Client("a:1,b:2")``): the one holding the
-lease sends, the others answer MessageStream with NotLeader and the leader's address. Unary
+A client may name several servers of one database (``Client("a:1,b:2")``): the servers share
+its tables (msgtable.placement), each table sent by one of them; the others answer a
+MessageStream of it (or a release, reject or renew) with NotLeader and its sender's address,
+which the router keeps by table. Unary
 calls and subscribers both go through the router: :meth:`Router.next_target` says where,
 :meth:`Router.failed` notes an error (it follows a redirect at once, else moves on to the next
 server and backs off) and :meth:`Router.should_retry` is the one predicate for what passes, as
@@ -82,7 +84,9 @@ class Route:
         self.timeout_s = timeout_s
         self.backoff = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=True)
         self._lock = threading.Lock()
-        self._leader = ""  # the address a NotLeader answer named, until it fails
+        self._leader = ""  # the address the last NotLeader answer named
+        # by table (table_key): the address a NotLeader answer named for it, until it fails
+        self._leaders: dict[str, str] = {}
         self._turn = 0  # which of the targets is next when no leader is known
         # a server answered NotLeader since the last call that went through (see failed())
         self._electing = False
@@ -94,14 +98,22 @@ class Route:
 
     @property
     def leader(self) -> str:
-        """The leader's address as the last NotLeader answer named it ("" if none)."""
+        """The address the last NotLeader answer named, for any table, until a call to it
+        failed ("" if none)."""
         return self._leader
 
-    def next_target(self) -> str:
-        """Where the next call goes: the known leader, else the targets in turn."""
+    def leader_of(self, key: str) -> str:
+        """The sender of a table (``table_key``) as a NotLeader answer named it ("" if
+        none, or it failed since)."""
+        return self._leaders.get(key, "")
+
+    def next_target(self, key: str = "") -> str:
+        """Where the next call about a table (``table_key``; "" for none) goes: its known
+        sender, else the targets in turn."""
         with self._lock:
-            if self._leader:
-                return self._leader
+            leader = self._leaders.get(key, "")
+            if leader:
+                return leader
             return self.targets[self._turn % len(self.targets)]
 
     def answered(self) -> None:
@@ -122,10 +134,10 @@ class Route:
         and nothing is tried again once the client is closed."""
         return not self._closed and isinstance(error, Unavailable)
 
-    def failed(self, error: MsgtableError, target: str, retry: Retry) -> float:
-        """Note a failed call to ``target`` that will be tried again (counted and logged by
-        ``retry``); returns how long to wait before the next attempt."""
-        redirect = self._note(error, target)
+    def failed(self, error: MsgtableError, target: str, retry: Retry, key: str = "") -> float:
+        """Note a failed call about table ``key`` to ``target`` that will be tried again
+        (counted and logged by ``retry``); returns how long to wait before the next attempt."""
+        redirect = self._note(error, target, key)
         failures = retry.failures + 1
         if redirect and failures <= 2:  # a redirect: at once (a loop of them backs off)
             return retry.failed(error, delay_s=0.0, level=logging.INFO)
@@ -137,15 +149,20 @@ class Route:
         return retry.failed(error, delay_s=delay)
 
     def retry_delay(
-        self, error: MsgtableError, target: str, retry: Retry, deadline: float | None
+        self,
+        error: MsgtableError,
+        target: str,
+        retry: Retry,
+        deadline: float | None,
+        key: str = "",
     ) -> float:
         """A unary call to ``target`` failed with ``error``: how long to wait before trying
         again (where next_target() then says), or raise ``error`` when it would fail again or
         the ``deadline`` (monotonic) would pass first. The one rule of both clients."""
         if not self.should_retry(error):
-            self._note(error, target)
+            self._note(error, target, key)
             raise error
-        delay = self.failed(error, target, retry)
+        delay = self.failed(error, target, retry, key)
         if deadline is not None and time.monotonic() + delay >= deadline:
             raise error
         return delay
@@ -159,6 +176,7 @@ class Route:
         retrying: bool,
         started: float,
         retry_for_s: float | None,
+        key: str = "",
     ) -> float:
         """A subscriber's stream to ``target`` broke or failed to open with ``error``: how
         long to wait before opening it again, or raise ``error`` when it would fail again
@@ -168,24 +186,34 @@ class Route:
             raise error
         if retry_for_s is not None and time.monotonic() - started >= retry_for_s:
             raise type(error)(f"{error} (gave up after {retry_for_s:g}s of retrying)")
-        return self.failed(error, target, retry)
+        return self.failed(error, target, retry, key)
 
     def deadline(self) -> float | None:
         """When a unary call started now gives up (monotonic; None: never)."""
         return None if self.timeout_s is None else time.monotonic() + self.timeout_s
 
-    def _note(self, error: MsgtableError, target: str) -> bool:
-        """Where calls go after ``error`` from ``target``: to the leader it names, else on to
-        the next target. Returns whether it was a redirect."""
+    def _note(self, error: MsgtableError, target: str, key: str) -> bool:
+        """Where calls about table ``key`` go after ``error`` from ``target``: to the sender
+        it names, else on to the next target. Returns whether it was a redirect."""
         leader = error.leader if isinstance(error, NotLeader) else ""
         redirect = bool(leader) and leader != target
         with self._lock:
+            known = self._leaders.get(key, "")
             if redirect:
-                self._leader = leader
-            elif target == self._leader or not self._leader:
-                self._leader = ""
+                self._leaders[key] = self._leader = leader
+            elif target == known or not known:
+                self._leaders.pop(key, None)
+                if self._leader == target:
+                    self._leader = ""
                 self._turn += 1  # try the next target
         return redirect
+
+
+def table_key(request: Any) -> str:
+    """The table a request is about (its keyspace and name), by which the router keeps each
+    table's sender; "" for a request about none (ListTables)."""
+    name = getattr(request, "name", "")
+    return f"{getattr(request, 'keyspace', '')}/{name}" if name else ""
 
 
 class Router(Route):
@@ -237,8 +265,9 @@ class Router(Route):
         passing errors until the time-out is spent."""
         deadline = self.deadline()
         retry = Retry(method, log, self.backoff, level=logging.INFO)
+        key = table_key(request)
         while True:
-            where = target or self.next_target()
+            where = target or self.next_target(key)
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
                 response = self.invoke(where, method, request, timeout=left)
@@ -249,7 +278,7 @@ class Router(Route):
                 self.answered()
                 return response
             target = ""  # a retry goes where the client now thinks best
-            time.sleep(self.retry_delay(error, where, retry, deadline))
+            time.sleep(self.retry_delay(error, where, retry, deadline, key))
 
     def ack(
         self,

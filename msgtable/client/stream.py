@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 
 from msgtable.client.codes import error_from_rpc
-from msgtable.client.router import Router
+from msgtable.client.router import Router, table_key
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.retry import Retry
@@ -76,10 +76,11 @@ class Stream:
                     retrying=self._retry,
                     started=started,
                     retry_for_s=self._retry_for_s,
+                    key=table_key(self._request),
                 )
                 if self._closing.wait(delay):
                     return None
-            target = router.next_target()
+            target = router.next_target(table_key(self._request))
             try:
                 call = router.invoke(target, "MessageStream", self._request)
                 first = self._first_response(call, target)

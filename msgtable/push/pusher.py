@@ -47,8 +47,7 @@ class PushEngine(Protocol):
 
     keyspace: str
 
-    @property
-    def leading(self) -> bool: ...
+    def sends(self, table: str) -> bool: ...
 
     def subscribe(
         self,
@@ -177,8 +176,8 @@ class Pusher:
             state = self._problem
         elif error:
             state = f"failing: {error}"
-        elif not self.engine.leading:
-            state = "idle: another server holds the lease and pushes"
+        elif not self.engine.sends(self.endpoint.table):
+            state = "idle: another server sends the table and pushes"
         elif sub is None:
             state = "starting"
         else:
@@ -197,7 +196,7 @@ class Pusher:
     def _supervise(self) -> None:
         ep = self.endpoint
         while not self._stop.is_set():
-            if self._transport is not None and self.engine.leading:
+            if self._transport is not None and self.engine.sends(self.endpoint.table):
                 if self._sub is None:
                     self._subscribe()
             elif self._sub is not None:

@@ -16,7 +16,7 @@ from msgtable.auth import Authorizer
 from msgtable.client import Client
 from msgtable.engine import MessageEngine
 from msgtable.errors import PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
-from msgtable.lease import LEASE_DDL
+from msgtable.placement import PLACEMENT_DDL
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server import MessagingServer, TlsFiles
@@ -204,20 +204,20 @@ def test_listening_beyond_loopback_without_tls_and_auth_warns(db_dsn, pki, caplo
         assert messages == []
 
 
-def lease_ddl_file() -> str:
-    """The statement of schema/msgtable_lease.sql (its comment lines dropped)."""
-    text = (Path(__file__).parents[2] / "schema" / "msgtable_lease.sql").read_text()
+def placement_ddl_file() -> str:
+    """The statement of schema/msgtable_placement.sql (its comment lines dropped)."""
+    text = (Path(__file__).parents[2] / "schema" / "msgtable_placement.sql").read_text()
     lines = [line for line in text.splitlines() if not line.startswith("--")]
     return "\n".join(lines).strip().rstrip(";")
 
 
-def test_the_schema_file_holds_the_lease_ddl_msgtable_runs():
-    assert lease_ddl_file() == LEASE_DDL
+def test_the_schema_file_holds_the_placement_ddl_msgtable_runs():
+    assert placement_ddl_file() == PLACEMENT_DDL
 
 
 def test_the_documented_minimal_grants_are_enough_to_serve(db_dsn):
-    """README, Database user: SELECT, UPDATE, DELETE on the database, INSERT on the lease
-    table (created once by an administrator from schema/msgtable_lease.sql), and REPLICATION
+    """README, Database user: SELECT, UPDATE, DELETE on the database, INSERT on the placement
+    table (created once by an administrator from schema/msgtable_placement.sql), and REPLICATION
     SLAVE, REPLICATION CLIENT for the binlog follower; nothing else."""
     url = sa.engine.make_url(db_dsn)
     user, password = f"mt_{url.database}"[-32:], "a-password-for-msgtable"
@@ -226,8 +226,10 @@ def test_the_documented_minimal_grants_are_enough_to_serve(db_dsn):
         conn.execute(sa.text(f"drop user if exists '{user}'@'%'"))
         conn.execute(sa.text(f"create user '{user}'@'%' identified by '{password}'"))
         conn.execute(sa.text(f"grant select, update, delete on `{url.database}`.* to '{user}'@'%'"))
-        conn.execute(sa.text(lease_ddl_file()))
-        conn.execute(sa.text(f"grant insert on `{url.database}`.msgtable_lease to '{user}'@'%'"))
+        conn.execute(sa.text(placement_ddl_file()))
+        conn.execute(
+            sa.text(f"grant insert on `{url.database}`.msgtable_placement to '{user}'@'%'")
+        )
         conn.execute(sa.text(f"grant replication slave, replication client on *.* to '{user}'@'%'"))
         conn.execute(
             sa.text(current_layout_ddl("jobs", comment(vt_poller_interval=0.2, vt_purge_after=0)))

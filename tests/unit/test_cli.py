@@ -651,6 +651,7 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         "oldest_unacked_age_s": 1.5,
         "hold_s": 4.5,
         "hold_whole": True,
+        "sender": "",
         "load_error": "",
     }
 

@@ -14,6 +14,7 @@ import pytest
 from msgtable.client import Client, router
 from msgtable.errors import NotLeader, ResourceExhausted, TableNotFound, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.retry import Retry
 from msgtable.server import MessagingServer
 
 from .test_server import WAIT_S, FakeEngine
@@ -250,3 +251,23 @@ def test_a_new_client_does_not_inherit_an_older_clients_failed_connection(engine
             assert retries == [], retries
         finally:
             second.stop(0)
+
+
+def test_each_table_goes_to_the_sender_a_notleader_named_for_it():
+    """The servers share the tables (msgtable.placement): a NotLeader about one table names
+    that table's sender, and calls about another table do not follow it."""
+    route = router.Route(("a:1", "b:2"), 1.0)
+    jobs, mail = "/jobs", "/mail"
+    retry = Retry("test", logging.getLogger("test"), route.backoff)
+    assert route.next_target(jobs) == route.next_target(mail) == "a:1"
+    delay = route.failed(NotLeader("jobs: sent by b:2", leader="b:2"), "a:1", retry, jobs)
+    assert delay == 0.0  # a redirect: at once
+    assert route.next_target(jobs) == "b:2" and route.leader_of(jobs) == "b:2"
+    assert route.next_target(mail) == "a:1" and route.leader_of(mail) == ""
+    # the sender of jobs fails (not a redirect): jobs goes to the targets in turn again
+    route.failed(Unavailable("b:2 is down"), "b:2", retry, jobs)
+    assert route.leader_of(jobs) == ""
+    # keys as the requests give them: keyspace and name; none for ListTables
+    assert router.table_key(pb.MessageStreamRequest(name="jobs")) == jobs
+    assert router.table_key(pb.MessageAckRequest(keyspace="ks", name="jobs")) == "ks/jobs"
+    assert router.table_key(pb.ListTablesRequest()) == ""

@@ -380,3 +380,27 @@ def test_a_takeovers_hold_travels_both_ways_and_shows_in_msgtable_tables():
         "  b: 12s more; every send of the table\n"
     ) in text + "\n"
     assert "  c:" not in text
+
+
+def test_each_tables_sender_travels_and_shows_in_msgtable_tables():
+    """Servers that share a database name each table's sender (msgtable.placement); one
+    alone says "this server" and msgtable tables then says nothing of it; a server of an
+    earlier version sends no sender at all, nor does msgtable tables say one."""
+    columns = (Column("id", "bigint", "bigint"),)
+
+    def status(name: str, sender: str) -> TableStatus:
+        s = TableStatus(
+            name=name, keyspace="ks", config=config_of(columns), load_error=None, sender=sender
+        )
+        return codec.table_info_from_proto(codec.table_status_to_proto(s))
+
+    shared = [status("a", "10.0.0.1:50051"), status("b", "10.0.0.2:50051"), status("c", "")]
+    assert [t.sender for t in shared] == ["10.0.0.1:50051", "10.0.0.2:50051", ""]
+    assert (
+        "sent by (the servers of the database share its tables):\n"
+        "  a: 10.0.0.1:50051\n"
+        "  b: 10.0.0.2:50051\n"
+        "  c: no server now\n"
+    ) in output.format_tables(shared) + "\n"
+    assert "sent by" not in output.format_tables([status("a", "this server")])
+    assert "sent by" not in output.format_tables([status("a", ""), status("b", "")])

@@ -62,6 +62,18 @@ def engine(store, clock):
 FIRST = Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False)
 
 
+def gain(engine: MessageEngine, takeover: Takeover) -> None:
+    """The engine gains the lease of every table it has (msgtable.placement's on_gain)."""
+    for unit in sorted(engine._units()):
+        engine._gain(unit, takeover)
+
+
+def lose(engine: MessageEngine, sender: str) -> None:
+    """The engine loses the lease of every table it sends (msgtable.placement's on_loss)."""
+    for unit in sorted(engine._sending):
+        engine._lose(unit, sender)
+
+
 def one_row_polled(engine, store, table: str = "later", **values):
     """Row 1 of ``table`` inserted, a subscriber, and a poll: (manager, subscriber)."""
     store.insert(table, 1, message="a", **values)
@@ -73,7 +85,7 @@ def one_row_polled(engine, store, table: str = "later", **values):
 
 def test_without_the_lease_subscribers_are_sent_to_the_leader_and_acks_are_served(engine, store):
     assert not engine.leading
-    with pytest.raises(NotLeader, match="no server holds the lease") as caught:
+    with pytest.raises(NotLeader, match="no server holds its lease") as caught:
         engine.subscribe("later")
     assert caught.value.leader == ""
     store.insert("later", 1, message="a")
@@ -82,7 +94,7 @@ def test_without_the_lease_subscribers_are_sent_to_the_leader_and_acks_are_serve
 
 
 def test_the_first_holder_sends_at_once(engine, store):
-    engine._gain(FIRST)
+    gain(engine, FIRST)
     m, sub = one_row_polled(engine, store)
     assert m.send_once() == 1 and drain(sub) == [(1, "a")]
 
@@ -98,7 +110,7 @@ def test_the_first_holder_sends_at_once(engine, store):
 def test_a_new_holder_waits_out_the_leases_the_old_one_did_not_write(
     engine, store, clock, takeover, hold_later
 ):
-    engine._gain(takeover)
+    gain(engine, takeover)
     assert engine._hold_s(engine._manager("later", "").config) == pytest.approx(hold_later, abs=0.5)
     # vt_postpone_after=0: every send wrote its postpone first, nothing to wait for
     assert engine._hold_s(engine._manager("before", "").config) == 0.0
@@ -124,7 +136,7 @@ def test_after_a_crash_only_what_the_old_holder_may_have_sent_is_held(engine, st
     store.insert("later", 3, message="later", time_created=old, time_next=now)  # due after it
     # inside the margin: the old holder's clock may have been that far ahead
     store.insert("later", 4, message="edge", time_created=ended + 10**8)
-    engine._gain(Takeover("old", 2.0, released=False, by_me=False))
+    gain(engine, Takeover("old", 2.0, released=False, by_me=False))
     m = engine._manager("later", "")
     sub = engine.subscribe("later")
     m.poll_once()
@@ -146,7 +158,7 @@ def test_a_table_without_time_created_holds_by_time_next_alone(store, clock):
         now = clock.now_ns()
         store.insert("bare", 1, message="unknown age")  # time_next 0: due since any time
         store.insert("bare", 2, message="due after the end", time_next=now)
-        e._gain(Takeover("old", 2.0, released=False, by_me=False))
+        gain(e, Takeover("old", 2.0, released=False, by_me=False))
         m = e._manager("bare", "")
         sub = e.subscribe("bare")
         m.poll_once()
@@ -159,27 +171,27 @@ def test_a_table_without_time_created_holds_by_time_next_alone(store, clock):
 
 
 def test_losing_the_lease_ends_subscriptions_with_the_leaders_address(engine, store, clock):
-    engine._gain(FIRST)
+    gain(engine, FIRST)
     m, sub = one_row_polled(engine, store)
     assert m.send_once() == 1
     drain(sub)
-    engine._lose("10.0.0.2:50051")
+    lose(engine, "10.0.0.2:50051")
     assert not engine.leading
     with pytest.raises(NotLeader) as caught:
         sub.next_batch(0)
     assert caught.value.leader == "10.0.0.2:50051"
     # the sent row's postpone was written on the way out (a clean hand-over)
     assert store.rows["later"][1]["epoch"] == 1
-    assert engine._clean_demotion
+    assert all(engine._clean_demotion.values())
     with pytest.raises(NotLeader, match=r"the leader is at 10\.0\.0\.2:50051"):
         engine.subscribe("later")
     # got back, by this same server after a clean loss: no wait
-    engine._gain(Takeover("me", 0.0, released=False, by_me=True))
+    gain(engine, Takeover("me", 0.0, released=False, by_me=True))
     assert engine._hold_s(engine._manager("later", "").config) == 0.0
 
 
 def test_a_send_does_not_hand_over_once_the_lease_is_gone(engine, store, clock):
-    engine._gain(FIRST)
+    gain(engine, FIRST)
     m, sub = one_row_polled(engine, store)
     m._may_send = lambda: False  # the lease ended while the claim ran
     with pytest.raises(NotLeader):
@@ -203,7 +215,7 @@ def test_an_ordered_table_waits_out_the_old_holders_ack_waits_even_when_it_postp
     )
     e = new_engine(store, clock)
     try:
-        e._gain(Takeover("old", 2.0, released=False, by_me=False))
+        gain(e, Takeover("old", 2.0, released=False, by_me=False))
         assert e._hold_s(e._manager("keyed", "").config) == pytest.approx(8.0, abs=0.5)
     finally:
         e.close()
@@ -214,18 +226,25 @@ def test_a_server_that_lost_the_lease_never_names_itself_as_its_holder(engine):
     row again; while its steps fail (the database away), the server that lost the lease
     must not tell the dashboard it is the holder: it does not know who is."""
 
-    class LostLease:  # what msgtable.lease.Lease holds after a loss, before the next read
+    class LostLease:  # what msgtable.placement.Placement holds after a loss, before a read
         address = "10.0.0.1:50051"
         leader_address = "10.0.0.1:50051"
+        holding = True
 
-        def valid(self) -> bool:
+        def valid(self, unit: str) -> bool:
             return False
 
-    engine._gain(FIRST)
+        def sender(self, unit: str) -> str:
+            if self.holding:
+                return self.address
+            return "" if self.leader_address == self.address else self.leader_address
+
+    gain(engine, FIRST)
     engine._lease = LostLease()  # type: ignore[assignment]
     try:
         assert engine.lease_holder == "10.0.0.1:50051"  # it holds it: its own address
-        engine._lose("")
+        lose(engine, "")
+        LostLease.holding = False
         assert engine.lease_holder == ""  # lost, holder unknown until the next read
         LostLease.leader_address = "10.0.0.2:50051"  # the next read names the new holder
         assert engine.lease_holder == "10.0.0.2:50051"
@@ -245,7 +264,7 @@ def test_during_a_takeovers_hold_a_named_release_or_renew_changes_only_what_this
     old = now - 12 * 10**9
     store.insert("later", 1, message="old", time_created=old, epoch=1)
     store.insert("later", 2, message="new", time_created=now)
-    engine._gain(Takeover("old", 2.0, released=False, by_me=False))
+    gain(engine, Takeover("old", 2.0, released=False, by_me=False))
     m = engine._manager("later", "")
     sub = engine.subscribe("later")
     m.poll_once()
@@ -266,12 +285,18 @@ class EndedLease:
     leader_address = ""
 
     def __init__(self, ago_s: float) -> None:
-        self.held_until_s = time.monotonic() - ago_s
+        self.ended = time.monotonic() - ago_s
 
-    def valid(self) -> bool:
+    def held_until_s(self, unit: str) -> float:
+        return self.ended
+
+    def valid(self, unit: str) -> bool:
         return False
 
-    def close(self, released: bool) -> None:
+    def sender(self, unit: str) -> str:
+        return ""
+
+    def close(self, released: object) -> None:
         pass
 
 
@@ -285,14 +310,14 @@ def test_a_server_whose_lease_ended_long_ago_writes_no_postpones_on_its_way_out(
     make the row due at once while it is in flight. So the demotion writes none then (the
     count is lost; the next holder holds the rows until a whole ack wait after the end);
     before that, it writes them as a clean hand-over does."""
-    engine._gain(FIRST)
+    gain(engine, FIRST)
     m, sub = one_row_polled(engine, store)
     assert m.send_once() == 1
     drain(sub)
     engine._lease = EndedLease(ago_s)
-    engine._lose("10.0.0.2:50051")
+    lose(engine, "10.0.0.2:50051")
     assert store.rows["later"][1]["epoch"] == (1 if written else 0)
-    assert engine._clean_demotion is written
+    assert all(engine._clean_demotion.values()) is written
     # counted for the metrics (msgtable_postpones_skipped_total): the log line is not enough
     assert engine.postpones_skipped == (0 if written else 1)
 
@@ -302,7 +327,7 @@ def test_a_takeovers_hold_shows_in_the_tables_status_until_it_ends(engine, store
     are still held after an unclean takeover, and whether all of them or only the old
     holder's may-have-sent rows (a floor)."""
     assert all(s.hold_s == 0 and not s.hold_whole for s in engine.list_tables())
-    engine._gain(Takeover("old", 2.0, released=False, by_me=False))  # crashed 2 s ago
+    gain(engine, Takeover("old", 2.0, released=False, by_me=False))  # crashed 2 s ago
     later = {s.name: s for s in engine.list_tables()}["later"]
     assert later.hold_s == pytest.approx(8.0, abs=0.5)  # vt_ack_wait 10 s after its end
     assert not later.hold_whole  # the table has time_created: a floor, the rest flows

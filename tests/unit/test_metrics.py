@@ -17,6 +17,8 @@ from msgtable.tables import DEMO_COMMENT, Column
 from msgtable.testing import InMemoryStore
 from msgtable.testing.memory import CURRENT_COLUMNS
 
+from .test_lease import gain, lose
+
 COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2")
 # Prometheus's rules (https://prometheus.io/docs/practices/naming/), as promtool checks them
 NAME = re.compile(r"^msgtable_[a-z][a-z0-9_]*$")
@@ -25,16 +27,35 @@ UNIT_WORDS = ("milliseconds", "microseconds", "minutes", "hours", "kilobytes", "
 
 @pytest.fixture
 def engine():
+    e = _engine()
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def leased_engine():
+    """An engine that shares its database (a lease period), its tables' leases gained and
+    lost by hand (tests.unit.test_lease's gain and lose)."""
+    e = _engine(lease_period_s=1.0)
+    yield e
+    e.close()
+
+
+def _engine(lease_period_s: float | None = None) -> MessageEngine:
     store = InMemoryStore()
     store.create_table("q", COMMENT)
     for i in range(5):
         store.insert("q", i, message=str(i))
     e = MessageEngine(
-        store, clock=FakeClock(), rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+        store,
+        clock=FakeClock(),
+        rng=random.Random(1),
+        discovery_interval_s=3600,
+        run_loops=False,
+        lease_period_s=lease_period_s,
     )
     e.refresh()
-    yield e
-    e.close()
+    return e
 
 
 def scrape(engine) -> dict[str, object]:
@@ -324,7 +345,7 @@ def test_every_statement_the_store_runs_names_its_kind():
 def test_the_lease_times_its_statements_by_kind():
     import contextlib
 
-    from msgtable.lease import Lease
+    from msgtable.placement import Placement
 
     seen: list[str] = []
 
@@ -337,28 +358,33 @@ def test_the_lease_times_its_statements_by_kind():
         def cursor(self):
             raise OSError("no database here")
 
-    lease = Lease(
-        lambda: Refused(), "here:1", on_gain=lambda t: None, on_loss=lambda a: None, timed=timed
+    lease = Placement(
+        lambda: Refused(),
+        "here:1",
+        units=set,
+        on_gain=lambda u, t: None,
+        on_loss=lambda u, s: True,
+        timed=timed,
     )
     with pytest.raises(MsgtableError):  # the database away: Unavailable
         lease.prepare()
     assert seen == ["lease_prepare"]
 
 
-def test_lease_gains_count_each_tenure_so_a_reset_between_two_scrapes_shows(engine):
+def test_lease_gains_count_each_tenure_so_a_reset_between_two_scrapes_shows(leased_engine):
     """A server that loses the lease and gains it back between two scrapes reopens its
     tables (their counters start again at 0) while msgtable_lease_holder reads 1 both
     times: msgtable_lease_gains_total tells the two tenures apart."""
     from msgtable.lease import Takeover
 
     gains = "msgtable_lease_gains"  # the parser names a counter family without _total
-    assert scrape(engine)[gains].samples[0].value == 0  # no lease: it sends, never gained
+    assert scrape(leased_engine)[gains].samples[0].value == 0  # nothing gained yet
     took = Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False)
-    engine._gain(took)
-    assert scrape(engine)[gains].samples[0].value == 1
-    engine._lose("")
-    engine._gain(Takeover("me", 0.0, released=False, by_me=True))
-    f = scrape(engine)
+    gain(leased_engine, took)
+    assert scrape(leased_engine)[gains].samples[0].value == 1
+    lose(leased_engine, "")
+    gain(leased_engine, Takeover("me", 0.0, released=False, by_me=True))
+    f = scrape(leased_engine)
     assert f[gains].samples[0].value == 2 and f["msgtable_lease_holder"].samples[0].value == 1
 
 
@@ -372,10 +398,13 @@ def test_late_renewals_and_skipped_postpones_are_counted_for_the_operator(engine
 
     class Late:
         late_renewals = 3
-        address, leader_address, held_until_s = "me:1", "", 0.0
+        address = "me:1"
 
-        def valid(self) -> bool:
+        def valid(self, unit: str) -> bool:
             return True
+
+        def sender(self, unit: str) -> str:
+            return self.address
 
     engine._lease = Late()
     engine.postpones_skipped = 7
@@ -384,29 +413,29 @@ def test_late_renewals_and_skipped_postpones_are_counted_for_the_operator(engine
     engine._lease = None
 
 
-def test_a_scrape_never_pairs_one_tenures_counters_with_anothers_lease_gauge(engine):
+def test_a_scrape_never_pairs_one_tenures_counters_with_anothers_lease_gauge(leased_engine):
     """A loss of the lease while a scrape reads the tables (their counters start again
     with the new managers) must not give counters of the old tenure beside the new
     tenure's lease gauge: the fault suite's checker tells tenures apart by that gauge."""
     from msgtable.lease import Takeover
 
-    engine._gain(Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
-    m = engine._manager("q", "")
-    sub = engine.subscribe("q")
+    gain(leased_engine, Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
+    m = leased_engine._manager("q", "")
+    sub = leased_engine.subscribe("q")
     m.poll_once()
     assert m.send_once() > 0
-    read = engine.live_statuses
+    read = leased_engine.live_statuses
     lost = []
 
     def racing() -> list:
         statuses = read()  # the old tenure's managers, then the loss lands
         if not lost:
             lost.append(True)
-            engine._lose("")
+            lose(leased_engine, "")
         return statuses
 
-    engine.live_statuses = racing  # type: ignore[method-assign]
-    f = scrape(engine)
+    leased_engine.live_statuses = racing  # type: ignore[method-assign]
+    f = scrape(leased_engine)
     assert lost and f["msgtable_lease_holder"].samples[0].value == 0
     assert value(f, "msgtable_messages_sent") == 0  # the new tenure's, as the gauge says
     sub.close()

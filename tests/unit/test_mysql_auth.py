@@ -22,8 +22,9 @@ from msgtable import dbpool
 from msgtable.binlog import read_status
 from msgtable.dbpool import ConnectionPool
 from msgtable.errors import MsgtableError, Unavailable
-from msgtable.lease import Lease, connector
+from msgtable.lease import connector
 from msgtable.mysql import database_error, sorted_error
+from msgtable.placement import Placement
 from msgtable.spark.database import connection
 
 URL = sa.engine.make_url("mysql+pymysql://u:p@h/db")
@@ -108,7 +109,9 @@ def test_the_stores_pool_says_what_to_install(
 
 @pytest.mark.usefixtures("handshake_fails")
 def test_the_lease_says_what_to_install() -> None:
-    lease = Lease(connector(URL, "db"), "here:1", on_gain=print, on_loss=print)
+    lease = Placement(
+        connector(URL, "db"), "here:1", units=set, on_gain=print, on_loss=lambda u, s: True
+    )
     with pytest.raises(MsgtableError) as raised:
         lease.prepare()
     assert_says_what_to_install(raised.value)

@@ -38,6 +38,9 @@ class FakeEngine:
     keyspace = "db"
     leading = True
 
+    def sends(self, table: str) -> bool:
+        return self.leading
+
     def __init__(self, config: TableConfig) -> None:
         self.sub = Subscriber(config.message_columns, Window(10_000), lambda _: None, self._closed)
         self.calls: list[tuple[Any, ...]] = []

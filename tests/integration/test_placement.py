@@ -1,0 +1,469 @@
+"""The placement on a real MariaDB: one sender per table at a time, a takeover once a sender
+stops renewing (within two periods), an immediate hand-over when it gives a table back, the
+tables spread over the servers and rebalanced as they join and leave, and two servers on one
+database: the one that does not send a table sends its subscribers to the one that does."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+
+import grpc
+import pytest
+import sqlalchemy as sa
+
+from msgtable.client import Client
+from msgtable.engine import MessageEngine
+from msgtable.errors import LEADER_METADATA_KEY
+from msgtable.lease import LEASE_DDL, Takeover, connector, session_wait_timeout_s
+from msgtable.placement import CAPTURE, Placement
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+from msgtable.server import MessagingServer
+from msgtable.store import MySQLStore
+from msgtable.tables import current_layout_ddl
+
+from ..netfault import FaultProxy
+from ..waiting import wait_until
+from .helpers import Collector, comment
+
+PERIOD_S = 0.6
+
+
+class Candidate:
+    """A Placement with callbacks that record what happened, for ``units``."""
+
+    def __init__(self, store: MySQLStore, address: str, units: Collection[str] = ("t",)) -> None:
+        self.gains: list[tuple[float, str, Takeover]] = []
+        self.losses: list[tuple[float, str, str]] = []
+        self.units = set(units)
+        self.gained = threading.Event()
+        self.lease = Placement(
+            connector(store.url, store.database),
+            address,
+            PERIOD_S,
+            units=lambda: self.units,
+            on_gain=self._gain,
+            on_loss=self._loss,
+        )
+
+    def _gain(self, unit: str, takeover: Takeover) -> None:
+        self.gains.append((time.monotonic(), unit, takeover))
+        self.gained.set()
+
+    def _loss(self, unit: str, sender: str) -> bool:
+        self.losses.append((time.monotonic(), unit, sender))
+        return True
+
+    def held(self) -> set[str]:
+        return set(self.lease.held())
+
+    def crash(self) -> None:
+        """Stop renewing without giving anything back (as a killed process would)."""
+        self.lease._stop.set()
+        self.lease._wake.set()
+        assert self.lease._thread is not None
+        self.lease._thread.join(5)
+        self.lease._drop_connection()
+
+
+@pytest.fixture
+def store(db_dsn: str) -> Iterator[MySQLStore]:
+    s = MySQLStore.from_dsn(db_dsn)
+    yield s
+    s.close()
+
+
+def _campaign(store: MySQLStore, address: str, units: Collection[str] = ("t",)) -> Candidate:
+    c = Candidate(store, address, units)
+    c.lease.prepare()
+    c.lease.start()
+    return c
+
+
+def test_one_sender_at_a_time_and_a_takeover_within_two_periods(store):
+    a = _campaign(store, "a:1")
+    assert a.gained.wait(5)
+    b = _campaign(store, "b:2")
+    wait_until(
+        lambda: b.lease.servers().keys() == {a.lease.holder, b.lease.holder},
+        what="b reads both servers",
+    )
+    wait_until(lambda: a.held() | b.held() == {"t"}, what="one of them sends t")
+    time.sleep(PERIOD_S * 2)
+    # one unit: exactly one sends it; the other names it
+    sender, other = (a, b) if a.held() else (b, a)
+    assert sender.held() == {"t"} and other.held() == set()
+    assert sender.lease.valid("t") and not other.lease.valid("t")
+    assert other.lease.sender("t") == sender.lease.address
+    other.gained.clear()
+    crashed_at = time.monotonic()
+    sender.crash()
+    assert other.gained.wait(5)
+    took, unit, takeover = other.gains[-1]
+    took -= crashed_at
+    assert unit == "t"
+    assert took <= 2 * PERIOD_S, f"takeover took {took:.2f}s"
+    assert takeover.previous == sender.lease.holder and not takeover.released
+    assert 0 <= takeover.ended_s_ago < PERIOD_S
+    assert not sender.lease.valid("t")  # the old sender's own clock ended it first
+    other.lease.close()
+
+
+def test_a_table_given_back_is_taken_over_at_once_with_no_wait(store):
+    a = _campaign(store, "a:1")
+    assert a.gained.wait(5)
+    b = _campaign(store, "b:2")
+    wait_until(lambda: len(b.lease.servers()) == 2, what="b reads both servers")
+    wait_until(lambda: a.held() | b.held() == {"t"}, what="one of them sends t")
+    sender, other = (a, b) if a.held() else (b, a)
+    other.gained.clear()
+    sender.lease.close(released=lambda unit: True)
+    released_at = time.monotonic()
+    assert other.gained.wait(5)
+    assert other.gains[-1][0] - released_at <= PERIOD_S / 3 + 0.5
+    assert other.gains[-1][2].released
+    other.lease.close()
+
+
+def test_a_sender_that_cannot_renew_stops_sending_and_says_so(store):
+    a = _campaign(store, "a:1")
+    assert a.gained.wait(5)
+    real = a.lease._connect
+
+    def refused() -> None:
+        raise OSError("connection refused")
+
+    a.lease._connect = refused  # the database is gone for this server
+    a.lease._drop_connection()
+    wait_until(lambda: a.losses, timeout_s=5, what="the loss of the lease")
+    assert not a.lease.valid("t") and not a.lease.holds("t")
+    a.lease._connect = real
+    wait_until(lambda: len(a.gains) == 2, timeout_s=5, what="the table back")
+    assert a.gains[1][2].by_me
+    a.lease.close()
+
+
+def test_a_renewal_that_comes_back_late_but_still_holds_the_row_is_no_loss(store):
+    """On a loaded machine a step can take longer than the period. The rows are still this
+    server's (a take writes its holder, and the renewal found this one's), so nobody else
+    can have sent: sends pause (the validity is over) and resume with the next renewal; the
+    tables are not closed, the streams not ended, nothing held back as after a takeover."""
+    a = _campaign(store, "a:1")
+    assert a.gained.wait(5)
+    real = a.lease._renew_and_read
+    seen: list[bool] = []
+
+    def slow(began: float):
+        if not seen:
+            time.sleep(PERIOD_S * 1.3)  # the step stalls past the validity it will give
+            seen.append(a.lease.valid("t"))
+        return real(began)
+
+    a.lease._renew_and_read = slow  # type: ignore[method-assign]
+    wait_until(lambda: seen, timeout_s=5, what="the slow step")
+    wait_until(lambda: a.lease.valid("t"), timeout_s=5, what="a valid lease after the slow step")
+    time.sleep(PERIOD_S)  # a few more renewals
+    assert seen == [False], "sends were not fenced while the renewal was late"
+    assert a.losses == [] and len(a.gains) == 1, (a.losses, a.gains)
+    assert a.lease.late_renewals == 1
+    a.lease.close()
+
+
+def test_the_tables_are_spread_over_the_servers_and_follow_them_as_they_join_and_leave(store):
+    """Four tables and the table events: one server sends all five; a second takes its
+    share (3 and 2, no unit twice); a third too (2, 2, 1); one that leaves cleanly hands its
+    units over at once, one that dies within two periods; the last one sends all again."""
+    units = {"t1", "t2", "t3", "t4", CAPTURE}
+    a = _campaign(store, "a:1", units)
+    wait_until(lambda: a.held() == units, what="a sends everything")
+    b = _campaign(store, "b:2", units)
+    c = None
+
+    def spread(*cs: Candidate) -> list[int]:
+        held = [x.held() for x in cs]
+        together = set().union(*held)
+        assert sum(len(h) for h in held) == len(together), f"a unit sent twice: {held}"
+        return sorted(len(h) for h in held) if together == units else []
+
+    wait_until(lambda: spread(a, b) == [2, 3], what="a and b share the units (3 and 2)")
+    c = _campaign(store, "c:3", units)
+    wait_until(lambda: spread(a, b, c) == [1, 2, 2], what="a, b and c share them (2, 2, 1)")
+    # each names the sender of every unit it does not send
+    for x in (a, b, c):
+        for other in (a, b, c):
+            for u in other.held():
+                wait_until(
+                    lambda x=x, u=u, other=other: x.lease.sender(u) == other.lease.address,
+                    what=f"{x.lease.address} names {other.lease.address} for {u!r}",
+                )
+    left = time.monotonic()
+    c_units = c.held()
+    c.lease.close()
+    wait_until(lambda: spread(a, b) == [2, 3], timeout_s=5, what="c's units taken by a and b")
+    took = time.monotonic() - left
+    assert took <= PERIOD_S + 0.5, f"a clean leave took {took:.2f}s to hand over"
+    assert all(t.released for _, u, t in a.gains + b.gains if u in c_units and _ >= left)
+    died = time.monotonic()
+    a_units = a.held()
+    a.crash()
+    wait_until(lambda: b.held() == units, timeout_s=5, what="b takes over a's units")
+    took = time.monotonic() - died
+    assert took <= 2 * PERIOD_S + 0.3, f"a crash took {took:.2f}s to hand over"
+    assert a_units and all(not t.released for _, u, t in b.gains if u in a_units and _ >= died)
+    b.lease.close()
+
+
+def test_a_server_that_joins_takes_its_share_only_once_the_holder_gave_it_back(store):
+    """A hand-over is clean: the holder stops sending (on_loss) before the row is given
+    back released, so the new sender waits for nothing, and no unit is ever valid on two
+    servers at once."""
+    units = {f"t{i}" for i in range(6)}
+    a = _campaign(store, "a:1", units)
+    wait_until(lambda: a.held() == units, what="a sends everything")
+    overlap: list[str] = []
+    stop = threading.Event()
+
+    def watch(b: Candidate) -> None:
+        while not stop.is_set():
+            overlap.extend(u for u in units if a.lease.valid(u) and b.lease.valid(u))
+            time.sleep(0.001)
+
+    b = Candidate(store, "b:2", units)
+    watcher = threading.Thread(target=watch, args=(b,), daemon=True)
+    watcher.start()
+    b.lease.prepare()
+    b.lease.start()
+    wait_until(lambda: len(b.held()) == 3 and len(a.held()) == 3, what="b takes its share")
+    stop.set()
+    watcher.join(5)
+    assert not overlap, f"valid on both servers at once: {sorted(set(overlap))}"
+    handed = {u for _, u, _s in a.losses}
+    assert handed == b.held()
+    assert all(s == "b:2" for _, _u, s in a.losses)  # clients are sent to the new sender
+    assert all(t.released and t.previous == a.lease.holder for _, _u, t in b.gains)
+    a.lease.close()
+    b.lease.close()
+
+
+def test_while_a_server_of_an_earlier_version_holds_the_single_lease_nothing_is_taken(store):
+    """An upgrade: the old server (one lease for the whole database, msgtable_lease) sends
+    every table; a new one must not send beside it, and takes over once it stops."""
+    db = sa.create_engine(store.url.set(database=store.database), isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(LEASE_DDL)
+        conn.exec_driver_sql(
+            "INSERT INTO msgtable_lease (name, holder, address, expires, released) "
+            "VALUES ('sender', 'old', 'old:1', UTC_TIMESTAMP(6) + INTERVAL 2 SECOND, 0)"
+        )
+    a = _campaign(store, "a:1")
+    wait_until(lambda: a.lease.old_lease_holder == "old:1", what="a reads the old lease")
+    assert not a.gained.is_set() and a.lease.sender("t") == "old:1"
+    assert a.gained.wait(5), "the old lease ended and the table was not taken"
+    a.lease.close()
+    db.dispose()
+
+
+class Recording:
+    """A connection whose statements are recorded (the lease's round trips)."""
+
+    def __init__(self, conn, statements: list[str]) -> None:
+        self._conn, self._statements = conn, statements
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+    def commit(self) -> None:
+        self._statements.append("COMMIT")
+        self._conn.commit()
+
+    def rollback(self) -> None:
+        self._statements.append("ROLLBACK")
+        self._conn.rollback()
+
+    def cursor(self):
+        cur, statements = self._conn.cursor(), self._statements
+
+        class Cursor:
+            def __getattr__(self, name: str):
+                return getattr(cur, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                cur.close()
+
+            def execute(self, sql: str, args=None):
+                statements.append(" ".join(sql.split()[:2]))
+                return cur.execute(sql, args)
+
+        return Cursor()
+
+
+def test_a_senders_renewal_is_one_transaction_that_locks_no_other_servers_row(store):
+    """The renewal, every third of the period, is the hot path: this server's leases and
+    presence renewed and every row read, in one transaction and its commit; no SELECT ...
+    FOR UPDATE holding a row's lock across round trips (only a take locks, its one row)."""
+    statements: list[str] = []
+    connect = connector(store.url, store.database)
+    a = Candidate(store, "a:1")
+    a.lease._connect = lambda: Recording(connect(), statements)
+    a.lease.prepare()
+    a.lease.start()
+    assert a.gained.wait(5)
+    time.sleep(PERIOD_S / 2)
+    statements.clear()
+    time.sleep(PERIOD_S * 2)  # several renewals
+    steps = len(statements) // 4
+    renewals = statements[: steps * 4]
+    a.lease.close()
+    step = ["UPDATE msgtable_placement", "INSERT INTO", "SELECT kind,", "COMMIT"]
+    assert steps >= 4, statements
+    assert renewals == step * steps, statements
+    # close(): the table given back and the presence ended, in one commit
+    assert statements[steps * 4 :] == [
+        "UPDATE msgtable_placement",
+        "UPDATE msgtable_placement",
+        "COMMIT",
+    ], statements
+
+
+@contextmanager
+def _server(dsn: str) -> Iterator[tuple[MessageEngine, MessagingServer]]:
+    engine = MessageEngine.from_dsn(dsn, discovery_interval_s=0.3, lease_period_s=PERIOD_S)
+    engine.open()
+    server = MessagingServer(engine, "127.0.0.1:0")
+    server.start()
+    engine.campaign(server.address)
+    try:
+        yield engine, server
+    finally:
+        server.stop(0.5)
+        engine.close()
+
+
+def _settled(*engines: MessageEngine, table: str = "jobs") -> None:
+    """Wait until every engine has read every server and exactly one sends ``table``."""
+
+    def settled() -> bool:
+        counts = [len(e._lease.servers()) for e in engines if e._lease is not None]
+        return (
+            counts == [len(engines)] * len(engines)
+            and [e.sends(table) for e in engines].count(True) == 1
+        )
+
+    wait_until(settled, what=f"one of the servers sends {table}")
+    time.sleep(PERIOD_S)  # a hand-over in progress ends within a step
+    wait_until(settled, what=f"one of the servers sends {table}, still")
+
+
+def test_two_servers_on_one_database_one_sends_a_table_and_the_other_redirects(db_dsn):
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
+    with _server(db_dsn) as (first, first_server), _server(db_dsn) as (second, second_server):
+        _settled(first, second)
+        (sender, sender_server), (other, other_server) = sorted(
+            [(first, first_server), (second, second_server)], key=lambda p: not p[0].sends("jobs")
+        )
+        assert other.sender("jobs") == sender_server.address
+        # the other answers UNAVAILABLE with the sender's address in the metadata
+        with grpc.insecure_channel(other_server.address) as channel:
+            stub = pb_grpc.MessagingStub(channel)
+            with pytest.raises(grpc.RpcError) as caught:
+                next(stub.MessageStream(pb.MessageStreamRequest(name="jobs"), timeout=5))
+        assert caught.value.code() is grpc.StatusCode.UNAVAILABLE
+        assert (LEADER_METADATA_KEY, sender_server.address) in caught.value.trailing_metadata()
+        # a client given both addresses, the other first, ends up at the sender
+        with Client(f"{other_server.address},{sender_server.address}") as client:
+            c = Collector(client, "jobs")
+            assert c.subscription.target == sender_server.address
+            with db.connect() as conn:
+                conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a'), (2, 'b')")
+            got = c.take(2)
+            assert client.ack("jobs", [m.id for m in got]) == 2
+            # the sender shuts down cleanly: the other takes over at once and the same
+            # subscription goes on there
+            sender_server.stop(0.5)
+            sender.close()
+            wait_until(lambda: other.sends("jobs"), timeout_s=2 * PERIOD_S + 2, what="takeover")
+            with db.connect() as conn:
+                conn.exec_driver_sql("insert into jobs(id, message) values (3, 'c')")
+            (m,) = c.take(1, timeout_s=15)
+            assert m.id == 3 and c.subscription.target == other_server.address
+            assert m.ack() == 1
+            c.close()
+    db.dispose()
+
+
+def test_a_verb_sent_to_the_other_server_goes_to_the_sender_and_counts_the_unwritten_send(
+    db_dsn,
+):
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
+        conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
+    with _server(db_dsn) as (first, first_server), _server(db_dsn) as (second, second_server):
+        _settled(first, second)
+        sender_server, other_server = (
+            (first_server, second_server) if first.sends("jobs") else (second_server, first_server)
+        )
+        with Client(sender_server.address) as at_sender:
+            c = Collector(at_sender, "jobs")
+            (m,) = c.take(1)  # sent by the sender, its postpone not written yet
+            with Client(other_server.address) as at_other:
+                # the other answers NotLeader; the client follows it to the sender, which
+                # counts the send it has not written yet
+                assert at_other.release("jobs", [m.id], delay_s=60) == 1
+            with db.connect() as conn:
+                epoch = conn.exec_driver_sql("select epoch from jobs").scalar()
+            assert epoch == 1
+            c.close()
+    db.dispose()
+
+
+def test_a_sender_cut_off_mid_take_does_not_keep_the_row_locked(store):
+    """A server's link to the database goes silent in the middle of a take (its SELECT ...
+    FOR UPDATE done, its UPDATE and COMMIT never arrive): its transaction holds the row's
+    lock on the database's side. The database must end that session soon (the placement
+    connection's wait_timeout, lease.session_wait_timeout_s), not after its default of 8
+    hours: the other server takes over within that and two periods."""
+    url = store.url
+    with FaultProxy(url.host or "127.0.0.1", url.port or 3306) as proxy:
+        proxied = url.set(host="127.0.0.1", port=proxy.port)
+        gained = threading.Event()
+        a = Placement(
+            connector(proxied, store.database),
+            "a:1",
+            PERIOD_S,
+            units=lambda: {"t"},
+            on_gain=lambda _u, _t: gained.set(),
+            on_loss=lambda _u, _s: True,
+        )
+        a.prepare()
+        a.start()
+        assert gained.wait(5)
+        a._stop.set()  # its thread stops; its connection stays as it is
+        a._wake.set()
+        assert a._thread is not None
+        a._thread.join(5)
+        with a._cursor() as cur:  # a take's first statement: the row is locked
+            cur.execute(
+                "SELECT holder FROM msgtable_placement WHERE kind = 'table' AND name = 't' "
+                "FOR UPDATE"
+            )
+        proxy.blackhole = True  # the rest of the take never arrives
+        cut_at = time.monotonic()
+        b = _campaign(store, "b:2")
+        bound = session_wait_timeout_s(PERIOD_S) + 2 * PERIOD_S + 1
+        took = b.gained.wait(bound + 10) and b.gains[0][0] - cut_at
+        assert took is not False, (
+            f"b did not take the table over within {bound + 10:.1f}s of the sender's cut: "
+            "the sender's session keeps the row locked"
+        )
+        assert took <= bound, f"takeover took {took:.2f}s (bound {bound:.1f}s)"
+        b.lease.close()
+        proxy.heal()

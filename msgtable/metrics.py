@@ -73,6 +73,8 @@ class MetricsSource(Protocol):
     @property
     def lease_late_renewals(self) -> int: ...
 
+    def sends(self, table: str) -> bool: ...
+
     def database_error(self) -> str: ...
 
     def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]: ...
@@ -172,19 +174,28 @@ class EngineCollector(Collector):
                 g.add_metric(_labels(s), p.in_flight)
         yield g
         yield from self._backlog_families()
+        g = GaugeMetricFamily(
+            PREFIX + "table_sender",
+            "1 while this server sends the table (it holds the table's lease), else 0.",
+            labels=LABELS,
+        )
+        for st in statuses:
+            if not st.subscription:
+                g.add_metric(_labels(st), 1 if engine.sends(st.name) else 0)
+        yield g
         ks = engine.keyspace
         yield _per_keyspace(
             GaugeMetricFamily,
             "lease_holder",
-            "1 while this server holds the lease (it sends), else 0.",
+            "1 while this server sends any table (it holds a table's lease), else 0.",
             ks,
             1 if leading else 0,
         )
         yield _per_keyspace(
             CounterMetricFamily,
             "lease_gains",
-            "Times this server gained the lease: each starts a tenure whose table counters "
-            "start again at 0.",
+            "Times this server gained a table's lease: each starts a tenure of the table whose "
+            "counters start again at 0.",
             ks,
             gains_now,
         )

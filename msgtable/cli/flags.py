@@ -212,16 +212,17 @@ SERVE = Command(
         ),
         Flag(
             "--lease",
-            "share the database with other msgtable servers (the default): the one holding "
-            "the lease (the table msgtable_lease) sends, the others answer subscribers with "
-            "UNAVAILABLE and its address. --no-lease: this server is the only one",
+            "share the database with other msgtable servers (the default): the servers share "
+            "its tables, each sent by the one holding its lease (the table "
+            "msgtable_placement); the others answer its subscribers with UNAVAILABLE and that "
+            "server's address. --no-lease: this server is the only one",
             env="MSGTABLE_LEASE",
             default=True,
             switch=True,
         ),
         Flag(
             "--lease-period",
-            "how long a lease lasts unless renewed; another server takes over within two "
+            "how long a table's lease lasts unless renewed; another server takes over within two "
             f"(default {DEFAULT_LEASE_PERIOD_S:g})",
             env="MSGTABLE_LEASE_PERIOD",
             default=str(DEFAULT_LEASE_PERIOD_S),

@@ -76,6 +76,10 @@ class DashboardSource(Protocol):
     @property
     def lease_holder(self) -> str: ...
 
+    def sender(self, table: str) -> str: ...
+
+    def sends(self, table: str) -> bool: ...
+
     def database_error(self) -> str: ...
 
     def list_tables(self) -> list[TableStatus]: ...
@@ -242,6 +246,10 @@ class DashboardApi:
             # a takeover's hold: seconds left (0: none), every send or the old holder's rows
             "hold_s": round(s.hold_s, 3),
             "hold_whole": s.hold_whole,
+            # the server that sends the table now (msgtable.placement; "": none or unknown),
+            # and whether it is this one
+            "sender": self.engine.sender(s.name),
+            "sending": self.engine.sends(s.name),
             "totals": {f: getattr(s, f) for f in FIELDS},
             "push": None
             if push is None

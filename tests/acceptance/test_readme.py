@@ -135,7 +135,7 @@ def test_the_grants_run_as_pasted(mysql_server: ServerHandle):
         with shown, shown.cursor() as cur:
             cur.execute("SHOW GRANTS FOR 'mq'@'%'")
             text = " ".join(row[0] for row in cur.fetchall())
-        for grant in ("SELECT, UPDATE, DELETE ON `app`.*", "INSERT ON `app`.`msgtable_lease`"):
+        for grant in ("SELECT, UPDATE, DELETE ON `app`.*", "INSERT ON `app`.`msgtable_placement`"):
             assert grant in text, text
         # MariaDB 10.5+ shows REPLICATION CLIENT by its new name, BINLOG MONITOR
         assert re.search(r"REPLICATION SLAVE, (REPLICATION CLIENT|BINLOG MONITOR) ON \*\.\*", text)

@@ -11,11 +11,13 @@ from what it recorded only:
     no counter goes down (a series that vanished from a scrape starts again at zero: its
     table was opened again);
 (c) at quiescent points (both servers live for QUIET_S, no database restart, fault of a
-    database link or change of the lease holders in it: a state that lasts is judged) exactly
-    one server reports msgtable_lease_holder 1, and both /api/state name the same holder;
-(d) after the drain, the leader's backlog (due + scheduled, its /api/state and its metrics)
-    is what the checkers know is unacked (0), and its dashboard counts the dead letters
-    the checkers know of, each table's and each subscription's (:meth:`Scraper.settled`).
+    database link or change of the tables' senders in it: a state that lasts is judged)
+    exactly one server reports msgtable_table_sender 1 for each table (the servers share the
+    tables: msgtable.placement), and both /api/state name the same sender of each;
+(d) after the drain, each table's sender's backlog (due + scheduled, its /api/state and its
+    metrics) is what the checkers know is unacked (0), and the dashboard counts the dead
+    letters the checkers know of, each table's and each subscription's
+    (:meth:`Scraper.settled`).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class Scrape:
     error: str | None = None
     counters: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
     lease_holder: float | None = None
+    senders: dict[str, float] = field(default_factory=dict)  # msgtable_table_sender by table
     database_up: float | None = None
     state: dict[str, Any] | None = None
 
@@ -90,6 +93,8 @@ def scrape_metrics(server: Any) -> Scrape:
                     s.counters[key] = sample.value
                 elif sample.name == "msgtable_lease_holder":
                     s.lease_holder = sample.value
+                elif sample.name == "msgtable_table_sender":
+                    s.senders[sample.labels["table"]] = sample.value
                 elif sample.name == "msgtable_database_up":
                     s.database_up = sample.value
                 elif sample.name in ("msgtable_messages_due", "msgtable_messages_scheduled"):
@@ -140,16 +145,17 @@ class Scraper(threading.Thread):
         self.join(TIMEOUT_S * 4 + 5)
 
     def settled(self, groups: Sequence[tuple[str, str]], dead_tables: Sequence[str]) -> None:
-        """(d), after the drain: wait (up to SETTLE_TIMEOUT_S) until the leader reports no
-        backlog for every (table, subscription) in ``groups``; record what it reported, its
-        dashboard's dead-letter count of each of ``dead_tables``' tables, and the dead count
-        its state gives each subscription in ``groups`` (as "TABLE/SUBSCRIPTION": counted in
-        the database, as ListTables counts it)."""
+        """(d), after the drain: wait (up to SETTLE_TIMEOUT_S) until each table's sender
+        reports no backlog for every (table, subscription) in ``groups``; record what they
+        reported, the dashboard's dead-letter count of each of ``dead_tables``' tables, and
+        the dead count the sender's state gives each subscription in ``groups`` (as
+        "TABLE/SUBSCRIPTION": counted in the database, as ListTables counts it)."""
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         found: dict[str, Any] = {}
         while True:
             found = {
-                "leader": None,
+                "leader": None,  # a server that answered (the dead letters are asked there)
+                "senders": {},  # table -> the server that sends it, as its state says
                 "groups": list(groups),
                 "backlog": {},
                 "metrics_backlog": {},
@@ -157,12 +163,15 @@ class Scraper(threading.Thread):
             }
             for server in self.servers:
                 state = scrape_state(server).state
-                if state is None or not state["server"]["leading"]:
+                if state is None:
                     continue
-                found["leader"] = server.name
+                found["leader"] = found["leader"] or server.name
+                sent = {t["name"] for t in state["tables"] if t.get("sending")}
+                for table in sent:
+                    found["senders"][table] = server.name
                 for t in state["tables"]:
                     key = (t["name"], t["subscription"])
-                    if key in groups:
+                    if key in groups and t["name"] in sent:
                         b = t["backlog"]
                         found["backlog"][key] = (b["due"], b["scheduled"])
                         if t["subscription"]:
@@ -171,9 +180,14 @@ class Scraper(threading.Thread):
                 for (name, labels), value in m.counters.items():
                     d = dict(labels)
                     key = (d.get("table", ""), d.get("subscription", ""))
-                    if key in groups and name in (
-                        "msgtable_messages_due",
-                        "msgtable_messages_scheduled",
+                    if (
+                        key in groups
+                        and key[0] in sent
+                        and name
+                        in (
+                            "msgtable_messages_due",
+                            "msgtable_messages_scheduled",
+                        )
                     ):
                         found["metrics_backlog"][key] = found["metrics_backlog"].get(key, 0) + value
             if (
@@ -206,8 +220,9 @@ class ScrapeReport:
     slowest_by_kind: dict[str, float] = field(default_factory=dict)  # metrics, state
     down_answers: int = 0  # live scrapes that said database_up 0
     quiescent_rounds: int = 0
-    # rounds whose lease holders (each server's msgtable_lease_holder) differ from the
-    # round before: a takeover, a lease given back, or lost on a stall (a busy machine)
+    # rounds whose tables' senders (each server's msgtable_table_sender, and whom its
+    # /api/state names) differ from the round before: a takeover, a table handed over or
+    # given back, or lost on a stall (a busy machine)
     lease_changes: int = 0
     # over every server process (its last scrape): lease renewals back after their validity
     # (sends paused, no loss) and postpones a late demotion did not write
@@ -228,7 +243,7 @@ class ScrapeReport:
             + f"; bound {BOUND_S:g}s); "
             f"{self.down_answers} said the "
             f"database was down; {self.quiescent_rounds} quiescent rounds; "
-            f"{self.lease_changes} changes of the lease holders seen; "
+            f"{self.lease_changes} changes of the tables' senders seen; "
             f"{self.late_renewals} late lease renewals, {self.postpones_skipped} postpones "
             "skipped; "
             f"{self.processes} server processes"
@@ -316,13 +331,13 @@ def judge(
     changed_at = float("-inf")  # when the holders last differed from the round before
     for found in scraper.rounds:
         at = min(s.began for s in found)
-        # each server's lease holder gauge, and whom its /api/state names and whether it
-        # leads (scraped a moment apart: either may show a change first)
+        # each server's table sender gauges, and whom its /api/state names the senders of
+        # the tables (scraped a moment apart: either may show a change first)
         now = tuple(
             sorted(
-                (s.server, s.kind, s.lease_holder)
+                (s.server, s.kind, repr(sorted(s.senders.items())))
                 if s.kind == "metrics"
-                else (s.server, s.kind, repr(_lease_of(s.state)))
+                else (s.server, s.kind, repr(_senders_of(s.state)))
                 for s in found
             )
         )
@@ -343,28 +358,34 @@ def judge(
         if not calm or restarts or moving:
             continue
         r.quiescent_rounds += 1
-        holders = [s.server for s in found if s.kind == "metrics" and s.lease_holder == 1]
-        named = {s.state["server"]["lease_holder"] for s in found if s.kind == "state" and s.state}
-        if len(holders) != 1:
-            r.add("(c) not exactly one lease holder at a quiescent point", f"{at:.3f}: {holders}")
-        if len(named) != 1 or "" in named:
-            who = sorted(
-                (s.server, s.state["server"]["lease_holder"], s.state["server"].get("leading"))
-                for s in found
-                if s.kind == "state" and s.state
-            )  # (server, the holder it names, whether it sends) for the next look
-            r.add("(c) the servers name different lease holders", f"{at:.3f}: {who}")
+        metrics = [s for s in found if s.kind == "metrics"]
+        for table in sorted({t for s in metrics for t in s.senders}):
+            holders = [s.server for s in metrics if s.senders.get(table) == 1]
+            if len(holders) != 1:
+                r.add(
+                    "(c) not exactly one sender of a table at a quiescent point",
+                    f"{at:.3f}: {table}: {holders}",
+                )
+        states = [s for s in found if s.kind == "state" and s.state]
+        for table in sorted({t for s in states for t in _senders_of(s.state)}):
+            named = {_senders_of(s.state).get(table) for s in states}
+            if len(named) != 1 or "" in named or None in named:
+                who = sorted((s.server, _senders_of(s.state).get(table)) for s in states)
+                r.add(
+                    "(c) the servers name different senders of a table",
+                    f"{at:.3f}: {table}: {who}",
+                )
     # (d)
     found = scraper.settled_found
     r.settled_judged = bool(found)
     if not found:
         pass  # not asked (the drain left ids that cannot settle: the suite says which)
     elif found.get("leader") is None:
-        r.add("(d) no leader answered after the drain", repr(found))
+        r.add("(d) no server answered after the drain", repr(found))
     else:
         for key in found["groups"]:
             if key not in found["backlog"] or key not in found["metrics_backlog"]:
-                r.add("(d) the leader reports no backlog of", f"{key}: {found}")
+                r.add("(d) no sender of the table reports the backlog of", f"{key}: {found}")
         for key, backlog in found["backlog"].items():
             if backlog != (0, 0):
                 r.add("(d) a backlog after the drain (due, scheduled)", f"{key}: {backlog}")
@@ -380,9 +401,9 @@ def judge(
     return r
 
 
-def _lease_of(state: dict[str, Any] | None) -> tuple[object, object] | None:
-    """(the holder it names, whether it leads) from a server's /api/state answer."""
+def _senders_of(state: dict[str, Any] | None) -> dict[str, object]:
+    """The sender a server's /api/state answer names of each table (subscriptions go with
+    their table)."""
     if not state:
-        return None
-    server = state.get("server") or {}
-    return server.get("lease_holder"), server.get("leading")
+        return {}
+    return {t["name"]: t.get("sender") for t in state.get("tables", []) if not t["subscription"]}

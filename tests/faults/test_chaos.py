@@ -220,14 +220,16 @@ class Group:
             if start <= t <= end
         ]
         acked = [t for t in c.first_ack.values() if start <= t <= end]
-        views = []  # (when, the leader's name, its entry for this group)
+        views = []  # (when, the name of its table's sender, its entry for this group)
         for s in scrapes:
             if s.kind != "state" or not s.state or not start <= s.began <= end:
                 continue
-            if not s.state["server"]["leading"]:
-                continue
             for entry in s.state["tables"]:
-                if entry["name"] == self.table and entry["subscription"] == self.name:
+                if (
+                    entry["name"] == self.table
+                    and entry["subscription"] == self.name
+                    and entry.get("sending")
+                ):
                     views.append((s.began, s.server, entry))
         lines = []
         at = start
@@ -236,12 +238,12 @@ class Group:
             committed = sum(n for t, n in c.commits if at <= t < until)
             got = Counter(f"{sub}<-{server}" for t, sub, server in delivered if at <= t < until)
             seen = [v for v in views if at <= v[0] < until]
-            leader = "no leader scraped"
+            leader = "no sender scraped"
             if seen:
                 _, server, e = seen[-1]
                 b = e["backlog"]
                 leader = (
-                    f"{server} leads: due {b['due']}, scheduled {b['scheduled']}, in flight "
+                    f"{server} sends: due {b['due']}, scheduled {b['scheduled']}, in flight "
                     f"{e['in_flight']}, cached {e['cached']}, subscribers {e['subscribers']}, "
                     f"hold {e['hold_s']}, unseen {e['unseen']}, sent {e['totals']['sent']}"
                 )
@@ -421,14 +423,16 @@ class Run:
     def everyone(self) -> list[Subscriber]:
         return [s for g in self.groups for s in g.everyone()]
 
-    def _lease(self) -> tuple[str, str] | None:
-        """(holder, address) of the unexpired lease, if any (None also while the database
-        does not answer)."""
+    def _lease(self, table: str = TABLE) -> tuple[str, str] | None:
+        """(holder, address) of ``table``'s unexpired lease (the servers share the tables:
+        msgtable.placement), if any (None also while the database does not answer)."""
         db = sa.create_engine(self.dsn)
         try:
             with db.connect() as conn:
                 row = conn.exec_driver_sql(
-                    "select holder, address from msgtable_lease where expires > utc_timestamp(6)"
+                    "select holder, address from msgtable_placement where kind = 'table' "
+                    "and name = %s and released = 0 and expires > utc_timestamp(6)",
+                    (table,),
                 ).first()
         except sa.exc.DBAPIError:
             return None
@@ -437,7 +441,8 @@ class Run:
         return (str(row[0]), str(row[1])) if row is not None else None
 
     def leader(self) -> ServerProcess:
-        """The server the lease table names (waiting for one to hold it)."""
+        """The server that sends the chaos table, as the placement table names it (waiting
+        for one to hold it): the one a "leader" fault hits."""
         found: list[ServerProcess] = []
 
         def named() -> bool:

@@ -757,7 +757,7 @@ def test_a_close_whose_unhanded_messages_the_table_does_not_show_released_is_rep
 
 def test_a_stall_story_tells_each_second_from_the_wait_before_it() -> None:
     """The stall check's evidence: what was committed, delivered (to whom, from where) and
-    acked each second, and what the leader's /api/state said of the group then."""
+    acked each second, and what its table's sender's /api/state said of the group then."""
     from .scrapecheck import Scrape
     from .test_chaos import FLOWING_WAIT_S, Group
 
@@ -781,9 +781,9 @@ def test_a_stall_story_tells_each_second_from_the_wait_before_it() -> None:
         "totals": {"sent": 9},
     }
     leading = Scrape("server2", "state", start + 2.5, 0.01, 1, True)
-    leading.state = {"server": {"leading": True}, "tables": [entry]}
+    leading.state = {"server": {}, "tables": [dict(entry, sending=True)]}
     other = Scrape("server1", "state", start + 2.6, 0.01, 2, True)
-    other.state = {"server": {"leading": False}, "tables": [dict(entry, cached=99)]}
+    other.state = {"server": {}, "tables": [dict(entry, cached=99, sending=False)]}
     g.stall_windows.append((began, began + 5))
 
     lines = g.stall_story([leading, other]).splitlines()
@@ -791,7 +791,7 @@ def test_a_stall_story_tells_each_second_from_the_wait_before_it() -> None:
     assert lines[0].startswith(f"{began:.3f}-{began + 5:.3f}: 0 deliveries, 0 ids acked")
     seconds = lines[1:]
     assert len(seconds) == int(FLOWING_WAIT_S) + 2 + 5
-    assert "committed 7, delivered 0" in seconds[0] and "no leader scraped" in seconds[0]
+    assert "committed 7, delivered 0" in seconds[0] and "no sender scraped" in seconds[0]
     assert "delivered 1 {'sub1<-127.0.0.1:1': 1}, acked 1" in seconds[1]
-    assert "server2 leads: due 5, scheduled 0, in flight 3, cached 4, subscribers 2" in seconds[2]
+    assert "server2 sends: due 5, scheduled 0, in flight 3, cached 4, subscribers 2" in seconds[2]
     assert "cached 99" not in "\n".join(seconds)

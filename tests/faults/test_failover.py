@@ -43,13 +43,27 @@ def cli(tmp_path):
 
 
 def leases(sql) -> list:
-    """The lease table's rows ([] before the first server made it)."""
+    """The placement table's rows ([] before the first server made it)."""
     if not sql.scalar(
         "select count(*) from information_schema.tables "
-        "where table_schema = database() and table_name = 'msgtable_lease'"
+        "where table_schema = database() and table_name = 'msgtable_placement'"
     ):
         return []
-    return sql.rows("select * from msgtable_lease")
+    return list(sql.execute("select *, expires > utc_timestamp(6) as live from msgtable_placement"))
+
+
+def sender_of_jobs(sql) -> str:
+    """The address of the server that holds the lease of table jobs now ("": none)."""
+    rows = [
+        r
+        for r in leases(sql)
+        if r.kind == "table" and r.name == "jobs" and not r.released and r.live
+    ]
+    return str(rows[0].address) if rows else ""
+
+
+def live_servers(sql) -> int:
+    return sum(1 for r in leases(sql) if r.kind == "server" and r.live)
 
 
 class Receiver:
@@ -82,8 +96,16 @@ def test_after_the_leader_is_killed_new_messages_flow_and_its_batch_waits_its_ac
     assert "vt_ack_wait=30," in DEMO_COMMENT
     sql.execute(current_layout_ddl("jobs", DEMO_COMMENT))
     first = cli.serve("--dsn", db_dsn, "--discovery-interval", "0.5")
-    wait_until(lambda: leases(sql), what="the first server's lease")
+    wait_until(lambda: sender_of_jobs(sql), what="the first server's lease of jobs")
     second = cli.serve("--dsn", db_dsn, "--discovery-interval", "0.5")
+    # both servers present, and jobs sent by one of them (it may move to the second: the
+    # servers share the tables); the one that sends it is the one killed
+    wait_until(lambda: live_servers(sql) == 2, what="both servers in the placement")
+    time.sleep(DEFAULT_LEASE_PERIOD_S)  # a hand-over of jobs in progress ends within a step
+    wait_until(lambda: sender_of_jobs(sql), what="a sender of jobs")
+    sender = first if sender_of_jobs(sql) == first.address else second
+    assert sender_of_jobs(sql) == sender.address, (sender_of_jobs(sql), first.address)
+    other = second if sender is first else first
     with Client(f"{first.address},{second.address}") as client:
         receiver = Receiver(client)
         sql.execute(
@@ -97,9 +119,10 @@ def test_after_the_leader_is_killed_new_messages_flow_and_its_batch_waits_its_ac
             what=lambda: f"the first batch ({len(receiver.got)} of {HELD}): {receiver.error}",
         )
         sent_at = max(t for t, _ in receiver.got)  # the last of the held batch came then
-        first.send_signal(signal.SIGKILL)
+        assert sender_of_jobs(sql) == sender.address, "jobs moved while its batch was sent"
+        sender.send_signal(signal.SIGKILL)
         killed = time.monotonic()
-        first.wait(timeout_s=15)
+        sender.wait(timeout_s=15)
         # a producer inserts a message every INSERT_EVERY_S from the kill on
         inserted: dict[int, float] = {}
         next_id = 1000
@@ -114,7 +137,7 @@ def test_after_the_leader_is_killed_new_messages_flow_and_its_batch_waits_its_ac
         assert new_at is not None, (
             f"no message inserted after the kill delivered in {time.monotonic() - killed:.1f} s "
             f"({len(inserted)} inserted); leases: {leases(sql)}; "
-            f"subscriber: {receiver.error}\n--- second server:\n{second.describe()}"
+            f"subscriber: {receiver.error}\n--- the other server:\n{other.describe()}"
         )
         first_new = new_at - killed
         assert first_new <= 2 * DEFAULT_LEASE_PERIOD_S, (
@@ -124,7 +147,7 @@ def test_after_the_leader_is_killed_new_messages_flow_and_its_batch_waits_its_ac
         wait_until(
             lambda: receiver.first(held, killed) is not None,
             timeout_s=ACK_WAIT_S + 2 * DEFAULT_LEASE_PERIOD_S + 15,
-            what=lambda: f"a redelivery of the dead holder's batch:\n{second.describe()}",
+            what=lambda: f"a redelivery of the dead holder's batch:\n{other.describe()}",
         )
         again_at = receiver.first(held, killed)
         assert again_at is not None

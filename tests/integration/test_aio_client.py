@@ -26,9 +26,8 @@ from msgtable.errors import (
 from msgtable.server import TlsFiles
 from msgtable.tables import current_layout_ddl
 
-from ..waiting import wait_until
 from .helpers import Served, comment, serve
-from .test_lease import PERIOD_S, _server
+from .test_placement import PERIOD_S, _server, _settled
 from .test_security import WORKER, secured
 from .test_security import pki as pki  # a fixture
 from .test_settlement import enqueue, ids_in, make_pair
@@ -260,36 +259,37 @@ def test_subscriptions_are_created_listed_and_received_as_a_group(served: Served
     run(test, served.server.address)
 
 
-def test_two_servers_the_client_follows_the_leader_and_the_takeover(db_dsn: str):
+def test_two_servers_the_client_follows_the_tables_sender_and_the_takeover(db_dsn: str):
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
     with db.connect() as conn:
         conn.exec_driver_sql(current_layout_ddl("jobs", comment(vt_poller_interval=0.1)))
-    with _server(db_dsn) as (first, first_server):
-        wait_until(lambda: first.leading, what="the first server leads")
-        with _server(db_dsn) as (second, second_server):
-            wait_until(lambda: second.list_tables(), what="the second server's discovery")
+    with _server(db_dsn) as (first, first_server), _server(db_dsn) as (second, second_server):
+        _settled(first, second)
+        (sender, sender_server), (_other, other_server) = sorted(
+            [(first, first_server), (second, second_server)], key=lambda p: not p[0].sends("jobs")
+        )
 
-            async def test(client: aio.Client) -> None:
-                async with client.subscribe("jobs") as sub:
-                    # follower first: NotLeader names the leader and the client follows it
-                    assert sub.target == first_server.address
-                    assert client.leader == first_server.address
-                    with db.connect() as conn:
-                        conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
-                    (m,) = await take(sub, 1)
-                    assert await client.ack("jobs", [m.id]) == 1
-                    # the leader shuts down: the follower takes over and the same
-                    # subscriber goes on there
-                    await asyncio.to_thread(first_server.stop, 0.5)
-                    await asyncio.to_thread(first.close)
-                    with db.connect() as conn:
-                        conn.exec_driver_sql("insert into jobs(id, message) values (3, 'c')")
-                    (m,) = await take(sub, 1, timeout_s=2 * PERIOD_S + 15)
-                    assert m.id == 3 and sub.target == second_server.address
-                    assert sub.reconnects >= 1
-                    assert await m.ack() == 1
+        async def test(client: aio.Client) -> None:
+            async with client.subscribe("jobs") as sub:
+                # the other server first: NotLeader names the sender and the client follows
+                assert sub.target == sender_server.address
+                assert client.leader == sender_server.address
+                with db.connect() as conn:
+                    conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
+                (m,) = await take(sub, 1)
+                assert await client.ack("jobs", [m.id]) == 1
+                # the sender shuts down: the other takes over and the same subscriber goes
+                # on there
+                await asyncio.to_thread(sender_server.stop, 0.5)
+                await asyncio.to_thread(sender.close)
+                with db.connect() as conn:
+                    conn.exec_driver_sql("insert into jobs(id, message) values (3, 'c')")
+                (m,) = await take(sub, 1, timeout_s=2 * PERIOD_S + 15)
+                assert m.id == 3 and sub.target == other_server.address
+                assert sub.reconnects >= 1
+                assert await m.ack() == 1
 
-            run(test, f"{second_server.address},{first_server.address}")
+        run(test, f"{other_server.address},{sender_server.address}")
     db.dispose()
 
 

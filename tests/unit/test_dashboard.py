@@ -108,6 +108,7 @@ def test_state_shows_every_table_with_its_counts_and_the_server(engine):
     q = by_name["q"]
     assert q["totals"] == {"sent": 4, "acked": 2, "released": 0, "rejected": 1, "dead_lettered": 1}
     assert q["in_flight"] == 1 and q["dead"] == 1 and q["subscribers"] == 1
+    assert q["sender"] == "this server" and q["sending"]  # it shares its database with none
     assert q["backlog"]["in_flight"] == 1
     assert set(q["rates"]) == set(FIELDS)
 

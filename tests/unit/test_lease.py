@@ -1,7 +1,8 @@
 """The engine's side of the lease, driven by hand on the in-memory store: a server without
 the lease redirects subscribers, a new holder waits out the old one's unwritten leases, a
 lost lease ends subscriptions with NotLeader, and a send never hands over without the lease.
-(The lease table itself, against a real MariaDB, is in tests/integration/test_lease.py.)"""
+(The placement table itself, against a real MariaDB, is in
+tests/integration/test_placement.py.)"""
 
 from __future__ import annotations
 

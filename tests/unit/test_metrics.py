@@ -439,3 +439,24 @@ def test_a_scrape_never_pairs_one_tenures_counters_with_anothers_lease_gauge(lea
     assert lost and f["msgtable_lease_holder"].samples[0].value == 0
     assert value(f, "msgtable_messages_sent") == 0  # the new tenure's, as the gauge says
     sub.close()
+
+
+def test_each_table_says_whether_this_server_sends_it(leased_engine):
+    """The servers of a database share its tables (msgtable.placement): per table, 1 on the
+    server that sends it, 0 on the others; msgtable_lease_holder is 1 while it sends any."""
+    from msgtable.lease import Takeover
+
+    engine = leased_engine
+    engine.store.create_table("r", COMMENT)
+    engine.refresh()
+    f = scrape(engine)
+    assert value(f, "msgtable_table_sender") == 0 and value(f, "msgtable_table_sender", "r") == 0
+    assert f["msgtable_lease_holder"].samples[0].value == 0
+    engine._gain("r", Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
+    f = scrape(engine)
+    assert value(f, "msgtable_table_sender") == 0 and value(f, "msgtable_table_sender", "r") == 1
+    assert f["msgtable_lease_holder"].samples[0].value == 1
+    engine._lose("r", "10.0.0.2:50051")
+    f = scrape(engine)
+    assert value(f, "msgtable_table_sender", "r") == 0
+    assert f["msgtable_lease_holder"].samples[0].value == 0

@@ -31,6 +31,8 @@ from bench.scale import (
     BacklogResult,
     PurgeResult,
 )
+from bench.servers import PROCS, TABLES, ServersResult
+from bench.servers import model as servers_model
 from bench.settle import RELEASE_ROUNDS, SettleResult
 from bench.spark import SparkResult
 
@@ -114,6 +116,7 @@ class Report:
     capture: CaptureResult | None = None
     metrics: MetricsCost | None = None
     dashboard: DashboardResult | None = None
+    servers: ServersResult | None = None  # bench.servers: 1 and 2 server processes
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -452,6 +455,8 @@ class Report:
                 f"{sp.enqueue_rows_s:,.0f} rows/s; archive + delete of {sp.archived:,} acked "
                 f"rows in {sp.archive_s:.1f} s"
             )
+        if self.servers:
+            out.extend(self._servers_text(self.servers))
         if self.purge:
             p = self.purge
             first = p.without[0]
@@ -529,6 +534,34 @@ class Report:
             out.append(
                 f"renew: one MessageRenew of {rn.ids:,} in-flight ids, {rn.calls} calls back to "
                 f"back: p50 {rn.p50_ms:.1f} ms   p99 {rn.p99_ms:.1f} ms   max {rn.max_ms:.1f} ms"
+            )
+        return out
+
+    def _servers_text(self, sv: ServersResult) -> list[str]:
+        out = [
+            "",
+            f"servers sharing one database's tables ({len(TABLES)} tables, a producer and a "
+            f"subscriber each, batch 100; median of {len(sv.runs.get(1, []))} rounds, "
+            "alternating):",
+        ]
+        for p in PROCS:
+            r = sv.median(p)
+            if r is None:
+                continue
+            us = r.cpu_us_per_msg()
+            out.append(
+                f"  {p} server process(es): {r.msgs_s:,.0f} msgs/s (runs "
+                f"{', '.join(f'{x:,}' for x in sv.spread(p))}); CPU us/msg "
+                + ", ".join(f"{k} {v:.0f}" for k, v in us.items())
+                + f"; total {sum(us.values()):.0f}"
+            )
+        m = servers_model(sv, os.cpu_count() or 1)
+        if m:
+            out.append(
+                f"  model from the parts: this machine's {os.cpu_count()} cores bound the whole "
+                f"at {m['one_machine_bound_msgs_s']:,} msgs/s; a server process "
+                f"{m['server_process_bound_msgs_s']:,}/s; a database core "
+                f"{m['database_core_bound_msgs_s']:,}/s"
             )
         return out
 
@@ -713,6 +746,18 @@ class Report:
             "dashboard_api_p99_ms": rnd(self.dashboard.api_p99_ms if self.dashboard else None, 2),
             "dashboard_api_hour_ms": rnd(self.dashboard.hour_ms if self.dashboard else None, 2),
             "dashboard": self.dashboard.as_dict() if self.dashboard else None,
+            "server_procs": list(PROCS) if self.servers else None,
+            "msgs_s_by_server_procs": self.servers.msgs_s_by_server_procs()
+            if self.servers
+            else None,
+            "cpu_us_per_msg_by_part": self.servers.cpu_us_per_msg_by_part()
+            if self.servers
+            else None,
+            "server_procs_ratio": rnd(self.servers.ratio() if self.servers else None, 3),
+            "server_procs_model": servers_model(self.servers, os.cpu_count() or 1)
+            if self.servers
+            else None,
+            "servers": self.servers.as_dict() if self.servers else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

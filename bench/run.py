@@ -55,6 +55,7 @@ from bench import (
     push,
     raw,
     scale,
+    servers,
     settle,
     spark,
 )
@@ -82,12 +83,14 @@ SECTIONS = (
     "capture",
     "metrics",
     "dashboard",
+    "servers",
 )
 FULL_ONLY = {
     "expiry",
     "backlog",
     "purge",
     "spark",
+    "servers",
 }  # quick mode runs them only when --only names them
 # the sections run on the main msgtable server (run_engine)
 ENGINE_SECTIONS = {
@@ -228,6 +231,16 @@ def run(args: argparse.Namespace) -> Report:
         if "dashboard" in only:
             with scratch_database(db.handle, "bench_dashboard") as dsn:
                 report.dashboard = dashboard.run(dsn, p.mode, progress)
+        if "servers" in only:  # servers of its own, sharing the database's tables
+            with scratch_database(db.handle, "bench_servers") as dsn:
+                report.servers = servers.run(
+                    dsn,
+                    p.mode,
+                    args.poller_interval,
+                    postpone_after_s=args.postpone_after,
+                    db_pid=db.pid,
+                    progress=progress,
+                )
         if "capture" in only:
             with scratch_database(db.handle, "bench_capture") as dsn:
                 report.capture = capture.run(dsn, capture.ROWS[p.mode])

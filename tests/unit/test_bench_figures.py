@@ -53,3 +53,43 @@ def test_the_backlog_ratio_is_the_median_round_with_its_spread():
     r.backlog = b
     (t,) = [t for t in r.targets() if t.key == "backlog_1m_vs_10k"]
     assert t.spread == [0.5, 1.0]
+
+
+def test_the_server_processes_figures_are_median_runs_with_each_parts_cpu():
+    """bench.servers: the JSON keys the issue names, each count's median run, its parts' CPU
+    per message, and the model the README quotes (bounds from those parts)."""
+    from bench.servers import Run, ServersResult, model
+
+    def one(procs: int, msgs_s: float, servers_cpu_s: float) -> Run:
+        return Run(
+            procs,
+            100_000,
+            100_000 / msgs_s,
+            {"database": 2.0, "servers": servers_cpu_s, "producers": 0.1, "subscribers": 0.9},
+        )
+
+    sv = ServersResult(
+        {1: [one(1, 20_000, 2.0), one(1, 30_000, 2.0), one(1, 22_000, 2.0)],
+         2: [one(2, 35_000, 2.2), one(2, 30_000, 2.2), one(2, 40_000, 2.2)]}
+    )  # fmt: skip
+    assert sv.msgs_s_by_server_procs() == {"1": 22_000, "2": 35_000}
+    assert sv.cpu_us_per_msg_by_part()["1"] == {
+        "database": 20.0,
+        "servers": 20.0,
+        "producers": 1.0,
+        "subscribers": 9.0,
+    }
+    assert round(sv.ratio() or 0, 3) == round(35_000 / 22_000, 3)
+    assert sv.spread(2) == [30_000, 35_000, 40_000]
+    assert model(sv, 2) == {
+        "one_machine_bound_msgs_s": 40_000,  # 2 cores / 50 us a message
+        "server_process_bound_msgs_s": 50_000,
+        "database_core_bound_msgs_s": 50_000,
+    }
+    r = Report("full", "mariadb", 4, 100, 10, poller_interval_s=0.02)
+    r.servers = sv
+    doc = json.loads(r.json_line())
+    assert doc["server_procs"] == [1, 2]
+    assert doc["msgs_s_by_server_procs"] == {"1": 22_000, "2": 35_000}
+    assert doc["cpu_us_per_msg_by_part"]["2"]["servers"] == 22.0
+    assert "2 server process(es): 35,000 msgs/s" in r.text()

@@ -130,6 +130,7 @@ class MessageEngine(Subscriptions, Endpoints):
         self._takeovers: dict[str, tuple[float, Takeover]] = {}
         self._clean_demotion: dict[str, bool] = {}  # by unit: its last loss wrote every postpone
         self.lease_gains = 0  # times this server gained a table's lease (msgtable.metrics)
+        self.lease_losses = 0  # times it lost or handed over one (msgtable.metrics)
         self._sender_hints: dict[str, str] = {}  # by unit: the sender named when it was lost
         # sent rows whose postpones a demotion noticed too late did not write (metrics)
         self.postpones_skipped = 0
@@ -386,6 +387,7 @@ class MessageEngine(Subscriptions, Endpoints):
         error = self._not_leader(unit, sender)
         with self._lock:
             self._sending.discard(unit)
+            self.lease_losses += 1  # its tables' counters start again at 0
             self._sender_hints[unit] = sender
             old = [m for m in self._managers.values() if _unit_of(m.config) == unit]
             for m in old:

@@ -62,6 +62,7 @@ class MetricsSource(Protocol):
 
     keyspace: str
     lease_gains: int  # times it gained the lease: each a tenure whose counters start at 0
+    lease_losses: int  # times it lost or handed over a table: its counters start again too
     postpones_skipped: int  # postpones a demotion noticed too late did not write
     binlog: Any  # msgtable.binlog.BinlogFollower | None
     capture: Any  # msgtable.capture.CaptureFollower | None
@@ -102,11 +103,11 @@ class EngineCollector(Collector):
         # the counters and the lease gauges of one tenure: a loss (its tables reopened,
         # counters at 0) or a gain while the tables are read means reading them again
         for _ in range(3):
-            tenure = (engine.leading, engine.lease_gains)
+            tenure = (engine.leading, engine.lease_gains, engine.lease_losses)
             live = engine.live_statuses()
-            if (engine.leading, engine.lease_gains) == tenure:
+            if (engine.leading, engine.lease_gains, engine.lease_losses) == tenure:
                 break
-        leading, gains_now = tenure
+        leading, gains_now, _ = tenure
         live.sort(key=lambda x: (x[0].name, x[0].subscription))
         statuses = [s for s, _ in live]
         for name, field, doc in COUNTERS:

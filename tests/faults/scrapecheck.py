@@ -6,8 +6,9 @@ from what it recorded only:
 (a) a live server (chaos.ServerProcess.live_pid: from the moment it answers until just before
     it is signalled) answers each scrape within BOUND_S, valid Prometheus text, even while
     the database is down (and says so: database_up 0 at least once during a restart);
-(b) within one server process and one lease tenure (its msgtable_lease_holder and
-    msgtable_lease_gains_total unchanged),
+(b) within one server process and one lease tenure (msgtable_lease_gains_total unchanged,
+    and the series' table's msgtable_table_sender, or for a series of no table
+    msgtable_lease_holder),
     no counter goes down (a series that vanished from a scrape starts again at zero: its
     table was opened again);
 (c) at quiescent points (both servers live for QUIET_S, no database restart, fault of a
@@ -305,15 +306,16 @@ def judge(
         pids.add((s.server, s.pid))
         before = last.get((s.server, s.pid))
         last[(s.server, s.pid)] = s
-        if (
-            before is None
-            or before.lease_holder != s.lease_holder
-            or _gains(before) != _gains(s)  # lost and gained back between the two scrapes
-        ):
+        if before is None or _gains(before) != _gains(s):  # a table gained since
             continue  # a new process, or a new tenure: counters may start again
         for key, value in s.counters.items():
             if not key[0].endswith("_total"):
                 continue
+            table = dict(key[1]).get("table")
+            if table is None and before.lease_holder != s.lease_holder:
+                continue  # a server-wide series over a change of what this server sends
+            if table is not None and before.senders.get(table) != s.senders.get(table):
+                continue  # its table was lost or handed over: its counters start again
             old = before.counters.get(key)
             if old is not None and value < old:
                 r.add(

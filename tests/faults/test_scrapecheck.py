@@ -97,6 +97,14 @@ def test_a_counter_going_down_in_one_process_and_tenure_is_named_not_after_a_res
     r = healthy()
     r.round(10.0, sent=(3, 0), gains=(2, 0))  # lost and gained back between two scrapes
     assert "(b) a counter went down" not in judge(r, [], {"chaos": 3}).violations  # type: ignore[arg-type]
+    r = healthy()
+    r.round(10.0, sent=(3, 0), holders=(0, 1))  # the table handed over to the other server
+    assert "(b) a counter went down" not in judge(r, [], {"chaos": 3}).violations  # type: ignore[arg-type]
+    r = healthy()  # another table handed over: this table's counters must still not go down
+    r.round(10.0, sent=(3, 0))
+    r.rounds[-1][0].senders["orders"] = 0
+    r.rounds[-2][0].senders["orders"] = 1
+    assert "(b) a counter went down" in judge(r, [], {"chaos": 3}).violations  # type: ignore[arg-type]
 
 
 def test_two_senders_of_a_table_or_two_named_at_a_quiescent_point_are_named():

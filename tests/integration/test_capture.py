@@ -24,6 +24,7 @@ from msgtable.capturestore import POSITION_TABLE, CaptureStore
 from msgtable.cli.output import format_tables
 from msgtable.events import KINDS, Capture, capture_table_ddl
 from msgtable.mysql import pymysql_args
+from msgtable.placement import CAPTURE
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, comment, serve
@@ -503,16 +504,29 @@ def test_list_tables_shows_a_capture_table_s_patterns_kinds_position_and_lag(db_
         assert f"  {EVENTS} <- orders_*|customers (drop|insert); at {t.capture_position}" in text
 
 
-def test_a_follower_server_says_the_leader_captures(db_dsn: str):
+def test_the_server_that_does_not_capture_says_which_one_does(db_dsn: str):
+    """The servers share the capture of table events as one more unit (msgtable.placement):
+    one follows the binlog, the other's ListTables names it."""
     kwargs = {"lease_period_s": 1.0, "discovery_interval_s": 0.3}
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
     with db.connect() as conn:
         conn.exec_driver_sql(event_table_ddl())
-    with serve(db_dsn, **kwargs) as a:
-        wait_until(lambda: a.engine.leading, what="the first server leads")
-        with serve(db_dsn, **kwargs) as b:
-            (t,) = wait_until(lambda: b.client.list_tables(), what="the second's tables")
-            assert "does not hold the lease" in t.capture_problem and not t.capture_position
+    with serve(db_dsn, **kwargs) as a, serve(db_dsn, **kwargs) as b:
+        wait_until(
+            lambda: [s.engine.sends(CAPTURE) for s in (a, b)].count(True) == 1,
+            what="one server capturing",
+        )
+        capturing, other = (a, b) if a.engine.sends(CAPTURE) else (b, a)
+        want = f"the server at {capturing.server.address} does"
+
+        def problem() -> str:
+            (t,) = other.client.list_tables()
+            return (
+                t.capture_problem if not t.capture_position else "a position: " + t.capture_position
+            )
+
+        wait_until(lambda: want in problem(), what=lambda: f"{want!r} (it says {problem()!r})")
+        assert "does not capture the table events" in problem()
     db.dispose()
 
 

@@ -217,7 +217,9 @@ def test_statements_of_every_part_are_timed_by_their_kind_none_as_other(db_dsn: 
     from .helpers import comment
 
     with serve(db_dsn, follow_binlog=True, lease_period_s=1.0, discovery_interval_s=0.3) as s:
-        wait_until(lambda: s.engine.leading, what="the server to take the lease")
+        placement = s.engine._lease
+        assert placement is not None
+        wait_until(placement.servers, what="the placement's first step")
         s.create_table("orders", vt_poller_interval=0.2)
         s.client.create_subscription("orders", "billing")
         s.create_table("keyed", "k varchar(16), index key_idx(k, time_acked)", vt_order_key="k")

@@ -130,7 +130,10 @@ class MessageEngine(Subscriptions, Endpoints):
         self._takeovers: dict[str, tuple[float, Takeover]] = {}
         self._clean_demotion: dict[str, bool] = {}  # by unit: its last loss wrote every postpone
         self.lease_gains = 0  # times this server gained a table's lease (msgtable.metrics)
-        self.lease_losses = 0  # times it lost or handed over one (msgtable.metrics)
+        # a sequence count around each loss or hand-over of a table: odd while one replaces
+        # the table's managers (their counters start again at 0), so that msgtable.metrics
+        # reads counters and the table_sender gauge of one tenure (a seqlock)
+        self.lease_losses = 0
         self._sender_hints: dict[str, str] = {}  # by unit: the sender named when it was lost
         # sent rows whose postpones a demotion noticed too late did not write (metrics)
         self.postpones_skipped = 0
@@ -386,12 +389,13 @@ class MessageEngine(Subscriptions, Endpoints):
         was written."""
         error = self._not_leader(unit, sender)
         with self._lock:
+            self.lease_losses += 1  # odd: a scrape now reads again
             self._sending.discard(unit)
-            self.lease_losses += 1  # its tables' counters start again at 0
             self._sender_hints[unit] = sender
             old = [m for m in self._managers.values() if _unit_of(m.config) == unit]
             for m in old:
                 self._managers[m.config.name] = self._new_manager(m.config)
+            self.lease_losses += 1
         if unit == CAPTURE and self.capture is not None:
             self.capture.close()
         clean = _close_all(old, error)

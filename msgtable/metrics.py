@@ -62,7 +62,7 @@ class MetricsSource(Protocol):
 
     keyspace: str
     lease_gains: int  # times it gained the lease: each a tenure whose counters start at 0
-    lease_losses: int  # times it lost or handed over a table: its counters start again too
+    lease_losses: int  # odd while a loss replaces a table's managers (a seqlock)
     postpones_skipped: int  # postpones a demotion noticed too late did not write
     binlog: Any  # msgtable.binlog.BinlogFollower | None
     capture: Any  # msgtable.capture.CaptureFollower | None
@@ -102,10 +102,12 @@ class EngineCollector(Collector):
         engine = self.engine
         # the counters and the lease gauges of one tenure: a loss (its tables reopened,
         # counters at 0) or a gain while the tables are read means reading them again
-        for _ in range(3):
+        for _ in range(10):  # a loss's odd window is a few dict operations long
             tenure = (engine.leading, engine.lease_gains, engine.lease_losses)
             live = engine.live_statuses()
-            if (engine.leading, engine.lease_gains, engine.lease_losses) == tenure:
+            sending = {s.name: engine.sends(s.name) for s, _ in live if not s.subscription}
+            steady = tenure[2] % 2 == 0  # no loss was half done when it began
+            if steady and (engine.leading, engine.lease_gains, engine.lease_losses) == tenure:
                 break
         leading, gains_now, _ = tenure
         live.sort(key=lambda x: (x[0].name, x[0].subscription))
@@ -182,7 +184,7 @@ class EngineCollector(Collector):
         )
         for st in statuses:
             if not st.subscription:
-                g.add_metric(_labels(st), 1 if engine.sends(st.name) else 0)
+                g.add_metric(_labels(st), 1 if sending.get(st.name) else 0)
         yield g
         ks = engine.keyspace
         yield _per_keyspace(

@@ -18,7 +18,6 @@ from msgtable.testing import InMemoryStore
 from msgtable.testing.memory import CURRENT_COLUMNS
 
 from .test_lease import gain, lose
-from .test_manager import drain
 
 COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2")
 # Prometheus's rules (https://prometheus.io/docs/practices/naming/), as promtool checks them

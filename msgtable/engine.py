@@ -201,6 +201,7 @@ class MessageEngine(Subscriptions, Endpoints):
             units=self._units,
             on_gain=self._gain,
             on_loss=self._lose,
+            on_unknown=lambda _tables: self._wake.set(),  # discover them now
             outage=self.store.outage,
             timed=self.store.timed,
         )

@@ -139,6 +139,11 @@ class Placement:
 
     ``units()`` says which units this server can send (the tables it has loaded, and
     CAPTURE while some capture table is loaded); it is called on the placement's thread.
+    Each unit gets a row as soon as one server knows it (unheld until its sender takes
+    it), so a table one server discovered shows to the others at their next step:
+    ``on_unknown(tables)`` tells of tables this server does not know yet (the engine
+    discovers at once), at most once a period, so a table assigned to a server that has
+    not discovered it yet waits a step, not a discovery interval.
     ``on_gain(unit, takeover)`` and ``on_loss(unit, sender) -> clean`` run there too; a
     hand-over gives the row back released when ``on_loss`` returns True (every postpone of
     the unit was written).
@@ -153,6 +158,7 @@ class Placement:
         units: Callable[[], Collection[str]],
         on_gain: Callable[[str, Takeover], None],
         on_loss: Callable[[str, str], bool],
+        on_unknown: Callable[[set[str]], None] = lambda _units: None,
         holder: str | None = None,
         outage: Outage | None = None,
         timed: Timed = untimed,
@@ -165,6 +171,8 @@ class Placement:
         self._connect = connect
         self._units = units
         self._on_gain, self._on_loss = on_gain, on_loss
+        self._on_unknown = on_unknown
+        self._unknown_told = 0.0  # when on_unknown was last called (monotonic)
         self._outage = outage
         self._timed = timed
         self._conn: Any = None
@@ -311,16 +319,19 @@ class Placement:
             self._wake.clear()
             began = time.monotonic()
             again = False
+            unknown: set[str] = set()
             try:
                 with self._lock:
                     if self._stop.is_set():
                         break
                     if not self._prepared:
                         self.prepare()
+                    mine = set(self._units())
                     with self._timed("lease"):
-                        rows = self._renew_and_read(began)
+                        rows = self._renew_and_read(began, mine)
                     again = self._late(began)
-                    gains, handovers = self._decide(rows)
+                    gains, handovers = self._decide(rows, mine)
+                    unknown = _unknown(rows, mine, self.period_s)
                     took = [(u, t) for u in gains if (t := self._take(u)) is not None]
                 retry.succeeded()
                 if self._outage is not None:
@@ -331,6 +342,9 @@ class Placement:
                 self._drop_connection()
             for unit, sender in handovers:
                 self._hand_over(unit, sender)
+            if unknown and time.monotonic() - self._unknown_told >= self.period_s:
+                self._unknown_told = time.monotonic()
+                self._on_unknown(unknown)
             for unit, takeover in took:
                 self.gains += 1
                 log.info("placement: this server (%s) now sends %s", self.address, _what(unit))
@@ -374,9 +388,10 @@ class Placement:
             )
             self._on_loss(unit, self.sender(unit))
 
-    def _renew_and_read(self, began: float) -> list[Row]:
+    def _renew_and_read(self, began: float, mine: set[str]) -> list[Row]:
         """One transaction: renew this server's presence and the units it holds, read every
-        row (and the old single lease's, when there is one)."""
+        row (and the old single lease's, when there is one), and give a row (unheld) to each
+        unit of ``mine`` that has none yet."""
         period_us = round(self.period_s * 1e6)
         held = list(self._valid_until)
         with self._cursor() as cur:
@@ -411,6 +426,13 @@ class Placement:
                 Row(str(k), str(n), str(h), str(a), bool(r), int(o))
                 for k, n, h, a, r, o in cur.fetchall()
             ]
+            known = {r.name for r in rows if r.kind != SERVER}
+            for unit in sorted(mine - known):  # a row others see (held by nobody yet)
+                cur.execute(
+                    f"INSERT IGNORE INTO {PLACEMENT_TABLE} (kind, name, holder, address, "
+                    "expires, released) VALUES (%s, %s, '', '', UTC_TIMESTAMP(6), 0)",
+                    (kind_of(unit), unit),
+                )
             old = ""
             if self._old_lease:
                 cur.execute(
@@ -443,7 +465,7 @@ class Placement:
         self.old_lease_holder = old
         return rows
 
-    def _decide(self, rows: list[Row]) -> tuple[list[str], list[tuple[str, str]]]:
+    def _decide(self, rows: list[Row], mine: set[str]) -> tuple[list[str], list[tuple[str, str]]]:
         """From the rows a step read: the units to take, and those to hand over (with the
         address of the server they go to)."""
         servers = {r.name: r.address for r in rows if r.kind == SERVER and r.over_us < 0}
@@ -451,10 +473,14 @@ class Placement:
         self._servers = servers
         leases = {r.name: r for r in rows if r.kind != SERVER}
         self._senders = {n: r.address for n, r in leases.items() if r.live}
-        mine = set(self._units())
         if self.old_lease_holder:  # an old server sends everything
             return [], [(u, self.old_lease_holder) for u in self._valid_until]
-        units = mine | {n for n, r in leases.items() if r.live}
+        # every server's units: those it knows, those held, and those another server gave a
+        # row lately (it discovered them first): the same set everywhere within a step
+        recent_us = 2 * self.period_s * 1e6
+        units = mine | {
+            n for n, r in leases.items() if r.live or (not r.holder and r.over_us < recent_us)
+        }
         owner = assign(units, servers)
         take = []
         for u in sorted(mine - self._valid_until.keys()):
@@ -576,6 +602,17 @@ class Placement:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _unknown(rows: list[Row], mine: set[str], period_s: float) -> set[str]:
+    """Tables of the rows this server does not know: held by another server, or given a row
+    lately (within two periods) by one that discovered them."""
+    recent_us = 2 * period_s * 1e6
+    return {
+        r.name
+        for r in rows
+        if r.kind == TABLE and r.name not in mine and (r.live or r.over_us < recent_us)
+    }
 
 
 def _what(unit: str) -> str:

@@ -18,7 +18,7 @@ from msgtable.client import Client
 from msgtable.engine import MessageEngine
 from msgtable.errors import LEADER_METADATA_KEY
 from msgtable.lease import LEASE_DDL, Takeover, connector, session_wait_timeout_s
-from msgtable.placement import CAPTURE, Placement
+from msgtable.placement import CAPTURE, Placement, rank
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server import MessagingServer
@@ -156,11 +156,11 @@ def test_a_renewal_that_comes_back_late_but_still_holds_the_row_is_no_loss(store
     real = a.lease._renew_and_read
     seen: list[bool] = []
 
-    def slow(began: float):
+    def slow(began: float, mine: set[str]):
         if not seen:
             time.sleep(PERIOD_S * 1.3)  # the step stalls past the validity it will give
             seen.append(a.lease.valid("t"))
-        return real(began)
+        return real(began, mine)
 
     a.lease._renew_and_read = slow  # type: ignore[method-assign]
     wait_until(lambda: seen, timeout_s=5, what="the slow step")
@@ -332,8 +332,12 @@ def test_a_senders_renewal_is_one_transaction_that_locks_no_other_servers_row(st
 
 
 @contextmanager
-def _server(dsn: str) -> Iterator[tuple[MessageEngine, MessagingServer]]:
-    engine = MessageEngine.from_dsn(dsn, discovery_interval_s=0.3, lease_period_s=PERIOD_S)
+def _server(
+    dsn: str, discovery_interval_s: float = 0.3
+) -> Iterator[tuple[MessageEngine, MessagingServer]]:
+    engine = MessageEngine.from_dsn(
+        dsn, discovery_interval_s=discovery_interval_s, lease_period_s=PERIOD_S
+    )
     engine.open()
     server = MessagingServer(engine, "127.0.0.1:0")
     server.start()
@@ -578,3 +582,30 @@ def test_under_traffic_the_tables_rebalance_as_servers_join_and_leave_and_nothin
             for col in collectors.values():
                 col.subscription.close()
     db.dispose()
+
+
+def test_a_table_one_server_found_is_sent_within_steps_by_the_server_it_is_assigned_to(db_dsn):
+    """Servers discover tables at their own pace (--discovery-interval, long here): a table
+    one found gets a row in the placement at once, and the server it is assigned to, which
+    has not found it yet, discovers it at its next step instead of its next discovery."""
+    with (
+        _server(db_dsn, discovery_interval_s=600) as (a, _a_server),
+        _server(db_dsn, discovery_interval_s=600) as (b, _b_server),
+    ):
+        pa, pb = a._lease, b._lease
+        assert pa is not None and pb is not None
+        wait_until(lambda: len(pa.servers()) == len(pb.servers()) == 2, what="both servers")
+        name = next(
+            f"t{i}" for i in range(100) if rank(pb.holder, f"t{i}") > rank(pa.holder, f"t{i}")
+        )
+        db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+        with db.connect() as conn:
+            conn.exec_driver_sql(current_layout_ddl(name, comment(vt_poller_interval=0.1)))
+        db.dispose()
+        a.refresh()  # a finds it; b would only at its next discovery, 600 s away
+        assert a.list_tables() and not a.sends(name)
+        wait_until(
+            lambda: b.sends(name),
+            timeout_s=4 * PERIOD_S + 2,
+            what=f"{name} sent by b, the server it is assigned to",
+        )

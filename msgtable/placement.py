@@ -340,14 +340,25 @@ class Placement:
                 took, handovers = [], []
                 retry.failed(sorted_error(exc))
                 self._drop_connection()
+            if handovers:
+                log.info(
+                    "placement: this server hands over %s (to %s)",
+                    _names([u for u, _ in handovers]),
+                    ", ".join(sorted({s or "another server" for _, s in handovers})),
+                )
             for unit, sender in handovers:
                 self._hand_over(unit, sender)
             if unknown and time.monotonic() - self._unknown_told >= self.period_s:
                 self._unknown_told = time.monotonic()
                 self._on_unknown(unknown)
+            if took:
+                log.info(
+                    "placement: this server (%s) now sends %s",
+                    self.address,
+                    _names([u for u, _ in took]),
+                )
             for unit, takeover in took:
                 self.gains += 1
-                log.info("placement: this server (%s) now sends %s", self.address, _what(unit))
                 self._on_gain(unit, takeover)
             self._lose_ended(began)
             if again:
@@ -376,16 +387,20 @@ class Placement:
         """Units whose validity ended without a renewal (the database did not answer, or
         another server holds the row now): this server stops sending them."""
         now = time.monotonic()
+        lost = []
         for unit, until in list(self._valid_until.items()):
             late = self._renewed_at.get(unit) == began and now - began < 2 * self.period_s
             if now < until or late:
                 continue
             del self._valid_until[unit]
+            lost.append(unit)
+        if lost:
             log.warning(
-                "placement: lost %s (not renewed within %gs); this server stops sending it",
-                _what(unit),
+                "placement: lost %s (not renewed within %gs); this server stops sending them",
+                _names(lost),
                 self.period_s,
             )
+        for unit in lost:
             self._on_loss(unit, self.sender(unit))
 
     def _renew_and_read(self, began: float, mine: set[str]) -> list[Row]:
@@ -543,11 +558,6 @@ class Placement:
         if unit not in self._valid_until:
             return
         self._valid_until.pop(unit, None)
-        log.info(
-            "placement: %s goes to %s; this server stops sending it",
-            _what(unit),
-            sender or "another server",
-        )
         clean = self._on_loss(unit, sender)
         try:
             with self._lock, self._timed("lease_release"), self._cursor() as cur:
@@ -613,6 +623,26 @@ def _unknown(rows: list[Row], mine: set[str], period_s: float) -> set[str]:
         for r in rows
         if r.kind == TABLE and r.name not in mine and (r.live or r.over_us < recent_us)
     }
+
+
+LOGGED_NAMES = 10  # a log line names this many units at most, then counts the rest
+
+
+def _names(units: list[str]) -> str:
+    """Units for a log line: "table a, table b and the table events", or "N tables: a,
+    b, ... and K more"."""
+    tables = sorted(u for u in units if u != CAPTURE)
+    shown = tables[:LOGGED_NAMES]
+    text = (
+        (f"table {shown[0]}" if len(tables) == 1 else f"{len(tables)} tables: {', '.join(shown)}")
+        if tables
+        else ""
+    )
+    if len(tables) > LOGGED_NAMES:
+        text += f" and {len(tables) - LOGGED_NAMES} more"
+    if CAPTURE in units:
+        text = f"{text} and the table events" if text else "the table events"
+    return text
 
 
 def _what(unit: str) -> str:

@@ -40,7 +40,8 @@ INSTRUCTIONS = (
 # One format for msgtable's log lines: time, level, subject: text.
 LOG_LINE = re.compile(
     r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (INFO|WARNING) "
-    r"(server|lease|binlog|table \S+|waiting for the database at \S+|the database at \S+)[: ]"
+    r"(server|placement|lease|binlog|table \S+|waiting for the database at \S+"
+    r"|the database at \S+)[: ]"
 )
 
 

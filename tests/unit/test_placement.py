@@ -69,3 +69,13 @@ def test_the_rank_is_a_stable_hash_of_server_and_unit():
     assert rank("s", "t") == rank("s", "t")
     assert rank("s", "t") != rank("t", "s")
     assert len({rank(f"s{i}", "t") for i in range(100)}) == 100
+
+
+def test_a_log_line_names_ten_units_at_most_and_counts_the_rest():
+    from msgtable.placement import _names
+
+    assert _names(["a"]) == "table a"
+    assert _names(["b", "a", CAPTURE]) == "2 tables: a, b and the table events"
+    assert _names([CAPTURE]) == "the table events"
+    many = _names([f"t{i:02}" for i in range(12)])
+    assert many.startswith("12 tables: t00, t01") and many.endswith("t09 and 2 more")

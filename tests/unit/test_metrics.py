@@ -417,14 +417,7 @@ def test_a_scrape_never_pairs_one_tenures_counters_with_anothers_lease_gauge(lea
     """A loss of the lease while a scrape reads the tables (their counters start again
     with the new managers) must not give counters of the old tenure beside the new
     tenure's lease gauge: the fault suite's checker tells tenures apart by that gauge."""
-    from msgtable.lease import Takeover
-
-    gain(leased_engine, Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
-    m = leased_engine._manager("q", "")
-    sub = leased_engine.subscribe("q")
-    m.poll_once()
-    assert m.send_once() > 0 and drain(sub)
-    assert value(scrape(leased_engine), "msgtable_messages_sent") > 0  # the tenure before
+    sub = sent_in_a_tenure(leased_engine)
     read = leased_engine.live_statuses
     lost = []
 
@@ -466,15 +459,8 @@ def test_each_table_says_whether_this_server_sends_it(leased_engine):
 def test_a_loss_between_the_counters_and_the_sender_gauge_reads_both_again(leased_engine):
     """The fault suite judges a table's counters by its msgtable_table_sender: a scrape must
     not give the counters of the tenure before a hand-over beside the gauge after it."""
-    from msgtable.lease import Takeover
-
     engine = leased_engine
-    gain(engine, Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
-    m = engine._manager("q", "")
-    sub = engine.subscribe("q")
-    m.poll_once()
-    assert m.send_once() > 0 and drain(sub)
-    assert value(scrape(engine), "msgtable_messages_sent") > 0  # the tenure before
+    sub = sent_in_a_tenure(engine)
     real = engine.sends
     lost = []
 
@@ -490,3 +476,17 @@ def test_a_loss_between_the_counters_and_the_sender_gauge_reads_both_again(lease
     assert value(f, "msgtable_table_sender") == 0
     assert value(f, "msgtable_messages_sent") == 0  # the new tenure's, as the gauge says
     sub.close()
+
+
+def sent_in_a_tenure(engine):
+    """The engine gains table q's lease and sends a batch of it, taken by a subscriber
+    (returned): a tenure whose sent counter is above 0."""
+    from msgtable.lease import Takeover
+
+    gain(engine, Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
+    m = engine._manager("q", "")
+    sub = engine.subscribe("q")
+    m.poll_once()
+    assert m.send_once() > 0 and drain(sub)
+    assert value(scrape(engine), "msgtable_messages_sent") > 0
+    return sub

@@ -14,10 +14,11 @@ transaction and reads every row. From what it read every server works out the sa
 assignment (:func:`assign`): the live servers share the units, each unit going to the server
 that ranks it highest (rendezvous hashing of server and unit) among those below their share
 (every server has the units over the servers, rounded down, or one more), units in name
-order. So a server that joins takes its share, and the tables of one that leaves or dies
-are spread over the others. Then it
-takes each unit assigned to it that is free (no row, its lease ended or given back), hands
-over each unit it holds that is assigned elsewhere now, and notes who sends the others.
+order, except that a unit stays with the live server that holds it while that server is
+below its share. So a server that joins takes its share and nothing else moves, and the
+tables of one that leaves or dies are spread over the others. Then it takes each unit
+assigned to it that is free (no row, its lease ended or given back), hands over each unit
+it holds that is assigned elsewhere now, and notes who sends the others.
 
 A take is one transaction that reads the unit's row FOR UPDATE, so two servers never both
 win; which server ought to send a unit is only ever a wish, the row decides. Servers that
@@ -45,7 +46,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,12 +95,17 @@ def rank(server: str, unit: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def assign(units: Iterable[str], servers: Iterable[str]) -> dict[str, str]:
-    """Which server (by id) sends each unit: in name order, each unit to the server that
-    ranks it highest among those below their share. Of U units over N servers each server's
-    share is U // N, and U % N of them (the first to reach it) take one more: every server
-    has U // N or one more. The same on every server that read the same rows; a server that
-    joins or leaves moves its share and a few more (tests.unit.test_placement)."""
+def assign(
+    units: Iterable[str], servers: Iterable[str], holders: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Which server (by id) sends each unit. Of U units over N servers each server's share is
+    U // N, and U % N of them (the first to reach it) take one more: every server has U // N
+    or one more. First each unit held by a live server (``holders``: unit -> server id)
+    stays there while that server is below its share, in name order; then each of the
+    others, in name order, goes to the server that ranks it highest among those below their
+    share. The same on every server that read the same rows; a server that joins takes its
+    share from the others and nothing else moves, and the units of one that leaves go to
+    the others, the rest staying where they are (tests.unit.test_placement)."""
     members = sorted(set(servers))
     names = sorted(set(units))
     if not members:
@@ -107,14 +113,24 @@ def assign(units: Iterable[str], servers: Iterable[str]) -> dict[str, str]:
     share, extra = divmod(len(names), len(members))
     load = dict.fromkeys(members, 0)
     out: dict[str, str] = {}
+
+    def place(u: str, s: str) -> bool:
+        nonlocal extra
+        if load[s] < share or (load[s] == share and extra > 0):
+            if load[s] == share:
+                extra -= 1
+            out[u] = s
+            load[s] += 1
+            return True
+        return False
+
+    held = holders or {}
     for u in names:
-        for s in sorted(members, key=lambda s: rank(s, u), reverse=True):
-            if load[s] < share or (load[s] == share and extra > 0):
-                if load[s] == share:
-                    extra -= 1
-                out[u] = s
-                load[s] += 1
-                break
+        if held.get(u) in load:
+            place(u, held[u])
+    for u in names:
+        if u not in out:
+            any(place(u, s) for s in sorted(members, key=lambda s: rank(s, u), reverse=True))
     return out
 
 
@@ -496,7 +512,8 @@ class Placement:
         units = mine | {
             n for n, r in leases.items() if r.live or (not r.holder and r.over_us < recent_us)
         }
-        owner = assign(units, servers)
+        holders = {n: r.holder for n, r in leases.items() if r.live}
+        owner = assign(units, servers, holders)
         take = []
         for u in sorted(mine - self._valid_until.keys()):
             r = leases.get(u)

@@ -79,3 +79,26 @@ def test_a_log_line_names_ten_units_at_most_and_counts_the_rest():
     assert _names([CAPTURE]) == "the table events"
     many = _names([f"t{i:02}" for i in range(12)])
     assert many.startswith("12 tables: t00, t01") and many.endswith("t09 and 2 more")
+
+
+@pytest.mark.parametrize(("units", "n"), [(u, n) for u, n in SIZES if n < 5])
+def test_with_the_holders_read_a_join_moves_only_its_share_and_a_leave_only_its_units(units, n):
+    """The step passes who holds each unit now: a unit stays where it is while its server is
+    below its share, so a join moves the new server's share and nothing else (each move
+    ends the table's streams on the old server), and a leave moves the leaver's units."""
+    rng = random.Random(units * 7 + n)
+    names = [f"t{i}" for i in range(units)]
+    for _ in range(30):
+        before = servers(n, rng)
+        held = assign(names, before)
+        joined = servers(1, rng)[0]
+        after = assign(names, [*before, joined], held)
+        moved = [u for u in names if held[u] != after[u]]
+        assert all(after[u] == joined for u in moved)
+        assert len(moved) in (units // (n + 1), math.ceil(units / (n + 1)))
+        loads = [list(after.values()).count(s) for s in [*before, joined]]
+        assert set(loads) <= {units // (n + 1), units // (n + 1) + 1}, loads
+        # the joined server's units stay with it; one of the others leaves
+        gone = before[0]
+        left = assign(names, [*before[1:], joined], after)
+        assert [u for u in names if left[u] != after[u]] == [u for u in names if after[u] == gone]

@@ -336,6 +336,9 @@ class Placement:
             began = time.monotonic()
             again = False
             unknown: set[str] = set()
+            # what the step did before any failure: each take is its own transaction
+            took: list[tuple[str, Takeover]] = []
+            handovers: list[tuple[str, str]] = []
             try:
                 with self._lock:
                     if self._stop.is_set():
@@ -348,12 +351,14 @@ class Placement:
                     again = self._late(began)
                     gains, handovers = self._decide(rows, mine)
                     unknown = _unknown(rows, mine, self.period_s)
-                    took = [(u, t) for u in gains if (t := self._take(u)) is not None]
+                    for u in gains:
+                        t = self._take(u)
+                        if t is not None:
+                            took.append((u, t))
                 retry.succeeded()
                 if self._outage is not None:
                     self._outage.up()
             except Exception as exc:
-                took, handovers = [], []
                 retry.failed(sorted_error(exc))
                 self._drop_connection()
             if handovers:

@@ -609,3 +609,28 @@ def test_a_table_one_server_found_is_sent_within_steps_by_the_server_it_is_assig
             timeout_s=4 * PERIOD_S + 2,
             what=f"{name} sent by b, the server it is assigned to",
         )
+
+
+def test_a_step_that_fails_after_a_take_still_tells_of_the_take(store):
+    """A step takes several units, one transaction each; the database failing on a later
+    one must not leave an earlier one held in the table but never started here (renewed
+    for ever, never sent)."""
+    units = {"t1", "t2", "t3"}
+    a = Candidate(store, "a:1", units)
+    real = a.lease._take
+    calls: list[str] = []
+
+    def flaky(unit: str):
+        calls.append(unit)
+        if len(calls) == 2:
+            raise OSError("the database went away mid-step")
+        return real(unit)
+
+    a.lease._take = flaky  # type: ignore[method-assign]
+    a.lease.prepare()
+    a.lease.start()
+    wait_until(lambda: a.held() == units, what="a holds every unit")
+    time.sleep(PERIOD_S)
+    gained = {u for _, u, _t in a.gains}
+    assert gained == a.held(), f"held but never started: {sorted(a.held() - gained)}"
+    a.lease.close()

@@ -229,10 +229,7 @@ class MessageEngine(Subscriptions, Endpoints):
 
     def sends(self, table: str) -> bool:
         """Whether this server sends ``table`` (and its subscriptions) now."""
-        if self.lease_period_s is None:
-            return True
-        m = self._managers.get(table)
-        return (_unit_of(m.config) if m is not None else table) in self._sending
+        return self.lease_period_s is None or self._unit(table) in self._sending
 
     def sender(self, table: str) -> str:
         """The address of the server that sends ``table`` as this one last read the
@@ -241,8 +238,13 @@ class MessageEngine(Subscriptions, Endpoints):
         lease = self._lease
         if lease is None:
             return "" if self.lease_period_s is not None else "this server"
+        return lease.sender(self._unit(table))
+
+    def _unit(self, table: str) -> str:
+        """The placement's unit of ``table`` (a table, a subscription's state table, or
+        CAPTURE): the table itself when it is not loaded here."""
         m = self._managers.get(table)
-        return lease.sender(_unit_of(m.config) if m is not None else table)
+        return _unit_of(m.config) if m is not None else table
 
     @property
     def lease_holder(self) -> str:
@@ -933,7 +935,7 @@ class MessageEngine(Subscriptions, Endpoints):
         if f.disabled_because:
             return dataclasses.replace(s, capture_problem=f.disabled_because)
         if not self.sends(CAPTURE):
-            sender = self._lease.sender(CAPTURE) if self._lease is not None else ""
+            sender = self.sender(CAPTURE)
             return dataclasses.replace(
                 s,
                 capture_problem="this server does not capture the table events: "

@@ -198,7 +198,6 @@ class Placement:
         self._senders: dict[str, str] = {}  # unit -> its sender's address as last read
         self._servers: dict[str, str] = {}  # live server id -> address, as last read
         self.late_renewals = 0
-        self.gains = 0
         self.old_lease_holder = ""  # an old server's address while it holds msgtable_lease
         self._old_lease = False  # msgtable_lease exists: read its row each step
         self._prepared = False
@@ -212,10 +211,6 @@ class Placement:
     def valid(self, unit: str) -> bool:
         """Whether this server sends ``unit`` now (by its own clock, conservatively)."""
         return time.monotonic() < self._valid_until.get(unit, 0.0)
-
-    def holds(self, unit: str) -> bool:
-        """Whether ``unit`` is this server's (valid now or not: a late renewal pauses)."""
-        return unit in self._valid_until
 
     def held(self) -> list[str]:
         return sorted(self._valid_until)
@@ -250,39 +245,31 @@ class Placement:
             self._prepare()
 
     def _prepare(self) -> None:
+        created = self._try(PLACEMENT_DDL)
+        if created is not None:  # it may exist already, made by a user who may CREATE
+            probed = self._try(f"SELECT 1 FROM {PLACEMENT_TABLE} LIMIT 1")
+            if probed is not None:
+                raise self._denied(probed if error_code(probed) in ACCESS_DENIED else created)
+        # missing (or not ours to read): no server of an earlier version here
+        self._old_lease = self._try(f"SELECT 1 FROM {LEASE_TABLE} LIMIT 1") is None
+        self._rollback()
+        self._prepared = True
+
+    def _try(self, sql: str) -> BaseException | None:
+        """Run ``sql`` (reading what it returns); the error it failed with (None: it ran).
+        A database that does not answer raises Unavailable."""
         try:
             with self._cursor() as cur:
-                cur.execute(PLACEMENT_DDL)
-        except MsgtableError:
+                cur.execute(sql)
+                cur.fetchall()
+            return None
+        except MsgtableError:  # Unavailable, or a package the driver lacks
             raise
         except Exception as exc:
             error = database_error(exc)
             if isinstance(error, Unavailable):
                 raise error from None
-            try:  # created already by someone who may, and this user may not CREATE
-                with self._cursor() as cur:
-                    cur.execute(f"SELECT 1 FROM {PLACEMENT_TABLE} LIMIT 1")
-                    cur.fetchall()
-            except MsgtableError:
-                raise
-            except Exception as again:
-                error = database_error(again)
-                if isinstance(error, Unavailable):
-                    raise error from None
-                raise self._denied(again if error_code(again) in ACCESS_DENIED else exc) from None
-        try:
-            with self._cursor() as cur:
-                cur.execute(f"SELECT 1 FROM {LEASE_TABLE} LIMIT 1")
-                cur.fetchall()
-            self._old_lease = True
-        except MsgtableError:
-            raise
-        except Exception as exc:
-            if isinstance(database_error(exc), Unavailable):
-                raise database_error(exc) from None
-            self._old_lease = False  # missing (or not ours to read): no old server here
-        self._rollback()
-        self._prepared = True
+            return exc
 
     def _denied(self, exc: BaseException) -> MsgtableError:
         return MsgtableError(
@@ -379,7 +366,6 @@ class Placement:
                     _names([u for u, _ in took]),
                 )
             for unit, takeover in took:
-                self.gains += 1
                 self._on_gain(unit, takeover)
             self._lose_ended(began)
             if again:
@@ -462,12 +448,13 @@ class Placement:
                 Row(str(k), str(n), str(h), str(a), bool(r), int(o))
                 for k, n, h, a, r, o in cur.fetchall()
             ]
-            known = {r.name for r in rows if r.kind != SERVER}
-            for unit in sorted(mine - known):  # a row others see (held by nobody yet)
+            new = sorted(mine - {r.name for r in rows if r.kind != SERVER})
+            if new:  # rows others see (held by nobody yet), in one statement
                 cur.execute(
                     f"INSERT IGNORE INTO {PLACEMENT_TABLE} (kind, name, holder, address, "
-                    "expires, released) VALUES (%s, %s, '', '', UTC_TIMESTAMP(6), 0)",
-                    (kind_of(unit), unit),
+                    "expires, released) VALUES "
+                    + ", ".join(["(%s, %s, '', '', UTC_TIMESTAMP(6), 0)"] * len(new)),
+                    [v for unit in new for v in (kind_of(unit), unit)],
                 )
             old = ""
             if self._old_lease:

@@ -18,7 +18,7 @@ from msgtable.client import Client
 from msgtable.engine import MessageEngine
 from msgtable.errors import LEADER_METADATA_KEY
 from msgtable.lease import LEASE_DDL, Takeover, connector, session_wait_timeout_s
-from msgtable.placement import CAPTURE, Placement, rank
+from msgtable.placement import CAPTURE, FORGET_AFTER_S, FORGET_EVERY, Placement, rank
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server import MessagingServer
@@ -139,7 +139,7 @@ def test_a_sender_that_cannot_renew_stops_sending_and_says_so(store):
     a.lease._connect = refused  # the database is gone for this server
     a.lease._drop_connection()
     wait_until(lambda: a.losses, timeout_s=5, what="the loss of the lease")
-    assert not a.lease.valid("t") and not a.lease.holds("t")
+    assert not a.lease.valid("t") and "t" not in a.lease.held()
     a.lease._connect = real
     wait_until(lambda: len(a.gains) == 2, timeout_s=5, what="the table back")
     assert a.gains[1][2].by_me
@@ -634,3 +634,31 @@ def test_a_step_that_fails_after_a_take_still_tells_of_the_take(store):
     gained = {u for _, u, _t in a.gains}
     assert gained == a.held(), f"held but never started: {sorted(a.held() - gained)}"
     a.lease.close()
+
+
+def test_rows_ended_long_ago_are_forgotten_and_recent_ones_kept(store):
+    """Every FORGET_EVERY steps a server deletes the rows whose lease or presence ended
+    FORGET_AFTER_S ago (dropped tables, servers restarted under a new id), not others."""
+    db = sa.create_engine(store.url.set(database=store.database), isolation_level="AUTOCOMMIT")
+    a = Candidate(store, "a:1")
+    a.lease.prepare()
+    with db.connect() as conn:
+        for kind, name, ago_s in [
+            ("server", "gone", FORGET_AFTER_S + 60),
+            ("table", "dropped", FORGET_AFTER_S + 60),
+            ("table", "lately", FORGET_AFTER_S - 600),
+        ]:
+            conn.exec_driver_sql(
+                "INSERT INTO msgtable_placement (kind, name, holder, address, expires, released) "
+                "VALUES (%s, %s, 'x', 'x:1', UTC_TIMESTAMP(6) - INTERVAL %s SECOND, 1)",
+                (kind, name, ago_s),
+            )
+    a.lease._steps = FORGET_EVERY - 1  # the first step is the one that forgets
+    a.lease.start()
+    assert a.gained.wait(5)
+    with db.connect() as conn:
+        names = {r[0] for r in conn.exec_driver_sql("SELECT name FROM msgtable_placement")}
+    assert "gone" not in names and "dropped" not in names
+    assert {"lately", "t", a.lease.holder} <= names
+    a.lease.close()
+    db.dispose()

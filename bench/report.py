@@ -548,7 +548,7 @@ class Report:
             r = sv.median(p)
             if r is None:
                 continue
-            us = r.cpu_us_per_msg()
+            us = r.cpu_per_msg()
             out.append(
                 f"  {p} server process(es): {r.msgs_s:,.0f} msgs/s (runs "
                 f"{', '.join(f'{x:,}' for x in sv.spread(p))}); CPU us/msg "

@@ -26,7 +26,7 @@ from typing import Any
 from bench.database import check_lifecycle, create_table, execute, message_comment
 from bench.engine import Shared, SubscriberSpec, check_deliveries, subscriber_worker
 from bench.errors import BenchError
-from bench.measure import cpu_meter, run_timeout_s
+from bench.measure import Throughput, cpu_meter, run_timeout_s
 from bench.processes import ServerProcess, Workers
 from bench.producer import ProducerSpec, producer_rows, producer_worker
 
@@ -40,25 +40,10 @@ PLACED_TIMEOUT_S = 60.0
 
 
 @dataclass
-class Run:
-    procs: int
-    messages: int
-    seconds: float
-    cpu_s: dict[str, float]  # by part: database, servers, producers, subscribers
-
-    @property
-    def msgs_s(self) -> float:
-        return self.messages / self.seconds
-
-    def cpu_us_per_msg(self) -> dict[str, float]:
-        return {k: round(v / self.messages * 1e6, 1) for k, v in self.cpu_s.items()}
-
-
-@dataclass
 class ServersResult:
-    runs: dict[int, list[Run]] = field(default_factory=dict)  # by server processes
+    runs: dict[int, list[Throughput]] = field(default_factory=dict)  # by server processes
 
-    def median(self, procs: int) -> Run | None:
+    def median(self, procs: int) -> Throughput | None:
         runs = sorted(self.runs.get(procs, []), key=lambda r: r.msgs_s)
         return runs[len(runs) // 2] if runs else None
 
@@ -66,7 +51,7 @@ class ServersResult:
         return {str(p): round(r.msgs_s) for p in PROCS if (r := self.median(p)) is not None}
 
     def cpu_us_per_msg_by_part(self) -> dict[str, dict[str, float]]:
-        return {str(p): r.cpu_us_per_msg() for p in PROCS if (r := self.median(p)) is not None}
+        return {str(p): r.cpu_per_msg() for p in PROCS if (r := self.median(p)) is not None}
 
     def ratio(self) -> float | None:
         one, two = self.median(1), self.median(2)
@@ -110,7 +95,7 @@ def run(
             out.runs.setdefault(procs, []).append(r)
             progress(
                 f"servers: {procs} process(es) over {len(TABLES)} tables: {r.msgs_s:,.0f} msgs/s; "
-                f"CPU us/msg {r.cpu_us_per_msg()}"
+                f"CPU us/msg {r.cpu_per_msg()}"
             )
     return out
 
@@ -152,7 +137,7 @@ def one_run(
     *,
     postpone_after_s: float | None,
     db_pid: int | None,
-) -> Run:
+) -> Throughput:
     comment = message_comment(BATCH, poller_interval_s, postpone_after_s=postpone_after_s)
     per = n // len(TABLES)
     n = per * len(TABLES)
@@ -199,7 +184,8 @@ def one_run(
             ),
             "subscribers": sum(r["cpu_s"] for name, r in results.items() if name.startswith("sub")),
         }
-        return Run(procs, n, end - start, {k: v for k, v in parts.items() if v is not None})
+        cpu_s = {k: v for k, v in parts.items() if v is not None}
+        return Throughput("msgtable", BATCH, len(TABLES), n, end - start, cpu_s=cpu_s)
     finally:
         for t in TABLES:
             execute(dsn, f"drop table if exists {t}")
@@ -214,7 +200,7 @@ def model(result: ServersResult, cores: int) -> dict[str, Any] | None:
     one = result.median(1)
     if one is None:
         return None
-    us = one.cpu_us_per_msg()
+    us = one.cpu_per_msg()
     total = sum(us.values())
     server, database = us.get("servers", 0.0), us.get("database", 0.0)
     return {

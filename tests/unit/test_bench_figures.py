@@ -58,15 +58,11 @@ def test_the_backlog_ratio_is_the_median_round_with_its_spread():
 def test_the_server_processes_figures_are_median_runs_with_each_parts_cpu():
     """bench.servers: the JSON keys the issue names, each count's median run, its parts' CPU
     per message, and the model the README quotes (bounds from those parts)."""
-    from bench.servers import Run, ServersResult, model
+    from bench.servers import ServersResult, model
 
-    def one(procs: int, msgs_s: float, servers_cpu_s: float) -> Run:
-        return Run(
-            procs,
-            100_000,
-            100_000 / msgs_s,
-            {"database": 2.0, "servers": servers_cpu_s, "producers": 0.1, "subscribers": 0.9},
-        )
+    def one(procs: int, msgs_s: float, servers_cpu_s: float) -> Throughput:
+        cpu_s = {"database": 2.0, "servers": servers_cpu_s, "producers": 0.1, "subscribers": 0.9}
+        return Throughput("msgtable", 100, 4, 100_000, 100_000 / msgs_s, cpu_s=cpu_s)
 
     sv = ServersResult(
         {1: [one(1, 20_000, 2.0), one(1, 30_000, 2.0), one(1, 22_000, 2.0)],

@@ -24,12 +24,16 @@ A keyspace is described in one TOML file that servers and clients read::
     [[shards]]
     key_range = "-80"
     dsn = "mysql+pymysql://msgtable:secret@db1:3306/app"
+    servers = ["10.0.0.1:50051", "10.0.0.2:50051"]
 
     [[shards]]
     key_range = "80-"
     dsn = "mysql+pymysql://msgtable:secret@db2:3306/app"
+    servers = ["10.0.0.3:50051"]
 
-A shard's name is its key range, as in Vitess.
+A shard's name is its key range, as in Vitess. ``servers`` are the gRPC addresses of the
+``msgtable serve --keyspace FILE --shard NAME`` processes of that shard (the gateway and the
+Python client stream from them); enqueueing and Spark need only the DSNs.
 """
 
 from __future__ import annotations
@@ -131,10 +135,12 @@ class KeyRange:
 
 @dataclass(frozen=True)
 class Shard:
-    """One database of a keyspace: its key range (also its name) and where it is."""
+    """One database of a keyspace: its key range (also its name), where it is, and the
+    addresses of the servers that send its tables."""
 
     key_range: KeyRange
     dsn: str
+    servers: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -150,6 +156,10 @@ class Keyspace:
 
     def __post_init__(self) -> None:
         check_cover(self.name, self.shards)
+
+    def servers(self) -> list[str]:
+        """Every shard's servers, in shard order."""
+        return [a for s in self.shards for a in s.servers]
 
     def shard_of(self, id_: int) -> Shard:
         """The shard that holds message ``id_``."""
@@ -241,7 +251,7 @@ def from_dict(doc: Mapping[str, Any], where: str = "the keyspace file") -> Keysp
     for k, entry in enumerate(raw, 1):
         if not isinstance(entry, dict):
             raise InvalidArgument(f"{where}: shard {k} is not a table")
-        extra = set(entry) - {"key_range", "dsn"}
+        extra = set(entry) - {"key_range", "dsn", "servers"}
         if extra:
             raise InvalidArgument(f"{where}: shard {k}: unknown key {sorted(extra)[0]!r}")
         key_range, dsn = entry.get("key_range"), entry.get("dsn")
@@ -250,11 +260,34 @@ def from_dict(doc: Mapping[str, Any], where: str = "the keyspace file") -> Keysp
         if not isinstance(dsn, str) or not dsn:
             raise InvalidArgument(f"{where}: shard {key_range} has no dsn")
         try:
-            shards.append(Shard(KeyRange.parse(key_range), dsn))
+            shards.append(Shard(KeyRange.parse(key_range), dsn, _servers(entry, key_range)))
         except InvalidArgument as exc:
             raise InvalidArgument(f"{where}: shard {k}: {exc}") from None
+    named: dict[str, str] = {}
+    for s in shards:
+        for address in s.servers:
+            if address in named:
+                raise InvalidArgument(
+                    f"{where}: server {address} is named by shards {named[address]} and "
+                    f"{s.name}: a server sends one shard"
+                )
+            named[address] = s.name
     shards.sort(key=lambda s: s.key_range)
     try:
         return Keyspace(name, tuple(shards))
     except InvalidArgument as exc:
         raise InvalidArgument(f"{where}: {exc}") from None
+
+
+def _servers(entry: Mapping[str, Any], key_range: str) -> tuple[str, ...]:
+    """A shard entry's ``servers``: HOST:PORT strings."""
+    raw = entry.get("servers", [])
+    if not isinstance(raw, list) or not all(isinstance(a, str) for a in raw):
+        raise InvalidArgument(
+            f'shard {key_range} servers must be a list of HOST:PORT (e.g. ["db1:50051"])'
+        )
+    for address in raw:
+        host, sep, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise InvalidArgument(f"shard {key_range}: server {address!r} is not HOST:PORT")
+    return tuple(raw)

@@ -152,6 +152,24 @@ def test_a_keyspace_file(tmp_path: Path):
         ("-80", "mysql+pymysql://u:p@db1/app"),
         ("80-", "mysql+pymysql://u:p@db2/app"),
     ]
+    assert [s.servers for s in ks.shards] == [(), ()]
+
+
+def test_a_keyspace_file_names_each_shard_s_servers(tmp_path: Path):
+    path = tmp_path / "keyspace.toml"
+    path.write_text(
+        'name = "app"\n'
+        '[[shards]]\nkey_range = "-80"\ndsn = "mysql+pymysql://u:p@db1/app"\n'
+        'servers = ["10.0.0.1:50051", "10.0.0.2:50051"]\n'
+        '[[shards]]\nkey_range = "80-"\ndsn = "mysql+pymysql://u:p@db2/app"\n'
+        'servers = ["10.0.0.3:50051"]\n'
+    )
+    ks = load(path)
+    assert [s.servers for s in ks.shards] == [
+        ("10.0.0.1:50051", "10.0.0.2:50051"),
+        ("10.0.0.3:50051",),
+    ]
+    assert ks.servers() == ["10.0.0.1:50051", "10.0.0.2:50051", "10.0.0.3:50051"]
 
 
 @pytest.mark.parametrize(
@@ -173,6 +191,19 @@ def test_a_keyspace_file(tmp_path: Path):
             "keyspace 'app': a gap after shard -80",
         ),
         ("name = ", "is not valid TOML"),
+        (
+            'name = "app"\n[[shards]]\nkey_range = "-"\ndsn = "x"\nservers = "a:1"\n',
+            r"shard - servers must be a list of HOST:PORT",
+        ),
+        (
+            'name = "app"\n[[shards]]\nkey_range = "-"\ndsn = "x"\nservers = ["a"]\n',
+            r"shard -: server 'a' is not HOST:PORT",
+        ),
+        (
+            'name = "app"\n[[shards]]\nkey_range = "-80"\ndsn = "x"\nservers = ["a:1"]\n'
+            '[[shards]]\nkey_range = "80-"\ndsn = "y"\nservers = ["a:1"]\n',
+            r"server a:1 is named by shards -80 and 80-",
+        ),
     ],
 )
 def test_a_misdescribed_keyspace_file_is_one_clear_line(tmp_path: Path, text: str, why: str):

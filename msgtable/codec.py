@@ -340,6 +340,7 @@ _COUNTERS = (
     "hold_s",
     "hold_whole",
     "sender",
+    "shard",
 )
 
 _BACKLOG = ("due", "scheduled", "oldest_unacked_age_s")  # optional: unset when not read
@@ -486,6 +487,7 @@ class TableInfo:
     hold_s: float = 0.0
     hold_whole: bool = False
     sender: str = ""  # the server that sends the table now (msgtable.status.TableStatus)
+    shard: str = ""  # the keyspace's shard it is in ("": unsharded; msgtable.keyspace)
 
     @property
     def loaded(self) -> bool:

@@ -36,6 +36,7 @@ from msgtable.errors import (
 )
 from msgtable.fanout import Fanout
 from msgtable.ids import coerce_ids
+from msgtable.keyspace import KeyRange
 from msgtable.latency import LatencySnapshot
 from msgtable.lease import Takeover, connector
 from msgtable.limits import MAX_DEAD_LETTERS_LISTED, MAX_REDRIVE_BATCH
@@ -86,6 +87,8 @@ class MessageEngine(Subscriptions, Endpoints):
         push_ca_file: str | None = None,
         capture: bool = True,
         tracer_provider: TracerProvider | None = None,
+        keyspace: str | None = None,
+        shard: KeyRange | None = None,
     ) -> None:
         """``lease_period_s``: share the database with other msgtable servers; this one
         sends only while it holds the lease (msgtable.lease), from ``campaign()`` on. None:
@@ -94,11 +97,14 @@ class MessageEngine(Subscriptions, Endpoints):
         their certificates are checked against (None: the system's). ``capture``: write table
         events into capture tables (msgtable.capture) while this server sends.
         ``tracer_provider``: where the tables' poll / send / ack spans go (msgtable.tracing;
-        None: the global provider, if one was configured when a table's manager is made)."""
+        None: the global provider, if one was configured when a table's manager is made).
+        ``keyspace`` and ``shard``: this database is that shard of that keyspace
+        (msgtable.keyspace; None: an unsharded keyspace named after the database)."""
         self.store = store
         store.outage.tell = True  # a server says when its database goes and comes back
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
-        self.keyspace = store.database
+        self.keyspace = keyspace or store.database
+        self.shard = shard
         self.clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.discovery_interval_s = discovery_interval_s
@@ -600,20 +606,12 @@ class MessageEngine(Subscriptions, Endpoints):
         its subscriptions."""
         if not name:
             raise InvalidArgument("a table name is required")
+        self._check_shard(shard, key_range)
         if subscription:
             return self._subscription_manager(name, keyspace, subscription)
         if keyspace not in ("", self.keyspace):
             raise TableNotFound(
                 f"keyspace {keyspace!r} not found: this server serves {self.keyspace!r}"
-            )
-        if shard not in SHARDS:
-            raise InvalidArgument(
-                f"shard {shard!r} not found: keyspace {self.keyspace!r} is unsharded "
-                "(use '', '0' or '-')"
-            )
-        if tuple(key_range) != (b"", b""):
-            raise InvalidArgument(
-                f"keyspace {self.keyspace!r} is unsharded: key_range must be empty"
             )
         m = self._find(name, lambda: self._load_errors.get(name))
         if m is not None:
@@ -621,6 +619,32 @@ class MessageEngine(Subscriptions, Endpoints):
         if not self._discovered:
             raise self._unreached()
         raise TableNotFound(f"message table {name!r} not found in keyspace {self.keyspace!r}")
+
+    def _check_shard(self, shard: str, key_range: tuple[bytes, bytes]) -> None:
+        """InvalidArgument unless a stream of ``shard`` / ``key_range`` is one this server
+        sends: its own shard (or, unsharded, the keyspace's one shard)."""
+        if self.shard is None:
+            if shard not in SHARDS:
+                raise InvalidArgument(
+                    f"shard {shard!r} not found: keyspace {self.keyspace!r} is unsharded "
+                    "(use '', '0' or '-')"
+                )
+            if tuple(key_range) != (b"", b""):
+                raise InvalidArgument(
+                    f"keyspace {self.keyspace!r} is unsharded: key_range must be empty"
+                )
+            return
+        if shard and KeyRange.parse(shard) != self.shard:
+            raise InvalidArgument(
+                f"shard {shard!r}: this server sends shard {self.shard} of keyspace "
+                f"{self.keyspace!r}"
+            )
+        asked = KeyRange(*(bound.rstrip(b"\0") for bound in key_range))
+        if not asked.holds(self.shard):
+            raise InvalidArgument(
+                f"key range {asked} does not hold shard {self.shard} of keyspace "
+                f"{self.keyspace!r}, the one this server sends"
+            )
 
     def _subscription_manager(self, name: str, keyspace: str, subscription: str) -> MessageManager:
         table = self._manager(name, keyspace)  # the table's own errors first
@@ -922,7 +946,8 @@ class MessageEngine(Subscriptions, Endpoints):
         out = [dataclasses.replace(s, push=self.push_status(s.name, s.subscription)) for s in out]
         backlog = {(b.table, b.subscription): b for b in self.backlog()}
         out = [_with_backlog(s, backlog.get((s.name, s.subscription))) for s in out]
-        out = [dataclasses.replace(s, sender=self.sender(s.name)) for s in out]
+        shard = "" if self.shard is None else str(self.shard)
+        out = [dataclasses.replace(s, sender=self.sender(s.name), shard=shard) for s in out]
         return sorted(out, key=lambda s: (s.name, s.subscription))
 
     def _with_capture(self, s: TableStatus) -> TableStatus:

@@ -128,6 +128,12 @@ class KeyRange:
     def whole(self) -> bool:
         return not self.start and not self.end
 
+    def holds(self, other: KeyRange) -> bool:
+        """Whether every keyspace id of ``other`` is in this range."""
+        return self.start <= other.start and (
+            not self.end or (bool(other.end) and other.end <= self.end)
+        )
+
     def contains(self, kid: bytes) -> bool:
         """Whether keyspace id ``kid`` is in this range."""
         return self.start <= kid and (not self.end or kid < self.end)

@@ -683,7 +683,9 @@ class MessagingServer:
         tls: TlsFiles | None = None,
         max_subscribers_per_table: int = DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
         max_streams_per_client: int = DEFAULT_MAX_STREAMS_PER_CLIENT,
+        servicer: type[MessagingServicer] = MessagingServicer,
     ) -> None:
+        """``servicer``: the class that answers the calls (msgtable.gateway's for a keyspace)."""
         if max_workers < 2:
             raise InvalidArgument("max_workers must be at least 2")
         if max_streams is None:
@@ -698,7 +700,7 @@ class MessagingServer:
             raise InvalidArgument("the per-table and per-client stream limits must be >= 1")
         self.authorizer = authorizer
         self.tls = tls
-        self.servicer = MessagingServicer(
+        self.servicer = servicer(
             engine,
             max_streams=max_streams,
             stream_poll_s=stream_poll_s,

@@ -83,3 +83,4 @@ class TableStatus:
     # one last read the placement (msgtable.placement; "": none now or unknown; "this
     # server" for one that shares its database with none)
     sender: str = ""
+    shard: str = ""  # the keyspace's shard this server sends (msgtable.keyspace; "": unsharded)

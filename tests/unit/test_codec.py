@@ -404,3 +404,13 @@ def test_each_tables_sender_travels_and_shows_in_msgtable_tables():
     ) in output.format_tables(shared) + "\n"
     assert "sent by" not in output.format_tables([status("a", "this server")])
     assert "sent by" not in output.format_tables([status("a", ""), status("b", "")])
+
+
+def test_the_shard_a_table_is_in_travels():
+    columns = (Column("id", "bigint", "bigint"),)
+    s = TableStatus(
+        name="q", keyspace="app", config=config_of(columns), load_error=None, shard="80-c0"
+    )
+    assert codec.table_info_from_proto(codec.table_status_to_proto(s)).shard == "80-c0"
+    unsharded = dataclasses.replace(s, shard="")
+    assert codec.table_status_to_proto(unsharded).shard == ""

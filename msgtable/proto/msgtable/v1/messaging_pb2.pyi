@@ -844,6 +844,7 @@ class TableStatus(_message.Message):
     HOLD_S_FIELD_NUMBER: _builtins.int
     HOLD_WHOLE_FIELD_NUMBER: _builtins.int
     SENDER_FIELD_NUMBER: _builtins.int
+    SHARD_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -925,6 +926,11 @@ class TableStatus(_message.Message):
     ("": none now, or not known yet; "this server" for a server that shares its database
     with none, --no-lease). Clients are redirected there (NotLeader).
     """
+    shard: _builtins.str
+    """The shard of the keyspace the answering server sends, in key-range notation ("-80");
+    empty for an unsharded keyspace. A gateway's ListTables has one entry per table and
+    shard.
+    """
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
@@ -976,10 +982,11 @@ class TableStatus(_message.Message):
         hold_s: _builtins.float = ...,
         hold_whole: _builtins.bool = ...,
         sender: _builtins.str = ...,
+        shard: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "config", b"config", "due", b"due", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "scheduled", b"scheduled", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "sender", b"sender", "sent", b"sent", "settings", b"settings", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__due: _TypeAlias = _typing.Literal["due"]  # noqa: Y015
     _WhichOneofArgType__due: _TypeAlias = _typing.Literal["_due", b"_due"]  # noqa: Y015

@@ -1,0 +1,263 @@
+"""A keyspace of shards on a real MariaDB (each shard a database of its own, served by its own
+server), behind one gateway: the shards' streams merged, each ack routed to the shard that
+holds its id, one shard's stream or a key range's, ListTables of every shard, a shard away
+while the others deliver, and a misdescribed keyspace named by its shard."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import sqlalchemy as sa
+
+from msgtable.client import Client
+from msgtable.engine import MessageEngine
+from msgtable.errors import InvalidArgument, TableNotFound, Unavailable
+from msgtable.gateway import GatewayServicer, KeyspaceGateway
+from msgtable.keyspace import KeyRange, Keyspace, Shard
+from msgtable.server import MessagingServer
+from msgtable.tables import current_layout_ddl
+
+from ..waiting import wait_until
+from .helpers import Collector, comment
+
+RANGES = {2: ("-80", "80-"), 4: ("-40", "40-80", "80-c0", "c0-")}
+
+
+@dataclass
+class ShardServer:
+    name: str
+    dsn: str
+    db: sa.Engine
+    engine: MessageEngine | None = None
+    server: MessagingServer | None = None
+    port: int = 0
+
+    def start(self) -> None:
+        self.engine = MessageEngine.from_dsn(
+            self.dsn,
+            discovery_interval_s=0.5,
+            keyspace="app",
+            shard=KeyRange.parse(self.name),
+        )
+        self.engine.open()
+        self.server = MessagingServer(self.engine, f"127.0.0.1:{self.port}")
+        self.server.start()
+        self.port = self.server.port
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop(0.5)
+        if self.engine is not None:
+            self.engine.close()
+        self.server = self.engine = None
+
+    def sql(self, statement: str, **params: object) -> list[tuple[object, ...]]:
+        with self.db.connect() as conn:
+            result = conn.execute(sa.text(statement), params)
+            return [tuple(r) for r in result] if result.returns_rows else []
+
+
+@dataclass
+class Cluster:
+    keyspace: Keyspace
+    shards: dict[str, ShardServer]
+    gateway: KeyspaceGateway
+    server: MessagingServer
+    client: Client
+
+    def enqueue(self, table: str, ids: list[int]) -> None:
+        """Each id into the shard that holds it, as msgtable.enqueue's keyspace helper does."""
+        for shard, id_ in zip(self.keyspace.shards_of(ids), ids, strict=True):
+            self.shards[shard.name].sql(
+                f"INSERT INTO {table} (id, message) VALUES (:id, :m)",
+                id=id_,
+                m=f"m{id_}",
+            )
+
+    def acked(self, table: str) -> dict[str, set[int]]:
+        return {
+            name: {int(r[0]) for r in s.sql(f"SELECT id FROM {table} WHERE time_acked IS NOT NULL")}
+            for name, s in self.shards.items()
+        }
+
+
+@contextlib.contextmanager
+def keyspace_of(
+    mysql_server, db_name: str, n: int, tables: tuple[str, ...] = ("q",)
+) -> Iterator[Cluster]:
+    shards: dict[str, ShardServer] = {}
+    names = []
+    try:
+        for k, rng in enumerate(RANGES[n]):
+            name = f"{db_name}_s{k}"
+            mysql_server.drop_database(name)
+            mysql_server.create_database(name)
+            names.append(name)
+            dsn = mysql_server.dsn(name)
+            s = shards[rng] = ShardServer(
+                rng, dsn, sa.create_engine(dsn, isolation_level="AUTOCOMMIT")
+            )
+            for t in tables:
+                s.sql(current_layout_ddl(t, comment(vt_batch_size=20, vt_poller_interval=0.5)))
+            s.start()
+        keyspace = Keyspace(
+            "app",
+            tuple(
+                Shard(KeyRange.parse(rng), s.dsn, (f"127.0.0.1:{s.port}",))
+                for rng, s in shards.items()
+            ),
+        )
+        gateway = KeyspaceGateway(keyspace, timeout_s=3.0)
+        server = MessagingServer(gateway, "127.0.0.1:0", servicer=GatewayServicer)
+        server.start()
+        client = Client(server.address)
+        try:
+            yield Cluster(keyspace, shards, gateway, server, client)
+        finally:
+            client.close()
+            server.stop(0.5)
+            gateway.close()
+    finally:
+        for s in shards.values():
+            s.stop()
+            s.db.dispose()
+        for name in names:
+            mysql_server.drop_database(name)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_keyspace_stream_merges_its_shards_and_each_ack_reaches_the_shard_of_its_id(
+    mysql_server, db_name: str, n: int
+):
+    with keyspace_of(mysql_server, db_name, n) as c:
+        ids = list(range(1, 401))
+        c.enqueue("q", ids)
+        per_shard = {s.name: set() for s in c.keyspace.shards}
+        for shard, id_ in zip(c.keyspace.shards_of(ids), ids, strict=True):
+            per_shard[shard.name].add(id_)
+        assert all(per_shard.values()), per_shard  # the hash spreads 400 ids over every shard
+        got = Collector(c.client, "q")
+        try:
+            messages = got.take(400, timeout_s=30)
+            assert sorted(m.id for m in messages) == ids  # each once
+            assert {m.values["message"] for m in messages} == {f"m{i}" for i in ids}
+            assert c.client.ack("q", [m.id for m in messages]) == 400
+            assert c.acked("q") == per_shard  # each ack went to the shard of its id
+            got.nothing_for(0.5)
+        finally:
+            got.close()
+
+
+def test_one_shard_or_a_key_range_streams_only_its_shards(mysql_server, db_name: str):
+    with keyspace_of(mysql_server, db_name, 4) as c:
+        ids = list(range(1, 201))
+        c.enqueue("q", ids)
+        shard_of = {i: s.name for i, s in zip(ids, c.keyspace.shards_of(ids), strict=True)}
+        one = Collector(c.client, "q", shard="40-80")
+        try:
+            want = sorted(i for i in ids if shard_of[i] == "40-80")
+            assert sorted(m.id for m in one.take(len(want), timeout_s=20)) == want
+            one.nothing_for(0.5)
+        finally:
+            one.close()
+        half = Collector(c.client, "q", key_range=(b"\x80", b""), max_in_flight=1000)
+        try:
+            want = sorted(i for i in ids if shard_of[i] in ("80-c0", "c0-"))
+            assert sorted(m.id for m in half.take(len(want), timeout_s=20)) == want
+            half.nothing_for(0.5)
+        finally:
+            half.close()
+        with pytest.raises(InvalidArgument, match="key range 60- cuts shard 40-80"):
+            c.client.subscribe("q", key_range=(b"\x60", b""), retry=False)
+
+
+def test_list_tables_names_each_shard_and_a_verb_reaches_the_shard_of_each_id(
+    mysql_server, db_name: str
+):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        tables = c.client.list_tables()
+        assert [(t.name, t.keyspace, t.shard) for t in tables] == [
+            ("q", "app", "-80"),
+            ("q", "app", "80-"),
+        ]
+        ids = list(range(1, 41))
+        c.enqueue("q", ids)
+        got = Collector(c.client, "q")
+        try:
+            got.take(40, timeout_s=20)
+            assert c.client.reject("q", ids, reason="bad") == 40
+        finally:
+            got.close()
+        dead, total = c.client.dead_letters("q")
+        assert [d.id for d in dead] == ids and total == 40  # merged by id
+        dead, _ = c.client.dead_letters("q", limit=5, after=10)
+        assert [d.id for d in dead] == [11, 12, 13, 14, 15]
+        assert c.client.redrive("q", ids=ids[:10]).moved == 10
+        moved, after, batches = 0, None, 0
+        while True:  # batches of 4 a shard, as msgtable redrive pages
+            batch = c.client.redrive("q", limit=4, after=after)
+            moved, after, batches = moved + batch.moved, batch.last, batches + 1
+            if after is None:
+                break
+        assert moved == 30 and batches > 4
+        assert c.client.dead_letters("q")[1] == 0
+
+
+def test_a_shard_away_stops_only_its_own_messages_and_they_come_when_it_is_back(
+    mysql_server, db_name: str
+):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        got = Collector(c.client, "q")
+        try:
+            c.enqueue("q", list(range(1, 21)))
+            first = got.take(20, timeout_s=20)
+            c.client.ack("q", [m.id for m in first])
+            away = c.shards["80-"]
+            away.stop()
+            ids = list(range(100, 200))
+            c.enqueue("q", ids)
+            shard_of = {i: s.name for i, s in zip(ids, c.keyspace.shards_of(ids), strict=True)}
+            here = sorted(i for i in ids if shard_of[i] == "-80")
+            assert sorted(m.id for m in got.take(len(here), timeout_s=20)) == here
+            away.start()  # the same port: the gateway's stream to it opens again
+            there = sorted(i for i in ids if shard_of[i] == "80-")
+            assert sorted(m.id for m in got.take(len(there), timeout_s=30)) == there
+        finally:
+            got.close()
+
+
+def test_a_misdescribed_keyspace_is_named_by_its_shard(mysql_server, db_name: str):
+    with keyspace_of(mysql_server, db_name, 2, tables=("q",)) as c:
+        c.shards["80-"].sql(current_layout_ddl("only_here", comment()))
+        wait_until(
+            lambda: any(t.name == "only_here" for t in c.shards["80-"].engine.list_tables()),
+            timeout_s=10,
+            what="the shard's server to find the table",
+        )
+        with pytest.raises(TableNotFound, match="shard -80 has no message table 'only_here'"):
+            c.gateway.check()
+        with pytest.raises(TableNotFound, match=r"shard -80 of keyspace 'app': .*only_here"):
+            c.client.subscribe("only_here", retry=False)
+        c.shards["-80"].stop()
+        with pytest.raises(Unavailable, match="shard -80 of keyspace 'app'"):
+            c.gateway.check()
+    unreachable = Keyspace(
+        "app",
+        (
+            Shard(KeyRange.parse("-80"), "x", ("127.0.0.1:1",)),
+            Shard(KeyRange.parse("80-"), "y", ()),
+        ),
+    )
+    with pytest.raises(InvalidArgument, match="shard 80- names no servers"):
+        KeyspaceGateway(unreachable)
+
+
+def test_an_id_that_has_no_shard_is_refused(mysql_server, db_name: str):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        with pytest.raises(InvalidArgument, match="id 'x' has no shard"):
+            c.client.ack("q", ["x"])
+        with pytest.raises(InvalidArgument, match="id -1 has no keyspace id"):
+            c.client.ack("q", [-1])

@@ -37,14 +37,12 @@ from msgtable.client.credentials import channel_credentials
 from msgtable.client.router import Router
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound
 from msgtable.keyspace import KeyRange, Keyspace, Shard
-from msgtable.limits import DEFAULT_DEAD_LISTED, DEFAULT_REDRIVE_BATCH
+from msgtable.limits import DEFAULT_DEAD_LISTED, DEFAULT_GATEWAY_TIMEOUT_S, DEFAULT_REDRIVE_BATCH
 from msgtable.merge import MergedSubscriber
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.server import MessagingServicer, _fail, _resource
 
 log = logging.getLogger("msgtable.gateway")
-
-DEFAULT_GATEWAY_TIMEOUT_S = 10.0
 
 
 class KeyspaceGateway:

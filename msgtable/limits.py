@@ -62,3 +62,6 @@ MAX_NAME_CHARS = 64
 # A status message's length (msgtable.wire.bounded): user text quoted in it is cut, so a
 # reply's metadata stays within HTTP/2's header limits (8 KB by default in gRPC clients).
 MAX_STATUS_CHARS = 1_000
+
+# msgtable gateway: seconds a shard's servers have to answer a call or open a stream
+DEFAULT_GATEWAY_TIMEOUT_S = 10.0

@@ -2,6 +2,8 @@
 
     msgtable serve [--dsn URL] [--listen HOST:PORT]   run the server (no DSN: a throwaway
                                                        local MariaDB/MySQL with a demo table)
+    msgtable serve --keyspace-file F --shard -80       serve one shard of a keyspace
+    msgtable gateway --keyspace-file F                 one endpoint for all of its shards
     msgtable tables [--server HOST:PORT]               every message table, its config and state
     msgtable tail NAME [--ack] [--count N] [--json]    print messages as they arrive
                   [--subscription SUB]                 (as a subscription of the table)
@@ -29,7 +31,7 @@ from typing import TextIO
 
 import grpc
 
-from msgtable.cli import commands, logs, serve
+from msgtable.cli import commands, gateway, logs, serve
 from msgtable.cli.flags import build_parser
 from msgtable.client import error_from_rpc
 from msgtable.errors import MsgtableError
@@ -41,6 +43,7 @@ EXIT_INTERRUPTED = 130
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": serve.serve,
+    "gateway": gateway.gateway,
     "tables": commands.tables,
     "tail": commands.tail,
     "subscription create": commands.subscription_create,

@@ -15,6 +15,7 @@ from msgtable import __version__
 from msgtable.lease import DEFAULT_LEASE_PERIOD_S
 from msgtable.limits import (
     DEFAULT_ADDRESS,
+    DEFAULT_GATEWAY_TIMEOUT_S,
     DEFAULT_MAX_STREAMS_PER_CLIENT,
     DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
     DEFAULT_REDRIVE_BATCH,
@@ -174,6 +175,60 @@ SPARK_MASTER_FLAG = Flag(
     "pip install 'msgtable[spark]'",
 )
 
+KEYSPACE_FILE_FLAG = Flag(
+    "--keyspace-file",
+    "a keyspace of shards (TOML: name, and [[shards]] with key_range, dsn, servers; see the "
+    "README)",
+    env="MSGTABLE_KEYSPACE_FILE",
+    metavar="FILE",
+)
+LISTEN_FLAG = Flag(
+    "--listen",
+    "HOST:PORT to listen on; elsewhere than loopback, use --tls-cert and --auth "
+    f"(default {DEFAULT_ADDRESS})",
+    env="MSGTABLE_LISTEN",
+    default=DEFAULT_ADDRESS,
+)
+
+SECURITY_FLAGS = (
+    Flag(
+        "--auth",
+        "tokens, client certificate names and per-table rules (TOML; see the README); "
+        "without it every caller may do everything",
+        env="MSGTABLE_AUTH",
+        metavar="FILE",
+    ),
+    Flag(
+        "--tls-cert",
+        "the server's certificate: serve TLS",
+        env="MSGTABLE_TLS_CERT",
+        metavar="PEM",
+    ),
+    Flag("--tls-key", "the server certificate's key", env="MSGTABLE_TLS_KEY", metavar="PEM"),
+    Flag(
+        "--tls-client-ca",
+        "require client certificates signed by this CA",
+        env="MSGTABLE_TLS_CLIENT_CA",
+        metavar="PEM",
+    ),
+)
+STOPPING_FLAGS = (
+    Flag(
+        "--grace-s",
+        f"on SIGINT/SIGTERM, seconds to let calls in flight finish (default {DEFAULT_GRACE_S:g})",
+        default=DEFAULT_GRACE_S,
+        type=non_negative_float,
+    ),
+    Flag(
+        "--log-level",
+        "(default info)",
+        env="MSGTABLE_LOG_LEVEL",
+        default="info",
+        type=str.lower,
+        choices=("debug", "info", "warning", "error"),
+    ),
+)
+
 SERVE = Command(
     "serve",
     "run the server",
@@ -185,13 +240,15 @@ SERVE = Command(
             "SQLAlchemy URL of the database, e.g. mysql+pymysql://user:password@host:3306/db",
             env="MSGTABLE_DSN",
         ),
+        KEYSPACE_FILE_FLAG,
         Flag(
-            "--listen",
-            "HOST:PORT to listen on; elsewhere than loopback, use --tls-cert and --auth "
-            f"(default {DEFAULT_ADDRESS})",
-            env="MSGTABLE_LISTEN",
-            default=DEFAULT_ADDRESS,
+            "--shard",
+            "with --keyspace-file: the shard this server sends (its key range, e.g. -80); its "
+            "database is the file's DSN of that shard",
+            env="MSGTABLE_SHARD",
+            metavar="NAME",
         ),
+        LISTEN_FLAG,
         Flag(
             "--discovery-interval",
             "seconds between looks for new, changed and dropped message tables (default "
@@ -249,26 +306,7 @@ SERVE = Command(
             env="MSGTABLE_ADVERTISE",
             metavar="HOST:PORT",
         ),
-        Flag(
-            "--auth",
-            "tokens, client certificate names and per-table rules (TOML; see the README); "
-            "without it every caller may do everything",
-            env="MSGTABLE_AUTH",
-            metavar="FILE",
-        ),
-        Flag(
-            "--tls-cert",
-            "the server's certificate: serve TLS",
-            env="MSGTABLE_TLS_CERT",
-            metavar="PEM",
-        ),
-        Flag("--tls-key", "the server certificate's key", env="MSGTABLE_TLS_KEY", metavar="PEM"),
-        Flag(
-            "--tls-client-ca",
-            "require client certificates signed by this CA",
-            env="MSGTABLE_TLS_CLIENT_CA",
-            metavar="PEM",
-        ),
+        *SECURITY_FLAGS,
         Flag(
             "--push-allow",
             "the URLs push endpoints may have, comma separated: scheme://host[:port], "
@@ -299,21 +337,43 @@ SERVE = Command(
             type=positive_int,
             metavar="N",
         ),
+        *STOPPING_FLAGS,
+    ),
+)
+GATEWAY = Command(
+    "gateway",
+    "serve a keyspace of shards on one endpoint",
+    "Serve every shard of a keyspace on one endpoint, as Vitess's vtgate: a stream of a "
+    "table merges its shards' streams, each ack goes to the shard of its id. The gateway "
+    "reaches each shard's servers (msgtable serve --keyspace-file FILE --shard NAME) at the "
+    "addresses the keyspace file names, and starts only when every shard answers with the "
+    "same message tables.",
+    (
+        KEYSPACE_FILE_FLAG,
+        LISTEN_FLAG,
         Flag(
-            "--grace-s",
-            "on SIGINT/SIGTERM, seconds to let calls in flight finish "
-            f"(default {DEFAULT_GRACE_S:g})",
-            default=DEFAULT_GRACE_S,
-            type=non_negative_float,
+            "--shard-token",
+            "bearer token for shard servers with --auth",
+            env="MSGTABLE_SHARD_TOKEN",
+            metavar="TOKEN",
         ),
         Flag(
-            "--log-level",
-            "(default info)",
-            env="MSGTABLE_LOG_LEVEL",
-            default="info",
-            type=str.lower,
-            choices=("debug", "info", "warning", "error"),
+            "--shard-tls-ca",
+            "reach the shard servers with TLS, trusting this CA",
+            env="MSGTABLE_SHARD_TLS_CA",
+            metavar="PEM",
         ),
+        Flag(
+            "--timeout",
+            "seconds a shard has to answer a call, or to open a stream "
+            f"(default {DEFAULT_GATEWAY_TIMEOUT_S:g})",
+            env="MSGTABLE_GATEWAY_TIMEOUT",
+            default=DEFAULT_GATEWAY_TIMEOUT_S,
+            type=positive_float,
+            metavar="SECONDS",
+        ),
+        *SECURITY_FLAGS,
+        *STOPPING_FLAGS,
     ),
 )
 TABLES = Command(
@@ -674,7 +734,7 @@ ENDPOINT = Command(
     ),
 )
 
-COMMANDS = (SERVE, TABLES, TAIL, SUBSCRIPTION, ENDPOINT, DEAD, REDRIVE, ARCHIVE, REPORT)
+COMMANDS = (SERVE, GATEWAY, TABLES, TAIL, SUBSCRIPTION, ENDPOINT, DEAD, REDRIVE, ARCHIVE, REPORT)
 # Every command's: all of the logs (libraries' too), and an error's details.
 VERBOSE = Flag("--verbose", "log everything, and show an error's details", store_true=True)
 

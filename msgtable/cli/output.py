@@ -62,7 +62,7 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
         rows.append(
             (
                 t.name,
-                t.keyspace,
+                f"{t.keyspace}/{t.shard}" if t.shard else t.keyspace,
                 "loaded" if c is not None else "error",
                 str(c.batch_size) if c else "-",
                 str(c.cache_size) if c else "-",
@@ -96,7 +96,10 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
     if any(t.sender for t in shared):
         lines.append("")
         lines.append("sent by (the servers of the database share its tables):")
-        lines.extend(f"  {t.name}: {t.sender or 'no server now'}" for t in shared)
+        lines.extend(
+            f"  {t.name}{f' (shard {t.shard})' if t.shard else ''}: {t.sender or 'no server now'}"
+            for t in shared
+        )
     held = [t for t in (*tables, *subs) if t.hold_s > 0]
     if held:
         lines.append("")

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, TextIO
 
 from msgtable.auth import Authorizer
 from msgtable.errors import InvalidArgument
+from msgtable.keyspace import Shard
+from msgtable.keyspace import load as load_keyspace
 from msgtable.limits import DEFAULT_ADDRESS, SHUTDOWN_DATABASE_S
 from msgtable.server import MessagingServer, TlsFiles, is_loopback
 from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
@@ -42,6 +44,8 @@ def open_engine(
     lease_period_s: float | None = None,
     push_allow: str = "",
     push_ca_file: str | None = None,
+    shard: Shard | None = None,
+    keyspace: str | None = None,
 ) -> MessageEngine:
     from sqlalchemy.exc import ArgumentError
 
@@ -58,6 +62,8 @@ def open_engine(
             lease_period_s=lease_period_s,
             push_allow=AllowList.parse(push_allow),
             push_ca_file=push_ca_file,
+            keyspace=keyspace,
+            shard=shard.key_range if shard is not None else None,
         )
     except ArgumentError as exc:
         raise InvalidArgument(f"invalid DSN: {exc}") from None
@@ -122,10 +128,32 @@ def serve(args: argparse.Namespace, out: TextIO | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def shard_of_file(args: argparse.Namespace) -> tuple[str, Shard] | None:
+    """The keyspace and shard ``--keyspace-file`` and ``--shard`` name (None: unsharded);
+    InvalidArgument for a misdescribed keyspace or a missing or conflicting flag."""
+    if not args.keyspace_file:
+        if args.shard:
+            raise InvalidArgument("--shard needs --keyspace-file (the keyspace it is a shard of)")
+        return None
+    if not args.shard:
+        raise InvalidArgument(
+            "--keyspace-file needs --shard NAME (the shard this server sends); one endpoint for "
+            "the whole keyspace is msgtable gateway --keyspace-file FILE"
+        )
+    if args.dsn:
+        raise InvalidArgument(
+            "give --dsn or --keyspace-file with --shard, not both: the keyspace file names "
+            "the shard's database"
+        )
+    described = load_keyspace(args.keyspace_file)
+    return described.name, described.shard(args.shard)
+
+
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
     local: LocalServer | None = None
     try:
-        dsn: str | None = args.dsn
+        sharded = shard_of_file(args)
+        dsn: str | None = sharded[1].dsn if sharded is not None else args.dsn
         if not dsn:
             print(
                 "msgtable: no DSN given (--dsn or MSGTABLE_DSN): starting a throwaway local "
@@ -154,6 +182,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             lease_period_s=args.lease_period if args.lease else None,
             push_allow=push_allow,
             push_ca_file=args.push_ca_file,
+            shard=sharded[1] if sharded is not None else None,
+            keyspace=sharded[0] if sharded is not None else None,
         )
         metrics = None
         dashboard: DashboardServer | None = None
@@ -198,13 +228,25 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                     server.stop(0)
                     raise
                 print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
-            engine.campaign(args.advertise or advertised_address(args.listen, server.address))
+            advertised = args.advertise or advertised_address(args.listen, server.address)
+            engine.campaign(advertised)
+            if sharded is not None and advertised not in sharded[1].servers:
+                log.warning(
+                    "server: %s is not among the servers the keyspace file names for shard %s "
+                    "(%s): gateways and clients of the keyspace will not reach it",
+                    advertised,
+                    sharded[1].name,
+                    ", ".join(sharded[1].servers) or "none",
+                )
             if local is not None:
                 print(_demo_instructions(local, server.address, args.listen), file=out)
             # A throwaway database's password is no secret: its DSN is printed as it works
             # (for msgtable report --dsn, say); a real one's is hidden.
             shown = dsn if local is not None else _hide_password(dsn)
-            print(f"serving on {server.address} (database {shown}); Ctrl-C to stop", file=out)
+            what = f"database {shown}"
+            if sharded is not None:
+                what = f"shard {sharded[1].name} of keyspace {sharded[0]!r}, {what}"
+            print(f"serving on {server.address} ({what}); Ctrl-C to stop", file=out)
             out.flush()
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:

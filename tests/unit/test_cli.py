@@ -178,8 +178,16 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
     pushes: list[tuple[str, str | None]] = []
 
     def open_engine(
-        dsn, discovery_interval_s, follow_binlog, lease_period_s, push_allow="", push_ca_file=None
+        dsn,
+        discovery_interval_s,
+        follow_binlog,
+        lease_period_s,
+        push_allow="",
+        push_ca_file=None,
+        shard=None,
+        keyspace=None,
     ):
+        assert (shard, keyspace) == (None, None)  # no --keyspace-file: unsharded
         seen.append((discovery_interval_s, follow_binlog))
         leases.append(lease_period_s)
         pushes.append((push_allow, push_ca_file))

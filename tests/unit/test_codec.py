@@ -414,3 +414,28 @@ def test_the_shard_a_table_is_in_travels():
     assert codec.table_info_from_proto(codec.table_status_to_proto(s)).shard == "80-c0"
     unsharded = dataclasses.replace(s, shard="")
     assert codec.table_status_to_proto(unsharded).shard == ""
+
+
+def test_msgtable_tables_names_each_entry_s_shard():
+    columns = (Column("id", "bigint", "bigint"),)
+    shards = [
+        codec.table_info_from_proto(
+            codec.table_status_to_proto(
+                TableStatus(
+                    name="q",
+                    keyspace="app",
+                    config=config_of(columns),
+                    load_error=None,
+                    shard=shard,
+                    sender=sender,
+                )
+            )
+        )
+        for shard, sender in (("-80", "10.0.0.1:50051"), ("80-", "10.0.0.2:50051"))
+    ]
+    text = output.format_tables(shards)
+    assert [line.split()[:2] for line in text.splitlines()[1:3]] == [
+        ["q", "app/-80"],
+        ["q", "app/80-"],
+    ]
+    assert "  q (shard -80): 10.0.0.1:50051\n  q (shard 80-): 10.0.0.2:50051" in text

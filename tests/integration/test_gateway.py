@@ -17,7 +17,9 @@ from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableNotFound, Unavailable
 from msgtable.gateway import GatewayServicer, KeyspaceGateway
 from msgtable.keyspace import KeyRange, Keyspace, Shard
+from msgtable.keyspaceclient import KeyspaceClient
 from msgtable.server import MessagingServer
+from msgtable.shardenqueue import ShardedEnqueue
 from msgtable.tables import current_layout_ddl
 
 from ..waiting import wait_until
@@ -261,3 +263,38 @@ def test_an_id_that_has_no_shard_is_refused(mysql_server, db_name: str):
             c.client.ack("q", ["x"])
         with pytest.raises(InvalidArgument, match="id -1 has no keyspace id"):
             c.client.ack("q", [-1])
+
+
+def test_the_python_client_of_a_keyspace_reaches_the_shards_itself(mysql_server, db_name: str):
+    with keyspace_of(mysql_server, db_name, 4) as c:
+        ids = list(range(1, 201))
+        shards = ShardedEnqueue(c.keyspace)
+        try:
+            with shards.begin() as tx:
+                assert tx.enqueue_many("q", [{"id": i, "message": f"m{i}"} for i in ids]) == 200
+            with pytest.raises(RuntimeError), shards.begin() as tx:
+                tx.enqueue("q", {"id": 1000, "message": "rolled back"})
+                raise RuntimeError("the application's own failure")
+            with pytest.raises(InvalidArgument, match="id 'x' has no shard"), shards.begin() as tx:
+                tx.enqueue("q", {"id": "x", "message": "no"})
+        finally:
+            shards.close()
+        want = {s.name: set() for s in c.keyspace.shards}
+        for shard, i in zip(c.keyspace.shards_of(ids), ids, strict=True):
+            want[shard.name].add(i)
+        stored = {
+            name: {int(r[0]) for r in s.sql("SELECT id FROM q")} for name, s in c.shards.items()
+        }
+        assert stored == want  # each row in the shard of its id; the rolled-back one nowhere
+
+        with KeyspaceClient(c.keyspace, timeout_s=3.0) as client:
+            assert {t.shard for t in client.list_tables()} == set(RANGES[4])
+            with client.subscribe("q", auto_renew=True) as sub:
+                got = []
+                for m in sub:
+                    got.append(m)
+                    m.ack()
+                    if len(got) == 200:
+                        break
+            assert sorted(m.id for m in got) == ids
+        wait_until(lambda: c.acked("q") == want, timeout_s=10, what="every ack in its shard")

@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from msgtable.errors import InvalidArgument
 from msgtable.keyspace import (
@@ -218,3 +220,37 @@ def test_a_misdescribed_keyspace_file_is_one_clear_line(tmp_path: Path, text: st
 def test_an_unreadable_keyspace_file_is_named(tmp_path: Path):
     with pytest.raises(InvalidArgument, match=r"cannot read the keyspace file .*missing\.toml"):
         load(tmp_path / "missing.toml")
+
+
+_TOML_PIECES = st.sampled_from(
+    [
+        'name = "app"\n',
+        "name = 7\n",
+        "[[shards]]\n",
+        '[[shards]]\nkey_range = "-80"\ndsn = "d1"\n',
+        '[[shards]]\nkey_range = "80-"\ndsn = "d2"\nservers = ["h:1"]\n',
+        'key_range = "zz"\n',
+        'key_range = "' + "ab" * 5_000 + '-"\n',
+        "servers = [1, 2]\n",
+        'servers = ["h:1", "h:1"]\n',
+        'dsn = ""\n',
+        "shards = 3\n",
+        "[shards]\n",
+        '"\\u0000" = 1\n',
+        "= broken\n",
+    ]
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.lists(st.one_of(_TOML_PIECES, st.text(max_size=30)), max_size=8))
+def test_a_hostile_keyspace_file_loads_or_is_one_line_naming_it(tmp_path_factory, pieces):
+    path = tmp_path_factory.mktemp("ks") / "keyspace.toml"
+    path.write_text("".join(pieces), encoding="utf-8")
+    try:
+        ks = load(path)
+    except InvalidArgument as exc:
+        assert str(path) in str(exc)
+        assert "\n" not in str(exc).strip()
+    else:
+        assert ks.shards and ks.name  # what loads covers the keyspace (check_cover ran)

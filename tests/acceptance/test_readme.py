@@ -20,11 +20,13 @@ from sqlalchemy.engine import make_url
 
 from msgtable.auth import Authorizer
 from msgtable.cli.serve import create_demo_table
+from msgtable.keyspace import load
 from msgtable.mysql import pymysql_args
 from msgtable.store import MySQLStore
 from msgtable.tables import load_table
 from msgtable.testing import ServerHandle
 from tests.integration.helpers import serve
+from tests.integration.test_gateway import keyspace_of
 
 from .helpers import describe, wait_until
 
@@ -361,3 +363,37 @@ def test_the_sqlalchemy_enqueue_example_runs_as_pasted(db_dsn: str):
             (12, "a", 0, 0),
             (13, "b", 0, 0),
         ]
+
+
+def test_the_keyspace_example_runs_as_pasted(mysql_server: ServerHandle, db_name: str, tmp_path):
+    (file_example,) = snippets("toml", "### Keyspaces of shards")
+    (code,) = snippets("python", "### Keyspaces of shards")
+    (tmp_path / "example.toml").write_text(file_example)
+    example = load(tmp_path / "example.toml")  # the example file is one the loader takes
+    assert [s.name for s in example.shards] == ["-80", "80-"]
+    with keyspace_of(mysql_server, db_name, 2, tables=("my_message",)) as c:
+        doc = tomllib.loads(file_example)  # the example's shape, the test's shards
+        for entry, shard in zip(doc["shards"], c.keyspace.shards, strict=True):
+            assert entry["key_range"] == shard.name
+            entry["dsn"], entry["servers"] = shard.dsn, list(shard.servers)
+        (tmp_path / "keyspace.toml").write_text(
+            f'name = "{doc["name"]}"\n'
+            + "".join(
+                f'[[shards]]\nkey_range = "{e["key_range"]}"\ndsn = "{e["dsn"]}"\n'
+                f"servers = {e['servers']!r}\n".replace("'", '"')
+                for e in doc["shards"]
+            )
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, describe(done)
+        acked = c.acked("my_message")
+        assert sorted(i for ids in acked.values() for i in ids) == list(range(1, 11))
+        for shard, ids in acked.items():  # each in the shard its id hashes to
+            assert all(c.keyspace.shard_of(i).name == shard for i in ids)

@@ -189,8 +189,13 @@ class ServerProcess:
         lease: bool = True,
         extra: Sequence[str] = (),
         module: str = "msgtable",
+        target: Sequence[str] | None = None,
+        listen: str = "127.0.0.1:0",
     ) -> None:
         self.dsn = dsn
+        # what it serves: --dsn DSN by default; bench.shards: --keyspace-file F --shard NAME
+        self.target = tuple(target) if target is not None else None
+        self.listen = listen
         self.module = module  # bench.traced: msgtable serve with tracing on (bench.metrics)
         self.extra = tuple(extra)  # more flags of msgtable serve (bench.push: --push-allow)
         self.log_level = log_level
@@ -216,10 +221,10 @@ class ServerProcess:
             "-m",
             self.module,
             "serve",
-            "--dsn",
-            without_driver(self.dsn),  # the fastest driver installed, as msgtable serve picks
+            # the fastest driver installed, as msgtable serve picks
+            *(self.target or ("--dsn", without_driver(self.dsn))),
             "--listen",
-            "127.0.0.1:0",
+            self.listen,
             "--grace-s",
             "1",
             "--log-level",

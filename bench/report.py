@@ -34,6 +34,9 @@ from bench.scale import (
 from bench.servers import PROCS, TABLES, ServersResult
 from bench.servers import model as servers_model
 from bench.settle import RELEASE_ROUNDS, SettleResult
+from bench.shards import SHARDS, SUBSCRIBERS, ShardsResult
+from bench.shards import TARGET_RATIO as TARGET_SHARDS_RATIO
+from bench.shards import model as shards_model
 from bench.spark import SparkResult
 
 LABELS = {
@@ -117,6 +120,7 @@ class Report:
     metrics: MetricsCost | None = None
     dashboard: DashboardResult | None = None
     servers: ServersResult | None = None  # bench.servers: 1 and 2 server processes
+    shards: ShardsResult | None = None  # bench.shards: keyspaces of 1, 2 and 4 shards
     wall_s: float = 0.0
 
     def find(self, kind: str, batch: int, clients: int) -> Throughput | None:
@@ -342,6 +346,14 @@ class Report:
                 spread=_spread(self.metrics.tracing_ratio_runs if self.metrics else None),
             ),
             Target(
+                "shards_2_ratio",
+                "a keyspace of 2 shards / of 1, both through a gateway, on this one machine "
+                "(what sharding costs where it cannot add cores)",
+                self.shards.ratio(2) if self.shards else None,
+                TARGET_SHARDS_RATIO,
+                why_unmeasured=full_only,
+            ),
+            Target(
                 "bytes_per_cached_msg",
                 "server memory per cached message above idle",
                 per_msg,
@@ -457,6 +469,8 @@ class Report:
             )
         if self.servers:
             out.extend(self._servers_text(self.servers))
+        if self.shards:
+            out.extend(self._shards_text(self.shards))
         if self.purge:
             p = self.purge
             first = p.without[0]
@@ -562,6 +576,34 @@ class Report:
                 f"at {m['one_machine_bound_msgs_s']:,} msgs/s; a server process "
                 f"{m['server_process_bound_msgs_s']:,}/s; a database core "
                 f"{m['database_core_bound_msgs_s']:,}/s"
+            )
+        return out
+
+    def _shards_text(self, sh: ShardsResult) -> list[str]:
+        out = [
+            "",
+            f"a keyspace of shards (each a local database server and a msgtable serve; "
+            f"{SUBSCRIBERS} subscribers through one msgtable gateway, a producer a shard, batch "
+            f"100; median of {len(sh.runs.get(1, []))} rounds, alternating):",
+        ]
+        for n in SHARDS:
+            r = sh.median(n)
+            if r is None:
+                continue
+            us = r.cpu_per_msg()
+            out.append(
+                f"  {n} shard(s): {r.msgs_s:,.0f} msgs/s (runs "
+                f"{', '.join(f'{x:,}' for x in sh.spread(n))}); CPU us/msg "
+                + ", ".join(f"{k} {v:.0f}" for k, v in us.items())
+                + f"; total {sum(us.values()):.0f}"
+            )
+        m = shards_model(sh, os.cpu_count() or 1)
+        if m:
+            out.append(
+                f"  model from the parts at 1 shard: this machine's {os.cpu_count()} cores bound "
+                f"the keyspace at {m['one_machine_bound_msgs_s']:,} msgs/s; a shard on machines "
+                f"of its own {m['shard_bound_msgs_s']:,}/s; a gateway process "
+                f"{m['gateway_process_bound_msgs_s']:,}/s"
             )
         return out
 
@@ -758,6 +800,16 @@ class Report:
             if self.servers
             else None,
             "servers": self.servers.as_dict() if self.servers else None,
+            "shards": list(SHARDS) if self.shards else None,
+            "msgs_s_by_shards": self.shards.msgs_s_by_shards() if self.shards else None,
+            "shards_cpu_us_per_msg_by_part": self.shards.cpu_us_per_msg_by_part()
+            if self.shards
+            else None,
+            "shards_ratio": {str(n): rnd(self.shards.ratio(n), 3) for n in SHARDS[1:]}
+            if self.shards
+            else None,
+            "shards_model": shards_model(self.shards, os.cpu_count() or 1) if self.shards else None,
+            "shards_runs": self.shards.as_dict() if self.shards else None,
             "on_time": self.on_time.as_dict() if self.on_time else None,
             "memory": self.memory.as_dict() if self.memory else None,
             "runs": [r.as_dict() for r in self.runs] + ([self.peer.as_dict()] if self.peer else []),

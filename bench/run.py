@@ -57,6 +57,7 @@ from bench import (
     scale,
     servers,
     settle,
+    shards,
     spark,
 )
 from bench.database import Database, database_server, scratch_database
@@ -84,6 +85,7 @@ SECTIONS = (
     "metrics",
     "dashboard",
     "servers",
+    "shards",
 )
 FULL_ONLY = {
     "expiry",
@@ -91,6 +93,7 @@ FULL_ONLY = {
     "purge",
     "spark",
     "servers",
+    "shards",
 }  # quick mode runs them only when --only names them
 # the sections run on the main msgtable server (run_engine)
 ENGINE_SECTIONS = {
@@ -241,6 +244,13 @@ def run(args: argparse.Namespace) -> Report:
                     db_pid=db.pid,
                     progress=progress,
                 )
+        if "shards" in only:  # local database servers of its own, one a shard
+            report.shards = shards.run(
+                p.mode,
+                args.poller_interval,
+                postpone_after_s=args.postpone_after,
+                progress=progress,
+            )
         if "capture" in only:
             with scratch_database(db.handle, "bench_capture") as dsn:
                 report.capture = capture.run(dsn, capture.ROWS[p.mode])

@@ -89,3 +89,42 @@ def test_the_server_processes_figures_are_median_runs_with_each_parts_cpu():
     assert doc["msgs_s_by_server_procs"] == {"1": 22_000, "2": 35_000}
     assert doc["cpu_us_per_msg_by_part"]["2"]["servers"] == 22.0
     assert "2 server process(es): 35,000 msgs/s" in r.text()
+
+
+def test_the_shards_figures_are_median_runs_with_each_parts_cpu_and_a_model():
+    """bench.shards: the JSON keys the issue names (shards, msgs_s_by_shards), each count's
+    median run, its parts' CPU per message, the 2-shard target, and the model's bounds."""
+    from bench.shards import ShardsResult, model
+
+    def one(msgs_s: float, servers_cpu_s: float) -> Throughput:
+        cpu_s = {
+            "databases": 2.0,
+            "servers": servers_cpu_s,
+            "gateway": 1.0,
+            "producers": 0.1,
+            "subscribers": 0.9,
+        }
+        return Throughput("msgtable", 100, 2, 100_000, 100_000 / msgs_s, cpu_s=cpu_s)
+
+    sh = ShardsResult(
+        {1: [one(20_000, 2.0), one(22_000, 2.0), one(21_000, 2.0)],
+         2: [one(19_000, 2.5), one(20_000, 2.5), one(18_000, 2.5)],
+         4: [one(15_000, 4.0), one(14_000, 4.0), one(16_000, 4.0)]}
+    )  # fmt: skip
+    assert sh.msgs_s_by_shards() == {"1": 21_000, "2": 19_000, "4": 15_000}
+    assert sh.cpu_us_per_msg_by_part()["4"]["servers"] == 40.0
+    assert round(sh.ratio(2) or 0, 3) == round(19_000 / 21_000, 3)
+    assert model(sh, 2) == {
+        "one_machine_bound_msgs_s": 33_333,  # 2 cores / 60 us a message
+        "shard_bound_msgs_s": 50_000,  # its server's 20 us and its database's 20 us
+        "gateway_process_bound_msgs_s": 100_000,
+        "measured_msgs_s": {"1": 21_000, "2": 19_000, "4": 15_000},
+    }
+    r = Report("full", "mariadb", 4, 100, 10, poller_interval_s=0.02)
+    r.shards = sh
+    doc = json.loads(r.json_line())
+    assert doc["shards"] == [1, 2, 4]
+    assert doc["msgs_s_by_shards"] == {"1": 21_000, "2": 19_000, "4": 15_000}
+    assert doc["shards_cpu_us_per_msg_by_part"]["1"]["gateway"] == 10.0
+    assert doc["targets"]["shards_2_ratio"]["met"] is True
+    assert "4 shard(s): 15,000 msgs/s (runs 14,000, 15,000, 16,000)" in r.text()

@@ -29,7 +29,7 @@ from msgtable.errors import MsgtableError, TableLoadError, Unavailable
 from msgtable.keyspace import Shard
 from msgtable.limits import DEFAULT_MAX_IN_FLIGHT
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.rows import Batch
+from msgtable.rows import Batch, RelayedBatch
 from msgtable.tables import Column
 
 log = logging.getLogger("msgtable.gateway")
@@ -219,10 +219,7 @@ class MergedSubscriber:
             raise item.error
         _shard, response = item
         assert self._decoder is not None
-        decode = self._decoder.decode
-        rows = [decode(row) for row in response.rows]
-        sent_before = [row.sent_before for row in response.rows]
-        return Batch(rows, sent_before if any(sent_before) else None, response.sent_ns)
+        return RelayedBatch(response, self._decoder.decode)  # relayed as is: no re-encoding
 
     def end(self, error: MsgtableError) -> None:
         """End the stream with ``error`` (the server shuts down): the shards' streams stop."""

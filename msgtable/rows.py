@@ -70,6 +70,26 @@ class Batch(list[Values]):
         return cls([r.values for r in rows], epochs if any(epochs) else None, sent_ns)
 
 
+class RelayedBatch(Batch):
+    """A batch as another msgtable server sent it (msgtable.merge, a shard's): its response,
+    relayed as it is; its rows decoded to values only when asked (a stream's projection)."""
+
+    __slots__ = ("_decode", "response")
+
+    def __init__(self, response: Any, decode: Any) -> None:
+        super().__init__([], None, response.sent_ns)
+        self.response = response  # a msgtable.v1 MessageStreamResponse with rows
+        self._decode = decode  # a row -> its values (msgtable.codec.RowDecoder.decode)
+
+    def __bool__(self) -> bool:
+        return len(self.response.rows) > 0
+
+    def decoded(self) -> Batch:
+        rows = self.response.rows
+        before = [r.sent_before for r in rows]
+        return Batch([self._decode(r) for r in rows], before if any(before) else None, self.sent_ns)
+
+
 def order_of(by: object, rid: object) -> tuple[Any, ...]:
     """Where a message of an ordered table stands among its key's (msgtable.ordered): by its
     order value (as SQL sorts, NULL first), then by id."""

@@ -53,7 +53,7 @@ from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.push.endpoints import DEFAULT_MAX_IN_FLIGHT as DEFAULT_PUSH_IN_FLIGHT
 from msgtable.push.endpoints import DEFAULT_TIMEOUT_S as DEFAULT_PUSH_TIMEOUT_S
 from msgtable.push.endpoints import Endpoint
-from msgtable.rows import Batch
+from msgtable.rows import Batch, RelayedBatch
 from msgtable.status import TableStatus
 from msgtable.subscriber import narrowed
 from msgtable.subscriptions import Subscription
@@ -361,7 +361,9 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             yield encoder.fields_response(sub.ack_wait_s)
             while context.is_active():
                 batch = sub.next_batch(self._stream_poll_s)
-                if batch:
+                if isinstance(batch, RelayedBatch):  # a shard's (msgtable.gateway), as it came
+                    yield batch.response
+                elif batch:
                     yield encoder.rows_response(batch, batch.sent_before, batch.sent_ns)
         except Exception as exc:
             if not self._stopping.is_set() and not context.is_active():

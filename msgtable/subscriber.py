@@ -15,7 +15,7 @@ from typing import Any
 
 from msgtable.errors import InvalidArgument, MsgtableError, Unavailable
 from msgtable.limits import SUBSCRIBER_BUFFER_BATCHES
-from msgtable.rows import Batch, Values
+from msgtable.rows import Batch, RelayedBatch, Values
 from msgtable.tables import Column
 from msgtable.window import Window
 
@@ -134,6 +134,8 @@ class Projected:
         batch = self._sub.next_batch(timeout_s)
         if not batch:
             return batch
+        if isinstance(batch, RelayedBatch):  # a shard's, relayed by a gateway
+            batch = batch.decoded()
         index = self._index
         rows = [tuple(values[i] for i in index) for values in batch]
         return Batch(rows, batch.sent_before, batch.sent_ns)

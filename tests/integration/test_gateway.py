@@ -298,3 +298,23 @@ def test_the_python_client_of_a_keyspace_reaches_the_shards_itself(mysql_server,
                         break
             assert sorted(m.id for m in got) == ids
         wait_until(lambda: c.acked("q") == want, timeout_s=10, what="every ack in its shard")
+
+
+def test_a_relayed_stream_keeps_its_projection_and_each_message_s_attempt(
+    mysql_server, db_name: str
+):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        ids = list(range(1, 21))
+        c.enqueue("q", ids)
+        got = Collector(c.client, "q", columns=["message"])
+        try:
+            first = got.take(20, timeout_s=20)
+            assert {tuple(m.values) for m in first} == {("id", "message")}
+            assert {m.values["message"] for m in first} == {f"m{i}" for i in ids}
+            assert {m.attempt for m in first} == {1}
+            assert c.client.release("q", ids) == 20  # each to its shard, due again at once
+            again = got.take(20, timeout_s=20)
+            assert sorted(m.id for m in again) == ids
+            assert {m.attempt for m in again} == {2}  # sent_before came through the relay
+        finally:
+            got.close()

@@ -3,27 +3,123 @@ the engine reads it, its dead-letter table's, and a subscription's view of it), 
 connections (executors need no C driver), the id-bounds query that plans a partitioned read,
 and the JDBC URL of Spark's own reader and writer.
 
+A batch read or write reaches one database (the ``dsn`` option's) or every shard of a
+keyspace (msgtable.keyspace): each is a :class:`Target`, whose failures name its shard.
+``on_each`` asks all of them at once; ``agreed`` checks they hold the same table.
+
 The statements themselves are msgtable.bulk's (and msgtable.spark.subview's); this module
 only runs them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from msgtable.deadletters import check_dead_letter
-from msgtable.errors import TableLoadError, TableNotFound
-from msgtable.mysql import open_connection, parse_url, pymysql_args
+from msgtable.errors import MsgtableError, TableLoadError, TableNotFound
+from msgtable.keyspace import Keyspace
+from msgtable.mysql import open_connection, parse_url, pymysql_args, sorted_error
 from msgtable.spark.subview import SubscriptionView, subscription_view
 from msgtable.store import MySQLStore
 from msgtable.subscriptions import STATE_COLUMNS, state_table_name
-from msgtable.tables import TableConfig, load_table
+from msgtable.tables import Column, TableConfig, load_table
 
 # Executors may run far from the database, and a batch job would rather wait for a connection
 # than fail: twice the server's msgtable.mysql.CONNECT_TIMEOUT_S.
 CONNECT_TIMEOUT_S = 10
+MAX_THREADS = 16  # shards the driver asks at once (each thread only waits on its database)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A database a batch read or write reaches: the ``dsn`` option's (``keyspace`` ""), or
+    shard ``shard`` of keyspace ``keyspace``."""
+
+    dsn: str = field(repr=False)  # it may hold a password
+    shard: str = ""
+    keyspace: str = ""
+
+    @property
+    def where(self) -> str:
+        """How errors name this database: "shard 80- of keyspace 'app'" ("" for the dsn's)."""
+        return f"shard {self.shard} of keyspace {self.keyspace!r}" if self.keyspace else ""
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """A failure inside the block as the MsgtableError it means (msgtable.mysql's
+        sorting), its message naming this shard; the dsn's database's pass as they are."""
+        try:
+            yield
+        except Exception as exc:
+            meant = sorted_error(exc)
+            if not self.keyspace or not isinstance(meant, MsgtableError):
+                raise
+            raise restated(meant, f"{self.where}: {meant}") from exc
+
+
+def shard_targets(keyspace: Keyspace) -> tuple[Target, ...]:
+    """The targets of a keyspace's shards, in key-range order."""
+    return tuple(Target(s.dsn, s.name, keyspace.name) for s in keyspace.shards)
+
+
+def restated(exc: MsgtableError, message: str) -> MsgtableError:
+    """An error of ``exc``'s class saying ``message``."""
+    try:
+        return type(exc)(message)
+    except TypeError:
+        return MsgtableError(message)
+
+
+def on_each(targets: Sequence[Target], work: Callable[[Target], T]) -> list[T]:
+    """``work(target)`` for every target at once (a thread each), in target order; the first
+    failure in target order is raised, naming its shard."""
+
+    def run(target: Target) -> T:
+        with target.errors():
+            return work(target)
+
+    if len(targets) == 1:
+        return [run(targets[0])]
+    with ThreadPoolExecutor(min(len(targets), MAX_THREADS)) as pool:
+        futures = [pool.submit(run, t) for t in targets]
+        return [f.result() for f in futures]
+
+
+def agreed(
+    targets: Sequence[Target],
+    load: Callable[[str], T],
+    columns: Callable[[T], tuple[Column, ...]],
+    what: str,
+) -> T:
+    """``load(dsn)`` of the first target, once every target's has the same columns (by name
+    and type: reads select them by name): TableLoadError naming the shard that differs."""
+    found = on_each(targets, lambda t: load(t.dsn))
+    first = {c.name: c.column_type for c in columns(found[0])}
+    for target, other in zip(targets[1:], found[1:], strict=True):
+        have = {c.name: c.column_type for c in columns(other)}
+        if have != first:
+            raise TableLoadError(
+                f"{target.where}: {what} is not as on shard {targets[0].shard}: it "
+                f"{_difference(first, have)}"
+            )
+    return found[0]
+
+
+def _difference(want: dict[str, str], have: dict[str, str]) -> str:
+    """How columns ``have`` differ from ``want`` (name: type), the first difference."""
+    for name, type_ in want.items():
+        if name not in have:
+            return f"lacks column {name}"
+        if have[name] != type_:
+            return f"has {name} {have[name]}, not {type_}"
+    extra = next(name for name in have if name not in want)
+    return f"has column {extra} too"
 
 
 def describe(dsn: str, table: str) -> TableConfig:

@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from msgtable import keyspace
 from msgtable.errors import InvalidArgument
+from msgtable.keyspace import Keyspace
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.subscriptions import check_name, parse_columns
 
@@ -44,8 +46,26 @@ def dsn_option(options: Mapping[str, str]) -> str:
     """The database URL of a batch read or write: ``dsn``, else MSGTABLE_DSN."""
     dsn = options.get("dsn") or os.environ.get("MSGTABLE_DSN")
     if not dsn:
-        raise InvalidArgument("the msgtable data source needs .option('dsn', URL) or MSGTABLE_DSN")
+        raise InvalidArgument(
+            "the msgtable data source needs .option('dsn', URL) (or MSGTABLE_DSN) or "
+            ".option('keyspace', FILE)"
+        )
     return dsn
+
+
+def keyspace_option(options: Mapping[str, str]) -> Keyspace | None:
+    """The keyspace a batch read or write spans, from the keyspace file ``keyspace`` names
+    (msgtable.keyspace); None for the one database of ``dsn`` (dsn_option). Exactly one of
+    the two options: MSGTABLE_DSN stands in for ``dsn`` only when neither is given."""
+    path = options.get("keyspace")
+    if not path:
+        return None
+    if options.get("dsn"):
+        raise InvalidArgument(
+            "give the msgtable data source one of .option('dsn', URL) and "
+            ".option('keyspace', FILE), not both"
+        )
+    return keyspace.load(path)
 
 
 def server_option(options: Mapping[str, str]) -> str:

@@ -32,18 +32,44 @@ one transaction of multi-row INSERTs (``batchRows`` rows each, default 1,000): i
 whole or not at all. A duplicate id fails its partition with a clear error, or with
 ``onDuplicate=skip`` is left as it is and counted. The driver logs what each job did.
 
+A keyspace of shards, ``.option("keyspace", FILE)`` instead of ``dsn``: FILE is a keyspace
+file (msgtable.keyspace: the keyspace's ``name`` and its ``[[shards]]``, each a ``key_range``
+and a ``dsn``); give exactly one of ``dsn`` and ``keyspace`` (MSGTABLE_DSN stands in for
+``dsn`` only when neither is given). Every shard must hold the table with the same columns
+(names and types), its subscription's state table too for ``subscription``, its
+dead-letter table for ``state=dead``; the frame's schema is the first shard's. A table
+missing or different on a shard, or a shard that does not answer, fails in one line that
+names the shard ("shard 80- of keyspace 'app': no message table 't' in app").
+
+* A read takes every shard at once: its partitions are each shard's own (``partitions`` per
+  shard, planned as above, the shards asked in parallel), so one frame holds the rows of
+  all the shards, each once; ``state`` and ``subscription`` mean what they mean above, in
+  each shard.
+* A write sends each row to the shard its ``id`` hashes to (Vitess's ``hash`` vindex,
+  msgtable.keyspace.Keyspace.shards_of); an id must be an integer 0 to 2**64 - 1, any
+  other value fails its partition in one line before anything of it is committed. Each
+  partition opens one transaction on each shard it has rows for and commits them one after
+  another once all its rows are inserted: a partition's rows are enqueued whole or not at
+  all *within a shard*, not across shards. A commit that fails after another shard's went
+  through leaves that shard's rows enqueued (the error names the shards that committed;
+  rerun with ``onDuplicate=skip``), as Vitess's multi-shard commits are best effort too.
+  Duplicate ids fail or are skipped per shard as above; the driver logs how many rows went
+  to each shard.
+
 Stream read, ``spark.readStream.format("msgtable").option("server", HOST:PORT).load(TABLE)``:
-see msgtable.spark.stream.
+see msgtable.spark.stream (one server; keyspaces are the batch side's).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
+from itertools import islice
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -59,17 +85,24 @@ from pyspark.sql.types import StructType
 from msgtable.bulk import BulkStatements, RowState
 from msgtable.codec import format_time
 from msgtable.errors import InvalidArgument, MsgtableError
+from msgtable.keyspace import MAX_ID, Keyspace
 from msgtable.mysql import DUPLICATE_KEY, error_code
 from msgtable.spark.database import (
+    Target,
+    agreed,
     connection,
     dead_letter_table,
     describe,
     id_bounds,
+    on_each,
+    restated,
+    shard_targets,
     subscription,
 )
 from msgtable.spark.options import (
     dsn_option,
     int_option,
+    keyspace_option,
     option,
     subscription_option,
     table_option,
@@ -93,22 +126,47 @@ class MsgtableDataSource(DataSource):
         self._config: TableConfig | None = None
         self._read_config: TableConfig | None = None
         self._view: SubscriptionView | None = None
+        self._targets: tuple[Target, ...] | None = None
+        self._keyspace: Keyspace | None = None
 
     @classmethod
     def name(cls) -> str:
         return "msgtable"
 
+    def targets(self) -> tuple[Target, ...]:
+        """The databases a batch read or write reaches: the ``dsn`` option's, or each shard
+        of the ``keyspace`` option's keyspace."""
+        if self._targets is None:
+            self._keyspace = keyspace_option(self.options)
+            if self._keyspace is None:
+                self._targets = (Target(dsn_option(self.options)),)
+            else:
+                self._targets = shard_targets(self._keyspace)
+        return self._targets
+
     def config(self) -> TableConfig:
-        """The table ``load()`` / ``save()`` names."""
+        """The table ``load()`` / ``save()`` names (the first shard's, every shard alike)."""
         if self._config is None:
-            self._config = describe(dsn_option(self.options), table_option(self.options))
+            table = table_option(self.options)
+            self._config = agreed(
+                self.targets(),
+                lambda dsn: describe(dsn, table),
+                lambda cfg: cfg.columns,
+                f"message table {table!r}",
+            )
         return self._config
 
     def view(self) -> SubscriptionView | None:
         """The subscription's view a batch read takes (None: the table's own rows)."""
         name = subscription_option(self.options)
         if name and self._view is None:
-            self._view = subscription(dsn_option(self.options), self.config(), name)
+            cfg = self.config()
+            self._view = agreed(
+                self.targets(),
+                lambda dsn: subscription(dsn, cfg, name),
+                lambda view: view.config.columns,
+                f"subscription {cfg.name}/{name}'s state table",
+            )
         return self._view
 
     def read_config(self) -> TableConfig:
@@ -123,11 +181,16 @@ class MsgtableDataSource(DataSource):
         if state is not RowState.DEAD or not cfg.dead_letter:
             return cfg
         if self._read_config is None:
-            self._read_config = dead_letter_table(dsn_option(self.options), cfg)
+            self._read_config = agreed(
+                self.targets(),
+                lambda dsn: dead_letter_table(dsn, cfg),
+                lambda dead: dead.columns,
+                f"dead-letter table {cfg.dead_letter!r}",
+            )
         return self._read_config
 
     def schema(self) -> str:
-        if "server" in self.options and "dsn" not in self.options:
+        if "server" in self.options and not {"dsn", "keyspace"} & set(self.options):
             from msgtable.spark.stream import stream_schema
 
             return stream_schema(self.options)
@@ -136,7 +199,7 @@ class MsgtableDataSource(DataSource):
         return spark_schema(self.read_config().columns)
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return MsgtableReader(self.options, self.read_config(), self.view())
+        return MsgtableReader(self.options, self.targets(), self.read_config(), self.view())
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         if overwrite:
@@ -146,7 +209,10 @@ class MsgtableDataSource(DataSource):
                 "a write enqueues into the table, for every subscription: "
                 "option subscription is for reads"
             )
-        return MsgtableWriter(self.options, self.config(), schema.fieldNames())
+        targets = self.targets()
+        return MsgtableWriter(
+            self.options, self.config(), schema.fieldNames(), targets, self._keyspace
+        )
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from msgtable.spark.stream import MsgtableStreamReader
@@ -157,22 +223,29 @@ class MsgtableDataSource(DataSource):
 # -- batch read ----------------------------------------------------------------------------
 @dataclass
 class Slice(InputPartition):
-    """One read partition: ids lo..hi (inclusive), or hash bucket ``bucket`` of ``buckets``."""
+    """One read partition of target ``shard`` (an index into the reader's targets): ids
+    lo..hi (inclusive), or hash bucket ``bucket`` of ``buckets``."""
 
     lo: Any = None
     hi: Any = None
     bucket: int = 0
     buckets: int = 0
+    shard: int = 0
 
 
 class MsgtableReader(DataSourceReader):
-    """A batch read: plans the partitions (id ranges or id hash buckets) on the driver, and
-    reads one partition's rows in an executor, with one "now" for every partition."""
+    """A batch read: plans the partitions (id ranges or id hash buckets of each target) on
+    the driver, and reads one partition's rows in an executor, with one "now" for every
+    partition."""
 
     def __init__(
-        self, options: Mapping[str, str], cfg: TableConfig, view: SubscriptionView | None = None
+        self,
+        options: Mapping[str, str],
+        targets: Sequence[Target],
+        cfg: TableConfig,
+        view: SubscriptionView | None = None,
     ) -> None:
-        self.dsn = dsn_option(options)
+        self.targets = tuple(targets)
         self.cfg = cfg
         self.view = view
         self.state = RowState.parse(option(options, "state", "all"))
@@ -187,23 +260,20 @@ class MsgtableReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         n = self.partitions_wanted
+        shards = range(len(self.targets))
         if not self.cfg.id_column.is_integer:
-            return [Slice(bucket=k, buckets=n) for k in range(n)]
+            return [Slice(bucket=k, buckets=n, shard=s) for s in shards for k in range(n)]
         bulk = self.statements()
         where, params = bulk.state(self.state, self.now_ns)
-        lo, hi, count = id_bounds(self.dsn, bulk.id_bounds(where), params)
-        if not count:
-            return [Slice(lo=1, hi=0)]  # an empty range: no rows, the schema still holds
-        lo, hi = int(lo), int(hi)
-        n = max(1, min(n, hi - lo + 1))
-        step = (hi - lo + 1) // n
-        bounds = [lo + k * step for k in range(n)] + [hi + 1]
-        return [Slice(lo=bounds[k], hi=bounds[k + 1] - 1) for k in range(n)]
+        sql = bulk.id_bounds(where)
+        bounds = on_each(self.targets, lambda t: id_bounds(t.dsn, sql, params))
+        return [part for s in shards for part in _id_ranges(s, *bounds[s], n)]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         import pymysql.cursors
 
         assert isinstance(partition, Slice)
+        target = self.targets[partition.shard]
         bulk = self.statements()
         where, params = bulk.state(self.state, self.now_ns)
         if partition.buckets:
@@ -211,11 +281,26 @@ class MsgtableReader(DataSourceReader):
         else:
             sql, args = bulk.select_range(where), [partition.lo, partition.hi, *params]
         unbuffered = pymysql.cursors.SSCursor  # rows stream in: a partition may not fit memory
-        with connection(self.dsn, cursorclass=unbuffered) as conn, conn.cursor() as cur:
+        with (
+            target.errors(),
+            connection(target.dsn, cursorclass=unbuffered) as conn,
+            conn.cursor() as cur,
+        ):
             cur.execute(sql, args)
             while rows := cur.fetchmany(FETCH_ROWS):
                 for row in rows:
                     yield tuple(_spark_value(v) for v in row)
+
+
+def _id_ranges(shard: int, lo: Any, hi: Any, count: int, n: int) -> list[Slice]:
+    """At most ``n`` id ranges of one target, whose ids run from ``lo`` to ``hi``."""
+    if not count:
+        return [Slice(lo=1, hi=0, shard=shard)]  # an empty range: no rows, the schema holds
+    lo, hi = int(lo), int(hi)
+    n = max(1, min(n, hi - lo + 1))
+    step = (hi - lo + 1) // n
+    bounds = [lo + k * step for k in range(n)] + [hi + 1]
+    return [Slice(lo=bounds[k], hi=bounds[k + 1] - 1, shard=shard) for k in range(n)]
 
 
 def _spark_value(value: Any) -> Any:
@@ -230,11 +315,13 @@ def _spark_value(value: Any) -> Any:
 # -- batch write (bulk enqueue) ------------------------------------------------------------
 @dataclass
 class Enqueued(WriterCommitMessage):
-    """What one partition's transaction did."""
+    """What one partition's transactions did; ``shards`` (shard, inserted, skipped) for
+    each shard of a keyspace it wrote to."""
 
     partition: int
     inserted: int
     skipped: int
+    shards: tuple[tuple[str, int, int], ...] = ()
 
 
 class DuplicateMessage(MsgtableError):
@@ -242,11 +329,20 @@ class DuplicateMessage(MsgtableError):
 
 
 class MsgtableWriter(DataSourceWriter):
-    """A bulk enqueue: each partition one transaction of multi-row INSERTs in an executor;
-    the driver logs what the partitions committed, or after a failure which did."""
+    """A bulk enqueue: each partition one transaction of multi-row INSERTs in an executor on
+    each target it has rows for (the one database, or the shards its ids hash to); the
+    driver logs what the partitions committed, or after a failure which did."""
 
-    def __init__(self, options: Mapping[str, str], cfg: TableConfig, fields: list[str]) -> None:
-        self.dsn = dsn_option(options)
+    def __init__(
+        self,
+        options: Mapping[str, str],
+        cfg: TableConfig,
+        fields: list[str],
+        targets: Sequence[Target],
+        keyspace: Keyspace | None = None,
+    ) -> None:
+        self.targets = tuple(targets)
+        self.keyspace = keyspace
         self.cfg = cfg
         mode = option(options, "onDuplicate", "error").strip().lower()
         if mode not in ("error", "skip"):
@@ -255,9 +351,9 @@ class MsgtableWriter(DataSourceWriter):
         self.batch_rows = int_option(options, "batchRows", DEFAULT_BATCH_ROWS)
         self.fields = fields
         BulkStatements(cfg).check_enqueue_columns(fields)
+        self.id_index = fields.index(cfg.id_column.name)
 
     def write(self, iterator: Iterator[Any]) -> Enqueued:
-        import pymysql
         from pyspark import TaskContext
 
         context = TaskContext.get()
@@ -268,56 +364,156 @@ class MsgtableWriter(DataSourceWriter):
         columns = [*self.fields, *extra]
         fixed = tuple(defaults[c] for c in extra)
         full_sql = bulk.insert(columns, self.batch_rows, self.skip)
-        inserted = total = 0
-        with connection(self.dsn, autocommit=False) as conn:
+
+        def insert(rows: int) -> str:
+            return full_sql if rows == self.batch_rows else bulk.insert(columns, rows, self.skip)
+
+        with ExitStack() as stack:
+            open_: dict[int, _Transaction] = {}
             try:
-                with conn.cursor() as cur:
-                    chunk: list[Any] = []
-                    for row in iterator:
-                        chunk.extend(row)
-                        chunk.extend(fixed)
-                        total += 1
-                        if total % self.batch_rows == 0:
-                            inserted += cur.execute(full_sql, chunk)
-                            chunk = []
-                    left = total % self.batch_rows
-                    if left:
-                        inserted += cur.execute(bulk.insert(columns, left, self.skip), chunk)
-                conn.commit()
-            except pymysql.err.IntegrityError as exc:
-                conn.rollback()
-                if error_code(exc) == DUPLICATE_KEY:
-                    raise DuplicateMessage(
-                        f"partition {partition}: {exc.args[1]}; nothing of this partition was "
-                        "enqueued (rerun with .option('onDuplicate', 'skip') to leave ids the "
-                        "table has as they are)"
-                    ) from None
-                raise
+                while rows := list(islice(iterator, self.batch_rows)):
+                    for k, row in zip(self._route(rows, partition), rows, strict=True):
+                        if k not in open_:
+                            open_[k] = _Transaction(self.targets[k], stack, insert, partition)
+                        open_[k].add(row, fixed, self.batch_rows)
+                for tx in open_.values():
+                    tx.flush()
             except BaseException:
-                conn.rollback()
+                for tx in open_.values():
+                    tx.rollback()
                 raise
-        return Enqueued(partition, inserted, total - inserted)
+            done = [open_[k] for k in sorted(open_)]
+            _commit_each(done, partition)
+        inserted = sum(tx.inserted for tx in done)
+        skipped = sum(tx.total for tx in done) - inserted
+        shards = tuple((tx.target.shard, tx.inserted, tx.total - tx.inserted) for tx in done)
+        return Enqueued(partition, inserted, skipped, shards if self.keyspace else ())
+
+    def _route(self, rows: list[Any], partition: int) -> list[int]:
+        """Each row's target: the shard its id hashes to (the one database's, 0, without a
+        keyspace)."""
+        if self.keyspace is None:
+            return [0] * len(rows)
+        ids = [_keyspace_id_value(row[self.id_index], partition) for row in rows]
+        index = {t.shard: k for k, t in enumerate(self.targets)}
+        return [index[s.name] for s in self.keyspace.shards_of(ids)]
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         done = [m for m in messages if isinstance(m, Enqueued)]
         inserted = sum(m.inserted for m in done)
         skipped = sum(m.skipped for m in done)
+        by_shard = self._by_shard(done)
         log.warning(
-            "msgtable: enqueued %d messages into %s in %d partitions (%d duplicate ids skipped)",
+            "msgtable: enqueued %d messages into %s in %d partitions (%d duplicate ids skipped)%s",
             inserted,
             self.cfg.name,
             len(done),
             skipped,
+            f"; {by_shard}" if by_shard else "",
         )
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         done = [m for m in messages if isinstance(m, Enqueued)]
+        by_shard = self._by_shard(done)
         log.warning(
             "msgtable: the enqueue into %s failed; %d partitions (%s) committed %d messages "
-            "before it did, every other partition none: rerun with onDuplicate=skip to "
+            "before it did%s, every other partition none%s: rerun with onDuplicate=skip to "
             "enqueue the rest once",
             self.cfg.name,
             len(done),
             ", ".join(str(m.partition) for m in done) or "none",
             sum(m.inserted for m in done),
+            f" ({by_shard})" if by_shard else "",
+            " (a failed one's error names any shard that committed it)" if by_shard else "",
         )
+
+    def _by_shard(self, done: Sequence[Enqueued]) -> str:
+        """What went to each shard of the keyspace ("" without one)."""
+        if self.keyspace is None:
+            return ""
+        counts = {t.shard: [0, 0] for t in self.targets}
+        for message in done:
+            for shard, inserted, skipped in message.shards:
+                counts[shard][0] += inserted
+                counts[shard][1] += skipped
+        each = ", ".join(f"{s} {n} ({k} skipped)" for s, (n, k) in counts.items())
+        return f"by shard of keyspace {self.keyspace.name!r}: {each}"
+
+
+class _Transaction:
+    """One partition's transaction on one target: its rows go in by multi-row INSERTs of
+    ``batch_rows`` rows, the last one shorter."""
+
+    def __init__(
+        self, target: Target, stack: ExitStack, insert: Callable[[int], str], partition: int
+    ) -> None:
+        self.target = target
+        self.insert = insert
+        self.partition = partition
+        with target.errors():
+            self.conn = stack.enter_context(connection(target.dsn, autocommit=False))
+        self.values: list[Any] = []  # the rows not inserted yet, one after another
+        self.pending = self.total = self.inserted = 0
+
+    def add(self, row: Sequence[Any], fixed: tuple[Any, ...], batch_rows: int) -> None:
+        self.values.extend(row)
+        self.values.extend(fixed)
+        self.pending += 1
+        self.total += 1
+        if self.pending == batch_rows:
+            self.flush()
+
+    def flush(self) -> None:
+        """Insert the rows not inserted yet."""
+        import pymysql
+
+        if not self.pending:
+            return
+        with self.target.errors():
+            try:
+                with self.conn.cursor() as cur:
+                    self.inserted += cur.execute(self.insert(self.pending), self.values)
+            except pymysql.err.IntegrityError as exc:
+                if error_code(exc) != DUPLICATE_KEY:
+                    raise
+                raise DuplicateMessage(
+                    f"partition {self.partition}: {exc.args[1]}; nothing of this partition was "
+                    "enqueued (rerun with .option('onDuplicate', 'skip') to leave ids the "
+                    "table has as they are)"
+                ) from None
+        self.values, self.pending = [], 0
+
+    def rollback(self) -> None:
+        with suppress(Exception):  # the failure that got here says what is wrong
+            self.conn.rollback()
+
+
+def _commit_each(transactions: Sequence[_Transaction], partition: int) -> None:
+    """Commit each transaction, one after another; a failed commit says which shards
+    committed before it."""
+    done: list[str] = []
+    for tx in transactions:
+        try:
+            with tx.target.errors():
+                tx.conn.commit()
+        except MsgtableError as exc:
+            if not done:
+                raise
+            raise restated(
+                exc,
+                f"{exc}; partition {partition}'s rows were committed on shards "
+                f"{', '.join(done)} before, on no other shard",
+            ) from exc
+        done.append(tx.target.shard)
+
+
+def _keyspace_id_value(value: Any, partition: int) -> int:
+    """An id as the integer a keyspace hashes: InvalidArgument for any other value."""
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_ID:
+        return value
+    raise InvalidArgument(
+        f"partition {partition}: id {value!r} has no shard: a keyspace's ids are integers "
+        f"0 to {MAX_ID}; nothing of this partition was enqueued"
+    )

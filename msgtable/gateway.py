@@ -41,6 +41,7 @@ from msgtable.limits import DEFAULT_DEAD_LISTED, DEFAULT_GATEWAY_TIMEOUT_S, DEFA
 from msgtable.merge import MergedSubscriber
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.server import MessagingServicer, _fail, _resource
+from msgtable.strays import Strays
 
 log = logging.getLogger("msgtable.gateway")
 
@@ -71,6 +72,7 @@ class KeyspaceGateway:
         self.routers = {
             s.name: Router(s.servers, credentials, token, timeout_s) for s in keyspace.shards
         }
+        self.strays = Strays(keyspace)
         self._pool = futures.ThreadPoolExecutor(
             max(4, 2 * len(keyspace.shards)), thread_name_prefix="msgtable-gateway"
         )
@@ -170,28 +172,34 @@ class KeyspaceGateway:
         request = pb.MessageStreamRequest(
             name=name, max_in_flight=max_in_flight, subscription=subscription, filter=filter
         )
-        return MergedSubscriber(self.keyspace, shards, self.routers, request, self.timeout_s)
+        return MergedSubscriber(
+            self.keyspace,
+            shards,
+            self.routers,
+            request,
+            self.timeout_s,
+            on_relay=lambda shard, response: self.strays.check(name, subscription, shard, response),
+        )
 
     def database_error(self) -> str:
         return ""
 
     def split(self, request: Any) -> dict[str, Any]:
-        """A request of ids (and their ``attempts``), one a shard: each id to its shard."""
+        """A request of ids (and their ``attempts``), one a shard: each id to the shard
+        that sent it (msgtable.strays), which is the shard its hash names."""
         try:
             ids = codec.decode_ids(request.ids)
         except ValueError as exc:
             raise InvalidArgument(str(exc)) from None
-        for i in ids:
-            if not isinstance(i, int) or isinstance(i, bool):
-                raise InvalidArgument(
-                    f"id {i!r} has no shard: ids of keyspace {self.keyspace!r} are integers"
-                )
+        name = getattr(request, "name", "")
+        settled = isinstance(request, pb.MessageAckRequest | pb.MessageRejectRequest)
+        owners = self.strays.shards(name, request.subscription, ids, settled)
         attempts = list(getattr(request, "attempts", ()))
         out: dict[str, Any] = {}
-        for k, s in enumerate(self.described.shards_of(ids)):  # type: ignore[arg-type]
-            part = out.get(s.name)
+        for k, shard in enumerate(owners):
+            part = out.get(shard)
             if part is None:
-                part = out[s.name] = type(request)()
+                part = out[shard] = type(request)()
                 part.CopyFrom(request)
                 del part.ids[:]
                 if attempts:

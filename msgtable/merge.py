@@ -87,8 +87,11 @@ class MergedSubscriber:
         routers: dict[str, Router],
         request: pb.MessageStreamRequest,
         first_timeout_s: float | None,
+        on_relay: Callable[[str, pb.MessageStreamResponse], None] | None = None,
     ) -> None:
+        """``on_relay(shard, response)``: each batch as it is handed out (msgtable.strays)."""
         self._keyspace = keyspace
+        self._on_relay = on_relay
         self._name = request.name
         self._queue: queue.SimpleQueue[tuple[str, pb.MessageStreamResponse] | _Ended] = (
             queue.SimpleQueue()
@@ -217,7 +220,9 @@ class MergedSubscriber:
                 return Batch([])
             self.end(item.error)
             raise item.error
-        _shard, response = item
+        shard, response = item
+        if self._on_relay is not None:
+            self._on_relay(shard, response)
         assert self._decoder is not None
         return RelayedBatch(response, self._decoder.decode)  # relayed as is: no re-encoding
 

@@ -318,3 +318,24 @@ def test_a_relayed_stream_keeps_its_projection_and_each_message_s_attempt(
             assert {m.attempt for m in again} == {2}  # sent_before came through the relay
         finally:
             got.close()
+
+
+def test_a_message_in_a_shard_it_does_not_belong_to_is_acked_where_it_is(
+    mysql_server, db_name: str, caplog
+):
+    caplog.set_level("WARNING", logger="msgtable.gateway")
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        stray = next(i for i in range(1, 100) if c.keyspace.shard_of(i).name == "80-")
+        c.shards["-80"].sql("INSERT INTO q (id, message) VALUES (:id, 'by hand')", id=stray)
+        got = Collector(c.client, "q")
+        try:
+            (m,) = got.take(1, timeout_s=20)
+            assert m.id == stray
+            assert len(c.gateway.strays) == 1
+            assert c.client.ack("q", [stray]) == 1  # to the shard that sent it
+            assert c.acked("q") == {"-80": {stray}, "80-": set()}
+            assert len(c.gateway.strays) == 0  # forgotten once acked
+        finally:
+            got.close()
+        warned = [r.getMessage() for r in caplog.records if "belong" in r.getMessage()]
+        assert len(warned) == 1 and "shard -80 of keyspace 'app' sent 1" in warned[0]

@@ -5,6 +5,7 @@ while the others deliver, and a misdescribed keyspace named by its shard."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableNotFound, Unavailable
 from msgtable.gateway import GatewayServicer, KeyspaceGateway
 from msgtable.keyspace import KeyRange, Keyspace, Shard
-from msgtable.keyspaceclient import KeyspaceClient
+from msgtable.keyspaceclient import AsyncKeyspaceClient, KeyspaceClient
 from msgtable.server import MessagingServer
 from msgtable.shardenqueue import ShardedEnqueue
 from msgtable.tables import current_layout_ddl
@@ -339,3 +340,28 @@ def test_a_message_in_a_shard_it_does_not_belong_to_is_acked_where_it_is(
             got.close()
         warned = [r.getMessage() for r in caplog.records if "belong" in r.getMessage()]
         assert len(warned) == 1 and "shard -80 of keyspace 'app' sent 1" in warned[0]
+
+
+def test_the_asyncio_client_of_a_keyspace_reaches_the_shards_itself(mysql_server, db_name: str):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        ids = list(range(1, 51))
+        c.enqueue("q", ids)
+
+        async def consume() -> list[int]:
+            got = []
+            async with (
+                AsyncKeyspaceClient(c.keyspace, timeout_s=3.0) as client,
+                client.subscribe("q") as sub,
+            ):
+                async for m in sub:
+                    got.append(m.id)
+                    await m.ack()
+                    if len(got) == len(ids):
+                        break
+            return got
+
+        assert sorted(asyncio.run(asyncio.wait_for(consume(), 60))) == ids
+        want = {s.name: set() for s in c.keyspace.shards}
+        for shard, i in zip(c.keyspace.shards_of(ids), ids, strict=True):
+            want[shard.name].add(i)
+        wait_until(lambda: c.acked("q") == want, timeout_s=10, what="every ack in its shard")

@@ -36,6 +36,7 @@ from msgtable import codec
 from msgtable.client.credentials import channel_credentials
 from msgtable.client.router import Router
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound
+from msgtable.gatewaymetrics import GatewayMetrics
 from msgtable.keyspace import KeyRange, Keyspace, Shard
 from msgtable.limits import DEFAULT_DEAD_LISTED, DEFAULT_GATEWAY_TIMEOUT_S, DEFAULT_REDRIVE_BATCH
 from msgtable.merge import MergedSubscriber
@@ -73,6 +74,7 @@ class KeyspaceGateway:
             s.name: Router(s.servers, credentials, token, timeout_s) for s in keyspace.shards
         }
         self.strays = Strays(keyspace)
+        self.metrics = GatewayMetrics()  # msgtable gateway --metrics-listen serves them
         self._pool = futures.ThreadPoolExecutor(
             max(4, 2 * len(keyspace.shards)), thread_name_prefix="msgtable-gateway"
         )
@@ -92,6 +94,7 @@ class KeyspaceGateway:
             try:
                 out[name] = call.result()
             except MsgtableError as exc:
+                self.metrics.shard_errors.labels(method, name).inc()
                 out[name] = self.named(name, exc)
         return out
 
@@ -178,8 +181,12 @@ class KeyspaceGateway:
             self.routers,
             request,
             self.timeout_s,
-            on_relay=lambda shard, response: self.strays.check(name, subscription, shard, response),
+            on_relay=lambda shard, response: self._relayed(name, subscription, shard, response),
         )
+
+    def _relayed(self, table: str, subscription: str, shard: str, response: Any) -> None:
+        self.metrics.relayed.labels(table, shard).inc(len(response.rows))
+        self.strays.check(table, subscription, shard, response)
 
     def database_error(self) -> str:
         return ""
@@ -220,9 +227,13 @@ class KeyspaceGateway:
         total, first_error = 0, None
         for name, call in calls.items():
             try:
-                total += call.result().count
+                count = call.result().count
             except MsgtableError as exc:
+                self.metrics.shard_errors.labels(method, name).inc()
                 first_error = first_error or self.named(name, exc)
+            else:
+                self.metrics.settled.labels(method, name).inc(count)
+                total += count
         if first_error is not None:
             raise first_error  # the ids of the other shards are settled: a retry counts 0
         return total

@@ -362,11 +362,19 @@ class MetricsServer:
     """``/metrics`` over HTTP on its own thread (prometheus_client's server)."""
 
     def __init__(
-        self, engine: MetricsSource, listen: str, streams: Callable[[], int] | None = None
+        self,
+        engine: MetricsSource | None,
+        listen: str,
+        streams: Callable[[], int] | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
+        """The engine's families; or, with ``registry`` (msgtable.gateway's), those."""
         self.host, self.port = parse_listen(listen)
         self.engine = engine
-        self.registry = registry_for(engine, streams)
+        if registry is None:
+            assert engine is not None
+            registry = registry_for(engine, streams)
+        self.registry = registry
         self._lock = threading.Lock()
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None

@@ -372,6 +372,12 @@ GATEWAY = Command(
             type=positive_float,
             metavar="SECONDS",
         ),
+        Flag(
+            "--metrics-listen",
+            "serve the gateway's Prometheus metrics at http://HOST:PORT/metrics (default off)",
+            env="MSGTABLE_GATEWAY_METRICS_LISTEN",
+            metavar="HOST:PORT",
+        ),
         *SECURITY_FLAGS,
         *STOPPING_FLAGS,
     ),

@@ -14,6 +14,7 @@ from msgtable.cli.serve import EXIT_OK, _stop_on_signals
 from msgtable.errors import InvalidArgument
 from msgtable.gateway import GatewayServicer, KeyspaceGateway
 from msgtable.keyspace import load
+from msgtable.metrics import MetricsServer, parse_listen
 from msgtable.server import MessagingServer, TlsFiles
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ def gateway(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if not args.keyspace_file:
         raise InvalidArgument("no keyspace: --keyspace-file FILE (or MSGTABLE_KEYSPACE_FILE)")
     described = load(args.keyspace_file)
+    if args.metrics_listen:
+        parse_listen(args.metrics_listen)  # a bad address fails here, before anything runs
     if not args.verbose:  # each retry of a call to a shard: its failure says enough
         logging.getLogger("msgtable.client").setLevel(logging.WARNING)
     authorizer = Authorizer.from_file(args.auth) if args.auth else None
@@ -46,6 +49,16 @@ def gateway(args: argparse.Namespace, out: TextIO | None = None) -> int:
             servicer=GatewayServicer,
         )
         server.start()
+        metrics = None
+        if args.metrics_listen:
+            metrics = MetricsServer(None, args.metrics_listen, registry=keyspace.metrics.registry)
+            keyspace.metrics.watch(server.servicer.streams, lambda: len(keyspace.strays))
+            try:
+                metrics.open()  # a port in use: one line, and nothing left serving
+            except InvalidArgument:
+                server.stop(0)
+                raise
+            print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
         shards = ", ".join(s.name for s in described.shards)
         print(
             f"gateway of keyspace {described.name!r} (shards {shards}; tables "
@@ -58,6 +71,8 @@ def gateway(args: argparse.Namespace, out: TextIO | None = None) -> int:
             stop.wait()
             log.info("gateway: stopping (up to %gs for calls in flight)", args.grace_s)
             server.stop(args.grace_s)
+            if metrics is not None:
+                metrics.close()
         return EXIT_OK
     finally:
         keyspace.close()

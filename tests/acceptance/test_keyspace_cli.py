@@ -6,11 +6,13 @@ misdescribed keyspace or a wrong flag is one line naming the cause."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from prometheus_client.parser import text_string_to_metric_families
 
 from msgtable.devdb import free_port
 from msgtable.keyspace import load
@@ -67,8 +69,18 @@ def test_a_keyspace_served_by_shard_and_read_through_one_gateway(
         serve = serve_shard(cli, file, rng, servers[rng])
         serve.wait_for_output(rf"shard {rng} of keyspace 'app'")
     gateway_address = f"127.0.0.1:{free_port()}"
-    gateway = cli.start("gateway", "--keyspace-file", str(file), "--listen", gateway_address)
+    metrics_address = f"127.0.0.1:{free_port()}"
+    gateway = cli.start(
+        "gateway",
+        "--keyspace-file",
+        str(file),
+        "--listen",
+        gateway_address,
+        "--metrics-listen",
+        metrics_address,
+    )
     gateway.wait_for_output(r"gateway of keyspace 'app' \(shards -80, 80-; tables q\) on ")
+    gateway.wait_for_output(rf"metrics on http://{metrics_address}/metrics")
 
     tables = cli.run("tables", "--server", gateway_address)
     assert tables.returncode == 0, tables.stderr
@@ -107,6 +119,15 @@ def test_a_keyspace_served_by_shard_and_read_through_one_gateway(
         return out if out == by_shard else None
 
     wait_until(acked, 20, "each shard's messages acked in that shard")
+
+    scraped = urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=10).read()
+    relayed = {
+        s.labels["shard"]: s.value
+        for f in text_string_to_metric_families(scraped.decode())
+        for s in f.samples
+        if s.name == "msgtable_gateway_messages_relayed_total"
+    }
+    assert relayed == {rng: len(by_shard[rng]) for rng in RANGES}
 
 
 def test_a_misdescribed_keyspace_or_a_wrong_flag_is_one_line(

@@ -365,3 +365,46 @@ def test_the_asyncio_client_of_a_keyspace_reaches_the_shards_itself(mysql_server
         for shard, i in zip(c.keyspace.shards_of(ids), ids, strict=True):
             want[shard.name].add(i)
         wait_until(lambda: c.acked("q") == want, timeout_s=10, what="every ack in its shard")
+
+
+def test_the_gateway_s_metrics_count_what_it_relayed_and_settled_by_shard(
+    mysql_server, db_name: str
+):
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        c.gateway.metrics.watch(c.server.servicer.streams, lambda: len(c.gateway.strays))
+        ids = list(range(1, 31))
+        c.enqueue("q", ids)
+        per_shard = {s.name: 0 for s in c.keyspace.shards}
+        for s in c.keyspace.shards_of(ids):
+            per_shard[s.name] += 1
+        got = Collector(c.client, "q")
+        try:
+            messages = got.take(30, timeout_s=20)
+            assert c.client.ack("q", [m.id for m in messages[:10]]) == 10
+            acked = {s.name: 0 for s in c.keyspace.shards}
+            for s in c.keyspace.shards_of([m.id for m in messages[:10]]):
+                acked[s.name] += 1
+            samples = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for f in text_string_to_metric_families(
+                    generate_latest(c.gateway.metrics.registry).decode()
+                )
+                for s in f.samples
+            }
+        finally:
+            got.close()
+        for shard, n in per_shard.items():
+            key = ("msgtable_gateway_messages_relayed_total", (("shard", shard), ("table", "q")))
+            assert samples[key] == n
+        for shard, n in acked.items():
+            if n:
+                key = (
+                    "msgtable_gateway_messages_settled_total",
+                    (("method", "MessageAck"), ("shard", shard)),
+                )
+                assert samples[key] == n
+        assert samples[("msgtable_gateway_streams", ())] == 1
+        assert samples[("msgtable_gateway_strays", ())] == 0

@@ -58,3 +58,14 @@ class NotLeader(Unavailable):
     def __init__(self, message: str, leader: str = "") -> None:
         super().__init__(message)
         self.leader = leader
+
+
+class PartlySettled(Unavailable):
+    """A gateway of a keyspace settled some of a call's ids and could not reach the shard of
+    the others in time: ``unreached`` were not acked (released, rejected, renewed) and come
+    again; ``count`` is what the call did settle."""
+
+    def __init__(self, message: str, count: int, unreached: list[object]) -> None:
+        super().__init__(message)
+        self.count = count
+        self.unreached = unreached

@@ -35,10 +35,15 @@ import grpc
 from msgtable import codec
 from msgtable.client.credentials import channel_credentials
 from msgtable.client.router import Router
-from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound
+from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound, Unavailable
 from msgtable.gatewaymetrics import GatewayMetrics
 from msgtable.keyspace import KeyRange, Keyspace, Shard
-from msgtable.limits import DEFAULT_DEAD_LISTED, DEFAULT_GATEWAY_TIMEOUT_S, DEFAULT_REDRIVE_BATCH
+from msgtable.limits import (
+    DEFAULT_DEAD_LISTED,
+    DEFAULT_GATEWAY_TIMEOUT_S,
+    DEFAULT_REDRIVE_BATCH,
+    GATEWAY_SETTLE_TIMEOUT_S,
+)
 from msgtable.merge import MergedSubscriber
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.server import MessagingServicer, _fail, _resource
@@ -216,18 +221,25 @@ class KeyspaceGateway:
                 part.attempts.append(attempts[k])
         return out
 
-    def settle(self, method: str, request: Any) -> int:
-        """An ack or settlement verb, each id to its shard at once; the sum of the counts."""
+    def settle(self, method: str, request: Any) -> tuple[int, list[Any]]:
+        """An ack or settlement verb, each id to its shard at once: the sum of the counts,
+        and the ids whose shard did not answer within GATEWAY_SETTLE_TIMEOUT_S (or was
+        away), not settled. Another error of a shard's is raised, naming it (the other
+        shards' ids are settled: a retry counts those 0)."""
         self.check_keyspace(request.keyspace)
         parts = self.split(request)
+        timeout_s = min(self.timeout_s, GATEWAY_SETTLE_TIMEOUT_S)
         calls = {
-            name: self._pool.submit(self.routers[name].unary, method, part)
+            name: self._pool.submit(self.routers[name].unary, method, part, "", timeout_s)
             for name, part in parts.items()
         }
-        total, first_error = 0, None
+        total, unreached, first_error = 0, [], None
         for name, call in calls.items():
             try:
                 count = call.result().count
+            except Unavailable:  # away, or slow: its ids come again (or are acked again)
+                self.metrics.shard_errors.labels(method, name).inc()
+                unreached.extend(parts[name].ids)
             except MsgtableError as exc:
                 self.metrics.shard_errors.labels(method, name).inc()
                 first_error = first_error or self.named(name, exc)
@@ -235,8 +247,8 @@ class KeyspaceGateway:
                 self.metrics.settled.labels(method, name).inc(count)
                 total += count
         if first_error is not None:
-            raise first_error  # the ids of the other shards are settled: a retry counts 0
-        return total
+            raise first_error
+        return total, unreached
 
     def close(self) -> None:
         for router in self.routers.values():
@@ -270,10 +282,13 @@ class GatewayServicer(MessagingServicer):
             context,
             method,
             lambda: self._allowed(context, "ack", _resource(request.name, request.subscription)),
-            lambda: (pb.MessageAckResponse if method == "MessageAck" else pb.MessageSettleResponse)(
-                count=self._gateway.settle(method, request)
-            ),
+            lambda: self._settled(method, *self._gateway.settle(method, request)),
         )
+
+    @staticmethod
+    def _settled(method: str, count: int, unreached: list[Any]) -> Any:
+        kind = pb.MessageAckResponse if method == "MessageAck" else pb.MessageSettleResponse
+        return kind(count=count, unreached=unreached)
 
     def MessageAck(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._settle_call("MessageAck", request, context)

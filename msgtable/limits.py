@@ -65,3 +65,6 @@ MAX_STATUS_CHARS = 1_000
 
 # msgtable gateway: seconds a shard's servers have to answer a call or open a stream
 DEFAULT_GATEWAY_TIMEOUT_S = 10.0
+# msgtable gateway: seconds a shard has to answer its part of an ack or settlement call;
+# past it those ids are answered unreached, so a shard away holds up no other shard's acks
+GATEWAY_SETTLE_TIMEOUT_S = 2.0

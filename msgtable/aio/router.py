@@ -96,12 +96,10 @@ class AioRouter(Route):
         subscription: str = "",
     ) -> int:
         request = requests.ack_request(name, ids, keyspace, subscription)
-        count: int = (await self.unary("MessageAck", request, target)).count
-        return count
+        return requests.settled("MessageAck", name, await self.unary("MessageAck", request, target))
 
     async def settle(self, method: str, request: Any, target: str = "") -> int:
-        count: int = (await self.unary(method, request, target)).count
-        return count
+        return requests.settled(method, request.name, await self.unary(method, request, target))
 
     async def close(self) -> None:
         with self._lock:

@@ -9,7 +9,7 @@ from typing import Any
 
 from msgtable import codec
 from msgtable.deadletters import DeadLetter, RedriveBatch
-from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
+from msgtable.errors import InvalidArgument, PartlySettled, TableLoadError, TableNotFound
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
 
@@ -319,3 +319,19 @@ def set_endpoint_request(
         max_in_flight=max_in_flight,
         timeout_s=timeout_s,
     )
+
+
+def settled(method: str, table: str, response: Any) -> int:
+    """The count of an ack or settlement answer; PartlySettled when a gateway could not reach
+    the shard of some ids (``unreached``: not settled, and not retried here, so that the
+    others' acks are not held up while a shard is away)."""
+    count: int = response.count
+    if response.unreached:
+        unreached = codec.decode_ids(response.unreached)
+        raise PartlySettled(
+            f"{method} of {table}: {len(unreached)} id(s) not settled, their shard did not "
+            f"answer in time (e.g. {unreached[0]!r}); {count} settled",
+            count,
+            unreached,
+        )
+    return count

@@ -260,10 +260,12 @@ class Router(Route):
                 raise
             raise Unavailable("the client is closed") from None
 
-    def unary(self, method: str, request: Any, target: str = "") -> Any:
+    def unary(
+        self, method: str, request: Any, target: str = "", timeout_s: float | None = None
+    ) -> Any:
         """One unary call (to ``target``, else where the router thinks best) with retries of
-        passing errors until the time-out is spent."""
-        deadline = self.deadline()
+        passing errors until the time-out (the client's, or ``timeout_s``) is spent."""
+        deadline = self.deadline() if timeout_s is None else time.monotonic() + timeout_s
         retry = Retry(method, log, self.backoff, level=logging.INFO)
         key = table_key(request)
         while True:
@@ -290,13 +292,11 @@ class Router(Route):
     ) -> int:
         """MessageAck; returns how many of ``ids`` this call acked."""
         request = requests.ack_request(name, ids, keyspace, subscription)
-        count: int = self.unary("MessageAck", request, target).count
-        return count
+        return requests.settled("MessageAck", name, self.unary("MessageAck", request, target))
 
     def settle(self, method: str, request: Any, target: str = "") -> int:
         """MessageRelease, MessageReject or MessageRenew; returns how many it changed."""
-        count: int = self.unary(method, request, target).count
-        return count
+        return requests.settled(method, request.name, self.unary(method, request, target))
 
     def close(self) -> None:
         with self._lock:

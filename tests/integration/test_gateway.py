@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from msgtable.client import Client
 from msgtable.engine import MessageEngine
-from msgtable.errors import InvalidArgument, TableNotFound, Unavailable
+from msgtable.errors import InvalidArgument, PartlySettled, TableNotFound, Unavailable
 from msgtable.gateway import GatewayServicer, KeyspaceGateway
 from msgtable.keyspace import KeyRange, Keyspace, Shard
 from msgtable.keyspaceclient import AsyncKeyspaceClient, KeyspaceClient
@@ -408,3 +408,33 @@ def test_the_gateway_s_metrics_count_what_it_relayed_and_settled_by_shard(
                 assert samples[key] == n
         assert samples[("msgtable_gateway_streams", ())] == 1
         assert samples[("msgtable_gateway_strays", ())] == 0
+
+
+def test_an_ack_settles_what_its_shards_answered_and_names_the_ids_of_a_shard_away(
+    mysql_server, db_name: str
+):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        ids = list(range(1, 41))
+        c.enqueue("q", ids)
+        got = Collector(c.client, "q")
+        try:
+            got.take(40, timeout_s=20)
+        finally:
+            got.close()
+        shard_of = {i: s.name for i, s in zip(ids, c.keyspace.shards_of(ids), strict=True)}
+        away = [i for i in ids if shard_of[i] == "80-"]
+        c.shards["80-"].stop()
+        with pytest.raises(PartlySettled) as raised:
+            c.client.ack("q", ids)
+        assert sorted(raised.value.unreached) == away
+        assert raised.value.count == len(ids) - len(away)
+        assert f"{len(away)} id(s) not settled" in str(raised.value)
+        assert c.acked("q")["-80"] == {i for i in ids if shard_of[i] == "-80"}
+
+        async def release() -> None:
+            async with AsyncKeyspaceClient(c.keyspace, timeout_s=3.0) as client:
+                await client.release("q", away)
+
+        with pytest.raises(PartlySettled) as raised:  # the asyncio client says it alike
+            asyncio.run(release())
+        assert sorted(raised.value.unreached) == away and raised.value.count == 0

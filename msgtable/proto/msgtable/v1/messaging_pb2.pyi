@@ -376,16 +376,25 @@ class MessageAckResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     COUNT_FIELD_NUMBER: _builtins.int
+    UNREACHED_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """Number of messages this call acked (ids already acked or unknown are not counted)."""
+    @_builtins.property
+    def unreached(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
+        """Only from a gateway of a keyspace (msgtable gateway): the ids whose shard did not answer
+        in time. They are not acked, nor counted; they come again after their ack wait (or ack
+        them again). The other ids of the call were settled as usual.
+        """
+
     def __init__(
         self,
         *,
         count: _builtins.int = ...,
+        unreached: _abc.Iterable[Global___Value] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "unreached", b"unreached"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -544,16 +553,24 @@ class MessageSettleResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     COUNT_FIELD_NUMBER: _builtins.int
+    UNREACHED_FIELD_NUMBER: _builtins.int
     count: _builtins.int
     """Number of messages this call changed."""
+    @_builtins.property
+    def unreached(self) -> _containers.RepeatedCompositeFieldContainer[Global___Value]:
+        """Only from a gateway of a keyspace: the ids whose shard did not answer in time, not
+        changed nor counted (as MessageAckResponse.unreached).
+        """
+
     def __init__(
         self,
         *,
         count: _builtins.int = ...,
+        unreached: _abc.Iterable[Global___Value] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "unreached", b"unreached"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -44,7 +44,7 @@ from msgtable.limits import (
     DEFAULT_REDRIVE_BATCH,
     GATEWAY_SETTLE_TIMEOUT_S,
 )
-from msgtable.merge import MergedSubscriber
+from msgtable.merge import MergedSubscriber, shard_error
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.server import MessagingServicer, _fail, _resource
 from msgtable.strays import Strays
@@ -100,7 +100,7 @@ class KeyspaceGateway:
                 out[name] = call.result()
             except MsgtableError as exc:
                 self.metrics.shard_errors.labels(method, name).inc()
-                out[name] = self.named(name, exc)
+                out[name] = shard_error(self.keyspace, name, exc)
         return out
 
     def all_of(
@@ -112,13 +112,6 @@ class KeyspaceGateway:
             if isinstance(answer, MsgtableError):
                 raise answer
         return answers
-
-    def named(self, shard: str, error: MsgtableError) -> MsgtableError:
-        """``error`` as the gateway answers it: its class, its message naming the shard."""
-        try:
-            return type(error)(f"shard {shard} of keyspace {self.keyspace!r}: {error}")
-        except TypeError:
-            return MsgtableError(f"shard {shard} of keyspace {self.keyspace!r}: {error}")
 
     def check(self) -> list[str]:
         """At start: every shard answers ListTables and has the same message tables; a
@@ -242,7 +235,7 @@ class KeyspaceGateway:
                 unreached.extend(parts[name].ids)
             except MsgtableError as exc:
                 self.metrics.shard_errors.labels(method, name).inc()
-                first_error = first_error or self.named(name, exc)
+                first_error = first_error or shard_error(self.keyspace, name, exc)
             else:
                 self.metrics.settled.labels(method, name).inc(count)
                 total += count

@@ -63,6 +63,18 @@ def relayed_columns(fields: Sequence[pb.Field]) -> tuple[Column, ...]:
     return tuple(out)
 
 
+def shard_error(keyspace: str, shard: str, error: BaseException | None) -> MsgtableError:
+    """``error`` of a shard's as a gateway answers it: its class (Unavailable for what is not
+    a MsgtableError), its message naming the shard."""
+    text = f"shard {shard} of keyspace {keyspace!r}: {error}"
+    if isinstance(error, MsgtableError):
+        try:
+            return type(error)(text)
+        except TypeError:  # a class that takes more than a message
+            return MsgtableError(text)
+    return Unavailable(text)
+
+
 def window_share(max_in_flight: int, shards: int) -> int:
     """Each shard's window of a keyspace stream of ``max_in_flight`` (0: the default)."""
     return max(1, math.ceil((max_in_flight or DEFAULT_MAX_IN_FLIGHT) / shards))
@@ -163,9 +175,7 @@ class MergedSubscriber:
             )
 
     def _named(self, shard: str, error: BaseException | None) -> MsgtableError:
-        if isinstance(error, MsgtableError):
-            return type(error)(f"shard {shard} of keyspace {self._keyspace!r}: {error}")
-        return Unavailable(f"shard {shard} of keyspace {self._keyspace!r}: {error}")
+        return shard_error(self._keyspace, shard, error)
 
     def _check_fields(self, shard: str) -> Callable[[pb.MessageStreamResponse], None]:
         def adopt(first: pb.MessageStreamResponse) -> None:

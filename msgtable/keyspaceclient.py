@@ -72,9 +72,12 @@ class EmbeddedGateway:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
-class KeyspaceClient(Client):
-    """A Client of every shard of ``keyspace`` (a Keyspace, or the path of its file).
-    ``token`` and the TLS files are the shard servers'; the other arguments are Client's."""
+class _OwnGateway:
+    """What both clients share: an EmbeddedGateway of ``keyspace`` (a Keyspace, or the path
+    of its file), the client connected to it. ``token`` and the TLS files are the shard
+    servers'; the other arguments are the client's."""
+
+    embedded: EmbeddedGateway
 
     def __init__(
         self,
@@ -92,11 +95,15 @@ class KeyspaceClient(Client):
             tls_key=tls_key,
         )  # fmt: skip
         self.gateway = self.embedded.gateway
-        try:
-            super().__init__(self.embedded.address, timeout_s=timeout_s, **client_kwargs)
+        try:  # the client class after this one in the MRO
+            super().__init__(self.embedded.address, timeout_s=timeout_s, **client_kwargs)  # type: ignore[call-arg]
         except BaseException:
             self.embedded.stop()
             raise
+
+
+class KeyspaceClient(_OwnGateway, Client):
+    """A Client of every shard of a keyspace (see _OwnGateway for the arguments)."""
 
     def close(self) -> None:
         try:
@@ -105,30 +112,8 @@ class KeyspaceClient(Client):
             self.embedded.stop()
 
 
-class AsyncKeyspaceClient(aio.Client):
-    """msgtable.aio's Client of every shard of ``keyspace`` (as KeyspaceClient)."""
-
-    def __init__(
-        self,
-        keyspace: Keyspace | str | Path,
-        *,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
-        token: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
-        **client_kwargs: Any,
-    ) -> None:
-        self.embedded = EmbeddedGateway(
-            keyspace, timeout_s=timeout_s, token=token, tls_ca=tls_ca, tls_cert=tls_cert,
-            tls_key=tls_key,
-        )  # fmt: skip
-        self.gateway = self.embedded.gateway
-        try:
-            super().__init__(self.embedded.address, timeout_s=timeout_s, **client_kwargs)
-        except BaseException:
-            self.embedded.stop()
-            raise
+class AsyncKeyspaceClient(_OwnGateway, aio.Client):
+    """msgtable.aio's Client of every shard of a keyspace (as KeyspaceClient)."""
 
     async def close(self) -> None:
         try:

@@ -10,7 +10,7 @@ import threading
 from typing import TYPE_CHECKING, TextIO, cast
 
 from msgtable.auth import Authorizer
-from msgtable.cli.serve import EXIT_OK, _stop_on_signals
+from msgtable.cli.serve import EXIT_OK, _stop_on_signals, open_metrics
 from msgtable.errors import InvalidArgument
 from msgtable.gateway import GatewayServicer, KeyspaceGateway
 from msgtable.keyspace import load
@@ -53,12 +53,7 @@ def gateway(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.metrics_listen:
             metrics = MetricsServer(None, args.metrics_listen, registry=keyspace.metrics.registry)
             keyspace.metrics.watch(server.servicer.streams, lambda: len(keyspace.strays))
-            try:
-                metrics.open()  # a port in use: one line, and nothing left serving
-            except InvalidArgument:
-                server.stop(0)
-                raise
-            print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
+            open_metrics(metrics, server, out)
         shards = ", ".join(s.name for s in described.shards)
         print(
             f"gateway of keyspace {described.name!r} (shards {shards}; tables "

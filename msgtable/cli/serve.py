@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from msgtable.dashboard import DashboardServer
     from msgtable.devdb import LocalServer
     from msgtable.engine import MessageEngine
+    from msgtable.metrics import MetricsServer
 
 log = logging.getLogger("msgtable.cli")
 
@@ -222,12 +223,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             server.start()
             if metrics_listen:
                 metrics = MetricsServer(engine, metrics_listen, server.servicer.streams)
-                try:
-                    metrics.open()  # a port in use: one line, and nothing left serving
-                except InvalidArgument:
-                    server.stop(0)
-                    raise
-                print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
+                open_metrics(metrics, server, out)
             advertised = args.advertise or advertised_address(args.listen, server.address)
             engine.campaign(advertised)
             if sharded is not None and advertised not in sharded[1].servers:
@@ -266,6 +262,17 @@ def _dashboard(
     from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
 
     return DashboardServer(DashboardApi(engine, RateHistory(), authorizer), listen)
+
+
+def open_metrics(metrics: MetricsServer, server: MessagingServer, out: TextIO) -> None:
+    """Serve /metrics beside a started ``server``; a port in use is one line, and stops the
+    server (nothing is left serving)."""
+    try:
+        metrics.open()
+    except InvalidArgument:
+        server.stop(0)
+        raise
+    print(f"metrics on http://{metrics.address}/metrics", file=out, flush=True)
 
 
 def advertised_address(listen: str, bound: str) -> str:

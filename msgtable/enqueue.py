@@ -208,6 +208,11 @@ def _insert(
     return int(result.rowcount)
 
 
+def order_key_column(conn: sa.Connection, table: str) -> str:
+    """The table's vt_order_key column ("": not an ordered table), from its plan."""
+    return _plan(conn, table).config.order_key or ""
+
+
 def _shown(value: object, most: int = 60) -> str:
     """``value`` as an error message shows it: its repr, cut short."""
     text = repr(value)

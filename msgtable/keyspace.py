@@ -39,6 +39,7 @@ Python client stream from them); enqueueing and Spark need only the DSNs.
 from __future__ import annotations
 
 import bisect
+import hashlib
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +53,7 @@ MAX_ID = 2**64 - 1  # the largest id that has a keyspace id
 KEYSPACE_ID_BYTES = 8
 UNSHARDED = ("", "-", "0")  # names of the whole keyspace's one shard
 
+_ID_PROBE = 64  # ids tried at once by Keyspace.id_for
 _ZERO_KEY = bytes(24)  # DES under an all-zero key: triple DES with three equal keys is DES
 
 
@@ -83,6 +85,16 @@ def keyspace_ids(ids: Iterable[int]) -> list[bytes]:
 def keyspace_id(id_: int) -> bytes:
     """One id's keyspace id."""
     return keyspace_ids([id_])[0]
+
+
+def key_keyspace_id(key: str | bytes | int) -> bytes:
+    """The keyspace id of an ordered table's key (vt_order_key): Vitess's ``binary_md5``
+    vindex of its bytes (text as UTF-8, an integer as its decimal digits). The shard whose
+    range holds it is the key's: all its messages live there (Keyspace.id_for)."""
+    if isinstance(key, bool) or not isinstance(key, str | bytes | int):
+        raise InvalidArgument(f"an order key is text, bytes or an integer, not {key!r:.60}")
+    raw = key if isinstance(key, bytes) else str(key).encode("utf-8")
+    return hashlib.md5(raw, usedforsecurity=False).digest()
 
 
 @dataclass(frozen=True, order=True)
@@ -166,6 +178,28 @@ class Keyspace:
     def servers(self) -> list[str]:
         """Every shard's servers, in shard order."""
         return [a for s in self.shards for a in s.servers]
+
+    def shard_of_key(self, key: str | bytes | int) -> Shard:
+        """The shard of an ordered table's key (key_keyspace_id): its messages' home."""
+        return self._holding(key_keyspace_id(key))
+
+    def id_for(self, key: str | bytes | int, at_least: int) -> int:
+        """The smallest id from ``at_least`` on that lives in the shard of ``key``: give a
+        key's messages such ids, ascending, and the key lives in one shard, its messages in
+        id order there (about one id in as many as there are shards qualifies)."""
+        home = self.shard_of_key(key)
+        start = at_least
+        while start <= MAX_ID:
+            ids = list(range(start, min(start + _ID_PROBE, MAX_ID + 1)))
+            for i, shard in zip(ids, self.shards_of(ids), strict=True):
+                if shard is home:
+                    return i
+            start += _ID_PROBE
+        raise InvalidArgument(f"no id from {at_least} to {MAX_ID} lives in shard {home.name}")
+
+    def _holding(self, kid: bytes) -> Shard:
+        starts = [s.key_range.start for s in self.shards]
+        return self.shards[bisect.bisect_right(starts, kid) - 1]
 
     def shard_of(self, id_: int) -> Shard:
         """The shard that holds message ``id_``."""

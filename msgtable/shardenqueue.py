@@ -78,14 +78,44 @@ class ShardedTransaction:
     def enqueue_many(self, table: str, rows: Sequence[Mapping[str, Any]], **options: Any) -> int:
         """msgtable.enqueue.enqueue_many, each row on the shard of its id (one multi-row
         INSERT a shard); returns how many rows were inserted."""
+        keyspace = self._shards.keyspace
         ids = [_checked(row.get("id")) for row in rows]
+        shards = keyspace.shards_of(ids)
+        if rows:
+            self._check_keys(table, rows, ids, shards, options.get("order_key"))
         groups: dict[str, tuple[Shard, list[Mapping[str, Any]]]] = {}
-        for shard, row in zip(self._shards.keyspace.shards_of(ids), rows, strict=True):
+        for shard, row in zip(shards, rows, strict=True):
             groups.setdefault(shard.name, (shard, []))[1].append(row)
         return sum(
             single.enqueue_many(self._of(shard), table, part, **options)
             for shard, part in groups.values()
         )
+
+    def _check_keys(
+        self,
+        table: str,
+        rows: Sequence[Mapping[str, Any]],
+        ids: Sequence[int],
+        shards: Sequence[Shard],
+        order_key: object,
+    ) -> None:
+        """Of an ordered table (vt_order_key): InvalidArgument unless each row's id lives in
+        its key's shard, so that a key lives in one shard and its order holds."""
+        keyspace = self._shards.keyspace
+        column = single.order_key_column(self._of(keyspace.shards[0]), table)
+        if not column:
+            return
+        for row, id_, shard in zip(rows, ids, shards, strict=True):
+            key = order_key if order_key is not None else row.get(column)
+            if key is None:
+                continue
+            home = keyspace.shard_of_key(key)  # type: ignore[arg-type]
+            if home is not shard:
+                raise InvalidArgument(
+                    f"id {id_} lives in shard {shard.name} and its key {key!r:.60} in shard "
+                    f"{home.name}: a key's messages live in one shard, in id order (take ids "
+                    "from Keyspace.id_for(key, at_least))"
+                )
 
     def commit(self) -> None:
         """Commit each shard's transaction in shard order; MsgtableError naming the shard

@@ -438,3 +438,55 @@ def test_an_ack_settles_what_its_shards_answered_and_names_the_ids_of_a_shard_aw
         with pytest.raises(PartlySettled) as raised:  # the asyncio client says it alike
             asyncio.run(release())
         assert sorted(raised.value.unreached) == away and raised.value.count == 0
+
+
+def test_a_key_lives_in_one_shard_and_its_messages_come_in_order_through_the_gateway(
+    mysql_server, db_name: str
+):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        keyed = "k varchar(64), index order_idx (k, time_acked, id)"
+        ddl = current_layout_ddl("ordered", comment(vt_poller_interval=0.5, vt_order_key="k"))
+        for s in c.shards.values():
+            s.sql(ddl.replace("  primary key(id)", f"  {keyed},\n  primary key(id)"))
+        wait_until(
+            lambda: all(
+                any(t.name == "ordered" for t in s.engine.list_tables()) for s in c.shards.values()
+            ),
+            timeout_s=10,
+            what="both shards' servers to find the ordered table",
+        )
+        keys = [f"customer-{k}" for k in range(8)]
+        assert {c.keyspace.shard_of_key(k).name for k in keys} == {"-80", "80-"}
+        shards = ShardedEnqueue(c.keyspace)
+        sent: dict[str, list[int]] = {k: [] for k in keys}
+        try:
+            at = 1
+            with shards.begin() as tx:
+                for n in range(10):  # each key's ids ascending, all in its shard
+                    for k in keys:
+                        i = c.keyspace.id_for(k, at)
+                        at = i + 1
+                        tx.enqueue("ordered", {"id": i, "message": f"{k}#{n}"}, order_key=k)
+                        sent[k].append(i)
+            wrong = next(i for i in range(1, 100) if c.keyspace.shard_of(i).name == "-80")
+            key = next(k for k in keys if c.keyspace.shard_of_key(k).name == "80-")
+            with (
+                pytest.raises(InvalidArgument, match=r"lives in shard -80 and its key"),
+                shards.begin() as tx,
+            ):
+                tx.enqueue("ordered", {"id": wrong, "message": "x"}, order_key=key)
+        finally:
+            shards.close()
+        for k, ids in sent.items():
+            home = c.shards[c.keyspace.shard_of_key(k).name]
+            stored = [int(r[0]) for r in home.sql("SELECT id FROM ordered WHERE k = :k", k=k)]
+            assert sorted(stored) == ids  # the whole key in its shard
+        got = Collector(c.client, "ordered")
+        seen: dict[str, list[int]] = {k: [] for k in keys}
+        try:
+            for m in got.take(80, timeout_s=30):
+                seen[m.values["message"].split("#")[0]].append(m.id)
+                m.ack()
+        finally:
+            got.close()
+        assert seen == sent  # each key's messages in enqueue (id) order

@@ -3,6 +3,7 @@ a keyspace file's shards covering the keyspace, and which shard holds an id."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections import Counter
 from pathlib import Path
@@ -17,6 +18,7 @@ from msgtable.keyspace import (
     KeyRange,
     Keyspace,
     Shard,
+    key_keyspace_id,
     keyspace_id,
     keyspace_ids,
     load,
@@ -254,3 +256,33 @@ def test_a_hostile_keyspace_file_loads_or_is_one_line_naming_it(tmp_path_factory
         assert "\n" not in str(exc).strip()
     else:
         assert ks.shards and ks.name  # what loads covers the keyspace (check_cover ran)
+
+
+def test_an_order_key_s_keyspace_id_is_vitess_s_binary_md5_and_names_its_shard():
+    ks = Keyspace(
+        "app", tuple(Shard(KeyRange.parse(r), "d") for r in ("-40", "40-80", "80-c0", "c0-"))
+    )
+    assert key_keyspace_id("customer-42") == hashlib.md5(b"customer-42").digest()
+    assert key_keyspace_id(42) == key_keyspace_id("42")
+    assert key_keyspace_id(b"\xff") == hashlib.md5(b"\xff").digest()
+    home = ks.shard_of_key("customer-42")
+    assert home.key_range.contains(key_keyspace_id("customer-42"))
+    with pytest.raises(InvalidArgument, match="an order key is text, bytes or an integer"):
+        ks.shard_of_key(1.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", ["a", "customer-42", 7, b"\x00"])
+def test_id_for_gives_the_smallest_id_from_a_start_that_lives_in_the_key_s_shard(key):
+    ks = Keyspace(
+        "app", tuple(Shard(KeyRange.parse(r), "d") for r in ("-40", "40-80", "80-c0", "c0-"))
+    )
+    home = ks.shard_of_key(key)
+    for start in (0, 1, 1000, 2**63):
+        got = ks.id_for(key, start)
+        assert got >= start and ks.shard_of(got) is home
+        assert all(ks.shard_of(i) is not home for i in range(start, got))
+    ids, at = [], 1
+    for _ in range(20):  # ascending ids of one key, all in its shard
+        at = ks.id_for(key, at) + 1
+        ids.append(at - 1)
+    assert ids == sorted(ids) and {ks.shard_of(i).name for i in ids} == {home.name}

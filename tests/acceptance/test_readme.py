@@ -23,9 +23,9 @@ from msgtable.cli.serve import create_demo_table
 from msgtable.keyspace import load
 from msgtable.mysql import pymysql_args
 from msgtable.store import MySQLStore
-from msgtable.tables import load_table
+from msgtable.tables import current_layout_ddl, load_table
 from msgtable.testing import ServerHandle
-from tests.integration.helpers import serve
+from tests.integration.helpers import comment, serve
 from tests.integration.test_gateway import keyspace_of
 
 from .helpers import describe, wait_until
@@ -367,7 +367,7 @@ def test_the_sqlalchemy_enqueue_example_runs_as_pasted(db_dsn: str):
 
 def test_the_keyspace_example_runs_as_pasted(mysql_server: ServerHandle, db_name: str, tmp_path):
     (file_example,) = snippets("toml", "### Keyspaces of shards")
-    (code,) = snippets("python", "### Keyspaces of shards")
+    code, ordering = snippets("python", "### Keyspaces of shards")
     (tmp_path / "example.toml").write_text(file_example)
     example = load(tmp_path / "example.toml")  # the example file is one the loader takes
     assert [s.name for s in example.shards] == ["-80", "80-"]
@@ -397,3 +397,29 @@ def test_the_keyspace_example_runs_as_pasted(mysql_server: ServerHandle, db_name
         assert sorted(i for ids in acked.values() for i in ids) == list(range(1, 11))
         for shard, ids in acked.items():  # each in the shard its id hashes to
             assert all(c.keyspace.shard_of(i).name == shard for i in ids)
+
+        # the ordering example, with what it names set up before it (an ordered table)
+        keyed = "k varchar(64), index order_idx (k, time_acked, id)"
+        ddl = current_layout_ddl("order_events", comment(vt_order_key="k"))
+        for shard in c.shards.values():
+            shard.sql(ddl.replace("  primary key(id)", f"  {keyed},\n  primary key(id)"))
+        before = (
+            "from msgtable.keyspace import load\n"
+            "from msgtable.shardenqueue import ShardedEnqueue\n"
+            'keyspace = load("keyspace.toml")\n'
+            "shards = ShardedEnqueue(keyspace)\n"
+            'events = [("customer-3", "paid"), ("customer-4", "sent"), ("customer-3", "shipped")]\n'
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", before + ordering + "shards.close()\n"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 0, describe(done)
+        for key, texts in (("customer-3", ["paid", "shipped"]), ("customer-4", ["sent"])):
+            home = c.shards[c.keyspace.shard_of_key(key).name]
+            rows = home.sql("SELECT id, message FROM order_events WHERE k = :k ORDER BY id", k=key)
+            assert [r[1] for r in rows] == texts  # the whole key in its shard, in order

@@ -134,7 +134,10 @@ class MessageStreamRequest(_message.Message):
     keyspace: _builtins.str
     """Keyspace (database) that holds the table. Empty means the server's default keyspace."""
     shard: _builtins.str
-    """Shard to stream from. Empty (or "0") means the only shard; a keyspace has one shard today."""
+    """Shard to stream from, by its key range ("-80"). Empty means every shard the answering
+    server serves: a gateway's all, a shard's server its own; "0" or "-" names an unsharded
+    keyspace's one shard.
+    """
     max_in_flight: _builtins.int
     """The subscriber's window: at most this many of the messages the server sent this stream
     are unacked at once (a message stops counting when it is acked through MessageAck, is seen
@@ -149,7 +152,9 @@ class MessageStreamRequest(_message.Message):
     """
     @_builtins.property
     def key_range(self) -> Global___KeyRange:
-        """Stream only from the shards whose range matches exactly. Unset or empty means all shards."""
+        """Stream only from the shards inside this range (a range that cuts a shard is
+        INVALID_ARGUMENT, as in Vitess). Unset or empty means all shards.
+        """
 
     @_builtins.property
     def columns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -194,7 +199,7 @@ class MessageStreamResponse(_message.Message):
     servers older than this field).
     """
     ack_wait_s: _builtins.float
-    """Fields 4 to 15 are kept for per-batch metadata (the shard a batch came from).
+    """Fields 4 to 15 are kept for per-batch metadata.
 
     The table's (or subscription's) vt_ack_wait in seconds, as the stream began; set in the
     first response only (0 from servers older than this field). A client that stops

@@ -396,7 +396,19 @@ class MsgtableWriter(DataSourceWriter):
             return [0] * len(rows)
         ids = [_keyspace_id_value(row[self.id_index], partition) for row in rows]
         index = {t.shard: k for k, t in enumerate(self.targets)}
-        return [index[s.name] for s in self.keyspace.shards_of(ids)]
+        shards = self.keyspace.shards_of(ids)
+        key = self.cfg.order_key
+        if key and key in self.fields:  # an ordered table's key lives in one shard
+            at = self.fields.index(key)
+            for row, id_, shard in zip(rows, ids, shards, strict=True):
+                if row[at] is not None and (home := self.keyspace.shard_of_key(row[at])) != shard:
+                    raise InvalidArgument(
+                        f"partition {partition}: id {id_} lives in shard {shard.name} and its "
+                        f"key {row[at]!r:.60} in shard {home.name}: a key's messages live in "
+                        "one shard (take ids from Keyspace.id_for(key, at_least)); nothing of "
+                        "this partition was enqueued"
+                    )
+        return [index[s.name] for s in shards]
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         done = [m for m in messages if isinstance(m, Enqueued)]

@@ -403,3 +403,31 @@ def test_an_unreachable_shard_fails_naming_the_shard(spark, make_shards, mysql_s
     error = failure(lambda: write(df, shards.path))
     assert str(error).startswith("shard 80- of keyspace 'app': database unavailable")
     assert shards.ids()[0] == set()
+
+
+def test_an_ordered_table_s_keys_each_live_in_one_shard(spark, make_shards):
+    shards = make_shards(2)
+    shards.create_table(extra="k varchar(64), index order_idx (k, time_acked, id)")
+    for sql in shards.sql:  # an ordered table: vt_order_key=k
+        sql.execute(f"alter table t comment '{comment(vt_order_key='k')}'")
+    ks = shards.keyspace
+    rows, at = [], 1
+    for n in range(30):
+        key = f"customer-{n % 6}"
+        i = ks.id_for(key, at)
+        at = i + 1
+        rows.append((i, f"m{n}", key))
+    df = spark.createDataFrame(rows, "id long, message string, k string")
+    write(df.coalesce(2), shards.path)
+    index = {s.name: k for k, s in enumerate(ks.shards)}
+    for key in {r[2] for r in rows}:
+        home = shards.sql[index[ks.shard_of_key(key).name]]
+        got = sorted(int(r[0]) for r in home.rows(f"select id from t where k = '{key}'"))
+        assert got == sorted(r[0] for r in rows if r[2] == key)  # the whole key there
+    key = "customer-0"
+    wrong = next(i for i in range(10**6, 10**6 + 100) if ks.shard_of(i) != ks.shard_of_key(key))
+    bad = spark.createDataFrame([(wrong, "x", key)], "id long, message string, k string")
+    error = failure(lambda: write(bad.coalesce(1), shards.path))
+    assert isinstance(error, InvalidArgument)
+    assert f"id {wrong} lives in shard {ks.shard_of(wrong).name} and its key" in str(error)
+    assert str(error).endswith("nothing of this partition was enqueued")

@@ -206,3 +206,33 @@ def test_a_null_key_is_a_key_of_its_own_and_without_the_key_column_server_batche
     assert together(parts, [1, 2, 3]) and together(parts, [6, 7]) and len(parts) > 1
     parts = partitioned(None, batches)  # the key is not among the stream's columns
     assert together(parts, [1, 2, 3]) and together(parts, [4, 5, 6, 7])
+
+
+def test_a_stream_of_a_keyspace_reads_every_shard_through_a_gateway(
+    spark, mysql_server, db_name, tmp_path
+):
+    from ..integration.test_gateway import keyspace_of
+
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        ids = list(range(1, N + 1))
+        c.enqueue("q", ids)
+        seen: list[int] = []
+        lock = threading.Lock()
+
+        def sink(batch, batch_id):
+            with lock:
+                seen.extend(r.id for r in batch.select("id").collect())
+
+        q = stream(spark, c.server.address, "q", tmp_path / "ck", sink)
+        try:
+            wait_until(
+                lambda: len(set(seen)) == N and sum(map(len, c.acked("q").values())) == N,
+                timeout_s=90,
+                what="every message of both shards in the sink and acked in its shard",
+            )
+        finally:
+            q.stop()
+        assert sorted(set(seen)) == ids
+        assert {s: len(a) for s, a in c.acked("q").items()} == {
+            s: sum(1 for x in c.keyspace.shards_of(ids) if x.name == s) for s in c.shards
+        }

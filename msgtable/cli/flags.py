@@ -364,6 +364,18 @@ GATEWAY = Command(
             metavar="PEM",
         ),
         Flag(
+            "--shard-tls-cert",
+            "a client certificate for shard servers that require one (with --shard-tls-key)",
+            env="MSGTABLE_SHARD_TLS_CERT",
+            metavar="PEM",
+        ),
+        Flag(
+            "--shard-tls-key",
+            "the key of --shard-tls-cert",
+            env="MSGTABLE_SHARD_TLS_KEY",
+            metavar="PEM",
+        ),
+        Flag(
             "--timeout",
             "seconds a shard has to answer a call, or to open a stream "
             f"(default {DEFAULT_GATEWAY_TIMEOUT_S:g})",

@@ -34,7 +34,12 @@ def gateway(args: argparse.Namespace, out: TextIO | None = None) -> int:
         logging.getLogger("msgtable.client").setLevel(logging.WARNING)
     authorizer = Authorizer.from_file(args.auth) if args.auth else None
     keyspace = KeyspaceGateway(
-        described, timeout_s=args.timeout, token=args.shard_token, tls_ca=args.shard_tls_ca
+        described,
+        timeout_s=args.timeout,
+        token=args.shard_token,
+        tls_ca=args.shard_tls_ca,
+        tls_cert=args.shard_tls_cert,
+        tls_key=args.shard_tls_key,
     )
     try:
         tables = keyspace.check()  # every shard answers, with the same tables

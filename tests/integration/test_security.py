@@ -309,3 +309,40 @@ def test_subscriptions_are_named_table_slash_name_and_managing_them_is_its_own_a
         listed = [(t.name, t.subscription) for t in ops.list_subscriptions()]
         assert listed == [("invoice_in", "books"), ("invoice_in", "other")]
         ops.drop_subscription("invoice_in", "other")
+
+
+def test_a_gateway_reaches_a_shard_s_servers_over_mutual_tls_with_its_token(db_dsn, pki):
+    from msgtable.gateway import GatewayServicer, KeyspaceGateway
+    from msgtable.keyspace import KeyRange, Keyspace, Shard
+
+    with secured(db_dsn, pki) as s:  # TLS with client certificates, and --auth
+        database = sa.engine.make_url(db_dsn).database
+        keyspace = Keyspace(database, (Shard(KeyRange(), db_dsn, (s.address,)),))
+        files = {
+            "tls_ca": str(pki / "ca.pem"),
+            "tls_cert": str(pki / "client.pem"),
+            "tls_key": str(pki / "client.key"),
+        }
+        gateway = KeyspaceGateway(keyspace, timeout_s=3.0, token=WORKER, **files)
+        front = MessagingServer(gateway, "127.0.0.1:0", servicer=GatewayServicer)
+        front.start()
+        try:
+            with Client(front.address) as c:
+                got = Collector(c, "invoice_in")
+                try:
+                    assert sorted(m.id for m in got.take(2)) == [1, 2]
+                    assert c.ack("invoice_in", [1, 2]) == 2
+                finally:
+                    got.close()
+                with pytest.raises(PermissionDenied, match=r"shard - of keyspace .*billing"):
+                    c.ack("payroll", [1])  # the token's rules hold through the gateway
+        finally:
+            front.stop(0.5)
+            gateway.close()
+        # without a client certificate the shard's server refuses the connection: named
+        anonymous = KeyspaceGateway(keyspace, timeout_s=2.0, tls_ca=str(pki / "ca.pem"))
+        try:
+            with pytest.raises(Unavailable, match="shard - of keyspace"):
+                anonymous.check()
+        finally:
+            anonymous.close()

@@ -18,9 +18,11 @@ and be acked (bench.engine's checks), every shard's rows all acked with epoch 1.
 from __future__ import annotations
 
 import contextlib
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -193,11 +195,22 @@ def gateway(file: Path) -> Iterator[tuple[str, int]]:
     )
     try:
         assert process.stdout is not None
-        deadline = time.monotonic() + GATEWAY_START_S
-        line = process.stdout.readline()  # its one line once it serves (or nothing: it died)
-        if "gateway of keyspace" not in line or time.monotonic() > deadline:
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(
+            target=lambda: [lines.put(line) for line in process.stdout or ()],
+            daemon=True,
+            name="bench-gateway-stdout",
+        ).start()
+        try:  # its one line once it serves
+            line = lines.get(timeout=GATEWAY_START_S)
+        except queue.Empty:
+            line = ""
+        if "gateway of keyspace" not in line:
             log.seek(0)
-            raise BenchError(f"msgtable gateway did not start: {line!r} {log.read()[-2000:]!r}")
+            raise BenchError(
+                f"msgtable gateway did not start within {GATEWAY_START_S:g}s: {line!r} "
+                f"{log.read()[-2000:]!r}"
+            )
         yield address, process.pid
     finally:
         process.terminate()

@@ -63,16 +63,21 @@ class ProducerSpec:
 
 
 def producer_worker(spec: ProducerSpec, name: str, ready: Any, go: Any, results: Any) -> None:
-    """Insert the rows as fast as the database takes them, once ``go`` is set.
+    """Insert the rows as fast as the database takes them, once ``go`` is set."""
+    statements = producer_statements(
+        spec.table, spec.first_id, spec.n, spec.rows_per_insert, spec.partitions
+    )
+    insert_worker(spec.dsn, statements, name, ready, go, results)
 
-    Reports ``start`` (just before the first INSERT) and ``end`` (after the last commit).
-    """
+
+def insert_worker(
+    dsn: str, statements: list[str], name: str, ready: Any, go: Any, results: Any
+) -> None:
+    """Run ``statements`` on one connection as fast as the database takes them, once ``go``
+    is set. Reports ``start`` (just before the first) and ``end`` (after the last commit)."""
 
     def work() -> dict[str, Any]:
-        statements = producer_statements(
-            spec.table, spec.first_id, spec.n, spec.rows_per_insert, spec.partitions
-        )
-        with contextlib.closing(connect(spec.dsn)) as conn, conn.cursor() as cur:
+        with contextlib.closing(connect(dsn)) as conn, conn.cursor() as cur:
             ready.put(name)
             go.wait()
             start = time.monotonic()

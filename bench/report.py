@@ -6,6 +6,7 @@ import json
 import math
 import os
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -558,17 +559,7 @@ class Report:
             f"subscriber each, batch 100; median of {len(sv.runs.get(1, []))} rounds, "
             "alternating):",
         ]
-        for p in PROCS:
-            r = sv.median(p)
-            if r is None:
-                continue
-            us = r.cpu_per_msg()
-            out.append(
-                f"  {p} server process(es): {r.msgs_s:,.0f} msgs/s (runs "
-                f"{', '.join(f'{x:,}' for x in sv.spread(p))}); CPU us/msg "
-                + ", ".join(f"{k} {v:.0f}" for k, v in us.items())
-                + f"; total {sum(us.values()):.0f}"
-            )
+        out += _count_lines(sv.median, sv.spread, PROCS, "server process(es)")
         m = servers_model(sv, os.cpu_count() or 1)
         if m:
             out.append(
@@ -586,17 +577,7 @@ class Report:
             f"{SUBSCRIBERS} subscribers through one msgtable gateway, a producer a shard, batch "
             f"100; median of {len(sh.runs.get(1, []))} rounds, alternating):",
         ]
-        for n in SHARDS:
-            r = sh.median(n)
-            if r is None:
-                continue
-            us = r.cpu_per_msg()
-            out.append(
-                f"  {n} shard(s): {r.msgs_s:,.0f} msgs/s (runs "
-                f"{', '.join(f'{x:,}' for x in sh.spread(n))}); CPU us/msg "
-                + ", ".join(f"{k} {v:.0f}" for k, v in us.items())
-                + f"; total {sum(us.values()):.0f}"
-            )
+        out += _count_lines(sh.median, sh.spread, SHARDS, "shard(s)")
         m = shards_model(sh, os.cpu_count() or 1)
         if m:
             out.append(
@@ -836,3 +817,26 @@ def _num(value: float | None, spec: str) -> str:
 def _spread(rounds: list[float] | None) -> list[float] | None:
     """[min, max] of a median's rounds (None: none)."""
     return [round(min(rounds), 3), round(max(rounds), 3)] if rounds else None
+
+
+def _count_lines(
+    median: Callable[[int], Throughput | None],
+    spread: Callable[[int], list[float]],
+    counts: Sequence[int],
+    what: str,
+) -> list[str]:
+    """A line for each count of a scaling section (bench.servers, bench.shards): its median
+    run's msgs/s, every run's, and the parts' CPU per message."""
+    out = []
+    for n in counts:
+        r = median(n)
+        if r is None:
+            continue
+        us = r.cpu_per_msg()
+        out.append(
+            f"  {n} {what}: {r.msgs_s:,.0f} msgs/s (runs "
+            f"{', '.join(f'{x:,}' for x in spread(n))}); CPU us/msg "
+            + ", ".join(f"{k} {v:.0f}" for k, v in us.items())
+            + f"; total {sum(us.values()):.0f}"
+        )
+    return out

@@ -23,7 +23,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +30,12 @@ from typing import Any
 
 import pymysql
 
-from bench.database import PAYLOAD, check_lifecycle, connect, create_table, message_comment
+from bench.database import PAYLOAD, check_lifecycle, create_table, message_comment
 from bench.engine import Shared, SubscriberSpec, check_deliveries, subscriber_worker
 from bench.errors import BenchError
 from bench.measure import Throughput, cpu_meter, run_timeout_s
-from bench.processes import ServerProcess, Workers, report
+from bench.processes import ServerProcess, Workers
+from bench.producer import insert_worker
 from msgtable.devdb import LocalServer, free_port
 from msgtable.keyspace import KeyRange, Keyspace, Shard
 
@@ -97,24 +97,13 @@ def shard_producer_worker(
     spec: ShardProducerSpec, name: str, ready: Any, go: Any, results: Any
 ) -> None:
     """Insert the shard's ids as fast as its database takes them, once ``go`` is set."""
-
-    def work() -> dict[str, Any]:
-        literal = "'" + pymysql.converters.escape_string(PAYLOAD) + "'"
-        statements = [
-            f"insert into {spec.table}(id, message) values "
-            + ",".join(f"({i},{literal})" for i in spec.ids[k : k + spec.rows])
-            for k in range(0, len(spec.ids), spec.rows)
-        ]
-        with contextlib.closing(connect(spec.dsn)) as conn, conn.cursor() as cur:
-            ready.put(name)
-            go.wait()
-            start = time.monotonic()
-            for statement in statements:
-                cur.execute(statement)
-            end = time.monotonic()
-        return {"start": start, "end": end}
-
-    report(name, results, work)
+    literal = "'" + pymysql.converters.escape_string(PAYLOAD) + "'"
+    statements = [
+        f"insert into {spec.table}(id, message) values "
+        + ",".join(f"({i},{literal})" for i in spec.ids[k : k + spec.rows])
+        for k in range(0, len(spec.ids), spec.rows)
+    ]
+    insert_worker(spec.dsn, statements, name, ready, go, results)
 
 
 @contextlib.contextmanager

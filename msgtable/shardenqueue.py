@@ -102,7 +102,8 @@ class ShardedTransaction:
         """Of an ordered table (vt_order_key): InvalidArgument unless each row's id lives in
         its key's shard, so that a key lives in one shard and its order holds."""
         keyspace = self._shards.keyspace
-        column = single.order_key_column(self._of(keyspace.shards[0]), table)
+        # read where the rows go: a shard away elsewhere must not stop this enqueue
+        column = single.order_key_column(self._of(shards[0]), table)
         if not column:
             return
         for row, id_, shard in zip(rows, ids, shards, strict=True):

@@ -490,3 +490,18 @@ def test_a_key_lives_in_one_shard_and_its_messages_come_in_order_through_the_gat
         finally:
             got.close()
         assert seen == sent  # each key's messages in enqueue (id) order
+
+
+def test_sharded_enqueue_into_one_shard_needs_no_other_shard(mysql_server, db_name: str):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        away = Shard(KeyRange.parse("-80"), "mysql+pymysql://u:p@127.0.0.1:1/gone", ())
+        here = next(s for s in c.keyspace.shards if s.name == "80-")
+        keyspace = Keyspace("app", (away, here))
+        mine = [i for i in range(1, 60) if keyspace.shard_of(i).name == "80-"][:5]
+        shards = ShardedEnqueue(keyspace, connect_args={"connect_timeout": 2})
+        try:
+            with shards.begin() as tx:  # shard -80's database does not answer at all
+                assert tx.enqueue_many("q", [{"id": i, "message": "m"} for i in mine]) == 5
+        finally:
+            shards.close()
+        assert sorted(int(r[0]) for r in c.shards["80-"].sql("SELECT id FROM q")) == mine

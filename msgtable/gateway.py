@@ -46,7 +46,7 @@ from msgtable.limits import (
 )
 from msgtable.merge import MergedSubscriber, shard_error
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.server import MessagingServicer, _fail, _resource
+from msgtable.server import MessagingServicer, _fail, _keyspace, _resource
 from msgtable.strays import Strays
 
 log = logging.getLogger("msgtable.gateway")
@@ -132,7 +132,7 @@ class KeyspaceGateway:
 
     def shards_for(self, keyspace: str, shard: str, key_range: tuple[bytes, bytes]) -> list[Shard]:
         """The shards a stream reads: one named, the whole ones inside a key range, or all."""
-        self.check_keyspace(keyspace)
+        _keyspace(self, keyspace)
         if shard:
             found = self.described.shard(shard)
             if tuple(key_range) != (b"", b"") and not KeyRange(*key_range).holds(found.key_range):
@@ -149,12 +149,6 @@ class KeyspaceGateway:
                 )
             return found_in
         return list(self.described.shards)
-
-    def check_keyspace(self, keyspace: str) -> None:
-        if keyspace not in ("", self.keyspace):
-            raise TableNotFound(
-                f"keyspace {keyspace!r} not found: this gateway serves {self.keyspace!r}"
-            )
 
     # -- the servicer's engine ---------------------------------------------------------------
     def subscribe(
@@ -219,7 +213,7 @@ class KeyspaceGateway:
         and the ids whose shard did not answer within GATEWAY_SETTLE_TIMEOUT_S (or was
         away), not settled. Another error of a shard's is raised, naming it (the other
         shards' ids are settled: a retry counts those 0)."""
-        self.check_keyspace(request.keyspace)
+        _keyspace(self, request.keyspace)
         parts = self.split(request)
         timeout_s = min(self.timeout_s, GATEWAY_SETTLE_TIMEOUT_S)
         calls = {
@@ -326,7 +320,7 @@ class GatewayServicer(MessagingServicer):
 
     def ListSubscriptions(self, request: Any, context: grpc.ServicerContext) -> Any:
         def answer() -> pb.ListSubscriptionsResponse:
-            self._gateway.check_keyspace(request.keyspace)
+            _keyspace(self._gateway, request.keyspace)
             out = pb.ListSubscriptionsResponse()
             for name, r in self._gateway.all_of("ListSubscriptions", request).items():
                 for s in r.subscriptions:
@@ -340,7 +334,7 @@ class GatewayServicer(MessagingServicer):
 
     def ListDeadLetters(self, request: Any, context: grpc.ServicerContext) -> Any:
         def answer() -> pb.ListDeadLettersResponse:
-            self._gateway.check_keyspace(request.keyspace)
+            _keyspace(self._gateway, request.keyspace)
             answers = self._gateway.all_of("ListDeadLetters", request)
             dead = sorted(
                 (d for r in answers.values() for d in r.dead),
@@ -363,7 +357,7 @@ class GatewayServicer(MessagingServicer):
             self._allowed(context, "redrive", _resource(request.name, request.subscription))
             if request.to:
                 self._allowed(context, "redrive", request.to)
-            self._gateway.check_keyspace(request.keyspace)
+            _keyspace(self._gateway, request.keyspace)
 
         def answer() -> pb.RedriveResponse:
             if request.ids:
@@ -401,7 +395,7 @@ class GatewayServicer(MessagingServicer):
         """A definition (subscription, endpoint) made on every shard, in shard order."""
 
         def answer() -> Any:
-            self._gateway.check_keyspace(request.keyspace)
+            _keyspace(self._gateway, request.keyspace)
             total = 0
             for s in self._gateway.described.shards:
                 r = self._gateway.all_of(method, request, [s])[s.name]

@@ -155,15 +155,13 @@ class MergedSubscriber:
             self.close()
             raise
         for f, name in opening.items():
-            stream = self._streams[name]
-            if f in waiting:  # still opening: it reads once it opened
-                threading.Thread(
-                    target=self._read, args=(name, stream, f), daemon=True, name=f"merge-{name}"
-                ).start()
-            else:
-                threading.Thread(
-                    target=self._read, args=(name, stream, None), daemon=True, name=f"merge-{name}"
-                ).start()
+            still_opening = f if f in waiting else None  # it reads once it opened
+            threading.Thread(
+                target=self._read,
+                args=(name, self._streams[name], still_opening),
+                daemon=True,
+                name=f"merge-{name}",
+            ).start()
         if waiting:
             late = ", ".join(sorted(opening[f] for f in waiting))
             log.warning(

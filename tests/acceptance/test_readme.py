@@ -384,15 +384,7 @@ def test_the_keyspace_example_runs_as_pasted(mysql_server: ServerHandle, db_name
                 for e in doc["shards"]
             )
         )
-        done = subprocess.run(
-            [sys.executable, "-c", code],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            cwd=tmp_path,
-        )
-        assert done.returncode == 0, describe(done)
+        run_in(tmp_path, code)
         acked = c.acked("my_message")
         assert sorted(i for ids in acked.values() for i in ids) == list(range(1, 11))
         for shard, ids in acked.items():  # each in the shard its id hashes to
@@ -410,16 +402,21 @@ def test_the_keyspace_example_runs_as_pasted(mysql_server: ServerHandle, db_name
             "shards = ShardedEnqueue(keyspace)\n"
             'events = [("customer-3", "paid"), ("customer-4", "sent"), ("customer-3", "shipped")]\n'
         )
-        done = subprocess.run(
-            [sys.executable, "-c", before + ordering + "shards.close()\n"],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            cwd=tmp_path,
-        )
-        assert done.returncode == 0, describe(done)
+        run_in(tmp_path, before + ordering + "shards.close()\n")
         for key, texts in (("customer-3", ["paid", "shipped"]), ("customer-4", ["sent"])):
             home = c.shards[c.keyspace.shard_of_key(key).name]
             rows = home.sql("SELECT id, message FROM order_events WHERE k = :k ORDER BY id", k=key)
             assert [r[1] for r in rows] == texts  # the whole key in its shard, in order
+
+
+def run_in(directory: Path, code: str) -> None:
+    """Run Python ``code`` in ``directory`` (where its files are); it must exit 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=directory,
+    )
+    assert done.returncode == 0, describe(done)

@@ -12,15 +12,19 @@ traces one root span in ten (``ParentBased(TraceIdRatioBased(SAMPLE))`` in the s
 subscribers, as a production deployment would sample; JSON ``sampled_tracing_cost_ratio``).
 With --full each run delivers FULL_MESSAGES messages.
 
-All are measured in the same run, in rounds of the sides (SIDES; every other round the other
-way round, an even number of rounds: ROUNDS, FULL_ROUNDS with --full), on fresh servers (no
-lease of their own: one at a time). Each ratio is the median over the rounds of that round's
-ratio (on / off, traced / off of the same round): the machine's speed drifts over minutes, a
-round's runs follow each other, and the median leaves out a round that other work on the
-machine disturbed; ``ratio_runs`` and ``tracing_ratio_runs`` keep each round's, the spread.
-The ``*_msgs_s`` figures are each side's best run.
-The scrapes are checked: every one answered 200 with the server's families, and some had the
-run's table (a scrape before the server discovered it has none).
+All are measured in the same run, in rounds of the sides (SIDES), on fresh servers (no lease
+of their own: one at a time). Round r runs the sides rotated by r places, so over ROUNDS
+(FULL_ROUNDS with --full; multiples of the number of sides) each side runs in each place of
+a round equally often: a run's place (after a run that left the database purging, or first
+after a pause) weighs alike on every side. A sixth side, ``control``, is the off side once
+more: its ratio to off (JSON ``control_ratio``, and its rounds) is what the method itself
+shows for no difference at all, the yardstick for the others' distance from 1. Each ratio is
+the median over the rounds of that round's ratio (on / off, traced / off of the same round):
+the machine's speed drifts over minutes, a round's runs follow each other, and the median
+leaves out a round that other work on the machine disturbed; ``ratio_runs`` and
+``tracing_ratio_runs`` keep each round's, the spread. The ``*_msgs_s`` figures are each side's
+best run. The scrapes are checked: every one answered 200 with the server's families, and some
+had the run's table (a scrape before the server discovered it has none).
 """
 
 from __future__ import annotations
@@ -41,8 +45,8 @@ from bench import engine
 from bench.errors import BenchError
 from bench.processes import ServerProcess
 
-ROUNDS = 6  # even: as many rounds each way round
-FULL_ROUNDS = 10
+ROUNDS = 6  # a multiple of len(SIDES): each side in each place of a round equally often
+FULL_ROUNDS = 12
 SAMPLE = 0.1  # the sampled side's ParentBased(TraceIdRatioBased(SAMPLE)), both processes
 # The sides of a round: no metrics; --metrics-listen and nobody scrapes (what metrics cost
 # by themselves: the counters, the binlog's row counting); scraped every SCRAPE_INTERVAL_S;
@@ -53,6 +57,7 @@ SIDES = {
     "on": "on",
     "traced": "metrics and tracing on",
     "sampled": f"metrics and tracing on, {SAMPLE:.0%} sampled",
+    "control": "off, again",  # the same as off: what the method shows for no difference
 }
 # With --full each run delivers this many messages (quick: the throughput runs' size): runs
 # of several seconds, at the rate the engine keeps up, not its first second.
@@ -74,6 +79,8 @@ class MetricsCost:
     listening_ratio_runs: list[float] = field(default_factory=list)
     sampled_ratio: float = 0.0  # the median of the rounds' sampled / off
     sampled_ratio_runs: list[float] = field(default_factory=list)
+    control_ratio: float = 0.0  # the median of the rounds' control (off again) / off
+    control_ratio_runs: list[float] = field(default_factory=list)
     traced_msgs_s: float = 0.0  # metrics and tracing on
     tracing_ratio: float = 0.0  # the median of the rounds' traced / off
     ratio_runs: list[float] = field(default_factory=list)  # each round's on / off
@@ -147,12 +154,9 @@ def run(
     spans_dir = tempfile.TemporaryDirectory(prefix="msgtable-bench-spans-")
     scrapes = with_table = 0
     cpu: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
-    order = list(SIDES)
     for round_ in range(rounds):
-        # every other round the other way round (off ... traced; traced ... off): a run's
-        # place in the round weighs alike
-        for side in order if round_ % 2 == 0 else order[::-1]:
-            metrics, scraped = side != "off", side in ("on", "traced", "sampled")
+        for side in rotated(list(SIDES), round_):
+            metrics, scraped = side not in ("off", "control"), side in ("on", "traced", "sampled")
             tracing, sample = side in ("traced", "sampled"), SAMPLE if side == "sampled" else None
             port = free_port()
             extra = ("--metrics-listen", f"127.0.0.1:{port}") if metrics else ()
@@ -194,6 +198,7 @@ def run(
     ratios = [a / b for a, b in zip(on, off, strict=True)]
     tracing_ratios = [a / b for a, b in zip(traced, off, strict=True)]
     sampled_ratios = [a / b for a, b in zip(runs["sampled"], off, strict=True)]
+    control_ratios = [a / b for a, b in zip(runs["control"], off, strict=True)]
     return MetricsCost(
         off_msgs_s=max(off),
         on_msgs_s=max(on),
@@ -208,6 +213,8 @@ def run(
         tracing_ratio=statistics.median(tracing_ratios),
         sampled_ratio=statistics.median(sampled_ratios),
         sampled_ratio_runs=sampled_ratios,
+        control_ratio=statistics.median(control_ratios),
+        control_ratio_runs=control_ratios,
         ratio_runs=ratios,
         tracing_ratio_runs=tracing_ratios,
         traced_runs=traced,
@@ -216,6 +223,13 @@ def run(
         traced_messages=traced_messages,
         cpu_us_per_msg={side: _median(runs) for side, runs in cpu.items()},
     )
+
+
+def rotated(sides: list[str], round_: int) -> list[str]:
+    """The order of a round's runs: ``sides`` rotated by ``round_`` places (over as many
+    rounds as sides, each side runs in each place once)."""
+    k = round_ % len(sides)
+    return sides[k:] + sides[:k]
 
 
 def _median(runs: list[dict[str, float]]) -> dict[str, float]:

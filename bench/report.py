@@ -762,6 +762,8 @@ class Report:
             "sampled_tracing_cost_ratio": rnd(
                 self.metrics.sampled_ratio if self.metrics else None, 3
             ),
+            # the off side run once more: what the method shows for no difference
+            "metrics_control_ratio": rnd(self.metrics.control_ratio if self.metrics else None, 3),
             "metrics": self.metrics.as_dict() if self.metrics else None,
             "dashboard_page_ms": rnd(self.dashboard.page_ms if self.dashboard else None, 2),
             "dashboard_page_p99_ms": rnd(self.dashboard.page_p99_ms if self.dashboard else None, 2),

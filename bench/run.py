@@ -227,7 +227,8 @@ def run(args: argparse.Namespace) -> Report:
                 f"({mc.ratio:.3f}, {mc.scrapes} scrapes; listening, not scraped "
                 f"{mc.listening_ratio:.3f}); with tracing "
                 f"{mc.traced_msgs_s:,.0f} ({mc.tracing_ratio:.3f}), {metrics.SAMPLE:.0%} "
-                f"sampled {mc.sampled_ratio:.3f}; ratios the median of "
+                f"sampled {mc.sampled_ratio:.3f}; off again (the control) "
+                f"{mc.control_ratio:.3f}; ratios the median of "
                 f"each round's: {', '.join(f'{r:.3f}' for r in mc.ratio_runs)} and "
                 f"{', '.join(f'{r:.3f}' for r in mc.tracing_ratio_runs)}"
             )

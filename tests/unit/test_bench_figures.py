@@ -128,3 +128,21 @@ def test_the_shards_figures_are_median_runs_with_each_parts_cpu_and_a_model():
     assert doc["shards_cpu_us_per_msg_by_part"]["1"]["gateway"] == 10.0
     assert doc["targets"]["shards_2_ratio"]["met"] is True
     assert "4 shard(s): 15,000 msgs/s (runs 14,000, 15,000, 16,000)" in r.text()
+
+
+def test_the_metrics_rounds_put_each_side_in_each_place_equally_often():
+    from collections import Counter
+
+    from bench import metrics
+
+    sides = list(metrics.SIDES)
+    assert "control" in sides and "off" in sides
+    for rounds in (metrics.ROUNDS, metrics.FULL_ROUNDS):
+        assert rounds % len(sides) == 0, rounds
+        places = Counter(
+            (side, place)
+            for r in range(rounds)
+            for place, side in enumerate(metrics.rotated(sides, r))
+        )
+        assert set(places.values()) == {rounds // len(sides)}
+        assert len(places) == len(sides) ** 2

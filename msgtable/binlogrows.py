@@ -131,18 +131,36 @@ def count_rows(data: bytes, shape: Shape, checksum: bool) -> int | None:
         columns = [c for i, c in enumerate(shape) if present >> i & 1]
         null_bytes = (len(columns) + 7) // 8
         end = len(data) - (4 if checksum else 0)
-        plans: dict[int, tuple[tuple[tuple[int, int], ...], int]] = {}
+        plans: dict[int, _Plan] = {}
         rows = 0
         while p < end:
             # (the common cases without a slice: a 1-byte bitmap, 1- and 2-byte lengths)
             nulls = (
                 data[p] if null_bytes == 1 else int.from_bytes(data[p : p + null_bytes], "little")
             )
-            p += null_bytes
             plan = plans.get(nulls)
             if plan is None:
-                plan = plans[nulls] = _plan(columns, nulls)
-            steps, tail = plan
+                plan = plans[nulls] = _plan(columns, nulls, null_bytes)
+            steps, tail, at, skip = plan
+            if at and null_bytes == 1:
+                # A row of one length-prefixed value (a message table's usual row), and the
+                # rows after it with the same bitmap (a multi-row INSERT's usually have):
+                # each is a step of ``skip`` bytes and its value's length, in a tight loop.
+                if at > 0:  # a 1-byte length at ``at``
+                    while True:
+                        p += skip + data[p + at]
+                        rows += 1
+                        if p >= end or data[p] != nulls:
+                            break
+                else:  # a 2-byte length at ``-at``
+                    at = -at
+                    while True:
+                        p += skip + (data[p + at] | data[p + at + 1] << 8)
+                        rows += 1
+                        if p >= end or data[p] != nulls:
+                            break
+                continue
+            p += null_bytes
             for run, width in steps:
                 p += run
                 if width == 1:
@@ -158,11 +176,18 @@ def count_rows(data: bytes, shape: Shape, checksum: bool) -> int | None:
         return None
 
 
-def _plan(columns: list[int], nulls: int) -> tuple[tuple[tuple[int, int], ...], int]:
+# How a row with a given null bitmap is stepped over (see _plan)
+_Plan = tuple[tuple[tuple[int, int], ...], int, int, int]
+
+
+def _plan(columns: list[int], nulls: int, null_bytes: int) -> _Plan:
     """How a row whose null bitmap is ``nulls`` is stepped over: before each length-prefixed
     value, the bytes of the fixed-size ones since the last (and its length's width); then
     the fixed-size bytes after the last. A table's rows share a few bitmaps: each is worked
-    out once an event, not once a row."""
+    out once an event, not once a row. When the row has exactly one length-prefixed value
+    of a 1- or 2-byte length, also where that length is from the row's start (``at``;
+    negative for 2 bytes; 0 otherwise) and the bytes of the row besides the value
+    (``skip``)."""
     steps = []
     run = 0
     for c in columns:
@@ -173,4 +198,9 @@ def _plan(columns: list[int], nulls: int) -> tuple[tuple[tuple[int, int], ...], 
                 steps.append((run, -c))
                 run = 0
         nulls >>= 1
-    return tuple(steps), run
+    at = skip = 0
+    if len(steps) == 1 and steps[0][1] <= 2:
+        before, width = steps[0]
+        at = (null_bytes + before) * (1 if width == 1 else -1)
+        skip = null_bytes + before + width + run
+    return tuple(steps), run, at, skip

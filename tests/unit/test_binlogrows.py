@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from msgtable.binlogrows import (
     BLOB,
     LONGLONG,
@@ -96,3 +99,56 @@ def test_a_two_byte_null_bitmap_and_long_length_prefixes_are_stepped_over():
     packet = bytes(header) + body + b"".join(rows)
     assert count_rows(packet, shape, checksum=False) == 4
     assert count_rows(packet[:-1], shape, checksum=False) is None
+
+
+def test_a_message_tables_rows_of_one_short_value_are_counted_whatever_their_bitmaps():
+    """The usual row (fixed-size columns and one length-prefixed value) takes the tight
+    loop; rows whose bitmaps change midway, or that leave the value out, each take theirs."""
+    shape = (8, 8, 8, 8, 8, 8, -1)  # bigints (time_acked nullable) and a varchar(128)
+
+    def msg_row(text: bytes | None, acked: bool) -> bytes:
+        nulls = (0 if acked else 1 << 4) | (0 if text is not None else 1 << 6)
+        out = bytes([nulls]) + bytes(8 * (6 if acked else 5))
+        return out + (bytes([len(text)]) + text if text is not None else b"")
+
+    rows = [msg_row(b"m%d" % i, False) for i in range(50)] + [msg_row(None, False)]
+    rows += [msg_row(b"x" * 255, True), msg_row(b"", False), msg_row(b"y", False)]
+    header = bytearray(HEADER)
+    header[5] = 0x1E
+    body = (7).to_bytes(6, "little") + b"\x01\x00" + (2).to_bytes(2, "little") + b"\x07\x7f"
+    packet = bytes(header) + body + b"".join(rows)
+    assert count_rows(packet, shape, checksum=False) == len(rows)
+    assert count_rows(packet + b"\x00" * 4, shape, checksum=True) == len(rows)
+    assert count_rows(packet[:-1], shape, checksum=False) is None  # the last row cut short
+    assert count_rows(packet + b"\x10", shape, checksum=False) is None  # a row that never ends
+
+
+@given(
+    st.lists(st.sampled_from([8, 4, 3, 0, -1, -2, -3, -4]), min_size=1, max_size=12),
+    st.lists(st.tuples(st.integers(0, 2**12 - 1), st.lists(st.binary(max_size=300))), max_size=8),
+)
+def test_rows_of_any_shape_are_counted_as_stepping_over_each_value_would(columns, specs):
+    """Against a plain reference: each row's bitmap, then each present column's value."""
+    shape = tuple(columns)
+    null_bytes = (len(shape) + 7) // 8
+    rows = []
+    for nulls, values in specs:
+        nulls &= (1 << len(shape)) - 1
+        out, it = nulls.to_bytes(null_bytes, "little"), iter(values)
+        for i, c in enumerate(shape):
+            if nulls >> i & 1:
+                continue
+            if c >= 0:
+                out += bytes(c)
+            else:
+                value = next(it, b"v")[: 256 ** (-c) - 1]
+                out += len(value).to_bytes(-c, "little") + value
+        rows.append(out)
+    header = bytearray(HEADER)
+    header[5] = 0x1E
+    body = (7).to_bytes(6, "little") + b"\x01\x00" + (2).to_bytes(2, "little")
+    body += bytes([len(shape)]) + ((1 << len(shape)) - 1).to_bytes(null_bytes, "little")
+    packet = bytes(header) + body + b"".join(rows)
+    assert count_rows(packet, shape, checksum=False) == len(rows)
+    if rows and len(rows[-1]) > null_bytes:  # one byte short: never a count
+        assert count_rows(packet[:-1], shape, checksum=False) is None

@@ -9,6 +9,14 @@ load of a page carries the whole hour: ``dashboard_api_hour_ms`` times that, in 
 (a dashboard on its own engine, its history filled with a full hour of samples of the
 TABLES tables), over HTTP too, with the history's memory (``history_bytes``).
 
+The same server serves ``/metrics`` (``--metrics-listen``): SCRAPES GETs of it as
+Prometheus makes them (a keep-alive connection, gzip accepted), each checked (200, every
+table labelled): the server's CPU a scrape from /proc (JSON ``metrics_scrape_cpu_ms``) and
+the answer's time. And in this process, on the same engine as the first loads: the families
+rendered by msgtable.exposition against prometheus_client's generate_latest over the same
+families, alternating (``exposition_ms``, ``exposition_baseline_ms``; target
+``exposition_speedup`` = baseline / msgtable's >= TARGET_SPEEDUP).
+
 Every answer is checked: 200, and the state lists all TABLES tables.
 """
 
@@ -24,6 +32,7 @@ import urllib3
 
 from bench.database import create_table, execute, message_comment
 from bench.errors import BenchError
+from bench.measure import cpu_seconds
 from bench.metrics import free_port
 from bench.processes import ServerProcess
 
@@ -31,6 +40,9 @@ TABLES = 100
 ROWS_PER_TABLE = 20
 REQUESTS = {"quick": 100, "full": 400}
 TARGET_MS = 300.0
+SCRAPES = {"quick": 30, "full": 100}
+RENDERS = {"quick": 10, "full": 30}
+TARGET_SPEEDUP = 3.0
 
 
 @dataclass
@@ -46,9 +58,22 @@ class DashboardResult:
     hour_p99_ms: float
     hour_bytes: int
     history_bytes: int  # the history's arrays for TABLES tables over the hour
+    scrapes: int = 0
+    scrape_cpu_ms: float = 0.0  # the server's CPU a GET /metrics (keep-alive, gzip)
+    scrape_ms: float = 0.0  # median answer time
+    scrape_bytes: int = 0  # the text, before gzip
+    exposition_ms: float = 0.0  # median: the families rendered by msgtable.exposition
+    exposition_baseline_ms: float = 0.0  # median: the same by prometheus_client
+
+    @property
+    def exposition_speedup(self) -> float:
+        """prometheus_client's rendering time / msgtable.exposition's, the same families."""
+        return self.exposition_baseline_ms / self.exposition_ms if self.exposition_ms else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        out = {k: round(v, 2) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        out["exposition_speedup"] = round(self.exposition_speedup, 2)
+        return out
 
 
 def _p99(values: list[float]) -> float:
@@ -64,7 +89,9 @@ def run(dsn: str, mode: str, progress: Any) -> DashboardResult:
     execute(dsn, *(f"insert into dash_{i:03d}(id, message) values {rows}" for i in range(TABLES)))
     port = free_port()
     n = REQUESTS[mode]
-    with ServerProcess(dsn, lease=False, extra=("--http", f"127.0.0.1:{port}")) as server:
+    metrics_port = free_port()
+    extra = ("--http", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}")
+    with ServerProcess(dsn, lease=False, extra=extra) as server:
         base = f"http://127.0.0.1:{port}"
         http = urllib3.PoolManager(maxsize=1, retries=False, timeout=30)
         from msgtable.client import Client
@@ -98,11 +125,12 @@ def run(dsn: str, mode: str, progress: Any) -> DashboardResult:
                 if answer.status != 200 or len(state["tables"]) != TABLES:
                     raise BenchError(f"dashboard: GET /api/state answered {answer.status}")
                 size = len(answer.data)
+            scrape = _scrapes(server.pid, f"http://127.0.0.1:{metrics_port}/metrics", mode)
             subscription.close()
         finally:
             client.close()
             http.clear()
-    hour, hour_bytes, history_bytes = _first_loads(dsn, max(10, n // 5))
+    hour, hour_bytes, history_bytes, renders = _first_loads(dsn, max(10, n // 5), mode)
     result = DashboardResult(
         TABLES,
         n,
@@ -115,20 +143,56 @@ def run(dsn: str, mode: str, progress: Any) -> DashboardResult:
         _p99(hour),
         hour_bytes,
         history_bytes,
+        *scrape,
+        *renders,
     )
     progress(
         f"dashboard ({TABLES} tables): page {result.page_ms:.1f} ms (p99 "
         f"{result.page_p99_ms:.1f}), state {result.api_ms:.1f} ms (p99 {result.api_p99_ms:.1f}), "
         f"{size:,} bytes; first load with an hour of history {result.hour_ms:.1f} ms (p99 "
-        f"{result.hour_p99_ms:.1f}), {hour_bytes:,} bytes; history {history_bytes:,} bytes"
+        f"{result.hour_p99_ms:.1f}), {hour_bytes:,} bytes; history {history_bytes:,} bytes; "
+        f"/metrics {result.scrape_cpu_ms:.1f} ms of the server's CPU a scrape "
+        f"({result.scrape_ms:.1f} ms, {result.scrape_bytes:,} bytes); the families "
+        f"rendered in {result.exposition_ms:.1f} ms, by prometheus_client in "
+        f"{result.exposition_baseline_ms:.1f} ms ({result.exposition_speedup:.1f}x)"
     )
     return result
 
 
-def _first_loads(dsn: str, n: int) -> tuple[list[float], int, int]:
+def _scrapes(pid: int, url: str, mode: str) -> tuple[int, float, float, int]:
+    """SCRAPES GETs of /metrics as Prometheus makes them: (how many, the server's CPU ms a
+    scrape, the median answer ms, the text's bytes)."""
+    import gzip
+
+    http = urllib3.PoolManager(maxsize=1, retries=False, timeout=30)
+    n = SCRAPES[mode]
+    try:
+        http.request("GET", url, headers={"Accept-Encoding": "gzip"})  # connected
+        times, text = [], b""
+        cpu = cpu_seconds(pid)
+        for _ in range(n):
+            began = time.perf_counter()
+            answer = http.request(
+                "GET", url, headers={"Accept-Encoding": "gzip"}, decode_content=False
+            )
+            times.append((time.perf_counter() - began) * 1000)
+            if answer.status != 200 or answer.headers.get("Content-Encoding") != "gzip":
+                raise BenchError(f"dashboard: GET /metrics answered {answer.status}")
+            text = gzip.decompress(answer.data)
+        cpu = cpu_seconds(pid) - cpu
+    finally:
+        http.clear()
+    labelled = {f"dash_{i:03d}" for i in range(TABLES)}
+    missing = [t for t in sorted(labelled) if f'table="{t}"'.encode() not in text]
+    if missing:
+        raise BenchError(f"dashboard: /metrics has no samples of {len(missing)} tables")
+    return n, cpu / n * 1000, statistics.median(times), len(text)
+
+
+def _first_loads(dsn: str, n: int, mode: str) -> tuple[list[float], int, int, tuple[float, float]]:
     """GET /api/state without ``after`` ``n`` times from a dashboard whose history holds a
     full hour of samples of every table; (the times in ms, the answer's size, the history's
-    bytes)."""
+    bytes, and the families' rendering: msgtable's and prometheus_client's median ms)."""
     import dataclasses
 
     from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
@@ -164,6 +228,28 @@ def _first_loads(dsn: str, n: int) -> tuple[list[float], int, int]:
         finally:
             http.clear()
             d.close()
-        return times, size, history_bytes
+        return times, size, history_bytes, _renders(engine, RENDERS[mode])
     finally:
         engine.close()
+
+
+def _renders(engine: Any, n: int) -> tuple[float, float]:
+    """The engine's families as /metrics renders them (msgtable.exposition) and as
+    prometheus_client's generate_latest does, alternating ``n`` times: the median ms of
+    each; the two texts must be the same."""
+    from prometheus_client import generate_latest
+
+    from msgtable.metrics import EngineCollector, registry_for
+
+    collector, registry = EngineCollector(engine), registry_for(engine)
+    ours, theirs = [], []
+    for _ in range(n):
+        began = time.perf_counter()
+        text = collector.exposition()
+        ours.append((time.perf_counter() - began) * 1000)
+        began = time.perf_counter()
+        baseline = generate_latest(registry)
+        theirs.append((time.perf_counter() - began) * 1000)
+    if text.count(b"\n") != baseline.count(b"\n") or text.count(b"table=") < TABLES:
+        raise BenchError("dashboard: the families rendered two ways differ")
+    return statistics.median(ours), statistics.median(theirs)

@@ -12,6 +12,7 @@ from typing import Any
 
 from bench.capture import TARGET_EVENTS_S, CaptureResult
 from bench.dashboard import TARGET_MS as TARGET_DASHBOARD_MS
+from bench.dashboard import TARGET_SPEEDUP as TARGET_EXPOSITION_SPEEDUP
 from bench.dashboard import DashboardResult
 from bench.database import PAYLOAD
 from bench.fanout import FILTER, GROUPS, FanoutResult
@@ -337,6 +338,12 @@ class Report:
                 TARGET_DASHBOARD_MS,
                 unit=" ms",
                 at_most=True,
+            ),
+            Target(
+                "exposition_speedup",
+                "/metrics of 100 tables: prometheus_client's rendering / msgtable's, same families",
+                self.dashboard.exposition_speedup if self.dashboard else None,
+                TARGET_EXPOSITION_SPEEDUP,
             ),
             Target(
                 "tracing_cost_ratio",
@@ -771,6 +778,16 @@ class Report:
             "dashboard_api_p99_ms": rnd(self.dashboard.api_p99_ms if self.dashboard else None, 2),
             "dashboard_api_hour_ms": rnd(self.dashboard.hour_ms if self.dashboard else None, 2),
             "dashboard": self.dashboard.as_dict() if self.dashboard else None,
+            "metrics_scrape_cpu_ms": rnd(
+                self.dashboard.scrape_cpu_ms if self.dashboard else None, 2
+            ),
+            "exposition_ms": rnd(self.dashboard.exposition_ms if self.dashboard else None, 2),
+            "exposition_baseline_ms": rnd(
+                self.dashboard.exposition_baseline_ms if self.dashboard else None, 2
+            ),
+            "exposition_speedup": rnd(
+                self.dashboard.exposition_speedup if self.dashboard else None, 2
+            ),
             "server_procs": list(PROCS) if self.servers else None,
             "msgs_s_by_server_procs": self.servers.msgs_s_by_server_procs()
             if self.servers

@@ -12,30 +12,38 @@ counters; labels ``keyspace``, ``table`` and ``subscription`` ("" for a table's
 default group), never one per message. The counters start at zero when a table (or
 subscription) is opened here; Prometheus's ``rate()`` takes such resets in its stride.
 
-:class:`MetricsServer` serves them on ``--metrics-listen HOST:PORT`` (prometheus_client's
-HTTP server, on its own thread), with idempotent ``open()`` / ``close()``.
+:class:`MetricsServer` serves them on ``--metrics-listen HOST:PORT`` (msgtable.webserver,
+on threads of its own), with idempotent ``open()`` / ``close()``, rendered by
+msgtable.exposition: byte for byte what prometheus_client would write, and several times
+cheaper (a scrape of 100 tables' 5,000 lines took 140 ms of the server's CPU through
+prometheus_client's generate_latest and HTTP server on a 2-core machine).
 """
 
 from __future__ import annotations
 
-import threading
+import functools
+import gzip
+import logging
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from msgtable import webserver
 from msgtable.backlog import DEFAULT_MAX_AGE_S, SCRAPE_WAIT_S, Backlog
-from msgtable.errors import InvalidArgument
+from msgtable.exposition import CONTENT_TYPE, COUNTER, GAUGE, HISTOGRAM, Family, render
 from msgtable.latency import LatencySnapshot
 from msgtable.status import PushStatus, TableStatus
+from msgtable.webserver import WebServer
 
-if TYPE_CHECKING:
-    from wsgiref.simple_server import WSGIServer
+log = logging.getLogger(__name__)
 
 PREFIX = "msgtable_"
 LABELS = ("keyspace", "table", "subscription")
+THREADS = 2  # Prometheus keeps one connection a target; a second for a person or a test
+GZIP_LEVEL = 1  # text compresses about tenfold at the fastest level; 9 costs several times more
 
 # (family name without prefix and suffix, TableStatus field, help)
 COUNTERS = (
@@ -99,6 +107,18 @@ class EngineCollector(Collector):
         return iter(())  # the families are only known at scrape time
 
     def collect(self) -> Iterator[Metric]:
+        """prometheus_client's families (a registry's collector): the same as exposition()."""
+        for family in self.families():
+            yield family.metric()
+
+    def exposition(self) -> bytes:
+        """What /metrics answers: Prometheus's text format, rendered by msgtable.exposition
+        (byte for byte what prometheus_client would write, several times faster)."""
+        return render(self.families())
+
+    def families(self) -> list[Family]:
+        """Every family, read from the engine's counters now (no statement, except the
+        backlog's read at most once per backlog_max_age_s)."""
         engine = self.engine
         # the counters and the lease gauges of one tenure: a loss (its tables reopened,
         # counters at 0) or a gain while the tables are read means reading them again
@@ -112,226 +132,252 @@ class EngineCollector(Collector):
         leading, gains_now, _ = tenure
         live.sort(key=lambda x: (x[0].name, x[0].subscription))
         statuses = [s for s, _ in live]
+        labels = [_labels(s) for s in statuses]
+        out: list[Family] = []
         for name, field, doc in COUNTERS:
-            c = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)
-            for s in statuses:
-                c.add_metric(_labels(s), getattr(s, field))
-            yield c
-        c = CounterMetricFamily(
+            c = Family(PREFIX + name, COUNTER, doc, LABELS)
+            for s, ls in zip(statuses, labels, strict=True):
+                c.add(ls, getattr(s, field))
+            out.append(c)
+        c = Family(
             PREFIX + "messages_acked",
+            COUNTER,
             "Messages acked: via grpc (MessageAck) or dml (another client's UPDATE, as the "
             "binlog showed it).",
-            labels=(*LABELS, "via"),
+            (*LABELS, "via"),
         )
-        for s in statuses:
-            c.add_metric((*_labels(s), "grpc"), s.acked - s.acked_dml)
-            c.add_metric((*_labels(s), "dml"), s.acked_dml)
-        yield c
-        c = CounterMetricFamily(
+        for s, ls in zip(statuses, labels, strict=True):
+            c.add((*ls, "grpc"), s.acked - s.acked_dml)
+            c.add((*ls, "dml"), s.acked_dml)
+        out.append(c)
+        c = Family(
             PREFIX + "messages_enqueued",
+            COUNTER,
             "Rows other clients inserted into the table, as the binlog follower counted them.",
-            labels=LABELS,
+            LABELS,
         )
         if engine.binlog is not None:
-            for s in statuses:
+            for s, ls in zip(statuses, labels, strict=True):
                 if not s.subscription:  # a subscription's rows are the table's
-                    c.add_metric(_labels(s), s.enqueued)
-        yield c
+                    c.add(ls, s.enqueued)
+        out.append(c)
         for name, field, doc in GAUGES:
-            g = GaugeMetricFamily(PREFIX + name, doc, labels=LABELS)
-            for s in statuses:
-                g.add_metric(_labels(s), getattr(s, field))
-            yield g
-        h = HistogramMetricFamily(
+            g = Family(PREFIX + name, GAUGE, doc, LABELS)
+            for s, ls in zip(statuses, labels, strict=True):
+                g.add(ls, getattr(s, field))
+            out.append(g)
+        h = Family(
             PREFIX + "message_ack_latency_seconds",
+            HISTOGRAM,
             "Time from a message's send to its ack (by MessageAck or DML) while in flight.",
-            labels=LABELS,
+            LABELS,
         )
-        for s, (buckets, sum_s) in live:
-            h.add_metric(_labels(s), buckets, sum_s)
-        yield h
-        h = HistogramMetricFamily(
+        for (_, latency), ls in zip(live, labels, strict=True):
+            h.add_histogram(ls, latency)
+        out.append(h)
+        h = Family(
             PREFIX + "message_delivery_delay_seconds",
+            HISTOGRAM,
             "Time from a message's time_created to its first send.",
-            labels=LABELS,
+            LABELS,
         )
         delays = engine.delivery_delays()
-        for s in statuses:
+        for s, ls in zip(statuses, labels, strict=True):
             d = delays.get((s.name, s.subscription))
             cfg = s.config
             if d is not None and cfg is not None and cfg.has_column("time_created"):
-                h.add_metric(_labels(s), *d)
-        yield h
-        pushes = [(s, engine.push_status(s.name, s.subscription)) for s in statuses]
+                h.add_histogram(ls, d)
+        out.append(h)
+        pushes = [engine.push_status(s.name, s.subscription) for s in statuses]
         for name, field, doc in PUSH_COUNTERS:
-            c = CounterMetricFamily(PREFIX + name, doc, labels=LABELS)
-            for s, p in pushes:
+            c = Family(PREFIX + name, COUNTER, doc, LABELS)
+            for p, ls in zip(pushes, labels, strict=True):
                 if p is not None:
-                    c.add_metric(_labels(s), getattr(p, field))
-            yield c
-        g = GaugeMetricFamily(
-            PREFIX + "push_in_flight", "Pushes waiting for their endpoint's answer.", labels=LABELS
+                    c.add(ls, getattr(p, field))
+            out.append(c)
+        g = Family(
+            PREFIX + "push_in_flight",
+            GAUGE,
+            "Pushes waiting for their endpoint's answer.",
+            LABELS,
         )
-        for s, p in pushes:
+        for p, ls in zip(pushes, labels, strict=True):
             if p is not None:
-                g.add_metric(_labels(s), p.in_flight)
-        yield g
-        yield from self._backlog_families()
-        g = GaugeMetricFamily(
+                g.add(ls, p.in_flight)
+        out.append(g)
+        out.extend(self._backlog_families())
+        g = Family(
             PREFIX + "table_sender",
+            GAUGE,
             "1 while this server sends the table (it holds the table's lease), else 0.",
-            labels=LABELS,
+            LABELS,
         )
-        for st in statuses:
+        for st, ls in zip(statuses, labels, strict=True):
             if not st.subscription:
-                g.add_metric(_labels(st), 1 if sending.get(st.name) else 0)
-        yield g
+                g.add(ls, 1 if sending.get(st.name) else 0)
+        out.append(g)
         ks = engine.keyspace
-        yield _per_keyspace(
-            GaugeMetricFamily,
-            "lease_holder",
-            "1 while this server sends any table (it holds a table's lease), else 0.",
-            ks,
-            1 if leading else 0,
+        out.append(
+            _per_keyspace(
+                GAUGE,
+                "lease_holder",
+                "1 while this server sends any table (it holds a table's lease), else 0.",
+                ks,
+                1 if leading else 0,
+            )
         )
-        yield _per_keyspace(
-            CounterMetricFamily,
-            "lease_gains",
-            "Times this server gained a table's lease: each starts a tenure of the table whose "
-            "counters start again at 0.",
-            ks,
-            gains_now,
+        out.append(
+            _per_keyspace(
+                COUNTER,
+                "lease_gains",
+                "Times this server gained a table's lease: each starts a tenure of the table "
+                "whose counters start again at 0.",
+                ks,
+                gains_now,
+            )
         )
-        yield _per_keyspace(
-            CounterMetricFamily,
-            "lease_late_renewals",
-            "Lease renewals that came back after the validity they gave: sends paused until "
-            "the next one (a loaded machine, or a --lease-period too short for it).",
-            ks,
-            engine.lease_late_renewals,
+        out.append(
+            _per_keyspace(
+                COUNTER,
+                "lease_late_renewals",
+                "Lease renewals that came back after the validity they gave: sends paused "
+                "until the next one (a loaded machine, or a --lease-period too short for it).",
+                ks,
+                engine.lease_late_renewals,
+            )
         )
-        yield _per_keyspace(
-            CounterMetricFamily,
-            "postpones_skipped",
-            "Sent messages whose postpone a lost lease noticed too late did not write: their "
-            "send is not counted in the table (epoch), and they go out again after the next "
-            "holder's hold.",
-            ks,
-            engine.postpones_skipped,
+        out.append(
+            _per_keyspace(
+                COUNTER,
+                "postpones_skipped",
+                "Sent messages whose postpone a lost lease noticed too late did not write: "
+                "their send is not counted in the table (epoch), and they go out again after "
+                "the next holder's hold.",
+                ks,
+                engine.postpones_skipped,
+            )
         )
-        yield from self._server_families()
+        out.extend(self._server_families())
+        return out
 
-    def _backlog_families(self) -> Iterator[Metric]:
+    def _backlog_families(self) -> list[Family]:
         """The backlog gauges: read from the database at most once per backlog_max_age_s
         (msgtable.backlog), whatever the scrape interval; the last read while it is away, or
         while a read takes longer than SCRAPE_WAIT_S (the read goes on for the next scrape)."""
         backlog = self.engine.backlog(self.backlog_max_age_s, wait_s=SCRAPE_WAIT_S)
         ks = self.engine.keyspace
-        due = GaugeMetricFamily(
+        due = Family(
             PREFIX + "messages_due",
+            GAUGE,
             "Unacked messages due now (time_next <= now), waiting to be sent.",
-            labels=LABELS,
+            LABELS,
         )
-        scheduled = GaugeMetricFamily(
+        scheduled = Family(
             PREFIX + "messages_scheduled",
+            GAUGE,
             "Unacked messages due later: delayed, or backing off after a send.",
-            labels=LABELS,
+            LABELS,
         )
-        oldest = GaugeMetricFamily(
+        oldest = Family(
             PREFIX + "oldest_unacked_age_seconds",
+            GAUGE,
             "Age (now - time_created) of the oldest unacked message; 0 when none.",
-            labels=LABELS,
+            LABELS,
         )
         for b in backlog:
             labels = (ks, b.table, b.subscription)
-            due.add_metric(labels, b.due)
-            scheduled.add_metric(labels, b.scheduled)
+            due.add(labels, b.due)
+            scheduled.add(labels, b.scheduled)
             if b.by_age:  # a table without time_created has no age
-                oldest.add_metric(labels, b.oldest_unacked_age_s or 0.0)
-        yield due
-        yield scheduled
-        yield oldest
+                oldest.add(labels, b.oldest_unacked_age_s or 0.0)
+        return [due, scheduled, oldest]
 
-    def _server_families(self) -> Iterator[Metric]:
+    def _server_families(self) -> list[Family]:
         engine, ks = self.engine, (self.engine.keyspace,)
-        up = GaugeMetricFamily(
+        out: list[Family] = []
+        up = Family(
             PREFIX + "database_up",
+            GAUGE,
             "1 while the database answers, 0 while the server waits for it.",
-            labels=("keyspace",),
+            ("keyspace",),
         )
-        up.add_metric(ks, 0 if engine.database_error() else 1)
-        yield up
+        up.add(ks, 0 if engine.database_error() else 1)
+        out.append(up)
         latency = getattr(engine.store, "statement_latency_snapshot", None)
         if latency is not None:
-            h = HistogramMetricFamily(
+            h = Family(
                 PREFIX + "database_statement_duration_seconds",
+                HISTOGRAM,
                 "How long the server's database statements took, by kind (poll, claim, ack...).",
-                labels=("keyspace", "kind"),
+                ("keyspace", "kind"),
             )
-            for kind, (buckets, sum_s) in sorted(latency().items()):
-                h.add_metric((engine.keyspace, kind), buckets, sum_s)
-            yield h
+            for kind, snapshot in sorted(latency().items()):
+                h.add_histogram((engine.keyspace, kind), snapshot)
+            out.append(h)
         failed = getattr(engine.store, "database_errors", None)
         if failed is not None:
-            errors = CounterMetricFamily(
+            errors = Family(
                 PREFIX + "database_errors",
+                COUNTER,
                 "Statements that failed: the database away, a deadlock, a lock wait timeout...",
-                labels=("keyspace",),
+                ("keyspace",),
             )
-            errors.add_metric(ks, failed)
-            yield errors
+            errors.add(ks, failed)
+            out.append(errors)
         if self.streams is not None:
-            streams = GaugeMetricFamily(
-                PREFIX + "streams", "MessageStream calls open on this server.", labels=("keyspace",)
+            streams = Family(
+                PREFIX + "streams",
+                GAUGE,
+                "MessageStream calls open on this server.",
+                ("keyspace",),
             )
-            streams.add_metric(ks, self.streams())
-            yield streams
+            streams.add(ks, self.streams())
+            out.append(streams)
         if engine.binlog is not None:
-            b = GaugeMetricFamily(
+            b = Family(
                 PREFIX + "binlog_following",
+                GAUGE,
                 "1 while the binlog follower reads the binlog, 0 while it polls only or retries.",
-                labels=("keyspace",),
+                ("keyspace",),
             )
-            b.add_metric(ks, 1 if engine.binlog.following.is_set() else 0)
-            yield b
-            events = CounterMetricFamily(
+            b.add(ks, 1 if engine.binlog.following.is_set() else 0)
+            out.append(b)
+            events = Family(
                 PREFIX + "binlog_row_events",
+                COUNTER,
                 "Row events the binlog follower read.",
-                labels=("keyspace",),
+                ("keyspace",),
             )
-            events.add_metric(ks, engine.binlog.events)
-            yield events
+            events.add(ks, engine.binlog.events)
+            out.append(events)
             lag_s = engine.binlog.lag_s
             if lag_s is not None:
-                lag = GaugeMetricFamily(
+                lag = Family(
                     PREFIX + "binlog_lag_seconds",
+                    GAUGE,
                     "How far the binlog follower is behind: now - its last event's time, "
                     "0 when caught up.",
-                    labels=("keyspace",),
+                    ("keyspace",),
                 )
-                lag.add_metric(ks, lag_s)
-                yield lag
+                lag.add(ks, lag_s)
+                out.append(lag)
         f = engine.capture
         if f is not None and f.following.is_set():
-            lag = GaugeMetricFamily(
+            lag = Family(
                 PREFIX + "capture_lag_seconds",
+                GAUGE,
                 "How far the table-events follower is behind the binlog's newest event.",
-                labels=("keyspace",),
+                ("keyspace",),
             )
-            lag.add_metric(ks, float(f.lag_s))
-            yield lag
+            lag.add(ks, float(f.lag_s))
+            out.append(lag)
+        return out
 
 
-def _per_keyspace(
-    family: type[GaugeMetricFamily] | type[CounterMetricFamily],
-    name: str,
-    doc: str,
-    keyspace: str,
-    value: float,
-) -> Metric:
+def _per_keyspace(kind: str, name: str, doc: str, keyspace: str, value: float) -> Family:
     """A family of one sample, labelled with the server's keyspace."""
-    f = family(PREFIX + name, doc, labels=("keyspace",))
-    f.add_metric((keyspace,), value)
+    f = Family(PREFIX + name, kind, doc, ("keyspace",))
+    f.add((keyspace,), value)
     return f
 
 
@@ -351,15 +397,12 @@ def registry_for(
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:9464`` for IPv6) as (host, port); InvalidArgument otherwise."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidArgument(f"--metrics-listen {listen!r}: expected HOST:PORT, e.g. 0.0.0.0:9464")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return host or "0.0.0.0", int(port)
+    return webserver.parse_listen(listen, "--metrics-listen", "0.0.0.0:9464")
 
 
 class MetricsServer:
-    """``/metrics`` over HTTP on its own thread (prometheus_client's server)."""
+    """``/metrics`` over HTTP (msgtable.webserver: cheroot, threads of its own): the engine's
+    families rendered by msgtable.exposition, or a registry's by prometheus_client."""
 
     def __init__(
         self,
@@ -369,48 +412,64 @@ class MetricsServer:
         registry: CollectorRegistry | None = None,
     ) -> None:
         """The engine's families; or, with ``registry`` (msgtable.gateway's), those."""
-        self.host, self.port = parse_listen(listen)
+        host, port = parse_listen(listen)
         self.engine = engine
         if registry is None:
             assert engine is not None
-            registry = registry_for(engine, streams)
+            collector = EngineCollector(engine, streams)
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(collector)
+            self._render: Callable[[], bytes] = collector.exposition
+        else:
+            self._render = functools.partial(generate_latest, registry)
         self.registry = registry
-        self._lock = threading.Lock()
-        self._server: WSGIServer | None = None
-        self._thread: threading.Thread | None = None
+        self.web = WebServer(self._app, host, port, "--metrics-listen", THREADS, "msgtable-metrics")
+
+    @property
+    def host(self) -> str:
+        return self.web.host
+
+    @property
+    def port(self) -> int:
+        return self.web.port
 
     @property
     def address(self) -> str:
         """Where it listens (the port bound, when asked for port 0)."""
-        server = self._server
-        port = server.server_port if server is not None else self.port
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{port}"
+        return self.web.address
 
     def open(self) -> None:
-        from prometheus_client import start_http_server
-
-        with self._lock:
-            if self._server is not None:
-                return
-            binlog = getattr(self.engine, "binlog", None)
-            if binlog is not None:  # msgtable_messages_enqueued_total counts rows from now on
-                binlog.count_rows = True
-            try:
-                self._server, self._thread = start_http_server(
-                    self.port, addr=self.host, registry=self.registry
-                )
-            except (OSError, ValueError) as exc:
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                raise InvalidArgument(
-                    f"--metrics-listen {self.host}:{self.port}: cannot listen there ({why})"
-                ) from None
+        binlog = getattr(self.engine, "binlog", None)
+        if binlog is not None:  # msgtable_messages_enqueued_total counts rows from now on
+            binlog.count_rows = True
+        self.web.open()
 
     def close(self) -> None:
-        with self._lock:
-            server, thread, self._server, self._thread = self._server, self._thread, None, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if thread is not None:
-            thread.join()
+        self.web.close()
+
+    def _app(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        """Every path but /favicon.ico answers the metrics, as prometheus_client's server
+        does; gzipped when the scraper accepts it (Prometheus does)."""
+        if environ.get("REQUEST_METHOD") == "OPTIONS":
+            start_response("200 OK", [("Allow", "OPTIONS,GET"), ("Content-Length", "0")])
+            return [b""]
+        if environ.get("PATH_INFO") == "/favicon.ico":
+            start_response("200 OK", [("Content-Length", "0")])
+            return [b""]
+        try:
+            body = self._render()
+        except Exception:  # a bug: told in the log, not in the answer
+            log.exception("/metrics: the families could not be read")
+            body = b"msgtable: the metrics could not be read; see the server's log\n"
+            start_response(
+                "500 Internal Server Error",
+                [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))],
+            )
+            return [body]
+        headers = [("Content-Type", CONTENT_TYPE)]
+        if "gzip" in environ.get("HTTP_ACCEPT_ENCODING", ""):
+            body = gzip.compress(body, compresslevel=GZIP_LEVEL)
+            headers.append(("Content-Encoding", "gzip"))
+        headers.append(("Content-Length", str(len(body))))
+        start_response("200 OK", headers)
+        return [body]

@@ -17,16 +17,16 @@ import ipaddress
 import json
 import logging
 import math
-import threading
 from importlib import resources
 from typing import Any
 
-from cheroot import wsgi
 from werkzeug.exceptions import HTTPException, NotFound
 from werkzeug.routing import Map, Rule
 from werkzeug.wrappers import Request, Response
 
-from msgtable.errors import InvalidArgument, MsgtableError
+from msgtable import webserver
+from msgtable.errors import MsgtableError
+from msgtable.webserver import WebServer
 
 from .api import REFRESH_S, ApiError, DashboardApi, status_of
 from .history import Sampler
@@ -179,11 +179,7 @@ def _json(status: int, body: Any) -> Response:
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:8080`` for IPv6) as (host, port); InvalidArgument otherwise."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise InvalidArgument(f"--http {listen!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    return host or "0.0.0.0", int(port)
+    return webserver.parse_listen(listen, "--http", "127.0.0.1:8080")
 
 
 class DashboardServer:
@@ -191,7 +187,7 @@ class DashboardServer:
     each on its own thread."""
 
     def __init__(self, api: DashboardApi, listen: str) -> None:
-        self.host, self.port = parse_listen(listen)
+        host, port = parse_listen(listen)
         self.api = api
         self.app = DashboardApp(api)
         self.sampler = Sampler(api.history, api.sample)
@@ -202,16 +198,20 @@ class DashboardServer:
             "reading the tables",
             "msgtable-dashboard-refresher",
         )
-        self._lock = threading.Lock()
-        self._server: wsgi.Server | None = None
-        self._thread: threading.Thread | None = None
-        self._bound = self.port
+        self.web = WebServer(self.app, host, port, "--http", THREADS, "msgtable-dashboard-http")
+
+    @property
+    def host(self) -> str:
+        return self.web.host
+
+    @property
+    def port(self) -> int:
+        return self.web.port
 
     @property
     def address(self) -> str:
         """Where it listens (the port bound, when asked for port 0)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self._bound}"
+        return self.web.address
 
     @property
     def url(self) -> str:
@@ -219,35 +219,11 @@ class DashboardServer:
 
     def open(self) -> None:
         """Listen (InvalidArgument, one line, when it cannot) and start serving."""
-        with self._lock:
-            if self._server is not None:
-                return
-            server = wsgi.Server((self.host, self.port), self.app, numthreads=THREADS)
-            server.shutdown_timeout = 1
-            try:
-                server.prepare()  # binds: a bad address or a port in use fails here
-            except (OSError, ValueError) as exc:
-                why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-                why = why.rsplit("] ", 1)[-1].rstrip(")") if "[Errno" in why else why
-                raise InvalidArgument(
-                    f"--http {self.host}:{self.port}: cannot listen there ({why})"
-                ) from None
-            assert server.socket is not None
-            self._bound = int(server.socket.getsockname()[1])
-            self._server = server
-            self._thread = threading.Thread(
-                target=server.serve, daemon=True, name="msgtable-dashboard-http"
-            )
-            self._thread.start()
+        self.web.open()
         self.sampler.open()
         self.refresher.open()
 
     def close(self) -> None:
         self.refresher.close()
         self.sampler.close()
-        with self._lock:
-            server, thread, self._server, self._thread = self._server, self._thread, None, None
-        if server is not None:
-            server.stop()
-        if thread is not None:
-            thread.join()
+        self.web.close()

@@ -146,3 +146,17 @@ def test_the_metrics_rounds_put_each_side_in_each_place_equally_often():
         )
         assert set(places.values()) == {rounds // len(sides)}
         assert len(places) == len(sides) ** 2
+
+
+def test_the_exposition_speedup_is_the_baselines_median_over_msgtables_with_a_target():
+    from bench.dashboard import DashboardResult
+
+    d = DashboardResult(100, 10, 2.0, 3.0, 15.0, 20.0, 60_000, 120.0, 300.0, 1_500_000, 2_900_000)
+    d.scrapes, d.scrape_cpu_ms, d.exposition_ms, d.exposition_baseline_ms = 30, 33.0, 20.0, 110.0
+    assert d.exposition_speedup == 5.5 and d.as_dict()["exposition_speedup"] == 5.5
+    r = Report("quick", "mariadb", 4, 100, 10, poller_interval_s=0.1)
+    r.dashboard = d
+    (t,) = [t for t in r.targets() if t.key == "exposition_speedup"]
+    assert t.value == 5.5 and t.met is True
+    doc = json.loads(r.json_line())
+    assert doc["metrics_scrape_cpu_ms"] == 33.0 and doc["exposition_speedup"] == 5.5

@@ -20,11 +20,23 @@ after a pause) weighs alike on every side. A sixth side, ``control``, is the off
 more: its ratio to off (JSON ``control_ratio``, and its rounds) is what the method itself
 shows for no difference at all, the yardstick for the others' distance from 1. Each ratio is
 the median over the rounds of that round's ratio (on / off, traced / off of the same round):
-the machine's speed drifts over minutes, a round's runs follow each other, and the median
-leaves out a round that other work on the machine disturbed; ``ratio_runs`` and
-``tracing_ratio_runs`` keep each round's, the spread. The ``*_msgs_s`` figures are each side's
-best run. The scrapes are checked: every one answered 200 with the server's families, and some
-had the run's table (a scrape before the server discovered it has none).
+a round's runs follow each other, and the median leaves out a round that other work on the
+machine disturbed; ``ratio_runs`` and ``tracing_ratio_runs`` keep each round's, the spread.
+The ``*_msgs_s`` figures are each side's best run. The scrapes are checked: every one answered
+200 with the server's families, and some had the run's table (a scrape before the server
+discovered it has none).
+
+The ratios are of the database's busy time (its CPU seconds a second of the run, read from
+/proc), not of the messages a second: on this project's machine (a 2-core virtual machine)
+the speed of the cores drifts by 20 % and more within minutes, and every process's CPU per
+message rises and falls with it, so one run's throughput says as much about the minute it ran
+in as about its side (the control's rounds spread 0.8 to 1.2). The database does the same
+work for each message on every side (the same INSERTs, polls, claims and acks: no side
+changes a statement), so its CPU per message is the speed of that minute, and its busy time
+is the throughput in units of that speed: what a side's own extra CPU takes from the database
+on a machine whose cores are all busy. The control shows what is left of the noise (its
+rounds within a few per cent). The throughput ratios stay in the JSON (``*_raw``); without
+the database's CPU (a database on another machine, MSGTABLE_TEST_DSN) the ratios are those.
 """
 
 from __future__ import annotations
@@ -37,16 +49,17 @@ import tempfile
 import threading
 import urllib.request
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench import engine
 from bench.errors import BenchError
+from bench.measure import Throughput
 from bench.processes import ServerProcess
 
 ROUNDS = 6  # a multiple of len(SIDES): each side in each place of a round equally often
-FULL_ROUNDS = 12
+FULL_ROUNDS = 18
 SAMPLE = 0.1  # the sampled side's ParentBased(TraceIdRatioBased(SAMPLE)), both processes
 # The sides of a round: no metrics; --metrics-listen and nobody scrapes (what metrics cost
 # by themselves: the counters, the binlog's row counting); scraped every SCRAPE_INTERVAL_S;
@@ -67,35 +80,112 @@ TARGET_RATIO = 0.97
 
 
 @dataclass
+class Side:
+    """One side's runs: messages a second, and each round's ratio to the off side of the same
+    round, of throughput (raw) and of the database's busy time (db; see the docstring)."""
+
+    msgs_s: list[float] = field(default_factory=list)
+    raw_runs: list[float] = field(default_factory=list)
+    db_runs: list[float] = field(default_factory=list)  # [] when the database is elsewhere
+
+    @property
+    def raw(self) -> float:
+        return statistics.median(self.raw_runs) if self.raw_runs else float("nan")
+
+    @property
+    def db(self) -> float | None:
+        return statistics.median(self.db_runs) if self.db_runs else None
+
+    @property
+    def ratio(self) -> float:
+        """The figure judged: the database's busy time's when measured, else throughput's."""
+        db = self.db
+        return db if db is not None else self.raw
+
+    @property
+    def runs(self) -> list[float]:
+        return self.db_runs or self.raw_runs
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ratio": round(self.ratio, 3),
+            "runs": [round(r, 3) for r in self.runs],
+            "raw": round(self.raw, 3),
+            "raw_runs": [round(r, 3) for r in self.raw_runs],
+            "msgs_s": [round(r) for r in self.msgs_s],
+        }
+
+
+@dataclass
 class MetricsCost:
-    off_msgs_s: float
-    on_msgs_s: float
-    ratio: float  # the median of the rounds' on / off
+    sides: dict[str, Side]
     scrapes: int
-    off_runs: list[float]
-    on_runs: list[float]
-    listening_msgs_s: float = 0.0  # --metrics-listen, never scraped
-    listening_ratio: float = 0.0  # the median of the rounds' listening / off
-    listening_ratio_runs: list[float] = field(default_factory=list)
-    sampled_ratio: float = 0.0  # the median of the rounds' sampled / off
-    sampled_ratio_runs: list[float] = field(default_factory=list)
-    control_ratio: float = 0.0  # the median of the rounds' control (off again) / off
-    control_ratio_runs: list[float] = field(default_factory=list)
-    traced_msgs_s: float = 0.0  # metrics and tracing on
-    tracing_ratio: float = 0.0  # the median of the rounds' traced / off
-    ratio_runs: list[float] = field(default_factory=list)  # each round's on / off
-    tracing_ratio_runs: list[float] = field(default_factory=list)  # each round's traced / off
-    traced_runs: list[float] = field(default_factory=list)
+    normalized: bool  # ratios of the database's busy time (else of throughput)
     server_spans: dict[str, int] = field(default_factory=dict)  # by operation, traced runs
     client_spans: int = 0  # consumer spans of the traced runs
     traced_messages: int = 0  # messages of the traced runs
-    # CPU microseconds a message by process class (server, subscribers, ...) per side (off,
-    # on, traced): the median of its runs. What tracing costs shows here even when the
-    # machine's other work moves the throughput of single runs far more.
+    # CPU microseconds a message by process class (database, server, subscribers, ...) per
+    # side: the median of its runs (each moves with the machine's speed, see the docstring)
     cpu_us_per_msg: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def _side(self, name: str) -> Side:
+        return self.sides.get(name) or Side()
+
+    # the figures the report names: each side's ratio to off (judged), its rounds, its best run
+    @property
+    def off_msgs_s(self) -> float:
+        return max(self._side("off").msgs_s, default=0.0)
+
+    @property
+    def on_msgs_s(self) -> float:
+        return max(self._side("on").msgs_s, default=0.0)
+
+    @property
+    def traced_msgs_s(self) -> float:
+        return max(self._side("traced").msgs_s, default=0.0)
+
+    @property
+    def ratio(self) -> float:  # metrics on, scraped
+        return self._side("on").ratio
+
+    @property
+    def ratio_runs(self) -> list[float]:
+        return self._side("on").runs
+
+    @property
+    def listening_ratio(self) -> float:
+        return self._side("listening").ratio
+
+    @property
+    def tracing_ratio(self) -> float:
+        return self._side("traced").ratio
+
+    @property
+    def tracing_ratio_runs(self) -> list[float]:
+        return self._side("traced").runs
+
+    @property
+    def sampled_ratio(self) -> float:
+        return self._side("sampled").ratio
+
+    @property
+    def sampled_ratio_runs(self) -> list[float]:
+        return self._side("sampled").runs
+
+    @property
+    def control_ratio(self) -> float:
+        return self._side("control").ratio
+
     def as_dict(self) -> dict[str, Any]:
-        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return {
+            "normalized": self.normalized,
+            "scrapes": self.scrapes,
+            "sides": {name: side.as_dict() for name, side in self.sides.items()},
+            "server_spans": self.server_spans,
+            "client_spans": self.client_spans,
+            "traced_messages": self.traced_messages,
+            "cpu_us_per_msg": self.cpu_us_per_msg,
+        }
 
 
 def free_port() -> int:
@@ -147,13 +237,15 @@ def run(
     postpone_after_s: float | None,
     progress: Any,
     rounds: int = ROUNDS,
+    db_pid: int | None = None,
 ) -> MetricsCost:
-    runs: dict[str, list[float]] = {side: [] for side in SIDES}
+    """The sides in ``rounds`` rotated rounds; ``db_pid``: the database server's process
+    (None: elsewhere; the ratios are then of throughput only)."""
+    runs: dict[str, list[Throughput]] = {side: [] for side in SIDES}
     server_spans: Counter[str] = Counter()
     client_spans = traced_messages = 0
     spans_dir = tempfile.TemporaryDirectory(prefix="msgtable-bench-spans-")
     scrapes = with_table = 0
-    cpu: dict[str, list[dict[str, float]]] = {side: [] for side in SIDES}
     for round_ in range(rounds):
         for side in rotated(list(SIDES), round_):
             metrics, scraped = side not in ("off", "control"), side in ("on", "traced", "sampled")
@@ -172,18 +264,18 @@ def run(
                     r = engine.run(
                         server, dsn, n, batch_size, subscribers, poller_interval_s,
                         postpone_after_s=postpone_after_s, traced=tracing, sample=sample,
+                        db_pid=db_pid,
                     )  # fmt: skip
                 if scraper is not None:
                     if scraper.failure:
                         raise BenchError(f"metrics: a scrape failed: {scraper.failure}")
                     scrapes += scraper.scrapes
                     with_table += scraper.with_table
-            runs[side].append(r.msgs_s)
+            runs[side].append(r)
             if side == "traced":  # the server wrote its spans as it stopped
                 server_spans.update(json.loads(spans_file.read_text()))
                 client_spans += r.spans
                 traced_messages += r.messages
-            cpu[side].append(r.cpu_per_msg())
             progress(f"metrics {SIDES[side]}: {r.msgs_s:,.0f} msgs/s ({r.cpu_note()})")
     if not with_table:
         raise BenchError(f"metrics: none of {scrapes} scrapes showed the run's table")
@@ -193,36 +285,35 @@ def run(
             f"metrics: tracing on but spans missing (server {dict(server_spans)}, "
             f"subscribers {client_spans})"
         )
-    off, on, traced = runs["off"], runs["on"], runs["traced"]
-    listening_ratios = [a / b for a, b in zip(runs["listening"], off, strict=True)]
-    ratios = [a / b for a, b in zip(on, off, strict=True)]
-    tracing_ratios = [a / b for a, b in zip(traced, off, strict=True)]
-    sampled_ratios = [a / b for a, b in zip(runs["sampled"], off, strict=True)]
-    control_ratios = [a / b for a, b in zip(runs["control"], off, strict=True)]
+    normalized = all(db_busy(r) is not None for side in runs.values() for r in side)
     return MetricsCost(
-        off_msgs_s=max(off),
-        on_msgs_s=max(on),
-        ratio=statistics.median(ratios),
+        sides={
+            side: compared(side_runs, runs["off"], normalized) for side, side_runs in runs.items()
+        },
         scrapes=scrapes,
-        off_runs=off,
-        on_runs=on,
-        listening_msgs_s=max(runs["listening"]),
-        listening_ratio=statistics.median(listening_ratios),
-        listening_ratio_runs=listening_ratios,
-        traced_msgs_s=max(traced),
-        tracing_ratio=statistics.median(tracing_ratios),
-        sampled_ratio=statistics.median(sampled_ratios),
-        sampled_ratio_runs=sampled_ratios,
-        control_ratio=statistics.median(control_ratios),
-        control_ratio_runs=control_ratios,
-        ratio_runs=ratios,
-        tracing_ratio_runs=tracing_ratios,
-        traced_runs=traced,
+        normalized=normalized,
         server_spans=dict(server_spans),
         client_spans=client_spans,
         traced_messages=traced_messages,
-        cpu_us_per_msg={side: _median(runs) for side, runs in cpu.items()},
+        cpu_us_per_msg={side: _median([r.cpu_per_msg() for r in rs]) for side, rs in runs.items()},
     )
+
+
+def db_busy(r: Throughput) -> float | None:
+    """The database's busy time in a run: its CPU seconds a second (None: not measured)."""
+    cpu = r.cpu_s.get("database")
+    return cpu / r.seconds if cpu and r.seconds > 0 else None
+
+
+def compared(side: list[Throughput], off: list[Throughput], normalized: bool) -> Side:
+    """A side's runs against the off side's of the same rounds."""
+    out = Side(msgs_s=[r.msgs_s for r in side])
+    for a, b in zip(side, off, strict=True):
+        out.raw_runs.append(a.msgs_s / b.msgs_s)
+        busy_a, busy_b = db_busy(a), db_busy(b)
+        if normalized and busy_a is not None and busy_b is not None:
+            out.db_runs.append(busy_a / busy_b)
+    return out
 
 
 def rotated(sides: list[str], round_: int) -> list[str]:

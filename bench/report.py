@@ -347,11 +347,18 @@ class Report:
             ),
             Target(
                 "tracing_cost_ratio",
-                "msgtable with metrics and tracing (SDK, spans dropped) / without, batch 100, "
-                "4 subscribers",
+                "msgtable with metrics and tracing, every span recorded (SDK, spans dropped) / "
+                "without, batch 100, 4 subscribers",
                 self.metrics.tracing_ratio if self.metrics else None,
                 TARGET_METRICS_RATIO,
                 spread=_spread(self.metrics.tracing_ratio_runs if self.metrics else None),
+            ),
+            Target(
+                "sampled_tracing_cost_ratio",
+                "the same with one root span in ten sampled (ParentBased(TraceIdRatioBased(0.1)))",
+                self.metrics.sampled_ratio if self.metrics else None,
+                TARGET_METRICS_RATIO,
+                spread=_spread(self.metrics.sampled_ratio_runs if self.metrics else None),
             ),
             Target(
                 "shards_2_ratio",
@@ -692,6 +699,11 @@ class Report:
             out.append("  " + "  ".join(f"{v!s:<{w}}" for v, w in zip(row, widths, strict=True)))
         return out
 
+    def _raw_ratio(self, side: str) -> float | None:
+        """bench.metrics: a side's median ratio to off of throughput (None: not run)."""
+        m = self.metrics
+        return m.sides[side].raw if m is not None and side in m.sides else None
+
     def json_line(self) -> str:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
         head_raw, head_mt = self.find("raw", b, k), self.find("msgtable", b, k)
@@ -771,6 +783,18 @@ class Report:
             ),
             # the off side run once more: what the method shows for no difference
             "metrics_control_ratio": rnd(self.metrics.control_ratio if self.metrics else None, 3),
+            # the ratios above: of the database's busy time (true) or of throughput (bench.metrics)
+            "metrics_ratios_normalized": self.metrics.normalized if self.metrics else None,
+            **{
+                f"{key}_raw": rnd(self._raw_ratio(side), 3)
+                for key, side in (
+                    ("metrics_cost_ratio", "on"),
+                    ("metrics_listening_ratio", "listening"),
+                    ("tracing_cost_ratio", "traced"),
+                    ("sampled_tracing_cost_ratio", "sampled"),
+                    ("metrics_control_ratio", "control"),
+                )
+            },
             "metrics": self.metrics.as_dict() if self.metrics else None,
             "dashboard_page_ms": rnd(self.dashboard.page_ms if self.dashboard else None, 2),
             "dashboard_page_p99_ms": rnd(self.dashboard.page_p99_ms if self.dashboard else None, 2),

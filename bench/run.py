@@ -220,17 +220,19 @@ def run(args: argparse.Namespace) -> Report:
                     args.postpone_after,
                     progress,
                     metrics.FULL_ROUNDS if p.mode == "full" else metrics.ROUNDS,
+                    db_pid=db.pid,
                 )
             mc = report.metrics
+            of = "the database's busy time" if mc.normalized else "throughput"
             progress(
-                f"metrics: on {mc.on_msgs_s:,.0f} vs off {mc.off_msgs_s:,.0f} msgs/s "
-                f"({mc.ratio:.3f}, {mc.scrapes} scrapes; listening, not scraped "
-                f"{mc.listening_ratio:.3f}); with tracing "
-                f"{mc.traced_msgs_s:,.0f} ({mc.tracing_ratio:.3f}), {metrics.SAMPLE:.0%} "
-                f"sampled {mc.sampled_ratio:.3f}; off again (the control) "
-                f"{mc.control_ratio:.3f}; ratios the median of "
-                f"each round's: {', '.join(f'{r:.3f}' for r in mc.ratio_runs)} and "
-                f"{', '.join(f'{r:.3f}' for r in mc.tracing_ratio_runs)}"
+                f"metrics ({mc.scrapes} scrapes), ratios to off of {of}, the median of "
+                f"the rounds (throughput's in brackets): "
+                + "; ".join(
+                    f"{metrics.SIDES[name]} {side.ratio:.3f} ({side.raw:.3f}; rounds "
+                    f"{', '.join(f'{r:.3f}' for r in side.runs)})"
+                    for name, side in mc.sides.items()
+                    if name != "off"
+                )
             )
         if "dashboard" in only:
             with scratch_database(db.handle, "bench_dashboard") as dsn:

@@ -160,3 +160,43 @@ def test_the_exposition_speedup_is_the_baselines_median_over_msgtables_with_a_ta
     assert t.value == 5.5 and t.met is True
     doc = json.loads(r.json_line())
     assert doc["metrics_scrape_cpu_ms"] == 33.0 and doc["exposition_speedup"] == 5.5
+
+
+def test_the_metrics_ratios_are_of_the_databases_busy_time_when_it_was_measured():
+    """A round the machine ran slow in (every process's CPU a message up, the throughput
+    down) leaves the database's busy time as it was: that ratio says 1, throughput's 0.8; a
+    side whose own CPU took from the database shows in both."""
+    from bench import metrics
+
+    def measured(msgs_s: float, db_busy: float) -> Throughput:
+        t = run(msgs_s)
+        t.cpu_s = {"database": db_busy * t.seconds, "server": 1.0}
+        return t
+
+    off = [measured(20_000, 0.9), measured(20_000, 0.9), measured(20_000, 0.9)]
+    slow = [measured(16_000, 0.9), measured(20_000, 0.9), measured(16_000, 0.9)]
+    costly = [measured(19_000, 0.855), measured(19_000, 0.855), measured(19_000, 0.855)]
+    s = metrics.compared(slow, off, normalized=True)
+    assert [round(r, 3) for r in s.raw_runs] == [0.8, 1.0, 0.8] and round(s.raw, 3) == 0.8
+    assert [round(r, 3) for r in s.db_runs] == [1.0] * 3 and round(s.ratio, 3) == 1.0
+    c = metrics.compared(costly, off, normalized=True)
+    assert round(c.ratio, 3) == 0.95 and round(c.raw, 3) == 0.95
+    # without the database's CPU (a database elsewhere): throughput's ratios are judged
+    elsewhere = metrics.compared([run(16_000)] * 3, [run(20_000)] * 3, normalized=False)
+    assert elsewhere.db is None and round(elsewhere.ratio, 3) == 0.8
+
+    mc = metrics.MetricsCost(
+        sides={"off": metrics.compared(off, off, True), "traced": c, "sampled": s},
+        scrapes=10,
+        normalized=True,
+    )
+    assert round(mc.tracing_ratio, 3) == 0.95 and mc.tracing_ratio_runs == c.db_runs
+    r = Report("quick", "mariadb", 4, 100, 10, poller_interval_s=0.1)
+    r.metrics = mc
+    targets = {t.key: t for t in r.targets()}
+    assert targets["tracing_cost_ratio"].met is False
+    assert targets["sampled_tracing_cost_ratio"].met is True
+    doc = json.loads(r.json_line())
+    assert doc["tracing_cost_ratio"] == 0.95 and doc["sampled_tracing_cost_ratio"] == 1.0
+    assert doc["sampled_tracing_cost_ratio_raw"] == 0.8 and doc["metrics_ratios_normalized"]
+    assert doc["metrics"]["sides"]["sampled"]["raw_runs"] == [0.8, 1.0, 0.8]

@@ -54,6 +54,13 @@ a live server always answered in time (5 s), counters never went down, one serve
 at quiescent points, and after the drain the backlog and the dead letters are what the
 checkers know.
 
+The chaos table carries each message's producer context (a traceparent column its producer
+fills), and its subscribers trace with an SDK provider each: tests/faults/tracecheck.judge says
+whether every message handed out, through every fault, reached a consumer span with its own
+context (a batch span's links, a message span's parent), and whether every subscriber that
+closed ended every span it started (a killed one leaves its last batch's open, as a dead
+process would).
+
 The judge is tests/faults/checker.Checker, one per group, which sees only what a user sees and
 reads the tables with its own SQL (a subscription's state table ``<table>__<name>``), and the
 purge rule across groups: no row leaves the table while a subscription holds it. Set
@@ -98,6 +105,8 @@ from .checker import (
 from .drain import DRAIN_SAMPLE_S, Drain
 from .push_and_capture import PushAndCapture
 from .scrapecheck import Scrape, Scraper, judge
+from .tracecheck import SpanLedger, Traced, TraceReport
+from .tracecheck import judge as judge_traces
 
 TOTAL = int(os.environ.get("MSGTABLE_CHAOS_MESSAGES", "100000"))
 # the ordered table's messages (over chaos.KEYS keys)
@@ -128,6 +137,10 @@ NETWORK = os.environ.get("MSGTABLE_CHAOS_NETWORK", "1") != "0"
 # one per fault that hits it (the faults above hit one at most three times so far).
 MAX_ATTEMPTS = 5
 TABLE, DEAD_TABLE = "chaos", "chaos_dead"
+BATCH_SIZE = 100  # the chaos table's vt_batch_size
+# each chaos message's producer context (tests/faults/tracecheck.py); the dead-letter table
+# has every message column, this one too
+TRACE_COLUMN = "traceparent varchar(55)"
 DEAD_COLUMNS = "time_dead bigint, attempts bigint, last_error varchar(1000), bucket int"
 ORDERED, ORDERED_DEAD = "chaos_ordered", "chaos_ordered_dead"
 ORDERED_SUBSCRIBERS = 3
@@ -363,6 +376,8 @@ class Run:
         # scrape checker
         self.database_down: list[tuple[float, float]] = []
         self._names = iter(range(1, 1_000_000))
+        # the chaos table's subscribers' spans (tests/faults/tracecheck.py)
+        self.ledgers: list[tuple[Group, Subscriber, SpanLedger]] = []
 
     @property
     def checker(self) -> Checker:
@@ -406,11 +421,32 @@ class Run:
 
     def subscriber(self, group: Group, auto_renew: bool = False) -> Subscriber:
         name = f"{group.prefix}sub{next(self._names)}{'-auto' if auto_renew else ''}"
+        # the chaos table's subscribers trace (its producer stores each message's context)
+        ledger = SpanLedger(name) if group.table == TABLE else None
         s = Subscriber(
-            name, self.targets, group.table, group.checker, auto_renew, group.name, self.dsn
+            name,
+            self.targets,
+            group.table,
+            group.checker,
+            auto_renew,
+            group.name,
+            self.dsn,
+            tracer_provider=ledger.provider if ledger is not None else None,
         )
+        if ledger is not None:
+            self.ledgers.append((group, s, ledger))
         s.start()
         return s
+
+    def judge_traces(self) -> TraceReport:
+        """tests/faults/tracecheck.judge over the chaos table's subscribers, each with the
+        ids its group's checker saw delivered to it."""
+        traced = []
+        for group, s, ledger in self.ledgers:
+            deliveries = group.checker.deliveries
+            got = {i for i, ds in deliveries.items() if any(sub == s.name for _, sub, _ in ds)}
+            traced.append(Traced(ledger, got - s.unhanded, s.died))
+        return judge_traces(traced, BATCH_SIZE)
 
     def keep_subscribers(self) -> None:
         """Replace subscribers that were killed or stalled out."""
@@ -795,19 +831,22 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         vt_min_backoff=0.5,
         vt_max_backoff=2,
         vt_poller_interval=0.5,
-        vt_batch_size=100,
+        vt_batch_size=BATCH_SIZE,
         vt_cache_size=5000,
         vt_purge_after=3600,
     )
     dead_ddl = current_layout_ddl(DEAD_TABLE, comment(**fields))
-    dead_ddl = dead_ddl.replace("  primary key(id)", f"  {DEAD_COLUMNS},\n  primary key(id)")
+    dead_ddl = dead_ddl.replace(
+        "  primary key(id)", f"  {DEAD_COLUMNS},\n  {TRACE_COLUMN},\n  primary key(id)"
+    )
     fields["vt_purge_after"] = PURGE_AFTER_S
     ddl = current_layout_ddl(
         TABLE, comment(**fields, vt_max_attempts=MAX_ATTEMPTS, vt_dead_letter=DEAD_TABLE)
     )
     ddl = ddl.replace(
         "  primary key(id)",
-        "  last_error varchar(1000),\n  bucket int not null,\n  primary key(id)",
+        f"  last_error varchar(1000),\n  bucket int not null,\n  {TRACE_COLUMN},\n"
+        "  primary key(id)",
     )
     # the ordered table: the same comment, smaller batches, ordered by k (the order index)
     ordered_fields = dict(fields, vt_batch_size=ORDERED_BATCH_SIZE)
@@ -848,6 +887,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         CHUNK,
         PRODUCE_FOR_S / max(1, TOTAL // CHUNK),
         [g.checker for g in run.groups if g.table == TABLE],
+        traced=True,
     )
     ordered_producer = Producer(
         run.dsn,
@@ -879,6 +919,11 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                 if found:
                     ids = {i for ids in found.values() for i in ids}
                     by_group[g.checker.label] = (g, ids)
+            # a late ack still to come (it comes once another subscriber acked one of its
+            # batch, which the drain brings about): the verdict needs it made
+            late = [s.name for g in run.groups for s in g.subscribers if s.late_pending]
+            if late:
+                out[f"late acks still to come ({', '.join(late)})"] = []
             gone_for_good.clear()
             if by_group and all(g.name for g, _ in by_group.values()):
                 for label, (g, ids) in by_group.items():
@@ -986,6 +1031,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         },
         unquiet=run.database_link_faults,
     )
+    trace_report = run.judge_traces()
     everyone = run.everyone()
     reconnects = sum(s.sub.reconnects for s in everyone if s.sub is not None)
     summary = (
@@ -1002,6 +1048,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         )
         + f"\n{push_report.summary()}\n{capture_report.summary()}"
         + f"\n{scrape_report.summary()}"
+        + f"\n{trace_report.summary()}"
         + f"\n{cycles} fault cycles in {took:.0f}s"
         + (f" beside {busy_machine} CPU hogs" if busy_machine else "")
         + f" (the faults {faults_s:.0f}s, then the drain: "
@@ -1064,6 +1111,8 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                 for what, found in scrape_report.violations.items()
             )
         )
+    if trace_report.problems:
+        verdicts.append("tracing:\n" + "\n".join(f"  {p}" for p in trace_report.problems[:20]))
     db.dispose()
     if verdicts:
         pytest.fail("\n".join(verdicts) + f"\n{summary}", pytrace=False)

@@ -400,7 +400,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return webserver.parse_listen(listen, "--metrics-listen", "0.0.0.0:9464")
 
 
-class MetricsServer:
+class MetricsServer(webserver.Served):
     """``/metrics`` over HTTP (msgtable.webserver: cheroot, threads of its own): the engine's
     families rendered by msgtable.exposition, or a registry's by prometheus_client."""
 
@@ -424,19 +424,6 @@ class MetricsServer:
             self._render = functools.partial(generate_latest, registry)
         self.registry = registry
         self.web = WebServer(self._app, host, port, "--metrics-listen", THREADS, "msgtable-metrics")
-
-    @property
-    def host(self) -> str:
-        return self.web.host
-
-    @property
-    def port(self) -> int:
-        return self.web.port
-
-    @property
-    def address(self) -> str:
-        """Where it listens (the port bound, when asked for port 0)."""
-        return self.web.address
 
     def open(self) -> None:
         binlog = getattr(self.engine, "binlog", None)

@@ -81,3 +81,22 @@ class WebServer:
             server.stop()
         if thread is not None:
             thread.join()
+
+
+class Served:
+    """A server built on a WebServer (its ``web``): where it listens, through it."""
+
+    web: WebServer
+
+    @property
+    def host(self) -> str:
+        return self.web.host
+
+    @property
+    def port(self) -> int:
+        return self.web.port
+
+    @property
+    def address(self) -> str:
+        """Where it listens (the port bound, when asked for port 0)."""
+        return self.web.address

@@ -182,7 +182,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return webserver.parse_listen(listen, "--http", "127.0.0.1:8080")
 
 
-class DashboardServer:
+class DashboardServer(webserver.Served):
     """The dashboard on ``listen``: its HTTP server and the sampler of its rate history,
     each on its own thread."""
 
@@ -199,19 +199,6 @@ class DashboardServer:
             "msgtable-dashboard-refresher",
         )
         self.web = WebServer(self.app, host, port, "--http", THREADS, "msgtable-dashboard-http")
-
-    @property
-    def host(self) -> str:
-        return self.web.host
-
-    @property
-    def port(self) -> int:
-        return self.web.port
-
-    @property
-    def address(self) -> str:
-        """Where it listens (the port bound, when asked for port 0)."""
-        return self.web.address
 
     @property
     def url(self) -> str:

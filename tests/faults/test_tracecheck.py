@@ -4,12 +4,26 @@ provider, no server): it passes a healthy subscriber and names each kind of brea
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry import context as otel_context
+
 from msgtable import tracing
 
 from ..unit.test_tracing import FakeMessage
 from .tracecheck import SpanLedger, Traced, judge, producer_traceparent, trace_of
 
 COLUMNS = ("id", "message", "traceparent")
+
+
+@pytest.fixture(autouse=True)
+def _context_put_back() -> Iterator[None]:
+    """These tests leave spans open and their contexts attached, as a dead subscriber does:
+    the test's thread gets back the context it had (a later test saw one of them current)."""
+    before = otel_context.get_current()
+    yield
+    otel_context.attach(before)
 
 
 def message(i: int, context: str | None = "stored") -> FakeMessage:

@@ -36,8 +36,13 @@ ACCESS_DENIED = frozenset({1044, 1045, 1142})  # database, user, table
 # no access to the database, an unknown database. Like a database that does not answer, these
 # keep the server waiting (and saying why), not failing.
 REFUSED = frozenset({1044, 1045, 1049})
-# The binlog follower's "it will not work here": access denied, or no binlog to read.
-NO_REPLICATION = ACCESS_DENIED | {1227, 1236}
+# What a refusal means where the database's own words do not say it (the DSN's account).
+REFUSED_BECAUSE = {
+    1045: "the DSN's user or password is wrong, or that user may not connect from this host",
+}
+# The binlog follower's "it will not work here": a privilege it lacks, or no binlog to read.
+# (A refusal of the whole account, REFUSED, keeps it waiting with the rest of the server.)
+NO_REPLICATION = (ACCESS_DENIED - REFUSED) | {1227, 1236}
 # A statement that lost a lock race (a deadlock's victim, a lock wait that timed out): the
 # database is there, so it is retried without being taken for an outage.
 # A statement that ran past its time-out: MariaDB's max_statement_time (1969), MySQL's
@@ -107,6 +112,10 @@ def database_error(exc: BaseException, table: str | None = None) -> MsgtableErro
         return TableNotFound(f"message table {table!r} no longer exists")
     if code in LOCK_CONFLICTS:  # the database answers: one statement lost a race, retried
         return Unavailable(f"lock conflict (retried): {error_text(exc)}")
+    if code in REFUSED_BECAUSE:
+        return DatabaseUnavailable(
+            f"database unavailable: {error_text(exc)}: {REFUSED_BECAUSE[code]}"
+        )
     if code is None or code in RETRYABLE or code in REFUSED or 2000 <= code < 3000:  # 2xxx: client
         return DatabaseUnavailable(f"database unavailable: {error_text(exc)}")
     return MsgtableError(f"database error: {error_text(exc)}")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pymysql
 
-from msgtable.mysql import replication_refused
+from msgtable.errors import DatabaseUnavailable
+from msgtable.mysql import database_error, replication_refused
 
 
 def test_a_refused_replication_says_which_privileges_the_user_needs():
@@ -20,3 +21,16 @@ def test_a_refused_replication_says_which_privileges_the_user_needs():
 def test_other_errors_are_for_a_retry():
     assert replication_refused(pymysql.err.OperationalError(2013, "Lost connection")) is None
     assert replication_refused(ValueError("x")) is None
+
+
+def test_a_wrong_password_is_no_replication_refusal_but_the_database_refusing_the_dsn():
+    """Issue 39: 1045 (Access denied, using password: YES) is the account or its password,
+    which keeps the whole server waiting, not the binlog's grants."""
+    exc = pymysql.err.OperationalError(
+        1045, "Access denied for user 'mq'@'10.0.0.7' (using password: YES)"
+    )
+    assert replication_refused(exc) is None
+    error = database_error(exc)
+    assert isinstance(error, DatabaseUnavailable)
+    assert str(error).startswith("database unavailable: (1045) Access denied for user 'mq'")
+    assert "the DSN's user or password is wrong" in str(error)

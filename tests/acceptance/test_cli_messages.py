@@ -1,0 +1,70 @@
+"""What a newcomer meets first (issue 39): each mistake is one clear message naming its cause
+and its fix, where there was a wrong or a missing one. The commands run as subprocesses
+(the `cli` fixture) against `msgtable serve` on the test's own database."""
+
+from __future__ import annotations
+
+import re
+import signal
+import urllib.request
+from typing import TYPE_CHECKING
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from .helpers import Cli, free_port, wait_until
+
+if TYPE_CHECKING:
+    from tests.conftest import Sql
+
+pytestmark = pytest.mark.timeout(90)
+
+
+# -- a wrong database password ---------------------------------------------------------------
+def test_a_wrong_password_is_named_as_the_cause_and_the_binlog_follows_once_it_is_right(
+    cli: Cli, sql: Sql, db_dsn: str
+):
+    """Issue 39: a wrong password made the binlog follower say the user needed REPLICATION
+    grants, and give up for good. The server says the database refused the DSN's user and
+    password (naming the user and the database's address, never the password); once the
+    account takes that password, the binlog is followed."""
+    url = make_url(db_dsn)
+    user, right, wrong = f"pw_{url.database}"[-32:], "the-right-password", "a-wrong-password"
+    sql.execute(f"drop user if exists '{user}'@'%'")
+    sql.execute(f"create user '{user}'@'%' identified by '{right}'")
+    try:
+        sql.execute(f"grant all privileges on `{url.database}`.* to '{user}'@'%'")
+        sql.execute(f"grant replication slave, replication client on *.* to '{user}'@'%'")
+        metrics = f"127.0.0.1:{free_port()}"
+        dsn = url.set(username=user, password=wrong).render_as_string(hide_password=False)
+        serve = cli.serve("--dsn", dsn, "--metrics-listen", metrics, "--log-level", "debug")
+        # the binlog follower has tried (and failed) once: what it made of it
+        serve.wait_for_output(r"binlog: (following failed|not following)", stream="stderr")
+        assert "REPLICATION" not in serve.stderr, serve.describe()
+        assert "binlog: not following" not in serve.stderr, serve.describe()
+        where = f"waiting for the database at {url.host}:{url.port}"
+        said = [line for line in serve.stderr.splitlines() if where in line]
+        assert len(said) == 1, serve.describe()
+        for fragment in ("(1045) Access denied", f"user '{user}'", "user or password"):
+            assert fragment in said[0], f"{fragment!r} not in {said[0]!r}"
+        assert wrong not in serve.stderr + serve.stdout, serve.describe()
+
+        sql.execute(f"alter user '{user}'@'%' identified by '{wrong}'")  # now it is right
+
+        wait_until(
+            lambda: _binlog_following(metrics),
+            timeout_s=30,
+            what=lambda: (
+                f"msgtable_binlog_following 1 once the password is right:\n{serve.describe()}"
+            ),
+        )
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout_s=15) == 0, serve.describe()
+    finally:
+        sql.execute(f"drop user if exists '{user}'@'%'")
+
+
+def _binlog_following(metrics: str) -> bool:
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return re.search(r"^msgtable_binlog_following(\{[^}]*\})? 1(\.0)?$", text, re.M) is not None

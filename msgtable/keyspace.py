@@ -291,18 +291,24 @@ def from_dict(doc: Mapping[str, Any], where: str = "the keyspace file") -> Keysp
     for k, entry in enumerate(raw, 1):
         if not isinstance(entry, dict):
             raise InvalidArgument(f"{where}: shard {k} is not a table")
+        key_range, dsn = entry.get("key_range"), entry.get("dsn")
+        # a shard is named by its key range, as the file gives it; by its place without one
+        shard = f"shard {key_range.strip() or '-'}" if isinstance(key_range, str) else f"shard {k}"
         extra = set(entry) - {"key_range", "dsn", "servers"}
         if extra:
-            raise InvalidArgument(f"{where}: shard {k}: unknown key {sorted(extra)[0]!r}")
-        key_range, dsn = entry.get("key_range"), entry.get("dsn")
+            raise InvalidArgument(f"{where}: {shard}: unknown key {sorted(extra)[0]!r}")
         if not isinstance(key_range, str):
             raise InvalidArgument(f'{where}: shard {k} has no key_range (e.g. "-80")')
         if not isinstance(dsn, str) or not dsn:
             raise InvalidArgument(f"{where}: shard {key_range} has no dsn")
         try:
-            shards.append(Shard(KeyRange.parse(key_range), dsn, _servers(entry, key_range)))
-        except InvalidArgument as exc:
+            parsed = KeyRange.parse(key_range)
+        except InvalidArgument as exc:  # its key range cannot be read: named by its place
             raise InvalidArgument(f"{where}: shard {k}: {exc}") from None
+        try:
+            shards.append(Shard(parsed, dsn, _servers(entry, key_range)))
+        except InvalidArgument as exc:  # names the shard itself
+            raise InvalidArgument(f"{where}: {exc}") from None
     named: dict[str, str] = {}
     for s in shards:
         for address in s.servers:

@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 import signal
 import urllib.request
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy.engine import make_url
 
-from .helpers import Cli, free_port, wait_until
+from .helpers import Cli, assert_one_line_error, free_port, wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import Sql
@@ -68,3 +69,19 @@ def _binlog_following(metrics: str) -> bool:
     with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as answer:
         text = answer.read().decode()
     return re.search(r"^msgtable_binlog_following(\{[^}]*\})? 1(\.0)?$", text, re.M) is not None
+
+
+# -- a keyspace file with an unknown key -----------------------------------------------------
+def test_an_unknown_key_of_a_shard_names_the_shard_by_its_key_range(cli: Cli, tmp_path: Path):
+    """As every other keyspace error does (a shard's name is its key range), not "shard 2"."""
+    file = tmp_path / "keyspace.toml"
+    file.write_text(
+        'name = "app"\n'
+        '[[shards]]\nkey_range = "-80"\ndsn = "mysql://u:p@db1/app"\n'
+        '[[shards]]\nkey_range = "80-"\ndsn = "mysql://u:p@db2/app"\nweight = 2\n',
+        encoding="utf-8",
+    )
+    for argv in (("serve", "--shard", "80-"), ("gateway",)):
+        done = cli.run(*argv, "--keyspace-file", str(file))
+        line = assert_one_line_error(done, f"{file}: shard 80-: unknown key 'weight'")
+        assert "shard 2" not in line, line

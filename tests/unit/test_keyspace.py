@@ -189,6 +189,19 @@ def test_a_keyspace_file_names_each_shard_s_servers(tmp_path: Path):
             "unknown key 'host'",
         ),
         ('name = "app"\n[[shards]]\nkey_range = "-8"\ndsn = "x"\n', "shard 1: key range '-8'"),
+        (  # a shard is named by its key range where it has one (issue 39)
+            'name = "app"\n[[shards]]\nkey_range = "-80"\ndsn = "x"\n'
+            '[[shards]]\nkey_range = "80-"\ndsn = "y"\nweight = 2\n',
+            "shard 80-: unknown key 'weight'",
+        ),
+        (  # ... and by its place in the file where it has none that can be read
+            'name = "app"\n[[shards]]\nkey_range = 7\ndsn = "x"\nweight = 2\n',
+            "shard 1: unknown key 'weight'",
+        ),
+        (
+            'name = "app"\n[[shards]]\nkey_range = "-"\ndsn = "x"\nservers = 3\n',
+            r"keyspace.toml: shard - servers must be a list",
+        ),
         (
             'name = "app"\n[[shards]]\nkey_range = "-80"\ndsn = "x"\n'
             '[[shards]]\nkey_range = "c0-"\ndsn = "y"\n',

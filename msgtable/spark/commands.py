@@ -28,9 +28,25 @@ def _pyspark() -> None:
     try:
         import pyspark  # noqa: F401
     except ImportError:
+        clone = source_checkout()
+        if clone is not None:  # the extra is for the published package; a clone has make
+            raise InvalidArgument(
+                f"this command runs on Spark, which is not installed: make spark in this clone "
+                f"({clone}) installs it, with Java and the JDBC jar"
+            ) from None
         raise InvalidArgument(
             "this command runs on Spark: pip install 'msgtable[spark]' (and a Java 17 runtime)"
         ) from None
+
+
+def source_checkout(package: Path | None = None) -> Path | None:
+    """The clone of msgtable's repository this msgtable runs from (its pyproject.toml and
+    Makefile beside the package), or None for an installed package."""
+    package = package or Path(__file__).resolve().parents[1]
+    root = package.parent
+    if (root / "pyproject.toml").is_file() and (root / "Makefile").is_file():
+        return root
+    return None
 
 
 @contextmanager

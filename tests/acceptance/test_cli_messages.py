@@ -4,7 +4,9 @@ and its fix, where there was a wrong or a missing one. The commands run as subpr
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import signal
 import urllib.request
 from pathlib import Path
@@ -85,3 +87,41 @@ def test_an_unknown_key_of_a_shard_names_the_shard_by_its_key_range(cli: Cli, tm
         done = cli.run(*argv, "--keyspace-file", str(file))
         line = assert_one_line_error(done, f"{file}: shard 80-: unknown key 'weight'")
         assert "shard 2" not in line, line
+
+
+# -- msgtable report without Spark -----------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+
+
+def without_pyspark(cli: Cli, tmp_path: Path, *first: Path) -> dict[str, str]:
+    """An environment in which `import pyspark` fails as it does where it is not installed
+    (a module of that name that raises the same ImportError comes first on the path), with
+    ``first`` before it on the path, and the working directory not on it."""
+    shadow = tmp_path / "no-pyspark"
+    (shadow / "pyspark").mkdir(parents=True)
+    (shadow / "pyspark" / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'pyspark'\", name='pyspark')\n"
+    )
+    path = os.pathsep.join(str(p) for p in (*first, shadow))
+    return cli.env(PYTHONPATH=path, PYTHONSAFEPATH="1")
+
+
+def test_report_without_spark_in_a_clone_says_make_spark(cli: Cli, tmp_path: Path):
+    done = cli.run(
+        "report", "orders", "--dsn", "mysql://u:p@db/app", env=without_pyspark(cli, tmp_path)
+    )
+    line = assert_one_line_error(done, "make spark", str(REPO))
+    assert "pip install" not in line, line
+
+
+def test_report_without_spark_where_msgtable_is_installed_says_pip_install(
+    cli: Cli, tmp_path: Path
+):
+    site = tmp_path / "site-packages"  # msgtable as a wheel installs it: no clone around it
+    shutil.copytree(
+        REPO / "msgtable", site / "msgtable", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    env = without_pyspark(cli, tmp_path, site)
+    done = cli.run("report", "orders", "--dsn", "mysql://u:p@db/app", env=env)
+    line = assert_one_line_error(done, "pip install 'msgtable[spark]'")
+    assert "make spark" not in line, line

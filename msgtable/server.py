@@ -48,6 +48,7 @@ from msgtable.limits import (
     DEFAULT_REDRIVE_BATCH,
     MAX_REQUEST_BYTES,
 )
+from msgtable.listen import cannot_listen
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.push.endpoints import DEFAULT_MAX_IN_FLIGHT as DEFAULT_PUSH_IN_FLIGHT
@@ -105,6 +106,7 @@ class Engine(Protocol):
         max_in_flight: int,
         subscription: str = "",
         filter: str = "",
+        max_messages: int = 0,
     ) -> Subscriber: ...
 
     def ack(
@@ -348,6 +350,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
                 request.max_in_flight,
                 subscription=request.subscription,
                 filter=request.filter,
+                max_messages=request.max_messages,
             )
             sub = narrowed(sub, list(request.columns), request.name)
         except Exception as exc:
@@ -751,6 +754,9 @@ class MessagingServer:
             ),
             server,
         )
+        why = cannot_listen(self.listen)  # before gRPC, which would log its own line first
+        if why is not None:
+            raise MsgtableError(f"cannot listen on {self.listen}: {why}: give another --listen")
         cannot = MsgtableError(
             f"cannot listen on {self.listen}: the address is in use or not one of this machine's"
         )

@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.engine import make_url
 
-from .helpers import Cli, assert_one_line_error, free_port, wait_until
+from .helpers import Cli, assert_one_line_error, describe, free_port, wait_until
 
 if TYPE_CHECKING:
     from tests.conftest import Sql
@@ -125,3 +126,13 @@ def test_report_without_spark_where_msgtable_is_installed_says_pip_install(
     done = cli.run("report", "orders", "--dsn", "mysql://u:p@db/app", env=env)
     line = assert_one_line_error(done, "pip install 'msgtable[spark]'")
     assert "make spark" not in line, line
+
+
+# -- a port in use ---------------------------------------------------------------------------
+def test_serve_on_a_port_in_use_says_only_its_own_line(cli: Cli, db_dsn: str):
+    """gRPC's C-core wrote its own line first (E1128 ... add_port.cc:83] Failed to add port)."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = cli.run("serve", "--dsn", db_dsn, "--listen", address)
+    assert "add_port" not in done.stderr, describe(done)
+    assert_one_line_error(done, f"cannot listen on {address}", "in use", "--listen")

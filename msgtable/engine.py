@@ -702,9 +702,11 @@ class MessageEngine(Subscriptions, Endpoints):
         max_in_flight: int = 0,
         subscription: str = "",
         filter: str = "",
+        max_messages: int = 0,
     ) -> Subscriber:
         """A subscriber of a table's default group or of one of its subscriptions; with a
-        ``filter`` (over the message columns), of the messages it matches only."""
+        ``filter`` (over the message columns), of the messages it matches only; with
+        ``max_messages``, sent no more than that many in all (msgtable.window)."""
         if self._stop.is_set():
             raise Unavailable("server shutting down")
         m = self._default_group(self._manager(name, keyspace, shard, key_range, subscription))
@@ -713,7 +715,7 @@ class MessageEngine(Subscriptions, Endpoints):
             raise self._not_leader(_unit_of(m.config))
         if subscription:
             self._revive(m)
-        return m.subscribe(max_in_flight, accepts)
+        return m.subscribe(max_in_flight, accepts, max_messages)
 
     def ack(self, name: str, keyspace: str, ids: Sequence[object], subscription: str = "") -> int:
         if self._stop.is_set():

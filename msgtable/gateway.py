@@ -48,6 +48,7 @@ from msgtable.merge import MergedSubscriber, shard_error
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.server import MessagingServicer, _fail, _keyspace, _resource
 from msgtable.strays import Strays
+from msgtable.window import check_limit
 
 log = logging.getLogger("msgtable.gateway")
 
@@ -160,12 +161,17 @@ class KeyspaceGateway:
         max_in_flight: int = 0,
         subscription: str = "",
         filter: str = "",
+        max_messages: int = 0,
     ) -> MergedSubscriber:
         if not name:
             raise InvalidArgument("a table name is required")
         shards = self.shards_for(keyspace, shard, key_range)
         request = pb.MessageStreamRequest(
-            name=name, max_in_flight=max_in_flight, subscription=subscription, filter=filter
+            name=name,
+            max_in_flight=max_in_flight,
+            subscription=subscription,
+            filter=filter,
+            max_messages=check_limit(max_messages),
         )
         return MergedSubscriber(
             self.keyspace,

@@ -16,6 +16,8 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # A subscriber's window (MessageStreamRequest.max_in_flight, msgtable.window).
 DEFAULT_MAX_IN_FLIGHT = 1_000
 MAX_IN_FLIGHT = 1_000_000
+# the most messages one stream may ask to be sent in all (MessageStreamRequest.max_messages)
+MAX_MESSAGES = 2**32 - 1
 
 # Batches claimed for a subscriber but not yet taken by its stream; with more, the next
 # subscriber gets the batch.

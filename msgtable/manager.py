@@ -58,7 +58,7 @@ from msgtable.rows import (
 from msgtable.status import TableStatus
 from msgtable.subscriber import Subscriber, select_subscribers
 from msgtable.tables import TableConfig
-from msgtable.window import Window, window_size
+from msgtable.window import Window, check_limit, window_size
 
 if TYPE_CHECKING:
     from msgtable.store import Keep, Store
@@ -276,12 +276,16 @@ class MessageManager:
 
     # -- subscribers ---------------------------------------------------------------------
     def subscribe(
-        self, max_in_flight: int = 0, accepts: Callable[[Values], bool] | None = None
+        self,
+        max_in_flight: int = 0,
+        accepts: Callable[[Values], bool] | None = None,
+        max_messages: int = 0,
     ) -> Subscriber:
         """A new subscriber, sent batches while fewer than ``max_in_flight`` of the messages
-        sent to it are unacked (0: the default window, msgtable.window); with ``accepts``
-        (a stream's filter), only the messages it accepts."""
-        window = Window(window_size(max_in_flight), self.wake_sender)
+        sent to it are unacked (0: the default window, msgtable.window) and, with
+        ``max_messages``, until it was sent that many in all; with ``accepts`` (a stream's
+        filter), only the messages it accepts."""
+        window = Window(window_size(max_in_flight), self.wake_sender, check_limit(max_messages))
         if self._stop.is_set():
             raise Unavailable("server shutting down")
         sub = Subscriber(

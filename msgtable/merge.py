@@ -11,6 +11,12 @@ Each shard's server bounds its stream by a window: the keyspace stream's ``max_i
 is shared out evenly, each shard at least 1 (README: Keyspaces of shards). A shard whose
 table is missing or whose columns differ from the others' ends the whole stream with an
 error naming the shard: a misdescribed keyspace is not served half.
+
+A limit (``max_messages``) holds for the keyspace stream as a whole: each shard's stream asks
+for the same limit (any shard may hold all the messages), the merged stream hands out no more
+than the limit, and what the shards sent past it is released back to its shard at once,
+naming each delivery (msgtable.client.requests.UNHANDED_REASON), instead of waiting out its
+ack wait.
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent import futures
 
+import grpc
+
 from msgtable import codec
+from msgtable.client import requests
 from msgtable.client.router import Router
 from msgtable.client.stream import Stream
 from msgtable.errors import MsgtableError, TableLoadError, Unavailable
@@ -115,6 +124,9 @@ class MergedSubscriber:
         self._first_from = ""
         self._decoder: codec.RowDecoder | None = None
         self.ack_wait_s = 0.0
+        self._request = request
+        self._routers = routers
+        self._left = request.max_messages or None  # to hand out in all (None: no limit)
         share = window_share(request.max_in_flight, len(shards))
         self._streams: dict[str, Stream] = {}
         for s in shards:
@@ -229,10 +241,57 @@ class MergedSubscriber:
             self.end(item.error)
             raise item.error
         shard, response = item
+        if self._left is not None:
+            response = self._within_limit(shard, response)
+            if not response.rows:
+                return Batch([])
         if self._on_relay is not None:
             self._on_relay(shard, response)
         assert self._decoder is not None
         return RelayedBatch(response, self._decoder.decode)  # relayed as is: no re-encoding
+
+    def _within_limit(
+        self, shard: str, response: pb.MessageStreamResponse
+    ) -> pb.MessageStreamResponse:
+        """``response`` cut to what the stream's limit leaves; the rest released to its
+        shard (one try: its ack wait is the net, as a closing subscriber's release)."""
+        assert self._left is not None
+        rows = response.rows
+        if len(rows) <= self._left:
+            self._left -= len(rows)
+            return response
+        kept, over = rows[: self._left], rows[self._left :]
+        self._left = 0
+        request = self._request
+        release = requests.release_request(
+            request.name,
+            [r.values[0] for r in over],
+            0.0,
+            requests.UNHANDED_REASON,
+            request.keyspace,
+            request.subscription,
+            [r.sent_before + 1 for r in over],
+        )
+        stream = self._streams[shard]
+        try:
+            self._routers[shard].invoke(
+                stream.target,
+                "MessageRelease",
+                release,
+                timeout=requests.UNHANDED_RELEASE_TIMEOUT_S,
+            )
+        except (MsgtableError, grpc.RpcError) as exc:
+            log.warning(
+                "gateway: stream of %s: %d messages of shard %s past its limit come again "
+                "after their ack wait (their release failed: %s)",
+                self._name,
+                len(over),
+                shard,
+                exc,
+            )
+        cut = pb.MessageStreamResponse(sent_ns=response.sent_ns)
+        cut.rows.extend(kept)
+        return cut
 
     def end(self, error: MsgtableError) -> None:
         """End the stream with ``error`` (the server shuts down): the shards' streams stop."""

@@ -12,6 +12,11 @@ over, due again, or found acked or deleted by another client (the binlog shows i
 Without the binlog an ack by DML is not seen, so a window that has been full for
 ``RECHECK_S`` with no credit back asks the database which of its messages are still unacked
 (:meth:`Window.recheck_due`); msgtable.inflight knows which messages each window holds.
+
+A stream may also ask for a limit (``max_messages``): the most messages it is sent in all. Its
+window then has no room once it was sent that many, whatever credit comes back: a client that
+takes N messages, acks them and leaves is sent no more in between (its acks would otherwise
+give the window room again before its stream's end reached the server).
 """
 
 from __future__ import annotations
@@ -19,10 +24,19 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from msgtable.errors import InvalidArgument
-from msgtable.limits import DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT
+from msgtable.limits import DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, MAX_MESSAGES
 
 RECHECK_S = 1.0
 RECHECK_NS = round(RECHECK_S * 1e9)
+
+
+def check_limit(max_messages: int) -> int:
+    """The limit a MessageStream asks for (0: none), checked."""
+    if not 0 <= max_messages <= MAX_MESSAGES:
+        raise InvalidArgument(
+            f"max_messages must be between 0 (no limit) and {MAX_MESSAGES}, not {max_messages}"
+        )
+    return max_messages
 
 
 def window_size(max_in_flight: int) -> int:
@@ -40,22 +54,30 @@ class Window:
     manager guards it with its lock. ``on_open`` runs when a full window gets room again (the
     sender may have a batch for it)."""
 
-    __slots__ = ("_on_open", "outstanding", "size", "stalled_ns")
+    __slots__ = ("_on_open", "left", "outstanding", "size", "stalled_ns")
 
-    def __init__(self, size: int, on_open: Callable[[], object] = lambda: None) -> None:
+    def __init__(
+        self, size: int, on_open: Callable[[], object] = lambda: None, limit: int = 0
+    ) -> None:
         self.size = size
         self.outstanding = 0  # messages sent to it and in flight
+        self.left = limit or None  # messages it may still be sent in all (None: no limit)
         self.stalled_ns: int | None = None  # full since, with no credit back (None: not)
         self._on_open = on_open
 
     @property
     def room(self) -> int:
         """How many messages it may be sent now: a batch is cut to this."""
-        return max(0, self.size - self.outstanding)
+        room = self.size - self.outstanding
+        if self.left is not None and self.left < room:
+            room = self.left
+        return max(0, room)
 
     def take(self, n: int) -> None:
         """``n`` messages were sent to it."""
         self.outstanding += n
+        if self.left is not None:
+            self.left -= n
 
     def give_back(self) -> None:
         """One of its messages left flight: its credit comes back."""

@@ -73,11 +73,20 @@ class Client:
         subscription: str = "",
         columns: Sequence[str] = (),
         filter: str = "",
+        max_messages: int = 0,
     ) -> Subscriber:
         """A subscriber to a message table (arguments as the sync Client.subscribe); it
         subscribes when entered: ``async with client.subscribe("t") as sub``."""
         request = requests.stream_request(
-            name, keyspace, shard, key_range, max_in_flight, subscription, columns, filter
+            name,
+            keyspace,
+            shard,
+            key_range,
+            max_in_flight,
+            subscription,
+            columns,
+            filter,
+            max_messages,
         )
         if auto_renew and not max_lease_s > 0:
             raise InvalidArgument(f"max_lease_s must be > 0, not {max_lease_s}")

@@ -94,6 +94,9 @@ class Subscriber:
         self._ack_wait_s = ack_wait_s  # with auto-renew: how to learn the table's ack wait
         self._decoder: codec.RowDecoder | None = None
         self._call: Any = None
+        # what the stream's limit (max_messages) leaves to receive (None: no limit): a
+        # stream opened again asks for what is left, and none once nothing is
+        self._left: int | None = request.max_messages or None
         self._pending: deque[Message] = deque()  # received by iteration, not handed out
         self._pending_at = 0.0  # when they were received (monotonic)
         self._stream_ack_wait_s = 0.0  # the stream's, from its first response (0: not said)
@@ -120,6 +123,10 @@ class Subscriber:
 
     async def _open(self, broken: MsgtableError | None) -> bool:
         """Open the stream (again, after ``broken``); False if closed meanwhile."""
+        if broken is not None and self._left is not None:
+            if self._left <= 0:  # every message it asked for came: nothing more will
+                return False
+            self._request.max_messages = self._left
         router = self._router
         retry = Retry(f"stream of {self.name}", log, router.backoff)
         error, started, target = broken, time.monotonic(), self.target
@@ -220,6 +227,8 @@ class Subscriber:
                         return []
                     error = Unavailable(f"the server ended the stream of {self.name}")
                 elif response.rows:
+                    if self._left is not None:
+                        self._left -= len(response.rows)
                     return self._messages(response)
                 else:
                     continue

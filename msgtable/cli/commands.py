@@ -45,8 +45,9 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     seen = 0
     try:
-        # With --count N the window is N: the server sends no more than tail will show, so
-        # no message is left in flight unseen when it exits.
+        # With --count N the stream asks for N messages in all (and a window of N): the
+        # server sends no more than tail will show, so none is left in flight unseen when it
+        # exits, even though its acks give the window room before its stream ends.
         window = min(args.count, MAX_IN_FLIGHT) if args.count is not None else 0
         with (
             _client(args) as client,
@@ -54,6 +55,7 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 args.name,
                 args.keyspace,
                 max_in_flight=window,
+                max_messages=args.count or 0,
                 retry=False,
                 subscription=args.subscription,
                 columns=args.columns or (),

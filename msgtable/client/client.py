@@ -90,6 +90,7 @@ class Client:
         subscription: str = "",
         columns: Sequence[str] = (),
         filter: str = "",
+        max_messages: int = 0,
     ) -> Subscriber:
         """Subscribe to a message table; returns once a server accepted the subscriber.
 
@@ -104,9 +105,18 @@ class Client:
         its default group; acks and settlement of its messages go to it. ``columns``: only
         these message columns (``id`` always first). ``filter``: only the messages of the
         group that match it (README: Filters); the others go to the group's other
-        subscribers."""
+        subscribers. ``max_messages``: the server sends this subscriber no more than this
+        many messages in all (0: no limit), for a worker that takes N and leaves."""
         request = requests.stream_request(
-            name, keyspace, shard, key_range, max_in_flight, subscription, columns, filter
+            name,
+            keyspace,
+            shard,
+            key_range,
+            max_in_flight,
+            subscription,
+            columns,
+            filter,
+            max_messages,
         )
         renew_every_s = None
         if auto_renew:

@@ -43,10 +43,13 @@ def stream_request(
     subscription: str = "",
     columns: Sequence[str] = (),
     filter: str = "",
+    max_messages: int = 0,
 ) -> pb.MessageStreamRequest:
     """A subscribe's MessageStream request (see Client.subscribe for the arguments)."""
     if not 0 <= max_in_flight <= 0xFFFFFFFF:
         raise InvalidArgument(f"max_in_flight must be >= 0, not {max_in_flight}")
+    if not 0 <= max_messages <= 0xFFFFFFFF:
+        raise InvalidArgument(f"max_messages must be >= 0, not {max_messages}")
     request = pb.MessageStreamRequest(
         name=name,
         keyspace=keyspace,
@@ -55,6 +58,7 @@ def stream_request(
         subscription=subscription,
         columns=list(columns),
         filter=filter,
+        max_messages=max_messages,
     )
     if key_range is not None:
         request.key_range.start, request.key_range.end = key_range

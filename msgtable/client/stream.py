@@ -52,11 +52,19 @@ class Stream:
         self._on_open = on_open
         self._closing = threading.Event()
         self._call: Any = None
+        # what the stream's limit (max_messages) leaves to receive; None: no limit. A stream
+        # opened again asks for what is left, and none once nothing is.
+        self._left: int | None = request.max_messages or None
 
     def open(self, broken: MsgtableError | None = None) -> pb.MessageStreamResponse | None:
         """Open the stream (again, after ``broken``), retrying what passes; its first
         response (None: closed meanwhile). Raises the error that does not pass, or the last
         one after retry_for_s."""
+        if broken is not None and self._left is not None:
+            if self._left <= 0:  # every message it asked for came: nothing more will
+                self.closed = True
+                return None
+            self._request.max_messages = self._left
         router = self._router
         retry = Retry(f"stream of {self.name}", log, router.backoff)
         error = broken
@@ -133,6 +141,8 @@ class Stream:
         stream ended because it was closed."""
         try:
             response: pb.MessageStreamResponse = next(self._call)
+            if self._left is not None:
+                self._left -= len(response.rows)
             return response
         except StopIteration:
             if self.closed:

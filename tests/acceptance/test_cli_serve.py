@@ -90,6 +90,27 @@ def test_tail_with_ack_prints_the_rows_inserted_by_sql_and_acks_them(
     assert acked_ids(sql, "orders") == {1, 2, 3}
 
 
+def test_a_second_tail_with_count_gets_the_messages_the_first_left(cli: Cli, sql: Sql, db_dsn: str):
+    # The first tail's ack gave its window of 3 room again before its stream ended: the
+    # server sent it 4-6, which nobody printed, and they waited out their ack wait (30 s).
+    sql.execute(current_layout_ddl("orders", comment()))
+    serve = cli.serve("--dsn", db_dsn)
+    rows = ", ".join(f"({i}, 'm{i}')" for i in range(1, 11))
+    sql.execute(f"insert into orders(id, message) values {rows}")
+
+    first = cli.run("tail", "orders", "--server", serve.address, "--ack", "--count", "3")
+    assert [i for i, _ in tailed(first.stdout)] == [1, 2, 3], describe(first)
+    second = cli.run(
+        "tail", "orders", "--server", serve.address, "--ack", "--count", "7", timeout_s=15
+    )
+
+    assert sorted(i for i, _ in tailed(second.stdout)) == list(range(4, 11)), describe(second)
+    assert acked_ids(sql, "orders") == set(range(1, 11))
+    # nothing was sent to the first tail after its third message
+    sent = sql.rows("select id, epoch from orders where id between 4 and 10 order by id")
+    assert all(epoch == 1 for _, epoch in sent), f"4-10 sent more than once: {sent}"
+
+
 def test_tail_of_an_unknown_table_is_a_one_line_error(cli: Cli, db_dsn: str):
     serve = cli.serve("--dsn", db_dsn)
 

@@ -505,3 +505,26 @@ def test_sharded_enqueue_into_one_shard_needs_no_other_shard(mysql_server, db_na
         finally:
             shards.close()
         assert sorted(int(r[0]) for r in c.shards["80-"].sql("SELECT id FROM q")) == mine
+
+
+def test_a_keyspace_stream_with_a_limit_hands_out_no_more_and_strands_nothing(
+    mysql_server, db_name: str
+):
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        ids = list(range(1, 41))
+        c.enqueue("q", ids)
+        first = Collector(c.client, "q", max_in_flight=5, max_messages=5, retry=False)
+        try:
+            taken = first.take(5, timeout_s=10)
+            assert c.client.ack("q", [m.id for m in taken]) == 5
+            first.nothing_for(1.0)  # its limit is spent, whatever the acks gave back
+        finally:
+            first.close()
+        # what the shards sent past the limit was released: it comes to the next subscriber
+        # at once, not after its ack wait (30 s)
+        rest = Collector(c.client, "q")
+        try:
+            got = rest.take(35, timeout_s=10)
+            assert sorted(m.id for m in got + taken) == ids
+        finally:
+            rest.close()

@@ -74,10 +74,11 @@ class SubscribingEngine(FakeEngine):
         max_in_flight: int = 0,
         subscription: str = "",
         filter: str = "",
+        max_messages: int = 0,
     ) -> FakeSubscriber:
         self.subscribed_as.append(subscription)
         return super().subscribe(
-            name, keyspace, shard, key_range, max_in_flight, subscription, filter
+            name, keyspace, shard, key_range, max_in_flight, subscription, filter, max_messages
         )
 
     def ack(self, name: str, keyspace: str, ids: Sequence[object], subscription: str = "") -> int:
@@ -450,11 +451,11 @@ def test_tail_marks_a_redelivery_and_shows_the_send_time_when_asked(engine, serv
 def test_tail_with_a_count_asks_the_server_for_no_more(engine, server, capsys):
     feed_when_subscribed(engine, [(1, "a", None)])
     assert cli.main(["tail", "t", "--count", "1", "--server", server.address]) == 0
-    assert engine.max_in_flight == 1
+    assert (engine.max_in_flight, engine.max_messages) == (1, 1)
     feed_when_subscribed(engine, [(1, "a", None)])
     threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     assert cli.main(["tail", "t", "--server", server.address]) == 0  # Ctrl-C ends it
-    assert engine.max_in_flight == 0  # no count: the server's default window
+    assert (engine.max_in_flight, engine.max_messages) == (0, 0)  # no count: no limit
 
 
 def test_tail_of_an_unknown_table_is_one_line_on_stderr(engine, server, capsys):

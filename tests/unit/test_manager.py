@@ -10,7 +10,7 @@ import pytest
 from msgtable.clock import FakeClock
 from msgtable.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
-from msgtable.limits import DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT
+from msgtable.limits import DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, MAX_MESSAGES
 from msgtable.manager import MessageManager
 from msgtable.purger import PURGE_DUTY_BUSY, PURGE_DUTY_IDLE
 from msgtable.subscriber import Subscriber, select_subscribers
@@ -775,6 +775,24 @@ def test_a_recheck_keeps_the_credit_of_unacked_messages(engine, store, clock):
     clock.advance(1)
     assert m.recheck_windows() == 0 and sub.window.outstanding == 2
     assert sent_ids(m, sub) == []
+
+
+def test_a_subscriber_with_a_limit_is_sent_no_more_whatever_its_acks_give_back(
+    engine, store, clock
+):
+    for i in range(10):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    sub = m.subscribe(max_in_flight=3, max_messages=3)
+    assert sent_ids(m, sub) == [0, 1, 2]
+    engine.ack("q", "", [0, 1, 2])  # its window is empty again; its limit is spent
+    assert sub.window.room == 0 and not sub.has_room()
+    assert sent_ids(m, sub) == []
+    other = m.subscribe()  # the rest go to whoever comes next
+    assert sent_ids(m, other) == list(range(3, 10))
+    for bad in (-1, MAX_MESSAGES + 1):
+        with pytest.raises(InvalidArgument, match="max_messages"):
+            m.subscribe(max_messages=bad)
 
 
 def test_the_default_window_and_its_bounds(engine):

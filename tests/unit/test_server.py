@@ -111,10 +111,11 @@ class FakeEngine:
         max_in_flight: int = 0,
         subscription: str = "",
         filter: str = "",
+        max_messages: int = 0,
     ) -> FakeSubscriber:
         self.subscribe_calls.append((name, keyspace, shard, key_range))
         self.subscription, self.filter = subscription, filter
-        self.max_in_flight = max_in_flight
+        self.max_in_flight, self.max_messages = max_in_flight, max_messages
         if self.subscribe_gate is not None:
             self.subscribe_gate.wait(WAIT_S)
         if self.subscribe_errors:

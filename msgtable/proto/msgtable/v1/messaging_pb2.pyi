@@ -129,6 +129,7 @@ class MessageStreamRequest(_message.Message):
     SUBSCRIPTION_FIELD_NUMBER: _builtins.int
     FILTER_FIELD_NUMBER: _builtins.int
     COLUMNS_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Name of the message table."""
     keyspace: _builtins.str
@@ -149,6 +150,12 @@ class MessageStreamRequest(_message.Message):
     filter: _builtins.str
     """Only the messages matching this filter (a selector or an ODPS matcher, README: Filters)
     are sent to this stream; the others go to the group's other subscribers. Empty: all.
+    """
+    max_messages: _builtins.int
+    """The most messages this stream is sent in all; 0: no limit. Once it was sent that many it
+    is sent nothing more (it stays open until the client ends it), whatever its acks give its
+    window back: a client that takes N messages and leaves strands none in flight unseen.
+    Through a gateway the limit holds for the keyspace stream as a whole.
     """
     @_builtins.property
     def key_range(self) -> Global___KeyRange:
@@ -173,10 +180,11 @@ class MessageStreamRequest(_message.Message):
         subscription: _builtins.str = ...,
         filter: _builtins.str = ...,
         columns: _abc.Iterable[_builtins.str] | None = ...,
+        max_messages: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["key_range", b"key_range"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "filter", b"filter", "key_range", b"key_range", "keyspace", b"keyspace", "max_in_flight", b"max_in_flight", "name", b"name", "shard", b"shard", "subscription", b"subscription"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["columns", b"columns", "filter", b"filter", "key_range", b"key_range", "keyspace", b"keyspace", "max_in_flight", b"max_in_flight", "max_messages", b"max_messages", "name", b"name", "shard", b"shard", "subscription", b"subscription"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

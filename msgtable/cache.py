@@ -29,7 +29,7 @@ from types import TracebackType
 from msgtable.due import DueRows
 from msgtable.inflight import InFlight, Sent
 from msgtable.ordered import OrderedDue
-from msgtable.rows import CachedRow, PolledRow
+from msgtable.rows import CachedRow, PolledRow, Values
 from msgtable.window import Window
 
 # How long a settlement verb waits for another statement holding the count of its rows' sends
@@ -102,6 +102,15 @@ class Sending:
     def pop(self, n: int) -> list[CachedRow]:
         """Up to ``n`` rows due now, best first (under the lock)."""
         batch = self._cache.due.pop(n, self.now_ns)
+        self.rows.extend(batch)
+        return batch
+
+    def pop_for(self, accepts: Callable[[Values], bool], n: int) -> list[CachedRow]:
+        """Up to ``n`` rows due now that a stream's filter passes, best first (under the
+        lock; an unordered table's, msgtable.routes)."""
+        due = self._cache.due
+        assert isinstance(due, DueRows)
+        batch = due.pop_for(accepts, n, self.now_ns)
         self.rows.extend(batch)
         return batch
 
@@ -283,6 +292,22 @@ class MessageCache:
         if self.inflight.hides(row.id):
             return False
         return self.due.reschedule(row, epoch, time_next)
+
+    def connect(self, accepts: Callable[[Values], bool]) -> None:
+        """A stream with a filter subscribed: an unordered table keeps the due rows it passes
+        for it (msgtable.routes; an ordered table's sender looks for them by key)."""
+        if isinstance(self.due, DueRows):
+            self.due.connect(accepts)
+
+    def disconnect(self, accepts: Callable[[Values], bool]) -> None:
+        """A stream with a filter left."""
+        if isinstance(self.due, DueRows):
+            self.due.disconnect(accepts)
+
+    @property
+    def stranded(self) -> int:
+        """Queued rows no connected stream's filter passes (msgtable.routes; 0 without)."""
+        return self.due.stranded if isinstance(self.due, DueRows) else 0
 
     @property
     def cached(self) -> int:

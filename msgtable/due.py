@@ -8,6 +8,9 @@ Rows read by the poller wait here, keyed by id, in one of three places:
 * **sending**: popped by the sender, being checked in the database and handed to a
   subscriber; a poll must not queue them again meanwhile.
 
+While a stream with a filter is connected, the due rows are also kept by the filters that
+pass them (msgtable.routes), so that such a stream pops only rows it takes (:meth:`pop_for`).
+
 Capacity (``size``) bounds queued + sending. Heap entries of rows that left (acked, re-keyed by
 a newer read) go stale and are skipped, and compacted when they outnumber the live ones. Not
 thread-safe: the table's manager guards it with its lock (msgtable.cache says how).
@@ -17,9 +20,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 
-from msgtable.rows import CachedRow, PolledRow
+from msgtable.routes import Routes
+from msgtable.rows import CachedRow, PolledRow, Values
 
 
 class DueRows:
@@ -34,6 +38,7 @@ class DueRows:
         self._seq = itertools.count()
         self._back = itertools.count(-1, -1)  # put_back's: before every _seq
         self.sending: set[Hashable] = set()
+        self._routes: Routes | None = None  # while a stream with a filter is connected
 
     # -- filling -------------------------------------------------------------------------
     def add(
@@ -58,7 +63,7 @@ class DueRows:
         end = -1 if created else None
         new: list[Hashable] = []
         taken = 0
-        queued, sending = self._queued, self.sending
+        queued, sending, routes = self._queued, self.sending, self._routes
         for r in rows:
             rid = r[3]
             if rid in sending or rid in unclaimed or rid in held or rid in changed:
@@ -70,15 +75,23 @@ class DueRows:
                     break
                 new.append(rid)
             elif old.priority == (r[0] or 0) and old.time_next == (r[1] or 0):
-                old.epoch, old.values = r[2], tuple(r[3:end])
-                taken += 1
-                continue
+                values = tuple(r[3:end])
+                # a filter's verdict on the old values may not hold for new ones: re-keyed
+                if routes is None or values == old.values:
+                    old.epoch, old.values = r[2], values
+                    taken += 1
+                    continue
+            if old is not None and routes is not None:
+                routes.left((rid,))
             row = CachedRow(r[0], r[1], r[2], tuple(r[3:end]), r[-1] if created else 0)
             queued[rid] = row
             if now_ns is not None and row.time_next > now_ns:
                 heapq.heappush(self._scheduled, (row.time_next, next(self._seq), row))
             else:
-                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+                entry = (row.priority, row.time_next, next(self._seq), row)
+                heapq.heappush(self._heap, entry)
+                if routes is not None:
+                    routes.push(entry)
             taken += 1
         self._compact()
         return new, taken
@@ -110,7 +123,40 @@ class DueRows:
                 del queued[row.id]
                 self.sending.add(row.id)
                 batch.append(row)
+        if self._routes is not None:
+            self._routes.left(r.id for r in batch)
         return batch
+
+    def pop_for(
+        self, accepts: Callable[[Values], bool], n: int, now_ns: int | None = None
+    ) -> list[CachedRow]:
+        """As :meth:`pop`, of the rows the filter ``accepts`` passes only: its stream's
+        (connected with :meth:`connect`)."""
+        self._release(now_ns)
+        if self._routes is None:
+            return []
+        batch = self._routes.pop(accepts, n)
+        self.sending.update(r.id for r in batch)
+        return batch
+
+    # -- streams with a filter (msgtable.routes) -------------------------------------------
+    def connect(self, accepts: Callable[[Values], bool]) -> None:
+        """A stream with a filter subscribed: the due rows it passes are kept for it."""
+        if self._routes is None:
+            self._routes = Routes(self._queued)
+        self._routes.connect(accepts, self._heap)
+
+    def disconnect(self, accepts: Callable[[Values], bool]) -> None:
+        """A stream with a filter left."""
+        if self._routes is not None:
+            self._routes.disconnect(accepts)
+            if not self._routes.active:
+                self._routes = None
+
+    @property
+    def stranded(self) -> int:
+        """Queued rows no connected stream's filter passes (0 when no stream filters)."""
+        return 0 if self._routes is None else self._routes.stranded
 
     def put_back(self, rows: Iterable[CachedRow]) -> None:
         """Rows popped that no subscriber took (their filters refused them): queued again as
@@ -120,7 +166,10 @@ class DueRows:
             self.sending.discard(row.id)
             if row.id not in self._queued:
                 self._queued[row.id] = row
-                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._back), row))
+                entry = (row.priority, row.time_next, next(self._back), row)
+                heapq.heappush(self._heap, entry)
+                if self._routes is not None:
+                    self._routes.push(entry)
 
     def finish(self, batch: Iterable[CachedRow]) -> None:
         """The batch's send is over (whether or not its rows were sent)."""
@@ -141,16 +190,22 @@ class DueRows:
 
     def _release(self, now_ns: int | None) -> None:
         """Move the scheduled rows due at ``now_ns`` (None: all) to the due heap."""
-        scheduled, queued = self._scheduled, self._queued
+        scheduled, queued, routes = self._scheduled, self._queued, self._routes
         while scheduled and (now_ns is None or scheduled[0][0] <= now_ns):
             row = heapq.heappop(scheduled)[2]
             if queued.get(row.id) is row:
-                heapq.heappush(self._heap, (row.priority, row.time_next, next(self._seq), row))
+                entry = (row.priority, row.time_next, next(self._seq), row)
+                heapq.heappush(self._heap, entry)
+                if routes is not None:
+                    routes.push(entry)
 
     # -- leaving -------------------------------------------------------------------------
     def forget(self, ids: Iterable[Hashable]) -> None:
         """Acked or deleted ids: never send them from here (their heap entries go stale)."""
         queued = self._queued
+        if self._routes is not None:
+            ids = list(ids)
+            self._routes.left(ids)
         for rid in ids:
             queued.pop(rid, None)
         self._compact()
@@ -161,6 +216,8 @@ class DueRows:
         self._heap.clear()
         self._scheduled.clear()
         self.pending = False
+        if self._routes is not None:
+            self._routes.clear()
 
     # -- counts --------------------------------------------------------------------------
     @property
@@ -179,6 +236,9 @@ class DueRows:
         if len(self._heap) > 2 * len(queued) + 64:
             self._heap = [e for e in self._heap if queued.get(e[3].id) is e[3]]
             heapq.heapify(self._heap)
+        routes = self._routes
+        if routes is not None and routes.entries() > 2 * len(queued) + 64:
+            routes.compact()
         if len(self._scheduled) > 2 * len(queued) + 64:
             self._scheduled = [e for e in self._scheduled if queued.get(e[2].id) is e[2]]
             heapq.heapify(self._scheduled)

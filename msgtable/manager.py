@@ -304,6 +304,8 @@ class MessageManager:
             if first:
                 self._restart = True
             self._subscribers.append(sub)
+            if accepts is not None:
+                self.cache.connect(accepts)  # the rows it passes, kept for it
             poll = first or self.cache.due.pending
         if poll:
             self._poll_wake.set()
@@ -318,6 +320,8 @@ class MessageManager:
         with self._lock:
             if sub in self._subscribers:
                 self._subscribers.remove(sub)
+                if sub.accepts is not None:
+                    self.cache.disconnect(sub.accepts)
             ids = [values[0] for batch in unsent for values in batch]
             back = self.cache.inflight.unsend(ids)
             if back:
@@ -544,7 +548,11 @@ class MessageManager:
                 if due_ns >= self._pass_due_ns:
                     return  # a pass is due by then already
                 self._pass_due_ns = due_ns
-            elif due.pending or due.room() == 0 or due.queued > self.config.batch_size:
+            elif (
+                due.pending
+                or due.room() == 0
+                or due.queued - self.cache.stranded > self.config.batch_size  # none passes those
+            ):
                 return
             else:
                 self._restart = True
@@ -748,13 +756,15 @@ class MessageManager:
                     want = min(cfg.batch_size, sub.window.room)
                     if sub.accepts is None and not spare:
                         batch = sending.pop(want)
+                    elif owners is None and sub.accepts is not None:  # msgtable.routes
+                        batch = sending.pop_for(sub.accepts, want)  # the rows it passes only
                     else:
                         if owners is not None:
                             owners.start(i)
                         batch, spare = _take(sending, sub.accepts, want, spare, owners)
                     if not batch:
-                        if spare:
-                            continue
+                        if spare or sub.accepts is not None:
+                            continue  # the others' filters may pass rows this one does not
                         break
                     if cfg.max_attempts:  # sent that often: dead, not sent again
                         live = [r for r in batch if (r.epoch or 0) < cfg.max_attempts]
@@ -981,8 +991,9 @@ def _lookahead_ns(cfg: TableConfig) -> int:
     return round(cfg.poller_interval_s * 1e9)
 
 
-# A stream with a filter looks at most this many times its batch among the due rows per send
-# (the rows it refuses go to the next subscriber, or back to the queue).
+# An ordered table's stream with a filter looks at most this many times its batch among the
+# due runs per send (the rows it refuses go to the next subscriber, or back to the queue); an
+# unordered table's pops only rows its filter passes (msgtable.routes).
 FILTER_LOOKAHEAD = 4
 
 

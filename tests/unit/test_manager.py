@@ -837,6 +837,56 @@ def test_rows_no_stream_filter_takes_wait_in_the_cache_and_are_not_sent(engine, 
     assert store.rows["q"][1]["epoch"] == 0
 
 
+def wide(engine, store, rows: list[str]) -> MessageManager:
+    """Table "wide" (cache 100, batch 2) with one row per text, ids from 1."""
+    store.create_table("wide", COMMENT.replace("vt_cache_size=4", "vt_cache_size=100"))
+    engine.refresh()
+    for i, text in enumerate(rows, start=1):
+        store.insert("wide", i, message=text)
+    return engine._manager("wide", "")
+
+
+def test_a_stream_filter_gets_its_rows_behind_any_number_of_rows_no_filter_passes(engine, store):
+    # issue 39: a filtered stream looked through 4 batches of due rows per send, and rows no
+    # filter passes gather at the head of the queue: behind 8 of them it got nothing, ever
+    m = wide(engine, store, ["??"] * 20 + ["eu", "us", "eu"])
+    eu = m.subscribe(accepts=lambda values: values[1] == "eu")
+    us = m.subscribe(accepts=lambda values: values[1] == "us")
+    m.poll_once()
+    m.send_once()
+    assert drain(eu) == [(21, "eu"), (23, "eu")] and drain(us) == [(22, "us")]
+    assert m.cache.due.queued == 20 and m.cache.stranded == 20
+
+
+def test_a_stream_filter_gets_its_rows_behind_those_of_a_full_stream(engine, store):
+    m = wide(engine, store, ["a"] * 20 + ["b"] * 2)
+    a = m.subscribe(max_in_flight=2, accepts=lambda values: values[1] == "a")
+    m.poll_once()
+    m.send_once()
+    assert len(drain(a)) == 2 and not a.has_room()
+    b = m.subscribe(accepts=lambda values: values[1] == "b")
+    m.send_once()
+    assert drain(b) == [(21, "b"), (22, "b")]
+
+
+def test_a_filtered_stream_with_nothing_leaves_the_send_to_the_next(engine, store):
+    m = wide(engine, store, ["us"] * 3)
+    eu = m.subscribe(accepts=lambda values: values[1] == "eu")
+    us = m.subscribe(accepts=lambda values: values[1] == "us")
+    m.poll_once()
+    m.send_once()
+    assert drain(eu) == [] and [v[0] for v in drain(us)] == [1, 2]
+
+
+def test_an_insert_polls_at_once_when_the_rows_queued_are_ones_no_filter_passes(engine, store):
+    m = wide(engine, store, ["??"] * 10)
+    m.subscribe(accepts=lambda values: values[1] == "eu")
+    m.poll_once()
+    m._poll_wake.clear()
+    m.binlog_insert(1)
+    assert m._poll_wake.is_set()  # the sender is dry for every stream: read the new row now
+
+
 def test_a_row_a_settlement_verb_is_writing_is_not_sent_meanwhile(engine, store):
     store.insert("q", 1, message="a")
     store.insert("q", 2, message="b")

@@ -1,8 +1,10 @@
 """Finding and preparing a MySQL-family server binary: versions, command lines, data dirs.
 
 The pure and filesystem-level half of the throwaway server (msgtable.devdb runs it):
-which binary to use (`MSGTABLE_MYSQLD`, PATH, well-known places), its flavour and version,
-the options that start it for a disposable server, and initialised data directories, made
+which binary to use (`MSGTABLE_MYSQLD`, PATH, well-known places), how to run it (`launcher`:
+a server unpacked into a private prefix with its own C library, as .ci/mysql-install puts
+MySQL 9.7 on a Debian 12 machine, runs through that prefix's dynamic loader), its flavour and
+version, the options that start it for a disposable server, and initialised data directories, made
 once per binary into a template under ~/.cache/msgtable/devdb (`MSGTABLE_DEVDB_CACHE` moves
 it, `off` disables it) and copied for each server.
 """
@@ -93,12 +95,65 @@ def parse_version(text: str) -> ServerVersion:
     return ServerVersion(flavour, (major, minor, patch), text.strip())
 
 
+@dataclass(frozen=True)
+class PrivatePrefix:
+    """A server unpacked (not installed) into a directory of its own with the C library it was
+    built against: `ROOT/usr/sbin/mysqld` beside `ROOT/usr/lib/TRIPLET/ld-linux*.so.*`.
+    Such a binary runs through that loader with the prefix's libraries, and finds its error
+    messages and plugins in the prefix rather than where its package would have put them."""
+
+    root: Path
+    loader: Path
+
+    @property
+    def library_path(self) -> str:
+        """The prefix's library directories, for the loader's --library-path."""
+        triplet = self.loader.parent.name
+        dirs = (self.root / "usr" / "lib" / triplet, self.root / "lib" / triplet)
+        return ":".join(str(d) for d in dirs)
+
+    def options(self) -> list[str]:
+        """The server options that point it into the prefix (after --no-defaults)."""
+        usr = self.root / "usr"
+        return [
+            f"--basedir={usr}",
+            f"--lc-messages-dir={usr / 'share' / 'mysql'}",
+            f"--plugin-dir={usr / 'lib' / 'mysql' / 'plugin'}",
+        ]
+
+
+def private_prefix(binary: Path) -> PrivatePrefix | None:
+    """The private prefix `binary` was unpacked into, or None for an installed binary."""
+    path = Path(os.path.abspath(binary))
+    if path.parent.name != "sbin" or path.parent.parent.name != "usr":
+        return None
+    root = path.parent.parent.parent
+    if root == Path(root.anchor):
+        return None  # /usr/sbin/mysqld: the system's own
+    loaders = sorted(root.glob("usr/lib/*-linux-gnu/ld-linux*.so.*"))
+    return PrivatePrefix(root, loaders[0]) if loaders else None
+
+
+def launcher(binary: Path) -> list[str]:
+    """The start of a command line that runs `binary` (its arguments follow)."""
+    prefix = private_prefix(binary)
+    if prefix is None:
+        return [str(binary)]
+    return [str(prefix.loader), "--library-path", prefix.library_path, str(binary)]
+
+
+def prefix_options(binary: Path) -> list[str]:
+    """Options a private prefix's server needs (none for an installed one)."""
+    prefix = private_prefix(binary)
+    return prefix.options() if prefix is not None else []
+
+
 @functools.cache
 def server_version(binary: Path) -> ServerVersion:
     """Run `binary --version` (once per binary) and parse it."""
     try:
         done = subprocess.run(
-            [str(binary), "--no-defaults", "--version"],
+            [*launcher(binary), "--no-defaults", "--version"],
             capture_output=True,
             text=True,
             timeout=30,
@@ -161,8 +216,9 @@ def install_command(
     user = ["--user=root"] if as_root else []  # both servers refuse to run as root without it
     if version.flavour == "mysql":
         return [
-            str(binary),
+            *launcher(binary),
             "--no-defaults",
+            *prefix_options(binary),
             "--initialize-insecure",
             f"--datadir={datadir}",
             *user,
@@ -197,8 +253,9 @@ def server_command(
     unless ``durable``: then every commit is flushed to disk, the binary log's included,
     and pages are written through the doublewrite buffer, as a production server runs."""
     args = [
-        str(binary),
+        *launcher(binary),
         "--no-defaults",  # must come first
+        *prefix_options(binary),
         f"--datadir={datadir}",
         # Temporary tables in its own directory: a server starting deletes every #sql* file
         # of its tmpdir, which in a shared /tmp are other running servers' (error 6 there).

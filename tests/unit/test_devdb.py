@@ -159,6 +159,46 @@ def test_mysql_initialises_itself_insecurely(tmp_path: Path) -> None:
     assert install_command(binary, MYSQL, tmp_path / "data", as_root=True)[-1] == "--user=root"
 
 
+def test_a_server_unpacked_into_a_private_prefix_runs_through_its_own_loader(
+    tmp_path: Path,
+) -> None:
+    # .ci/mysql-install unpacks Debian unstable's MySQL, built for a newer libc, into a prefix.
+    binary = executable(tmp_path / "prefix" / "usr" / "sbin" / "mysqld")
+    lib = tmp_path / "prefix" / "usr" / "lib" / "x86_64-linux-gnu"
+    loader = executable(lib / "ld-linux-x86-64.so.2")
+    assert mysqld.launcher(binary) == [
+        str(loader),
+        "--library-path",
+        f"{lib}:{tmp_path / 'prefix' / 'lib' / 'x86_64-linux-gnu'}",
+        str(binary),
+    ]
+    usr = tmp_path / "prefix" / "usr"
+    options = [
+        f"--basedir={usr}",
+        f"--lc-messages-dir={usr / 'share' / 'mysql'}",
+        f"--plugin-dir={usr / 'lib' / 'mysql' / 'plugin'}",
+    ]
+    command = install_command(binary, MYSQL, tmp_path / "data", as_root=False)
+    assert command[:8] == [*mysqld.launcher(binary), "--no-defaults", *options]
+    started = server_command(
+        binary,
+        MYSQL,
+        datadir=tmp_path / "d",
+        socket_path=tmp_path / "s",
+        port=3307,
+        binlog=True,
+        as_root=False,
+    )
+    assert started[:8] == [*mysqld.launcher(binary), "--no-defaults", *options]
+
+
+def test_an_installed_server_runs_itself(tmp_path: Path) -> None:
+    binary = executable(tmp_path / "usr" / "sbin" / "mysqld")  # no loader beside it
+    assert mysqld.launcher(binary) == [str(binary)]
+    assert mysqld.launcher(Path("/usr/sbin/mysqld")) == ["/usr/sbin/mysqld"]
+    assert mysqld.prefix_options(binary) == []
+
+
 def test_mariadb_initialises_with_the_install_script_of_its_installation(tmp_path: Path) -> None:
     binary = executable(tmp_path / "sbin" / "mariadbd")
     script = executable(tmp_path / "bin" / "mariadb-install-db")

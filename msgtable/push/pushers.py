@@ -128,10 +128,16 @@ class Endpoints:
         return p.status() if p is not None else None
 
     def set_endpoint(self, endpoint: Endpoint) -> None:
-        """Define (or replace) the endpoint of a table's default group or subscription."""
+        """Define (or replace) the endpoint of a table's default group or subscription;
+        InvalidArgument for a URL outside the allow-list (this server would not call it)."""
         if not hasattr(self.store, "_auto_cursor"):
             raise InvalidArgument("push endpoints need a MySQL-family database")
-        endpoint.check()
+        problem = self.push_allow.url_problem(endpoint.check())
+        if problem:  # refused here, not stored to wait: the caller learns it now
+            raise InvalidArgument(
+                f"the server will not call {endpoint.url}: {problem} "
+                "(serve --push-allow lists what it may call)"
+            )
         m = self._manager(endpoint.table, "", subscription=endpoint.subscription)  # it exists
         if not endpoint.subscription:
             self._default_group(m)  # vt_default_group=off: name a subscription

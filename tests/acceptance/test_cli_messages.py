@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.engine import make_url
 
+from msgtable.tables import current_layout_ddl
+from tests.integration.helpers import comment
+
 from .helpers import Cli, assert_one_line_error, describe, free_port, wait_until
 
 if TYPE_CHECKING:
@@ -136,3 +139,25 @@ def test_serve_on_a_port_in_use_says_only_its_own_line(cli: Cli, db_dsn: str):
         done = cli.run("serve", "--dsn", db_dsn, "--listen", address)
     assert "add_port" not in done.stderr, describe(done)
     assert_one_line_error(done, f"cannot listen on {address}", "in use", "--listen")
+
+
+# -- a push endpoint the server will not call ------------------------------------------------
+def test_endpoint_set_outside_push_allow_is_refused_and_says_so(
+    cli: Cli, sql: Sql, db_dsn: str, tmp_path: Path
+):
+    """It printed `jobs is pushed to URL` and exited 0, and the server never called it. The
+    server refuses it (INVALID_ARGUMENT, so a client in any language learns it), nothing is
+    stored, and the command says why in one line."""
+    sql.execute(current_layout_ddl("jobs", comment()))
+    secret = tmp_path / "push.secret"
+    secret.write_text("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n")
+    for allow in (("--push-allow", "http://127.0.0.0/8"), ()):
+        serve = cli.serve("--dsn", db_dsn, *allow)
+        server = ("--server", serve.address)
+        url = "http://10.1.2.3:8080/in"
+        done = cli.run("endpoint", "set", "jobs", url, "--secret-file", str(secret), *server)
+        line = assert_one_line_error(done, "will not call", url, "--push-allow")
+        assert "pushed to" not in done.stdout + line, describe(done)
+        listed = cli.run("endpoint", "list", *server)
+        assert listed.stdout.strip() == "no push endpoints", describe(listed)
+        serve.stop()

@@ -156,7 +156,7 @@ HOSTILE_URLS = [
     "file:///etc/passwd",
     "gopher://127.0.0.1:6379/_FLUSHALL",
     "http://" + "a" * 1_000_000,
-    "http://127.0.0.1:1/valid",  # well formed: stored (not allowed by this server), dropped
+    "http://127.0.0.1:1/valid",  # well formed: refused (this server allows no endpoint)
     "https://hooks.example.com/in?x=1",
 ]
 urls = st.one_of(st.sampled_from(HOSTILE_URLS + NASTY), st.text(max_size=200))

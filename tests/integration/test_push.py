@@ -228,9 +228,14 @@ def test_an_ordered_tables_keys_arrive_in_order_through_500s(
 
 
 def test_the_allow_list_refuses_and_the_messages_wait(db_dsn: str, receiver: Receiver) -> None:
-    with serve(db_dsn, push_allow=AllowList.parse("https://*.example.com")) as s:
+    with serve(db_dsn, push_allow=AllowList.parse("http://127.0.0.0/8")) as s:
         s.create_table("jobs", **FAST)
-        s.client.set_endpoint("jobs", receiver.url(), SECRET)
+        s.client.set_endpoint("jobs", receiver.url(), SECRET)  # stored: this server allows it
+    with serve(db_dsn, push_allow=AllowList.parse("https://*.example.com")) as s:
+        # a server refuses to store what it would not call (issue 39: it stored it, said
+        # nothing); one stored through a server that allowed it waits here
+        with pytest.raises(InvalidArgument, match=r"the server will not call http://127\.0\.0\.1:"):
+            s.client.set_endpoint("jobs", receiver.url("/other"), SECRET)
         enqueue(s, "jobs", range(1, 6))
         wait_until(lambda: push_of(s, "jobs") is not None, what="the endpoint's status")
         state = push_of(s, "jobs").state

@@ -23,6 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bench import smoke
 from bench.database import execute
 from bench.errors import BenchError
 from bench.processes import ServerProcess
@@ -30,7 +31,8 @@ from msgtable.events import capture_table_ddl
 
 TABLE, SOURCE = "bench_events", "bench_src"
 INSERT_BATCH = 500
-ROWS = {"quick": 40_000, "full": 400_000}  # source rows; 2.5 changes each
+# source rows; 2.5 changes each
+ROWS = {"quick": 40_000, "full": 400_000, "smoke": smoke.CAPTURE_ROWS}
 POLL_S = 0.05
 TIMEOUT_S = 300.0
 TARGET_EVENTS_S = 10_000.0

@@ -30,6 +30,7 @@ from typing import Any
 
 import urllib3
 
+from bench import smoke
 from bench.database import create_table, execute, message_comment
 from bench.errors import BenchError
 from bench.measure import cpu_seconds
@@ -38,10 +39,10 @@ from bench.processes import ServerProcess
 
 TABLES = 100
 ROWS_PER_TABLE = 20
-REQUESTS = {"quick": 100, "full": 400}
+REQUESTS = {"quick": 100, "full": 400, "smoke": smoke.DASHBOARD["requests"]}
 TARGET_MS = 300.0
-SCRAPES = {"quick": 30, "full": 100}
-RENDERS = {"quick": 10, "full": 30}
+SCRAPES = {"quick": 30, "full": 100, "smoke": smoke.DASHBOARD["scrapes"]}
+RENDERS = {"quick": 10, "full": 30, "smoke": smoke.DASHBOARD["renders"]}
 TARGET_SPEEDUP = 3.0
 
 

@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import smoke
 from bench.database import PAYLOAD, check_lifecycle, connect, create_table, execute, message_comment
 from bench.errors import BenchError
 from bench.measure import Throughput, cpu_meter, run_timeout_s
@@ -66,6 +67,7 @@ FILTER_EVERY = 100  # one row in this many matches FILTER (1 %)
 SIZES = {  # rows of the baseline and fan-out tables; rows of the filter table
     "quick": {"rows": 20_000, "filter": 100_000},
     "full": {"rows": 50_000, "filter": 1_000_000},
+    "smoke": smoke.FANOUT,
 }
 INSERT_CHUNK_ROWS = 100_000
 IDLE_SAMPLE_S = 0.5  # how long the idle rows read are counted before the filtered drain

@@ -211,15 +211,22 @@ def run(
     )
 
 
-def on_time(server: ServerProcess, dsn: str, *, postpone_after_s: float | None) -> OnTimeResult:
-    """How late messages with a future time_next arrive (see the module docstring)."""
+def on_time(
+    server: ServerProcess,
+    dsn: str,
+    *,
+    postpone_after_s: float | None,
+    n: int = ON_TIME_MESSAGES,
+    spread_s: float = ON_TIME_SPREAD_S,
+) -> OnTimeResult:
+    """How late ``n`` messages with a future time_next, spread over ``spread_s``, arrive (see
+    the module docstring)."""
     table = "on_time"
-    n = ON_TIME_MESSAGES
     comment = message_comment(BATCH_SIZE, ON_TIME_POLLER_S, postpone_after_s=postpone_after_s)
     create_table(dsn, table, comment)
     try:
         first = time.time_ns() + round(ON_TIME_LEAD_S * 1e9)
-        step = round(ON_TIME_SPREAD_S * 1e9 / n)
+        step = round(spread_s * 1e9 / n)
         due = [first + i * step for i in range(n)]
         literal = "'" + pymysql.converters.escape_string(PAYLOAD) + "'"
         rows = [f"({i}, {due[i]}, {literal})" for i in range(n)]
@@ -238,7 +245,7 @@ def on_time(server: ServerProcess, dsn: str, *, postpone_after_s: float | None) 
                 raise BenchError("on time: the subscriber started after the first message was due")
             workers.go.set()
             try:
-                results = workers.collect(ON_TIME_LEAD_S + ON_TIME_SPREAD_S + 60)
+                results = workers.collect(ON_TIME_LEAD_S + spread_s + 60)
             except BenchError:
                 server.check_alive()
                 raise

@@ -80,21 +80,29 @@ def holder_worker(spec: HolderSpec, name: str, ready: Any, go: Any, results: Any
     report(name, results, work)
 
 
-def run(dsn: str, *, postpone_after_s: float | None) -> MemoryResult:
-    """Measure on the (empty, dedicated) database ``dsn``; its tables get the run's
+def run(
+    dsn: str,
+    *,
+    postpone_after_s: float | None,
+    tables: int = TABLES,
+    cache_size: int = CACHE_SIZE,
+    rows_per_table: int = ROWS_PER_TABLE,
+) -> MemoryResult:
+    """Measure on the (empty, dedicated) database ``dsn`` with ``tables`` tables of
+    ``rows_per_table`` rows and vt_cache_size ``cache_size``; they get the run's
     ``postpone_after_s``."""
     from msgtable.client import Client
 
-    tables = tuple(f"mem_{i}" for i in range(TABLES))
+    names = tuple(f"mem_{i}" for i in range(tables))
     comment = message_comment(
-        BATCH_SIZE, POLLER_INTERVAL_S, postpone_after_s=postpone_after_s, cache_size=CACHE_SIZE
+        BATCH_SIZE, POLLER_INTERVAL_S, postpone_after_s=postpone_after_s, cache_size=cache_size
     )
-    for t in tables:
+    for t in names:
         create_table(dsn, t, comment)
-        bulk_insert(dsn, t, ROWS_PER_TABLE)
+        bulk_insert(dsn, t, rows_per_table)
     with ServerProcess(dsn) as server, Client(server.address, timeout_s=30) as client:
         deadline = time.monotonic() + FILL_TIMEOUT_S
-        while sum(1 for t in client.list_tables() if t.name in tables and t.loaded) < TABLES:
+        while sum(1 for t in client.list_tables() if t.name in names and t.loaded) < tables:
             if time.monotonic() > deadline:
                 raise BenchError("memory: the server did not load the tables in time")
             time.sleep(0.2)
@@ -104,12 +112,12 @@ def run(dsn: str, *, postpone_after_s: float | None) -> MemoryResult:
         try:
             with lock.cursor() as cur:
                 cur.execute("begin")
-                for t in tables:
+                for t in names:
                     cur.execute(f"select count(*) from (select id from {t} for update) s")
             with Workers() as workers:
-                workers.start("holder", holder_worker, HolderSpec(server.address, tables))
+                workers.start("holder", holder_worker, HolderSpec(server.address, names))
                 workers.wait_ready()
-                cached, in_flight = _steady_cache(client, tables)
+                cached, in_flight = _steady_cache(client, names, tables * cache_size // 2)
                 full = server.rss_mb()
                 lock.rollback()
                 workers.go.set()
@@ -119,8 +127,8 @@ def run(dsn: str, *, postpone_after_s: float | None) -> MemoryResult:
     return MemoryResult(base, full, cached, in_flight)
 
 
-def _steady_cache(client: Any, tables: tuple[str, ...]) -> tuple[int, int]:
-    """Wait until the tables' cached counts stop moving (and are mostly full)."""
+def _steady_cache(client: Any, tables: tuple[str, ...], at_least: int) -> tuple[int, int]:
+    """Wait until the tables' cached counts stop moving (and hold ``at_least``: mostly full)."""
     deadline = time.monotonic() + FILL_TIMEOUT_S
     last: tuple[int, ...] = ()
     since = time.monotonic()
@@ -129,7 +137,7 @@ def _steady_cache(client: Any, tables: tuple[str, ...]) -> tuple[int, int]:
         counts = tuple(t.cached for t in status)
         if counts != last:
             last, since = counts, time.monotonic()
-        elif time.monotonic() - since >= STEADY_S and sum(counts) >= TABLES * CACHE_SIZE // 2:
+        elif time.monotonic() - since >= STEADY_S and sum(counts) >= at_least:
             return sum(counts), sum(t.in_flight for t in status)
         if time.monotonic() > deadline:
             raise BenchError(f"memory: the caches did not settle (cached {counts})")

@@ -68,6 +68,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import smoke
 from bench.database import PAYLOAD, check_lifecycle, connect, execute, message_comment
 from bench.errors import BenchError
 from bench.fanout import rows_read
@@ -94,6 +95,7 @@ SIZES = {
         "fair_rows": 200_000,
         "fair_keys": 2_000,
     },
+    "smoke": smoke.ORDERING,
 }
 HOT_TABLE = "hot_key"
 FAIR_TABLES = ("fair_base", "fair_hot")  # without the hot key, with it

@@ -25,6 +25,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+from bench import smoke
 from bench.database import bulk_insert, create_table, execute, message_comment
 from bench.errors import BenchError
 from bench.latency import RATE_MSGS_S, PacedSpec, paced_producer_worker
@@ -37,8 +38,8 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 ALLOW = ("--push-allow", "http://127.0.0.0/8")
 BATCH = 100
 IN_FLIGHT = 4
-SIZES = {"quick": 30_000, "full": 100_000}
-LATENCY_S = {"quick": 5.0, "full": 15.0}
+SIZES = {"quick": 30_000, "full": 100_000, "smoke": smoke.PUSH_MESSAGES}
+LATENCY_S = {"quick": 5.0, "full": 15.0, "smoke": smoke.PUSH_LATENCY_S}
 TARGET_MSGS_S = 10_000
 TARGET_P99_MS = 50.0
 

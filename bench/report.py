@@ -24,15 +24,7 @@ from bench.metrics import MetricsCost
 from bench.ordering import HOT_BATCH, FairnessResult, OrderingResult
 from bench.producer import MIN_PRODUCER_ROWS
 from bench.push import TARGET_MSGS_S, TARGET_P99_MS, PushResult
-from bench.scale import (
-    DRAINS,
-    LARGE_BACKLOG,
-    SMALL_BACKLOG,
-    SUSTAINED,
-    WINDOW,
-    BacklogResult,
-    PurgeResult,
-)
+from bench.scale import WINDOW, BacklogResult, PurgeResult
 from bench.servers import PROCS, TABLES, ServersResult
 from bench.servers import model as servers_model
 from bench.settle import RELEASE_ROUNDS, SettleResult
@@ -40,6 +32,114 @@ from bench.shards import SHARDS, SUBSCRIBERS, ShardsResult
 from bench.shards import TARGET_RATIO as TARGET_SHARDS_RATIO
 from bench.shards import model as shards_model
 from bench.spark import SparkResult
+
+# What each section of bench.run puts in the JSON line when it runs by itself (--only it, at
+# the default batch sizes): keys of the document, or "targets.<key>" for a target's value.
+# Each holds a figure (not null) once the section ran; the bench's smoke test
+# (tests/acceptance/test_bench_smoke.py) runs every section and holds it to its keys.
+SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "raw": ("raw_msgs_s", "raw_msgs_s_b10"),
+    "msgtable": ("msgtable_msgs_s", "msgtable_msgs_s_b10"),
+    "latency": (
+        "latency_p50_ms",
+        "latency_p99_ms",
+        "latency",
+        "latency_binlog_p50_ms",
+        "latency_binlog_p99_ms",
+        "latency_binlog",
+        "targets.latency_binlog_p99_ms",
+    ),
+    "ontime": ("on_time", "targets.on_time_p99_ms"),
+    "peer": ("peer_msgs_s",),
+    "memory": ("rss_mb", "rss_base_mb", "bytes_per_cached_msg", "memory"),
+    "settlement": (
+        "release_msgs_s",
+        "dead_letter_msgs_s",
+        "renew_1000_ms",
+        "renew_1000_p99_ms",
+        "settlement",
+        "targets.release_msgs_s",
+        "targets.dead_letter_msgs_s",
+        "targets.renew_1000_ms",
+    ),
+    "fanout": (
+        "fanout_groups",
+        "fanout_ratio",
+        "filter_ratio",
+        "filter_rows_read_per_msg",
+        "filter_table_rows_read_per_msg",
+        "filter_handover_rows_read",
+        "fanout",
+        "targets.fanout_ratio",
+        "targets.filter_ratio",
+    ),
+    "ordering": (
+        "ordered_msgs_s",
+        "unordered_msgs_s",
+        "ordered_ratio",
+        "hot_key_msgs_s",
+        "fairness_p99_ms",
+        "fairness_base_p99_ms",
+        "fairness_ratio",
+        "ordering",
+        "targets.ordered_ratio",
+        "targets.fairness_ratio",
+    ),
+    "push": ("push_msgs_s", "push_latency_p50_ms", "push_latency_p99_ms", "push"),
+    "expiry": ("dead_letter_expired_msgs_s",),
+    "backlog": ("backlog", "targets.backlog_1m_vs_10k"),
+    "purge": ("purge", "targets.purge_keeps"),
+    "spark": ("spark", "targets.spark_enqueue_rows_s", "targets.spark_archive_s"),
+    "capture": ("capture_events_s", "capture"),
+    "metrics": (
+        "metrics_off_msgs_s",
+        "metrics_on_msgs_s",
+        "metrics_cost_ratio",
+        "metrics_listening_ratio",
+        "tracing_on_msgs_s",
+        "tracing_cost_ratio",
+        "sampled_tracing_cost_ratio",
+        "metrics_control_ratio",
+        "metrics_ratios_normalized",
+        "metrics_cost_ratio_raw",
+        "metrics",
+    ),
+    "dashboard": (
+        "dashboard_page_ms",
+        "dashboard_api_ms",
+        "dashboard_api_hour_ms",
+        "metrics_scrape_cpu_ms",
+        "exposition_speedup",
+        "dashboard",
+    ),
+    "servers": (
+        "server_procs",
+        "msgs_s_by_server_procs",
+        "cpu_us_per_msg_by_part",
+        "server_procs_ratio",
+        "server_procs_model",
+        "servers",
+    ),
+    "shards": (
+        "shards",
+        "msgs_s_by_shards",
+        "shards_cpu_us_per_msg_by_part",
+        "shards_ratio",
+        "shards_model",
+        "shards_runs",
+        "targets.shards_2_ratio",
+    ),
+}
+# Figures of two sections side by side: they need both in the run (--only raw,msgtable,peer).
+JOINT_KEYS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("raw", "msgtable"): (
+        "ratio_vs_raw",
+        "ratio_vs_raw_spread",
+        "ratio_vs_raw_b10",
+        "targets.ratio_vs_raw",
+    ),
+    ("msgtable", "peer"): ("ratio_vs_peer", "targets.ratio_vs_peer"),
+}
 
 LABELS = {
     "raw": "raw SQL lifecycle (PyMySQL, no engine)",
@@ -393,6 +493,8 @@ class Report:
         add = out.append
         add("")
         add(f"msgtable benchmark ({self.mode} mode) on {self.server}; {os.cpu_count()} CPUs")
+        if self.mode == "smoke":
+            add("smoke: each section at its smallest sizes (bench.smoke); the figures mean nothing")
         add(
             f"payload {len(PAYLOAD)} bytes of JSON; every client is a process of its own; "
             f"msgtable serve runs as a subprocess; vt_poller_interval {self.poller_interval_s:g}"
@@ -674,20 +776,22 @@ class Report:
     def _backlog_text(self, b: BacklogResult) -> list[str]:
         each = ", ".join(f"{r:,.0f}" for r in b.small)
         each_large = ", ".join(f"{r:,.0f}" for r in b.large)
+        s = b.sizes
         out = [
             "",
-            f"backlog: drain rate over the first {WINDOW:,} messages after subscribing "
-            f"(batch {self.batch_size}, {self.subscribers} subscribers; {DRAINS} rounds of "
+            f"backlog: drain rate over the first {s.window:,} messages after subscribing "
+            f"(batch {self.batch_size}, {self.subscribers} subscribers; {s.drains} rounds of "
             "both side by side, alternating)",
-            f"  {SMALL_BACKLOG:,} due rows {b.small_rate:,.0f} msgs/s ({each})",
-            f"  {LARGE_BACKLOG:,} due rows {b.large_rate:,.0f} msgs/s ({each_large}): "
+            f"  {s.small:,} due rows {b.small_rate:,.0f} msgs/s ({each})",
+            f"  {s.large:,} due rows {b.large_rate:,.0f} msgs/s ({each_large}): "
             f"median round {b.ratio:.2f} of the small backlog (rounds "
             + ", ".join(f"{r:.2f}" for r in b.rounds)
             + ")",
-            f"  {SUSTAINED:,} messages from the 1M backlog: {b.sustained:,.0f} msgs/s",
-            f"  1M rows inserted in {b.insert_s:.1f} s; one poll of 10,000 rows took "
-            f"{b.poll_ms[SMALL_BACKLOG]:.0f} ms at 10k, {b.poll_ms[LARGE_BACKLOG]:.0f} ms at 1M",
-            "EXPLAIN of the poll query at the 1M backlog:",
+            f"  {s.sustained:,} messages from the {s.large:,} backlog: {b.sustained:,.0f} msgs/s",
+            f"  {s.large:,} rows inserted in {b.insert_s:.1f} s; one poll of 10,000 rows took "
+            f"{b.poll_ms[s.small]:.0f} ms at {s.small:,}, {b.poll_ms[s.large]:.0f} ms at "
+            f"{s.large:,}",
+            f"EXPLAIN of the poll query at the {s.large:,} backlog:",
         ]
         widths = [
             max(len(str(h)), *(len(str(r[i])) for r in b.explain_rows))

@@ -39,8 +39,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench import (
     capture,
@@ -58,6 +59,7 @@ from bench import (
     servers,
     settle,
     shards,
+    smoke,
     spark,
 )
 from bench.database import Database, database_server, scratch_database
@@ -111,6 +113,10 @@ ENGINE_SECTIONS = {
 
 @dataclass(frozen=True)
 class Plan:
+    """A mode's sizes. The sections whose modules say theirs by mode (bench.fanout.SIZES, ...)
+    look them up with ``mode``; the others take the fields below, whose defaults are their
+    modules' constants (quick and full: the same); --smoke gives each bench.smoke's."""
+
     mode: str
     grid: tuple[tuple[int, int], ...]  # (batch size, subscribers) of the throughput runs
     messages: dict[int, int]  # batch size -> messages per throughput run
@@ -118,9 +124,17 @@ class Plan:
     peer_messages: int
     peer_max_s: float
     purge_messages: int
+    on_time: dict[str, Any] = field(default_factory=dict)  # latency.on_time's sizes
+    memory: dict[str, int] = field(default_factory=dict)  # memory.run's sizes
+    backlog: scale.BacklogSizes = field(default_factory=scale.BacklogSizes)
+    purge: scale.PurgeSizes = field(default_factory=scale.PurgeSizes)
+    spark_rows: int = spark.ROWS
+    metrics_rounds: int = metrics.ROUNDS
 
 
 def plan(mode: str, batch: int, low_batch: int, subscribers: int, messages: int | None) -> Plan:
+    if mode == "smoke":
+        return smoke_plan(batch, low_batch, subscribers, messages)
     if mode == "quick":
         sizes = {batch: 60_000, low_batch: 20_000}
         grid: tuple[tuple[int, int], ...] = ((batch, subscribers), (low_batch, subscribers))
@@ -131,7 +145,33 @@ def plan(mode: str, batch: int, low_batch: int, subscribers: int, messages: int 
         grid = tuple((b, k) for b in batches for k in sorted({1, 4, 16, subscribers}))
         latency_s, peer_n, peer_s = 10.0, 4_000, 20.0
     n = {b: messages or sizes.get(b, 30_000) for b, _ in grid}
-    return Plan(mode, grid, n, latency_s, peer_n, peer_s, messages or 50_000)
+    rounds = metrics.FULL_ROUNDS if mode == "full" else metrics.ROUNDS
+    return Plan(mode, grid, n, latency_s, peer_n, peer_s, messages or 50_000, metrics_rounds=rounds)
+
+
+def smoke_plan(batch: int, low_batch: int, subscribers: int, messages: int | None) -> Plan:
+    """--smoke: quick mode's grid, every section at bench.smoke's sizes."""
+    grid = ((batch, subscribers), (low_batch, subscribers))
+    most = max(smoke.MESSAGES.values())
+    return Plan(
+        "smoke",
+        grid,
+        {b: messages or smoke.MESSAGES.get(b, most) for b, _ in grid},
+        smoke.LATENCY_S,
+        smoke.PEER_MESSAGES,
+        smoke.PEER_MAX_S,
+        messages or smoke.PURGE_MESSAGES,
+        on_time={"n": smoke.ON_TIME_MESSAGES, "spread_s": smoke.ON_TIME_SPREAD_S},
+        memory={
+            "tables": smoke.MEMORY_TABLES,
+            "cache_size": smoke.MEMORY_CACHE_SIZE,
+            "rows_per_table": smoke.MEMORY_ROWS_PER_TABLE,
+        },
+        backlog=scale.BacklogSizes(**smoke.BACKLOG),
+        purge=scale.PurgeSizes(**smoke.PURGE),
+        spark_rows=smoke.SPARK_ROWS,
+        metrics_rounds=smoke.METRICS_ROUNDS,
+    )
 
 
 def progress(text: str) -> None:
@@ -178,7 +218,7 @@ def run(args: argparse.Namespace) -> Report:
         unknown = only - set(SECTIONS)
         if unknown:
             raise BenchError(f"unknown sections {sorted(unknown)}; choose from {SECTIONS}")
-    else:
+    else:  # smoke runs every section, as full does
         only = set(SECTIONS) - (FULL_ONLY if p.mode == "quick" else set())
     if args.postpone_after is not None and args.postpone_after < 0:
         raise BenchError("--postpone-after must be 0 or more")
@@ -219,7 +259,7 @@ def run(args: argparse.Namespace) -> Report:
                     args.poller_interval,
                     args.postpone_after,
                     progress,
-                    metrics.FULL_ROUNDS if p.mode == "full" else metrics.ROUNDS,
+                    p.metrics_rounds,
                     db_pid=db.pid,
                 )
             mc = report.metrics
@@ -268,7 +308,9 @@ def run(args: argparse.Namespace) -> Report:
                 progress(f"spark: {report.spark_missing}")
             else:
                 with scratch_database(db.handle, "bench_spark") as dsn:
-                    report.spark = spark.run(dsn, postpone_after_s=args.postpone_after)
+                    report.spark = spark.run(
+                        dsn, p.spark_rows, postpone_after_s=args.postpone_after
+                    )
                 sp = report.spark
                 progress(
                     f"spark: enqueue {sp.enqueue_rows_s:,.0f} rows/s, archive {sp.archive_s:.1f} s"
@@ -283,7 +325,7 @@ def run(args: argparse.Namespace) -> Report:
             )
         if "memory" in only:
             with scratch_database(db.handle, "bench_memory") as dsn:
-                report.memory = memory.run(dsn, postpone_after_s=args.postpone_after)
+                report.memory = memory.run(dsn, postpone_after_s=args.postpone_after, **p.memory)
             m = report.memory
             progress(f"memory: {m.base_mb:.1f} -> {m.full_mb:.1f} MB, {m.cached:,} cached")
     report.wall_s = time.monotonic() - began
@@ -294,7 +336,7 @@ def run(args: argparse.Namespace) -> Report:
 # rounds of raw and msgtable side by side, every other round msgtable first; their ratio is
 # the median round's, with its spread (a machine busy with other work moves single runs
 # 10-20 %). Odd: the median is a round that ran.
-HEADLINE_ROUNDS = {"quick": 3, "full": 5}
+HEADLINE_ROUNDS = {"quick": 3, "full": 5, "smoke": smoke.HEADLINE_ROUNDS}
 
 
 def run_raw(p: Plan, db: Database, dsn: str, b: int, k: int, report: Report | None) -> Throughput:
@@ -380,7 +422,7 @@ def run_engine(
                 how = "binlog" if binlog else "polling"
                 progress(f"latency, {how}: p50 {lat.p50_ms:.1f} ms, p99 {lat.p99_ms:.1f} ms")
         if "ontime" in only:
-            report.on_time = latency.on_time(server, dsn, postpone_after_s=postpone)
+            report.on_time = latency.on_time(server, dsn, postpone_after_s=postpone, **p.on_time)
             ot = report.on_time
             progress(f"on time: late p50 {ot.p50_ms:.1f} ms, p99 {ot.p99_ms:.1f} ms")
         k, b = args.subscribers, args.batch_size
@@ -392,12 +434,19 @@ def run_engine(
             report.ordering = run_ordering(args, p, db, server, dsn)
         if "backlog" in only:
             report.backlog = scale.backlog(
-                server, dsn, b, k, args.poller_interval, postpone_after_s=postpone
+                server, dsn, b, k, args.poller_interval, postpone_after_s=postpone, sizes=p.backlog
             )
             progress(f"backlog: 1M vs 10k {report.backlog.ratio:.2f}")
         if "purge" in only:
             report.purge = scale.purge(
-                server, dsn, p.purge_messages, b, k, args.poller_interval, postpone_after_s=postpone
+                server,
+                dsn,
+                p.purge_messages,
+                b,
+                k,
+                args.poller_interval,
+                postpone_after_s=postpone,
+                sizes=p.purge,
             )
             progress(f"purge: during / without {report.purge.ratio:.2f}")
         server.check_alive()
@@ -502,6 +551,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="mode", action="store_const", const="quick")
     mode.add_argument("--full", dest="mode", action="store_const", const="full")
+    mode.add_argument(
+        "--smoke",
+        dest="mode",
+        action="store_const",
+        const="smoke",
+        help="every section, the full-only ones too, at the smallest sizes that run its code "
+        "(bench.smoke; seconds each): whether each still runs, its figures mean nothing",
+    )
     parser.set_defaults(mode="quick")
     parser.add_argument("--subscribers", type=int, default=4, help="headline K (default 4)")
     parser.add_argument("--batch-size", type=int, default=100, help="headline batch (100)")

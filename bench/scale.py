@@ -67,6 +67,26 @@ PURGE_MESSAGES_MIN = 100_000
 CONFIG_TIMEOUT_S = 30.0
 
 
+@dataclass(frozen=True)
+class BacklogSizes:
+    """The backlog's sizes (the module's constants; bench.smoke's for --smoke)."""
+
+    small: int = SMALL_BACKLOG
+    large: int = LARGE_BACKLOG
+    window: int = WINDOW
+    sustained: int = SUSTAINED
+    drains: int = DRAINS
+
+
+@dataclass(frozen=True)
+class PurgeSizes:
+    """The purge's sizes (the module's constants; bench.smoke's for --smoke)."""
+
+    rows: int = PURGE_ROWS
+    rounds: int = PURGE_ROUNDS
+    min_messages: int = PURGE_MESSAGES_MIN
+
+
 def poll_sql(table: str, now_ns: int, limit: int) -> str:
     """The engine's poll (msgtable/store.py, current layout, a new pass) with literal values."""
     return (
@@ -96,6 +116,7 @@ class BacklogResult:
     poll_ms: dict[int, float] = field(default_factory=dict)  # one poll of 10,000 rows
     explain_header: list[str] = field(default_factory=list)
     explain_rows: list[tuple[Any, ...]] = field(default_factory=list)
+    sizes: BacklogSizes = BacklogSizes()
 
     @property
     def small_rate(self) -> float:
@@ -120,8 +141,8 @@ class BacklogResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "window": WINDOW,
-            "drains": DRAINS,
+            "window": self.sizes.window,
+            "drains": self.sizes.drains,
             "ratio_each": [round(r, 3) for r in self.rounds],
             "ratio_spread": self.spread,
             "msgs_s_10k": round(self.small_rate),
@@ -130,10 +151,10 @@ class BacklogResult:
             "msgs_s_1m_each": [round(r) for r in self.large],
             "ratio_1m_vs_10k": round(self.ratio, 3),
             "msgs_s_1m_sustained": round(self.sustained),
-            "sustained_window": SUSTAINED,
+            "sustained_window": self.sizes.sustained,
             "insert_s_1m": round(self.insert_s, 2),
-            "poll_ms_10k": round(self.poll_ms[SMALL_BACKLOG], 1),
-            "poll_ms_1m": round(self.poll_ms[LARGE_BACKLOG], 1),
+            "poll_ms_10k": round(self.poll_ms[self.sizes.small], 1),
+            "poll_ms_1m": round(self.poll_ms[self.sizes.large], 1),
             "explain_poll_1m": [
                 dict(zip(self.explain_header, map(_jsonable, row), strict=True))
                 for row in self.explain_rows
@@ -159,11 +180,14 @@ def backlog(
     poller_interval_s: float,
     *,
     postpone_after_s: float | None,
+    sizes: BacklogSizes = BacklogSizes(),
 ) -> BacklogResult:
     """DRAINS rounds of a drain of WINDOW messages from a fresh SMALL_BACKLOG table and one
     from the LARGE_BACKLOG table side by side, every other round the large one first (the
-    last large drain going on to SUSTAINED messages); the ratio is the median round's."""
-    result = BacklogResult()
+    last large drain going on to SUSTAINED messages); the ratio is the median round's.
+    ``sizes``: those five, the constants unless given."""
+    s = sizes
+    result = BacklogResult(sizes=s)
     comment = message_comment(batch_size, poller_interval_s, postpone_after_s=postpone_after_s)
     large = "backlog_large"
 
@@ -171,31 +195,31 @@ def backlog(
         table = f"backlog_small_{i}"
         create_table(dsn, table, comment)
         try:
-            bulk_insert(dsn, table, SMALL_BACKLOG)
+            bulk_insert(dsn, table, s.small)
             if i == 0:
-                result.poll_ms[SMALL_BACKLOG] = _timed_poll_ms(dsn, table)
+                result.poll_ms[s.small] = _timed_poll_ms(dsn, table)
             time.sleep(QUIET_S)
-            mark_s, _ = engine.drain(server, table, (WINDOW,), subscribers)
-            result.small.append(WINDOW / mark_s[0])
+            mark_s, _ = engine.drain(server, table, (s.window,), subscribers)
+            result.small.append(s.window / mark_s[0])
         finally:
             execute(dsn, f"drop table if exists {table}")
 
     def drain_large(i: int) -> None:
-        marks = (WINDOW,) if i < DRAINS - 1 else (WINDOW, SUSTAINED)
+        marks = (s.window,) if i < s.drains - 1 else (s.window, s.sustained)
         time.sleep(QUIET_S)
         mark_s, _ = engine.drain(server, large, marks, subscribers)
-        result.large.append(WINDOW / mark_s[0])
-        if i == DRAINS - 1:
-            result.sustained = SUSTAINED / mark_s[-1]
+        result.large.append(s.window / mark_s[0])
+        if i == s.drains - 1:
+            result.sustained = s.sustained / mark_s[-1]
 
     create_table(dsn, large, comment)
     try:
-        result.insert_s = bulk_insert(dsn, large, LARGE_BACKLOG)
+        result.insert_s = bulk_insert(dsn, large, s.large)
         execute(dsn, f"analyze table {large}")
         sql = poll_sql(large, time.time_ns(), 10_000)
         result.explain_header, result.explain_rows = explain(dsn, sql)
-        result.poll_ms[LARGE_BACKLOG] = _timed_poll_ms(dsn, large)
-        for i in range(DRAINS):
+        result.poll_ms[s.large] = _timed_poll_ms(dsn, large)
+        for i in range(s.drains):
             for step in (drain_large, drain_small) if i % 2 else (drain_small, drain_large):
                 step(i)
     finally:
@@ -209,6 +233,7 @@ class PurgeResult:
     during: list[Throughput]  # by round
     purged: list[int]  # old rows deleted during each round's run with the purge
     left_after: int  # old rows left after the last round
+    acked_rows: int = PURGE_ROWS  # old rows the table held first
 
     @property
     def purged_during(self) -> int:
@@ -237,7 +262,7 @@ class PurgeResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "acked_rows": PURGE_ROWS,
+            "acked_rows": self.acked_rows,
             "msgs_s_without_purge": round(self.without_rate),
             "msgs_s_during_purge": round(self.during_rate),
             "msgs_s_without_each": [round(r.msgs_s) for r in self.without],
@@ -260,13 +285,15 @@ def purge(
     poller_interval_s: float,
     *,
     postpone_after_s: float | None,
+    sizes: PurgeSizes = PurgeSizes(),
 ) -> PurgeResult:
     """PURGE_ROUNDS rounds of a delivery without the purge and one during it, side by side
-    (module docstring)."""
+    (module docstring); ``sizes``: PURGE_ROWS, PURGE_ROUNDS and PURGE_MESSAGES_MIN unless
+    given."""
     from msgtable.client import Client
 
     table = "purge_load"
-    n = max(n, PURGE_MESSAGES_MIN)
+    n = max(n, sizes.min_messages)
     old = f"time_acked < {time.time_ns() - 3600 * NS}"
     next_id = 0
 
@@ -312,10 +339,10 @@ def purge(
     purged: list[int] = []
     try:
         bulk_insert(
-            dsn, table, PURGE_ROWS, first_id=1 << 40, time_acked_ns=time.time_ns() - 7200 * NS
+            dsn, table, sizes.rows, first_id=1 << 40, time_acked_ns=time.time_ns() - 7200 * NS
         )
         with Client(server.address, timeout_s=30) as client:
-            for i in range(PURGE_ROUNDS):
+            for i in range(sizes.rounds):
                 for purging in (True, False) if i % 2 else (False, True):
                     if not purging:
                         purge_after(client, PURGE_OFF_S)
@@ -339,4 +366,4 @@ def purge(
         left = count_rows(dsn, table, old)
     finally:
         execute(dsn, f"drop table if exists {table}")
-    return PurgeResult(without, during, purged, left)
+    return PurgeResult(without, during, purged, left, sizes.rows)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import smoke
 from bench.database import check_lifecycle, create_table, execute, message_comment
 from bench.engine import Shared, SubscriberSpec, check_deliveries, subscriber_worker
 from bench.errors import BenchError
@@ -33,8 +34,9 @@ from bench.producer import ProducerSpec, producer_rows, producer_worker
 TABLES = ("mt_s1", "mt_s2", "mt_s3", "mt_s4")
 PROCS = (1, 2)
 BATCH = 100
-MESSAGES = {"quick": 40_000, "full": 200_000}  # all tables together, per run
-ROUNDS = {"quick": 1, "full": 3}
+# all tables together, per run
+MESSAGES = {"quick": 40_000, "full": 200_000, "smoke": smoke.SERVERS_MESSAGES}
+ROUNDS = {"quick": 1, "full": 3, "smoke": smoke.ROUNDS}
 LEASE_PERIOD_S = 2.0  # a join takes its share within a step or two of this
 PLACED_TIMEOUT_S = 60.0
 

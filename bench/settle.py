@@ -47,6 +47,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
+from bench import smoke
 from bench.database import bulk_insert, count_rows, create_table, execute, message_comment
 from bench.errors import BenchError
 from bench.measure import Throughput, cpu_meter, percentile, run_timeout_s
@@ -59,11 +60,12 @@ REASON = "bench: rejected"
 DEAD_COLUMNS = "time_dead bigint not null, attempts bigint not null, last_error varchar(1000)"
 RENEW_IDS = 1_000
 RENEW_BATCH = 100  # vt_batch_size of the renew table: the messages come in 10 batches
-RENEW_CALLS = {"quick": 50, "full": 200}
+RENEW_CALLS = {"quick": 50, "full": 200, "smoke": smoke.RENEW_CALLS}
 RELEASE_ROUNDS = 3  # each message is released about this many times
 SIZES = {  # rows of the release, reject and expiry tables
     "quick": {"release": 10_000, "reject": 20_000, "expire": 10_000},
     "full": {"release": 30_000, "reject": 50_000, "expire": 30_000},
+    "smoke": smoke.SETTLE,
 }
 EXPIRE_POLL_S = 0.005  # how often the bench counts what is left of the expiry table
 

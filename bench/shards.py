@@ -30,6 +30,7 @@ from typing import Any
 
 import pymysql
 
+from bench import smoke
 from bench.database import PAYLOAD, check_lifecycle, create_table, message_comment
 from bench.engine import Shared, SubscriberSpec, check_deliveries, subscriber_worker
 from bench.errors import BenchError
@@ -45,8 +46,9 @@ TABLE = "mt_sh"
 DATABASE = "bench"
 BATCH = 100
 SUBSCRIBERS = 2
-MESSAGES = {"quick": 40_000, "full": 200_000}  # the keyspace's, per run
-ROUNDS = {"quick": 1, "full": 3}
+# the keyspace's, per run
+MESSAGES = {"quick": 40_000, "full": 200_000, "smoke": smoke.SHARDS_MESSAGES}
+ROUNDS = {"quick": 1, "full": 3, "smoke": smoke.ROUNDS}
 GATEWAY_START_S = 60.0
 # 2 shards / 1 on this machine: what a second shard's database, server and merge cost where
 # they cannot add cores (bench.report's target shards_2_ratio)

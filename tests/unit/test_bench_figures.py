@@ -200,3 +200,30 @@ def test_the_metrics_ratios_are_of_the_databases_busy_time_when_it_was_measured(
     assert doc["tracing_cost_ratio"] == 0.95 and doc["sampled_tracing_cost_ratio"] == 1.0
     assert doc["sampled_tracing_cost_ratio_raw"] == 0.8 and doc["metrics_ratios_normalized"]
     assert doc["metrics"]["sides"]["sampled"]["raw_runs"] == [0.8, 1.0, 0.8]
+
+
+def test_every_bench_section_says_the_figures_it_fills():
+    """The smoke test (tests/acceptance/test_bench_smoke.py) holds each section to these."""
+    from bench.report import JOINT_KEYS, SECTION_KEYS
+    from bench.run import SECTIONS
+
+    assert sorted(SECTION_KEYS) == sorted(SECTIONS)
+    assert all(keys for keys in SECTION_KEYS.values())
+    assert {s for joint in JOINT_KEYS for s in joint} <= set(SECTIONS)
+
+
+def test_the_smoke_plan_leaves_quick_and_full_as_they_were():
+    from bench import metrics, scale, smoke, spark
+    from bench.run import plan
+
+    quick = plan("quick", 100, 10, 4, None)
+    assert quick.messages == {100: 60_000, 10: 20_000} and quick.metrics_rounds == metrics.ROUNDS
+    assert (quick.latency_s, quick.peer_messages, quick.purge_messages) == (3.0, 1_500, 50_000)
+    full = plan("full", 100, 10, 4, None)
+    assert full.metrics_rounds == metrics.FULL_ROUNDS and full.spark_rows == spark.ROWS
+    for p in (quick, full):
+        assert (p.on_time, p.memory) == ({}, {})  # the modules' own sizes
+        assert (p.backlog, p.purge) == (scale.BacklogSizes(), scale.PurgeSizes())
+    s = plan("smoke", 100, 10, 4, None)
+    assert s.grid == quick.grid and s.messages == smoke.MESSAGES
+    assert s.backlog.large == smoke.BACKLOG["large"] and s.spark_rows == smoke.SPARK_ROWS

@@ -32,7 +32,7 @@ SPARK_STAMP := $(VENV)/.stamp-install-spark
 .DEFAULT_GOAL := help
 .PHONY: help run test venv install install-test mysql-server mysql-client-dev spark spark-deps \
 	browser-deps node-deps lint proto proto-check pytest \
-	clean distclean bench bench-full chaos chaos-busy soak
+	clean distclean bench bench-full bench-smoke chaos chaos-busy soak
 
 help:
 	@echo "make run            install what is missing, then run msgtable serve \$$ARGS"
@@ -42,6 +42,7 @@ help:
 	@echo "make lint|proto|proto-check|pytest             the checks on their own"
 	@echo "make bench          quick benchmark suite (under a minute): table, targets, JSON line"
 	@echo "make bench-full     the full benchmark suite (minutes)"
+	@echo "make bench-smoke    every bench section at its smallest (whether each runs; make test does)"
 	@echo "make chaos          the fault suite alone (tests/faults, about two minutes), with its counts"
 	@echo "make chaos-busy     the fault suite beside two CPU hogs (a machine busy with other work)"
 	@echo "make soak           a long run with faults (MSGTABLE_SOAK_MINUTES, 30): resources stay flat"
@@ -61,6 +62,12 @@ bench: $(BENCH_STAMP) mysql-server spark-deps
 
 bench-full: $(BENCH_STAMP) mysql-server spark-deps
 	$(PY) -m bench.run --full $(BENCH_ARGS)
+
+# Every section, the full-only ones too, at the smallest sizes that run its code (bench.smoke):
+# whether each still runs, its figures mean nothing. `make test` runs each section so
+# (tests/acceptance/test_bench_smoke.py).
+bench-smoke: $(BENCH_STAMP) mysql-server spark-deps
+	$(PY) -m bench.run --smoke $(BENCH_ARGS)
 
 # The fault suite (also part of `make test`): 100,000 messages through two servers while the
 # database restarts and crashes, servers are killed, subscribers die, stall and ack late, and
@@ -120,9 +127,10 @@ $(INSTALL_STAMP): $(VENV_STAMP) pyproject.toml
 
 install-test: $(TEST_STAMP)
 
-# The tests cover the Spark pipeline too: the spark extra (PySpark, pyarrow, matplotlib).
+# The tests cover the Spark pipeline too: the spark extra (PySpark, pyarrow, matplotlib); and
+# they run every bench section at smoke size: the bench extra (kombu, the peer's queue).
 $(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
-	$(PIP) install -e '.[test,spark]'
+	$(PIP) install -e '.[test,spark,bench]'
 	@touch $@
 
 # The pipeline (msgtable.spark) in a clone: `pip install 'msgtable[spark]'` is for the published

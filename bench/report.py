@@ -249,7 +249,7 @@ class Report:
 
     def targets(self) -> list[Target]:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
-        full_only = "full mode only" if self.mode != "full" else "not run"
+        full_only = "full mode only" if self.mode == "quick" else "not run"
         per_msg = self.memory.bytes_per_message if self.memory else None
         fair = self._fairness()
         return [

@@ -68,6 +68,10 @@ DISCOVERY_RETRY_MAX_S = 30.0
 # server's (time_next and time_created are unix ns; see _hold_floor_ns)
 TAKEOVER_CLOCK_MARGIN_S = 1.0
 SHARDS = ("", "0", "-")  # ways to name the one shard of an unsharded keyspace
+# A stream (or a release, reject, renew) of a table being placed or handed over waits this
+# many lease periods at most for this server to send it or for a live sender to be known
+# (a takeover after a crash comes within two), then answers NotLeader
+PLACING_WAIT_PERIODS = 2
 
 
 class MessageEngine(Subscriptions, Endpoints):
@@ -130,6 +134,7 @@ class MessageEngine(Subscriptions, Endpoints):
         self.fatal_reason = ""
         self.lease_period_s = lease_period_s
         self._lease: Placement | None = None
+        self._campaigned = threading.Event()  # campaign() made the placement (or never will)
         # the tables (and CAPTURE) this server sends, with a lease to share (msgtable.placement)
         self._sending: set[str] = set()
         # by unit: when this server gained its lease, and what it learnt of the one before
@@ -216,6 +221,7 @@ class MessageEngine(Subscriptions, Endpoints):
         except Unavailable as exc:  # the placement's thread prepares it once the database answers
             self.store.outage.down(exc)
         self._lease = lease
+        self._campaigned.set()
         lease.start()
 
     def _units(self) -> set[str]:
@@ -413,12 +419,53 @@ class MessageEngine(Subscriptions, Endpoints):
         self._wake_pushers()
         return clean
 
-    def _not_leader(self, unit: str, sender: str | None = None) -> NotLeader:
-        if sender is None:
+    def _await_sending(self, unit: str) -> None:
+        """Return once this server sends ``unit``, or raise NotLeader naming the live server
+        that does. A unit being placed or handed over (on its way here, or nobody's for a
+        moment: just discovered, its holder gone or giving it back) is waited for, at most
+        PLACING_WAIT_PERIODS lease periods, step by step of the placement: a client without
+        retries is served, not sent away by a transition of the servers' own (DESIGN.md,
+        principle 10). Past that, NotLeader says why (or DatabaseUnavailable, if the database
+        kept the placement from stepping)."""
+        period_s = self.lease_period_s or 0.0
+        deadline = time.monotonic() + PLACING_WAIT_PERIODS * period_s
+        wake = True  # the first step at once (one step more per request, no more)
+        while not self.sends(unit):
             lease = self._lease
+            if lease is not None:
+                sender = lease.sender(unit)
+                if sender and sender != lease.address and not lease.coming(unit):
+                    raise self._not_leader(unit, sender)
+            left = deadline - time.monotonic()
+            if left <= 0 or self._stop.is_set():
+                break
+            if lease is not None:
+                lease.await_step(left, wake)
+                wake = False
+            elif self._campaigned.is_set() or self._thread is None:
+                break  # no placement (closed; or an engine driven by hand, never opened)
+            else:  # serving already, the placement not made yet (msgtable serve's start)
+                self._campaigned.wait(left)
+        if self.sends(unit):
+            return
+        if self._stop.is_set():
+            raise Unavailable("server shutting down")
+        if self.store.outage.away:
+            raise self._unreached()
+        raise self._not_leader(unit)
+
+    def _not_leader(self, unit: str, sender: str | None = None) -> NotLeader:
+        lease = self._lease
+        if sender is None:
             sender = lease.sender(unit) if lease is not None else self._sender_hints.get(unit, "")
+        if lease is not None and sender == lease.address:
+            sender = ""  # never this server itself: it does not send the unit now
         what = "the table events" if unit == CAPTURE else f"table {unit}"
-        where = f"the leader is at {sender}" if sender else "no server holds its lease now; retry"
+        where = (
+            f"the leader is at {sender}"
+            if sender
+            else "no server holds its lease now (it is being placed or handed over); retry"
+        )
         return NotLeader(
             f"this server does not send {what} of keyspace {self.keyspace!r}: {where}",
             leader=sender,
@@ -712,7 +759,9 @@ class MessageEngine(Subscriptions, Endpoints):
         m = self._default_group(self._manager(name, keyspace, shard, key_range, subscription))
         accepts = stream_filter(m.config, filter) if filter else None
         if not self.sends(_unit_of(m.config)):
-            raise self._not_leader(_unit_of(m.config))
+            self._await_sending(_unit_of(m.config))
+            # the manager the gain started (a loss before it replaced the one found above)
+            m = self._default_group(self._manager(name, keyspace, shard, key_range, subscription))
         if subscription:
             self._revive(m)
         return m.subscribe(max_in_flight, accepts, max_messages)
@@ -771,7 +820,8 @@ class MessageEngine(Subscriptions, Endpoints):
         would write one attempt too few (NotLeader: the client goes to the leader)."""
         m = self._settling(name, keyspace, subscription)
         if not self.sends(_unit_of(m.config)):
-            raise self._not_leader(_unit_of(m.config))
+            self._await_sending(_unit_of(m.config))
+            m = self._settling(name, keyspace, subscription)
         return m
 
     def dead_letters(

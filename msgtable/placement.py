@@ -195,13 +195,19 @@ class Placement:
         self._valid_until: dict[str, float] = {}  # monotonic, by unit held
         self._held_until: dict[str, float] = {}  # kept after a loss (see held_until_s)
         self._renewed_at: dict[str, float] = {}  # when the last step that renewed it began
-        self._senders: dict[str, str] = {}  # unit -> its sender's address as last read
+        # unit -> another server's live lease of it as last read: (its address, when it ends
+        # on this server's monotonic clock, at the latest); see sender()
+        self._holders: dict[str, tuple[str, float]] = {}
+        self._assigned: dict[str, str] = {}  # unit -> its server's id, as the last step decided
         self._servers: dict[str, str] = {}  # live server id -> address, as last read
         self.late_renewals = 0
         self.old_lease_holder = ""  # an old server's address while it holds msgtable_lease
         self._old_lease = False  # msgtable_lease exists: read its row each step
         self._prepared = False
         self._steps = 0
+        # steps begun and done (their gains told), for await_step()
+        self._steps_begun = self._steps_done = 0
+        self._stepped = threading.Condition()
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -221,13 +227,37 @@ class Placement:
 
     def sender(self, unit: str) -> str:
         """The address of the server that sends ``unit``, as last read ("": none or
-        unknown); this server's own while it holds it."""
+        unknown); this server's own while it holds it. Never another server whose lease of
+        it has run out since (by this server's clock), nor another holder at this server's
+        own address (a predecessor killed at it)."""
         if unit in self._valid_until:
             return self.address
         if self.old_lease_holder:
             return self.old_lease_holder
-        address = self._senders.get(unit, "")
-        return "" if address == self.address else address
+        address, until = self._holders.get(unit, ("", 0.0))
+        if address == self.address or time.monotonic() >= until:
+            return ""
+        return address
+
+    def coming(self, unit: str) -> bool:
+        """Whether ``unit`` is on its way to this server: the last step assigned it here
+        (a step takes it once it is free: given back, or its lease ended), or took it and
+        is telling the engine (on_gain)."""
+        return unit in self._valid_until or self._assigned.get(unit) == self.holder
+
+    def await_step(self, timeout_s: float, wake: bool = False) -> bool:
+        """Wait until a step that begins after this call is done, its gains told (on_gain):
+        what it read and decided is known then. ``wake``: that step begins at once (after
+        the one in progress, if any), not at its time. False when ``timeout_s`` passed
+        first, or the placement stopped."""
+        with self._stepped:
+            target = self._steps_begun + 1
+            if wake:
+                self._wake.set()
+            done = self._stepped.wait_for(
+                lambda: self._steps_done >= target or self._stop.is_set(), timeout_s
+            )
+        return done and not self._stop.is_set()
 
     def servers(self) -> dict[str, str]:
         """The live servers (id -> address) as the last step read them, this one included."""
@@ -290,6 +320,8 @@ class Placement:
         of it sent has its postpone written) and this server's presence."""
         self._stop.set()
         self._wake.set()
+        with self._stepped:
+            self._stepped.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(self.period_s + 10)
         with self._lock:
@@ -320,6 +352,8 @@ class Placement:
         retry = Retry("lease", log, Backoff(step_s, step_s), outage=self._outage)
         while not self._stop.is_set():
             self._wake.clear()
+            with self._stepped:
+                self._steps_begun += 1
             began = time.monotonic()
             again = False
             unknown: set[str] = set()
@@ -336,7 +370,7 @@ class Placement:
                     with self._timed("lease"):
                         rows = self._renew_and_read(began, mine)
                     again = self._late(began)
-                    gains, handovers = self._decide(rows, mine)
+                    gains, handovers = self._decide(rows, mine, began)
                     unknown = _unknown(rows, mine, self.period_s)
                     for u in gains:
                         t = self._take(u)
@@ -368,6 +402,9 @@ class Placement:
             for unit, takeover in took:
                 self._on_gain(unit, takeover)
             self._lose_ended(began)
+            with self._stepped:
+                self._steps_done += 1
+                self._stepped.notify_all()
             if again:
                 continue  # a late renewal: renew again at once
             self._wake.wait(max(0.0, step_s - (time.monotonic() - began)))
@@ -488,15 +525,23 @@ class Placement:
         self.old_lease_holder = old
         return rows
 
-    def _decide(self, rows: list[Row], mine: set[str]) -> tuple[list[str], list[tuple[str, str]]]:
-        """From the rows a step read: the units to take, and those to hand over (with the
-        address of the server they go to)."""
+    def _decide(
+        self, rows: list[Row], mine: set[str], began: float
+    ) -> tuple[list[str], list[tuple[str, str]]]:
+        """From the rows a step that began at ``began`` read: the units to take, and those
+        to hand over (with the address of the server they go to)."""
         servers = {r.name: r.address for r in rows if r.kind == SERVER and r.over_us < 0}
         servers[self.holder] = self.address
         self._servers = servers
         leases = {r.name: r for r in rows if r.kind != SERVER}
-        self._senders = {n: r.address for n, r in leases.items() if r.live}
+        # a lease read as ending in d ends at began + d at the latest on this clock
+        self._holders = {
+            n: (r.address, began - r.over_us / 1e6)
+            for n, r in leases.items()
+            if r.live and r.holder != self.holder
+        }
         if self.old_lease_holder:  # an old server sends everything
+            self._assigned = {}
             return [], [(u, self.old_lease_holder) for u in self._valid_until]
         # every server's units: those it knows, those held, and those another server gave a
         # row lately (it discovered them first): the same set everywhere within a step
@@ -506,6 +551,7 @@ class Placement:
         }
         holders = {n: r.holder for n, r in leases.items() if r.live}
         owner = assign(units, servers, holders)
+        self._assigned = owner
         take = []
         for u in sorted(mine - self._valid_until.keys()):
             r = leases.get(u)
@@ -546,7 +592,7 @@ class Placement:
                 mine = holder == self.holder
                 if not (mine or over_us >= 0 or released):
                     self._conn.rollback()
-                    self._senders[unit] = address
+                    self._holders[unit] = (address, began - over_us / 1e6)
                     return None
                 cur.execute(
                     f"UPDATE {PLACEMENT_TABLE} SET holder = %s, address = %s, released = 0, "
@@ -558,7 +604,7 @@ class Placement:
             self._conn.commit()
         self._valid_until[unit] = self._held_until[unit] = began + self.period_s
         self._renewed_at[unit] = began
-        self._senders[unit] = self.address
+        self._holders.pop(unit, None)
         return takeover
 
     def _hand_over(self, unit: str, sender: str) -> None:

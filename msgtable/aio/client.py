@@ -74,6 +74,7 @@ class Client:
         columns: Sequence[str] = (),
         filter: str = "",
         max_messages: int = 0,
+        follow: bool = False,
     ) -> Subscriber:
         """A subscriber to a message table (arguments as the sync Client.subscribe); it
         subscribes when entered: ``async with client.subscribe("t") as sub``."""
@@ -94,6 +95,7 @@ class Client:
             self._router,
             request,
             retry=retry,
+            follow=follow,
             retry_for_s=self.retry_for_s,
             ack_wait_s=self.ack_wait_s if auto_renew else None,
             max_lease_s=max_lease_s,

@@ -76,6 +76,7 @@ class Subscriber:
         *,
         retry: bool,
         retry_for_s: float | None,
+        follow: bool = False,
         ack_wait_s: Callable[[str, str, str], Awaitable[float]] | None = None,
         max_lease_s: float = DEFAULT_MAX_LEASE_S,
         tracer_provider: TracerProvider | None = None,
@@ -90,6 +91,7 @@ class Subscriber:
         self._router = router
         self._request = request
         self._retry = retry
+        self._follow = follow  # without retry: still go where the servers send it
         self._retry_for_s = retry_for_s
         self._ack_wait_s = ack_wait_s  # with auto-renew: how to learn the table's ack wait
         self._decoder: codec.RowDecoder | None = None
@@ -142,6 +144,7 @@ class Subscriber:
                     target,
                     retry,
                     retrying=self._retry,
+                    following=self._follow,
                     started=started,
                     retry_for_s=self._retry_for_s,
                     key=table_key(self._request),

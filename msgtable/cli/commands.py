@@ -56,7 +56,8 @@ def tail(args: argparse.Namespace, out: TextIO | None = None) -> int:
                 args.keyspace,
                 max_in_flight=window,
                 max_messages=args.count or 0,
-                retry=False,
+                retry=False,  # a server that stops, a database away: tail ends, in one line
+                follow=True,  # ... but it goes where the servers send the table
                 subscription=args.subscription,
                 columns=args.columns or (),
             ) as sub,

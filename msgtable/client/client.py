@@ -91,6 +91,7 @@ class Client:
         columns: Sequence[str] = (),
         filter: str = "",
         max_messages: int = 0,
+        follow: bool = False,
     ) -> Subscriber:
         """Subscribe to a message table; returns once a server accepted the subscriber.
 
@@ -98,9 +99,12 @@ class Client:
         messages it sent this subscriber are unacked (0: the server's default, 1,000).
         ``retry``: subscribe again by itself when the stream breaks for a passing reason,
         and retry the first subscribe too (see msgtable.client.stream); False raises
-        instead. ``auto_renew``: renew every message received until it is acked, released
-        or rejected, every third of the table's ack wait, for at most ``max_lease_s`` after
-        it arrived (msgtable.client.leaser): a handler may take longer than the ack wait.
+        instead; with ``follow`` too, it still goes where the servers send it (to the server
+        a NotLeader names, through a hand-over, and back to the servers given when one it
+        was sent to fails) and raises on anything else. ``auto_renew``: renew every message
+        received until it is acked, released or rejected, every third of the table's ack
+        wait, for at most ``max_lease_s`` after it arrived (msgtable.client.leaser): a
+        handler may take longer than the ack wait.
         ``subscription``: receive as that subscription (consumer group) of the table, not
         its default group; acks and settlement of its messages go to it. ``columns``: only
         these message columns (``id`` always first). ``filter``: only the messages of the
@@ -127,6 +131,7 @@ class Client:
             self._router,
             request,
             retry=retry,
+            follow=follow,
             retry_for_s=self.retry_for_s,
             ack_linger_s=self.ack_linger_s,
             renew_every_s=renew_every_s,

@@ -134,19 +134,27 @@ class Route:
         and nothing is tried again once the client is closed."""
         return not self._closed and isinstance(error, Unavailable)
 
-    def failed(self, error: MsgtableError, target: str, retry: Retry, key: str = "") -> float:
+    def failed(
+        self,
+        error: MsgtableError,
+        target: str,
+        retry: Retry,
+        key: str = "",
+        level: int | None = None,
+    ) -> float:
         """Note a failed call about table ``key`` to ``target`` that will be tried again
-        (counted and logged by ``retry``); returns how long to wait before the next attempt."""
+        (counted and logged by ``retry``, a run's first failure at ``level`` if given);
+        returns how long to wait before the next attempt."""
         redirect = self._note(error, target, key)
         failures = retry.failures + 1
         if redirect and failures <= 2:  # a redirect: at once (a loop of them backs off)
-            return retry.failed(error, delay_s=0.0, level=logging.INFO)
+            return retry.failed(error, delay_s=0.0, level=level or logging.INFO)
         delay = self.backoff.delay_s(failures)
         with self._lock:
             self._electing = self._electing or isinstance(error, NotLeader)
             if self._electing:  # a live server said so: the next holder comes soon
                 delay = min(delay, self.backoff.jittered(NOT_LEADER_RETRY_MAX_S))
-        return retry.failed(error, delay_s=delay)
+        return retry.failed(error, delay_s=delay, level=level)
 
     def retry_delay(
         self,
@@ -177,16 +185,43 @@ class Route:
         started: float,
         retry_for_s: float | None,
         key: str = "",
+        following: bool = False,
     ) -> float:
         """A subscriber's stream to ``target`` broke or failed to open with ``error``: how
         long to wait before opening it again, or raise ``error`` when it would fail again
         (or ``retrying`` is off), and the last error once ``retry_for_s`` passed since
-        ``started`` (monotonic). The one rule of both clients' streams."""
-        if not retrying or not self.should_retry(error):
+        ``started`` (monotonic). The one rule of both clients' streams.
+
+        ``following`` without ``retrying``: a stream still goes where the servers send it
+        (see follows()), and raises on any other error. A NotLeader that begins a run of
+        failures is the one line the stream logs of it, a WARNING: it follows the server
+        named, or waits out a hand-over."""
+        if not self.should_retry(error):
+            raise error
+        if not retrying and not (following and self.follows(error, target)):
             raise error
         if retry_for_s is not None and time.monotonic() - started >= retry_for_s:
             raise type(error)(f"{error} (gave up after {retry_for_s:g}s of retrying)")
-        return self.failed(error, target, retry, key)
+        if not isinstance(error, NotLeader) or retry.failures:
+            return self.failed(error, target, retry, key)
+        if error.leader and error.leader != target:
+            log.warning(
+                "%s: the server at %s does not send its table; following it to %s, which does",
+                retry.what,
+                target,
+                error.leader,
+            )
+        else:
+            log.warning("%s: waiting for a server to take its table over (%s)", retry.what, error)
+        return self.failed(error, target, retry, key, level=logging.DEBUG)
+
+    def follows(self, error: MsgtableError, target: str) -> bool:
+        """Whether a stream that failed at ``target`` with ``error`` is where the servers
+        send it rather than a fault: a NotLeader (to the sender it names; or nobody sends
+        the table for a moment: a hand-over), or a failure at a server that a NotLeader
+        named, not one the client was given (it died or gave the table up: the servers
+        given know where the table went)."""
+        return isinstance(error, NotLeader) or target not in self.targets
 
     def deadline(self) -> float | None:
         """When a unary call started now gives up (monotonic; None: never)."""

@@ -39,6 +39,7 @@ class Stream:
         retry: bool,
         retry_for_s: float | None,
         on_open: Callable[[pb.MessageStreamResponse], None],
+        follow: bool = False,
     ) -> None:
         self.name = request.name
         self.reconnects = 0  # how many times the stream was opened again
@@ -48,6 +49,7 @@ class Stream:
         self._request = request
         self._first_timeout_s = first_timeout_s
         self._retry = retry
+        self._follow = follow  # without retry: still go where the servers send it
         self._retry_for_s = retry_for_s
         self._on_open = on_open
         self._closing = threading.Event()
@@ -82,6 +84,7 @@ class Stream:
                     target,
                     retry,
                     retrying=self._retry,
+                    following=self._follow,
                     started=started,
                     retry_for_s=self._retry_for_s,
                     key=table_key(self._request),

@@ -53,6 +53,7 @@ class Subscriber:
         retry: bool,
         retry_for_s: float | None,
         ack_linger_s: float,
+        follow: bool = False,
         renew_every_s: float | None = None,
         max_lease_s: float = DEFAULT_MAX_LEASE_S,
         tracer_provider: TracerProvider | None = None,
@@ -79,6 +80,7 @@ class Subscriber:
             retry=retry,
             retry_for_s=retry_for_s,
             on_open=self._adopt,
+            follow=follow,
         )
         self._first = self._stream.open()
         # auto-renew (msgtable.client.leaser): messages received are renewed until settled

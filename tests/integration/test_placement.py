@@ -5,15 +5,20 @@ database: the one that does not send a table sends its subscribers to the one th
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import queue
 import threading
 import time
 from collections.abc import Collection, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import grpc
 import pytest
 import sqlalchemy as sa
 
+from msgtable import aio
 from msgtable.client import Client
 from msgtable.engine import MessageEngine
 from msgtable.errors import LEADER_METADATA_KEY
@@ -679,3 +684,168 @@ def test_rows_ended_long_ago_are_forgotten_and_recent_ones_kept(store):
     assert {"lately", "t", a.lease.holder} <= names
     a.lease.close()
     db.dispose()
+
+
+# -- a client without retries, and the clients' hand-over (issue 39, item 2) ------------------
+def _tables(db_dsn: str, *names: str) -> None:
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        for name in names:
+            conn.exec_driver_sql(current_layout_ddl(name, comment(vt_poller_interval=0.1)))
+    db.dispose()
+
+
+def _insert(db_dsn: str, table: str, *ids: int) -> None:
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        for i in ids:
+            conn.exec_driver_sql(f"insert into {table}(id, message) values ({i}, 'm')")
+    db.dispose()
+
+
+class AioReader:
+    """An asyncio client's subscriber of ``table`` at ``target``, read (and acked) on a
+    thread of its own, with its own event loop, into a queue until stop()."""
+
+    def __init__(self, target: str, table: str) -> None:
+        self.messages: queue.Queue[int] = queue.Queue()
+        self.error: BaseException | None = None
+        self.sub: aio.Subscriber | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_until_complete, args=(self._read(target, table),), daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def target(self) -> str:
+        return self.sub.target if self.sub is not None else ""
+
+    async def _read(self, target: str, table: str) -> None:
+        try:
+            async with aio.Client(target) as client, client.subscribe(table) as sub:
+                self.sub = sub
+                async for m in sub:
+                    await m.ack()
+                    self.messages.put(int(m.id))
+        except BaseException as exc:
+            self.error = exc
+
+    def take(self, n: int, timeout_s: float = 10.0) -> list[int]:
+        got: list[int] = []
+        deadline = time.monotonic() + timeout_s
+        while len(got) < n:
+            try:
+                got.append(self.messages.get(timeout=max(0.01, deadline - time.monotonic())))
+            except queue.Empty:
+                raise AssertionError(
+                    f"the aio subscriber got {got} of {n} in {timeout_s}s ({self.error!r})"
+                ) from None
+        return got
+
+    def stop(self) -> None:
+        if self.sub is not None:
+            asyncio.run_coroutine_threadsafe(self.sub.close(), self._loop).result(10)
+        self._thread.join(10)
+        self._loop.close()
+
+
+@pytest.mark.parametrize("kind", ["sync", "aio"])
+def test_a_subscriber_follows_its_table_through_a_hand_over_with_one_warning(db_dsn, caplog, kind):
+    """One server sends tables a and b; a second joins and b is handed over to it (a stays:
+    its holder keeps its share). A subscriber of b at the first server (either Python
+    client) follows it to the second, saying so in one warning line and nothing more: the
+    second waits for b instead of answering "no server holds its lease now"."""
+    _tables(db_dsn, "a", "b")
+    with _server(db_dsn) as (first, first_server):
+        wait_until(lambda: first.sends("a") and first.sends("b"), what="the first sends a and b")
+        caplog.set_level(logging.DEBUG, logger="msgtable.client")
+        if kind == "sync":
+            client = Client(first_server.address)
+            sync = Collector(client, "b")
+
+            def take(n: int) -> list[int]:
+                return [int(m.id) for m in sync.take(n, timeout_s=15) if m.ack() == 1]
+
+            def target() -> str:
+                return sync.subscription.target
+        else:
+            reader = AioReader(first_server.address, "b")
+            take = partial(reader.take, timeout_s=15)
+
+            def target() -> str:
+                return reader.target
+
+        try:
+            _insert(db_dsn, "b", 1)
+            assert take(1) == [1]
+            caplog.clear()
+            with _server(db_dsn) as (second, second_server):
+                wait_until(
+                    lambda: second.sends("b") and not first.sends("b"),
+                    timeout_s=4 * PERIOD_S + 5,
+                    what="b handed over to the second server",
+                )
+                _insert(db_dsn, "b", 2)
+                assert take(1) == [2]
+                assert target() == second_server.address
+                said = [
+                    r.getMessage()
+                    for r in caplog.records
+                    if r.name == "msgtable.client" and r.levelno >= logging.INFO
+                ]
+                assert len(said) == 1, said
+                assert caplog.records and second_server.address in said[0], said
+                warned = [r for r in caplog.records if r.levelno >= logging.WARNING]
+                assert [r.getMessage() for r in warned] == said, said
+        finally:
+            if kind == "sync":
+                sync.subscription.close()
+                client.close()
+            else:
+                reader.stop()
+
+
+def test_a_raw_stream_at_the_server_a_table_is_handed_to_is_served_not_refused(db_dsn):
+    """While b is handed over to the second server (its old holder stopped sending it, the
+    new one has not taken it yet), a stream of b at the new one, without retries, waits for
+    it and is served: it is never told to go back to the old holder, nor that nobody holds
+    it."""
+    _tables(db_dsn, "a", "b")
+    with _server(db_dsn) as (first, _first_server):
+        wait_until(lambda: first.sends("a") and first.sends("b"), what="the first sends a and b")
+        _insert(db_dsn, "b", 1)
+        with _server(db_dsn) as (second, second_server):
+            # at once: the hand-over is only beginning (the second's first steps)
+            with grpc.insecure_channel(second_server.address) as channel:
+                stub = pb_grpc.MessagingStub(channel)
+                call = stub.MessageStream(pb.MessageStreamRequest(name="b"), timeout=30)
+                try:
+                    assert next(call).fields
+                    assert [r.values[0].int_value for r in next(call).rows] == [1]
+                except grpc.RpcError as exc:
+                    pytest.fail(f"refused: {exc.code().name}: {exc.details()}", pytrace=False)
+                finally:
+                    call.cancel()
+            assert second.sends("b")
+
+
+def test_a_redirect_never_names_a_holder_whose_lease_ran_out(store):
+    """A server names another as a table's sender only while that one's lease, as last
+    read, lasts by its own clock: once it ran out (its holder died), it names nobody until
+    a step reads who sends the table now."""
+    a = _campaign(store, "a:1")
+    assert a.gained.wait(5)
+    b = _campaign(store, "b:2")
+    wait_until(lambda: b.lease.sender("t") == "a:1", what="b names a as the sender of t")
+    b.lease._stop.set()  # b steps no more: it keeps what it last read
+    b.lease._wake.set()
+    assert b.lease._thread is not None
+    b.lease._thread.join(5)
+    a.crash()
+    wait_until(
+        lambda: b.lease.sender("t") == "",
+        timeout_s=PERIOD_S + 1,
+        what="b to stop naming a, whose lease ran out",
+    )
+    b.lease.close()

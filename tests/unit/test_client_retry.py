@@ -271,3 +271,42 @@ def test_each_table_goes_to_the_sender_a_notleader_named_for_it():
     assert router.table_key(pb.MessageStreamRequest(name="jobs")) == jobs
     assert router.table_key(pb.MessageAckRequest(keyspace="ks", name="jobs")) == "ks/jobs"
     assert router.table_key(pb.ListTablesRequest()) == ""
+
+
+def test_without_retries_a_following_stream_goes_where_the_servers_send_it_and_no_further(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """retry=False with follow=True (msgtable tail): a NotLeader is followed (to the sender
+    it names, or waiting out a hand-over) and a failure at a server a NotLeader named goes
+    back to the servers given; any other failure at a server given raises. A NotLeader that
+    begins a run is the one line logged, a WARNING; the rest of the run says nothing above
+    DEBUG."""
+    route = router.Route(("b:2",), 1.0)
+    key = "/jobs"
+    retry = Retry("stream of jobs", logging.getLogger("msgtable.client"), route.backoff)
+
+    def reopen(error: Unavailable, target: str, following: bool = True) -> float:
+        return route.reopen_delay(
+            error,
+            target,
+            retry,
+            retrying=False,
+            started=time.monotonic(),
+            retry_for_s=None,
+            key=key,
+            following=following,
+        )
+
+    caplog.set_level(logging.DEBUG, logger="msgtable.client")
+    with pytest.raises(NotLeader):  # without follow: raised, as before
+        reopen(NotLeader("not me", leader="a:1"), "b:2", following=False)
+    assert reopen(NotLeader("not me", leader="a:1"), "b:2") == 0.0
+    assert route.next_target(key) == "a:1"
+    reopen(Unavailable("a:1 refused"), "a:1")  # the sender named died: back to b
+    assert route.next_target(key) == "b:2"
+    reopen(NotLeader("nobody holds it now"), "b:2")  # a hand-over: waited out
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 1 and "following it to a:1" in warned[0], warned
+    assert [r.levelno for r in caplog.records if r.levelno > logging.DEBUG] == [logging.WARNING]
+    with pytest.raises(Unavailable, match="server shutting down"):  # b itself: a fault
+        reopen(Unavailable("server shutting down"), "b:2")

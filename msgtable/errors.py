@@ -27,6 +27,12 @@ class Unavailable(MsgtableError):
     """The database cannot be reached right now, or the server is shutting down; retry later."""
 
 
+class ServerUnreachable(Unavailable):
+    """No msgtable server could be connected to at an address (nothing listens there, or the
+    name does not resolve): a client waits for one within its time-out, unless it was made
+    not to (a command line's, which says so at once)."""
+
+
 class DatabaseUnavailable(Unavailable):
     """The database does not answer, or refuses this server (a wrong password, an unknown
     database): the server waits for it, and says once why (msgtable.retry.Outage)."""

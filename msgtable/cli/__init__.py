@@ -34,7 +34,7 @@ import grpc
 from msgtable.cli import commands, gateway, logs, serve
 from msgtable.cli.flags import build_parser
 from msgtable.client import error_from_rpc
-from msgtable.errors import MsgtableError
+from msgtable.errors import MsgtableError, ServerUnreachable
 
 log = logging.getLogger("msgtable.cli")
 
@@ -68,14 +68,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command(args)
     except MsgtableError as exc:
         log.debug("the error in full", exc_info=True)
-        return fail(str(exc))
+        return fail(said(exc, args))
     except grpc.RpcError as exc:  # the client maps these; this is a safety net
-        return fail(str(error_from_rpc(exc, getattr(args, "server", ""))))
+        return fail(said(error_from_rpc(exc, getattr(args, "server", "")), args))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:
         log.debug("unexpected error", exc_info=True)
         return fail(f"unexpected {type(exc).__name__}: {exc} (--verbose shows more)")
+
+
+def said(exc: MsgtableError, args: argparse.Namespace) -> str:
+    """An error as a command says it: no server at the address a client command was given
+    also names where that address comes from."""
+    if isinstance(exc, ServerUnreachable) and getattr(args, "server", None) is not None:
+        return (
+            f"{exc} (no msgtable server there? start one with msgtable serve, or give its "
+            "address with --server or MSGTABLE_SERVER)"
+        )
+    return str(exc)
 
 
 def fail(message: str, stream: TextIO | None = None) -> int:

@@ -29,7 +29,9 @@ EXIT_OK = 0
 
 
 def _client(args: argparse.Namespace) -> Client:
-    return Client(args.server, token=args.token, tls_ca=args.tls_ca)
+    # one call: a server that cannot be connected to fails it at once (msgtable.cli says
+    # which flag names the address), not after the client's time-out of retries
+    return Client(args.server, token=args.token, tls_ca=args.tls_ca, wait_for_server=False)
 
 
 def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:

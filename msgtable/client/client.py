@@ -45,6 +45,7 @@ class Client:
         tls_cert: str | None = None,
         tls_key: str | None = None,
         tracer_provider: TracerProvider | None = None,
+        wait_for_server: bool = True,
     ) -> None:
         """``timeout_s``: for each unary call, for the first response of a stream, and for
         the retries of an ack. ``retry_for_s``: how long a subscriber keeps subscribing
@@ -53,7 +54,9 @@ class Client:
         server's certificate; a PEM file), or ``tls_cert`` and ``tls_key`` (a client
         certificate for mutual TLS), make the channels TLS. ``tracer_provider``: where the
         subscribers' consumer spans go (msgtable.tracing; None: the global provider, if one
-        was configured when a subscriber is made)."""
+        was configured when a subscriber is made). ``wait_for_server``: a unary call retries
+        a server that cannot be connected to within ``timeout_s`` (False: it fails once each
+        server was tried, as a command line's call should)."""
         if ack_linger_s < 0:
             raise InvalidArgument(f"ack_linger_s must be >= 0, not {ack_linger_s}")
         targets = requests.targets(target, retry_for_s)
@@ -64,7 +67,11 @@ class Client:
         self.retry_for_s = retry_for_s
         self.tracer_provider = tracer_provider
         self._router = Router(
-            targets, channel_credentials(tls_ca, tls_cert, tls_key), token, timeout_s
+            targets,
+            channel_credentials(tls_ca, tls_cert, tls_key),
+            token,
+            timeout_s,
+            wait_for_server=wait_for_server,
         )
         self._router.stub(targets[0])  # channels connect lazily: this only builds it
 

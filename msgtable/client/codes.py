@@ -22,6 +22,11 @@ ERRORS_BY_CODE: dict[grpc.StatusCode, type[MsgtableError]] = {
 }
 
 
+# How grpc's details begin when no connection could be made: nothing listens (refused), or
+# the name does not resolve (the wording of grpc's resolvers, old and new).
+UNREACHABLE = ("failed to connect", "errors resolving", "dns resolution failed")
+
+
 def error_from_rpc(error: grpc.RpcError, target: str = "") -> MsgtableError:
     """The MsgtableError for a failed call (the one place that maps status codes back)."""
     code: grpc.StatusCode | None = error.code() if hasattr(error, "code") else None
@@ -33,8 +38,8 @@ def error_from_rpc(error: grpc.RpcError, target: str = "") -> MsgtableError:
         for key, value in trailing or ():
             if key == LEADER_METADATA_KEY:
                 return NotLeader(details or name, leader=str(value))
-    if code is grpc.StatusCode.UNAVAILABLE and details.lower().startswith("failed to connect"):
-        return Unavailable(f"cannot reach the msgtable server at {target}: {details}")
+    if code is grpc.StatusCode.UNAVAILABLE and details.lower().startswith(UNREACHABLE):
+        return errors.ServerUnreachable(f"cannot reach the msgtable server at {target}: {details}")
     if code is grpc.StatusCode.DEADLINE_EXCEEDED:
         return Unavailable(f"no answer from the msgtable server at {target} in time")
     if code is grpc.StatusCode.UNIMPLEMENTED:

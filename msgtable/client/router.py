@@ -27,7 +27,7 @@ import grpc.experimental
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.credentials import BearerToken
-from msgtable.errors import MsgtableError, NotLeader, Unavailable
+from msgtable.errors import MsgtableError, NotLeader, ServerUnreachable, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.retry import Backoff, Retry
@@ -77,11 +77,17 @@ class Route:
     """A client's choice of server and its retry policy, without channels: shared by the
     sync Router below and the asyncio client's (msgtable.aio.router). Thread-safe.
 
-    ``timeout_s`` bounds each unary call with its retries (None: no bound)."""
+    ``timeout_s`` bounds each unary call with its retries (None: no bound).
+    ``wait_for_server``: a unary call retries a server that cannot be connected to within
+    that bound, as for a server restarting; False: it fails once each server given was tried
+    (a command line's one call: nothing listens there, most likely)."""
 
-    def __init__(self, targets: Sequence[str], timeout_s: float | None) -> None:
+    def __init__(
+        self, targets: Sequence[str], timeout_s: float | None, *, wait_for_server: bool = True
+    ) -> None:
         self.targets = tuple(targets)
         self.timeout_s = timeout_s
+        self.wait_for_server = wait_for_server
         self.backoff = Backoff(RETRY_MIN_S, RETRY_MAX_S, jitter=True)
         self._lock = threading.Lock()
         self._leader = ""  # the address the last NotLeader answer named
@@ -167,7 +173,7 @@ class Route:
         """A unary call to ``target`` failed with ``error``: how long to wait before trying
         again (where next_target() then says), or raise ``error`` when it would fail again or
         the ``deadline`` (monotonic) would pass first. The one rule of both clients."""
-        if not self.should_retry(error):
+        if not self.should_retry(error) or self._gave_up_on_servers(error, target, retry):
             self._note(error, target, key)
             raise error
         delay = self.failed(error, target, retry, key)
@@ -223,6 +229,16 @@ class Route:
         given know where the table went)."""
         return isinstance(error, NotLeader) or target not in self.targets
 
+    def _gave_up_on_servers(self, error: MsgtableError, target: str, retry: Retry) -> bool:
+        """Without ``wait_for_server``: whether a call has found each server it was given
+        unreachable (a server a NotLeader named is not one: the call goes back to those)."""
+        return (
+            not self.wait_for_server
+            and isinstance(error, ServerUnreachable)
+            and target in self.targets
+            and retry.failures + 1 >= len(self.targets)
+        )
+
     def deadline(self) -> float | None:
         """When a unary call started now gives up (monotonic; None: never)."""
         return None if self.timeout_s is None else time.monotonic() + self.timeout_s
@@ -260,8 +276,10 @@ class Router(Route):
         credentials: grpc.ChannelCredentials | None,
         token: str | None,
         timeout_s: float | None,
+        *,
+        wait_for_server: bool = True,
     ) -> None:
-        super().__init__(targets, timeout_s)
+        super().__init__(targets, timeout_s, wait_for_server=wait_for_server)
         self._credentials = credentials
         self._token = token
         self._channels: dict[str, tuple[grpc.Channel, pb_grpc.MessagingStub]] = {}

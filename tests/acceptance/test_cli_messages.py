@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import socket
+import time
 import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,3 +162,41 @@ def test_endpoint_set_outside_push_allow_is_refused_and_says_so(
         listed = cli.run("endpoint", "list", *server)
         assert listed.stdout.strip() == "no push endpoints", describe(listed)
         serve.stop()
+
+
+# -- no server at the address ----------------------------------------------------------------
+# Beyond starting the command (timed on one that fails before it connects: the machine may
+# be busy), failing may take this long: tables took 8.6 s of retries, tail 0.5 s in all.
+FAST_FAIL_S = 5.0
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("tables",),
+        ("tail", "jobs", "--count", "1"),
+        ("subscription", "list", "jobs"),
+        ("endpoint", "list"),
+        ("dead", "jobs"),
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_a_command_without_a_server_fails_fast_naming_server_and_its_variable(
+    cli: Cli, command: tuple[str, ...]
+):
+    address = f"127.0.0.1:{free_port()}"
+    for how, env in (
+        (("--server", address), cli.env()),
+        ((), cli.env(MSGTABLE_SERVER=address)),
+    ):
+        began = time.monotonic()
+        assert_one_line_error(cli.run("subscription", "alter", "jobs", "s"), "nothing to change")
+        started_s = time.monotonic() - began
+        began = time.monotonic()
+        done = cli.run(*command, *how, env=env)
+        took_s = time.monotonic() - began
+        assert_one_line_error(done, address, "--server", "MSGTABLE_SERVER")
+        assert took_s < started_s + FAST_FAIL_S, (
+            f"took {took_s:.1f}s to fail (a command that does not connect: {started_s:.1f}s):\n"
+            f"{describe(done)}"
+        )

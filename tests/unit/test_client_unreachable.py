@@ -1,0 +1,37 @@
+"""A client made with ``wait_for_server=False`` (the command line's) fails a unary call at once
+when no server can be connected to, over real sockets: nothing listens at the address."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from msgtable.client import Client
+from msgtable.devdb import free_port
+from msgtable.errors import ServerUnreachable
+
+WAITED_S = 1.0  # the client's time-out: what a client that waits spends retrying
+
+
+def nowhere() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
+def test_a_client_that_does_not_wait_tries_each_server_once():
+    targets = f"{nowhere()},{nowhere()}"
+    with Client(targets, timeout_s=30, wait_for_server=False) as client:
+        began = time.monotonic()
+        with pytest.raises(ServerUnreachable, match="cannot reach the msgtable server at"):
+            client.list_tables()
+        took_s = time.monotonic() - began
+    assert took_s < 5, f"retried for {took_s:.1f}s"
+
+
+def test_a_client_waits_for_a_server_within_its_time_out_by_default():
+    with Client(nowhere(), timeout_s=WAITED_S) as client:
+        began = time.monotonic()
+        with pytest.raises(ServerUnreachable):
+            client.list_tables()
+        took_s = time.monotonic() - began
+    assert took_s > WAITED_S / 2, f"gave up after {took_s:.2f}s, without retrying"

@@ -184,16 +184,16 @@ mysql-client-dev:
 	@pkg-config --exists libmariadb 2>/dev/null || pkg-config --exists mysqlclient 2>/dev/null || \
 		$(APT_INSTALL) --for mysqlclient libmariadb-dev pkg-config
 
-# Idempotent: finds the server binary the way msgtable.devdb does, installs MariaDB if none.
+# Idempotent: finds the server binary the way msgtable.testing.devdb does, installs MariaDB if none.
 mysql-server: $(INSTALL_STAMP)
-	@if $(PY) -m msgtable.devdb find 2>/dev/null; then \
+	@if $(PY) -m msgtable.testing.devdb find 2>/dev/null; then \
 		:; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "no mariadbd/mysqld found"; \
-		$(APT_INSTALL) mariadb-server && $(PY) -m msgtable.devdb find; \
+		$(APT_INSTALL) mariadb-server && $(PY) -m msgtable.testing.devdb find; \
 	else \
 		echo "no mariadbd/mysqld found, and only root with apt-get can install one here." >&2; \
-		$(PY) -m msgtable.devdb find; \
+		$(PY) -m msgtable.testing.devdb find; \
 		exit 1; \
 	fi
 

@@ -1,4 +1,5 @@
-"""Table events captured from the binlog (msgtable.capture) through ``msgtable serve``: how
+"""Table events captured from the binlog (msgtable.features.capture.follower) through ``msgtable
+serve``: how
 many source row changes a second the lease holder's follower writes into a capture table
 (the ``capture`` section of ``python -m bench.run``; JSON key ``capture_events_s``, target
 >= 10,000).
@@ -27,7 +28,7 @@ from bench import smoke
 from bench.database import execute
 from bench.errors import BenchError
 from bench.processes import ServerProcess
-from msgtable.events import capture_table_ddl
+from msgtable.core.events import capture_table_ddl
 
 TABLE, SOURCE = "bench_events", "bench_src"
 INSERT_BATCH = 500

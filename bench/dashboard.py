@@ -1,4 +1,4 @@
-"""How fast the dashboard answers (msgtable.dashboard) with TABLES message tables: a server
+"""How fast the dashboard answers (msgtable.observe.dashboard) with TABLES message tables: a server
 started as a user starts it (``msgtable serve --http``), each table with a few messages
 sent and some in flight to one subscriber, then REQUESTS GETs of the page (``/``) and of
 its data (``/api/state``, what the page polls every 2 s) one after another over keep-alive
@@ -13,7 +13,7 @@ The same server serves ``/metrics`` (``--metrics-listen``): SCRAPES GETs of it a
 Prometheus makes them (a keep-alive connection, gzip accepted), each checked (200, every
 table labelled): the server's CPU a scrape from /proc (JSON ``metrics_scrape_cpu_ms``) and
 the answer's time. And in this process, on the same engine as the first loads: the families
-rendered by msgtable.exposition against prometheus_client's generate_latest over the same
+rendered by msgtable.observe.exposition against prometheus_client's generate_latest over the same
 families, alternating (``exposition_ms``, ``exposition_baseline_ms``; target
 ``exposition_speedup`` = baseline / msgtable's >= TARGET_SPEEDUP).
 
@@ -63,12 +63,12 @@ class DashboardResult:
     scrape_cpu_ms: float = 0.0  # the server's CPU a GET /metrics (keep-alive, gzip)
     scrape_ms: float = 0.0  # median answer time
     scrape_bytes: int = 0  # the text, before gzip
-    exposition_ms: float = 0.0  # median: the families rendered by msgtable.exposition
+    exposition_ms: float = 0.0  # median: the families rendered by msgtable.observe.exposition
     exposition_baseline_ms: float = 0.0  # median: the same by prometheus_client
 
     @property
     def exposition_speedup(self) -> float:
-        """prometheus_client's rendering time / msgtable.exposition's, the same families."""
+        """prometheus_client's rendering time / msgtable.observe.exposition's, the same families."""
         return self.exposition_baseline_ms / self.exposition_ms if self.exposition_ms else 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -196,8 +196,8 @@ def _first_loads(dsn: str, n: int, mode: str) -> tuple[list[float], int, int, tu
     bytes, and the families' rendering: msgtable's and prometheus_client's median ms)."""
     import dataclasses
 
-    from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
-    from msgtable.engine import MessageEngine
+    from msgtable.engine.engine import MessageEngine
+    from msgtable.observe.dashboard import DashboardApi, DashboardServer, RateHistory
 
     engine = MessageEngine.from_dsn(dsn, capture=False)
     engine.open()
@@ -235,12 +235,12 @@ def _first_loads(dsn: str, n: int, mode: str) -> tuple[list[float], int, int, tu
 
 
 def _renders(engine: Any, n: int) -> tuple[float, float]:
-    """The engine's families as /metrics renders them (msgtable.exposition) and as
+    """The engine's families as /metrics renders them (msgtable.observe.exposition) and as
     prometheus_client's generate_latest does, alternating ``n`` times: the median ms of
     each; the two texts must be the same."""
     from prometheus_client import generate_latest
 
-    from msgtable.metrics import EngineCollector, registry_for
+    from msgtable.observe.metrics import EngineCollector, registry_for
 
     collector, registry = EngineCollector(engine), registry_for(engine)
     ours, theirs = [], []

@@ -19,10 +19,10 @@ import pymysql
 from sqlalchemy.engine import make_url
 
 from bench.errors import BenchError
-from msgtable.devdb import LocalServer
-from msgtable.mysql import SESSION_SETUP, pymysql_args
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
+from msgtable.store.mysql import SESSION_SETUP, pymysql_args
 from msgtable.testing import ExternalServer, ServerHandle
+from msgtable.testing.devdb import LocalServer
 
 # The message every benchmark sends: a small JSON document (66 bytes).
 PAYLOAD = '{"order": 123456, "sku": "ABC-123", "qty": 2, "note": "ship fast"}'
@@ -50,7 +50,7 @@ class Database:
 def database_server(durable: bool = False) -> Iterator[Database]:
     """``MSGTABLE_TEST_DSN`` when set (its account may create databases; ``durable`` cannot
     change its settings, which the description reports), else a throwaway local
-    mariadbd/mysqld (msgtable.devdb.LocalServer), as the tests do: with ``durable``, with a
+    mariadbd/mysqld (msgtable.testing.devdb.LocalServer), as the tests do: with ``durable``, with a
     production server's durability (innodb_flush_log_at_trx_commit=1, sync_binlog=1)."""
     dsn = os.environ.get(DSN_ENV)
     if dsn:
@@ -66,7 +66,7 @@ def database_server(durable: bool = False) -> Iterator[Database]:
         flushed, settings = durability(local)
         yield Database(
             local,
-            f"{version}, a throwaway local server (msgtable.devdb; {settings})",
+            f"{version}, a throwaway local server (msgtable.testing.devdb; {settings})",
             version,
             local.pid,
             flushed,
@@ -146,7 +146,7 @@ def message_comment(
 
 
 def create_table(dsn: str, table: str, comment: str) -> None:
-    """The recommended message table (msgtable.tables.current_layout_ddl)."""
+    """The recommended message table (msgtable.core.tables.current_layout_ddl)."""
     execute(dsn, f"drop table if exists {table}", current_layout_ddl(table, comment))
 
 

@@ -1,4 +1,4 @@
-"""Subscriptions (msgtable.subscriptions) end to end through ``msgtable serve``: one table
+"""Subscriptions (msgtable.core.subscriptions) end to end through ``msgtable serve``: one table
 fanned out to GROUPS subscriptions, and a subscription with a filter, each against a table
 without subscriptions drained the same way on the same server in the same run (the ``fanout``
 section of ``python -m bench.run``).
@@ -13,7 +13,8 @@ Baseline: a table without subscriptions holds SIZES["rows"] due rows, committed 
 clock; at go its subscribers subscribe and drain it.
 
 Fan-out: the same table with ``vt_default_group=off`` and GROUPS subscriptions, created before
-the backlog is enqueued (no from_start), so the server's fan-out loop (msgtable.fanout) hands
+the backlog is enqueued (no from_start), so the server's fan-out loop
+(msgtable.features.subscriptions.fanout) hands
 every row to all of them. The backlog is inserted in one transaction, still open while the
 subscribers subscribe, and committed at go: the hand-over happens inside the measured
 interval, after the COMMIT (``commit_s``, in the interval too). Each subscription's rate is

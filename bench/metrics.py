@@ -1,4 +1,4 @@
-"""The cost of Prometheus metrics (msgtable.metrics): msgtable at batch 100 with 4
+"""The cost of Prometheus metrics (msgtable.observe.metrics): msgtable at batch 100 with 4
 subscribers on a server with ``--metrics-listen``, scraped every SCRAPE_INTERVAL_S over
 HTTP, against the same run on a server without (the ``metrics`` section of
 ``python -m bench.run``; JSON keys ``metrics_off_msgs_s``, ``metrics_on_msgs_s`` and

@@ -1,4 +1,5 @@
-"""Ordering per key (msgtable.ordered) end to end through ``msgtable serve``: an ordered table
+"""Ordering per key (msgtable.engine.ordered) end to end through ``msgtable serve``: an ordered
+table
 against the same table unordered, one hot key, and how a hot key delays the other keys (the
 ``ordering`` section of ``python -m bench.run``).
 
@@ -74,7 +75,7 @@ from bench.errors import BenchError
 from bench.fanout import rows_read
 from bench.measure import Throughput, cpu_meter, percentile, run_timeout_s
 from bench.processes import CTX, Flag, ServerProcess, Workers
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
 
 CLIENT_TIMEOUT_S = 30.0
 LEAVE_POLL_S = 0.01  # how often an idle subscriber checks whether the run is over
@@ -505,7 +506,7 @@ def create_keyed_table(dsn: str, table: str, comment: str) -> None:
     ddl = current_layout_ddl(table, comment)
     anchor = "  primary key(id),"
     if anchor not in ddl:
-        raise BenchError(f"msgtable.tables.current_layout_ddl changed: no {anchor.strip()!r}")
+        raise BenchError(f"msgtable.core.tables.current_layout_ddl changed: no {anchor.strip()!r}")
     ddl = ddl.replace(anchor, f"  {KEY_COLUMN},\n{anchor}\n  {ORDER_INDEX},")
     execute(dsn, f"drop table if exists {table}", ddl)
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.errors import BenchError
 from bench.measure import rss_mb
-from msgtable.mysql import without_driver
+from msgtable.store.mysql import without_driver
 
 SERVER_START_TIMEOUT_S = 60.0
 READY_TIMEOUT_S = 60.0

@@ -1,4 +1,5 @@
-"""Push to HTTP endpoints (msgtable.push) through ``msgtable serve`` (the ``push`` section of
+"""Push to HTTP endpoints (msgtable.features.push) through ``msgtable serve`` (the ``push`` section
+of
 ``python -m bench.run``).
 
 Both runs use one server of their own (``--binlog``, ``--no-lease``, ``--push-allow

@@ -2,8 +2,8 @@
 
 A message engine cannot avoid four statements: the producer's multi-row INSERT, a SELECT of
 due rows, a batched postpone UPDATE (the claim) and a batched ack UPDATE. Here plain PyMySQL
-connections run exactly those, in the shapes of msgtable/store.py, on a table made with
-msgtable.tables.current_layout_ddl, in tight loops:
+connections run exactly those, in the shapes of msgtable/store/mysqlstore.py, on a table made with
+msgtable.core.tables.current_layout_ddl, in tight loops:
 
     poll      select priority, time_next, epoch, id, message from T
               where time_acked is null and priority = :k

@@ -18,7 +18,7 @@ Purge: a table holds PURGE_ROWS acked rows, acked two hours ago. Delivery is mea
 with the usual producer and K subscribers in PURGE_ROUNDS rounds of two runs side by side:
 one with vt_purge_after one day (nothing is old enough, the purger finds nothing) and one
 with vt_purge_after PURGE_AFTER_S, so the purger deletes the old rows (500 a statement, paced
-by msgtable.purger) during the delivery; every other round the purge goes first. Each run is
+by msgtable.engine.purger) during the delivery; every other round the purge goes first. Each run is
 at least PURGE_MESSAGES_MIN messages, so that it lasts seconds. The setting changes by an
 ALTER TABLE ... COMMENT the server applies live, and the bench waits until ListTables shows it.
 The ratio is the median round's during / without (a machine busy with other work moves single
@@ -26,7 +26,8 @@ runs 10-20 %), with the rounds' spread; it says how many rows each run with the 
 (a run that deleted none measured nothing: an error) and how many were left. Target: delivery
 keeps >= 80% of its throughput.
 
-Explain: EXPLAIN of the engine's poll query at the large backlog (the shape msgtable/store.py
+Explain: EXPLAIN of the engine's poll query at the large backlog (the shape
+msgtable/store/mysqlstore.py
 builds, with literal values).
 """
 
@@ -50,7 +51,7 @@ from bench.database import (
 from bench.errors import BenchError
 from bench.measure import Throughput
 from bench.processes import ServerProcess
-from msgtable.tables import DEFAULT_POSTPONE_AFTER_S
+from msgtable.core.tables import DEFAULT_POSTPONE_AFTER_S
 
 SMALL_BACKLOG = 10_000
 LARGE_BACKLOG = 1_000_000
@@ -88,7 +89,8 @@ class PurgeSizes:
 
 
 def poll_sql(table: str, now_ns: int, limit: int) -> str:
-    """The engine's poll (msgtable/store.py, current layout, a new pass) with literal values."""
+    """The engine's poll (msgtable/store/mysqlstore.py, current layout, a new pass) with literal
+    values."""
     return (
         f"select priority, time_next, epoch, id, message from {table} "
         f"where time_acked is null and (time_next is null or time_next <= {now_ns}) "

@@ -1,7 +1,7 @@
 """Several server processes over one database's tables (full mode; ``--only servers``).
 
 Four message tables (TABLES), a producer process and a subscriber process per table, through
-1 and then 2 ``msgtable serve`` processes sharing the database (msgtable.placement spreads
+1 and then 2 ``msgtable serve`` processes sharing the database (msgtable.engine.placement spreads
 the tables: two each). The subscribers name every server and follow the redirects to each
 table's sender. Before a run the bench waits until the placement is even (each table has one
 sender, and each server the same number), so no table changes hands during it.

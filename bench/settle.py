@@ -1,4 +1,4 @@
-"""Settlement besides ack (msgtable.settlement): release, dead letters and renew, end to end
+"""Settlement besides ack (msgtable.core.settlement): release, dead letters and renew, end to end
 through ``msgtable serve`` and the Python client, at the run's batch size and subscribers.
 
 Release: a table holds SIZES rows, all due, inserted before anyone subscribes; K subscriber
@@ -21,7 +21,7 @@ the reason.
 Expiry (the ``expiry`` section, full mode; ``dead_letter_expired_msgs_s``, no target): the
 other way to die. On a table with vt_max_attempts=1 and a dead-letter table, K subscribers
 release every batch once; each released message dies when the poller reads it due again (the
-engine's burial by epoch, msgtable.manager). The subscribers stay subscribed until the table
+engine's burial by epoch, msgtable.engine.manager). The subscribers stay subscribed until the table
 is empty (a table is polled only while it has subscribers); the clock stops when the bench
 sees it empty. No message may come twice.
 
@@ -52,7 +52,7 @@ from bench.database import bulk_insert, count_rows, create_table, execute, messa
 from bench.errors import BenchError
 from bench.measure import Throughput, cpu_meter, percentile, run_timeout_s
 from bench.processes import CTX, Flag, ServerProcess, Workers, report
-from msgtable.deadletters import exhausted_reason
+from msgtable.core.deadletters import exhausted_reason
 
 CLIENT_TIMEOUT_S = 30.0
 LEAVE_POLL_S = 0.01  # how often an idle subscriber checks whether the run is over

@@ -1,11 +1,12 @@
 """A keyspace of 1, 2 and 4 shards on this machine (full mode; ``--only shards``).
 
-Each shard is a local MariaDB/MySQL server of its own (msgtable.devdb.LocalServer, started for
+Each shard is a local MariaDB/MySQL server of its own (msgtable.testing.devdb.LocalServer, started
+for
 the section, with the same settings as the bench's main server), holding message table TABLE
 and served by one ``msgtable serve --keyspace-file F --shard NAME``. One ``msgtable gateway``
 serves the keyspace; SUBSCRIBERS subscriber processes read the table through it and ack each
 batch (each ack goes from the gateway to the shard of its ids). One producer process a shard
-inserts the ids that hash to its shard (msgtable.keyspace), batch-sized multi-row INSERTs, so
+inserts the ids that hash to its shard (msgtable.core.keyspace), batch-sized multi-row INSERTs, so
 the keyspace gets ids first_id .. first_id + n - 1 in all.
 
 A round measures every shard count, in alternating order (the machine's speed drifts over
@@ -37,8 +38,8 @@ from bench.errors import BenchError
 from bench.measure import Throughput, cpu_meter, run_timeout_s
 from bench.processes import ServerProcess, Workers
 from bench.producer import insert_worker
-from msgtable.devdb import LocalServer, free_port
-from msgtable.keyspace import KeyRange, Keyspace, Shard
+from msgtable.core.keyspace import KeyRange, Keyspace, Shard
+from msgtable.testing.devdb import LocalServer, free_port
 
 SHARDS = (1, 2, 4)
 RANGES = {1: ("-",), 2: ("-80", "80-"), 4: ("-40", "40-80", "80-c0", "c0-")}

@@ -35,7 +35,7 @@ class ServerUnreachable(Unavailable):
 
 class DatabaseUnavailable(Unavailable):
     """The database does not answer, or refuses this server (a wrong password, an unknown
-    database): the server waits for it, and says once why (msgtable.retry.Outage)."""
+    database): the server waits for it, and says once why (msgtable.core.retry.Outage)."""
 
 
 class ServerBinaryNotFound(MsgtableError):

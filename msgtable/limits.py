@@ -13,7 +13,7 @@ MAX_ACK_IDS = 10_000
 # A request's size; larger ones are RESOURCE_EXHAUSTED (by gRPC).
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 
-# A subscriber's window (MessageStreamRequest.max_in_flight, msgtable.window).
+# A subscriber's window (MessageStreamRequest.max_in_flight, msgtable.core.window).
 DEFAULT_MAX_IN_FLIGHT = 1_000
 MAX_IN_FLIGHT = 1_000_000
 # the most messages one stream may ask to be sent in all (MessageStreamRequest.max_messages)
@@ -35,7 +35,7 @@ SHUTDOWN_DATABASE_S = 10.0
 PURGE_BATCH_ROWS = 500
 MAX_POSTPONE_IDS = 10_000
 
-# Settlement (msgtable.settlement): a reason's length, a release's delay and a renew's
+# Settlement (msgtable.core.settlement): a reason's length, a release's delay and a renew's
 # extension (at most 12 hours, as SQS's visibility timeout).
 MAX_REASON_CHARS = 1_000
 MAX_SETTLE_DELAY_S = 12 * 3600.0
@@ -58,10 +58,10 @@ LAG_CAP = 1_000_000
 # hold its table reads this many of its unsettled rows each discovery.
 ORPHAN_STEP_ROWS = 5_000
 
-# A name in a request (table, keyspace, subscription, shard: msgtable.wire): MySQL's
+# A name in a request (table, keyspace, subscription, shard: msgtable.server.wire): MySQL's
 # identifier limit; a longer one names nothing and is refused before any lookup.
 MAX_NAME_CHARS = 64
-# A status message's length (msgtable.wire.bounded): user text quoted in it is cut, so a
+# A status message's length (msgtable.server.wire.bounded): user text quoted in it is cut, so a
 # reply's metadata stays within HTTP/2's header limits (8 KB by default in gRPC clients).
 MAX_STATUS_CHARS = 1_000
 

@@ -4,7 +4,7 @@ The server (`mysql_server`, one per session) comes from, in order:
 1. `MSGTABLE_TEST_DSN`: a SQLAlchemy URL of a running server whose account may create
    databases (its database part is ignored);
 2. a testcontainers MySQL 8 container, when a Docker engine answers;
-3. a throwaway local mariadbd/mysqld (msgtable.devdb.LocalServer) in a temporary directory.
+3. a throwaway local mariadbd/mysqld (msgtable.testing.devdb.LocalServer) in a temporary directory.
 With none of them the tests that need a server fail with a message saying how to get one: a
 missing server is a broken setup, not a reason to skip (`make test` installs one).
 
@@ -27,10 +27,10 @@ import pytest
 import sqlalchemy
 from sqlalchemy.engine import Connection, CursorResult, Engine
 
-from msgtable.devdb import LocalServer, free_port
 from msgtable.errors import MsgtableError
-from msgtable.mysqld import INSTALL_HINT, find_server_binary
 from msgtable.testing import ExternalServer, ServerHandle
+from msgtable.testing.devdb import LocalServer, free_port
+from msgtable.testing.mysqld import INSTALL_HINT, find_server_binary
 
 # The tests press Ctrl-C (SIGINT) on the commands they start, as a user at a terminal would.
 # A shell that runs the suite in the background (nohup, `&`, some CI runners) makes SIGINT

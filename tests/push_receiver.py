@@ -1,7 +1,7 @@
 """A push endpoint for the tests: a real threaded HTTP server on 127.0.0.1.
 
 It verifies each request's Standard Webhooks signature with its own HMAC code (independent
-of msgtable.push.body), parses the CloudEvents batch, records every event, and on command
+of msgtable.features.push.body), parses the CloudEvents batch, records every event, and on command
 answers 500 / any status (with headers) / hangs / goes away (closes its socket and every
 connection) / comes back on the same port.
 """

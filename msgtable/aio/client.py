@@ -11,8 +11,8 @@ from msgtable.client import requests
 from msgtable.client.client import DEFAULT_RETRY_FOR_S, DEFAULT_TIMEOUT_S
 from msgtable.client.credentials import channel_credentials
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S
-from msgtable.codec import ServerStatus, TableInfo
-from msgtable.deadletters import DeadLetter, RedriveBatch
+from msgtable.core.codec import ServerStatus, TableInfo
+from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -40,7 +40,7 @@ class Client:
         tls_key: str | None = None,
         tracer_provider: TracerProvider | None = None,
     ) -> None:
-        """Arguments as the sync Client's (``tracer_provider``: msgtable.tracing)."""
+        """Arguments as the sync Client's (``tracer_provider``: msgtable.core.tracing)."""
         targets = requests.targets(target, retry_for_s)
         self.target = target
         self.targets = targets

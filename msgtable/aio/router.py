@@ -16,10 +16,10 @@ import grpc.aio
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.router import Route, channel_options, table_key
+from msgtable.core.retry import Retry
 from msgtable.errors import Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
-from msgtable.retry import Retry
 
 log = logging.getLogger("msgtable.client")
 

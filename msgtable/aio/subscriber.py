@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from msgtable import codec, tracing
 from msgtable.aio.router import AioRouter
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, MIN_RENEW_EVERY_S, Leases
 from msgtable.client.message import Received
 from msgtable.client.router import table_key
-from msgtable.codec import Field
+from msgtable.core import codec, tracing
+from msgtable.core.codec import Field
+from msgtable.core.retry import Retry
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.retry import Retry
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -107,7 +107,7 @@ class Subscriber:
         self._leases = Leases(max_lease_s)  # auto-renew's (the sync Leaser's bookkeeping)
         self._renewer: asyncio.Task[None] | None = None
         self.renewed = 0  # messages auto-renew renewed (the server's counts)
-        # consumer spans (msgtable.tracing; None: nothing records, checked once here)
+        # consumer spans (msgtable.core.tracing; None: nothing records, checked once here)
         self._tracing = tracing.consumer(self.name, self.subscription, tracer_provider)
 
     # -- opening -----------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from msgtable.cli.output import (
     subscription_json,
 )
 from msgtable.client import Client
+from msgtable.core.subscriptions import state_table_name
 from msgtable.errors import InvalidArgument
 from msgtable.limits import MAX_IN_FLIGHT, MAX_REDRIVE_BATCH
-from msgtable.subscriptions import state_table_name
 
 EXIT_OK = 0
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from msgtable import __version__
-from msgtable.lease import DEFAULT_LEASE_PERIOD_S
+from msgtable.core.subscriptions import parse_columns
+from msgtable.core.tables import DEFAULT_DISCOVERY_INTERVAL_S
+from msgtable.engine.lease import DEFAULT_LEASE_PERIOD_S
 from msgtable.limits import (
     DEFAULT_ADDRESS,
     DEFAULT_GATEWAY_TIMEOUT_S,
@@ -21,9 +23,7 @@ from msgtable.limits import (
     DEFAULT_REDRIVE_BATCH,
     MAX_REDRIVE_BATCH,
 )
-from msgtable.server import DEFAULT_GRACE_S
-from msgtable.subscriptions import parse_columns
-from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
+from msgtable.server.servicer import DEFAULT_GRACE_S
 
 
 # -- value types ---------------------------------------------------------------------------

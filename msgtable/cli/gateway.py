@@ -1,4 +1,5 @@
-"""``msgtable gateway``: one endpoint for a keyspace of shards (msgtable.gateway), until SIGINT
+"""``msgtable gateway``: one endpoint for a keyspace of shards (msgtable.gateway.gateway), until
+SIGINT
 or SIGTERM. It starts only when every shard answers with the same message tables."""
 
 from __future__ import annotations
@@ -9,16 +10,16 @@ import sys
 import threading
 from typing import TYPE_CHECKING, TextIO, cast
 
-from msgtable.auth import Authorizer
 from msgtable.cli.serve import EXIT_OK, _stop_on_signals, open_metrics
+from msgtable.core.keyspace import load
 from msgtable.errors import InvalidArgument
-from msgtable.gateway import GatewayServicer, KeyspaceGateway
-from msgtable.keyspace import load
-from msgtable.metrics import MetricsServer, parse_listen
-from msgtable.server import MessagingServer, TlsFiles
+from msgtable.gateway.gateway import GatewayServicer, KeyspaceGateway
+from msgtable.observe.metrics import MetricsServer, parse_listen
+from msgtable.server.auth import Authorizer
+from msgtable.server.servicer import MessagingServer, TlsFiles
 
 if TYPE_CHECKING:
-    from msgtable.server import Engine
+    from msgtable.server.servicer import Engine
 
 log = logging.getLogger("msgtable.cli")
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from msgtable.client import Field, Message, TableInfo
-from msgtable.codec import TableSettings
-from msgtable.deadletters import DeadLetter
+from msgtable.core.codec import TableSettings
+from msgtable.core.deadletters import DeadLetter
 from msgtable.limits import COUNT_DEAD_CAP, LAG_CAP
 
 

@@ -16,19 +16,19 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, TextIO
 
-from msgtable.auth import Authorizer
+from msgtable.core.keyspace import Shard
+from msgtable.core.keyspace import load as load_keyspace
+from msgtable.core.tables import DEFAULT_DISCOVERY_INTERVAL_S
 from msgtable.errors import InvalidArgument
-from msgtable.keyspace import Shard
-from msgtable.keyspace import load as load_keyspace
 from msgtable.limits import DEFAULT_ADDRESS, SHUTDOWN_DATABASE_S
-from msgtable.server import MessagingServer, TlsFiles, is_loopback
-from msgtable.tables import DEFAULT_DISCOVERY_INTERVAL_S
+from msgtable.server.auth import Authorizer
+from msgtable.server.servicer import MessagingServer, TlsFiles, is_loopback
 
 if TYPE_CHECKING:
-    from msgtable.dashboard import DashboardServer
-    from msgtable.devdb import LocalServer
-    from msgtable.engine import MessageEngine
-    from msgtable.metrics import MetricsServer
+    from msgtable.engine.engine import MessageEngine
+    from msgtable.observe.dashboard import DashboardServer
+    from msgtable.observe.metrics import MetricsServer
+    from msgtable.testing.devdb import LocalServer
 
 log = logging.getLogger("msgtable.cli")
 
@@ -50,8 +50,8 @@ def open_engine(
 ) -> MessageEngine:
     from sqlalchemy.exc import ArgumentError
 
-    from msgtable.engine import MessageEngine
-    from msgtable.push.allow import AllowList
+    from msgtable.engine.engine import MessageEngine
+    from msgtable.features.push.allow import AllowList
 
     if push_ca_file and not os.path.isfile(push_ca_file):
         raise InvalidArgument(f"--push-ca-file {push_ca_file}: no such file")
@@ -72,7 +72,7 @@ def open_engine(
 
 def start_local_server() -> LocalServer:
     """Start a throwaway server (raises ServerBinaryNotFound with the install hint)."""
-    from msgtable.devdb import LocalServer
+    from msgtable.testing.devdb import LocalServer
 
     local = LocalServer()
     local.start()
@@ -82,7 +82,7 @@ def start_local_server() -> LocalServer:
 def create_demo_table(dsn: str) -> None:
     import sqlalchemy
 
-    from msgtable.tables import DEMO_COMMENT, DEMO_TABLE, current_layout_ddl
+    from msgtable.core.tables import DEMO_COMMENT, DEMO_TABLE, current_layout_ddl
 
     # The documented comment, but polling every second: a demo should answer at once.
     comment = DEMO_COMMENT.replace("vt_poller_interval=30", "vt_poller_interval=1")
@@ -166,10 +166,10 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             local.create_database(DEMO_DATABASE)
             dsn = local.dsn(DEMO_DATABASE)
             create_demo_table(dsn)
-            from msgtable.mysql import without_driver
+            from msgtable.store.mysql import without_driver
 
             dsn = without_driver(dsn)  # the server takes the fastest driver installed
-        from msgtable import tracing
+        from msgtable.core import tracing
 
         # the standard OTEL_* variables, when an SDK is installed (README: Tracing)
         tracing.configure_from_env()
@@ -191,11 +191,11 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         try:
             metrics_listen = args.metrics_listen
             if metrics_listen:
-                from msgtable.metrics import MetricsServer, parse_listen
+                from msgtable.observe.metrics import MetricsServer, parse_listen
 
                 parse_listen(metrics_listen)  # a bad address fails here, before anything runs
             if args.http:
-                from msgtable.dashboard import parse_listen as parse_http
+                from msgtable.observe.dashboard import parse_listen as parse_http
 
                 parse_http(args.http)
             authorizer = Authorizer.from_file(args.auth) if args.auth else None
@@ -259,7 +259,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
 def _dashboard(
     engine: MessageEngine, listen: str, authorizer: Authorizer | None
 ) -> DashboardServer:
-    from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
+    from msgtable.observe.dashboard import DashboardApi, DashboardServer, RateHistory
 
     return DashboardServer(DashboardApi(engine, RateHistory(), authorizer), listen)
 
@@ -290,7 +290,8 @@ def _close_within(engine: MessageEngine, seconds: float) -> None:
     """Close the engine (its loops, the postpones of what it sent, the lease given back),
     waiting at most ``seconds``: a database that does not answer (a silent link) would
     otherwise hold the way out for each statement's read time-out. Past the bound the
-    process ends anyway; what was not written the next lease holder holds back (msgtable.lease)."""
+    process ends anyway; what was not written the next lease holder holds back
+    (msgtable.engine.lease)."""
     closing = threading.Thread(target=engine.close, name="msgtable-close", daemon=True)
     closing.start()
     closing.join(seconds)

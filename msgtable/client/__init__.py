@@ -18,7 +18,7 @@ calls than it acks batches::
 Errors come back as the server's classes (msgtable.errors): TableNotFound, TableLoadError,
 InvalidArgument, Unavailable (unreachable server, shutdown, time-out, too many streams),
 and MsgtableError for anything else. Values are decoded by column type as described in
-msgtable.codec: dates and times stay text.
+msgtable.core.codec: dates and times stay text.
 
 The package: client.py (Client), subscriber.py (Subscriber: messages and acks), stream.py
 (its MessageStream, opened again when it breaks), acks.py (ack_async's queue), message.py
@@ -34,7 +34,7 @@ from msgtable.client.client import DEFAULT_RETRY_FOR_S, DEFAULT_TIMEOUT_S, Clien
 from msgtable.client.codes import ERRORS_BY_CODE, error_from_rpc
 from msgtable.client.message import Message
 from msgtable.client.subscriber import Subscriber
-from msgtable.codec import Field, ServerStatus, TableInfo, TableSettings
+from msgtable.core.codec import Field, ServerStatus, TableInfo, TableSettings
 from msgtable.limits import DEFAULT_ADDRESS, MAX_ACK_IDS
 
 # The former name of Subscriber (what client.subscribe() returns), kept for code written

@@ -12,8 +12,8 @@ from msgtable.client.credentials import channel_credentials
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S
 from msgtable.client.router import Router
 from msgtable.client.subscriber import Subscriber
-from msgtable.codec import ServerStatus, TableInfo
-from msgtable.deadletters import DeadLetter, RedriveBatch
+from msgtable.core.codec import ServerStatus, TableInfo
+from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -53,7 +53,7 @@ class Client:
         ``authorization: Bearer TOKEN`` with every call. ``tls_ca`` (the CA that signed the
         server's certificate; a PEM file), or ``tls_cert`` and ``tls_key`` (a client
         certificate for mutual TLS), make the channels TLS. ``tracer_provider``: where the
-        subscribers' consumer spans go (msgtable.tracing; None: the global provider, if one
+        subscribers' consumer spans go (msgtable.core.tracing; None: the global provider, if one
         was configured when a subscriber is made). ``wait_for_server``: a unary call retries
         a server that cannot be connected to within ``timeout_s`` (False: it fails once each
         server was tried, as a command line's call should)."""

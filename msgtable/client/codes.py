@@ -1,4 +1,5 @@
-"""Status codes back to msgtable's errors: the reverse of msgtable.server's one mapping, so a
+"""Status codes back to msgtable's errors: the reverse of msgtable.server.servicer's one mapping,
+so a
 client catches the same classes the engine raises."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from msgtable import codec
-from msgtable.deadletters import DeadLetter, RedriveBatch
+from msgtable.core import codec
+from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.errors import InvalidArgument, PartlySettled, TableLoadError, TableNotFound
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 

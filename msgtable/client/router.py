@@ -2,7 +2,7 @@
 named it (else the servers in turn), and the one rule for which errors are tried again.
 
 A client may name several servers of one database (``Client("a:1,b:2")``): the servers share
-its tables (msgtable.placement), each table sent by one of them; the others answer a
+its tables (msgtable.engine.placement), each table sent by one of them; the others answer a
 MessageStream of it (or a release, reject or renew) with NotLeader and its sender's address,
 which the router keeps by table. Unary
 calls and subscribers both go through the router: :meth:`Router.next_target` says where,
@@ -27,10 +27,10 @@ import grpc.experimental
 from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.credentials import BearerToken
+from msgtable.core.retry import Backoff, Retry
 from msgtable.errors import MsgtableError, NotLeader, ServerUnreachable, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
-from msgtable.retry import Backoff, Retry
 
 log = logging.getLogger("msgtable.client")
 

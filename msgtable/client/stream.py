@@ -19,9 +19,9 @@ import grpc
 
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.router import Router, table_key
+from msgtable.core.retry import Retry
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.retry import Retry
 
 log = logging.getLogger("msgtable.client")
 

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from msgtable import codec, tracing
 from msgtable.client import requests
 from msgtable.client.acks import AckQueue
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, Leaser
 from msgtable.client.message import Message
 from msgtable.client.router import Router
 from msgtable.client.stream import Stream
-from msgtable.codec import Field
+from msgtable.core import codec, tracing
+from msgtable.core.codec import Field
 from msgtable.errors import MsgtableError
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
@@ -71,7 +71,7 @@ class Subscriber:
         self._ack_wait_s = 0.0  # the stream's, from its first response (0: not said)
         self._ack_queue: AckQueue | None = None
         self._decoder: codec.RowDecoder | None = None
-        # consumer spans (msgtable.tracing; None: nothing records, checked once here)
+        # consumer spans (msgtable.core.tracing; None: nothing records, checked once here)
         self._tracing = tracing.consumer(self.name, self.subscription, tracer_provider)
         self._stream = Stream(
             router,

@@ -31,10 +31,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from msgtable.bulk import BulkStatements
+from msgtable.core.tables import TableConfig
 from msgtable.errors import MsgtableError
 from msgtable.spark.database import connection, describe, id_bounds
-from msgtable.tables import TableConfig
+from msgtable.store.bulk import BulkStatements
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -4,10 +4,10 @@ connections (executors need no C driver), the id-bounds query that plans a parti
 and the JDBC URL of Spark's own reader and writer.
 
 A batch read or write reaches one database (the ``dsn`` option's) or every shard of a
-keyspace (msgtable.keyspace): each is a :class:`Target`, whose failures name its shard.
+keyspace (msgtable.core.keyspace): each is a :class:`Target`, whose failures name its shard.
 ``on_each`` asks all of them at once; ``agreed`` checks they hold the same table.
 
-The statements themselves are msgtable.bulk's (and msgtable.spark.subview's); this module
+The statements themselves are msgtable.store.bulk's (and msgtable.spark.subview's); this module
 only runs them.
 """
 
@@ -19,17 +19,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from msgtable.deadletters import check_dead_letter
+from msgtable.core.deadletters import check_dead_letter
+from msgtable.core.keyspace import Keyspace
+from msgtable.core.subscriptions import STATE_COLUMNS, state_table_name
+from msgtable.core.tables import Column, TableConfig, load_table
 from msgtable.errors import MsgtableError, TableLoadError, TableNotFound
-from msgtable.keyspace import Keyspace
-from msgtable.mysql import open_connection, parse_url, pymysql_args, sorted_error
 from msgtable.spark.subview import SubscriptionView, subscription_view
-from msgtable.store import MySQLStore
-from msgtable.subscriptions import STATE_COLUMNS, state_table_name
-from msgtable.tables import Column, TableConfig, load_table
+from msgtable.store.mysql import open_connection, parse_url, pymysql_args, sorted_error
+from msgtable.store.mysqlstore import MySQLStore
 
 # Executors may run far from the database, and a batch job would rather wait for a connection
-# than fail: twice the server's msgtable.mysql.CONNECT_TIMEOUT_S.
+# than fail: twice the server's msgtable.store.mysql.CONNECT_TIMEOUT_S.
 CONNECT_TIMEOUT_S = 10
 MAX_THREADS = 16  # shards the driver asks at once (each thread only waits on its database)
 
@@ -52,7 +52,7 @@ class Target:
 
     @contextmanager
     def errors(self) -> Iterator[None]:
-        """A failure inside the block as the MsgtableError it means (msgtable.mysql's
+        """A failure inside the block as the MsgtableError it means (msgtable.store.mysql's
         sorting), its message naming this shard; the dsn's database's pass as they are."""
         try:
             yield
@@ -143,7 +143,7 @@ def describe(dsn: str, table: str) -> TableConfig:
 def dead_letter_table(dsn: str, cfg: TableConfig) -> TableConfig:
     """The loaded config of ``cfg``'s vt_dead_letter table, where its dead messages are
     (TableLoadError naming the field when it is missing, fails to load, or cannot take them,
-    as the engine says it: msgtable.deadletters.check_dead_letter)."""
+    as the engine says it: msgtable.core.deadletters.check_dead_letter)."""
     dead: TableConfig | None = None
     error: str | None = None
     try:
@@ -210,7 +210,7 @@ def connection(dsn: str, **options: Any) -> Iterator[Any]:
 
 
 def id_bounds(dsn: str, sql: str, params: list[Any]) -> tuple[Any, Any, int]:
-    """The (smallest id, largest id, count) a msgtable.bulk id_bounds query answers."""
+    """The (smallest id, largest id, count) a msgtable.store.bulk id_bounds query answers."""
     with connection(dsn) as conn, conn.cursor() as cur:
         cur.execute(sql, params)
         lo, hi, count = cur.fetchone()

@@ -9,7 +9,7 @@ raise PyMySQL's errors. ``spark_error`` finds the root cause in each and answers
 MsgtableError it means:
 
 * a msgtable error raised in a worker: the same class, the same message;
-* a PyMySQL error (in a worker, or on the driver): as msgtable.mysql.database_error sorts it
+* a PyMySQL error (in a worker, or on the driver): as msgtable.store.mysql.database_error sorts it
   ("database unavailable: (2003) ...", "database unavailable: (1045) Access denied ...",
   "database error: (1146) ...");
 * a JDBC driver's SQLException: "database unavailable: ..." for a connection that failed or
@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from msgtable.errors import MsgtableError, Unavailable
-from msgtable.mysql import DRIVER_MODULES, database_error
+from msgtable.store.mysql import DRIVER_MODULES, database_error
 
 
 class SparkError(MsgtableError):
@@ -45,7 +45,7 @@ _JAVA_SQL = re.compile(r"(?m)^(?:Caused by: )?java\.sql\.(?P<name>\w+): (?P<mess
 _CONNECTION_ID = re.compile(r"^\(conn=\d+\)\s*")
 # Java exceptions of JDBC that mean the database could not be reached or refused the account
 # (SQLSTATE classes 08 and 28, and the transient ones), as opposed to a statement it rejected;
-# msgtable.mysql sorts a driver's errors the same way (REFUSED).
+# msgtable.store.mysql sorts a driver's errors the same way (REFUSED).
 _JAVA_UNAVAILABLE = (
     "SQLInvalidAuthorizationSpecException",
     "SQLNonTransientConnectionException",

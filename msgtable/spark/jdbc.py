@@ -9,10 +9,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from msgtable.bulk import BulkStatements
+from msgtable.core.tables import TableConfig
 from msgtable.errors import InvalidArgument
 from msgtable.spark.database import describe, jdbc_url
-from msgtable.tables import TableConfig
+from msgtable.store.bulk import BulkStatements
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -87,7 +87,7 @@ def read_query(
     id_bounds: tuple[int, int],
     partitions: int,
 ) -> DataFrame:
-    """The rows of ``query`` (a SELECT of msgtable.bulk with its values written in, which
+    """The rows of ``query`` (a SELECT of msgtable.store.bulk with its values written in, which
     must select the id column ``id``), read over JDBC in ``partitions`` id ranges."""
     url, props = jdbc_url(dsn)
     lo, hi = id_bounds

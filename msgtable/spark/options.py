@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from msgtable import keyspace
+from msgtable.core import keyspace
+from msgtable.core.keyspace import Keyspace
+from msgtable.core.subscriptions import check_name, parse_columns
 from msgtable.errors import InvalidArgument
-from msgtable.keyspace import Keyspace
 from msgtable.limits import DEFAULT_ADDRESS
-from msgtable.subscriptions import check_name, parse_columns
 
 
 def option(options: Mapping[str, str], name: str, default: str | None = None) -> str:
@@ -55,7 +55,7 @@ def dsn_option(options: Mapping[str, str]) -> str:
 
 def keyspace_option(options: Mapping[str, str]) -> Keyspace | None:
     """The keyspace a batch read or write spans, from the keyspace file ``keyspace`` names
-    (msgtable.keyspace); None for the one database of ``dsn`` (dsn_option). Exactly one of
+    (msgtable.core.keyspace); None for the one database of ``dsn`` (dsn_option). Exactly one of
     the two options: MSGTABLE_DSN stands in for ``dsn`` only when neither is given."""
     path = options.get("keyspace")
     if not path:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from msgtable.core.tables import DEAD_TIME_NEXT, TableConfig
 from msgtable.errors import InvalidArgument
 from msgtable.spark.report_dead import REASON_TEXT_WIDTH, DeadLetters, dead_letters
-from msgtable.tables import DEAD_TIME_NEXT, TableConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -1,5 +1,5 @@
 """The dead letters of a ``msgtable report``: how many messages of a table no poll sends again,
-where they are, and why they died (msgtable.deadletters says what dead means).
+where they are, and why they died (msgtable.core.deadletters says what dead means).
 
 A table's dead letters are in one or two places:
 
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from msgtable.deadletters import ATTEMPTS_COLUMN, holds_dead_letters
+from msgtable.core.deadletters import ATTEMPTS_COLUMN, holds_dead_letters
+from msgtable.core.tables import DEAD_TIME_NEXT, LAST_ERROR_COLUMN, TIME_DEAD_COLUMN, TableConfig
 from msgtable.errors import MsgtableError
-from msgtable.tables import DEAD_TIME_NEXT, LAST_ERROR_COLUMN, TIME_DEAD_COLUMN, TableConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

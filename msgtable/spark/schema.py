@@ -1,13 +1,13 @@
 """A message table's columns as Spark types: the schema the ``msgtable`` data source gives its
-batch reads and streams. What kind a column is comes from msgtable.mysql; which Spark type
+batch reads and streams. What kind a column is comes from msgtable.store.mysql; which Spark type
 each kind takes is decided here."""
 
 from __future__ import annotations
 
 import re
 
-from msgtable.mysql import BINARY_TYPES, BIT, DATE, DATETIME, INTEGER_TYPES, TIMESTAMP, YEAR
-from msgtable.tables import Column
+from msgtable.core.tables import Column
+from msgtable.store.mysql import BINARY_TYPES, BIT, DATE, DATETIME, INTEGER_TYPES, TIMESTAMP, YEAR
 
 _DECIMAL = re.compile(r"decimal\((\d+)(?:,(\d+))?\)")
 # Spark has no unsigned integers: an unsigned INT or BIGINT takes the next wider type (signed,

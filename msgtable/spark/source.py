@@ -3,7 +3,7 @@
 Batch read, ``spark.read.format("msgtable").option("dsn", URL).load(TABLE)``: the table's rows
 with its real column types, split into ``partitions`` (default 4) id ranges (an integer id)
 or id hash buckets (any other id), optionally only the rows in one ``state``
-(msgtable.bulk.RowState):
+(msgtable.store.bulk.RowState):
 
 * ``all`` (the default); ``acked``;
 * ``unacked``: every row not acked, the dead ones too (due + scheduled + in_flight + dead);
@@ -33,7 +33,7 @@ whole or not at all. A duplicate id fails its partition with a clear error, or w
 ``onDuplicate=skip`` is left as it is and counted. The driver logs what each job did.
 
 A keyspace of shards, ``.option("keyspace", FILE)`` instead of ``dsn``: FILE is a keyspace
-file (msgtable.keyspace: the keyspace's ``name`` and its ``[[shards]]``, each a ``key_range``
+file (msgtable.core.keyspace: the keyspace's ``name`` and its ``[[shards]]``, each a ``key_range``
 and a ``dsn``); give exactly one of ``dsn`` and ``keyspace`` (MSGTABLE_DSN stands in for
 ``dsn`` only when neither is given). Every shard must hold the table with the same columns
 (names and types), its subscription's state table too for ``subscription``, its
@@ -46,7 +46,7 @@ names the shard ("shard 80- of keyspace 'app': no message table 't' in app").
   all the shards, each once; ``state`` and ``subscription`` mean what they mean above, in
   each shard.
 * A write sends each row to the shard its ``id`` hashes to (Vitess's ``hash`` vindex,
-  msgtable.keyspace.Keyspace.shards_of); an id must be an integer 0 to 2**64 - 1, any
+  msgtable.core.keyspace.Keyspace.shards_of); an id must be an integer 0 to 2**64 - 1, any
   other value fails its partition in one line before anything of it is committed. Each
   partition opens one transaction on each shard it has rows for and commits them one after
   another once all its rows are inserted: a partition's rows are enqueued whole or not at
@@ -82,11 +82,10 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from msgtable.bulk import BulkStatements, RowState
-from msgtable.codec import format_time
+from msgtable.core.codec import format_time
+from msgtable.core.keyspace import MAX_ID, Keyspace
+from msgtable.core.tables import TableConfig
 from msgtable.errors import InvalidArgument, MsgtableError
-from msgtable.keyspace import MAX_ID, Keyspace
-from msgtable.mysql import DUPLICATE_KEY, error_code
 from msgtable.spark.database import (
     Target,
     agreed,
@@ -109,7 +108,8 @@ from msgtable.spark.options import (
 )
 from msgtable.spark.schema import spark_schema
 from msgtable.spark.subview import SubscriptionStatements, SubscriptionView
-from msgtable.tables import TableConfig
+from msgtable.store.bulk import BulkStatements, RowState
+from msgtable.store.mysql import DUPLICATE_KEY, error_code
 
 log = logging.getLogger("msgtable.spark")
 

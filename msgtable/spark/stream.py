@@ -20,7 +20,8 @@ subscriber: delivery is at least once, and a sink that must not see a message tw
 write idempotently (by ``id``). Choose a ``vt_ack_wait`` longer than a micro-batch takes; a
 batch replayed after a restart holds no messages (those it had come back after their ack wait).
 
-Order per key. For an ordered table (``vt_order_key``, msgtable.ordered) a micro-batch puts all
+Order per key. For an ordered table (``vt_order_key``, msgtable.engine.ordered) a micro-batch puts
+all
 the messages of one key in one partition, in the order they arrived: partition
 ``crc32(key) % n``, with n = the batch's messages / ``rowsPerPartition`` (default 5,000)
 rounded up, so a sink that handles partitions in parallel still sees each key's messages in
@@ -34,7 +35,7 @@ them is committed and acked. The same holds for a subscription of an ordered tab
 orders on its own). An unordered table's batch is cut into partitions of
 ``rowsPerPartition`` messages in arrival order.
 
-Options of a subscription (msgtable.subscriptions). ``subscription``: the query consumes that
+Options of a subscription (msgtable.core.subscriptions). ``subscription``: the query consumes that
 subscription (consumer group) of the table instead of its default group: it gets the
 subscription's messages (those its filter matched), and its acks settle them in the
 subscription's state table only; the frame has the subscription's columns (its projection).
@@ -58,7 +59,8 @@ from typing import Any
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
 
-from msgtable.codec import Field, FieldType
+from msgtable.core.codec import Field, FieldType
+from msgtable.core.tables import Column
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
 from msgtable.limits import MAX_ACK_IDS
 from msgtable.spark.options import (
@@ -69,7 +71,6 @@ from msgtable.spark.options import (
     table_option,
 )
 from msgtable.spark.schema import spark_schema
-from msgtable.tables import Column
 
 log = logging.getLogger("msgtable.spark")
 
@@ -109,7 +110,8 @@ def _columns(options: Mapping[str, str]) -> tuple[tuple[Column, ...], tuple[Fiel
 
 
 def _projected(fields: Sequence[Field], names: Sequence[str], label: str) -> tuple[Field, ...]:
-    """``fields`` as a stream that asks for ``names`` gets them (msgtable.subscriber.Projected:
+    """``fields`` as a stream that asks for ``names`` gets them
+    (msgtable.engine.subscriber.Projected:
     the id first, then the others in the order named), or InvalidArgument naming the column."""
     if not names:
         return tuple(fields)

@@ -1,15 +1,15 @@
-"""The pipeline's SQL of a subscription's view of its message table (msgtable.bulk holds the
+"""The pipeline's SQL of a subscription's view of its message table (msgtable.store.bulk holds the
 rest; these are its statements, run on a join): what ``spark.read.format("msgtable")
 .option("subscription", NAME)`` reads. Names come from information_schema and are quoted,
-values are bound parameters, as in msgtable.bulk.
+values are bound parameters, as in msgtable.store.bulk.
 
-A subscription's view (msgtable.subscriptions) is the rows of the message table that were
+A subscription's view (msgtable.core.subscriptions) is the rows of the message table that were
 handed to the subscription, each with the subscription's delivery state: the message table
 joined on ``id`` with the state table ``<table>__<name>``. Its columns are the table's, in
 the table's order, where each column the state table also has (priority, time_next, epoch,
 time_acked, time_created, last_error, time_dead) takes the state table's value, then the
 state table's columns the table lacks. So a read's ``state`` means the subscription's state,
-as msgtable.bulk.RowState defines it for a table; a subscription's dead messages are dead in
+as msgtable.store.bulk.RowState defines it for a table; a subscription's dead messages are dead in
 place, in its state table. A row not handed to the subscription yet (no state row: the
 fan-out has not reached it, or the subscription's filter did not match it) is not in the
 view.
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from msgtable.bulk import BulkStatements, RowState
-from msgtable.sql import quote
-from msgtable.subscriptions import state_table_name
-from msgtable.tables import DEAD_TIME_NEXT, Column, TableConfig
+from msgtable.core.sql import quote
+from msgtable.core.subscriptions import state_table_name
+from msgtable.core.tables import DEAD_TIME_NEXT, Column, TableConfig
+from msgtable.store.bulk import BulkStatements, RowState
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ def subscription_view(
 
 
 class SubscriptionStatements(BulkStatements):
-    """msgtable.bulk's read statements of a subscription's view: the same statements, on a
+    """msgtable.store.bulk's read statements of a subscription's view: the same statements, on a
     derived table that joins the state table to the message table (MySQL and MariaDB merge
     it into the outer query, so the id range and the state's condition reach both tables'
     indexes)."""
@@ -82,7 +82,7 @@ class SubscriptionStatements(BulkStatements):
         self._select = f"SELECT {', '.join(quote(c) for c in self.columns)} FROM {self.table}"
 
     def state(self, state: RowState, now_ns: int) -> tuple[str, list[Any]]:
-        """As a table's (msgtable.bulk), but dead always means dead in place: a subscription
+        """As a table's (msgtable.store.bulk), but dead always means dead in place: a subscription
         has no dead-letter table, whatever columns its table has."""
         if state is RowState.DEAD:
             return f"{quote('time_acked')} IS NULL AND {quote('time_next')} = %s", [DEAD_TIME_NEXT]

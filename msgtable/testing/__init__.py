@@ -1,6 +1,7 @@
 """Helpers for tests, msgtable's own and its users': an in-memory Store with MySQL's semantics
 (:class:`InMemoryStore`), and handles on MySQL-family servers to test against
-(:class:`ServerHandle`: a throwaway local one is msgtable.devdb.LocalServer, one run by someone
+(:class:`ServerHandle`: a throwaway local one is msgtable.testing.devdb.LocalServer, one run by
+someone
 else :class:`ExternalServer`)."""
 
 from __future__ import annotations

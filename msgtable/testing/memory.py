@@ -15,21 +15,16 @@ import time
 from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
-from msgtable.backlog import AGE_BOUNDS_S, BacklogCounts
-from msgtable.deadletters import (
+from msgtable.core.deadletters import (
     ATTEMPTS_COLUMN,
     DeadLetter,
     Move,
     RedriveBatch,
     exhausted_reason,
 )
-from msgtable.deadstore import REJECTED_REASON
-from msgtable.errors import DatabaseUnavailable, TableNotFound
-from msgtable.limits import COUNT_DEAD_CAP
-from msgtable.retry import Outage
-from msgtable.rows import CachedRow, PolledRow, PollKey, group_by_epoch
-from msgtable.store import Deliver, Keep, TableDefinition
-from msgtable.tables import (
+from msgtable.core.retry import Outage
+from msgtable.core.rows import CachedRow, PolledRow, PollKey, group_by_epoch
+from msgtable.core.tables import (
     DEAD_TIME_NEXT,
     DEMO_COMMENT,
     LAST_ERROR_COLUMN,
@@ -41,6 +36,11 @@ from msgtable.tables import (
     is_message_comment,
     text_limit,
 )
+from msgtable.errors import DatabaseUnavailable, TableNotFound
+from msgtable.limits import COUNT_DEAD_CAP
+from msgtable.store.backlog import AGE_BOUNDS_S, BacklogCounts
+from msgtable.store.deadletters import REJECTED_REASON
+from msgtable.store.mysqlstore import Deliver, Keep, TableDefinition
 
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
@@ -301,7 +301,8 @@ class InMemoryStore:
                 del table[i]
             return len(old)
 
-    # -- settlement and dead letters (msgtable.settlement, msgtable.deadletters) -------------
+    # -- settlement and dead letters (msgtable.core.settlement, msgtable.core.deadletters)
+    # -------------
     @staticmethod
     def _alive(row: dict[str, Any]) -> bool:
         return row["time_acked"] is None and row["time_next"] != DEAD_TIME_NEXT

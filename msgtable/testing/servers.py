@@ -1,12 +1,12 @@
 """MySQL-family servers to test against: what a test or a benchmark needs of one
 (:class:`ServerHandle`), and a server someone else runs (:class:`ExternalServer`, e.g. from
-``MSGTABLE_TEST_DSN``). A throwaway local one is msgtable.devdb.LocalServer."""
+``MSGTABLE_TEST_DSN``). A throwaway local one is msgtable.testing.devdb.LocalServer."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from msgtable.sql import quote_database_name
+from msgtable.core.sql import quote_database_name
 
 
 class ServerHandle(Protocol):

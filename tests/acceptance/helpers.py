@@ -22,7 +22,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from msgtable.devdb import free_port
+from msgtable.testing.devdb import free_port
 
 from ..waiting import wait_until
 

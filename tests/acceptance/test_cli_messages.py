@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy.engine import make_url
 
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
 from tests.integration.helpers import comment
 
 from .helpers import Cli, assert_one_line_error, describe, free_port, wait_until

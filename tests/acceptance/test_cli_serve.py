@@ -16,7 +16,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 from sqlalchemy.engine import make_url
 
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
 from tests.integration.helpers import comment
 
 from .helpers import Cli, assert_one_line_error, describe, free_port, wait_until

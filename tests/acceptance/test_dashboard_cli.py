@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 from grpc_health.v1 import health_pb2
 
-from msgtable.auth import Authorizer
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
+from msgtable.server.auth import Authorizer
 from tests.integration.helpers import comment
 
 from .helpers import Cli, assert_one_line_error, describe, free_port

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from msgtable.client import Client, Message
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
 from tests.integration.helpers import comment
 
 from .helpers import Cli, describe, wait_until

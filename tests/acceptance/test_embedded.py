@@ -20,9 +20,9 @@ from pathlib import Path
 import pymysql
 import pytest
 
-from msgtable import watchdog
-from msgtable.mysqld import BINARY_ENV, SEARCH_DIRS, SERVER_NAMES
-from msgtable.store import MySQLStore
+from msgtable.store.mysqlstore import MySQLStore
+from msgtable.testing import watchdog
+from msgtable.testing.mysqld import BINARY_ENV, SEARCH_DIRS, SERVER_NAMES
 
 from .helpers import Cli, describe, free_port, pid_alive, run, wait_until
 
@@ -150,7 +150,7 @@ def test_serve_without_a_dsn_or_a_server_binary_on_path_says_how_to_install_one(
     ]
     if installed:
         pytest.skip(
-            f"{installed[0]} is installed in a fixed place msgtable.devdb always searches; "
+            f"{installed[0]} is installed in a fixed place msgtable.testing.devdb always searches; "
             "hiding it needs a hook in devdb (e.g. an env var for SEARCH_DIRS)"
         )
     env = cli.env(MSGTABLE_DSN=None, PATH=os.path.dirname(sys.executable), TMPDIR=str(tmp_path))
@@ -191,7 +191,8 @@ def test_sigterm_while_the_throwaway_database_starts_leaves_nothing_behind(
         serve.wait(timeout_s=40)
         assert "Traceback" not in serve.stderr, serve.describe()
         # A watchdog may finish the clean-up after serve is gone: it gives the database its
-        # graceful stop, then SIGKILL (msgtable.watchdog's bounds; a loaded machine needs them).
+        # graceful stop, then SIGKILL (msgtable.testing.watchdog's bounds; a loaded machine needs
+        # them).
         wait_until(
             lambda: not any(scratch.iterdir()),
             timeout_s=watchdog.STOP_TIMEOUT_S + watchdog.KILL_TIMEOUT_S + 5,

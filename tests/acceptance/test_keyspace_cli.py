@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 from prometheus_client.parser import text_string_to_metric_families
 
-from msgtable.devdb import free_port
-from msgtable.keyspace import load
-from msgtable.tables import current_layout_ddl
+from msgtable.core.keyspace import load
+from msgtable.core.tables import current_layout_ddl
+from msgtable.testing.devdb import free_port
 from tests.integration.helpers import comment
 
 from .helpers import MSGTABLE, Cli, Serve, assert_one_line_error, wait_until

@@ -10,7 +10,7 @@ import pytest
 from grpc_health.v1 import health_pb2
 from prometheus_client.parser import text_string_to_metric_families
 
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
 from tests.integration.helpers import comment
 
 from .helpers import Cli, assert_one_line_error, describe, free_port

@@ -1,4 +1,4 @@
-"""Tables placed on servers (msgtable.placement), as a client without retries meets them: a
+"""Tables placed on servers (msgtable.engine.placement), as a client without retries meets them: a
 raw gRPC stub (no msgtable client, no retry) and `msgtable tail` against `msgtable serve`
 subprocesses. A server never answers UNAVAILABLE for a table it lists and could send, never
 redirects to itself or to a dead holder (DESIGN.md, principle 10; issue 39, item 2)."""
@@ -15,9 +15,9 @@ import grpc
 import pytest
 from sqlalchemy.engine import make_url
 
+from msgtable.core.tables import current_layout_ddl
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
-from msgtable.tables import current_layout_ddl
 from tests.integration.helpers import comment
 from tests.netfault import FaultProxy
 

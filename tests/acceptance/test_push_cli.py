@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
 from tests.integration.helpers import comment
 
 from ..push_receiver import Receiver

@@ -18,12 +18,12 @@ import pymysql
 import pytest
 from sqlalchemy.engine import make_url
 
-from msgtable.auth import Authorizer
 from msgtable.cli.serve import create_demo_table
-from msgtable.keyspace import load
-from msgtable.mysql import pymysql_args
-from msgtable.store import MySQLStore
-from msgtable.tables import current_layout_ddl, load_table
+from msgtable.core.keyspace import load
+from msgtable.core.tables import current_layout_ddl, load_table
+from msgtable.server.auth import Authorizer
+from msgtable.store.mysql import pymysql_args
+from msgtable.store.mysqlstore import MySQLStore
 from msgtable.testing import ServerHandle
 from tests.integration.helpers import comment, serve
 from tests.integration.test_gateway import keyspace_of
@@ -307,7 +307,7 @@ def test_the_metrics_section_lists_every_family_the_server_serves(db_dsn: str):
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from msgtable.metrics import registry_for
+    from msgtable.observe.metrics import registry_for
 
     (section,) = [README[README.index("## Metrics\n") :].split("\n## ", 1)[0]]
     listed = set(re.findall(r"^\| `(msgtable_\w+)` \| (\w+)", section, re.MULTILINE))
@@ -396,8 +396,8 @@ def test_the_keyspace_example_runs_as_pasted(mysql_server: ServerHandle, db_name
         for shard in c.shards.values():
             shard.sql(ddl.replace("  primary key(id)", f"  {keyed},\n  primary key(id)"))
         before = (
-            "from msgtable.keyspace import load\n"
-            "from msgtable.shardenqueue import ShardedEnqueue\n"
+            "from msgtable.core.keyspace import load\n"
+            "from msgtable.enqueue.sharded import ShardedEnqueue\n"
             'keyspace = load("keyspace.toml")\n'
             "shards = ShardedEnqueue(keyspace)\n"
             'events = [("customer-3", "paid"), ("customer-4", "sent"), ("customer-3", "shipped")]\n'

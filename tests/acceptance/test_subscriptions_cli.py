@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
 from tests.integration.helpers import comment
 
 from .helpers import Cli, Process, assert_one_line_error, describe, wait_until

@@ -40,8 +40,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.client import Client, Message, Subscription
+from msgtable.core.events import capture_table_ddl
 from msgtable.errors import MsgtableError
-from msgtable.events import capture_table_ddl
 
 EVENTS = "chaos_events"
 SOURCE, SOURCE_T, TXLOG = "chaos_src", "chaos_src_t", "chaos_txlog"

@@ -43,9 +43,9 @@ from opentelemetry.trace import TracerProvider
 
 from msgtable.client import Client, Message, Subscription
 from msgtable.client.requests import UNHANDED_REASON
-from msgtable.devdb import free_port
+from msgtable.core.subscriptions import state_table_name
 from msgtable.errors import MsgtableError
-from msgtable.subscriptions import state_table_name
+from msgtable.testing.devdb import free_port
 
 from ..acceptance.helpers import health_status
 from ..ordering import Delivery, OrderLog

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import sqlalchemy as sa
 
 from msgtable.client import Client
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
 
 from ..integration.helpers import comment
 from ..waiting import wait_until

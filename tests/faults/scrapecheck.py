@@ -14,7 +14,7 @@ from what it recorded only:
 (c) at quiescent points (both servers live for QUIET_S, no database restart, fault of a
     database link or change of the tables' senders in it: a state that lasts is judged)
     exactly one server reports msgtable_table_sender 1 for each table (the servers share the
-    tables: msgtable.placement), and both /api/state name the same sender of each;
+    tables: msgtable.engine.placement), and both /api/state name the same sender of each;
 (d) after the drain, each table's sender's backlog (due + scheduled, its /api/state and its
     metrics) is what the checkers know is unacked (0), and the dashboard counts the dead
     letters the checkers know of, each table's and each subscription's

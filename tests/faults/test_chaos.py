@@ -12,7 +12,7 @@ servers is reset mid-statement; the leader's database link is slow (NET_LATENCY_
 each way, for NET_FAULT_S); and the leader's database link goes silent for NET_FAULT_S
 (packets dropped, nothing closed: its lease is not renewed, the other server takes over),
 then comes back with every connection reset. The database runs with a production server's
-durability (every commit flushed, the binlog's included: msgtable.devdb's durable=True), so
+durability (every commit flushed, the binlog's included: msgtable.testing.devdb's durable=True), so
 a crash loses nothing a commit returned for, and the checker holds it to that.
 
 The table has vt_max_attempts and a dead-letter table (vt_dead_letter, schema/dead_letter.sql)
@@ -85,8 +85,8 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable.client import Client
-from msgtable.devdb import LocalServer
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
+from msgtable.testing.devdb import LocalServer
 
 from ..integration.helpers import comment
 from ..netfault import FaultProxy
@@ -461,7 +461,7 @@ class Run:
 
     def _lease(self, table: str = TABLE) -> tuple[str, str] | None:
         """(holder, address) of ``table``'s unexpired lease (the servers share the tables:
-        msgtable.placement), if any (None also while the database does not answer)."""
+        msgtable.engine.placement), if any (None also while the database does not answer)."""
         db = sa.create_engine(self.dsn)
         try:
             with db.connect() as conn:

@@ -20,8 +20,8 @@ import time
 import pytest
 
 from msgtable.client import Client, Message
-from msgtable.lease import DEFAULT_LEASE_PERIOD_S
-from msgtable.tables import DEMO_COMMENT, current_layout_ddl
+from msgtable.core.tables import DEMO_COMMENT, current_layout_ddl
+from msgtable.engine.lease import DEFAULT_LEASE_PERIOD_S
 
 from ..acceptance.helpers import Cli
 from ..waiting import wait_until

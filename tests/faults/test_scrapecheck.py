@@ -214,7 +214,7 @@ def test_late_renewals_and_skipped_postpones_are_summed_over_every_process():
 
 
 def test_tables_sent_by_different_servers_pass_and_a_table_with_no_sender_is_named():
-    """The servers share the tables (msgtable.placement): each table one sender, named
+    """The servers share the tables (msgtable.engine.placement): each table one sender, named
     alike by both servers, whichever server it is; a table no server sends is not."""
     r = Recorded()
     for i in range(20):

@@ -35,11 +35,11 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable.client import Client, Message, Subscription
-from msgtable.devdb import LocalServer, free_port
+from msgtable.core.keyspace import Keyspace, load
+from msgtable.core.tables import current_layout_ddl
+from msgtable.enqueue.sharded import ShardedEnqueue
 from msgtable.errors import MsgtableError, PartlySettled
-from msgtable.keyspace import Keyspace, load
-from msgtable.shardenqueue import ShardedEnqueue
-from msgtable.tables import current_layout_ddl
+from msgtable.testing.devdb import LocalServer, free_port
 
 from ..acceptance.helpers import MSGTABLE, Cli, Serve
 from ..integration.helpers import comment

@@ -14,9 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable.client import Client
+from msgtable.core.tables import DEMO_COMMENT, current_layout_ddl
 from msgtable.limits import SHUTDOWN_DATABASE_S
-from msgtable.server import DEFAULT_GRACE_S
-from msgtable.tables import DEMO_COMMENT, current_layout_ddl
+from msgtable.server.servicer import DEFAULT_GRACE_S
 
 from ..acceptance.helpers import Cli
 from ..netfault import FaultProxy

@@ -22,8 +22,8 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable.client import Client
-from msgtable.devdb import LocalServer
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
+from msgtable.testing.devdb import LocalServer
 
 from ..integration.helpers import comment
 from ..waiting import wait_until

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from opentelemetry import context as otel_context
 
-from msgtable import tracing
+from msgtable.core import tracing
 
 from ..unit.test_tracing import FakeMessage
 from .tracecheck import SpanLedger, Traced, judge, producer_traceparent, trace_of

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 
-from msgtable.tracing import BATCH_COUNT, MESSAGE_ID
+from msgtable.core.tracing import BATCH_COUNT, MESSAGE_ID
 
 TRACE_BASE = 0x5EED << 64  # a trace id's high bits: ``trace_of(i)`` is this plus i
 

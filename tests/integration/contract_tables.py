@@ -10,9 +10,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from msgtable.devdb import free_port
-from msgtable.store import MySQLStore, Store
-from msgtable.tables import (
+from msgtable.core.tables import (
     DEMO_COMMENT,
     Column,
     Layout,
@@ -20,7 +18,9 @@ from msgtable.tables import (
     current_layout_ddl,
     load_table,
 )
+from msgtable.store.mysqlstore import MySQLStore, Store
 from msgtable.testing import CURRENT_COLUMNS, InMemoryStore
+from msgtable.testing.devdb import free_port
 
 V2018_SQL = (Path(__file__).parents[2] / "schema" / "v2018.sql").read_text()
 V2018_COLUMNS = (

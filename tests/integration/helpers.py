@@ -13,9 +13,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.client import Client, Message
-from msgtable.engine import MessageEngine
-from msgtable.server import MessagingServer
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
+from msgtable.engine.engine import MessageEngine
+from msgtable.server.servicer import MessagingServer
 
 NS = 10**9
 

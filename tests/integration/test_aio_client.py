@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable import aio
+from msgtable.core.tables import current_layout_ddl
 from msgtable.errors import (
     InvalidArgument,
     PermissionDenied,
@@ -23,8 +24,7 @@ from msgtable.errors import (
     Unauthenticated,
     Unavailable,
 )
-from msgtable.server import TlsFiles
-from msgtable.tables import current_layout_ddl
+from msgtable.server.servicer import TlsFiles
 
 from .helpers import Served, comment, serve
 from .test_placement import PERIOD_S, _server, _settled

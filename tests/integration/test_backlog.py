@@ -1,4 +1,4 @@
-"""The backlog (README: Metrics, msgtable.backlog) against the real database: exact counts
+"""The backlog (README: Metrics, msgtable.store.backlog) against the real database: exact counts
 and bounded ages of known rows, on the leader and on a server that does not hold the lease,
 for a table and for a subscription, scraped over a real socket."""
 
@@ -9,10 +9,10 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from msgtable.backlog import AGE_BOUNDS_S
-from msgtable.metrics import MetricsServer
-from msgtable.store import MySQLStore
-from msgtable.tables import DEAD_TIME_NEXT
+from msgtable.core.tables import DEAD_TIME_NEXT
+from msgtable.observe.metrics import MetricsServer
+from msgtable.store.backlog import AGE_BOUNDS_S
+from msgtable.store.mysqlstore import MySQLStore
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, serve

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench.database import durability
-from msgtable.devdb import LocalServer
 from msgtable.testing import ServerHandle
+from msgtable.testing.devdb import LocalServer
 
 
 def test_a_durable_server_is_reported_durable(own_durable_server: LocalServer) -> None:

@@ -16,9 +16,9 @@ import pymysql
 import pytest
 import sqlalchemy as sa
 
-from msgtable import binlog
-from msgtable.devdb import LocalServer, free_port
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
+from msgtable.engine import binlog
+from msgtable.testing.devdb import LocalServer, free_port
 
 from ..waiting import wait_until
 from .helpers import NS, Collector, Served, comment, serve
@@ -252,7 +252,7 @@ def test_without_a_binlog_it_says_why_once_and_polls(
     server.create_database("app")
     try:
         with (
-            caplog.at_level(logging.WARNING, logger="msgtable.binlog"),
+            caplog.at_level(logging.WARNING, logger="msgtable.engine.binlog"),
             serve(server.dsn("app"), follow_binlog=True) as s,
         ):
             follower = s.engine.binlog

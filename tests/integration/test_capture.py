@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from msgtable import capture
-from msgtable.capture import CaptureFollower, CaptureTarget
-from msgtable.capturestore import POSITION_TABLE, CaptureStore
 from msgtable.cli.output import format_tables
-from msgtable.events import KINDS, Capture, capture_table_ddl
-from msgtable.mysql import pymysql_args
-from msgtable.placement import CAPTURE
+from msgtable.core.events import KINDS, Capture, capture_table_ddl
+from msgtable.engine.placement import CAPTURE
+from msgtable.features.capture import follower as capture
+from msgtable.features.capture.follower import CaptureFollower, CaptureTarget
+from msgtable.store.capture import POSITION_TABLE, CaptureStore
+from msgtable.store.mysql import pymysql_args
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, comment, serve
@@ -505,7 +505,7 @@ def test_list_tables_shows_a_capture_table_s_patterns_kinds_position_and_lag(db_
 
 
 def test_the_server_that_does_not_capture_says_which_one_does(db_dsn: str):
-    """The servers share the capture of table events as one more unit (msgtable.placement):
+    """The servers share the capture of table events as one more unit (msgtable.engine.placement):
     one follows the binlog, the other's ListTables names it."""
     kwargs = {"lease_period_s": 1.0, "discovery_interval_s": 0.3}
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")

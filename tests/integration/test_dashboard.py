@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from msgtable.auth import Authorizer
-from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
+from msgtable.observe.dashboard import DashboardApi, DashboardServer, RateHistory
+from msgtable.server.auth import Authorizer
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, serve

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from msgtable.auth import Authorizer
-from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
+from msgtable.observe.dashboard import DashboardApi, DashboardServer, RateHistory
+from msgtable.server.auth import Authorizer
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, serve
@@ -174,7 +174,7 @@ def test_the_page_shows_traffic_and_a_click_redrives_a_dead_letter(served: Serve
         wait_until(lambda: text(browser, dead), what="the dead letter 3 listed")
         assert text(browser, card + " .v-dead") == "1"
         assert "1 attempts" in text(browser, dead)
-        # the backlog by age, as msgtable.backlog reads it (at most every 5 s): the 2 in
+        # the backlog by age, as msgtable.store.backlog reads it (at most every 5 s): the 2 in
         # flight are scheduled (their ack wait), both created within the last minute
         backlog = card + " .backlog-text"
         wait_until(

@@ -1,4 +1,4 @@
-"""msgtable.devdb against the machine's real mariadbd/mysqld, and the shared fixtures."""
+"""msgtable.testing.devdb against the machine's real mariadbd/mysqld, and the shared fixtures."""
 
 from __future__ import annotations
 
@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 import sqlalchemy
 
-from msgtable import devdb, watchdog
-from msgtable.devdb import LocalServer
 from msgtable.errors import MsgtableError
-from msgtable.mysqld import INSTALL_HINT, find_server_binary
-from msgtable.testing import ServerHandle
+from msgtable.testing import ServerHandle, devdb, watchdog
+from msgtable.testing.devdb import LocalServer
+from msgtable.testing.mysqld import INSTALL_HINT, find_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -186,7 +185,7 @@ def test_a_killed_owner_does_not_leave_its_server_running(tmp_path: Path) -> Non
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from msgtable.devdb import LocalServer\n"
+            "from msgtable.testing.devdb import LocalServer\n"
             "server = LocalServer(binlog=False)\n"
             "server.start()\n"
             "print(server.pid, server.datadir, flush=True)\n"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from msgtable.push.allow import AllowList
+from msgtable.features.push.allow import AllowList
 
 from ..push_receiver import Receiver
 from ..waiting import wait_until

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+from msgtable.core.filters import Filter, parse_filter
+from msgtable.core.sql import quote
+from msgtable.core.tables import Column
 from msgtable.errors import InvalidArgument
-from msgtable.filters import Filter, parse_filter
-from msgtable.sql import quote
-from msgtable.tables import Column
 
 from ..conftest import Sql
 

@@ -419,7 +419,8 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
         return exc.code()
 
 
-# -- table events (msgtable.capture) -------------------------------------------------------------
+# -- table events (msgtable.features.capture.follower)
+# -------------------------------------------------------------
 HOSTILE_TABLES = [
     "orders_'quote",
     'orders_"dq',
@@ -694,8 +695,8 @@ def _http(
 def test_hostile_dashboard_requests_get_a_clean_4xx_and_touch_nothing(db_dsn):
     import urllib.parse
 
-    from msgtable.auth import Authorizer
-    from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory
+    from msgtable.observe.dashboard import DashboardApi, DashboardServer, RateHistory
+    from msgtable.server.auth import Authorizer
 
     with serve(db_dsn) as s:
         s.create_table("canary", vt_poller_interval=0.2)
@@ -777,8 +778,8 @@ WEIRD_TABLE = 'we"ird\\na\nme{x="y"}'  # a real table: its label must come out e
 def test_metrics_stay_valid_prometheus_text_under_hostile_calls(db_dsn):
     from prometheus_client.parser import text_string_to_metric_families
 
-    from msgtable.metrics import MetricsServer
-    from msgtable.sql import quote
+    from msgtable.core.sql import quote
+    from msgtable.observe.metrics import MetricsServer
 
     with serve(db_dsn) as s:
         s.create_table("canary", vt_poller_interval=0.2)
@@ -985,7 +986,7 @@ def test_hostile_enqueues_raise_one_clear_error_and_write_nothing(db_dsn):
 
 
 # -- user text echoed back: a bounded status on a real channel -------------------------------
-MAX_DETAILS = 1_200  # what a status's message may carry at most (msgtable.server)
+MAX_DETAILS = 1_200  # what a status's message may carry at most (msgtable.server.servicer)
 
 
 def _varint(n: int) -> bytes:

@@ -14,14 +14,14 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable.client import Client
-from msgtable.engine import MessageEngine
+from msgtable.core.keyspace import KeyRange, Keyspace, Shard
+from msgtable.core.tables import current_layout_ddl
+from msgtable.engine.engine import MessageEngine
+from msgtable.enqueue.sharded import ShardedEnqueue
 from msgtable.errors import InvalidArgument, PartlySettled, TableNotFound, Unavailable
-from msgtable.gateway import GatewayServicer, KeyspaceGateway
-from msgtable.keyspace import KeyRange, Keyspace, Shard
-from msgtable.keyspaceclient import AsyncKeyspaceClient, KeyspaceClient
-from msgtable.server import MessagingServer
-from msgtable.shardenqueue import ShardedEnqueue
-from msgtable.tables import current_layout_ddl
+from msgtable.gateway.clients import AsyncKeyspaceClient, KeyspaceClient
+from msgtable.gateway.gateway import GatewayServicer, KeyspaceGateway
+from msgtable.server.servicer import MessagingServer
 
 from ..waiting import wait_until
 from .helpers import Collector, comment
@@ -324,7 +324,7 @@ def test_a_relayed_stream_keeps_its_projection_and_each_message_s_attempt(
 def test_a_message_in_a_shard_it_does_not_belong_to_is_acked_where_it_is(
     mysql_server, db_name: str, caplog
 ):
-    caplog.set_level("WARNING", logger="msgtable.gateway")
+    caplog.set_level("WARNING", logger="msgtable.gateway.gateway")
     with keyspace_of(mysql_server, db_name, 2) as c:
         stray = next(i for i in range(1, 100) if c.keyspace.shard_of(i).name == "80-")
         c.shards["-80"].sql("INSERT INTO q (id, message) VALUES (:id, 'by hand')", id=stray)

@@ -16,9 +16,9 @@ import sqlalchemy as sa
 
 from msgtable import cli
 from msgtable.client import Client, Message
+from msgtable.core.tables import current_layout_ddl, load_table
 from msgtable.errors import InvalidArgument, MsgtableError, TableLoadError, TableNotFound
-from msgtable.store import MySQLStore
-from msgtable.tables import current_layout_ddl, load_table
+from msgtable.store.mysqlstore import MySQLStore
 
 from ..waiting import wait_until
 from .helpers import NS, Collector, Served, comment, serve
@@ -649,7 +649,7 @@ class CountingStore(MySQLStore):
 
 
 def test_no_poll_runs_and_nothing_is_cached_without_a_subscriber(db_dsn):
-    from msgtable.engine import MessageEngine
+    from msgtable.engine.engine import MessageEngine
 
     store = CountingStore.from_dsn(db_dsn)
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")

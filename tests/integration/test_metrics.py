@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from msgtable.errors import MsgtableError
-from msgtable.metrics import MetricsServer
+from msgtable.observe.metrics import MetricsServer
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, serve
@@ -183,7 +183,7 @@ def test_the_created_to_sent_histogram_counts_first_sends_bounded_by_their_age(
     followed: Served, metrics, ordered: bool
 ):
     fields: dict[str, Any] = dict(vt_poller_interval=0.2, vt_ack_wait=1)
-    if ordered:  # its poll reads by key (msgtable.orderstore): two keys, and no key
+    if ordered:  # its poll reads by key (msgtable.store.ordering): two keys, and no key
         extra = "k varchar(8), index order_idx(k, time_acked, id)"
         followed.create_table("jobs", extra, vt_order_key="k", **fields)
     else:
@@ -212,7 +212,7 @@ def test_the_created_to_sent_histogram_counts_first_sends_bounded_by_their_age(
 def test_statements_of_every_part_are_timed_by_their_kind_none_as_other(db_dsn: str):
     """The lease's, subscriptions', ordering's, table events' and endpoints' statements go
     through the store's one timing path (msgtable_database_statement_duration_seconds)."""
-    from msgtable.events import capture_table_ddl
+    from msgtable.core.events import capture_table_ddl
 
     from .helpers import comment
 
@@ -265,7 +265,7 @@ def test_statements_of_every_part_are_timed_by_their_kind_none_as_other(db_dsn: 
 def test_enqueued_rows_of_every_column_type_are_counted_from_the_raw_event(
     followed: Served, metrics
 ):
-    """The fast path steps over each row by its columns' stored sizes (msgtable.binlogrows):
+    """The fast path steps over each row by its columns' stored sizes (msgtable.engine.binlogrows):
     exact for every type, NULLs included, without the library's parse."""
     columns = (
         "c_tiny tinyint, c_small smallint unsigned, c_med mediumint, c_int int, c_big bigint, "

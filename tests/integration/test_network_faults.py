@@ -14,9 +14,9 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 
 from msgtable.client import Client
-from msgtable.engine import MessageEngine
-from msgtable.server import MessagingServer
-from msgtable.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl
+from msgtable.engine.engine import MessageEngine
+from msgtable.server.servicer import MessagingServer
 
 from ..netfault import FaultProxy
 from ..waiting import wait_until
@@ -236,7 +236,7 @@ def test_a_half_open_subscriber_is_dropped_by_the_servers_keepalive(sql, db_dsn,
     unanswered, the server ends the stream and the subscriber leaves the round-robin; what it
     held comes back to another after its ack wait. (The pings' period is shortened here:
     by default 60 s, 20 s to answer.)"""
-    from msgtable import server as server_module
+    from msgtable.server import servicer as server_module
 
     monkeypatch.setattr(server_module, "KEEPALIVE_TIME_MS", 1000)
     monkeypatch.setattr(server_module, "KEEPALIVE_TIMEOUT_MS", 1000)
@@ -268,8 +268,8 @@ def test_a_subscriber_notices_a_half_open_server_and_goes_to_the_next(sql, db_ds
     """The path to the server the subscriber streams from goes silent (no FIN, no RST): its
     keepalive pings go unanswered, the client ends that connection and subscribes again at
     its next target. (The pings' period is shortened here: by default 60 s, 20 s to answer.)"""
-    from msgtable import server as server_module
     from msgtable.client import router
+    from msgtable.server import servicer as server_module
 
     monkeypatch.setattr(router, "KEEPALIVE_TIME_MS", 1000)
     monkeypatch.setattr(router, "KEEPALIVE_TIMEOUT_MS", 1000)
@@ -295,12 +295,12 @@ def test_a_subscriber_notices_a_half_open_server_and_goes_to_the_next(sql, db_ds
 def test_a_half_open_database_connection_lets_go_of_its_row_locks(sql, db_dsn, monkeypatch):
     """The server gives up on a connection whose packets vanish (its read time-out) while its
     transaction holds row locks; the database never hears the close. The session's own
-    wait_timeout (msgtable.dbpool.SESSION_WAIT_TIMEOUT_S, 60 s; 2 s here) ends it on the
+    wait_timeout (msgtable.store.dbpool.SESSION_WAIT_TIMEOUT_S, 60 s; 2 s here) ends it on the
     database's side and the locks go, instead of after the server's default (8 hours)."""
     import pymysql
 
-    from msgtable import dbpool
-    from msgtable.mysql import SESSION_SETUP
+    from msgtable.store import dbpool
+    from msgtable.store.mysql import SESSION_SETUP
 
     monkeypatch.setattr(dbpool, "SESSION_WAIT_TIMEOUT_S", 2)
     sql.execute(current_layout_ddl("jobs", comment()))

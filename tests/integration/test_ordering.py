@@ -587,7 +587,7 @@ def test_a_pass_reads_one_index_entry_a_key_and_a_run_reads_its_run_whatever_the
 ):
     """README "How it is found": the keys come from a loose index scan of the order index,
     and a key's run from one index range, however many messages a key holds."""
-    from msgtable.store import MySQLStore
+    from msgtable.store.mysqlstore import MySQLStore
 
     ordered_table(served, vt_batch_size=10)
     enqueue(served, [(i, "hot") for i in range(1, 5001)] + [(6000 + i, f"k{i}") for i in range(50)])
@@ -596,7 +596,7 @@ def test_a_pass_reads_one_index_entry_a_key_and_a_run_reads_its_run_whatever_the
     store = MySQLStore.from_dsn(str(served.db.url.render_as_string(hide_password=False)))
     try:
         (d,) = [d for d in store.discover() if d.name == "jobs"]
-        from msgtable.tables import load_table
+        from msgtable.core.tables import load_table
 
         cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
         order = store.statements(cfg).order

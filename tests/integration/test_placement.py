@@ -20,15 +20,15 @@ import sqlalchemy as sa
 
 from msgtable import aio
 from msgtable.client import Client
-from msgtable.engine import MessageEngine
+from msgtable.core.tables import current_layout_ddl
+from msgtable.engine.engine import MessageEngine
+from msgtable.engine.lease import LEASE_DDL, Takeover, connector, session_wait_timeout_s
+from msgtable.engine.placement import CAPTURE, FORGET_AFTER_S, FORGET_EVERY, Placement, rank
 from msgtable.errors import LEADER_METADATA_KEY
-from msgtable.lease import LEASE_DDL, Takeover, connector, session_wait_timeout_s
-from msgtable.placement import CAPTURE, FORGET_AFTER_S, FORGET_EVERY, Placement, rank
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
-from msgtable.server import MessagingServer
-from msgtable.store import MySQLStore
-from msgtable.tables import current_layout_ddl
+from msgtable.server.servicer import MessagingServer
+from msgtable.store.mysqlstore import MySQLStore
 
 from ..netfault import FaultProxy
 from ..waiting import wait_until

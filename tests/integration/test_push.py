@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
-from msgtable.push.allow import AllowList
+from msgtable.features.push.allow import AllowList
 
 from ..push_receiver import Receiver
 from ..waiting import wait_until

@@ -8,9 +8,9 @@ import time
 import pytest
 
 from msgtable.client import Client
-from msgtable.devdb import LocalServer
+from msgtable.core.tables import current_layout_ddl
 from msgtable.errors import Unavailable
-from msgtable.tables import current_layout_ddl
+from msgtable.testing.devdb import LocalServer
 
 from ..waiting import wait_until
 from .helpers import Collector, comment, serve

@@ -12,15 +12,15 @@ import grpc
 import pytest
 import sqlalchemy as sa
 
-from msgtable.auth import Authorizer
 from msgtable.client import Client
-from msgtable.engine import MessageEngine
+from msgtable.core.tables import current_layout_ddl
+from msgtable.engine.engine import MessageEngine
+from msgtable.engine.placement import PLACEMENT_DDL
 from msgtable.errors import PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
-from msgtable.placement import PLACEMENT_DDL
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
-from msgtable.server import MessagingServer, TlsFiles
-from msgtable.tables import current_layout_ddl
+from msgtable.server.auth import Authorizer
+from msgtable.server.servicer import MessagingServer, TlsFiles
 
 from ..waiting import wait_until
 from .helpers import Collector, comment, serve
@@ -193,7 +193,7 @@ def test_listening_beyond_loopback_without_tls_and_auth_warns(db_dsn, pki, caplo
         "tls": TlsFiles(str(pki / "server.pem"), str(pki / "server.key")),
     }  # fmt: skip
     server = MessagingServer(engine, "0.0.0.0:0", **kwargs)
-    with caplog.at_level("WARNING", logger="msgtable.server"):
+    with caplog.at_level("WARNING", logger="msgtable.server.servicer"):
         server.start()
     server.stop(0)
     engine.close()
@@ -312,8 +312,8 @@ def test_subscriptions_are_named_table_slash_name_and_managing_them_is_its_own_a
 
 
 def test_a_gateway_reaches_a_shard_s_servers_over_mutual_tls_with_its_token(db_dsn, pki):
-    from msgtable.gateway import GatewayServicer, KeyspaceGateway
-    from msgtable.keyspace import KeyRange, Keyspace, Shard
+    from msgtable.core.keyspace import KeyRange, Keyspace, Shard
+    from msgtable.gateway.gateway import GatewayServicer, KeyspaceGateway
 
     with secured(db_dsn, pki) as s:  # TLS with client certificates, and --auth
         database = sa.engine.make_url(db_dsn).database

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from msgtable.client import Client
+from msgtable.core.subscriptions import state_table_name
+from msgtable.core.tables import DEAD_TIME_NEXT
 from msgtable.errors import InvalidArgument, TableLoadError
-from msgtable.subscriptions import state_table_name
-from msgtable.tables import DEAD_TIME_NEXT
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, comment, serve

@@ -15,11 +15,18 @@ from typing import Any
 
 import pytest
 
-from msgtable.backlog import BacklogCounts
+from msgtable.core.rows import CachedRow, PollKey
+from msgtable.core.tables import (
+    DEAD_TIME_NEXT,
+    DEMO_COMMENT,
+    Column,
+    Layout,
+    TableConfig,
+    load_table,
+)
 from msgtable.errors import NotLeader, TableNotFound, Unavailable
-from msgtable.rows import CachedRow, PollKey
-from msgtable.store import Store
-from msgtable.tables import DEAD_TIME_NEXT, DEMO_COMMENT, Column, Layout, TableConfig, load_table
+from msgtable.store.backlog import BacklogCounts
+from msgtable.store.mysqlstore import Store
 from msgtable.testing import CURRENT_COLUMNS
 
 from .contract_tables import V2018_COLUMNS, V2018_UNIQUE, MemoryTables, MySQLTables, Tables
@@ -232,7 +239,7 @@ def test_the_2018_layout_polls_time_scheduled_where_time_next_is_null(tables: Ta
     assert one_pass(tables, cfg, 1) == ([4, 3, 1], [(0, 0, 4), (0, NOW - 3, 3), (0, NOW - 2, 1)])
 
 
-FLOOR = NOW - 10 * NS  # an old lease's end (msgtable.engine._hold_floor_ns)
+FLOOR = NOW - 10 * NS  # an old lease's end (msgtable.engine.engine._hold_floor_ns)
 
 
 def test_a_poll_with_a_floor_reads_only_rows_due_or_created_after_it(tables: Tables):
@@ -480,7 +487,7 @@ def test_every_statement_of_an_unreachable_database_raises_unavailable(tables: T
         down.close()
 
 
-# -- the backlog (msgtable.backlog) ---------------------------------------------------------
+# -- the backlog (msgtable.store.backlog) ---------------------------------------------------------
 def test_the_backlog_counts_unacked_live_rows_due_or_not_aged_by_time_created(tables: Tables):
     cfg = tables.create("q")
     tables.insert("q", 1, time_next=None, time_created=NOW - 10 * NS)
@@ -502,7 +509,8 @@ def test_the_backlog_counts_unacked_live_rows_due_or_not_aged_by_time_created(ta
     assert tables.store.backlog([], NOW) == {}
 
 
-# -- settlement and dead letters (msgtable.settlement, msgtable.deadletters) -----------------
+# -- settlement and dead letters (msgtable.core.settlement, msgtable.core.deadletters)
+# -----------------
 ERR = {"last_error": "varchar(40)"}
 DEAD_COLS = {"time_dead": "bigint", "attempts": "bigint", "last_error": "varchar(40)"}
 
@@ -639,7 +647,8 @@ def test_a_redrive_moves_dead_letters_back_fresh_and_skips_ids_taken_again(table
     assert tables.store.redrive(dead, cfg, [3], 3, 10, NOW).last is None
 
 
-# -- ordering per key (msgtable.ordered) --------------------------------------------------------
+# -- ordering per key (msgtable.engine.ordered)
+# --------------------------------------------------------
 def ordered_rows(t: Tables) -> TableConfig:
     """Table o: keys a (1, 3, 5 acked, 6 dead, 7), b (2, 4 due later), c (8 acked only), and
     NULL (9 due, 10 due later)."""

@@ -1,6 +1,6 @@
 """OpenTelemetry through messages against the real server and MariaDB: a trace started by a
 producer is the parent of the consumer's span, in the sync and the asyncio client, through a
-plain INSERT of ``msgtable.tracing.traceparent()`` and through ``enqueue(...,
+plain INSERT of ``msgtable.core.tracing.traceparent()`` and through ``enqueue(...,
 traceparent=CURRENT)``; the server's poll / send / ack spans; a bad traceparent delivers."""
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from msgtable import aio, tracing
+from msgtable import aio
 from msgtable.client import Client
+from msgtable.core import tracing
 from msgtable.enqueue import enqueue
 from tests.waiting import wait_until
 
@@ -151,7 +152,7 @@ def test_a_bad_traceparent_still_delivers_with_a_span_without_parent(served: Ser
         "insert into shaky (id, message, traceparent) values (1, 'a', 'garbage'), (2, 'b', null)"
     )
     app = Spans()
-    caplog.set_level(logging.WARNING, logger="msgtable.tracing")
+    caplog.set_level(logging.WARNING, logger="msgtable.core.tracing")
     with (
         Client(served.server.address, tracer_provider=app.provider) as client,
         client.subscribe("shaky") as sub,
@@ -165,7 +166,9 @@ def test_a_bad_traceparent_still_delivers_with_a_span_without_parent(served: Ser
     assert sorted(got) == [1, 2]  # type: ignore[type-var]
     spans = app.named("process shaky")
     assert len(spans) == 2 and all(s.parent is None for s in spans)
-    said = [r for r in caplog.records if r.name == "msgtable.tracing" and "shaky" in r.getMessage()]
+    said = [
+        r for r in caplog.records if r.name == "msgtable.core.tracing" and "shaky" in r.getMessage()
+    ]
     assert len(said) == 1, [r.getMessage() for r in said]
 
 

@@ -11,8 +11,8 @@ import pyarrow.dataset as ds
 import pytest
 
 import msgtable.spark.archive as archive_module
+from msgtable.core.tables import current_layout_ddl
 from msgtable.spark.archive import ArchiveError, Progress, archive
-from msgtable.tables import current_layout_ddl
 
 from ..integration.helpers import comment
 

@@ -12,12 +12,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from msgtable.core.tables import DEAD_TIME_NEXT
 from msgtable.errors import InvalidArgument, TableLoadError
 from msgtable.spark.errors import spark_error
 from msgtable.spark.report import build_report
 from msgtable.spark.report_dead import Place
 from msgtable.spark.report_html import page
-from msgtable.tables import DEAD_TIME_NEXT
 
 from ..integration.helpers import comment
 

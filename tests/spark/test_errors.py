@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import sqlalchemy
 
-from msgtable.devdb import free_port
+from msgtable.core.tables import current_layout_ddl
 from msgtable.errors import MsgtableError, TableNotFound, Unavailable
 from msgtable.spark.errors import spark_error
 from msgtable.spark.jdbc import read_query
-from msgtable.tables import current_layout_ddl
+from msgtable.testing.devdb import free_port
 
 from ..acceptance.helpers import assert_one_line_error, describe
 from ..integration.helpers import comment

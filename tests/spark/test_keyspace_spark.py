@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from pyspark.sql import types as T
 
-from msgtable import keyspace
-from msgtable.devdb import free_port
+from msgtable.core import keyspace
+from msgtable.core.keyspace import Keyspace
+from msgtable.core.tables import DEAD_TIME_NEXT, current_layout_ddl
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
@@ -26,10 +27,9 @@ from msgtable.errors import (
     TableNotFound,
     Unavailable,
 )
-from msgtable.keyspace import Keyspace
 from msgtable.spark.errors import spark_error
 from msgtable.spark.source import DuplicateMessage, Enqueued, MsgtableDataSource
-from msgtable.tables import DEAD_TIME_NEXT, current_layout_ddl
+from msgtable.testing.devdb import free_port
 
 from ..conftest import Sql
 from ..integration.helpers import comment, serve

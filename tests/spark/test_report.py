@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from msgtable.core.tables import current_layout_ddl
 from msgtable.spark.archive import archive
 from msgtable.spark.report import build_report
 from msgtable.spark.report_html import write_html
-from msgtable.tables import current_layout_ddl
 
 from ..integration.helpers import comment
 

@@ -10,7 +10,7 @@ import pytest
 from pyspark.errors import PySparkException
 from pyspark.sql import types as T
 
-from msgtable.tables import DEAD_TIME_NEXT, current_layout_ddl
+from msgtable.core.tables import DEAD_TIME_NEXT, current_layout_ddl
 
 from ..integration.helpers import comment
 

@@ -180,7 +180,7 @@ def partitioned(key_at: int | None, batches: list[list[tuple[int, str | None]]])
     when the stream's columns leave it out), two rows a partition."""
     from types import SimpleNamespace
 
-    from msgtable.codec import FieldType
+    from msgtable.core.codec import FieldType
     from msgtable.spark.stream import MsgtableStreamReader
 
     reader = MsgtableStreamReader({"table": "jobs", "rowsPerPartition": "2"}, None)

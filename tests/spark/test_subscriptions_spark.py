@@ -1,4 +1,5 @@
-"""The Spark pipeline and subscriptions (msgtable.subscriptions), on a real local Spark session,
+"""The Spark pipeline and subscriptions (msgtable.core.subscriptions), on a real local Spark
+session,
 a real msgtable server (gRPC) and a real MySQL-family server: a streaming query consumes one
 subscription of a table and acks in it alone; a batch read lists a subscription's view of the
 table with the subscription's own delivery state; an unknown subscription fails in one line."""
@@ -12,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from msgtable.bulk import RowState
+from msgtable.core.tables import DEAD_TIME_NEXT, Column, load_table
 from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.spark.errors import spark_error
 from msgtable.spark.subview import SubscriptionStatements, subscription_view
-from msgtable.tables import DEAD_TIME_NEXT, Column, load_table
+from msgtable.store.bulk import RowState
 
 from ..integration.helpers import Served, comment, serve
 from ..waiting import wait_until

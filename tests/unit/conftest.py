@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from msgtable.server import MessagingServer
+from msgtable.server.servicer import MessagingServer
 
 from .test_server import FakeEngine
 

@@ -5,7 +5,7 @@ import threading
 
 import pytest
 
-from msgtable.acks import AckCombiner
+from msgtable.engine.acks import AckCombiner
 from msgtable.errors import Unavailable
 
 

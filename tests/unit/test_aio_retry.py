@@ -22,7 +22,7 @@ from msgtable.errors import (
     TableNotFound,
     Unavailable,
 )
-from msgtable.server import MessagingServer
+from msgtable.server.servicer import MessagingServer
 
 from .test_server import WAIT_S, FakeEngine
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from msgtable.auth import Authorizer
 from msgtable.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from msgtable.server.auth import Authorizer
 
 TOKEN = "a-token-long-enough-1"
 RULES = {

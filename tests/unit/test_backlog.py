@@ -7,11 +7,11 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from msgtable.backlog import AGE_BOUNDS_S, Backlog, BacklogCounts, BacklogReader
-from msgtable.clock import FakeClock
-from msgtable.engine import MessageEngine
-from msgtable.metrics import registry_for
-from msgtable.tables import DEAD_TIME_NEXT, DEMO_COMMENT
+from msgtable.core.clock import FakeClock
+from msgtable.core.tables import DEAD_TIME_NEXT, DEMO_COMMENT
+from msgtable.engine.engine import MessageEngine
+from msgtable.observe.metrics import registry_for
+from msgtable.store.backlog import AGE_BOUNDS_S, Backlog, BacklogCounts, BacklogReader
 from msgtable.testing import InMemoryStore
 from msgtable.testing.memory import CURRENT_COLUMNS
 from tests.waiting import wait_until
@@ -214,8 +214,8 @@ def test_the_backlog_gauges_read_it_and_a_scrape_reads_at_most_once_per_max_age(
 
 
 def test_the_backlog_statement_is_written_once_per_flavour():
-    from msgtable.store import backlog_sql
-    from msgtable.tables import load_table
+    from msgtable.core.tables import load_table
+    from msgtable.store.mysqlstore import backlog_sql
 
     cfg = load_table("q", DEMO_COMMENT, CURRENT_COLUMNS, (("id",),))
     ages = ", COALESCE(SUM(`time_created` >= %s), 0)" * 6

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import random
 
-from msgtable.backoff import JITTER_HIGH, JITTER_LOW, backoff_s, draw_jitter, next_delivery_ns
-from msgtable.tables import BACKOFF_CEILING_S
+from msgtable.core.backoff import JITTER_HIGH, JITTER_LOW, backoff_s, draw_jitter, next_delivery_ns
+from msgtable.core.tables import BACKOFF_CEILING_S
 
 
 def test_first_send_waits_ack_wait_plus_min_backoff():

@@ -2,16 +2,16 @@ from __future__ import annotations
 
 import time
 
-from msgtable.binlog import (
+from msgtable.core.rows import RowChange
+from msgtable.core.sql import STATEMENT_MARK
+from msgtable.engine.binlog import (
     PARSE_MAX_BYTES,
     BinlogFollower,
     gtid_state,
     install_fast_path,
     row_changes,
 )
-from msgtable.mysql import BinlogStatus
-from msgtable.rows import RowChange
-from msgtable.sql import STATEMENT_MARK
+from msgtable.store.mysql import BinlogStatus
 
 COLUMNS = ("id", "priority", "time_next", "epoch", "time_acked", "message")
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from msgtable.binlogrows import (
+from msgtable.engine.binlogrows import (
     BLOB,
     LONGLONG,
     NEWDECIMAL,

@@ -1,4 +1,4 @@
-"""The pipeline's read conditions (msgtable.bulk), asserted as exact strings: every state of a
+"""The pipeline's read conditions (msgtable.store.bulk), asserted as exact strings: every state of a
 message table, and dead rows in none of the states that wait to be sent. Needs no server
 (tests/spark/test_source.py reads each state from a real one)."""
 
@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from msgtable.bulk import BulkStatements, RowState
-from msgtable.deadletters import holds_dead_letters
+from msgtable.core.deadletters import holds_dead_letters
+from msgtable.core.tables import DEAD_TIME_NEXT, Column, load_table
 from msgtable.errors import InvalidArgument
-from msgtable.tables import DEAD_TIME_NEXT, Column, load_table
+from msgtable.store.bulk import BulkStatements, RowState
 
 NOW = 1_767_225_600 * 10**9
 BIGINT = ("bigint", "bigint(20)")

@@ -4,10 +4,10 @@ import threading
 
 import pytest
 
-from msgtable.cache import MessageCache
-from msgtable.due import DueRows
+from msgtable.core.window import RECHECK_NS, Window, window_size
+from msgtable.engine.cache import MessageCache
+from msgtable.engine.due import DueRows
 from msgtable.errors import Unavailable
-from msgtable.window import RECHECK_NS, Window, window_size
 
 
 def row(i, priority=0, time_next=0, epoch=0):

@@ -13,11 +13,11 @@ import pytest
 from pymysqlreplication.event import QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
-from msgtable import capture
-from msgtable.capture import CaptureFollower, CaptureTarget, _Reader
-from msgtable.capturestore import PositionMoved
-from msgtable.events import KINDS, Capture
-from msgtable.retry import Backoff, Retry
+from msgtable.core.events import KINDS, Capture
+from msgtable.core.retry import Backoff, Retry
+from msgtable.features.capture import follower as capture
+from msgtable.features.capture.follower import CaptureFollower, CaptureTarget, _Reader
+from msgtable.store.capture import PositionMoved
 
 
 class Store:

@@ -18,14 +18,14 @@ import pytest
 from msgtable import cli
 from msgtable.cli import output
 from msgtable.client import Field, TableInfo, TableSettings
-from msgtable.codec import FieldType
-from msgtable.devdb import INSTALL_HINT
+from msgtable.core.codec import FieldType
+from msgtable.core.rows import Batch
+from msgtable.core.status import TableStatus
+from msgtable.core.subscriptions import Subscription
 from msgtable.errors import InvalidArgument, ServerBinaryNotFound, TableNotFound
 from msgtable.limits import DEFAULT_ADDRESS
-from msgtable.rows import Batch
-from msgtable.server import MessagingServer
-from msgtable.status import TableStatus
-from msgtable.subscriptions import Subscription
+from msgtable.server.servicer import MessagingServer
+from msgtable.testing.devdb import INSTALL_HINT
 
 from .test_server import FakeEngine, FakeSubscriber, loaded_table
 

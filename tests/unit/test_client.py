@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from msgtable.client import ERRORS_BY_CODE, Client, Field, error_from_rpc
-from msgtable.codec import FieldType
+from msgtable.core.codec import FieldType
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
@@ -22,7 +22,7 @@ from msgtable.errors import (
     Unauthenticated,
     Unavailable,
 )
-from msgtable.server import STATUS_CODES, MessagingServer
+from msgtable.server.servicer import STATUS_CODES, MessagingServer
 
 from .test_server import ERROR_CODES, WAIT_S, failed_table, loaded_table
 

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from msgtable.client import Client, router
+from msgtable.core.retry import Retry
 from msgtable.errors import NotLeader, ResourceExhausted, TableNotFound, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.retry import Retry
-from msgtable.server import MessagingServer
+from msgtable.server.servicer import MessagingServer
 
 from .test_server import WAIT_S, FakeEngine
 
@@ -184,7 +184,7 @@ def test_while_servers_answer_not_leader_the_wait_stays_short(monkeypatch):
     holder within a lease period): retried at most every NOT_LEADER_RETRY_MAX_S, not on the
     backoff's ceiling for a server that does not answer."""
     monkeypatch.setattr(router, "RETRY_MAX_S", 5.0)
-    from msgtable.retry import Retry
+    from msgtable.core.retry import Retry
 
     route = router.Route(("a:1", "b:2"), 1.0)
     election = Retry("test", logging.getLogger("test"), route.backoff)
@@ -254,7 +254,7 @@ def test_a_new_client_does_not_inherit_an_older_clients_failed_connection(engine
 
 
 def test_each_table_goes_to_the_sender_a_notleader_named_for_it():
-    """The servers share the tables (msgtable.placement): a NotLeader about one table names
+    """The servers share the tables (msgtable.engine.placement): a NotLeader about one table names
     that table's sender, and calls about another table do not follow it."""
     route = router.Route(("a:1", "b:2"), 1.0)
     jobs, mail = "/jobs", "/mail"

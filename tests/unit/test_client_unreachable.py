@@ -8,8 +8,8 @@ import time
 import pytest
 
 from msgtable.client import Client
-from msgtable.devdb import free_port
 from msgtable.errors import ServerUnreachable
+from msgtable.testing.devdb import free_port
 
 WAITED_S = 1.0  # the client's time-out: what a client that waits spends retrying
 

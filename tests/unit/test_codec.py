@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from msgtable import codec
 from msgtable.cli import output
-from msgtable.codec import FieldType, RowDecoder, RowEncoder
+from msgtable.core import codec
+from msgtable.core.codec import FieldType, RowDecoder, RowEncoder
+from msgtable.core.status import PushStatus, TableStatus
+from msgtable.core.tables import Column, Layout, TableConfig
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.status import PushStatus, TableStatus
-from msgtable.tables import Column, Layout, TableConfig
 
 COLUMNS = (
     Column("id", "bigint", "bigint(20)"),
@@ -267,7 +267,7 @@ def test_an_ordered_tables_status_carries_its_ordering_and_key_counts_both_ways(
 
 
 def test_a_capture_tables_status_carries_its_patterns_kinds_and_follower_both_ways():
-    from msgtable.events import Capture
+    from msgtable.core.events import Capture
 
     columns = (Column("id", "bigint", "bigint"), Column("kind", "varchar", "varchar(16)"))
     config = config_of(columns, capture=Capture(("orders_*", "c"), frozenset({"insert", "drop"})))
@@ -383,7 +383,7 @@ def test_a_takeovers_hold_travels_both_ways_and_shows_in_msgtable_tables():
 
 
 def test_each_tables_sender_travels_and_shows_in_msgtable_tables():
-    """Servers that share a database name each table's sender (msgtable.placement); one
+    """Servers that share a database name each table's sender (msgtable.engine.placement); one
     alone says "this server" and msgtable tables then says nothing of it; a server of an
     earlier version sends no sender at all, nor does msgtable tables say one."""
     columns = (Column("id", "bigint", "bigint"),)

@@ -11,15 +11,15 @@ import socket
 import pytest
 from werkzeug.test import Client as HttpClient
 
-from msgtable.auth import Authorizer
-from msgtable.clock import FakeClock
-from msgtable.dashboard import DashboardApi, DashboardServer, RateHistory, parse_listen
-from msgtable.dashboard.history import FIELDS
-from msgtable.dashboard.web import DashboardApp
-from msgtable.engine import MessageEngine
+from msgtable.core.clock import FakeClock
+from msgtable.core.status import TableStatus
+from msgtable.core.tables import DEMO_COMMENT
+from msgtable.engine.engine import MessageEngine
 from msgtable.errors import InvalidArgument
-from msgtable.status import TableStatus
-from msgtable.tables import DEMO_COMMENT
+from msgtable.observe.dashboard import DashboardApi, DashboardServer, RateHistory, parse_listen
+from msgtable.observe.dashboard.history import FIELDS
+from msgtable.observe.dashboard.web import DashboardApp
+from msgtable.server.auth import Authorizer
 from msgtable.testing import InMemoryStore
 
 COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2")

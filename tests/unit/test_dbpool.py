@@ -6,9 +6,9 @@ from types import SimpleNamespace
 import pytest
 import sqlalchemy as sa
 
-from msgtable import dbpool
-from msgtable.dbpool import ConnectionPool
 from msgtable.errors import Unavailable
+from msgtable.store import dbpool
+from msgtable.store.dbpool import ConnectionPool
 
 
 class FakeCursor:
@@ -118,7 +118,7 @@ def test_a_deadlock_is_retried_but_is_no_database_outage():
     import pymysql
 
     from msgtable.errors import DatabaseUnavailable, Unavailable
-    from msgtable.mysql import database_error
+    from msgtable.store.mysql import database_error
 
     for code in (1213, 1205):
         error = database_error(pymysql.err.OperationalError(code, "Deadlock found"))

@@ -1,4 +1,4 @@
-"""msgtable.devdb without a server: finding binaries, versions, command lines, names."""
+"""msgtable.testing.devdb without a server: finding binaries, versions, command lines, names."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from msgtable import devdb, mysqld
-from msgtable.devdb import LocalServer
+from msgtable.core.sql import quote_database_name
 from msgtable.errors import InvalidArgument, MsgtableError, ServerBinaryNotFound
-from msgtable.mysqld import (
+from msgtable.testing import ExternalServer, devdb, mysqld
+from msgtable.testing.devdb import LocalServer
+from msgtable.testing.mysqld import (
     INSTALL_HINT,
     ServerVersion,
     find_install_db,
@@ -19,8 +20,6 @@ from msgtable.mysqld import (
     parse_version,
     server_command,
 )
-from msgtable.sql import quote_database_name
-from msgtable.testing import ExternalServer
 
 MARIADB = ServerVersion("mariadb", (10, 11, 6), "mariadbd  Ver 10.11.6-MariaDB")
 MYSQL = ServerVersion("mysql", (8, 0, 36), "mysqld  Ver 8.0.36")

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from msgtable.errors import TableLoadError
-from msgtable.events import (
+from msgtable.core.events import (
     KINDS,
     ROW_KEY_MAX,
     Capture,
@@ -26,7 +25,8 @@ from msgtable.events import (
     row_json,
     row_key,
 )
-from msgtable.tables import Column, load_table
+from msgtable.core.tables import Column, load_table
+from msgtable.errors import TableLoadError
 from msgtable.testing import CURRENT_COLUMNS
 
 EVENT_COLUMNS = (
@@ -258,7 +258,7 @@ def test_an_event_column_too_short_for_what_is_written_is_named():
 def test_schema_events_sql_is_the_recommended_capture_table_ddl():
     from pathlib import Path
 
-    from msgtable.events import capture_table_ddl
+    from msgtable.core.events import capture_table_ddl
 
     text = (Path(__file__).parents[2] / "schema" / "events.sql").read_text()
     assert capture_table_ddl().strip() + ";" in text

@@ -1,4 +1,4 @@
-"""msgtable.exposition writes what prometheus_client's generate_latest writes, faster."""
+"""msgtable.observe.exposition writes what prometheus_client's generate_latest writes, faster."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from msgtable.exposition import COUNTER, GAUGE, HISTOGRAM, Family, render
-from msgtable.latency import LatencyHistogram
-from msgtable.metrics import EngineCollector
+from msgtable.core.latency import LatencyHistogram
+from msgtable.observe.exposition import COUNTER, GAUGE, HISTOGRAM, Family, render
+from msgtable.observe.metrics import EngineCollector
 
 from .test_metrics import _engine, traffic
 

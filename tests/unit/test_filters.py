@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from msgtable.core.filters import MAX_DEPTH, MAX_FILTER_CHARS, MAX_IN_ITEMS, Filter, parse_filter
+from msgtable.core.tables import Column
 from msgtable.errors import InvalidArgument
-from msgtable.filters import MAX_DEPTH, MAX_FILTER_CHARS, MAX_IN_ITEMS, Filter, parse_filter
-from msgtable.tables import Column
 
 COLUMNS = (
     Column("id", "bigint", "bigint(20)"),

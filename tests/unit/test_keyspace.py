@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from msgtable.errors import InvalidArgument
-from msgtable.keyspace import (
+from msgtable.core.keyspace import (
     MAX_ID,
     KeyRange,
     Keyspace,
@@ -23,6 +22,7 @@ from msgtable.keyspace import (
     keyspace_ids,
     load,
 )
+from msgtable.errors import InvalidArgument
 
 # Vitess's hash vindex of the ids 1 to 6 (its documentation's and tests' values)
 VITESS_HASH = {

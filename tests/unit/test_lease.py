@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from msgtable.clock import FakeClock
-from msgtable.engine import MessageEngine
+from msgtable.core.clock import FakeClock
+from msgtable.core.tables import DEMO_COMMENT
+from msgtable.engine.engine import MessageEngine
+from msgtable.engine.lease import Takeover
 from msgtable.errors import NotLeader
-from msgtable.lease import Takeover
-from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
 from msgtable.testing.memory import CURRENT_COLUMNS
 
@@ -64,13 +64,13 @@ FIRST = Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=Fal
 
 
 def gain(engine: MessageEngine, takeover: Takeover) -> None:
-    """The engine gains the lease of every table it has (msgtable.placement's on_gain)."""
+    """The engine gains the lease of every table it has (msgtable.engine.placement's on_gain)."""
     for unit in sorted(engine._units()):
         engine._gain(unit, takeover)
 
 
 def lose(engine: MessageEngine, sender: str) -> None:
-    """The engine loses the lease of every table it sends (msgtable.placement's on_loss)."""
+    """The engine loses the lease of every table it sends (msgtable.engine.placement's on_loss)."""
     for unit in sorted(engine._sending):
         engine._lose(unit, sender)
 
@@ -227,7 +227,7 @@ def test_a_server_that_lost_the_lease_never_names_itself_as_its_holder(engine):
     row again; while its steps fail (the database away), the server that lost the lease
     must not tell the dashboard it is the holder: it does not know who is."""
 
-    class LostLease:  # what msgtable.placement.Placement holds after a loss, before a read
+    class LostLease:  # what msgtable.engine.placement.Placement holds after a loss, before a read
         address = "10.0.0.1:50051"
         leader_address = "10.0.0.1:50051"
         holding = True

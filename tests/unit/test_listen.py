@@ -1,10 +1,10 @@
-"""msgtable.listen: whether an address can be listened on, asked before gRPC binds it."""
+"""msgtable.server.listen: whether an address can be listened on, asked before gRPC binds it."""
 
 from __future__ import annotations
 
 import socket
 
-from msgtable.listen import cannot_listen
+from msgtable.server.listen import cannot_listen
 
 
 def test_a_port_another_process_listens_on_is_in_use():

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from msgtable.clock import FakeClock
-from msgtable.engine import MessageEngine
+from msgtable.core.clock import FakeClock
+from msgtable.core.tables import DEMO_COMMENT
+from msgtable.engine.engine import MessageEngine
+from msgtable.engine.manager import MessageManager
+from msgtable.engine.purger import PURGE_DUTY_BUSY, PURGE_DUTY_IDLE
+from msgtable.engine.subscriber import Subscriber, select_subscribers
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
 from msgtable.limits import DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, MAX_MESSAGES
-from msgtable.manager import MessageManager
-from msgtable.purger import PURGE_DUTY_BUSY, PURGE_DUTY_IDLE
-from msgtable.subscriber import Subscriber, select_subscribers
-from msgtable.tables import DEMO_COMMENT
 from msgtable.testing import InMemoryStore
 
 from ..waiting import wait_until
@@ -899,7 +899,7 @@ def test_a_row_a_settlement_verb_is_writing_is_not_sent_meanwhile(engine, store)
 
 
 def test_on_a_lost_lease_every_table_closes_at_once_not_one_after_another():
-    from msgtable.engine import _close_all
+    from msgtable.engine.engine import _close_all
     from msgtable.errors import NotLeader
 
     started = []

@@ -8,12 +8,12 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from msgtable.clock import FakeClock
-from msgtable.engine import MessageEngine
+from msgtable.core.clock import FakeClock
+from msgtable.core.latency import LatencyHistogram
+from msgtable.core.tables import DEMO_COMMENT, Column
+from msgtable.engine.engine import MessageEngine
 from msgtable.errors import InvalidArgument, MsgtableError
-from msgtable.latency import LatencyHistogram
-from msgtable.metrics import LABELS, MetricsServer, parse_listen, registry_for
-from msgtable.tables import DEMO_COMMENT, Column
+from msgtable.observe.metrics import LABELS, MetricsServer, parse_listen, registry_for
 from msgtable.testing import InMemoryStore
 from msgtable.testing.memory import CURRENT_COLUMNS
 
@@ -345,7 +345,7 @@ def test_every_statement_the_store_runs_names_its_kind():
 def test_the_lease_times_its_statements_by_kind():
     import contextlib
 
-    from msgtable.placement import Placement
+    from msgtable.engine.placement import Placement
 
     seen: list[str] = []
 
@@ -375,7 +375,7 @@ def test_lease_gains_count_each_tenure_so_a_reset_between_two_scrapes_shows(leas
     """A server that loses the lease and gains it back between two scrapes reopens its
     tables (their counters start again at 0) while msgtable_lease_holder reads 1 both
     times: msgtable_lease_gains_total tells the two tenures apart."""
-    from msgtable.lease import Takeover
+    from msgtable.engine.lease import Takeover
 
     gains = "msgtable_lease_gains"  # the parser names a counter family without _total
     assert scrape(leased_engine)[gains].samples[0].value == 0  # nothing gained yet
@@ -436,9 +436,9 @@ def test_a_scrape_never_pairs_one_tenures_counters_with_anothers_lease_gauge(lea
 
 
 def test_each_table_says_whether_this_server_sends_it(leased_engine):
-    """The servers of a database share its tables (msgtable.placement): per table, 1 on the
+    """The servers of a database share its tables (msgtable.engine.placement): per table, 1 on the
     server that sends it, 0 on the others; msgtable_lease_holder is 1 while it sends any."""
-    from msgtable.lease import Takeover
+    from msgtable.engine.lease import Takeover
 
     engine = leased_engine
     engine.store.create_table("r", COMMENT)
@@ -481,7 +481,7 @@ def test_a_loss_between_the_counters_and_the_sender_gauge_reads_both_again(lease
 def sent_in_a_tenure(engine):
     """The engine gains table q's lease and sends a batch of it, taken by a subscriber
     (returned): a tenure whose sent counter is above 0."""
-    from msgtable.lease import Takeover
+    from msgtable.engine.lease import Takeover
 
     gain(engine, Takeover(previous="", ended_s_ago=float("inf"), released=True, by_me=False))
     m = engine._manager("q", "")

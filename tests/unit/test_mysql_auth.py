@@ -18,14 +18,14 @@ import sqlalchemy as sa
 from packaging.requirements import Requirement
 from pymysql import _auth
 
-from msgtable import dbpool
-from msgtable.binlog import read_status
-from msgtable.dbpool import ConnectionPool
+from msgtable.engine.binlog import read_status
+from msgtable.engine.lease import connector
+from msgtable.engine.placement import Placement
 from msgtable.errors import MsgtableError, Unavailable
-from msgtable.lease import connector
-from msgtable.mysql import database_error, sorted_error
-from msgtable.placement import Placement
 from msgtable.spark.database import connection
+from msgtable.store import dbpool
+from msgtable.store.dbpool import ConnectionPool
+from msgtable.store.mysql import database_error, sorted_error
 
 URL = sa.engine.make_url("mysql+pymysql://u:p@h/db")
 PYPROJECT = Path(__file__).parents[2] / "pyproject.toml"

@@ -1,11 +1,11 @@
-"""msgtable.mysql's reading of driver errors: the binlog readers' "it will not work here"."""
+"""msgtable.store.mysql's reading of driver errors: the binlog readers' "it will not work here"."""
 
 from __future__ import annotations
 
 import pymysql
 
 from msgtable.errors import DatabaseUnavailable
-from msgtable.mysql import database_error, replication_refused
+from msgtable.store.mysql import database_error, replication_refused
 
 
 def test_a_refused_replication_says_which_privileges_the_user_needs():

@@ -1,4 +1,5 @@
-"""Ordering per key in memory (msgtable.ordered): the manager's steps driven one by one on the
+"""Ordering per key in memory (msgtable.engine.ordered): the manager's steps driven one by one on
+the
 in-memory store with a fake clock; the real server's behaviour is in
 tests/integration/test_ordering.py."""
 
@@ -8,13 +9,13 @@ import random
 
 import pytest
 
-from msgtable.clock import FakeClock
-from msgtable.engine import MessageEngine
+from msgtable.core.clock import FakeClock
+from msgtable.core.tables import DEMO_COMMENT, Column, load_table
+from msgtable.engine.engine import MessageEngine
+from msgtable.engine.manager import MessageManager
+from msgtable.engine.ordered import OrderedDue, Unkeyed, whole_keys
+from msgtable.engine.subscriber import Subscriber
 from msgtable.errors import TableLoadError
-from msgtable.manager import MessageManager
-from msgtable.ordered import OrderedDue, Unkeyed, whole_keys
-from msgtable.subscriber import Subscriber
-from msgtable.tables import DEMO_COMMENT, Column, load_table
 from msgtable.testing import InMemoryStore
 from msgtable.testing.memory import CURRENT_COLUMNS
 

@@ -1,4 +1,4 @@
-"""msgtable.placement's assignment, pure: which server sends which table, the same on every
+"""msgtable.engine.placement's assignment, pure: which server sends which table, the same on every
 server that read the same rows, balanced, and moving little when a server joins or leaves.
 (The placement table itself, against a real MariaDB, is in
 tests/integration/test_placement.py.)"""
@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from msgtable.placement import CAPTURE, assign, rank
+from msgtable.engine.placement import CAPTURE, assign, rank
 
 SIZES = [(u, n) for u in (1, 4, 5, 12, 50) for n in (1, 2, 3, 5)]
 
@@ -72,7 +72,7 @@ def test_the_rank_is_a_stable_hash_of_server_and_unit():
 
 
 def test_a_log_line_names_ten_units_at_most_and_counts_the_rest():
-    from msgtable.placement import _names
+    from msgtable.engine.placement import _names
 
     assert _names(["a"]) == "table a"
     assert _names(["b", "a", CAPTURE]) == "2 tables: a, b and the table events"

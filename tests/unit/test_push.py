@@ -11,10 +11,10 @@ import json
 import pytest
 
 from msgtable.errors import InvalidArgument
-from msgtable.push.allow import AllowList, parse_target
-from msgtable.push.body import CONTENT_TYPE, BatchEncoder, headers, secret_bytes, sign
-from msgtable.push.endpoints import Endpoint
-from msgtable.push.outcome import MAX_RETRY_AFTER_S, Verdict, for_answer, retry_after_s
+from msgtable.features.push.allow import AllowList, parse_target
+from msgtable.features.push.body import CONTENT_TYPE, BatchEncoder, headers, secret_bytes, sign
+from msgtable.features.push.endpoints import Endpoint
+from msgtable.features.push.outcome import MAX_RETRY_AFTER_S, Verdict, for_answer, retry_after_s
 
 VECTOR_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
@@ -216,7 +216,7 @@ def test_a_tls_failure_whose_reason_is_text_is_described_not_raised() -> None:
 
     import urllib3
 
-    from msgtable.push.transport import failure_text
+    from msgtable.features.push.transport import failure_text
 
     cause = ssl.SSLCertVerificationError(1, "certificate verify failed: unable to get issuer")
     cause.reason = "CERTIFICATE_VERIFY_FAILED"
@@ -227,7 +227,7 @@ def test_a_tls_failure_whose_reason_is_text_is_described_not_raised() -> None:
 
 
 def test_the_webhook_id_is_stable_per_batch_attempt_and_safe_in_a_header() -> None:
-    from msgtable.push.pusher import webhook_id
+    from msgtable.features.push.pusher import webhook_id
 
     a = webhook_id("jobs", "", "id\r\nX-Injected: 1", 1)
     assert a == webhook_id("jobs", "", "id\r\nX-Injected: 1", 1)

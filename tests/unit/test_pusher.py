@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from msgtable.backoff import backoff_s, draw_jitter
-from msgtable.push.allow import AllowList
-from msgtable.push.endpoints import Endpoint
-from msgtable.push.pusher import Pusher
-from msgtable.rows import Batch
-from msgtable.subscriber import Subscriber
-from msgtable.tables import DEMO_COMMENT, TableConfig, load_table
+from msgtable.core.backoff import backoff_s, draw_jitter
+from msgtable.core.rows import Batch
+from msgtable.core.tables import DEMO_COMMENT, TableConfig, load_table
+from msgtable.core.window import Window
+from msgtable.engine.subscriber import Subscriber
+from msgtable.features.push.allow import AllowList
+from msgtable.features.push.endpoints import Endpoint
+from msgtable.features.push.pusher import Pusher
 from msgtable.testing.memory import CURRENT_COLUMNS
-from msgtable.window import Window
 
 from ..push_receiver import Receiver
 from ..waiting import wait_until

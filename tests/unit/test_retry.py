@@ -1,5 +1,5 @@
-"""msgtable.retry: the backoff of a retrying loop and the one way it logs trouble; and
-msgtable.mysql.sorted_error, which tells the database's trouble from a bug."""
+"""msgtable.core.retry: the backoff of a retrying loop and the one way it logs trouble; and
+msgtable.store.mysql.sorted_error, which tells the database's trouble from a bug."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import random
 import pymysql
 import pytest
 
+from msgtable.core.retry import Backoff, Outage, Retry
 from msgtable.errors import DatabaseUnavailable, MsgtableError, Unavailable
-from msgtable.mysql import sorted_error
-from msgtable.retry import Backoff, Outage, Retry
+from msgtable.store.mysql import sorted_error
 
 log = logging.getLogger("msgtable.test_retry")
 

@@ -1,8 +1,9 @@
-"""msgtable.routes through msgtable.due: the due rows by the connected filters that pass them."""
+"""msgtable.engine.routes through msgtable.engine.due: the due rows by the connected filters that
+pass them."""
 
 from __future__ import annotations
 
-from msgtable.due import DueRows
+from msgtable.engine.due import DueRows
 
 
 def row(i, region, priority=0, time_next=0):

@@ -20,7 +20,9 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
-from msgtable import wire
+from msgtable.core.rows import Batch
+from msgtable.core.status import TableStatus
+from msgtable.core.tables import Column, Layout, TableConfig
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
@@ -30,16 +32,14 @@ from msgtable.errors import (
 )
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
-from msgtable.rows import Batch
-from msgtable.server import (
+from msgtable.server import wire
+from msgtable.server.servicer import (
     INTERNAL_MESSAGE,
     SERVICE_NAME,
     MessagingServer,
     is_loopback,
     status_for,
 )
-from msgtable.status import TableStatus
-from msgtable.tables import Column, Layout, TableConfig
 
 FIELDS = (
     Column("id", "bigint", "bigint(20)"),
@@ -299,14 +299,14 @@ def test_an_unexpected_error_is_internal_with_a_generic_message_and_a_logged_tra
 ):
     engine.subscribe_error = KeyError("secret internals")
     with (
-        caplog.at_level(logging.ERROR, logger="msgtable.server"),
+        caplog.at_level(logging.ERROR, logger="msgtable.server.servicer"),
         pytest.raises(grpc.RpcError) as caught,
     ):
         next(stub.MessageStream(pb.MessageStreamRequest(name="t")))
     assert caught.value.code() == grpc.StatusCode.INTERNAL
     assert caught.value.details() == INTERNAL_MESSAGE
     assert "secret" not in caught.value.details()
-    (record,) = [r for r in caplog.records if r.name == "msgtable.server"]
+    (record,) = [r for r in caplog.records if r.name == "msgtable.server.servicer"]
     assert "MessageStream" in record.getMessage() and record.exc_info is not None
 
 
@@ -525,7 +525,8 @@ def test_a_subclass_of_a_domain_error_maps_like_its_parent():
     assert status_for(ValueError("x")) == (grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 
 
-# -- what comes off the wire (msgtable.wire) -------------------------------------------------
+# -- what comes off the wire (msgtable.server.wire)
+# -------------------------------------------------
 def test_a_status_message_is_cut_saying_how_much_was_left_out():
     assert wire.bounded("x" * 10, 10) == "x" * 10
     assert wire.bounded("x" * 12, 10) == "x" * 10 + "... (2 more characters)"

@@ -8,18 +8,18 @@ import random
 
 import pytest
 
-from msgtable import postpone
 from msgtable.client.leaser import Leaser
 from msgtable.client.requests import attempts_of, release_request
-from msgtable.clock import FakeClock
-from msgtable.deadletters import check_dead_letter
-from msgtable.engine import MessageEngine
+from msgtable.core.clock import FakeClock
+from msgtable.core.deadletters import check_dead_letter
+from msgtable.core.settlement import check_delay, check_reason
+from msgtable.core.tables import DEAD_TIME_NEXT, DEMO_COMMENT, Column, load_table
+from msgtable.engine import postpone
+from msgtable.engine.engine import MessageEngine
+from msgtable.engine.manager import MessageManager
+from msgtable.engine.subscriber import Subscriber
 from msgtable.errors import InvalidArgument, TableLoadError
-from msgtable.manager import MessageManager
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.settlement import check_delay, check_reason
-from msgtable.subscriber import Subscriber
-from msgtable.tables import DEAD_TIME_NEXT, DEMO_COMMENT, Column, load_table
 from msgtable.testing import CURRENT_COLUMNS, InMemoryStore
 
 NS = 10**9

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from msgtable.clock import FakeClock
-from msgtable.engine import MessageEngine
+from msgtable.core.clock import FakeClock
+from msgtable.core.keyspace import KeyRange
+from msgtable.engine.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableNotFound
-from msgtable.keyspace import KeyRange
 from msgtable.testing import InMemoryStore
 
 

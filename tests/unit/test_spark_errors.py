@@ -51,7 +51,7 @@ SCHEMA_FAILED = (
         '  File "/work/msgtable/spark/source.py", line 78, in schema',
         "    return spark_schema(self.config().columns)",
         "                        ^^^^^^^^^^^^^",
-        '  File "/work/msgtable/store.py", line 279, in _errors',
+        '  File "/work/msgtable/store/mysqlstore.py", line 279, in _errors',
         "    raise database_error(exc, table) from exc",
         "msgtable.errors.MsgtableError: database error: (1045) Access denied for user "
         "'msgtable'@'127.0.0.1' (using password: YES)",

@@ -1,12 +1,12 @@
 """The Spark type each MySQL column type takes (msgtable.spark.schema): pinned, so that building
-the mapping from msgtable.mysql's column kinds changes no type. Needs no Spark."""
+the mapping from msgtable.store.mysql's column kinds changes no type. Needs no Spark."""
 
 from __future__ import annotations
 
 import pytest
 
+from msgtable.core.tables import Column
 from msgtable.spark.schema import spark_schema, spark_type
-from msgtable.tables import Column
 
 # (information_schema DATA_TYPE, COLUMN_TYPE) -> the Spark SQL type
 MAPPING = [

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import importlib
 
-from msgtable.mysql import fastest_driver, without_driver
-from msgtable.sql import in_list, placeholders, quote
-from msgtable.store import MySQLStore, TableStatements
-from msgtable.tables import load_table
+from msgtable.core.sql import in_list, placeholders, quote
+from msgtable.core.tables import load_table
+from msgtable.store.mysql import fastest_driver, without_driver
+from msgtable.store.mysqlstore import MySQLStore, TableStatements
 from msgtable.testing import CURRENT_COLUMNS
 
 from .test_tables import GOOD, V2018_COLUMNS

@@ -1,14 +1,14 @@
-"""msgtable.strays: the gateway's memory of messages a shard sent that are not its own."""
+"""msgtable.gateway.strays: the gateway's memory of messages a shard sent that are not its own."""
 
 from __future__ import annotations
 
 import pytest
 
-from msgtable import codec
+from msgtable.core import codec
+from msgtable.core.keyspace import KeyRange, Keyspace, Shard
 from msgtable.errors import InvalidArgument
-from msgtable.keyspace import KeyRange, Keyspace, Shard
+from msgtable.gateway.strays import Strays
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.strays import Strays
 
 KS = Keyspace("app", (Shard(KeyRange.parse("-80"), "a"), Shard(KeyRange.parse("80-"), "b")))
 

@@ -7,9 +7,7 @@ import dataclasses
 
 import pytest
 
-from msgtable.errors import InvalidArgument, TableLoadError
-from msgtable.store import TableStatements
-from msgtable.subscriptions import (
+from msgtable.core.subscriptions import (
     Subscription,
     SubscriptionState,
     check_settings,
@@ -17,8 +15,10 @@ from msgtable.subscriptions import (
     load_subscription,
     state_table_name,
 )
-from msgtable.substore import FanoutStatements, lag_sql, state_table_ddl
-from msgtable.tables import Column, load_table
+from msgtable.core.tables import Column, load_table
+from msgtable.errors import InvalidArgument, TableLoadError
+from msgtable.store.mysqlstore import TableStatements
+from msgtable.store.subscriptions import FanoutStatements, lag_sql, state_table_ddl
 
 NS = 10**9
 
@@ -223,7 +223,7 @@ def test_the_state_table_takes_the_id_type_of_its_table():
 
 
 def test_a_definitions_projection_is_read_as_written_by_sql():
-    from msgtable.substore import row_to_subscription
+    from msgtable.store.subscriptions import row_to_subscription
 
     row = ("orders", "s", None, " id , kind|amount ", None, None, None, None, "active", 1, None)
     assert row_to_subscription(row).columns == ("id", "kind", "amount")

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
+from msgtable.core.tables import Column, Layout, current_layout_ddl, load_table, parse_comment
 from msgtable.errors import TableLoadError
-from msgtable.tables import Column, Layout, current_layout_ddl, load_table, parse_comment
 from msgtable.testing import CURRENT_COLUMNS
 
 GOOD = (

@@ -1,4 +1,4 @@
-"""msgtable.tracing with an SDK tracer provider and an in-memory exporter: a consumer span's
+"""msgtable.core.tracing with an SDK tracer provider and an in-memory exporter: a consumer span's
 parent is its producer's context, its attributes follow the messaging conventions, a bad
 traceparent costs the parent (and one warning per table), never the message; and msgtable
 runs without opentelemetry installed."""
@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from msgtable import tracing
+from msgtable.core import tracing
 
 
 @dataclass
@@ -100,7 +100,7 @@ def test_a_bad_traceparent_costs_the_parent_and_one_warning_per_table(spans, cap
     consumer = tracing.consumer("bad_tp", "", provider)
     assert consumer is not None
     consumer.adopt(("id", "traceparent", "tracestate"))
-    caplog.set_level(logging.WARNING, logger="msgtable.tracing")
+    caplog.set_level(logging.WARNING, logger="msgtable.core.tracing")
     for i, value in enumerate(["not-a-trace", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", 42]):
         consumer.message(FakeMessage((i, value, "k=v")))
     consumer.release_context()
@@ -185,8 +185,8 @@ def test_msgtable_runs_without_opentelemetry_installed():
                 return None
 
         sys.meta_path.insert(0, NoOtel())
-        import msgtable.aio, msgtable.client, msgtable.engine, msgtable.enqueue
-        from msgtable import tracing
+        import msgtable.aio, msgtable.client, msgtable.engine.engine, msgtable.enqueue
+        from msgtable.core import tracing
         assert not tracing.available()
         assert tracing.traceparent() is None and tracing.trace_headers() == {}
         assert tracing.consumer("t", "") is None and tracing.server("t") is None
@@ -209,7 +209,7 @@ def run_configure(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         """
         import logging
         from opentelemetry import trace
-        from msgtable import tracing
+        from msgtable.core import tracing
 
         logging.basicConfig(level=logging.WARNING, format="%(message)s")
         print("configured", tracing.configure_from_env())

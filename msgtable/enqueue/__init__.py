@@ -1,0 +1,248 @@
+"""The SQL of enqueueing from an application's own SQLAlchemy transaction (msgtable.enqueue),
+built once per table from what information_schema says of it: names quoted with
+msgtable.core.sql.quote, every value a bound parameter.
+
+    with engine.begin() as conn:            # or an ORM Session, inside its transaction
+        conn.execute(orders.insert(), {...})
+        enqueue(conn, "order_events", {"id": 7, "message": "paid"},
+                delay_s=30, priority=1, order_key="customer-42")
+
+The rows are the application's: they are written (or not) with its transaction, so a
+rolled-back transaction enqueues nothing. ``delay_s`` sets ``time_next`` to the database's
+now plus the delay in unix ns (its clock is the one the server polls by); ``priority`` the
+current layout's priority (lower goes first); ``order_key`` the table's vt_order_key column;
+``traceparent`` (W3C trace context) the ``traceparent`` column when the table has one, and is
+left out when it has not; ``traceparent=msgtable.core.tracing.CURRENT`` takes the current trace
+context (and its tracestate, into a ``tracestate`` column if the table has one). With a tracer
+provider configured, each call is a PRODUCER span "send TABLE" (msgtable.core.tracing), whose
+context is the one CURRENT stores.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import orm
+
+from msgtable.core import tracing
+from msgtable.core.sql import quote
+from msgtable.core.tables import Layout, TableConfig, load_table
+from msgtable.errors import InvalidArgument, TableNotFound
+from msgtable.limits import MAX_ENQUEUE_DELAY_S
+from msgtable.store.mysqlstore import read_definitions
+
+TRACEPARENT_COLUMN = tracing.TRACEPARENT_COLUMN
+TRACESTATE_COLUMN = tracing.TRACESTATE_COLUMN
+MAX_TRACESTATE = 512  # the README's tracestate varchar(512)
+# How long what information_schema says of a table is kept before it is read again (a
+# changed comment shows within this long; a column added shows at once, as an unknown column
+# reads it again); reading it costs three queries.
+PLAN_TTL_S = 30.0
+# The database's clock in unix ns: the server's polls compare time_next with it.
+_NOW_NS = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000000 AS SIGNED)"
+# W3C trace context's traceparent header: version-trace id-parent id-flags, lower-case hex.
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+# Columns the engine owns: set through the arguments, never in ``values``.
+_ENGINE_COLUMNS = ("epoch", "time_acked", "time_next", "time_scheduled", "priority")
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What an enqueue needs of one table."""
+
+    config: TableConfig
+    columns: frozenset[str]
+    read_at: float
+
+
+_plans: dict[tuple[str, str, str], _Plan] = {}
+_lock = threading.Lock()
+
+
+def enqueue(
+    conn: sa.Connection | orm.Session,
+    table: str,
+    values: Mapping[str, Any],
+    *,
+    delay_s: float = 0.0,
+    priority: int = 0,
+    order_key: object | None = None,
+    traceparent: str | tracing.Current | None = None,
+) -> int:
+    """Insert one message into ``table`` in ``conn``'s transaction (see the module
+    docstring); returns how many rows were inserted (1)."""
+    return enqueue_many(
+        conn,
+        table,
+        [values],
+        delay_s=delay_s,
+        priority=priority,
+        order_key=order_key,
+        traceparent=traceparent,
+    )
+
+
+def enqueue_many(
+    conn: sa.Connection | orm.Session,
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    delay_s: float = 0.0,
+    priority: int = 0,
+    order_key: object | None = None,
+    traceparent: str | tracing.Current | None = None,
+) -> int:
+    """Insert ``rows`` (each with the same columns) into ``table`` in one multi-row INSERT
+    in ``conn``'s transaction, all with the same delay, priority, order key and
+    traceparent; returns how many rows were inserted."""
+    if not rows:
+        return 0
+    # a PRODUCER span "send TABLE" when a tracer provider is configured (msgtable.core.tracing)
+    with tracing.producer_span(table, len(rows)):
+        tracestate = None
+        if isinstance(traceparent, tracing.Current):  # the context of the span just begun
+            headers = tracing.trace_headers()
+            traceparent = headers.get(TRACEPARENT_COLUMN)
+            tracestate = headers.get(TRACESTATE_COLUMN)
+        return _insert(conn, table, rows, delay_s, priority, order_key, traceparent, tracestate)
+
+
+def _insert(
+    conn: sa.Connection | orm.Session,
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    delay_s: float,
+    priority: int,
+    order_key: object | None,
+    traceparent: str | None,
+    tracestate: str | None,
+) -> int:
+    if not (
+        isinstance(delay_s, int | float)
+        and math.isfinite(delay_s)
+        and 0 <= delay_s <= MAX_ENQUEUE_DELAY_S
+    ):
+        raise InvalidArgument(
+            f"delay_s must be zero or more seconds, at most {MAX_ENQUEUE_DELAY_S:.0f} "
+            f"(about 100 years), not {_shown(delay_s)}"
+        )
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument(f"priority must be an integer, not {_shown(priority)}")
+    if not -(2**63) <= priority < 2**63:
+        raise InvalidArgument(f"priority {priority} does not fit the priority column (a bigint)")
+    names = list(rows[0])
+    for i, row in enumerate(rows):
+        if list(row) != names:
+            raise InvalidArgument(f"rows[{i}] has other columns than rows[0]")
+    connection = conn.connection() if isinstance(conn, orm.Session) else conn
+    plan = _plan(connection, table)
+    if not set(names) <= plan.columns:  # a column added since the plan was read?
+        plan = _plan(connection, table, fresh=True)
+    cfg = plan.config
+    for name in names:
+        if name not in plan.columns:
+            raise InvalidArgument(f"table {table} has no column {_shown(name)}")
+        if name in _ENGINE_COLUMNS:
+            raise InvalidArgument(
+                f"column {name!r} is the engine's: use delay_s and priority to set it"
+            )
+    extra: list[tuple[str, str, list[Any]]] = []  # (column, SQL, parameters)
+    due_sql, due_params = (f"{_NOW_NS} + %s", [round(delay_s * 1e9)]) if delay_s else ("", [])
+    if cfg.layout is Layout.CURRENT:
+        extra.append(("priority", "%s", [priority]))
+        if due_sql:
+            extra.append(("time_next", due_sql, due_params))
+    else:
+        if priority:
+            raise InvalidArgument(f"table {table} has no priority column (the 2018 layout)")
+        due_sql, due_params = due_sql or _NOW_NS, due_params
+        extra += [("time_scheduled", due_sql, due_params), ("time_next", due_sql, due_params)]
+        if "time_created" in plan.columns and "time_created" not in names:
+            extra.append(("time_created", _NOW_NS, []))
+    if order_key is not None:
+        if isinstance(order_key, bool) or not isinstance(order_key, str | bytes | int):
+            # the driver would write any other object as its repr
+            raise InvalidArgument(
+                f"order_key must be text, bytes or an integer, not {_shown(order_key)}"
+            )
+        if not cfg.order_key:
+            raise InvalidArgument(f"table {table} has no vt_order_key: it takes no order_key")
+        if cfg.order_key in names:
+            raise InvalidArgument("give the order key either as order_key or in values")
+        extra.append((cfg.order_key, "%s", [order_key]))
+    if traceparent is not None and not (
+        isinstance(traceparent, str) and _TRACEPARENT.fullmatch(traceparent)
+    ):
+        raise InvalidArgument(
+            f"traceparent {_shown(traceparent)} is not W3C trace context "
+            "(00-<32 hex>-<16 hex>-<2 hex>)"
+        )
+    if traceparent is not None and TRACEPARENT_COLUMN in plan.columns:
+        if TRACEPARENT_COLUMN in names:
+            raise InvalidArgument("give the traceparent either as traceparent or in values")
+        extra.append((TRACEPARENT_COLUMN, "%s", [traceparent]))
+        if tracestate and TRACESTATE_COLUMN in plan.columns and TRACESTATE_COLUMN not in names:
+            extra.append((TRACESTATE_COLUMN, "%s", [tracestate[:MAX_TRACESTATE]]))
+    columns = ", ".join(quote(c) for c in [*names, *(c for c, _, _ in extra)])
+    one_row = ", ".join([*(["%s"] * len(names)), *(sql for _, sql, _ in extra)])
+    statement = f"INSERT INTO {quote(cfg.name)} ({columns}) VALUES " + ", ".join(
+        [f"({one_row})"] * len(rows)
+    )
+    tail = [p for _, _, params in extra for p in params]
+    params = tuple(p for row in rows for p in [*(row[n] for n in names), *tail])
+    try:
+        result = connection.exec_driver_sql(statement, params)
+    except sa.exc.DataError as exc:
+        # a value the table's column cannot take (too long, out of range, not a number):
+        # only this statement failed, the application's transaction goes on
+        why = str(exc.orig.args[-1]) if exc.orig is not None and exc.orig.args else "a bad value"
+        why = " ".join(why.split())[:200]  # one line (the database's own words)
+        raise InvalidArgument(f"table {cfg.name}: {why}") from None
+    return int(result.rowcount)
+
+
+def order_key_column(conn: sa.Connection, table: str) -> str:
+    """The table's vt_order_key column ("": not an ordered table), from its plan."""
+    return _plan(conn, table).config.order_key or ""
+
+
+def _shown(value: object, most: int = 60) -> str:
+    """``value`` as an error message shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= most else text[: most - 3] + "..."
+
+
+def _plan(conn: sa.Connection, table: str, fresh: bool = False) -> _Plan:
+    """The table's plan, read from information_schema when ``fresh``, unknown or older than
+    PLAN_TTL_S."""
+    database = conn.exec_driver_sql("SELECT DATABASE()").scalar()
+    if not database:
+        raise InvalidArgument("the connection has no database selected")
+    key = (conn.engine.url.render_as_string(hide_password=True), str(database), table)
+    now = time.monotonic()
+    with _lock:
+        plan = _plans.get(key)
+    if plan is not None and not fresh and now - plan.read_at < PLAN_TTL_S:
+        return plan
+    raw = conn.connection.dbapi_connection
+    assert raw is not None
+    cur = raw.cursor()
+    try:
+        found = read_definitions(cur, str(database), only=table)
+    finally:
+        cur.close()
+    if not found:
+        raise TableNotFound(f"no message table {_shown(table)} in {database}")
+    d = found[0]
+    cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
+    plan = _Plan(cfg, frozenset(c.name for c in d.columns), now)
+    with _lock:
+        _plans[key] = plan
+    return plan

@@ -1,0 +1,125 @@
+"""The fan-out loop of one message table with subscriptions: new rows to every subscription.
+
+While this server sends (it holds the lease), the loop hands the table's unseen rows
+(``time_fanout IS NULL``) to its active subscriptions in batches of FANOUT_BATCH_ROWS, one
+transaction each (msgtable.store.subscriptions), until a batch comes back short; then it waits for
+the
+table's poller interval, or less when woken (the binlog showed an insert, a subscription was
+created). It tells the subscriptions that got rows, so their pollers read them at once. The
+database is the truth: a crash mid-batch leaves the rows unseen, handed over by the next
+server; a definition the engine has not loaded yet stops the batch until it is loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+
+from msgtable.core.clock import Clock
+from msgtable.core.retry import Backoff, Outage, Retry
+from msgtable.core.subscriptions import LoadedSubscription
+from msgtable.core.tables import TableConfig
+
+log = logging.getLogger(__name__)
+
+FANOUT_BATCH_ROWS = 2_000
+RETRY_MIN_S = 0.2
+RETRY_MAX_S = 30.0
+
+
+class Fanout:
+    """Hands one table's new rows to its subscriptions (see the module docstring).
+
+    ``subscriptions()`` gives the loaded ones by name; ``handed(names)`` is told which got
+    rows; ``unknown(names)`` that the database has definitions not loaded yet (it loads
+    them); ``may_send()`` whether this server sends now."""
+
+    def __init__(
+        self,
+        store: object,
+        config: Callable[[], TableConfig],
+        subscriptions: Callable[[], Mapping[str, LoadedSubscription]],
+        clock: Clock,
+        may_send: Callable[[], bool],
+        handed: Callable[[list[str]], None],
+        unknown: Callable[[set[str]], None],
+        outage: Outage | None = None,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._subscriptions = subscriptions
+        self._clock = clock
+        self._may_send = may_send
+        self._handed = handed
+        self._unknown = unknown
+        self._outage = outage
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.handed_total = 0
+
+    def trigger(self) -> None:
+        self._wake.set()
+
+    def open(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, daemon=True, name=f"msgtable-fanout-{self._config().name}"
+            )
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(10)
+
+    def fanout_once(self) -> int:
+        """Hand over batches until one comes back short; returns rows handed over."""
+        total = 0
+        while not self._stop.is_set() and self._may_send():
+            cfg = self._config()
+            loaded = self._subscriptions()
+            got, unknown = self._store.fanout(  # type: ignore[attr-defined]
+                cfg, loaded, self._clock.now_ns(), FANOUT_BATCH_ROWS
+            )
+            if unknown:
+                self._unknown(unknown)
+                if unknown - self._subscriptions().keys():
+                    log.info(
+                        "table %s: waiting for subscription %s to load",
+                        cfg.name,
+                        ", ".join(sorted(unknown)),
+                    )
+                    break
+                continue
+            rows = got.pop("", 0)
+            total += rows
+            names = [n for n, k in got.items() if k]
+            if names:
+                self._handed(names)
+            if rows < FANOUT_BATCH_ROWS:
+                break
+        self.handed_total += total
+        return total
+
+    def _run(self) -> None:
+        retry = Retry(
+            f"table {self._config().name}: fan-out",
+            log,
+            Backoff(RETRY_MIN_S, RETRY_MAX_S),
+            outage=self._outage,
+        )
+        delay = 0.0
+        while not self._stop.is_set():
+            self._wake.wait(delay)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self.fanout_once()
+                retry.succeeded()
+                delay = self._config().poller_interval_s
+            except Exception as exc:
+                delay = retry.failed(exc)

@@ -1,0 +1,379 @@
+"""The engine's side of subscriptions (msgtable.core.subscriptions): loading them onto their
+tables at each discovery, one fan-out loop per table that has some, their upkeep (activity,
+expiry, lag against max_lag), their definitions (create, alter, drop) and their statuses.
+
+MessageEngine has these as a mixin: a subscription is served by a MessageManager on its
+state table like any table, so the engine keeps one map of managers for both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import random
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from msgtable.core.clock import Clock
+from msgtable.core.filters import parse_filter
+from msgtable.core.rows import Values
+from msgtable.core.status import TableStatus
+from msgtable.core.subscriptions import (
+    FANOUT_COLUMN,
+    STATE_COLUMNS,
+    LoadedSubscription,
+    Subscription,
+    SubscriptionState,
+    check_settings,
+    holding,
+    load_subscription,
+    order_columns,
+    state_table_name,
+)
+from msgtable.core.tables import Column, TableConfig
+from msgtable.engine.manager import MessageManager
+from msgtable.errors import (
+    InvalidArgument,
+    MsgtableError,
+    TableLoadError,
+    TableNotFound,
+    Unavailable,
+)
+from msgtable.features.subscriptions.fanout import Fanout
+from msgtable.limits import LAG_CAP, ORPHAN_STEP_ROWS
+from msgtable.store.mysqlstore import Store
+
+log = logging.getLogger("msgtable.engine.engine")
+
+
+class Subscriptions:
+    """The subscriptions of one database, as the engine serves them (see the module
+    docstring). The attributes are MessageEngine's."""
+
+    store: Store
+    clock: Clock
+    rng: random.Random
+    keyspace: str
+    run_loops: bool
+    _lock: threading.Lock
+    _managers: dict[str, MessageManager]
+    _subs: dict[str, LoadedSubscription]
+    _sub_errors: dict[str, str]
+    _fanouts: dict[str, Fanout]
+    _lag: dict[str, tuple[int, int | None]]
+    _not_holding: dict[str, str]
+    _orphan_pass: dict[str, Hashable | None]  # state table -> where its clean-up goes on
+
+    if TYPE_CHECKING:  # MessageEngine's
+
+        def refresh(self) -> None: ...
+
+        def list_tables(self) -> list[TableStatus]: ...
+
+        def _may_send(self, unit: str) -> bool: ...
+
+        def _manager(
+            self,
+            name: str,
+            keyspace: str,
+            shard: str = "",
+            key_range: tuple[bytes, bytes] = (b"", b""),
+            subscription: str = "",
+        ) -> MessageManager: ...
+
+    def _load_subscriptions(
+        self, configs: dict[str, TableConfig]
+    ) -> tuple[dict[str, LoadedSubscription], dict[str, str]]:
+        """The subscriptions of the database, loaded onto their tables' configs (which get
+        fanout and holders here), and those that failed to load (by label)."""
+        read = getattr(self.store, "subscriptions", None)
+        if read is None:  # a store without subscriptions (the in-memory one)
+            return {}, {}
+        defs, state_columns = read()
+        loaded: dict[str, LoadedSubscription] = {}
+        errors: dict[str, str] = {}
+        by_table: dict[str, list[Subscription]] = {}
+        for sub in defs:
+            by_table.setdefault(sub.table, []).append(sub)
+        not_holding: dict[str, str] = {}
+        for table, subs in by_table.items():
+            cfg = configs.get(table)
+            if cfg is None:
+                for sub in subs:
+                    errors[sub.label] = f"subscription {sub.label}: table {table} is not loaded"
+                continue
+            holders = []
+            for sub in subs:
+                held, why = holding(sub, self._lag.get(sub.state_table, (0, None))[0])
+                if held:
+                    holders.append(sub.state_table)
+                else:
+                    not_holding[sub.state_table] = why
+            configs[table] = dataclasses.replace(cfg, fanout=True, holders=tuple(sorted(holders)))
+            for sub in subs:
+                try:
+                    ls = load_subscription(configs[table], sub, state_columns.get(sub.state_table))
+                except (TableLoadError, InvalidArgument) as exc:
+                    errors[sub.label] = str(exc)
+                    continue
+                loaded[ls.config.name] = ls
+        for name, why in not_holding.items():
+            if self._not_holding.get(name) != why:
+                log.warning(
+                    "subscription %s no longer holds its table's purge: %s",
+                    loaded[name].sub.label if name in loaded else name,
+                    why,
+                )
+        self._not_holding = not_holding
+        for name in not_holding:  # its rows may be purged now: clean up after them
+            self._orphan_pass.setdefault(name, None)
+        return loaded, errors
+
+    def _new_fanout(self, table: str) -> Fanout:
+        last: list[TableConfig] = []
+
+        def config() -> TableConfig:
+            m = self._managers.get(table)
+            if m is not None:
+                last[:] = [m.config]
+            elif not last:
+                raise TableNotFound(f"message table {table!r} not loaded")
+            return last[0]
+
+        def subscriptions() -> dict[str, LoadedSubscription]:
+            return {ls.sub.name: ls for ls in self._subs.values() if ls.sub.table == table}
+
+        def handed(names: list[str]) -> None:
+            for n in names:
+                m = self._managers.get(state_table_name(table, n))
+                if m is not None:
+                    m.binlog_insert()
+
+        def unknown(names: set[str]) -> None:
+            with contextlib.suppress(Unavailable):
+                self.refresh()
+
+        fan = Fanout(
+            self.store,
+            config,
+            subscriptions,
+            self.clock,
+            lambda: self._may_send(table),
+            handed,
+            unknown,
+            outage=self.store.outage,
+        )
+        self._fanouts[table] = fan
+        return fan
+
+    def _upkeep(self) -> None:
+        """Each discovery: subscriptions with subscribers are active now; those without for
+        longer than their expire_after expire; the lag of those with a max_lag is counted."""
+        store: Any = self.store
+        if not hasattr(store, "touch_subscriptions"):
+            return
+        now = self.clock.now_ns()
+        with self._lock:
+            loaded = list(self._subs.values())
+            busy = {n for n, m in self._managers.items() if m.config.source and m.has_subscribers}
+        store.touch_subscriptions([ls.sub for ls in loaded if ls.config.name in busy], now)
+        changed = False
+        for ls in loaded:
+            if ls.config.name not in busy and ls.sub.expired_at(now):
+                log.warning(
+                    "subscription %s expired: no subscriber for %gs; it gets no new messages "
+                    "and no longer holds its table's purge until someone subscribes again",
+                    ls.sub.label,
+                    ls.sub.expire_after_s,
+                )
+                store.set_subscription_state(ls.sub, SubscriptionState.EXPIRED, now)
+                changed = True
+        self._clean_orphans({ls.config.name: ls.config.source for ls in loaded})
+        limited = {ls.config.name: ls.config.source for ls in loaded if ls.sub.max_lag is not None}
+        if limited:
+            old = {n: self._lag.get(n, (0, None))[0] for n in limited}
+            self._lag.update(store.subscription_lag(limited, LAG_CAP))
+            for ls in loaded:
+                n, lim = ls.config.name, ls.sub.max_lag
+                if lim is not None and (old[n] > lim) != (self._lag.get(n, (0, None))[0] > lim):
+                    changed = True
+        if changed:
+            self.refresh()
+
+    def _clean_orphans(self, sources: dict[str, str]) -> None:
+        """One bounded step for each state table that may hold rows whose message row is
+        gone: a subscription not holding its table (the purge does not wait for it), and one
+        that held again, until a whole pass is done after that."""
+        store: Any = self.store
+        for name, after in list(self._orphan_pass.items()):
+            source = sources.get(name)
+            if source is None:  # dropped, or not loaded
+                self._orphan_pass.pop(name, None)
+                continue
+            deleted, nxt = store.delete_orphans(name, source, after, ORPHAN_STEP_ROWS)
+            if deleted:
+                log.info(
+                    "subscription state %s: %d rows of messages purged meanwhile removed",
+                    name,
+                    deleted,
+                )
+            if nxt is None and name not in self._not_holding:
+                self._orphan_pass.pop(name, None)  # a whole pass since it holds again
+            else:
+                self._orphan_pass[name] = nxt
+
+    def _revive(self, m: MessageManager) -> None:
+        """A subscriber of an expired subscription makes it active again."""
+        ls = self._subs.get(m.config.name)
+        if ls is None or ls.sub.state is not SubscriptionState.EXPIRED:
+            return
+        log.warning("subscription %s: a subscriber came; active again", ls.sub.label)
+        self.store.set_subscription_state(  # type: ignore[attr-defined]
+            ls.sub, SubscriptionState.ACTIVE, self.clock.now_ns()
+        )
+        self.refresh()
+
+    def create_subscription(self, sub: Subscription, from_start: bool = False) -> int:
+        """Create a subscription of a loaded message table; with ``from_start`` it gets every
+        retained unacked message too (returns how many). Filter, projection and settings are
+        checked first: nothing is written for a bad one."""
+        store: Any = self.store
+        if not hasattr(store, "create_subscription"):
+            raise InvalidArgument("subscriptions need a MySQL-family database")
+        sub = check_settings(dataclasses.replace(sub, time_created_ns=self.clock.now_ns()))
+        table = self._manager(sub.table, "").config
+        if table.source:
+            raise InvalidArgument(
+                f"{sub.table} is a subscription's state table, not a message table"
+            )
+        ls = self._check_subscription(table, sub)
+        n = int(store.create_subscription(table, ls, from_start, self.clock.now_ns()))
+        log.info("subscription %s created%s", sub.label, f" with {n:,} messages" if n else "")
+        self.refresh()
+        f = self._fanouts.get(sub.table)
+        if f is not None:
+            f.trigger()
+        return n
+
+    def _check_subscription(self, table: TableConfig, sub: Subscription) -> LoadedSubscription:
+        """``sub`` loaded on ``table`` as it will be once created, or InvalidArgument."""
+        cols = table.columns
+        if not table.has_column(FANOUT_COLUMN):
+            cols = (*cols, Column(FANOUT_COLUMN, "bigint", "bigint"))
+        probe = dataclasses.replace(table, columns=cols)
+        # as created: an ordered table's state table copies its key (and order) column
+        state = (*(Column(c, "bigint", "bigint") for c in STATE_COLUMNS), *order_columns(table))
+        try:
+            return load_subscription(probe, sub, state)
+        except TableLoadError as exc:
+            raise InvalidArgument(str(exc)) from None
+
+    def alter_subscription(self, table: str, name: str, **changes: Any) -> Subscription:
+        """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
+        max_lag, expire_after_s; None clears one): live at the next discovery, which this
+        runs now. A new filter applies to messages handed over from then on."""
+        store: Any = self.store
+        current = self._definition(table, name)
+        sub = check_settings(dataclasses.replace(current, **changes))
+        if "expire_after_s" in changes:  # a new expiry starts from now
+            sub = dataclasses.replace(sub, state=SubscriptionState.ACTIVE)
+        self._check_subscription(self._manager(table, "").config, sub)
+        store.alter_subscription(sub)
+        log.info("subscription %s altered", sub.label)
+        self.refresh()
+        return sub
+
+    def drop_subscription(self, table: str, name: str) -> None:
+        """Drop a subscription and its state table; its subscribers end (NOT_FOUND)."""
+        store: Any = self.store
+        if not hasattr(store, "drop_subscription"):
+            raise InvalidArgument("subscriptions need a MySQL-family database")
+        store.drop_subscription(table, name, state_table_name(table, name))
+        log.info("subscription %s/%s dropped", table, name)
+        self.refresh()
+
+    def _definition(self, table: str, name: str) -> Subscription:
+        store: Any = self.store
+        if not hasattr(store, "subscriptions"):
+            raise InvalidArgument("subscriptions need a MySQL-family database")
+        for sub in store.subscriptions()[0]:
+            if sub.table == table and sub.name == name:
+                return sub  # type: ignore[no-any-return]
+        raise TableNotFound(f"subscription {table}/{name} not found")
+
+    def list_subscriptions(self, table: str = "") -> list[TableStatus]:
+        """The subscriptions (of one table, or all) as ListTables shows them."""
+        return [s for s in self.list_tables() if s.subscription and (not table or s.name == table)]
+
+    def _subscription_statuses(self, managers: Sequence[MessageManager]) -> list[TableStatus]:
+        store: Any = self.store
+        with self._lock:
+            subs = dict(self._subs)
+            sub_errors = dict(self._sub_errors)
+            not_holding = dict(self._not_holding)
+        if not subs and not sub_errors:
+            return []
+        try:
+            lag = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
+        except MsgtableError:
+            lag = {}
+        out = []
+        by_name = {m.config.name: m for m in managers}
+        for name, ls in subs.items():
+            m = by_name.get(name)
+            base = m.status(self.keyspace) if m is not None else None
+            n, oldest = lag.get(name, (None, None))
+            fields: dict[str, Any] = dict(
+                name=ls.sub.table,
+                subscription=ls.sub.name,
+                state=ls.sub.state.value,
+                filter=ls.sub.filter,
+                lag=n,
+                oldest_ns=oldest,
+                holding=name not in not_holding,
+                not_holding=not_holding.get(name, ""),
+                max_lag=ls.sub.max_lag,
+                expire_after_s=ls.sub.expire_after_s,
+            )
+            if base is None:
+                out.append(
+                    TableStatus(keyspace=self.keyspace, config=ls.config, load_error=None, **fields)
+                )
+            else:
+                out.append(dataclasses.replace(base, **fields))
+        for label, error in sub_errors.items():
+            table, _, sub_name = label.partition("/")
+            out.append(
+                TableStatus(
+                    name=table,
+                    keyspace=self.keyspace,
+                    config=None,
+                    load_error=error,
+                    subscription=sub_name,
+                )
+            )
+        return out
+
+    def _with_unseen(self, status: TableStatus) -> TableStatus:
+        """A table with subscriptions: how many of its rows they have not been handed yet."""
+        store: Any = self.store
+        if status.config is None or not status.config.fanout:
+            return status
+        try:
+            unseen = store.pending_fanout(status.name, LAG_CAP)
+        except MsgtableError:
+            return status
+        return dataclasses.replace(status, unseen=unseen)
+
+
+def stream_filter(cfg: TableConfig, text: str) -> Callable[[Values], bool]:
+    """One stream's filter as a test of a message's values (InvalidArgument if malformed)."""
+    flt = parse_filter(text, cfg.message_columns, cfg.label)
+    names = [c.name for c in cfg.message_columns]
+
+    def accepts(values: Values) -> bool:
+        return flt.matches(dict(zip(names, values, strict=False)))
+
+    return accepts

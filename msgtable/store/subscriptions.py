@@ -1,0 +1,579 @@
+"""Every SQL statement of subscriptions (what they are: msgtable.core.subscriptions): the
+definitions table, the state tables, the fan-out of new rows, lag, expiry. MySQLStore runs
+them; the statements that serve a subscription's messages are the table statements of
+msgtable.store.mysqlstore, run on its state table.
+
+The fan-out of a batch is one transaction: a locking read of rows no subscription has seen
+(``time_fanout IS NULL``, skipping rows another transaction still holds: they come in a later
+batch once they commit), a shared read of the table's definitions (a definition committed
+while a fan-out runs waits for it, or is seen by it: never half), one INSERT ... SELECT into
+each active subscription's state table (its filter a WHERE clause with bound parameters), one
+UPDATE of time_fanout, then the commit. A crash before the commit leaves every row unseen.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from msgtable.core.filters import Filter
+from msgtable.core.rows import order_of
+from msgtable.core.sql import MARK, in_list, quote
+from msgtable.core.subscriptions import (
+    FANOUT_COLUMN,
+    REGISTRY_TABLE,
+    STATE_COMMENT,
+    STATE_ORDER_INDEX,
+    LoadedSubscription,
+    Subscription,
+    SubscriptionState,
+    order_columns,
+    parse_columns,
+    state_order_index,
+)
+from msgtable.core.tables import DEAD_TIME_NEXT, Column, TableConfig
+from msgtable.errors import InvalidArgument, TableNotFound
+from msgtable.store.mysql import DUPLICATE_KEY, error_code, server_text
+from msgtable.store.ordering import key_identity
+
+log = logging.getLogger(__name__)
+
+MARK_BATCH = 10_000  # rows marked seen per statement when a table gets its first subscription
+BACKFILL_BATCH = 5_000
+
+REGISTRY = quote(REGISTRY_TABLE)
+REGISTRY_DDL = f"""CREATE TABLE IF NOT EXISTS {REGISTRY} (
+  table_name VARCHAR(64) NOT NULL,
+  name VARCHAR(64) NOT NULL,
+  filter TEXT NULL,
+  columns TEXT NULL,
+  ack_wait_s DOUBLE NULL,
+  max_attempts INT NULL,
+  max_lag BIGINT NULL,
+  expire_after_s DOUBLE NULL,
+  state VARCHAR(16) NOT NULL DEFAULT 'active',
+  time_created BIGINT NOT NULL,
+  time_active BIGINT NULL,
+  PRIMARY KEY (table_name, name)
+) ENGINE=InnoDB COMMENT 'msgtable subscriptions'"""
+
+_FIELDS = (
+    "table_name, name, filter, columns, ack_wait_s, max_attempts, max_lag, expire_after_s, "
+    "state, time_created, time_active"
+)
+SELECT_ALL = f"SELECT {_FIELDS} FROM {REGISTRY} ORDER BY table_name, name"
+# read after the fan-out picked its rows: a row committed after a definition is picked
+# after it, so the read sees the definition (READ COMMITTED reads the latest commit)
+SELECT_TABLE = f"SELECT name, state FROM {REGISTRY} WHERE table_name = %s"
+INSERT = f"INSERT INTO {REGISTRY} ({_FIELDS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+UPDATE = (
+    f"UPDATE {REGISTRY} SET filter = %s, columns = %s, ack_wait_s = %s, max_attempts = %s, "
+    "max_lag = %s, expire_after_s = %s, state = %s WHERE table_name = %s AND name = %s"
+)
+DELETE = f"DELETE FROM {REGISTRY} WHERE table_name = %s AND name = %s"
+# ``{pairs}``: one "(%s, %s)" per (table_name, name)
+TOUCH = f"UPDATE {REGISTRY} SET time_active = %s WHERE (table_name, name) IN ({{pairs}})"
+SET_STATE = (
+    f"UPDATE {REGISTRY} SET state = %s, time_active = %s WHERE table_name = %s AND name = %s"
+)
+STATE_COLUMNS_QUERY = (
+    "SELECT c.TABLE_NAME, c.COLUMN_NAME, c.DATA_TYPE, c.COLUMN_TYPE "
+    "FROM information_schema.COLUMNS c JOIN information_schema.TABLES t "
+    "ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME "
+    "WHERE c.TABLE_SCHEMA = %s AND t.TABLE_COMMENT = %s ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION"
+)
+REGISTRY_EXISTS = (
+    "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+)
+
+
+def state_table_ddl(
+    name: str, id_column: Column, order: Sequence[Column] = (), index: Sequence[str] = ()
+) -> str:
+    """The DDL of a subscription's state table (its id of the message table's id type);
+    ``order``: an ordered table's key and order columns (msgtable.engine.ordered), copied with
+    each message by the fan-out, and ``index`` the columns of the index its polls read
+    them through (subscriptions.state_order_index)."""
+    extra = "".join(f"  {quote(c.name)} {c.column_type} NULL,\n" for c in order)
+    cols = ", ".join(quote(c) for c in index)
+    index_ddl = f",\n  INDEX {STATE_ORDER_INDEX} ({cols})" if index else ""
+    return f"""CREATE TABLE {quote(name)} (
+  id {id_column.column_type} NOT NULL,
+  priority BIGINT NOT NULL DEFAULT 0,
+  time_next BIGINT NULL,
+  epoch BIGINT NOT NULL DEFAULT 0,
+  time_acked BIGINT NULL,
+  time_created BIGINT NULL,
+  last_error VARCHAR(1000) NULL,
+  time_dead BIGINT NULL,
+{extra}  PRIMARY KEY (id),
+  INDEX poller_idx (time_acked, priority, time_next){index_ddl}
+) ENGINE=InnoDB COMMENT '{STATE_COMMENT}'"""
+
+
+def add_fanout_ddl(table: str) -> str:
+    """What a message table needs before its first subscription: the time_fanout column
+    (NULL: not handed to the subscriptions yet) and its index."""
+    col = quote(FANOUT_COLUMN)
+    return f"ALTER TABLE {quote(table)} ADD COLUMN {col} BIGINT NULL, ADD INDEX fanout_idx ({col})"
+
+
+def mark_all_seen(table: TableConfig) -> str:
+    """Rows enqueued before a table's first subscription: seen by none, and to be seen by
+    none (a subscription gets what comes after it). Without a default group nobody else
+    acks them: acked here, so the purge takes them."""
+    acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
+    return (
+        f"{MARK}UPDATE {quote(table.name)} SET {quote(FANOUT_COLUMN)} = %s{acked} "
+        f"WHERE {quote(FANOUT_COLUMN)} IS NULL LIMIT %s"
+    )
+
+
+def row_to_subscription(row: Sequence[Any]) -> Subscription:
+    table, name, flt, cols, ack_wait, max_att, max_lag, expire, state, created, active = row
+    try:
+        st = SubscriptionState(str(state))
+    except ValueError:
+        st = SubscriptionState.ACTIVE
+    return Subscription(
+        table=_text(table),
+        name=_text(name),
+        filter=_text(flt or ""),
+        columns=parse_columns(_text(cols or "")),
+        ack_wait_s=None if ack_wait is None else float(ack_wait),
+        max_attempts=None if max_att is None else int(max_att),
+        max_lag=None if max_lag is None else int(max_lag),
+        expire_after_s=None if expire is None else float(expire),
+        state=st,
+        time_created_ns=int(created or 0),
+        time_active_ns=int(active or 0),
+    )
+
+
+def subscription_params(sub: Subscription) -> list[Any]:
+    return [
+        sub.table,
+        sub.name,
+        sub.filter or None,
+        ",".join(sub.columns) or None,
+        sub.ack_wait_s,
+        sub.max_attempts,
+        sub.max_lag,
+        sub.expire_after_s,
+        sub.state.value,
+        sub.time_created_ns,
+        sub.time_active_ns or None,
+    ]
+
+
+def _text(v: object) -> str:
+    return v.decode() if isinstance(v, bytes | bytearray) else str(v)
+
+
+class FanoutStatements:
+    """The fan-out SQL of one message table and its subscriptions.
+
+    The pick reads each row once, with what its state rows need and, per filtered
+    subscription, whether its filter (a WHERE fragment with bound parameters) passes it; the
+    rows are then written into each state table with a multi-row INSERT: no row of the
+    message table is read twice."""
+
+    def __init__(self, table: TableConfig) -> None:
+        self.table = table
+        self._t = quote(table.name)
+        self._created = "`time_created`" if table.has_column("time_created") else "NULL"
+        # a message not sent by the default group yet keeps its time_next (a delayed
+        # message stays delayed); one it sent is due at once
+        self._columns = f"`id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), {self._created}"
+        # an ordered table's key (and order) column: each state row carries them; a picked
+        # row has then its key's identity and its order value too (in_key_order)
+        self.order = tuple(c.name for c in order_columns(table))
+        self.width = 4 + len(self.order)  # a picked row's state values
+        self._columns += "".join(f", {quote(n)}" for n in self.order)
+        self.verdicts_at = self.width  # where the filters' verdicts begin
+        if table.ordered:
+            key, by = quote(table.order_key), quote(table.order_by)
+            self._columns += f", {key_identity(table, key)}, {by}"
+            self.verdicts_at += 2
+            # (joined with the ids and keys at each use: the names may hold braces)
+            self._skipped = (
+                f"SELECT {key_identity(table, key)}, {by}, `id` FROM {self._t} "
+                f"WHERE {quote(FANOUT_COLUMN)} IS NULL AND `id` <= %s AND `id` NOT IN (",
+                f") AND {key} IN (",
+                ")",
+            )
+        acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
+        self._acked_param = not table.default_group
+        self.mark = (
+            f"{MARK}UPDATE {self._t} SET {quote(FANOUT_COLUMN)} = %s{acked} WHERE `id` IN ({{ids}})"
+        )
+
+    def _select(self, filters: Sequence[Filter | None]) -> tuple[str, list[Any]]:
+        """The columns a state row needs, then one 0/1 column per filter."""
+        parts: list[str] = [self._columns]
+        params: list[Any] = []
+        for flt in filters:
+            if flt is not None:
+                frag, fparams = flt.where()
+                parts.append(f"({frag}) IS TRUE")
+                params.extend(fparams)
+        return ", ".join(parts), params
+
+    def pick(self, filters: Sequence[Filter | None], limit: int) -> tuple[str, list[Any]]:
+        """Rows no subscription has seen, a batch, locked (a row still being written by an
+        open transaction is skipped: it comes in a later batch once committed)."""
+        cols, params = self._select(filters)
+        sql = (
+            f"SELECT {cols} FROM {self._t} WHERE {quote(FANOUT_COLUMN)} IS NULL "
+            "ORDER BY `id` LIMIT %s FOR UPDATE SKIP LOCKED"
+        )
+        return sql, [*params, limit]
+
+    def skipped_sql(self, picked: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
+        """An ordered table's rows of the picked rows' keys, among the picked ids, that the
+        pick skipped (locked by another transaction: an ack by DML not committed yet, the
+        default group's send), read without a lock: committed rows, locked or not."""
+        in_ids, id_params = in_list([r[0] for r in picked])
+        keys = list({r[4] for r in picked if r[4] is not None})
+        in_keys = ",".join(["%s"] * len(keys))
+        top = max(r[0] for r in picked)
+        head, middle, tail = self._skipped
+        return head + in_ids + middle + in_keys + tail, [top, *id_params, *keys]
+
+    def in_key_order(
+        self, picked: Sequence[Sequence[Any]], skipped: Sequence[Sequence[Any]]
+    ) -> list[Sequence[Any]]:
+        """The picked rows that come before every skipped row of their key (the others wait
+        for a later fan-out, so a subscription never gets a key's messages out of order)."""
+        first: dict[Any, tuple[Any, ...]] = {}
+        for identity, by, rid in skipped:
+            at = order_of(by, rid)
+            if identity not in first or at < first[identity]:
+                first[identity] = at
+        w = self.width
+        return [r for r in picked if r[w] not in first or order_of(r[w + 1], r[0]) < first[r[w]]]
+
+    def retained(
+        self, flt: Filter | None, after: Hashable | None, limit: int
+    ) -> tuple[str, list[Any]]:
+        """One batch (by id) of the retained rows a filter passes and the default group (if
+        the table has one) has not acked: what a subscription created from_start gets
+        besides the new ones (with an index on the filter's column, read through it)."""
+        cols, _ = self._select(())
+        sql = f"SELECT {cols} FROM {self._t} WHERE {quote(FANOUT_COLUMN)} IS NOT NULL"
+        if self.table.default_group:  # else the fan-out acked every row: all are retained
+            sql += " AND `time_acked` IS NULL"
+        params: list[Any] = []
+        if flt is not None:
+            frag, fparams = flt.where()
+            sql += f" AND {frag}"
+            params.extend(fparams)
+        if after is not None:
+            sql += " AND `id` > %s"
+            params.append(after)
+        return sql + " ORDER BY `id` LIMIT %s", [*params, limit]
+
+    def insert(
+        self, state_table: str, rows: Sequence[Sequence[Any]], now_ns: int
+    ) -> tuple[str, list[Any]]:
+        """A multi-row INSERT of (id, priority, time_next, time_created[, key, order]) rows
+        as the pick read them into a state table (epoch 0; a row it has already is kept)."""
+        values: list[str] = []
+        params: list[Any] = []
+        for row in rows:
+            rid, priority, time_next, created = row[:4]
+            one = []
+            state = (rid, priority, time_next, now_ns if created is None else created)
+            for v in (*state, *row[4 : self.width]):
+                if v is None:
+                    one.append("NULL")
+                elif type(v) is int:  # digits and a sign only: written as they are
+                    one.append(str(v))
+                else:
+                    one.append("%s")
+                    params.append(v)
+            values.append(f"({one[0]}, {one[1]}, {one[2]}, 0, {', '.join(one[3:])})")
+        s = quote(state_table)
+        extra = "".join(f", {quote(n)}" for n in self.order)
+        sql = (
+            f"{MARK}INSERT INTO {s} (`id`, `priority`, `time_next`, `epoch`, `time_created`"
+            f"{extra}) VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE {s}.`id` = {s}.`id`"
+        )
+        return sql, params
+
+    def mark_sql(self, ids: Sequence[Hashable], now_ns: int) -> tuple[str, list[Any]]:
+        in_ids, params = in_list(ids)
+        extra = [now_ns] if self._acked_param else []
+        return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
+
+
+def lag_sql(state_table: str, source: str, cap: int) -> str:
+    """The unsettled messages of a subscription (up to ``cap``) and the oldest one's
+    time_created: what it holds back. A state row whose message row is gone (purged while
+    the subscription did not hold the table, or deleted by DML) is not lag: nothing is left
+    to deliver."""
+    s = quote(state_table)
+    return (
+        f"SELECT COUNT(*), MIN(tc) FROM (SELECT s.`time_created` AS tc FROM {s} s "
+        f"JOIN {quote(source)} m ON m.`id` = s.`id` "
+        f"WHERE s.`time_acked` IS NULL AND NOT (s.`time_next` <=> {DEAD_TIME_NEXT}) "
+        f"LIMIT {int(cap)}) AS l"
+    )
+
+
+def orphan_scan_sql(state_table: str, source: str, after: bool) -> str:
+    """A bounded step over a state table's unsettled rows in id order (``after``: after the
+    id %s; up to %s rows), each with whether its message row is gone."""
+    since = "s.`id` > %s AND " if after else ""
+    return (
+        f"SELECT s.`id`, m.`id` IS NULL FROM {quote(state_table)} s "
+        f"LEFT JOIN {quote(source)} m ON m.`id` = s.`id` "
+        f"WHERE {since}s.`time_acked` IS NULL ORDER BY s.`id` LIMIT %s"
+    )
+
+
+def orphans_delete_sql(state_table: str, source: str) -> str:
+    """Delete the unsettled state rows of ``{ids}`` whose message row is still gone."""
+    s = quote(state_table).replace("{", "{{").replace("}", "}}")
+    m = quote(source).replace("{", "{{").replace("}", "}}")
+    return (
+        f"{MARK}DELETE FROM {s} WHERE `id` IN ({{ids}}) AND `time_acked` IS NULL "
+        f"AND NOT EXISTS (SELECT 1 FROM {m} m WHERE m.`id` = {s}.`id`)"
+    )
+
+
+def pending_sql(table: str, cap: int) -> str:
+    """Rows of a table not handed to its subscriptions yet (up to ``cap``)."""
+    return (
+        f"SELECT COUNT(*) FROM (SELECT 1 FROM {quote(table)} "
+        f"WHERE {quote(FANOUT_COLUMN)} IS NULL LIMIT {int(cap)}) AS p"
+    )
+
+
+class _Pools(Protocol):
+    database: str
+
+    def _errors(
+        self, table: str | None = None, kind: str = "other"
+    ) -> AbstractContextManager[None]: ...
+
+    def _auto_cursor(self) -> AbstractContextManager[Any]: ...
+
+    def _tx_connection(self) -> AbstractContextManager[Any]: ...
+
+
+class SubscriptionSQL:
+    """MySQLStore's subscription methods (a mixin: it runs them on the store's pools)."""
+
+    def _has_registry(self: _Pools, cur: Any) -> bool:
+        cur.execute(REGISTRY_EXISTS, [self.database, REGISTRY_TABLE])
+        return bool(cur.fetchone()[0])
+
+    def subscriptions(self: _Pools) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
+        """Every definition, and the columns of every state table (by name)."""
+        with self._errors(kind="subscriptions"), self._auto_cursor() as cur:
+            if not SubscriptionSQL._has_registry(self, cur):
+                return [], {}
+            cur.execute(SELECT_ALL)
+            subs = [row_to_subscription(r) for r in cur.fetchall()]
+            cur.execute(STATE_COLUMNS_QUERY, [self.database, STATE_COMMENT])
+            cols: dict[str, list[Column]] = {}
+            for tname, cname, data_type, column_type in cur.fetchall():
+                cols.setdefault(server_text(tname), []).append(
+                    Column(cname, server_text(data_type).lower(), server_text(column_type).lower())
+                )
+        return subs, {n: tuple(c) for n, c in cols.items()}
+
+    def create_subscription(
+        self: _Pools, table: TableConfig, loaded: LoadedSubscription, from_start: bool, now_ns: int
+    ) -> int:
+        """Create the definition and state table of a subscription (and, on a table's first,
+        its time_fanout column); with ``from_start`` hand it every retained unacked row.
+        Returns how many rows it got from the start."""
+        sub = loaded.sub
+        with self._errors(table.name, kind="subscription_create"), self._auto_cursor() as cur:
+            cur.execute(REGISTRY_DDL)
+            if not table.has_column(FANOUT_COLUMN):
+                log.info("table %s: adding column %s for subscriptions", table.name, FANOUT_COLUMN)
+                cur.execute(add_fanout_ddl(table.name))
+            cur.execute(f"SELECT COUNT(*) FROM {REGISTRY} WHERE table_name = %s", [table.name])
+            first = cur.fetchone()[0] == 0
+            if first:  # what was there before is not for subscriptions: seen by none
+                mark = mark_all_seen(table)
+                params = [now_ns] * (1 if table.default_group else 2) + [MARK_BATCH]
+                while cur.execute(mark, params) >= MARK_BATCH:
+                    pass
+            try:
+                order = order_columns(table)
+                index = state_order_index(table) if table.ordered else ()
+                cur.execute(state_table_ddl(sub.state_table, table.id_column, order, index))
+            except Exception as exc:
+                if error_code(exc) == 1050:
+                    raise InvalidArgument(
+                        f"subscription {sub.label}: table {sub.state_table} exists already"
+                    ) from None
+                raise
+            try:
+                cur.execute(INSERT, subscription_params(sub))
+            except Exception as exc:
+                cur.execute(f"DROP TABLE IF EXISTS {quote(sub.state_table)}")
+                if error_code(exc) == DUPLICATE_KEY:
+                    raise InvalidArgument(f"subscription {sub.label} exists already") from None
+                raise
+            if not from_start:
+                return 0
+            statements = FanoutStatements(table)
+            total, after = 0, None
+            while True:
+                sql, params = statements.retained(loaded.filter, after, BACKFILL_BATCH)
+                cur.execute(sql, params)
+                rows = list(cur.fetchall())
+                if not rows:
+                    return total
+                sql, params = statements.insert(sub.state_table, rows, now_ns)
+                total += max(0, cur.execute(sql, params))
+                after = rows[-1][0]
+
+    def alter_subscription(self: _Pools, sub: Subscription) -> None:
+        with self._errors(kind="subscription_alter"), self._auto_cursor() as cur:
+            if not SubscriptionSQL._has_registry(self, cur):
+                raise TableNotFound(f"subscription {sub.label} not found")
+            p = subscription_params(sub)
+            cur.execute(UPDATE, [*p[2:9], sub.table, sub.name])
+            cur.execute(
+                f"SELECT COUNT(*) FROM {REGISTRY} WHERE table_name = %s AND name = %s",
+                [sub.table, sub.name],
+            )
+            if not cur.fetchone()[0]:
+                raise TableNotFound(f"subscription {sub.label} not found")
+
+    def drop_subscription(self: _Pools, table: str, name: str, state_table: str) -> None:
+        with self._errors(kind="subscription_drop"), self._auto_cursor() as cur:
+            if not SubscriptionSQL._has_registry(self, cur) or not cur.execute(
+                DELETE, [table, name]
+            ):
+                raise TableNotFound(f"subscription {table}/{name} not found")
+            cur.execute(f"DROP TABLE IF EXISTS {quote(state_table)}")
+
+    def set_subscription_state(
+        self: _Pools, sub: Subscription, state: SubscriptionState, now_ns: int
+    ) -> None:
+        with self._errors(kind="subscription_state"), self._auto_cursor() as cur:
+            cur.execute(SET_STATE, [state.value, now_ns, sub.table, sub.name])
+
+    def touch_subscriptions(self: _Pools, subs: Sequence[Subscription], now_ns: int) -> None:
+        """Note that these subscriptions have subscribers now (their expiry starts again)."""
+        if not subs:
+            return
+        pairs = ", ".join(["(%s, %s)"] * len(subs))
+        params: list[Any] = [now_ns]
+        for sub in subs:
+            params += [sub.table, sub.name]
+        with self._errors(kind="subscription_touch"), self._auto_cursor() as cur:
+            cur.execute(TOUCH.format(pairs=pairs), params)
+
+    def subscription_lag(
+        self: _Pools, state_tables: Mapping[str, str], cap: int
+    ) -> dict[str, tuple[int, int | None]]:
+        """For each state table (mapped to its message table): its unsettled messages still
+        in the message table (up to ``cap``) and the oldest one's time_created (None: none)."""
+        out: dict[str, tuple[int, int | None]] = {}
+        with self._errors(kind="subscription_lag"), self._auto_cursor() as cur:
+            for name, source in state_tables.items():
+                try:
+                    cur.execute(lag_sql(name, source, cap))
+                except Exception as exc:
+                    if error_code(exc) == 1146:
+                        continue
+                    raise
+                n, oldest = cur.fetchone()
+                out[name] = (int(n), None if oldest is None else int(oldest))
+        return out
+
+    def delete_orphans(
+        self: _Pools, state_table: str, source: str, after: Hashable | None, limit: int
+    ) -> tuple[int, Hashable | None]:
+        """One bounded step of the clean-up of a state table: of its next ``limit``
+        unsettled rows after id ``after`` (None: from the start), delete those whose message
+        row is gone (purged while the subscription did not hold the table). Returns how many
+        it deleted and where the next step starts (None: the pass reached the end)."""
+        with self._errors(kind="subscription_orphans"), self._auto_cursor() as cur:
+            try:
+                scan = orphan_scan_sql(state_table, source, after is not None)
+                cur.execute(scan, [limit] if after is None else [after, limit])
+                rows = cur.fetchall()
+                orphans = [r[0] for r in rows if r[1]]
+                deleted = 0
+                if orphans:
+                    in_ids, params = in_list(orphans)
+                    sql = orphans_delete_sql(state_table, source).format(ids=in_ids)
+                    deleted = int(cur.execute(sql, params))
+            except Exception as exc:
+                if error_code(exc) == 1146:  # dropped meanwhile
+                    return 0, None
+                raise
+        return deleted, (rows[-1][0] if len(rows) == limit else None)
+
+    def pending_fanout(self: _Pools, table: str, cap: int) -> int:
+        with self._errors(table, kind="fanout_pending"), self._auto_cursor() as cur:
+            cur.execute(pending_sql(table, cap))
+            return int(cur.fetchone()[0])
+
+    def fanout(
+        self: _Pools,
+        table: TableConfig,
+        loaded: Mapping[str, LoadedSubscription],
+        now_ns: int,
+        limit: int,
+    ) -> tuple[dict[str, int], set[str]]:
+        """Hand up to ``limit`` unseen rows to the table's active subscriptions, in one
+        transaction. Returns how many rows each subscription got (key "": rows handed over),
+        and the active subscriptions the database has that ``loaded`` lacks (then nothing was
+        handed over: load them first)."""
+        statements = FanoutStatements(table)
+        got: dict[str, int] = {}
+        names = sorted(loaded)
+        filters = [loaded[n].filter for n in names]
+        # the column of each filtered subscription's verdict in a picked row
+        verdict: dict[str, int] = {}
+        for n in names:
+            if loaded[n].filter is not None:
+                verdict[n] = statements.verdicts_at + len(verdict)
+        # no table for _errors: a missing table here is a state table dropped meanwhile
+        with self._errors(kind="fanout"), self._tx_connection() as conn:
+            with conn.cursor() as cur:
+                cur.execute(*statements.pick(filters, limit))
+                picked = list(cur.fetchall())
+                if picked and table.ordered and any(r[4] is not None for r in picked):
+                    cur.execute(*statements.skipped_sql(picked))
+                    skipped = list(cur.fetchall())
+                    if skipped:
+                        picked = statements.in_key_order(picked, skipped)
+                if not picked:
+                    conn.rollback()
+                    return {"": 0}, set()
+                ids = [r[0] for r in picked]
+                cur.execute(SELECT_TABLE, [table.name])
+                active = [
+                    server_text(n)
+                    for n, st in cur.fetchall()
+                    if server_text(st) == SubscriptionState.ACTIVE.value
+                ]
+                unknown = {n for n in active if n not in loaded}
+                if unknown:
+                    conn.rollback()
+                    return {"": 0}, unknown
+                for name in active:
+                    col = verdict.get(name)
+                    rows = [r[: statements.width] for r in picked if col is None or r[col]]
+                    if not rows:
+                        continue
+                    sql, params = statements.insert(loaded[name].sub.state_table, rows, now_ns)
+                    got[name] = max(0, cur.execute(sql, params))
+                sql, params = statements.mark_sql(ids, now_ns)
+                cur.execute(sql, params)
+            conn.commit()
+        got[""] = len(ids)
+        return got, set()

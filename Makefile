@@ -119,7 +119,7 @@ install: $(INSTALL_STAMP)
 # client library: `mysql-client-dev` installs that (apt-get, as root) when it is missing, and
 # without it the server stays on PyMySQL.
 $(INSTALL_STAMP): $(VENV_STAMP) pyproject.toml
-	$(PIP) install -e .
+	$(PIP) install -e '.[server]'
 	@$(MAKE) --no-print-directory mysql-client-dev || true
 	@$(PIP) install -e '.[fast]' || \
 		echo "msgtable: mysqlclient did not build; the server uses PyMySQL (slower)" >&2
@@ -208,6 +208,7 @@ define lint-commands
 $(RUFF) check msgtable tests $(wildcard bench)
 $(RUFF) format --check msgtable tests $(wildcard bench)
 $(VENV)/bin/mypy
+$(VENV)/bin/lint-imports --no-cache
 endef
 
 # pytest's exit code 5 means it collected no tests: not a failure of the build.

@@ -27,6 +27,11 @@ SUBSCRIBER_BUFFER_BATCHES = 2
 DEFAULT_MAX_SUBSCRIBERS_PER_TABLE = 1_000
 DEFAULT_MAX_STREAMS_PER_CLIENT = 64
 
+# A server's lease period (msgtable serve --lease-period, msgtable.engine.lease), and the
+# grace a stopping server gives its streams (msgtable.server.servicer).
+DEFAULT_LEASE_PERIOD_S = 5.0
+DEFAULT_GRACE_S = 5.0
+
 # How long a stopping server waits for the database's part of its way out (the postpones of
 # what it sent, the lease given back): past that it ends anyway and says what it left.
 SHUTDOWN_DATABASE_S = 10.0

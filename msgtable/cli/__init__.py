@@ -24,6 +24,7 @@ commands.py (the others), output.py (what they print), logs.py (how they log).
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from typing import TextIO
 
 import grpc
 
-from msgtable.cli import commands, gateway, logs, serve
+from msgtable.cli import commands, logs
 from msgtable.cli.flags import build_parser
 from msgtable.client import error_from_rpc
 from msgtable.errors import MsgtableError, ServerUnreachable
@@ -41,9 +42,37 @@ log = logging.getLogger("msgtable.cli")
 EXIT_ERROR = 1
 EXIT_INTERRUPTED = 130
 
+# The third-party packages of the server side (the server extra: pip install 'msgtable[server]');
+# a client-only install runs the commands that only call a server.
+SERVER_PACKAGES = frozenset(
+    {"sqlalchemy", "pymysql", "pymysqlreplication", "cryptography", "urllib3", "werkzeug"}
+    | {"cheroot", "prometheus_client", "grpc_health", "grpc_reflection", "MySQLdb"}
+)
+
+
+def _server_side(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A command that runs a server (serve, gateway): its module is imported when it runs, so
+    that the client's commands need none of the server's packages."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            command = getattr(importlib.import_module(f"msgtable.cli.{module}"), name)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] not in SERVER_PACKAGES:
+                raise
+            raise MsgtableError(
+                f"msgtable {args.command} runs a server, and this install has the client only "
+                f"(no module {exc.name!r}): pip install 'msgtable[server]'"
+            ) from None
+        result: int = command(args)
+        return result
+
+    return run
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "serve": serve.serve,
-    "gateway": gateway.gateway,
+    "serve": _server_side("serve", "serve"),
+    "gateway": _server_side("gateway", "gateway"),
     "tables": commands.tables,
     "tail": commands.tail,
     "subscription create": commands.subscription_create,

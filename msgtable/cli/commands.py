@@ -10,8 +10,6 @@ import sys
 import time
 from typing import Any, TextIO
 
-from tqdm import tqdm
-
 from msgtable.cli.output import (
     format_dead,
     format_endpoints,
@@ -249,6 +247,8 @@ def redrive(args: argparse.Namespace, out: TextIO | None = None) -> int:
         _, total = client.dead_letters(args.name, limit=1, keyspace=args.keyspace, subscription=sub)
         goal = min(x for x in (total, args.limit, len(ids) if ids else None) if x is not None)
         started = time.monotonic()
+        from tqdm import tqdm  # the progress bar: only redrive needs it
+
         bar = tqdm(
             total=goal,
             unit="msg",

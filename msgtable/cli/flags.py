@@ -14,16 +14,16 @@ from typing import Any
 from msgtable import __version__
 from msgtable.core.subscriptions import parse_columns
 from msgtable.core.tables import DEFAULT_DISCOVERY_INTERVAL_S
-from msgtable.engine.lease import DEFAULT_LEASE_PERIOD_S
 from msgtable.limits import (
     DEFAULT_ADDRESS,
     DEFAULT_GATEWAY_TIMEOUT_S,
+    DEFAULT_GRACE_S,
+    DEFAULT_LEASE_PERIOD_S,
     DEFAULT_MAX_STREAMS_PER_CLIENT,
     DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
     DEFAULT_REDRIVE_BATCH,
     MAX_REDRIVE_BATCH,
 )
-from msgtable.server.servicer import DEFAULT_GRACE_S
 
 
 # -- value types ---------------------------------------------------------------------------

@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from msgtable.core import sqltypes as mysql
 from msgtable.core.deadletters import DeadLetter
 from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.tables import Column
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
-from msgtable.store import mysql
 
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1

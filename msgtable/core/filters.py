@@ -73,9 +73,7 @@ import lark
 from lark import Token, Tree
 
 from msgtable.core.sql import placeholders, quote
-from msgtable.core.tables import Column
-from msgtable.errors import InvalidArgument
-from msgtable.store.mysql import (
+from msgtable.core.sqltypes import (
     BINARY_TYPES,
     CHOICE_TYPES,
     DATE,
@@ -88,6 +86,8 @@ from msgtable.store.mysql import (
     TIMESTAMP,
     YEAR,
 )
+from msgtable.core.tables import Column
+from msgtable.errors import InvalidArgument
 
 MAX_FILTER_CHARS = 4000
 MAX_IN_ITEMS = 1000

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from msgtable.core.events import EVENT_COLUMNS, ROW_KEY_MAX, Capture, parse_kinds, parse_patterns
+from msgtable.core.sqltypes import BINARY_TYPES, INTEGER_TYPES
 from msgtable.errors import TableLoadError
-from msgtable.store.mysql import BINARY_TYPES, INTEGER_TYPES
 
 COMMENT_MARKER = "vitess_message"
 

@@ -30,7 +30,6 @@ from msgtable.store.mysql import open_connection, pymysql_args
 LEASE_TABLE = "msgtable_lease"
 # A renewal that comes back after its validity is logged the first time and every this many
 LATE_LOG_EVERY = 100
-DEFAULT_LEASE_PERIOD_S = 5.0
 MIN_LEASE_PERIOD_S = 0.3
 LEASE_DDL = f"""CREATE TABLE IF NOT EXISTS {LEASE_TABLE} (
   name VARCHAR(64) NOT NULL,

@@ -53,7 +53,6 @@ from typing import Any
 from msgtable.core.latency import Timed, untimed
 from msgtable.core.retry import Backoff, Outage, Retry
 from msgtable.engine.lease import (
-    DEFAULT_LEASE_PERIOD_S,
     LATE_LOG_EVERY,
     LEASE_NAME,
     LEASE_TABLE,
@@ -63,6 +62,7 @@ from msgtable.engine.lease import (
     session_wait_timeout_s,
 )
 from msgtable.errors import MsgtableError, Unavailable
+from msgtable.limits import DEFAULT_LEASE_PERIOD_S
 from msgtable.store.mysql import ACCESS_DENIED, database_error, error_code, sorted_error
 
 log = logging.getLogger(__name__)

@@ -50,6 +50,7 @@ from msgtable.features.push.endpoints import Endpoint
 from msgtable.limits import (
     DEFAULT_ADDRESS,
     DEFAULT_DEAD_LISTED,
+    DEFAULT_GRACE_S,
     DEFAULT_MAX_STREAMS_PER_CLIENT,
     DEFAULT_MAX_SUBSCRIBERS_PER_TABLE,
     DEFAULT_REDRIVE_BATCH,
@@ -65,7 +66,6 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = pb.DESCRIPTOR.services_by_name["Messaging"].full_name
 DEFAULT_MAX_WORKERS = 256
-DEFAULT_GRACE_S = 5.0
 STREAM_POLL_S = 1.0  # how often an idle stream checks that its client is still there
 # The server pings each client connection this often when nothing else came from it, and
 # drops the connection (its streams end, its subscribers leave) when a ping is not answered

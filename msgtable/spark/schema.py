@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
+from msgtable.core.sqltypes import BINARY_TYPES, BIT, DATE, DATETIME, INTEGER_TYPES, TIMESTAMP, YEAR
 from msgtable.core.tables import Column
-from msgtable.store.mysql import BINARY_TYPES, BIT, DATE, DATETIME, INTEGER_TYPES, TIMESTAMP, YEAR
 
 _DECIMAL = re.compile(r"decimal\((\d+)(?:,(\d+))?\)")
 # Spark has no unsigned integers: an unsigned INT or BIGINT takes the next wider type (signed,

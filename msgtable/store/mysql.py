@@ -15,6 +15,24 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from msgtable.core.sqltypes import (  # noqa: F401  (re-exported: the store's users)
+    BINARY_TYPES,
+    BIT,
+    CHOICE_TYPES,
+    DATE,
+    DATETIME,
+    DECIMAL_TYPES,
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    JSON,
+    MARIADB_TEXT_TYPES,
+    SPATIAL_TYPES,
+    TEXT_TYPES,
+    TIME,
+    TIMESTAMP,
+    VECTOR,
+    YEAR,
+)
 from msgtable.errors import (
     DatabaseUnavailable,
     InvalidArgument,
@@ -257,32 +275,6 @@ def address(url: sa.URL) -> str:
 def server_text(value: object) -> str:
     """A server's text, which some drivers hand back as bytes."""
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-# -- column kinds (information_schema's DATA_TYPE, lower case) -------------------------------
-INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "integer", "bigint"})
-FLOAT_TYPES = frozenset({"float", "double", "real", "double precision"})
-DECIMAL_TYPES = frozenset({"decimal", "numeric", "dec", "fixed"})
-TEXT_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
-CHOICE_TYPES = frozenset({"enum", "set"})  # text values from a list
-MARIADB_TEXT_TYPES = frozenset({"uuid", "inet4", "inet6"})  # MariaDB types read as text
-BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
-SPATIAL_TYPES = frozenset(
-    {
-        "geometry",
-        "point",
-        "linestring",
-        "polygon",
-        "multipoint",
-        "multilinestring",
-        "multipolygon",
-        "geometrycollection",
-        "geomcollection",
-    }
-)
-# BIT and YEAR read as integers in PyMySQL only for YEAR; BIT comes back as bytes.
-BIT, YEAR, JSON, VECTOR = "bit", "year", "json", "vector"
-DATETIME, TIMESTAMP, DATE, TIME = "datetime", "timestamp", "date", "time"
 
 
 @dataclass(frozen=True)

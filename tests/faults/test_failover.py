@@ -21,7 +21,7 @@ import pytest
 
 from msgtable.client import Client, Message
 from msgtable.core.tables import DEMO_COMMENT, current_layout_ddl
-from msgtable.engine.lease import DEFAULT_LEASE_PERIOD_S
+from msgtable.limits import DEFAULT_LEASE_PERIOD_S
 
 from ..acceptance.helpers import Cli
 from ..waiting import wait_until

@@ -15,8 +15,7 @@ import sqlalchemy as sa
 
 from msgtable.client import Client
 from msgtable.core.tables import DEMO_COMMENT, current_layout_ddl
-from msgtable.limits import SHUTDOWN_DATABASE_S
-from msgtable.server.servicer import DEFAULT_GRACE_S
+from msgtable.limits import DEFAULT_GRACE_S, SHUTDOWN_DATABASE_S
 
 from ..acceptance.helpers import Cli
 from ..netfault import FaultProxy

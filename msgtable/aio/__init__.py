@@ -10,6 +10,11 @@ What the sync client (msgtable.client) offers, as coroutines, with the same argu
 same retries and leader following (the shared msgtable.client.router.Route), the same
 requests (msgtable.client.requests) and the same errors (msgtable.client.codes maps status
 codes to msgtable.errors for both).
+
+Modules:
+    client      The asyncio Client
+    router      Where the asyncio client's calls go
+    subscriber  An asyncio subscriber
 """
 
 from __future__ import annotations

@@ -19,6 +19,14 @@ Flags fall back to MSGTABLE_* environment variables (flags.py declares them). Er
 message on stderr and a non-zero exit status, never a traceback (``--verbose`` logs the
 traceback). The package: flags.py (the commands and flags, as data), serve.py (serve),
 commands.py (the others), output.py (what they print), logs.py (how they log).
+
+Modules:
+    commands  The client-side commands
+    flags     The ``msgtable`` command's commands and flags, declared as data
+    gateway   ``msgtable gateway``
+    logs      What the ``msgtable`` command logs, and how it looks
+    output    What the ``msgtable`` command prints
+    serve     ``msgtable serve``
 """
 
 from __future__ import annotations

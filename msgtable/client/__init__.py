@@ -25,6 +25,18 @@ The package: client.py (Client), subscriber.py (Subscriber: messages and acks), 
 (Message), router.py (channels, the leader, retries), credentials.py (TLS, tokens), codes.py
 (status codes back to errors), requests.py (the requests, built once for both clients).
 The asyncio client (msgtable.aio) shares router.Route, requests, codes and leaser.Leases.
+
+Modules:
+    acks         Acks sent without waiting
+    client       The Client
+    codes        Status codes back to msgtable's errors
+    credentials  What a client's channels carry to prove who it is
+    leaser       Automatic renewal of the messages a subscriber holds
+    message      One message a subscriber received
+    requests     The requests both clients send, built in one place
+    router       Where a client's calls go
+    stream       A subscriber's MessageStream, opened again by itself when it breaks for a
+    subscriber   A subscriber as the client holds it
 """
 
 from __future__ import annotations

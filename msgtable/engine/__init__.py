@@ -1,1 +1,21 @@
-"""engine."""
+"""The engine wing, Vitess's messager: the engine (every table of one database), the manager
+(one table; its docstring holds the state machines), the cache, the loops that poll, send,
+postpone and purge, the binlog follower, and the placement of tables on servers.
+
+Modules:
+    acks        Group commit for acks
+    binlog      Following the database's row-based binary log
+    binlogrows  How many rows a binlog WRITE_ROWS event holds, from its raw bytes
+    cache       The bounded per-table cache
+    due         The rows of one table that are due, or fall due before the next poll
+    engine      All message tables of one database
+    inflight    What one table's server has sent and not seen settled
+    lease       A lease's rules, shared by every server of one database
+    manager     One message table
+    ordered     Ordering per key
+    placement   Which server sends which table
+    postpone    The postpone of a sent message
+    purger      The purger of one table
+    routes      Which due rows each filtered stream of a table may take
+    subscriber  A subscriber
+"""

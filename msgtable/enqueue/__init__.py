@@ -16,6 +16,9 @@ left out when it has not; ``traceparent=msgtable.core.tracing.CURRENT`` takes th
 context (and its tracestate, into a ``tracestate`` column if the table has one). With a tracer
 provider configured, each call is a PRODUCER span "send TABLE" (msgtable.core.tracing), whose
 context is the one CURRENT stores.
+
+Modules:
+    sharded  Enqueueing into a keyspace of shards
 """
 
 from __future__ import annotations

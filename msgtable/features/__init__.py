@@ -1,1 +1,8 @@
-"""features."""
+"""The features a table may use, each a package: subscriptions (named consumer groups),
+capture (table events), push (HTTP endpoints).
+
+Modules:
+    capture/        Table events: source tables' row changes written into capture tables
+    push/           Push to HTTP endpoints
+    subscriptions/  Subscriptions: named consumer groups of a message table
+"""

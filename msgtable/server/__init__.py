@@ -1,1 +1,10 @@
-"""server."""
+"""The server wing: the gRPC servicer (thin: it translates), its authentication, what it takes
+off the wire, and the web server the dashboard and /metrics share.
+
+Modules:
+    auth       Who may do what
+    listen     Whether this machine can listen on a gRPC server's address
+    servicer   The gRPC server
+    webserver  A WSGI app on ``HOST:PORT``
+    wire       What the server takes off the wire before its servicer sees a request
+"""

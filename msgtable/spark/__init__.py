@@ -5,6 +5,22 @@ An optional extra (``pip install 'msgtable[spark]'``); the server never imports 
 ``register(spark)`` makes ``format("msgtable")`` known to a session; ``session()`` builds
 one (local[*] by default, any cluster by ``master``, Spark Connect by SPARK_REMOTE) with the
 MariaDB JDBC driver and the data source registered.
+
+Modules:
+    archive      ``msgtable archive NAME --to PATH``
+    commands     The pipeline's commands, ``msgtable archive`` and ``msgtable report``
+    database     How the Spark driver and its executors reach the database
+    errors       What a failure of the Spark pipeline means, in one line
+    jdbc         The fast paths
+    options      The ``format("msgtable")`` data source's options
+    report       ``msgtable report NAME``
+    report_dead  The dead letters of a ``msgtable report``
+    report_html  The HTML page of a msgtable report (msgtable.spark.report)
+    schema       A message table's columns as Spark types
+    session      A Spark session for msgtable's jobs
+    source       The ``msgtable`` Spark data source (PySpark 4's Python Data Source API)
+    stream       ``spark.readStream.format("msgtable")``
+    subview      The pipeline's SQL of a subscription's view of its message table
 """
 
 from __future__ import annotations

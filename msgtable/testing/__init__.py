@@ -2,7 +2,15 @@
 (:class:`InMemoryStore`), and handles on MySQL-family servers to test against
 (:class:`ServerHandle`: a throwaway local one is msgtable.testing.devdb.LocalServer, one run by
 someone
-else :class:`ExternalServer`)."""
+else :class:`ExternalServer`).
+
+Modules:
+    devdb     A throwaway local MySQL-family server
+    memory    An in-memory Store with MySQL's semantics, for unit tests
+    mysqld    Finding and preparing a MySQL-family server binary
+    servers   MySQL-family servers to test against
+    watchdog  The throwaway server's watchdog
+"""
 
 from __future__ import annotations
 

@@ -1,1 +1,5 @@
-"""features/capture."""
+"""Table events: the binlog's row events of source tables written into capture tables.
+
+Modules:
+    follower  The capture follower
+"""

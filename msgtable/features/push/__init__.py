@@ -5,4 +5,13 @@ The pieces, one idea each: ``endpoints`` (the definitions in the database and th
 CloudEvents batch and its Standard Webhooks signature), ``outcome`` (what an answer means for
 the batch), ``pusher`` (one endpoint's loop: take a batch, POST, settle), ``pushers`` (the
 engine's side: one pusher per endpoint while this server holds the lease).
+
+Modules:
+    allow      The push allow-list
+    body       What a push POSTs
+    endpoints  Every SQL statement of push endpoints
+    outcome    What an endpoint's answer means for the batch it was sent
+    pusher     One endpoint's pusher
+    pushers    The engine's side of push endpoints
+    transport  One endpoint's HTTP connections
 """

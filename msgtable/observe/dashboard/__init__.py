@@ -1,5 +1,11 @@
 """The live dashboard (``msgtable serve --http HOST:PORT``): a web page of every table and
-subscription, its JSON API, and the rate history behind its plots."""
+subscription, its JSON API, and the rate history behind its plots.
+
+Modules:
+    api      The dashboard's JSON API, without HTTP
+    history  The dashboard's rate history
+    web      The dashboard over HTTP
+"""
 
 from __future__ import annotations
 

@@ -81,8 +81,8 @@ def stalls(
     """The stalls (see the module docstring). ``keys``: each stream filter's test of an id
     (one of the group's); ``blackouts``: (began, over) of each server's, database's or
     network's fault; ``stranded_limit``: 0 for none."""
-    if not inserted_at or not keys:
-        return []
+    if not inserted_at or not keys or not readiness:
+        return []  # (a suite whose subscribers do not say when they are ready: not judged)
     limit_s = ack_wait_s + SLACK_S
     faults = sorted(blackouts)
     # each id's class: the keys that pass it

@@ -10,8 +10,12 @@ From the producer's commits and the deliveries the judge finds, for each key, th
 in which
 
 - a subscriber with that key was ready,
-- a message of the group that the key passes was committed and not delivered yet,
-- no message the key passes was delivered to the group (to any of its subscribers),
+- a message of the group that the key passes was committed and not sent yet (one whose
+  first delivery seen said attempt 1: a send the faults kept from every subscriber leaves a
+  message in flight, not waiting),
+- no message the key passes was delivered to the group (to any of its subscribers), while
+  the group delivered others (a pause of the whole group is no filter's: a takeover when a
+  lease renewal came late on a busy machine, say; the stall checks judge those),
 - no fault of a server, the database or the network was under way, nor over less than
   SETTLE_S ago or without a message the key passes delivered since (its recovery: a
   takeover, its hold, the database answering the servers again, the streams' reconnects; at
@@ -85,12 +89,17 @@ def stalls(
         return []  # (a suite whose subscribers do not say when they are ready: not judged)
     limit_s = ack_wait_s + SLACK_S
     faults = sorted(blackouts)
-    # each id's class: the keys that pass it
+    # each id's class: the keys that pass it (of the ids whose first send was seen)
     classes: dict[frozenset[str], list[int]] = {}
     for i in inserted_at:
+        ds = deliveries.get(i)
+        if not ds or ds[0][2] > 1:
+            continue
         cls = frozenset(k for k, passes in keys.items() if k == "" or passes(i))
         classes.setdefault(cls, []).append(i)
     # per class: commit times, first delivery times (pending = committed - delivered)
+    if not classes:
+        return []
     committed = {c: sorted(inserted_at[i] for i in ids) for c, ids in classes.items()}
     first = {
         c: sorted(deliveries[i][0][0] for i in ids if deliveries.get(i))
@@ -110,6 +119,7 @@ def stalls(
     ready: dict[str, str] = {}  # sub -> key, of those ready now
     events = sorted(readiness, key=lambda r: r.at)
     e = 0
+    group = sorted(t for ds in deliveries.values() for t, _, _ in ds)
     t = min(inserted_at.values())
     while t <= end:
         while e < len(events) and events[e].at <= t:
@@ -148,9 +158,15 @@ def stalls(
         t += STEP_S
     return [
         dataclasses.replace(
-            s, waiting=_waiting(classes, s.key, s.began + s.lasted_s, inserted_at, deliveries)
+            s,
+            waiting=_waiting(
+                classes, s.key, s.began + s.lasted_s - STEP_S, inserted_at, deliveries
+            ),
         )
         for s in out
+        # the group delivered others while it waited: not a pause of the whole group
+        if bisect.bisect_left(group, s.began + s.lasted_s - limit_s)
+        > bisect.bisect_right(group, s.began)
     ]
 
 

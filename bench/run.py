@@ -436,7 +436,8 @@ def run_engine(
             report.backlog = scale.backlog(
                 server, dsn, b, k, args.poller_interval, postpone_after_s=postpone, sizes=p.backlog
             )
-            progress(f"backlog: 1M vs 10k {report.backlog.ratio:.2f}")
+            s = p.backlog
+            progress(f"backlog: {s.large:,} vs {s.small:,} rows {report.backlog.ratio:.2f}")
         if "purge" in only:
             report.purge = scale.purge(
                 server,

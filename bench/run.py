@@ -10,7 +10,9 @@ keys' wait beside a hot key: bench.ordering; scaled down to 50,000 messages over
 Full mode (``make bench-full``, minutes) runs batch sizes 10 / 100 / 500 with 1 / 4 / 16
 subscribers, a 10k vs 1M backlog, a 1M-row purge during delivery, EXPLAIN of the poll at 1M,
 messages dying of vt_max_attempts (expiry), and ordering at the issue's size (1M messages
-over 10,000 keys).
+over 10,000 keys). Smoke mode (``--smoke``, ``make bench-smoke``) runs every section, the
+full-only ones too, at bench.smoke's sizes, seconds each: whether each still runs (``make
+test`` runs each so); its figures mean nothing.
 
 The database is ``MSGTABLE_TEST_DSN`` when set (an account that may create databases), else
 a throwaway local mariadbd/mysqld, as for the tests. Each benchmark gets a database of its own
@@ -436,7 +438,8 @@ def run_engine(
             report.backlog = scale.backlog(
                 server, dsn, b, k, args.poller_interval, postpone_after_s=postpone, sizes=p.backlog
             )
-            progress(f"backlog: 1M vs 10k {report.backlog.ratio:.2f}")
+            s = p.backlog
+            progress(f"backlog: {s.large:,} vs {s.small:,} rows {report.backlog.ratio:.2f}")
         if "purge" in only:
             report.purge = scale.purge(
                 server,

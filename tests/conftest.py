@@ -4,17 +4,23 @@ The server (`mysql_server`, one per session) comes from, in order:
 1. `MSGTABLE_TEST_DSN`: a SQLAlchemy URL of a running server whose account may create
    databases (its database part is ignored);
 2. a testcontainers MySQL 8 container, when a Docker engine answers;
-3. a throwaway local mariadbd/mysqld (msgtable.testing.devdb.LocalServer) in a temporary directory.
+3. a throwaway local mariadbd/mysqld (msgtable.testing.devdb.LocalServer) in a temporary directory:
+   `MSGTABLE_MYSQLD` names the binary (`make test` runs the integration and acceptance layers
+   twice: on MariaDB 10.11, then with the MySQL 9.7 that .ci/mysql-install unpacks).
 With none of them the tests that need a server fail with a message saying how to get one: a
 missing server is a broken setup, not a reason to skip (`make test` installs one).
 
 Tests under tests/integration are marked `integration`, under tests/acceptance `acceptance`,
-so `-m "not integration"` runs only what needs no server.
+so `-m "not integration"` runs only what needs no server. Each test of those two layers carries
+the server's flavour and series in its id (`test_x[mysql-9.7]`, `test_y[case-mariadb-10.11]`),
+so every failure names the server it failed on; the `flavour` fixture ("mariadb" or "mysql")
+is for the tests that assert one server's own behaviour.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import os
@@ -30,7 +36,7 @@ from sqlalchemy.engine import Connection, CursorResult, Engine
 from msgtable.errors import MsgtableError
 from msgtable.testing import ExternalServer, ServerHandle
 from msgtable.testing.devdb import LocalServer, free_port
-from msgtable.testing.mysqld import INSTALL_HINT, find_server_binary
+from msgtable.testing.mysqld import INSTALL_HINT, find_server_binary, parse_version, server_version
 
 # The tests press Ctrl-C (SIGINT) on the commands they start, as a user at a terminal would.
 # A shell that runs the suite in the background (nohup, `&`, some CI runners) makes SIGINT
@@ -55,28 +61,119 @@ LAYER_MARKERS = {
     "faults": pytest.mark.faults,
 }
 
+# The layers whose tests run on the session's server, and whose ids say which it is.
+SERVER_LAYERS = ("integration", "acceptance")
+
 _database_numbers = itertools.count(1)
+
+
+def _layer(path: Path) -> str | None:
+    try:
+        return path.relative_to(TESTS_DIR).parts[0]
+    except ValueError:
+        return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with the layer (directory under tests/) it lives in."""
     for item in items:
-        try:
-            layer = item.path.relative_to(TESTS_DIR).parts[0]
-        except ValueError:
-            continue
-        marker = LAYER_MARKERS.get(layer)
+        marker = LAYER_MARKERS.get(_layer(item.path) or "")
         if marker is not None:
             item.add_marker(marker)
 
 
+class ServerUnderTest:
+    """Which server the session's tests run on: `label` ("mariadb-10.11", "mysql-9.7"),
+    `flavour` and a line saying where it comes from. Found without starting it."""
+
+    def __init__(self) -> None:
+        self.label = "unknown-server"
+        self.flavour = ""
+        dsn = os.environ.get(DSN_ENV)
+        if dsn:
+            self.where = f"{DSN_ENV}"
+            self._read_version(_dsn_version(dsn))
+        elif _docker_engine_answers():
+            self.where = "a Docker MySQL 8 container (testcontainers), else a local server"
+            self._read_version(f"mysqld  Ver {MYSQL_IMAGE.split(':')[1]}.0")
+        else:
+            binary = find_server_binary()
+            self.where = f"local {binary}" if binary else "no local mariadbd/mysqld"
+            if binary is not None:
+                with contextlib.suppress(MsgtableError):
+                    self._read_version(server_version(binary).text)
+
+    def _read_version(self, text: str) -> None:
+        with contextlib.suppress(MsgtableError):
+            version = parse_version(text)
+            self.flavour = version.flavour
+            self.label = f"{version.flavour}-{version.version[0]}.{version.version[1]}"
+            self.where += f" ({'.'.join(map(str, version.version))})"
+
+
+def _dsn_version(dsn: str) -> str:
+    """`mysqld  Ver X.Y.Z[-MariaDB]` for the server behind a DSN, or "" when it does not
+    answer (the mysql_server fixture then says why)."""
+    engine = sqlalchemy.create_engine(dsn, poolclass=sqlalchemy.NullPool)
+    try:
+        with engine.connect() as conn:
+            return f"mysqld  Ver {conn.exec_driver_sql('SELECT VERSION()').scalar()}"
+    except sqlalchemy.exc.SQLAlchemyError:
+        return ""
+    finally:
+        engine.dispose()
+
+
+@functools.cache
+def server_under_test() -> ServerUnderTest:
+    """The session's ServerUnderTest (found once)."""
+    return ServerUnderTest()
+
+
 def pytest_report_header(config: pytest.Config) -> str:
-    """Say up front which server the integration tests will use."""
-    if os.environ.get(DSN_ENV):
-        return f"msgtable test server: {DSN_ENV}"
-    binary = find_server_binary()
-    local = f"local {binary}" if binary else "no local mariadbd/mysqld"
-    return f"msgtable test server: Docker MySQL 8 if an engine answers, else {local}"
+    """Say up front which server the integration and acceptance tests will use."""
+    server = server_under_test()
+    return f"msgtable test server: {server.label}, {server.where}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Name the server in the id of every test of the layers that run on it."""
+    if "server_label" in metafunc.fixturenames and _layer(metafunc.definition.path) in (
+        SERVER_LAYERS
+    ):
+        label = server_under_test().label
+        metafunc.parametrize("server_label", [label], ids=[label], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def server_label(request: pytest.FixtureRequest) -> str:
+    """The server the test runs on, as its id shows it ("" outside the server layers)."""
+    return str(getattr(request, "param", ""))
+
+
+@pytest.fixture
+def flavour() -> str:
+    """The flavour of the session's server, "mariadb" or "mysql", for a test that asserts
+    that server's own behaviour (a plan, a counter, an error number)."""
+    return server_under_test().flavour
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """One line per server layer: how many of its tests passed and failed, on which server."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            layer = report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else ""
+            if layer in SERVER_LAYERS:
+                per = counts.setdefault(layer, {})
+                per[outcome] = per.get(outcome, 0) + 1
+    if not counts:
+        return
+    label = server_under_test().label
+    for layer in SERVER_LAYERS:
+        if layer in counts:
+            figures = ", ".join(f"{n} {outcome}" for outcome, n in counts[layer].items())
+            terminalreporter.write_line(f"msgtable {layer} layer on {label}: {figures}")
 
 
 @pytest.fixture(scope="session")

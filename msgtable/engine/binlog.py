@@ -45,6 +45,8 @@ from msgtable.core.rows import RowChange
 from msgtable.core.sql import STATEMENT_MARK
 from msgtable.engine.binlogrows import Shape, count_rows, table_shape
 from msgtable.store.mysql import (
+    ANNOTATIONS_VARIABLE,
+    PARSE_MAX_BYTES,
     BinlogStatus,
     open_connection,
     replication_refused,
@@ -57,9 +59,6 @@ log = logging.getLogger(__name__)
 RETRY_MIN_S = 0.2
 RETRY_MAX_S = 5.0
 STMT_END_F = 0x1  # rows event flag: the last event of its statement
-# Without annotations: an UPDATE or DELETE event larger than this is taken for msgtable's
-# own merged acks and not parsed (the send's check covers what that misses).
-PARSE_MAX_BYTES = 8 * 1024
 
 
 class BinlogSink(Protocol):
@@ -101,6 +100,8 @@ def read_status(settings: dict[str, Any]) -> BinlogStatus:
                 if row:
                     file, position = server_text(row[0]), int(row[1])
             mariadb = "mariadb" in server_text(version).lower()
+            cur.execute(f"SELECT @@global.{ANNOTATIONS_VARIABLE[mariadb]}")
+            annotated = bool(int(cur.fetchone()[0]))
             gtid = ""
             if mariadb and file:
                 cur.execute("SELECT @@gtid_binlog_pos")
@@ -114,6 +115,7 @@ def read_status(settings: dict[str, Any]) -> BinlogStatus:
         position=position,
         mariadb=mariadb,
         gtid=gtid,
+        annotated=annotated,
     )
 
 
@@ -152,6 +154,7 @@ class BinlogFollower:
         self._table_ids: dict[bytes, tuple[str, str]] = {}  # binlog table id -> schema, name
         self.following = threading.Event()  # set while a stream is open
         self.disabled_because: str | None = None  # why the engine polls only
+        self.unannotated_because: str | None = None  # what it misses without annotations
         self.events = 0
         # Whether inserts by other clients are counted by the row (the metrics server turns
         # it on: msgtable_messages_enqueued_total): their events then go to the library,
@@ -220,6 +223,10 @@ class BinlogFollower:
                     if why is not None:
                         self._disable(why)
                         return
+                    unannotated = status.unannotated_because()
+                    if unannotated is not None and self.unannotated_because is None:
+                        self.unannotated_because = unannotated
+                        log.warning("binlog: %s", unannotated)
                     position, mariadb = (status.file, status.position), status.mariadb
                     self._gtids = gtid_state(status.gtid)
                     # a row committed after a table's first poll and before this position is

@@ -287,6 +287,9 @@ class BinlogStatus:
     position: int
     mariadb: bool
     gtid: str = ""  # MariaDB: @@gtid_binlog_pos, the GTID state the binlog is at now
+    # Whether the binlog shows each statement's text before its rows by default (MariaDB's
+    # binlog_annotate_row_events, on by default; MySQL's binlog_rows_query_log_events, off)
+    annotated: bool = True
 
     def unusable_because(self) -> str | None:
         if not self.enabled:
@@ -294,3 +297,27 @@ class BinlogStatus:
         if self.row_format.upper() != "ROW":
             return f"binlog_format is {self.row_format}, not ROW"
         return None
+
+    def unannotated_because(self) -> str | None:
+        """What the follower misses on a binlog without statement texts, and the fix."""
+        if self.annotated:
+            return None
+        variable = ANNOTATIONS_VARIABLE[self.mariadb]
+        fix = (
+            f"SET GLOBAL {variable} = ON, and in the server's configuration"
+            if self.mariadb
+            else f"SET PERSIST {variable} = ON"
+        )
+        return (
+            f"{variable} is OFF, so the binlog does not say which writes are msgtable's own:"
+            " acks by DML are not counted as acks, and another client's UPDATE or DELETE"
+            f" over {PARSE_MAX_BYTES // 1024} KB is seen only when its row is sent; {fix}"
+        )
+
+
+# The server variable that puts each statement's text before its rows in the binlog, by
+# whether the server is MariaDB.
+ANNOTATIONS_VARIABLE = {True: "binlog_annotate_row_events", False: "binlog_rows_query_log_events"}
+# Without annotations: an UPDATE or DELETE event larger than this is taken for msgtable's
+# own merged acks and not parsed (the send's check covers what that misses).
+PARSE_MAX_BYTES = 8 * 1024

@@ -282,6 +282,10 @@ def server_command(
         # column names in the binlog's table maps: table events need them
         # (msgtable.features.capture.follower)
         args.append("--binlog-row-metadata=FULL")
+        if version.flavour == "mysql":
+            # each statement's text before its rows, as MariaDB's binlog_annotate_row_events
+            # does by default: the binlog follower tells msgtable's own writes by it
+            args.append("--binlog-rows-query-log-events=ON")
     else:
         args.append("--skip-log-bin")  # MySQL 8 logs by default
     if version.flavour == "mysql":

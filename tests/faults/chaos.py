@@ -14,7 +14,9 @@ Message kinds (by id, spread evenly; the payload says which, as ``<kind><id>``):
 
 Each row also has a ``bucket`` (``bucket_of``: the id modulo BUCKETS), for a subscription's
 filter to choose a known subset by. A subscriber reads as the table's default group or as a
-subscription (``group``); every group handles every kind the same way, and has a checker.
+subscription (``group``), with a stream filter of its own or none (``stream_filter``); every
+group handles every kind the same way, and has a checker, told when each subscriber is ready
+(reading, with room) and when it stops (tests/faults/filtercheck.py).
 
 An ordered table's rows also have a key (``ORDER_KEY``, ``key_of``: runs of RUN consecutive
 ids share one of KEYS keys, so a key has a backlog of several messages at once). Its
@@ -271,8 +273,11 @@ class Subscriber(threading.Thread):
         group: str = "",
         dsn: str = "",
         tracer_provider: TracerProvider | None = None,
+        stream_filter: str = "",
     ) -> None:
         super().__init__(name=name, daemon=True)
+        # its stream's filter ("": none): of its group's messages, only those it passes
+        self.stream_filter = stream_filter
         self.dsn = dsn  # where a close's releases are read back ("": they are not)
         self.targets = targets
         self.table = table
@@ -308,7 +313,9 @@ class Subscriber(threading.Thread):
                 max_in_flight=400,
                 auto_renew=self.auto_renew,
                 subscription=self.group,
+                filter=self.stream_filter,
             )
+            self.checker.ready(self.name, self.stream_filter)  # reads, acks: has room
             while True:
                 if self.order == "close":  # a worker shutting down, between two messages
                     self._close_mid_batch()
@@ -329,6 +336,7 @@ class Subscriber(threading.Thread):
                     self._die("subscriber killed")
                     return
                 if order == "stall":  # stops reading: the stream backs up to its window
+                    self.checker.unready(self.name)
                     self.checker.dropped(ids, self.name, "subscriber stalled")
                     time.sleep(self.stall_s)
                     self._die("subscriber stalled")
@@ -340,6 +348,7 @@ class Subscriber(threading.Thread):
             if not self.stop_event.is_set():
                 self.error = exc
         finally:
+            self.checker.unready(self.name)
             self.done.set()
 
     def _record(self, batch: list[Message]) -> list[int]:
@@ -367,6 +376,7 @@ class Subscriber(threading.Thread):
         sub = self.sub
         assert sub is not None
         self.order = None
+        self.checker.unready(self.name)  # a worker stopping
         try:
             first = next(sub)  # the client pulls a whole batch and hands out one message
         except StopIteration:  # closed meanwhile (the run is ending)
@@ -461,6 +471,7 @@ class Subscriber(threading.Thread):
     def _die(self, why: str) -> None:
         """Stop like a killed process: no more calls of any kind."""
         self.died = True
+        self.checker.unready(self.name)
         self.checker.dropped(self.handler.stop(), self.name, why)
         if self.sub is not None and self.sub.leaser is not None:
             self.sub.leaser.close()

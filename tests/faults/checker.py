@@ -39,6 +39,10 @@ and its dead-letter table with its own SQL (:func:`read_tables`) and judges:
   answered 0 while a server or the database went down, its retry finding the first
   attempt's work done), or (none such) not empty;
 - duplicates are counted, each with the reason its first delivery was not acked in time.
+- every message a filter passes is delivered to the group within its ack wait once a
+  subscriber with that filter (a stream filter, or none) is ready: connected, with room
+  (tests/faults/filtercheck.py says when that is judged; subscribers say when they are ready
+  with :meth:`Checker.ready` and :meth:`Checker.unready`).
 
 One Checker judges one **group** of the table: its default group (the message table's own
 columns; dead letters move to the dead-letter table), or a subscription (its state table
@@ -90,6 +94,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 
 from ..ordering import Delivery, OrderLog, check_order
+from .filtercheck import Readiness, Stall, stalls
 
 WIRE_SLACK_S = 0.5  # a delivery this soon after an ack returned was on the wire already
 FAULT_WINDOW_S = 10.0  # faults this long before an id's first delivery may have eaten a send
@@ -268,8 +273,16 @@ class Checker:
         subscribed: bool = False,
         label: str = "",
         order_key: Callable[[int], Hashable] | None = None,
+        stream_filters: Mapping[str, Callable[[int], bool]] | None = None,
+        stranded_limit: int = 0,
     ) -> None:
         self.ack_wait_s = ack_wait_s
+        # its subscribers' stream filters, each a test of an id ("": none; tests/faults/
+        # filtercheck.py), and how many messages no ready one passes may fill the cache
+        self.stream_filters = dict(stream_filters or {"": lambda i: True})
+        self.stranded_limit = stranded_limit
+        self.readiness: list[Readiness] = []
+        self.inserted_at: dict[int, float] = {}  # id -> when the producer committed it
         self.max_attempts = max_attempts  # vt_max_attempts (0: none)
         self.group = group  # "": the table's default group; else the subscription's name
         self.selects = selects  # the group's filter, on the id (None: every message)
@@ -328,8 +341,11 @@ class Checker:
     def insert(self, ids: Sequence[int], poison: Iterable[int] = ()) -> None:
         """The producer committed ``ids``: those its filter selects are this group's."""
         mine = ids if self.selects is None else [i for i in ids if self.selects(i)]
+        now = time.monotonic()
         with self._lock:
-            self.commits.append((time.monotonic(), len(mine)))
+            self.commits.append((now, len(mine)))
+            for i in mine:
+                self.inserted_at.setdefault(i, now)
             self.inserted.update(mine)
             self.outside.update(set(ids) - set(mine))
             self.poison.update(set(poison) & set(mine))
@@ -343,6 +359,16 @@ class Checker:
                 self.deliveries[i].append((now, sub, attempt))
                 if server:
                     self.senders[(i, now)] = server
+
+    def ready(self, sub: str, stream_filter: str = "") -> None:
+        """``sub`` reads with ``stream_filter`` ("": none) and has room from now on."""
+        with self._lock:
+            self.readiness.append(Readiness(time.monotonic(), sub, stream_filter))
+
+    def unready(self, sub: str) -> None:
+        """``sub`` stopped reading (killed, stalled, closed, done)."""
+        with self._lock:
+            self.readiness.append(Readiness(time.monotonic(), sub, None))
 
     def dropped(self, ids: Sequence[int], sub: str, why: str) -> None:
         """The subscriber will not ack these (it is killed, stalled, or acks too late)."""
@@ -541,6 +567,22 @@ class Checker:
                 self._judge_deliveries(r, i, ds, died_at.get(i), acked_at.get(i))
             self._judge_late_settlements(r)
             self._judge_closes(r)
+            # (an ordered group's messages wait for their key: the order checker judges them)
+            r.filters = len(self.stream_filters) if self.order is None else 0
+            r.filter_stalls = (
+                []
+                if self.order is not None
+                else stalls(
+                    self.stream_filters,
+                    self.readiness,
+                    self.inserted_at,
+                    self.deliveries,
+                    [(e.began, e.at) for e in self.events if e.what in CALL_FAULTS],
+                    self.ack_wait_s,
+                    time.monotonic(),
+                    self.stranded_limit,
+                )
+            )
             if tables is not None:
                 self._judge_tables(r, tables, dead, died_at, purged)
                 if message_ids is not None:
@@ -963,6 +1005,9 @@ class Report:
     acks_in_doubt_purged: int = 0  # of those, acked by a call that failed: taken as committed
     unknown: list[int] = field(default_factory=list)
     outside_filter: list[int] = field(default_factory=list)  # delivered, or a state row
+    # messages a ready subscriber's filter passed, none delivered for longer than the ack
+    # wait (tests/faults/filtercheck.py)
+    filter_stalls: list[Stall] = field(default_factory=list)
     # (id, "unacked" / "dead" / "never handed over"): held by the group, gone from the table
     gone_while_held: list[tuple[int, str]] = field(default_factory=list)
     after_ack: list[tuple[int, str, float]] = field(default_factory=list)
@@ -1012,6 +1057,7 @@ class Report:
     longest_run: int = 0  # the most messages of one key in one batch
     keys_on_several_subscribers: int = 0
     longest_wire_ms: float = 0.0  # the longest time from a send to its receipt
+    filters: int = 0  # the stream filters judged (none: 1, the group's own)
 
     def violations(self) -> dict[str, list[object]]:
         """Every finding that fails the run, by what it means ({} when none)."""
@@ -1022,6 +1068,8 @@ class Report:
             ),
             "unknown ids": list(self.unknown),
             "outside its filter, delivered or given a state row": list(self.outside_filter),
+            "a filter's messages waited past the ack wait while a subscriber of that filter "
+            "was ready, none delivered": [str(s) for s in self.filter_stalls],
             "gone from the message table while held (id, state in the group)": list(
                 self.gone_while_held
             ),
@@ -1079,7 +1127,9 @@ class Report:
             f"{self.close_longest_s} s), "
             f"attempts counting back {len(self.attempts_back)}, dead letters' attempts "
             f"below what was seen after a fault {len(self.attempts_uncounted)}, outside the filter "
-            f"{len(self.outside_filter)}, gone while held {len(self.gone_while_held)}; "
+            f"{len(self.outside_filter)}, a filter's messages stalled "
+            f"{len(self.filter_stalls)} (filters {self.filters}), gone while held "
+            f"{len(self.gone_while_held)}; "
             "deliveries by attempt "
             f"{dict(sorted(self.attempts.items()))}" + self.order_summary()
         )

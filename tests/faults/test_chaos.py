@@ -25,6 +25,14 @@ starts: ``all`` (no filter: every message) and ``some`` (the matcher ``bucket=1|
 table's ``bucket`` column: half the messages, of every kind). Each has two subscribers of its
 own (one auto-renewing), handling each kind as the default group's do, and each subscriber
 fault hits one subscriber of every group at once; the server and database faults hit all.
+Some subscribers read with a stream filter: two of the default group's four, a pair
+``bucket = 0`` / ``NOT (bucket = 0)`` beside two without one, and both of ``some``'s, a pair
+``bucket = 1`` / ``NOT (bucket = 1)`` (a filtered subscription whose streams filter too:
+what one does not pass, only the other takes). Each group's checker also judges its filters
+(tests/faults/filtercheck.py): every message a filter passes is delivered to its group within
+its ack wait once a subscriber with that filter is connected and has room (outside the
+servers', the database's and the network's faults and their recovery, and unless as many
+messages as may fill the cache wait for a filter nobody ready has).
 Acked rows are purged after PURGE_AFTER_S, so rows leave the table during the run, once every
 group settled them.
 
@@ -158,6 +166,33 @@ SUBSCRIPTIONS: dict[str, tuple[str | None, Callable[[int], bool] | None, int]] =
         2,
     ),
 }
+# Stream filters (tests/faults/filtercheck.py): each group's subscribers by their place (the
+# last, auto-renewing, included; none past the tuple's end), a pair X / NOT (X) in the default
+# group beside two without a filter, and in the filtered subscription some only such a pair
+# (the subscriber faults hit its first, the kills take turns): what one stream's filter does
+# not pass, the other's does. The filters of the ordered table's groups are not judged.
+STREAM_FILTERS: dict[str, tuple[str, ...]] = {
+    "": ("", "bucket = 0", "NOT (bucket = 0)", ""),
+    "some": ("bucket = 1", "NOT (bucket = 1)"),
+}
+FILTER_TESTS: dict[str, Callable[[int], bool]] = {
+    "": lambda i: True,
+    "bucket = 0": lambda i: bucket_of(i) == 0,
+    "NOT (bucket = 0)": lambda i: bucket_of(i) != 0,
+    "bucket = 1": lambda i: bucket_of(i) == 1,
+    "NOT (bucket = 1)": lambda i: bucket_of(i) != 1,
+}
+CACHE_SIZE = 5000  # the tables' vt_cache_size
+# a filter's messages may wait while this many no ready subscriber's filter passes wait (they
+# may fill the cache, README Filters): its half, as a due message may be in it twice a pass
+STRANDED_LIMIT = CACHE_SIZE // 2
+
+
+def stream_filters(group: str) -> dict[str, Callable[[int], bool]]:
+    """The stream filters of ``group``'s subscribers, each as a test of an id."""
+    return {f: FILTER_TESTS[f] for f in STREAM_FILTERS.get(group, ("",))}
+
+
 # The ordered table's subscriptions, alike: each orders on its own (its state table carries
 # the key, with its own order index); its filter leaves gaps in each key's runs
 AUDIT_BUCKETS = (0, 1, 3)
@@ -179,6 +214,7 @@ class Group:
     checker: Checker
     size: int
     filter: str | None = None
+    stream_filters: tuple[str, ...] = ()  # its subscribers', by their place ("": none)
     table: str = TABLE
     dead_table: str = DEAD_TABLE
     total: int = TOTAL  # the messages its producer inserts
@@ -300,15 +336,32 @@ class Run:
         self.dsn = database.dsn("app")
         self.default = Group(
             "",
-            Checker(ACK_WAIT_S, MAX_ATTEMPTS, purges=True, subscribed=bool(SUBSCRIPTIONS)),
+            Checker(
+                ACK_WAIT_S,
+                MAX_ATTEMPTS,
+                purges=True,
+                subscribed=bool(SUBSCRIPTIONS),
+                stream_filters=stream_filters(""),
+                stranded_limit=STRANDED_LIMIT,
+            ),
             SUBSCRIBERS,
+            stream_filters=STREAM_FILTERS[""],
         )
         self.groups = [self.default] + [
             Group(
                 name,
-                Checker(ACK_WAIT_S, MAX_ATTEMPTS, group=name, selects=selects, purges=True),
+                Checker(
+                    ACK_WAIT_S,
+                    MAX_ATTEMPTS,
+                    group=name,
+                    selects=selects,
+                    purges=True,
+                    stream_filters=stream_filters(name),
+                    stranded_limit=STRANDED_LIMIT,
+                ),
                 size,
                 flt,
+                stream_filters=STREAM_FILTERS.get(name, ()),
             )
             for name, (flt, selects, size) in SUBSCRIPTIONS.items()
         ]
@@ -417,9 +470,14 @@ class Run:
 
     def start_subscribers(self) -> None:
         for g in self.groups:
-            g.subscribers = [self.subscriber(g, n == g.size - 1) for n in range(g.size)]
+            g.subscribers = [
+                self.subscriber(g, n == g.size - 1, (g.stream_filters or ("",) * g.size)[n])
+                for n in range(g.size)
+            ]
 
-    def subscriber(self, group: Group, auto_renew: bool = False) -> Subscriber:
+    def subscriber(
+        self, group: Group, auto_renew: bool = False, stream_filter: str = ""
+    ) -> Subscriber:
         name = f"{group.prefix}sub{next(self._names)}{'-auto' if auto_renew else ''}"
         # the chaos table's subscribers trace (its producer stores each message's context)
         ledger = SpanLedger(name) if group.table == TABLE else None
@@ -432,6 +490,7 @@ class Run:
             group.name,
             self.dsn,
             tracer_provider=ledger.provider if ledger is not None else None,
+            stream_filter=stream_filter,
         )
         if ledger is not None:
             self.ledgers.append((group, s, ledger))
@@ -454,7 +513,7 @@ class Run:
             for i, s in enumerate(g.subscribers):
                 if s.done.is_set():
                     g.retired.append(s)
-                    g.subscribers[i] = self.subscriber(g, s.auto_renew)
+                    g.subscribers[i] = self.subscriber(g, s.auto_renew, s.stream_filter)
 
     def everyone(self) -> list[Subscriber]:
         return [s for g in self.groups for s in g.everyone()]
@@ -832,7 +891,7 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         vt_max_backoff=2,
         vt_poller_interval=0.5,
         vt_batch_size=BATCH_SIZE,
-        vt_cache_size=5000,
+        vt_cache_size=CACHE_SIZE,
         vt_purge_after=3600,
     )
     dead_ddl = current_layout_ddl(DEAD_TABLE, comment(**fields))
@@ -1119,6 +1178,10 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     assert pending == {}, summary
     assert extra.counts_ok(push_report, capture_report) == [], summary
     assert extra.errors() == [], summary
+    for g in run.groups:  # each stream filter's subscribers were sent messages
+        by_sub = {s.name: s.stream_filter for s in g.everyone()}
+        got = {by_sub.get(sub) for ds in g.checker.deliveries.values() for _, sub, _ in ds}
+        assert set(g.stream_filters) <= got, f"{g.checker.label}: filters {got}\n{summary}"
     for g, r in zip(run.groups, reports.values(), strict=True):
         selects = g.checker.selects
         assert r.inserted == sum(1 for i in range(1, g.total + 1) if selects is None or selects(i))

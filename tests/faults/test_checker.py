@@ -9,7 +9,7 @@ from collections.abc import Hashable
 
 import sqlalchemy as sa
 
-from ..ordering import Delivery
+from ..ordering import Delivery, OrderLog
 from .checker import (
     DEAD_TIME_NEXT,
     Checker,
@@ -21,6 +21,7 @@ from .checker import (
     read_state_pending,
     read_state_table,
 )
+from .filtercheck import Readiness
 
 
 def judged(*deliveries: tuple[int, int]) -> Checker:
@@ -795,3 +796,98 @@ def test_a_stall_story_tells_each_second_from_the_wait_before_it() -> None:
     assert "delivered 1 {'sub1<-127.0.0.1:1': 1}, acked 1" in seconds[1]
     assert "server2 sends: due 5, scheduled 0, in flight 3, cached 4, subscribers 2" in seconds[2]
     assert "cached 99" not in "\n".join(seconds)
+
+
+# -- filters: a ready subscriber's filter's messages go out (tests/faults/filtercheck.py) -------
+EVEN, ODD = "id % 2 = 0", "NOT (id % 2 = 0)"  # a stream filter pair, X and NOT (X), by id
+
+
+def filtered(ready_odd: bool = True, odd_sent_after_s: float = 19.5) -> Checker:
+    """Ids 1-20, and 102-140 even, committed 20 s ago; a subscriber of each filter ready from
+    then on (the odd one unless ``ready_odd`` is False). The even ids 2-20 are sent a second
+    later, a few each half second, 102-140 one a second to the end (the group flows); the
+    odd ones ``odd_sent_after_s`` after their commit."""
+    c = Checker(
+        ack_wait_s=2.0,
+        stream_filters={EVEN: lambda i: i % 2 == 0, ODD: lambda i: i % 2 == 1},
+    )
+    flow = list(range(102, 141, 2))
+    c.insert([*range(1, 21), *flow])
+    t0 = time.monotonic() - 20
+    c.inserted_at = dict.fromkeys([*range(1, 21), *flow], t0)
+    c.readiness = [Readiness(t0, "even", EVEN)]
+    if ready_odd:
+        c.readiness.append(Readiness(t0, "odd", ODD))
+    for n, i in enumerate(range(2, 21, 2)):
+        c.deliveries[i].append((t0 + 1 + n * 0.5, "even", 1))
+    for n, i in enumerate(flow):
+        c.deliveries[i].append((t0 + 1 + n, "even", 1))
+    for i in range(1, 21, 2):
+        c.deliveries[i].append((t0 + odd_sent_after_s, "odd", 1))
+    return c
+
+
+def test_messages_a_ready_subscribers_filter_passes_stalled_past_the_ack_wait_are_reported():
+    report = filtered().judge()
+    (stall,) = report.filter_stalls
+    assert stall.key == ODD and stall.lasted_s > 15 and stall.waiting == [1, 3, 5, 7, 9]
+    assert "a filter's messages waited past the ack wait" in " ".join(report.violations())
+    assert "a filter's messages stalled 1 (filters 2)" in report.summary()
+    # the other filter's stream went on: the stall is its own
+    assert filtered(odd_sent_after_s=1.0).judge().filter_stalls == []
+    # a message whose first send no subscriber saw (a fault ate it) was in flight: not waiting
+    c = filtered()
+    for i in range(1, 21, 2):
+        c.deliveries[i] = [(c.inserted_at[i] + 19.5, "odd", 2)]
+    assert c.judge().filter_stalls == []
+
+
+def test_a_pause_of_the_whole_group_is_no_filters_stall():
+    c = filtered()
+    for i in range(2, 141, 2):
+        if i in c.deliveries:
+            c.deliveries[i] = [(c.inserted_at[i] + 19.6, "even", 1)]
+    assert c.judge().filter_stalls == []
+
+
+def test_a_filters_messages_are_not_judged_while_no_subscriber_of_it_is_ready():
+    assert filtered(ready_odd=False).judge().filter_stalls == []
+
+
+def test_a_filters_messages_delivered_within_the_ack_wait_pass():
+    assert filtered(odd_sent_after_s=2.5).judge().filter_stalls == []
+    assert filtered(odd_sent_after_s=6.0).judge().filter_stalls[0].lasted_s >= 3
+
+
+def test_a_filters_stall_during_and_just_after_a_server_fault_is_not_reported():
+    c = filtered(odd_sent_after_s=6.0)
+    t0 = c.inserted_at[1]
+    c.events.append(Fault("msgtable SIGKILL", t0 + 0.5, t0, "server1"))
+    assert c.judge().filter_stalls == []
+    c = filtered(odd_sent_after_s=6.0)  # a subscriber's own fault excuses no other
+    c.events.append(Fault("subscriber killed mid-batch", t0 + 0.5, t0))
+    assert len(c.judge().filter_stalls) == 1
+    c = filtered()  # once the filter's messages flowed again after the fault, it counts
+    c.events.append(Fault("database restart", t0 + 0.5, t0))
+    c.deliveries[1] = [(t0 + 7, "odd", 1)]
+    (stall,) = c.judge().filter_stalls
+    assert stall.key == ODD and abs(stall.began - (t0 + 7)) < 0.2 and stall.waiting[:2] == [3, 5]
+
+
+def test_a_filters_stall_while_messages_no_ready_filter_passes_may_fill_the_cache_is_excused():
+    c = filtered()
+    c.stranded_limit = 5
+    c.readiness = [Readiness(c.inserted_at[1], "odd", ODD)]  # the even ids' reader is gone
+    for i in range(2, 21, 2):
+        c.deliveries[i] = [(c.inserted_at[i] + 19.9, "even", 1)]  # they wait till the end
+    assert c.judge().filter_stalls == []  # 10 even ids waited to the end: they may fill it
+    c.stranded_limit = 31  # (and the 20 others the group flows with, early on)
+    assert [s.key for s in c.judge().filter_stalls] == [ODD]
+
+
+def test_an_ordered_groups_messages_waiting_for_their_key_are_not_judged_as_a_filters():
+    c = filtered()
+    c.order_key = lambda i: i % 3
+    c.order = OrderLog()
+    report = c.judge()
+    assert report.filter_stalls == [] and report.filters == 0

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 
 from msgtable.core.tables import current_layout_ddl
 from msgtable.engine import binlog
+from msgtable.store.mysql import ANNOTATIONS_VARIABLE
 from msgtable.testing.devdb import LocalServer, free_port
 
 from ..waiting import wait_until
@@ -77,7 +78,9 @@ def test_a_reschedule_by_dml_goes_at_its_new_time_without_waiting_for_a_poll(
 
 
 @pytest.mark.parametrize("annotated", [True, False])
-def test_a_dml_ack_of_a_sent_message_is_seen_at_once(followed: Served, annotated: bool):
+def test_a_dml_ack_of_a_sent_message_is_seen_at_once(
+    followed: Served, annotated: bool, flavour: str
+):
     followed.create_table("seen", vt_poller_interval=POLL_S)
     followed.sql("insert into seen(id, message) values (1, 'a'), (2, 'b')")
     c = Collector(followed.client, "seen")
@@ -86,7 +89,8 @@ def test_a_dml_ack_of_a_sent_message_is_seen_at_once(followed: Served, annotated
     assert followed.client.list_tables()[0].in_flight == 1
     with followed.db.connect() as conn:
         if not annotated:  # the binlog has no statement text: the follower goes by size
-            conn.execute(sa.text("set session binlog_annotate_row_events = 0"))
+            variable = ANNOTATIONS_VARIABLE[flavour == "mariadb"]
+            conn.execute(sa.text(f"set session {variable} = 0"))
         conn.execute(
             sa.text("update seen set time_acked = :t, time_next = null where id = 1"),
             {"t": time.time_ns()},
@@ -267,6 +271,39 @@ def test_without_a_binlog_it_says_why_once_and_polls(
         assert len(warnings) == 1 and "log_bin" in warnings[0]
     finally:
         server.stop()
+
+
+def test_a_binlog_without_statement_texts_is_followed_saying_once_what_it_misses(
+    db_dsn: str, flavour: str, caplog: pytest.LogCaptureFixture
+):
+    """MySQL's binlog has no statement texts unless binlog_rows_query_log_events is on
+    (MariaDB's binlog_annotate_row_events is on by default): the follower follows it all the
+    same, and says once what it misses, and how to turn them on."""
+    variable = ANNOTATIONS_VARIABLE[flavour == "mariadb"]
+    admin = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        was = conn.exec_driver_sql(f"select @@global.{variable}").scalar()
+        conn.exec_driver_sql(f"set global {variable} = OFF")
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="msgtable.engine.binlog"),
+            serve(db_dsn, follow_binlog=True) as s,
+        ):
+            assert s.engine.binlog is not None
+            wait_until(s.engine.binlog.following.is_set, what="the binlog follower to start")
+            s.create_table("plain", vt_poller_interval=POLL_S)
+            c = Collector(s.client, "plain")
+            time.sleep(0.2)
+            s.sql("insert into plain(id, message) values (1, 'a')")
+            assert [m.id for m in c.take(1, timeout_s=FAST_S)] == [1]
+            c.close()
+        warnings = [r.getMessage() for r in caplog.records if "binlog" in r.getMessage()]
+        assert len(warnings) == 1, warnings
+        assert f"{variable} is OFF" in warnings[0] and f"{variable} = ON" in warnings[0]
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"set global {variable} = {int(was)}")
+        admin.dispose()
 
 
 def test_a_future_row_inserted_between_polls_goes_at_its_time(followed: Served):

@@ -61,6 +61,14 @@ def test_the_binlog_must_be_on_and_row_based():
     assert "MIXED" in str(BinlogStatus(True, "MIXED", "b.1", 4, False).unusable_because())
 
 
+def test_a_binlog_without_statement_texts_names_the_variable_that_turns_them_on():
+    assert BinlogStatus(True, "ROW", "b.1", 4, True).unannotated_because() is None
+    mysql = BinlogStatus(True, "ROW", "b.1", 4, False, annotated=False).unannotated_because()
+    assert "SET PERSIST binlog_rows_query_log_events = ON" in str(mysql)
+    mariadb = BinlogStatus(True, "ROW", "b.1", 4, True, annotated=False).unannotated_because()
+    assert "SET GLOBAL binlog_annotate_row_events = ON" in str(mariadb)
+
+
 def test_a_mariadb_gtid_position_is_read_per_domain():
     assert gtid_state("") == {}
     assert gtid_state("0-1-100") == {"0": "0-1-100"}

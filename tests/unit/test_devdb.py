@@ -262,6 +262,10 @@ def test_binlog_is_row_based_with_full_images_or_off() -> None:
         assert option in with_binlog
     assert "--binlog-row-image=FULL" in with_binlog
     assert "--binlog-row-metadata=FULL" in with_binlog  # table events need column names
+    # MySQL's binlog shows each statement's text as MariaDB's does by default: the follower
+    # tells msgtable's own writes from the application's by it
+    assert "--binlog-rows-query-log-events=ON" in command_for(MYSQL, binlog=True)
+    assert "--binlog-rows-query-log-events=ON" not in with_binlog
     without = command_for(MYSQL, binlog=False)
     assert "--skip-log-bin" in without
     assert not [arg for arg in without if arg.startswith(("--log-bin", "--binlog"))]

@@ -10,7 +10,7 @@ is made, and a value is formatted by ``repr`` where that is what prometheus_clie
 Invariant: ``render(families)`` is byte for byte what ``generate_latest`` writes for the
 same families (``Family.metric()``, the prometheus_client family of the same samples), so
 Prometheus, promtool and prometheus_client's parser read the same thing either way;
-tests/unit/test_exposition.py checks it on an engine's families and on hostile label values.
+tests/unit/observe/test_exposition.py checks it on an engine's families and on hostile label values.
 prometheus_client stays what everything else uses: its families for a registry
 (msgtable.observe.metrics' collector), its parser in the tests, ``generate_latest`` for registries
 of

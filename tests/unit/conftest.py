@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from msgtable.server.servicer import MessagingServer
-
-from .test_server import FakeEngine
+from tests.unit.server.test_server import FakeEngine
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ from msgtable.errors import (
     Unavailable,
 )
 from msgtable.server.servicer import STATUS_CODES, MessagingServer
-
-from .test_server import ERROR_CODES, WAIT_S, failed_table, loaded_table
+from tests.unit.server.test_server import ERROR_CODES, WAIT_S, failed_table, loaded_table
 
 
 @pytest.fixture

@@ -240,7 +240,7 @@ def test_the_readmes_verify_snippet_accepts_a_pushed_request_and_refuses_a_tampe
     import pathlib
     import time
 
-    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    readme = (pathlib.Path(__file__).parents[3] / "README.md").read_text()
     section = readme[readme.index("## Push to HTTP endpoints") :]
     snippet = section[section.index("```python\n") + 10 :]
     snippet = snippet[: snippet.index("```")]

@@ -18,9 +18,8 @@ from msgtable.features.push.allow import AllowList
 from msgtable.features.push.endpoints import Endpoint
 from msgtable.features.push.pusher import Pusher
 from msgtable.testing.memory import CURRENT_COLUMNS
-
-from ..push_receiver import Receiver
-from ..waiting import wait_until
+from tests.push_receiver import Receiver
+from tests.waiting import wait_until
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 CONFIG = load_table(

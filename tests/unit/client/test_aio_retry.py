@@ -23,8 +23,7 @@ from msgtable.errors import (
     Unavailable,
 )
 from msgtable.server.servicer import MessagingServer
-
-from .test_server import WAIT_S, FakeEngine
+from tests.unit.server.test_server import WAIT_S, FakeEngine
 
 T = TypeVar("T")
 

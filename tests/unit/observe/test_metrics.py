@@ -16,8 +16,7 @@ from msgtable.errors import InvalidArgument, MsgtableError
 from msgtable.observe.metrics import LABELS, MetricsServer, parse_listen, registry_for
 from msgtable.testing import InMemoryStore
 from msgtable.testing.memory import CURRENT_COLUMNS
-
-from .test_lease import gain, lose
+from tests.unit.engine.test_lease import gain, lose
 
 COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2")
 # Prometheus's rules (https://prometheus.io/docs/practices/naming/), as promtool checks them

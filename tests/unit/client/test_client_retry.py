@@ -16,8 +16,7 @@ from msgtable.core.retry import Retry
 from msgtable.errors import NotLeader, ResourceExhausted, TableNotFound, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.server.servicer import MessagingServer
-
-from .test_server import WAIT_S, FakeEngine
+from tests.unit.server.test_server import WAIT_S, FakeEngine
 
 
 @pytest.fixture(autouse=True)

@@ -18,9 +18,8 @@ from msgtable.engine.lease import Takeover
 from msgtable.errors import NotLeader
 from msgtable.testing import InMemoryStore
 from msgtable.testing.memory import CURRENT_COLUMNS
-
-from .test_manager import drain, postponed
-from .test_ordered import INDEX, KEYED
+from tests.unit.engine.test_manager import drain, postponed
+from tests.unit.engine.test_ordered import INDEX, KEYED
 
 COMMENT = DEMO_COMMENT.replace("vt_ack_wait=30", "vt_ack_wait=10")
 NO_CREATED = tuple(c for c in CURRENT_COLUMNS if c.name != "time_created")

@@ -14,8 +14,7 @@ from prometheus_client.registry import CollectorRegistry
 from msgtable.core.latency import LatencyHistogram
 from msgtable.observe.exposition import COUNTER, GAUGE, HISTOGRAM, Family, render
 from msgtable.observe.metrics import EngineCollector
-
-from .test_metrics import _engine, traffic
+from tests.unit.observe.test_metrics import _engine, traffic
 
 
 class Families:

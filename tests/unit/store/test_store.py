@@ -9,8 +9,7 @@ from msgtable.core.tables import load_table
 from msgtable.store.mysql import fastest_driver, without_driver
 from msgtable.store.mysqlstore import MySQLStore, TableStatements
 from msgtable.testing import CURRENT_COLUMNS
-
-from .test_tables import GOOD, V2018_COLUMNS
+from tests.unit.core.test_tables import GOOD, V2018_COLUMNS
 
 
 def test_identifiers_are_quoted_and_escaped_for_the_driver():

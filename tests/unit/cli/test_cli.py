@@ -17,6 +17,7 @@ import pytest
 
 from msgtable import cli
 from msgtable.cli import output
+from msgtable.cli import serve as serve_command
 from msgtable.client import Field, TableInfo, TableSettings
 from msgtable.core.codec import FieldType
 from msgtable.core.rows import Batch
@@ -26,8 +27,7 @@ from msgtable.errors import InvalidArgument, ServerBinaryNotFound, TableNotFound
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.server.servicer import MessagingServer
 from msgtable.testing.devdb import INSTALL_HINT
-
-from .test_server import FakeEngine, FakeSubscriber, loaded_table
+from tests.unit.server.test_server import FakeEngine, FakeSubscriber, loaded_table
 
 
 class ServableEngine(FakeEngine):
@@ -194,7 +194,7 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
         pushes.append((push_allow, push_ca_file))
         return engine
 
-    monkeypatch.setattr(cli.serve, "open_engine", open_engine)
+    monkeypatch.setattr(serve_command, "open_engine", open_engine)
     engine.fatal.set()  # stop at once
     argv = ["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]
     cli.main([*argv, "--discovery-interval", "0.25"])
@@ -218,8 +218,8 @@ def test_serve_gives_the_engine_its_discovery_interval_and_binlog_choice(monkeyp
 
 
 def test_the_advertised_address_names_this_host_on_a_wildcard_listen():
-    assert cli.serve.advertised_address("127.0.0.1:0", "127.0.0.1:4567") == "127.0.0.1:4567"
-    host = cli.serve.advertised_address("0.0.0.0:50051", "127.0.0.1:50051")
+    assert serve_command.advertised_address("127.0.0.1:0", "127.0.0.1:4567") == "127.0.0.1:4567"
+    host = serve_command.advertised_address("0.0.0.0:50051", "127.0.0.1:50051")
     assert host == f"{socket.gethostname()}:50051"
 
 
@@ -370,7 +370,7 @@ def test_no_tables_says_so():
 
 
 def test_tables_command_prints_what_the_server_reports(engine, server, capsys):
-    from .test_server import failed_table, loaded_table
+    from tests.unit.server.test_server import failed_table, loaded_table
 
     engine.tables = [loaded_table(), failed_table()]
     assert cli.main(["tables", "--server", server.address]) == 0
@@ -469,7 +469,7 @@ def test_serve_without_a_server_binary_prints_the_install_hint(monkeypatch, caps
     def no_binary():
         raise ServerBinaryNotFound(f"no mariadbd or mysqld binary found.\n{INSTALL_HINT}")
 
-    monkeypatch.setattr(cli.serve, "start_local_server", no_binary)
+    monkeypatch.setattr(serve_command, "start_local_server", no_binary)
     assert cli.main(["serve", "--listen", "127.0.0.1:0"]) == 1
     err = capsys.readouterr().err
     assert_one_line_error(err, "no mariadbd or mysqld", "apt-get install mariadb-server")
@@ -477,7 +477,7 @@ def test_serve_without_a_server_binary_prints_the_install_hint(monkeypatch, caps
 
 def test_serve_stops_gracefully_on_sigint_and_closes_the_engine(monkeypatch, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli.serve, "open_engine", lambda *_, **__: engine)
+    monkeypatch.setattr(serve_command, "open_engine", lambda *_, **__: engine)
     before = signal.getsignal(signal.SIGINT)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -498,7 +498,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
     engine = ServableEngine()
     engine.fatal_reason = "the poller of my_message died"
     engine.fatal.set()
-    monkeypatch.setattr(cli.serve, "open_engine", lambda *_, **__: engine)
+    monkeypatch.setattr(serve_command, "open_engine", lambda *_, **__: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]) == 1
     )
@@ -507,7 +507,7 @@ def test_serve_exits_non_zero_when_the_engine_dies(monkeypatch, capsys):
 
 def test_serve_on_a_port_in_use_is_one_line_on_stderr(monkeypatch, server, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli.serve, "open_engine", lambda *_, **__: engine)
+    monkeypatch.setattr(serve_command, "open_engine", lambda *_, **__: engine)
     assert (
         cli.main(["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", server.address]) == 1
     )
@@ -806,7 +806,7 @@ def test_metrics_listen_is_a_flag_with_an_environment_fallback_and_off_by_defaul
 
 def test_serve_with_a_bad_metrics_address_is_one_line_and_closes_the_engine(monkeypatch, capsys):
     engine = ServableEngine()
-    monkeypatch.setattr(cli.serve, "open_engine", lambda *a, **k: engine)
+    monkeypatch.setattr(serve_command, "open_engine", lambda *a, **k: engine)
     argv = ["serve", "--dsn", "mysql+pymysql://u:p@db/app", "--listen", "127.0.0.1:0"]
     assert cli.main([*argv, "--metrics-listen", "localhost"]) == 1
     assert_one_line_error(capsys.readouterr().err, "--metrics-listen 'localhost'")

@@ -129,7 +129,7 @@ def test_parse_comment_requires_the_marker():
 def test_schema_current_sql_is_the_recommended_ddl():
     from pathlib import Path
 
-    text = (Path(__file__).parents[2] / "schema" / "current.sql").read_text()
+    text = (Path(__file__).parents[3] / "schema" / "current.sql").read_text()
     assert current_layout_ddl().strip() + ";" in text
 
 

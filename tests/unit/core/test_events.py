@@ -260,5 +260,5 @@ def test_schema_events_sql_is_the_recommended_capture_table_ddl():
 
     from msgtable.core.events import capture_table_ddl
 
-    text = (Path(__file__).parents[2] / "schema" / "events.sql").read_text()
+    text = (Path(__file__).parents[3] / "schema" / "events.sql").read_text()
     assert capture_table_ddl().strip() + ";" in text

@@ -16,8 +16,7 @@ from msgtable.engine.subscriber import Subscriber, select_subscribers
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
 from msgtable.limits import DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, MAX_MESSAGES
 from msgtable.testing import InMemoryStore
-
-from ..waiting import wait_until
+from tests.waiting import wait_until
 
 COMMENT = DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2").replace(
     "vt_cache_size=10000", "vt_cache_size=4"

@@ -19,6 +19,9 @@ from msgtable.limits import MAX_ACK_IDS
 _DECIMAL_INTEGER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 
+_INT = frozenset({int})
+
+
 def coerce_ids(
     table: str, column: Column, ids: Sequence[object], verb: str = "ack"
 ) -> list[Hashable]:
@@ -28,7 +31,7 @@ def coerce_ids(
         raise InvalidArgument(f"table {table}: no ids to {verb}")
     if len(ids) > MAX_ACK_IDS:
         raise InvalidArgument(f"table {table}: {len(ids)} ids in one {verb}; at most {MAX_ACK_IDS}")
-    if column.is_integer and all(type(i) is int for i in ids):  # the usual case, fast
+    if column.is_integer and set(map(type, ids)) <= _INT:  # the usual case, fast
         return list(dict.fromkeys(ids))
     out: dict[Hashable, None] = {}
     for raw in ids:

@@ -79,11 +79,12 @@ class Window:
         if self.left is not None:
             self.left -= n
 
-    def give_back(self) -> None:
-        """One of its messages left flight: its credit comes back."""
-        self.outstanding -= 1
+    def give_back(self, n: int = 1) -> None:
+        """``n`` of its messages left flight: their credit comes back."""
+        full = self.outstanding >= self.size
+        self.outstanding -= n
         self.stalled_ns = None
-        if self.outstanding == self.size - 1:
+        if full and self.outstanding < self.size:
             self._on_open()
 
     def recheck_due(self, now_ns: int) -> bool:

@@ -76,7 +76,7 @@ class Poll:
             inflight.land_all(new)  # the database says they are due again
         else:  # those due only later (scheduled here) stay in flight until then: renewed
             later = {r[3] for r in rows if r[1] is not None and r[1] > now_ns}
-            inflight.land_all(i for i in new if i not in later)
+            inflight.land_all([i for i in new if i not in later])
         return len(new), taken
 
 

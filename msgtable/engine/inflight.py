@@ -99,8 +99,24 @@ class InFlight:
         return out
 
     def land_all(self, ids: Iterable[Hashable]) -> None:
+        """:meth:`land` of each of ``ids``, each window's credit back in one step: an ack's
+        and a poll's ids, so no call per message (the cost guard counts them)."""
+        flight = self._flight
+        if not flight:
+            return
+        pop, on_land = flight.pop, self.on_land
+        windows: dict[Window, int] = {}
         for rid in ids:
-            self.land(rid)
+            entry = pop(rid, None)
+            if entry is None:
+                continue
+            window = entry[1]
+            if window is not None:
+                windows[window] = windows.get(window, 0) + 1
+            if on_land is not None:
+                on_land(rid)
+        for window, n in windows.items():
+            window.give_back(n)
 
     def extend(self, ids: Iterable[Hashable], until_ns: int) -> None:
         """Renewed: those of ``ids`` in flight stay so (their window's credit kept) until

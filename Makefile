@@ -31,7 +31,7 @@ SPARK_STAMP := $(VENV)/.stamp-install-spark
 
 .DEFAULT_GOAL := help
 .PHONY: help run test venv install install-test mysql-server mysql-client-dev spark spark-deps \
-	browser-deps node-deps lint proto proto-check pytest \
+	browser-deps node-deps lint proto proto-check pytest docs \
 	clean distclean bench bench-full bench-smoke chaos chaos-busy soak
 
 help:
@@ -40,6 +40,7 @@ help:
 	@echo "make venv|install|install-test|mysql-server   the set-up steps on their own"
 	@echo "make spark          the spark extra (PySpark) in .venv, with Java and the JDBC jar"
 	@echo "make lint|proto|proto-check|pytest             the checks on their own"
+	@echo "make docs           build the documentation site (docs/, mkdocs.yml) into site/"
 	@echo "make bench          quick benchmark suite (under a minute): table, targets, JSON line"
 	@echo "make bench-full     the full benchmark suite (minutes)"
 	@echo "make bench-smoke    every bench section at its smallest (whether each runs; make test does)"
@@ -54,7 +55,15 @@ run: $(INSTALL_STAMP) mysql-server
 test: $(TEST_STAMP) mysql-server spark-deps browser-deps node-deps
 	$(proto-check-commands)
 	$(lint-commands)
+	$(docs-commands)
 	$(pytest-commands)
+
+# The documentation site: docs/ (Markdown) and mkdocs.yml, built into site/. --strict fails on
+# a broken link, a missing page or anchor, an API reference that does not resolve; the pages
+# of the CLI and gRPC references are generated from msgtable/cli/flags.py and the proto.
+# tests/acceptance/test_docs.py runs every snippet of the pages.
+docs: $(TEST_STAMP)
+	$(docs-commands)
 
 # Benchmarks (bench/): quick mode, and full mode; BENCH_ARGS go to python -m bench.run.
 bench: $(BENCH_STAMP) mysql-server spark-deps
@@ -127,10 +136,11 @@ $(INSTALL_STAMP): $(VENV_STAMP) pyproject.toml
 
 install-test: $(TEST_STAMP)
 
-# The tests cover the Spark pipeline too: the spark extra (PySpark, pyarrow, matplotlib); and
-# they run every bench section at smoke size: the bench extra (kombu, the peer's queue).
+# The tests cover the Spark pipeline too: the spark extra (PySpark, pyarrow, matplotlib); they
+# run every bench section at smoke size: the bench extra (kombu, the peer's queue); and they
+# build the documentation site and run its snippets: the docs extra (MkDocs, Material).
 $(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
-	$(PIP) install -e '.[test,spark,bench]'
+	$(PIP) install -e '.[test,spark,bench,docs]'
 	@touch $@
 
 # The pipeline (msgtable.spark) in a clone: `pip install 'msgtable[spark]'` is for the published
@@ -209,6 +219,11 @@ $(RUFF) check msgtable tests $(wildcard bench)
 $(RUFF) format --check msgtable tests $(wildcard bench)
 $(VENV)/bin/mypy
 $(VENV)/bin/lint-imports --no-cache
+endef
+
+# PYTHONPATH: the pages document this checkout's msgtable, whatever the venv was installed from.
+define docs-commands
+NO_MKDOCS_2_WARNING=1 PYTHONPATH=$(CURDIR) $(VENV)/bin/mkdocs build --strict --quiet
 endef
 
 # pytest's exit code 5 means it collected no tests: not a failure of the build.

@@ -64,7 +64,7 @@ from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 
 if TYPE_CHECKING:
     from msgtable.core.tracing import ServerTracing
-    from msgtable.store.mysqlstore import Keep, Store
+    from msgtable.store.protocol import Keep, Store
 
 log = logging.getLogger(__name__)
 

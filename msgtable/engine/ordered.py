@@ -46,7 +46,7 @@ from msgtable.core.rows import CachedRow, PolledRow, Values, order_of
 
 if TYPE_CHECKING:
     from msgtable.core.tables import TableConfig
-    from msgtable.store.mysqlstore import Store
+    from msgtable.store.protocol import Store
 
 
 class Unkeyed(tuple[Hashable]):

@@ -22,7 +22,7 @@ from msgtable.core.tables import TableConfig
 
 if TYPE_CHECKING:
     from msgtable.engine.cache import Hold
-    from msgtable.store.mysqlstore import Store
+    from msgtable.store.protocol import Store
 
 # A row just postponed: the row, the epoch written, the time_next written.
 Postponed = tuple[CachedRow, int, int]

@@ -22,7 +22,7 @@ from msgtable.core.tables import TableConfig
 from msgtable.limits import PURGE_BATCH_ROWS
 
 if TYPE_CHECKING:
-    from msgtable.store.mysqlstore import Store
+    from msgtable.store.protocol import Store
 
 log = logging.getLogger("msgtable.engine.manager")
 

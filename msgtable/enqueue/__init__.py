@@ -39,7 +39,7 @@ from msgtable.core.sql import quote
 from msgtable.core.tables import Layout, TableConfig, load_table
 from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.limits import MAX_ENQUEUE_DELAY_S
-from msgtable.store.mysqlstore import read_definitions
+from msgtable.store.discovery import read_definitions
 
 TRACEPARENT_COLUMN = tracing.TRACEPARENT_COLUMN
 TRACESTATE_COLUMN = tracing.TRACESTATE_COLUMN

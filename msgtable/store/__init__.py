@@ -1,5 +1,6 @@
 """The store wing: the Store Protocol, the MySQL store and every SQL statement, each
-feature's in a module of its own, and the connections to the database.
+feature's in a module of its own (an object the MySQL store composes), and the connections to
+the database.
 
 Modules:
     backlog        How big and how old the backlog of each table and subscription is
@@ -7,8 +8,11 @@ Modules:
     capture        The capture follower's SQL (msgtable.features.capture.follower)
     dbpool         A small pool of DBAPI connections to one MySQL-family database
     deadletters    Every SQL statement of dead letters
+    discovery      What information_schema says of the message tables
     mysql          What msgtable knows of MySQL and MariaDB, in one place
-    mysqlstore     Every SQL statement of the engine, in one place
+    mysqlstore     The Store on MySQL and MariaDB: the statements of each table run on its pools
     ordering       The SQL of ordering per key (msgtable.engine.ordered)
+    protocol       The Store Protocol: what the engine asks of a database
+    statements     The SQL of one message table, written once per TableConfig
     subscriptions  Every SQL statement of subscriptions
 """

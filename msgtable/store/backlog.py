@@ -8,9 +8,8 @@ age (now - time_created) and how many were created within each of :data:`AGE_BOU
 one whose time_created is NULL included). A table without a time_created column has no ages:
 ``oldest_unacked_age_s`` None and ``by_age`` empty.
 
-The store reads it with one aggregate statement per table (msgtable.store.mysqlstore.backlog_sql,
-under
-a statement time-out); :class:`BacklogReader` (the engine's ``backlog()``) reads every table
+The store reads it with one aggregate statement per table (msgtable.store.statements.backlog_sql,
+under a statement time-out); :class:`BacklogReader` (the engine's ``backlog()``) reads every table
 at most once per ``max_age_s``, shares one read between concurrent callers without holding a
 lock across it, and answers with the last read of a table whose read failed (the database
 away, a time-out): what the metrics scrape and the dashboard read, never an exception. A
@@ -44,7 +43,7 @@ SCRAPE_WAIT_S = 1.0
 
 @dataclass(frozen=True)
 class BacklogCounts:
-    """What the store reads of one table or state table (msgtable.store.mysqlstore.backlog_sql)."""
+    """What the store reads of one table or state table (msgtable.store.statements.backlog_sql)."""
 
     due: int
     scheduled: int

@@ -1,6 +1,6 @@
 """The pipeline's SQL, all of it but a subscription's view (msgtable.spark.subview, which
 reuses these over a join): partitioned reads, bulk enqueue and the archive's delete of a
-message table (msgtable.spark). Like msgtable.store.mysqlstore for the engine's statements, every
+message table (msgtable.spark). Like msgtable.store.statements for the engine's statements, every
 statement is written here once per table from its loaded config: table and column names come
 from information_schema and are quoted, values are bound parameters.
 

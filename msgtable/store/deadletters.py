@@ -1,7 +1,7 @@
 """Every SQL statement of dead letters: the burial of dead messages (moved to a dead-letter
 table, or marked dead in place), their listing and count, and the redrive that moves them back
 (what dead means: msgtable.core.deadletters). MySQLStore runs them; the rest of the engine's SQL
-is in msgtable.store.mysqlstore.
+is in msgtable.store.statements.
 
 A move is one transaction: a locking read picks the rows (still unacked and alive, and for a
 death by vt_max_attempts still at the epoch read and due), an INSERT ... SELECT copies exactly

@@ -1,6 +1,7 @@
 """The SQL of ordering per key (msgtable.engine.ordered): an ordered table's reads, all through its
-order index, bound with parameters like every statement of msgtable.store.mysqlstore (whose
-TableStatements holds one OrderStatements for an ordered table's config).
+order index, bound with parameters like every statement of msgtable.store.statements (whose
+TableStatements holds one OrderStatements for an ordered table's config); MySQLStore runs them
+(it holds an OrderSQL).
 
 * the keys with unsettled rows, in key order from a cursor: a loose index scan (GROUP BY the
   index's first column), one index read per key, whatever its backlog;
@@ -16,8 +17,8 @@ message table for the values, as its poll does.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from msgtable.core.rows import PolledRow
@@ -112,29 +113,38 @@ def _order(store: _Store, cfg: TableConfig) -> OrderStatements:
 
 
 class OrderSQL:
-    """MySQLStore's ordering methods (a mixin: it runs them on the store's pools)."""
+    """Ordering per key's reads, run on a store's pools: MySQLStore holds one and its
+    order_keys, runs and unkeyed are this object's."""
+
+    def __init__(self, pools: _Store) -> None:
+        self._pools = pools
+
+    @contextmanager
+    def _cursor(self, table: str | None = None, kind: str = "other") -> Iterator[Any]:
+        """A cursor on the store's autocommit pool, its errors the store's (counted, timed
+        as ``kind``)."""
+        with self._pools._errors(table, kind), self._pools._auto_cursor() as cur:
+            yield cur
 
     def order_keys(
-        self: _Store, cfg: TableConfig, after: object | None, limit: int
+        self, cfg: TableConfig, after: object | None, limit: int
     ) -> list[tuple[object, Hashable]]:
         """Up to ``limit`` keys with unsettled rows, in key order, after ``after``: each as
         a value of it and its identity (msgtable.engine.ordered.run_key)."""
-        s = _order(self, cfg)
+        s = _order(self._pools, cfg)
         sql, params = (
             (s.order_keys, [limit]) if after is None else (s.order_keys_after, [after, limit])
         )
-        with self._errors(cfg.name, "order_keys"), self._auto_cursor() as cur:
+        with self._cursor(cfg.name, "order_keys") as cur:
             cur.execute(sql, params)
             return [(r[0], r[1]) for r in cur.fetchall()]
 
-    def runs(
-        self: _Store, cfg: TableConfig, keys: Sequence[object], per_key: int
-    ) -> list[PolledRow]:
+    def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]:
         """The first ``per_key`` unsettled, live rows of each key, in order, as a poll reads
         them with the order value and the key at the end."""
-        s = _order(self, cfg)
+        s = _order(self._pools, cfg)
         rows: list[PolledRow] = []
-        with self._errors(cfg.name, "order_runs"), self._auto_cursor() as cur:
+        with self._cursor(cfg.name, "order_runs") as cur:
             for i in range(0, len(keys), RUN_KEYS_PER_STATEMENT):
                 sql, params = s.runs_query(keys[i : i + RUN_KEYS_PER_STATEMENT], per_key)
                 cur.execute(sql, params)
@@ -142,15 +152,15 @@ class OrderSQL:
         return rows
 
     def unkeyed(
-        self: _Store, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
+        self, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
     ) -> list[PolledRow]:
         """Up to ``limit`` due, unsettled rows with a NULL key, by id, after ``after``."""
-        s = _order(self, cfg)
+        s = _order(self._pools, cfg)
         sql, params = (
             (s.unkeyed, [now_ns, limit])
             if after is None
             else (s.unkeyed_after, [now_ns, after, limit])
         )
-        with self._errors(cfg.name, "order_unkeyed"), self._auto_cursor() as cur:
+        with self._cursor(cfg.name, "order_unkeyed") as cur:
             cur.execute(sql, params)
             return list(cur.fetchall())

@@ -1,7 +1,7 @@
 """Every SQL statement of subscriptions (what they are: msgtable.core.subscriptions): the
 definitions table, the state tables, the fan-out of new rows, lag, expiry. MySQLStore runs
-them; the statements that serve a subscription's messages are the table statements of
-msgtable.store.mysqlstore, run on its state table.
+them (it holds a SubscriptionSQL); the statements that serve a subscription's messages are the
+table statements of msgtable.store.statements, run on its state table.
 
 The fan-out of a batch is one transaction: a locking read of rows no subscription has seen
 (``time_fanout IS NULL``, skipping rows another transaction still holds: they come in a later
@@ -14,8 +14,8 @@ UPDATE of time_fanout, then the commit. A crash before the commit leaves every r
 from __future__ import annotations
 
 import logging
-from collections.abc import Hashable, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Hashable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from msgtable.core.filters import Filter
@@ -365,20 +365,31 @@ class _Pools(Protocol):
 
 
 class SubscriptionSQL:
-    """MySQLStore's subscription methods (a mixin: it runs them on the store's pools)."""
+    """Subscriptions' SQL, run on a store's pools: MySQLStore holds one and its subscription
+    verbs are this object's."""
 
-    def _has_registry(self: _Pools, cur: Any) -> bool:
-        cur.execute(REGISTRY_EXISTS, [self.database, REGISTRY_TABLE])
+    def __init__(self, pools: _Pools) -> None:
+        self._pools = pools
+
+    @contextmanager
+    def _cursor(self, table: str | None = None, kind: str = "other") -> Iterator[Any]:
+        """A cursor on the store's autocommit pool, its errors the store's (counted, timed
+        as ``kind``)."""
+        with self._pools._errors(table, kind), self._pools._auto_cursor() as cur:
+            yield cur
+
+    def _has_registry(self, cur: Any) -> bool:
+        cur.execute(REGISTRY_EXISTS, [self._pools.database, REGISTRY_TABLE])
         return bool(cur.fetchone()[0])
 
-    def subscriptions(self: _Pools) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
+    def subscriptions(self) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
         """Every definition, and the columns of every state table (by name)."""
-        with self._errors(kind="subscriptions"), self._auto_cursor() as cur:
-            if not SubscriptionSQL._has_registry(self, cur):
+        with self._cursor(kind="subscriptions") as cur:
+            if not self._has_registry(cur):
                 return [], {}
             cur.execute(SELECT_ALL)
             subs = [row_to_subscription(r) for r in cur.fetchall()]
-            cur.execute(STATE_COLUMNS_QUERY, [self.database, STATE_COMMENT])
+            cur.execute(STATE_COLUMNS_QUERY, [self._pools.database, STATE_COMMENT])
             cols: dict[str, list[Column]] = {}
             for tname, cname, data_type, column_type in cur.fetchall():
                 cols.setdefault(server_text(tname), []).append(
@@ -387,13 +398,13 @@ class SubscriptionSQL:
         return subs, {n: tuple(c) for n, c in cols.items()}
 
     def create_subscription(
-        self: _Pools, table: TableConfig, loaded: LoadedSubscription, from_start: bool, now_ns: int
+        self, table: TableConfig, loaded: LoadedSubscription, from_start: bool, now_ns: int
     ) -> int:
         """Create the definition and state table of a subscription (and, on a table's first,
         its time_fanout column); with ``from_start`` hand it every retained unacked row.
         Returns how many rows it got from the start."""
         sub = loaded.sub
-        with self._errors(table.name, kind="subscription_create"), self._auto_cursor() as cur:
+        with self._cursor(table.name, kind="subscription_create") as cur:
             cur.execute(REGISTRY_DDL)
             if not table.has_column(FANOUT_COLUMN):
                 log.info("table %s: adding column %s for subscriptions", table.name, FANOUT_COLUMN)
@@ -436,9 +447,9 @@ class SubscriptionSQL:
                 total += max(0, cur.execute(sql, params))
                 after = rows[-1][0]
 
-    def alter_subscription(self: _Pools, sub: Subscription) -> None:
-        with self._errors(kind="subscription_alter"), self._auto_cursor() as cur:
-            if not SubscriptionSQL._has_registry(self, cur):
+    def alter_subscription(self, sub: Subscription) -> None:
+        with self._cursor(kind="subscription_alter") as cur:
+            if not self._has_registry(cur):
                 raise TableNotFound(f"subscription {sub.label} not found")
             p = subscription_params(sub)
             cur.execute(UPDATE, [*p[2:9], sub.table, sub.name])
@@ -449,21 +460,19 @@ class SubscriptionSQL:
             if not cur.fetchone()[0]:
                 raise TableNotFound(f"subscription {sub.label} not found")
 
-    def drop_subscription(self: _Pools, table: str, name: str, state_table: str) -> None:
-        with self._errors(kind="subscription_drop"), self._auto_cursor() as cur:
-            if not SubscriptionSQL._has_registry(self, cur) or not cur.execute(
-                DELETE, [table, name]
-            ):
+    def drop_subscription(self, table: str, name: str, state_table: str) -> None:
+        with self._cursor(kind="subscription_drop") as cur:
+            if not self._has_registry(cur) or not cur.execute(DELETE, [table, name]):
                 raise TableNotFound(f"subscription {table}/{name} not found")
             cur.execute(f"DROP TABLE IF EXISTS {quote(state_table)}")
 
     def set_subscription_state(
-        self: _Pools, sub: Subscription, state: SubscriptionState, now_ns: int
+        self, sub: Subscription, state: SubscriptionState, now_ns: int
     ) -> None:
-        with self._errors(kind="subscription_state"), self._auto_cursor() as cur:
+        with self._cursor(kind="subscription_state") as cur:
             cur.execute(SET_STATE, [state.value, now_ns, sub.table, sub.name])
 
-    def touch_subscriptions(self: _Pools, subs: Sequence[Subscription], now_ns: int) -> None:
+    def touch_subscriptions(self, subs: Sequence[Subscription], now_ns: int) -> None:
         """Note that these subscriptions have subscribers now (their expiry starts again)."""
         if not subs:
             return
@@ -471,16 +480,16 @@ class SubscriptionSQL:
         params: list[Any] = [now_ns]
         for sub in subs:
             params += [sub.table, sub.name]
-        with self._errors(kind="subscription_touch"), self._auto_cursor() as cur:
+        with self._cursor(kind="subscription_touch") as cur:
             cur.execute(TOUCH.format(pairs=pairs), params)
 
     def subscription_lag(
-        self: _Pools, state_tables: Mapping[str, str], cap: int
+        self, state_tables: Mapping[str, str], cap: int
     ) -> dict[str, tuple[int, int | None]]:
         """For each state table (mapped to its message table): its unsettled messages still
         in the message table (up to ``cap``) and the oldest one's time_created (None: none)."""
         out: dict[str, tuple[int, int | None]] = {}
-        with self._errors(kind="subscription_lag"), self._auto_cursor() as cur:
+        with self._cursor(kind="subscription_lag") as cur:
             for name, source in state_tables.items():
                 try:
                     cur.execute(lag_sql(name, source, cap))
@@ -493,13 +502,13 @@ class SubscriptionSQL:
         return out
 
     def delete_orphans(
-        self: _Pools, state_table: str, source: str, after: Hashable | None, limit: int
+        self, state_table: str, source: str, after: Hashable | None, limit: int
     ) -> tuple[int, Hashable | None]:
         """One bounded step of the clean-up of a state table: of its next ``limit``
         unsettled rows after id ``after`` (None: from the start), delete those whose message
         row is gone (purged while the subscription did not hold the table). Returns how many
         it deleted and where the next step starts (None: the pass reached the end)."""
-        with self._errors(kind="subscription_orphans"), self._auto_cursor() as cur:
+        with self._cursor(kind="subscription_orphans") as cur:
             try:
                 scan = orphan_scan_sql(state_table, source, after is not None)
                 cur.execute(scan, [limit] if after is None else [after, limit])
@@ -516,13 +525,13 @@ class SubscriptionSQL:
                 raise
         return deleted, (rows[-1][0] if len(rows) == limit else None)
 
-    def pending_fanout(self: _Pools, table: str, cap: int) -> int:
-        with self._errors(table, kind="fanout_pending"), self._auto_cursor() as cur:
+    def pending_fanout(self, table: str, cap: int) -> int:
+        with self._cursor(table, kind="fanout_pending") as cur:
             cur.execute(pending_sql(table, cap))
             return int(cur.fetchone()[0])
 
     def fanout(
-        self: _Pools,
+        self,
         table: TableConfig,
         loaded: Mapping[str, LoadedSubscription],
         now_ns: int,
@@ -542,7 +551,7 @@ class SubscriptionSQL:
             if loaded[n].filter is not None:
                 verdict[n] = statements.verdicts_at + len(verdict)
         # no table for _errors: a missing table here is a state table dropped meanwhile
-        with self._errors(kind="fanout"), self._tx_connection() as conn:
+        with self._pools._errors(kind="fanout"), self._pools._tx_connection() as conn:
             with conn.cursor() as cur:
                 cur.execute(*statements.pick(filters, limit))
                 picked = list(cur.fetchall())

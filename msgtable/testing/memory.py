@@ -40,7 +40,8 @@ from msgtable.errors import DatabaseUnavailable, TableNotFound
 from msgtable.limits import COUNT_DEAD_CAP
 from msgtable.store.backlog import AGE_BOUNDS_S, BacklogCounts
 from msgtable.store.deadletters import REJECTED_REASON
-from msgtable.store.mysqlstore import Deliver, Keep, TableDefinition
+from msgtable.store.discovery import TableDefinition
+from msgtable.store.protocol import Deliver, Keep
 
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),

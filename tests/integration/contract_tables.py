@@ -18,7 +18,8 @@ from msgtable.core.tables import (
     current_layout_ddl,
     load_table,
 )
-from msgtable.store.mysqlstore import MySQLStore, Store
+from msgtable.store.mysqlstore import MySQLStore
+from msgtable.store.protocol import Store
 from msgtable.testing import CURRENT_COLUMNS, InMemoryStore
 from msgtable.testing.devdb import free_port
 

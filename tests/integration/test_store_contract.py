@@ -26,7 +26,7 @@ from msgtable.core.tables import (
 )
 from msgtable.errors import NotLeader, TableNotFound, Unavailable
 from msgtable.store.backlog import BacklogCounts
-from msgtable.store.mysqlstore import Store
+from msgtable.store.protocol import Store
 from msgtable.testing import CURRENT_COLUMNS
 
 from .contract_tables import V2018_COLUMNS, V2018_UNIQUE, MemoryTables, MySQLTables, Tables

@@ -17,7 +17,7 @@ from msgtable.core.subscriptions import (
 )
 from msgtable.core.tables import Column, load_table
 from msgtable.errors import InvalidArgument, TableLoadError
-from msgtable.store.mysqlstore import TableStatements
+from msgtable.store.statements import TableStatements
 from msgtable.store.subscriptions import FanoutStatements, lag_sql, state_table_ddl
 
 NS = 10**9

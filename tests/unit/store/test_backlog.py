@@ -215,7 +215,7 @@ def test_the_backlog_gauges_read_it_and_a_scrape_reads_at_most_once_per_max_age(
 
 def test_the_backlog_statement_is_written_once_per_flavour():
     from msgtable.core.tables import load_table
-    from msgtable.store.mysqlstore import backlog_sql
+    from msgtable.store.statements import backlog_sql
 
     cfg = load_table("q", DEMO_COMMENT, CURRENT_COLUMNS, (("id",),))
     ages = ", COALESCE(SUM(`time_created` >= %s), 0)" * 6

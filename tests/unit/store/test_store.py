@@ -7,7 +7,8 @@ import importlib
 from msgtable.core.sql import in_list, placeholders, quote
 from msgtable.core.tables import load_table
 from msgtable.store.mysql import fastest_driver, without_driver
-from msgtable.store.mysqlstore import MySQLStore, TableStatements
+from msgtable.store.mysqlstore import MySQLStore
+from msgtable.store.statements import TableStatements
 from msgtable.testing import CURRENT_COLUMNS
 from tests.unit.core.test_tables import GOOD, V2018_COLUMNS
 

@@ -1,0 +1,362 @@
+"""The SQL of one message table (or a subscription's state table), written once per TableConfig
+from names that came from information_schema, every identifier quoted, every value a
+parameter: the polls, the send's claim and locking read, the postpone, the acks, the purge,
+settlement, an ordered table's reads (msgtable.store.ordering) and the backlog. MySQLStore runs
+them (msgtable.store.mysqlstore); tests/unit/store/test_store.py asserts them as exact strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from msgtable.core.rows import CachedRow, PollKey
+from msgtable.core.sql import MARK, in_list, quote
+from msgtable.core.tables import (
+    DEAD_TIME_NEXT,
+    LAST_ERROR_COLUMN,
+    Layout,
+    TableConfig,
+    text_limit,
+)
+from msgtable.store.backlog import AGE_BOUNDS_S, STATEMENT_TIMEOUT_S
+from msgtable.store.ordering import OrderStatements
+from msgtable.store.protocol import Keep
+
+Polls = tuple[str, str, str]  # a poll from the start, after a key, after a key with no time_next
+
+
+@dataclass(frozen=True)
+class _Names:
+    """The quoted names and fragments every statement of one table is written from."""
+
+    t: str  # the table
+    tf: str  # the table in a statement with an {ids} template: its braces survive format()
+    rid: str
+    epoch: str
+    acked: str
+    values: str  # the message columns, as the poll selects them
+    s: str  # "s." on a subscription's state table (its poll joins the message table, m)
+    priority: str
+    time_next: str  # the poll's time_next (the 2018 layout's stands in for a NULL one)
+    p_due: str  # the poll's due condition (one %s)
+    due: str  # the due condition on the table's own columns (one %s)
+    order: str
+    after: str  # a continued poll's condition: after the key of the last row read
+    after_null: str  # the same when that row's time_next was NULL
+
+    @classmethod
+    def of(cls, cfg: TableConfig) -> _Names:
+        t = quote(cfg.name)
+        rid, epoch, acked = quote("id"), quote("epoch"), quote("time_acked")
+        # A subscription's poll reads its state table (s) and the message table's columns
+        # (m) for the values; every other statement touches the state table alone.
+        s = "s." if cfg.source else ""
+        m = "m." if cfg.source else ""
+        values = ", ".join(m + quote(c.name) for c in cfg.message_columns)
+        p_rid = s + rid
+        if cfg.layout is Layout.CURRENT:
+            priority, time_next = s + quote("priority"), s + quote("time_next")
+            p_due = f"({time_next} IS NULL OR {time_next} <= %s)"
+            order = f"{priority}, {time_next}, {p_rid}"
+            after = (
+                f" AND ({priority} > %s OR ({priority} = %s AND ({time_next} > %s"
+                f" OR ({time_next} = %s AND {p_rid} > %s))))"
+            )
+            after_null = (
+                f" AND ({priority} > %s OR ({priority} = %s AND ({time_next} IS NOT NULL"
+                f" OR {p_rid} > %s)))"
+            )
+            raw = quote("time_next")
+            due = f"({raw} IS NULL OR {raw} <= %s)"
+        else:  # 2018 layout: no priority; time_scheduled stands in for a NULL time_next
+            priority = "0"
+            time_next = f"COALESCE({quote('time_next')}, {quote('time_scheduled')}, 0)"
+            due = p_due = f"{time_next} <= %s"
+            order = f"{time_next}, {rid}"
+            after = after_null = f" AND ({time_next} > %s OR ({time_next} = %s AND {rid} > %s))"
+        return cls(
+            t=t,
+            tf=t.replace("{", "{{").replace("}", "}}"),
+            rid=rid,
+            epoch=epoch,
+            acked=acked,
+            values=values,
+            s=s,
+            priority=priority,
+            time_next=time_next,
+            p_due=p_due,
+            due=due,
+            order=order,
+            after=after,
+            after_null=after_null,
+        )
+
+
+class TableStatements:
+    """The SQL of one table, written once from its config. ``{ids}`` stands for an IN list.
+
+    Polls go in (priority, time_next, id) order; a continued poll starts after the key of
+    the last row read (keyset pagination: no row is read twice in one pass). SQL sorts a
+    NULL time_next first, so continuing after one needs its own condition.
+    """
+
+    layout: Layout
+    # the polls (_write_polls)
+    poll: str
+    poll_after: str
+    poll_after_null: str
+    polls_created: Polls  # with each row's time_created last
+    polls_floor: Polls  # after an unclean takeover: only rows the old holder cannot have sent
+    polls_created_floor: Polls
+    floor_params: int
+    # the send and its postpone (_write_sends)
+    claim: str
+    claimable: str
+    lock: str
+    postpone: str
+    # the acks and the purge (_write_acks)
+    ack: str
+    ack_first: str
+    ack_mixed: str
+    acked: str
+    unacked: str
+    purge: str
+    purge_holders: int
+    # settlement (_write_settlement)
+    alive: str
+    release: str
+    renew: str
+
+    def __init__(self, cfg: TableConfig) -> None:
+        n = _Names.of(cfg)
+        self.layout = cfg.layout
+        self._write_polls(cfg, n)
+        self._write_sends(n)
+        self._write_acks(cfg, n)
+        self._write_settlement(cfg, n)
+        # an ordered table's reads (msgtable.store.ordering)
+        self.order = OrderStatements(cfg, n.values, n.epoch) if cfg.ordered else None
+        # the backlog (msgtable.store.backlog), on MariaDB (True) and on MySQL (False)
+        self.backlog = {m: backlog_sql(cfg, m) for m in (True, False)}
+
+    def _write_polls(self, cfg: TableConfig, n: _Names) -> None:
+        # A state table is often small or mostly unsettled, where the optimizer would scan
+        # and sort it whole each poll; its index is in (priority, time_next, id) order.
+        rid = n.rid
+        source = (
+            f"{n.t} s FORCE INDEX (`poller_idx`) JOIN {quote(cfg.source)} m ON m.{rid} = s.{rid}"
+            if cfg.source
+            else n.t
+        )
+        head = f"SELECT {n.priority}, {n.time_next}, {n.s}{n.epoch}, {n.values}"
+        body = f" FROM {source} WHERE {n.s}{n.acked} IS NULL AND {n.p_due}"
+        select = head + body
+        tail = f" ORDER BY {n.order} LIMIT %s"
+        self.poll = select + tail
+        self.poll_after = select + n.after + tail
+        self.poll_after_null = select + n.after_null + tail
+        # The same polls with each row's time_created last (the created -> sent delay,
+        # msgtable.core.latency); NULL for a table without the column.
+        created = n.s + quote("time_created") if cfg.has_column("time_created") else "NULL"
+        with_created = f"{head}, {created}{body}"
+        self.polls_created = (
+            with_created + tail,
+            with_created + n.after + tail,
+            with_created + n.after_null + tail,
+        )
+        # After an unclean takeover, until the hold ends (msgtable.engine.engine): only the rows
+        # the old holder cannot have sent, due or there after the floor (one %s each).
+        floor = f" AND ({n.time_next} > %s" + (f" OR {created} > %s)" if created != "NULL" else ")")
+        self.floor_params = 1 if created == "NULL" else 2
+        plain = (self.poll, self.poll_after, self.poll_after_null)
+        self.polls_floor = cast("Polls", tuple(q.replace(body, body + floor, 1) for q in plain))
+        self.polls_created_floor = cast(
+            "Polls", tuple(q.replace(body, body + floor, 1) for q in self.polls_created)
+        )
+
+    def _write_sends(self, n: _Names) -> None:
+        tf, rid, epoch, acked, due = n.tf, n.rid, n.epoch, n.acked, n.due
+        self.claim = (
+            f"{MARK}UPDATE {tf} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
+            f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND {acked} IS NULL AND {due}"
+        )
+        # The claim's slow path: the rows it may claim, locked before its UPDATE (which then
+        # matches exactly these), when an UPDATE alone matched only some of its rows.
+        self.claimable = (
+            f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
+            f"AND {acked} IS NULL AND {due} FOR UPDATE"
+        )
+        # The send's locking read: rows a concurrent ack by DML has not reached (it waits).
+        self.lock = (
+            f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
+            f"AND {acked} IS NULL AND {due} LOCK IN SHARE MODE"
+        )
+        # The postpone of rows sent (at epoch, at time) and not acked through us: it counts
+        # the send even where an ack by DML came first, and moves time_next only where no
+        # ack did; a row rescheduled or re-versioned by DML since the send keeps its values.
+        self.postpone = (
+            f"{MARK}UPDATE {tf} SET {epoch} = COALESCE({epoch}, 0) + 1, "
+            f"{quote('time_next')} = IF({acked} IS NULL, %s, {quote('time_next')}) "
+            f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND ({acked} IS NOT NULL OR {due})"
+        )
+
+    def _write_acks(self, cfg: TableConfig, n: _Names) -> None:
+        t, tf, rid, epoch, acked = n.t, n.tf, n.rid, n.epoch, n.acked
+        set_acked = f"{MARK}UPDATE {tf} SET {acked} = %s, {quote('time_next')} = NULL"
+        # not acked, and not dead in place: a late ack leaves a dead letter dead, as it finds
+        # no row of one moved to a dead-letter table
+        where_unacked = (
+            f" WHERE {rid} IN ({{ids}}) AND {acked} IS NULL "
+            f"AND NOT ({quote('time_next')} <=> {DEAD_TIME_NEXT})"
+        )
+        self.ack = set_acked + where_unacked
+        # An ack of rows whose send was not postponed yet counts that send: epoch + 1.
+        self.ack_first = set_acked + f", {epoch} = COALESCE({epoch}, 0) + 1" + where_unacked
+        self.ack_mixed = (
+            set_acked + f", {epoch} = COALESCE({epoch}, 0) + ({rid} IN ({{first}}))" + where_unacked
+        )
+        self.acked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
+        self.unacked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
+        # With subscriptions: only rows handed to them, and settled by each that holds the
+        # table, that long ago (msgtable.core.subscriptions).
+        holds = "".join(
+            f" AND NOT EXISTS (SELECT 1 FROM {quote(h)} h WHERE h.{rid} = {t}.{rid} "
+            f"AND (h.{acked} IS NULL OR h.{acked} >= %s))"
+            for h in cfg.holders
+        )
+        fanned = f" AND {quote('time_fanout')} IS NOT NULL" if cfg.fanout else ""
+        self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s{fanned}{holds} LIMIT %s"
+        self.purge_holders = len(cfg.holders)
+
+    def _write_settlement(self, cfg: TableConfig, n: _Names) -> None:
+        """Settlement (msgtable.core.settlement). ``{first}`` stands for an expression true for
+        the rows sent and not postponed yet, whose send the statement counts (epoch + 1)."""
+        tf, rid, epoch, acked = n.tf, n.rid, n.epoch, n.acked
+        raw_next = quote("time_next")
+        self.alive = f"{acked} IS NULL AND NOT ({raw_next} <=> {DEAD_TIME_NEXT})"
+        count_first = f"{epoch} = COALESCE({epoch}, 0) + ({{first}})"
+        error = self.set_error(cfg)
+        # release: sent at least once (or now), not acked, not dead: due at the given time.
+        # ``{bound}``: the deliveries the call answers (deadstore.delivery_expr)
+        self.release = (
+            f"{MARK}UPDATE {tf} SET {count_first}, {raw_next} = %s{error} "
+            f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
+            f"AND (COALESCE({epoch}, 0) > 0 OR {{first}})"
+        )
+        # renew: sent and not due again yet (so not sent since): due no sooner than ``until``
+        self.renew = (
+            f"{MARK}UPDATE {tf} SET {count_first}, "
+            f"{raw_next} = IF({{first}}, %s, GREATEST(COALESCE({raw_next}, 0), %s)){error} "
+            f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
+            f"AND ({{first}} OR (COALESCE({epoch}, 0) > 0 AND {raw_next} > %s))"
+        )
+
+    @staticmethod
+    def set_error(cfg: TableConfig) -> str:
+        """``, last_error = ...`` keeping the old one when the reason (a parameter) is NULL;
+        "" for a table without the column."""
+        if not cfg.keeps_errors:
+            return ""
+        le = quote(LAST_ERROR_COLUMN)
+        limit = text_limit(next(c for c in cfg.columns if c.name == LAST_ERROR_COLUMN))
+        return f", {le} = COALESCE(LEFT(%s, {limit}), {le})"
+
+    def poll_query(
+        self,
+        now_ns: int,
+        limit: int,
+        after: PollKey | None,
+        created: bool = False,
+        floor_ns: int | None = None,
+    ) -> tuple[str, list[Any]]:
+        if floor_ns is None:
+            plain = (self.poll, self.poll_after, self.poll_after_null)
+            polls = self.polls_created if created else plain
+            due: list[Any] = [now_ns]
+        else:
+            polls = self.polls_created_floor if created else self.polls_floor
+            due = [now_ns] + [floor_ns] * self.floor_params
+        poll, poll_after, poll_after_null = polls
+        if after is None:
+            return poll, [*due, limit]
+        p, t, i = after
+        if self.layout is Layout.V2018:
+            return poll_after, [*due, t, t, i, limit]
+        if t is None:
+            return poll_after_null, [*due, p, p, i, limit]
+        return poll_after, [*due, p, p, t, t, i, limit]
+
+
+def backlog_sql(cfg: TableConfig, mariadb: bool) -> str:
+    """One table's (or state table's) backlog in one aggregate: its unacked messages that are
+    not dead, how many are due (time_next <= the first %s), the oldest time_created and how
+    many were created at or after each further %s (now minus each finite bound of
+    msgtable.store.backlog.AGE_BOUNDS_S); without a time_created column the counts alone.
+
+    Indexes: a current-layout table (and every state table) reads ``poller_idx (time_acked,
+    priority, time_next)``: the unacked rows are one range of it (time_acked IS NULL) and the
+    due and dead tests read its time_next, so without time_created the read is index-only;
+    time_created costs a primary-key lookup per unacked row. A 2018-layout table has no index
+    on time_acked (``next_idx (time_next, epoch)`` orders by time_next): it is scanned. Either
+    way it is bounded by a statement time-out (STATEMENT_TIMEOUT_S): MariaDB's ``SET STATEMENT
+    max_statement_time=... FOR`` prefix, MySQL 8's ``MAX_EXECUTION_TIME`` optimizer hint
+    (milliseconds; MySQL runs the hint on SELECT only, which this is)."""
+    t, acked, raw_next = quote(cfg.name), quote("time_acked"), quote("time_next")
+    if cfg.layout is Layout.CURRENT:
+        due = f"({raw_next} IS NULL OR {raw_next} <= %s)"
+    else:
+        due = f"COALESCE({raw_next}, {quote('time_scheduled')}, 0) <= %s"
+    columns = f"COUNT(*), COALESCE(SUM({due}), 0)"
+    if cfg.has_column("time_created"):
+        created = quote("time_created")
+        columns += f", MIN({created})" + "".join(
+            f", COALESCE(SUM({created} >= %s), 0)" for _ in AGE_BOUNDS_S[:-1]
+        )
+    where = f"{acked} IS NULL AND NOT ({raw_next} <=> {DEAD_TIME_NEXT})"
+    if mariadb:
+        return (
+            f"SET STATEMENT max_statement_time={STATEMENT_TIMEOUT_S:g} FOR "
+            f"SELECT {columns} FROM {t} WHERE {where}"
+        )
+    hint = f"/*+ MAX_EXECUTION_TIME({round(STATEMENT_TIMEOUT_S * 1000)}) */ "
+    return f"SELECT {hint}{columns} FROM {t} WHERE {where}"
+
+
+def claim_rows(
+    cur: Any,
+    s: TableStatements,
+    groups: Sequence[tuple[int | None, list[CachedRow], int]],
+    now_ns: int,
+    lock_first: bool,
+    keep: Keep | None = None,
+) -> list[CachedRow] | None:
+    """The claim's UPDATEs, one per (epoch, rows read at it, their new time_next); returns
+    the rows claimed.
+
+    An UPDATE's count says how many rows it changed, not which: when it changed some of its
+    rows but not all, the rows it changed cannot be told from a row that had the new values
+    already, so this returns None, and the caller rolls back and claims again with
+    ``lock_first``: locking reads pick the rows first (``keep`` chooses among them), and the
+    UPDATEs take exactly those."""
+    if lock_first:
+        ours: set[Hashable] = set()
+        for epoch, rows, _ in groups:
+            in_ids, id_params = in_list([r.id for r in rows])
+            cur.execute(s.claimable.format(ids=in_ids), [*id_params, epoch, now_ns])
+            ours.update(r[0] for r in cur.fetchall())
+        if keep is not None:
+            ours = {r.id for r in keep([r for _, rows, _ in groups for r in rows], ours)}
+        groups = [(e, [r for r in rows if r.id in ours], nxt) for e, rows, nxt in groups]
+    claimed: list[CachedRow] = []
+    for epoch, rows, nxt in groups:
+        if not rows:
+            continue
+        in_ids, id_params = in_list([r.id for r in rows])
+        done = cur.execute(s.claim.format(ids=in_ids), [nxt, *id_params, epoch, now_ns])
+        if done == len(rows):
+            claimed.extend(rows)
+        elif done and not lock_first:
+            return None
+    return claimed

@@ -120,10 +120,10 @@ class OrderSQL:
         self._pools = pools
 
     @contextmanager
-    def _cursor(self, table: str | None = None, kind: str = "other") -> Iterator[Any]:
+    def _cursor(self, table: str | None = None, *, kind: str) -> Iterator[Any]:
         """A cursor on the store's autocommit pool, its errors the store's (counted, timed
         as ``kind``)."""
-        with self._pools._errors(table, kind), self._pools._auto_cursor() as cur:
+        with self._pools._errors(table, kind=kind), self._pools._auto_cursor() as cur:
             yield cur
 
     def order_keys(
@@ -135,7 +135,7 @@ class OrderSQL:
         sql, params = (
             (s.order_keys, [limit]) if after is None else (s.order_keys_after, [after, limit])
         )
-        with self._cursor(cfg.name, "order_keys") as cur:
+        with self._cursor(cfg.name, kind="order_keys") as cur:
             cur.execute(sql, params)
             return [(r[0], r[1]) for r in cur.fetchall()]
 
@@ -144,7 +144,7 @@ class OrderSQL:
         them with the order value and the key at the end."""
         s = _order(self._pools, cfg)
         rows: list[PolledRow] = []
-        with self._cursor(cfg.name, "order_runs") as cur:
+        with self._cursor(cfg.name, kind="order_runs") as cur:
             for i in range(0, len(keys), RUN_KEYS_PER_STATEMENT):
                 sql, params = s.runs_query(keys[i : i + RUN_KEYS_PER_STATEMENT], per_key)
                 cur.execute(sql, params)
@@ -161,6 +161,6 @@ class OrderSQL:
             if after is None
             else (s.unkeyed_after, [now_ns, after, limit])
         )
-        with self._cursor(cfg.name, "order_unkeyed") as cur:
+        with self._cursor(cfg.name, kind="order_unkeyed") as cur:
             cur.execute(sql, params)
             return list(cur.fetchall())

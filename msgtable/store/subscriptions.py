@@ -372,10 +372,10 @@ class SubscriptionSQL:
         self._pools = pools
 
     @contextmanager
-    def _cursor(self, table: str | None = None, kind: str = "other") -> Iterator[Any]:
+    def _cursor(self, table: str | None = None, *, kind: str) -> Iterator[Any]:
         """A cursor on the store's autocommit pool, its errors the store's (counted, timed
         as ``kind``)."""
-        with self._pools._errors(table, kind), self._pools._auto_cursor() as cur:
+        with self._pools._errors(table, kind=kind), self._pools._auto_cursor() as cur:
             yield cur
 
     def _has_registry(self, cur: Any) -> bool:

@@ -26,7 +26,7 @@ import grpc
 import grpc.aio
 
 from msgtable.aio.router import AioRouter
-from msgtable.client import requests
+from msgtable.client import effects, requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S, MIN_RENEW_EVERY_S, Leases
 from msgtable.client.message import Received
@@ -63,6 +63,18 @@ class Message(Received["Subscriber"]):
     async def renew(self, extend_s: float = 0.0, reason: str | None = None) -> int:
         """Still working: not sent again before ``extend_s`` (0: the ack wait); 1 if renewed."""
         return await self._subscriber.renew([self], extend_s, reason)
+
+    async def in_transaction(
+        self, engine: Any, handler: Callable[[Any], Awaitable[object]]
+    ) -> bool:
+        """``await handler(conn)`` and this message's ack in one transaction of ``engine``
+        (an AsyncEngine): effects once (msgtable.client.effects); False, without running
+        the handler, when an earlier delivery already acked it."""
+        return await effects.run_async(self, engine, handler)
+
+    async def in_session(self, sessions: Any, handler: Callable[[Any], Awaitable[object]]) -> bool:
+        """:meth:`in_transaction` with an ``async_sessionmaker``: ``await handler(session)``."""
+        return await effects.run_in_async_session(self, sessions, handler)
 
 
 class Subscriber:

@@ -31,6 +31,7 @@ Modules:
     client       The Client
     codes        Status codes back to msgtable's errors
     credentials  What a client's channels carry to prove who it is
+    effects      Effects exactly once
     leaser       Automatic renewal of the messages a subscriber holds
     message      One message a subscriber received
     requests     The requests both clients send, built in one place

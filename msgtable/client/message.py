@@ -3,9 +3,10 @@ renew)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, Protocol, TypeVar
 
+from msgtable.client import effects
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
 
@@ -13,6 +14,7 @@ class Named(Protocol):
     """What a message's data needs of its subscriber (both clients')."""
 
     name: str
+    subscription: str  # "": the table's default group
     field_names: tuple[str, ...]
 
 
@@ -69,6 +71,12 @@ class Received(Generic[S]):
         return self._id_value
 
     @property
+    def table(self) -> str:
+        """The table whose row this message is: its table's, or for a subscription its state
+        table (where an ack by DML goes; msgtable.client.effects)."""
+        return effects.row_table(self._subscriber.name, self._subscriber.subscription)
+
+    @property
     def values(self) -> dict[str, object]:
         """Column name -> value, id included."""
         if self._values is None:
@@ -102,3 +110,14 @@ class Message(Received[Receiver]):
         """Still working: not sent again before ``extend_s`` from now (0: the table's ack
         wait). Returns 1 if renewed, 0 if not (acked, dead, or due again already)."""
         return self._subscriber.renew([self], extend_s, reason)
+
+    def in_transaction(self, engine: Any, handler: Callable[[Any], object]) -> bool:
+        """Run ``handler(conn)`` and this message's ack in one transaction of ``engine`` (the
+        application's SQLAlchemy Engine): their writes commit together or not at all, so the
+        effect happens once (msgtable.client.effects). Returns False, without running the
+        handler, when an earlier delivery's transaction already acked it (or it is dead)."""
+        return effects.run(self, engine, handler)
+
+    def in_session(self, sessions: Any, handler: Callable[[Any], object]) -> bool:
+        """:meth:`in_transaction` with a SQLAlchemy ``sessionmaker``: ``handler(session)``."""
+        return effects.run_in_session(self, sessions, handler)

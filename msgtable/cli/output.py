@@ -30,6 +30,27 @@ def _aligned(rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
     ]
 
 
+TABLES_HEADER = (
+    "TABLE",
+    "KEYSPACE",
+    "STATUS",
+    "BATCH",
+    "CACHE",
+    "ACK WAIT",
+    "CACHED",
+    "IN FLIGHT",
+    "SUBSCRIBERS",
+    "SENT",
+    "ACKED",
+    "RELEASED",
+    "REJECTED",
+    "RENEWED",
+    "DIED",
+    "DEAD",
+    "MAX ATTEMPTS",
+)
+
+
 def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str:
     """A readable table of every message table; below it, the subscriptions under their
     tables (when there are any), where dead letters go, and load errors in full."""
@@ -37,100 +58,84 @@ def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str
     tables = [t for t in tables if not t.subscription]
     if not tables and not subs:
         return "no message tables"
-    header = (
-        "TABLE",
-        "KEYSPACE",
-        "STATUS",
-        "BATCH",
-        "CACHE",
-        "ACK WAIT",
-        "CACHED",
-        "IN FLIGHT",
-        "SUBSCRIBERS",
-        "SENT",
-        "ACKED",
-        "RELEASED",
-        "REJECTED",
-        "RENEWED",
-        "DIED",
-        "DEAD",
-        "MAX ATTEMPTS",
-    )
-    rows = [header]
-    for t in tables:
-        c = t.config
-        rows.append(
-            (
-                t.name,
-                f"{t.keyspace}/{t.shard}" if t.shard else t.keyspace,
-                "loaded" if c is not None else "error",
-                str(c.batch_size) if c else "-",
-                str(c.cache_size) if c else "-",
-                _seconds(c.ack_wait_s) if c else "-",
-                str(t.cached),
-                str(t.in_flight),
-                str(t.subscribers),
-                str(t.sent),
-                str(t.acked),
-                str(t.released),
-                str(t.rejected),
-                str(t.renewed),
-                str(t.dead_lettered),
-                _dead(t.dead),
-                _max_attempts(c),
-            )
-        )
+    rows = [TABLES_HEADER, *(_table_row(t) for t in tables)]
     lines = _aligned(rows) if tables else ["no message tables"]
     if subs:
         lines.append("")
         lines.append("subscriptions:")
         lines.extend(_subscriptions_by_table(tables, subs, now_ns))
-    read = [t for t in (*tables, *subs) if t.due is not None]
-    if read:
-        lines.append("")
-        lines.append("backlog (read from the database):")
-        lines.extend(_backlog(t) for t in sorted(read, key=lambda t: (t.name, t.subscription)))
+    for title, body in _notes(tables, subs):
+        if body:
+            lines.append("")
+            lines.append(title)
+            lines.extend(body)
+    return "\n".join(lines)
+
+
+def _table_row(t: TableInfo) -> tuple[str, ...]:
+    c = t.config
+    return (
+        t.name,
+        f"{t.keyspace}/{t.shard}" if t.shard else t.keyspace,
+        "loaded" if c is not None else "error",
+        str(c.batch_size) if c else "-",
+        str(c.cache_size) if c else "-",
+        _seconds(c.ack_wait_s) if c else "-",
+        str(t.cached),
+        str(t.in_flight),
+        str(t.subscribers),
+        str(t.sent),
+        str(t.acked),
+        str(t.released),
+        str(t.rejected),
+        str(t.renewed),
+        str(t.dead_lettered),
+        _dead(t.dead),
+        _max_attempts(c),
+    )
+
+
+def _notes(tables: list[TableInfo], subs: list[TableInfo]) -> list[tuple[str, list[str]]]:
+    """The sections below the tables and subscriptions, each a title and its lines (none:
+    the section is left out)."""
+    both = (*tables, *subs)
+    by_name = sorted(both, key=lambda t: (t.name, t.subscription))
     # a server that shares its database names each table's sender ("this server" when it
     # shares it with none; "" everywhere from a server of an earlier version)
     shared = [t for t in tables if t.sender != "this server" and t.config is not None]
-    if any(t.sender for t in shared):
-        lines.append("")
-        lines.append("sent by (the servers of the database share its tables):")
-        lines.extend(
-            f"  {t.name}{f' (shard {t.shard})' if t.shard else ''}: {t.sender or 'no server now'}"
-            for t in shared
-        )
-    held = [t for t in (*tables, *subs) if t.hold_s > 0]
-    if held:
-        lines.append("")
-        lines.append("held after a takeover (the old lease holder's last sends may be in flight):")
-        lines.extend(_held(t) for t in sorted(held, key=lambda t: (t.name, t.subscription)))
-    ordered = [t for t in tables if t.config is not None and t.config.order_key]
-    if ordered:
-        lines.append("")
-        lines.append("ordered per key:")
-        lines.extend(_ordered(t) for t in ordered)
-    capturing = [t for t in tables if t.config is not None and t.config.capture]
-    if capturing:
-        lines.append("")
-        lines.append("table events:")
-        lines.extend(_capturing(t) for t in capturing)
-    pushed = [t for t in (*tables, *subs) if t.push is not None]
-    if pushed:
-        lines.append("")
-        lines.append("pushed to:")
-        lines.extend(_pushed(t) for t in pushed)
-    moved = [t for t in tables if t.config is not None and t.config.dead_letter]
-    if moved:
-        lines.append("")
-        lines.append("dead letters go to:")
-        lines.extend(f"  {t.name} -> {t.config.dead_letter}" for t in moved if t.config)
-    failed = [t for t in (*tables, *subs) if t.load_error]
-    if failed:
-        lines.append("")
-        lines.append("load errors:")
-        lines.extend(_load_error(t) for t in failed)
-    return "\n".join(lines)
+    senders = [
+        f"  {t.name}{f' (shard {t.shard})' if t.shard else ''}: {t.sender or 'no server now'}"
+        for t in shared
+    ]
+    return [
+        ("backlog (read from the database):", [_backlog(t) for t in by_name if t.due is not None]),
+        (
+            "sent by (the servers of the database share its tables):",
+            senders if any(t.sender for t in shared) else [],
+        ),
+        (
+            "held after a takeover (the old lease holder's last sends may be in flight):",
+            [_held(t) for t in by_name if t.hold_s > 0],
+        ),
+        (
+            "ordered per key:",
+            [_ordered(t) for t in tables if t.config is not None and t.config.order_key],
+        ),
+        (
+            "table events:",
+            [_capturing(t) for t in tables if t.config is not None and t.config.capture],
+        ),
+        ("pushed to:", [_pushed(t) for t in both if t.push is not None]),
+        (
+            "dead letters go to:",
+            [
+                f"  {t.name} -> {t.config.dead_letter}"
+                for t in tables
+                if t.config is not None and t.config.dead_letter
+            ],
+        ),
+        ("load errors:", [_load_error(t) for t in both if t.load_error]),
+    ]
 
 
 def _backlog(t: TableInfo) -> str:

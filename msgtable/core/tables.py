@@ -323,39 +323,11 @@ def load_table(
     postpone_after = _seconds(
         problems, fields, "vt_postpone_after", DEFAULT_POSTPONE_AFTER_S, allow_zero=True
     )
-    max_attempts = _count(problems, fields, "vt_max_attempts") if "vt_max_attempts" in fields else 0
-    if max_attempts > MAX_ATTEMPTS_LIMIT:
-        problems.add(f"vt_max_attempts={max_attempts} must be at most {MAX_ATTEMPTS_LIMIT:,}")
-        max_attempts = 0
-    dead_letter = fields.get("vt_dead_letter", "")
-    if "vt_dead_letter" in fields:
-        if not dead_letter:
-            problems.add("vt_dead_letter must name a table")
-        elif dead_letter == table:
-            problems.add(f"vt_dead_letter={dead_letter} is the table itself")
-
+    max_attempts = _max_attempts(fields, problems)
+    dead_letter = _dead_letter(table, fields, problems)
     default_group = _switch(problems, fields, "vt_default_group", True)
     layout = detect_layout(columns)
-    by_name = {c.name: c for c in columns}
-    missing = [c for c in REQUIRED_COLUMNS[layout] if c not in by_name]
-    if missing:
-        problems.add(f"missing required column {', '.join(missing)}")
-    for name in INTEGER_COLUMNS:
-        col = by_name.get(name)
-        if col is not None and not col.is_integer:
-            problems.add(f"column {name} must be an integer (bigint), not {col.column_type}")
-    if not any(list(idx) == ["id"] for idx in unique_indexes):
-        problems.add("column id must be unique on its own (primary key or unique index on id)")
-    last_error = by_name.get(LAST_ERROR_COLUMN)
-    if last_error is not None and last_error.data_type not in TEXT_TYPES:
-        problems.add(
-            f"column {LAST_ERROR_COLUMN} must be text (varchar), not {last_error.column_type}"
-        )
-    time_dead = by_name.get(TIME_DEAD_COLUMN)
-    if time_dead is not None and not time_dead.is_integer:
-        problems.add(
-            f"column {TIME_DEAD_COLUMN} must be an integer (bigint), not {time_dead.column_type}"
-        )
+    by_name = _checked_columns(columns, unique_indexes, layout, problems)
     message_columns = _message_columns(fields, columns, layout, problems)
     order_key, order_by, order_index = _ordering(fields, by_name, layout, indexes, problems)
     capture = _capture(fields, by_name, layout, problems)
@@ -382,6 +354,57 @@ def load_table(
         order_index=order_index,
         capture=capture,
     )
+
+
+def _max_attempts(fields: dict[str, str], problems: Problems) -> int:
+    """vt_max_attempts: sends before a message dies (0: no limit)."""
+    max_attempts = _count(problems, fields, "vt_max_attempts") if "vt_max_attempts" in fields else 0
+    if max_attempts > MAX_ATTEMPTS_LIMIT:
+        problems.add(f"vt_max_attempts={max_attempts} must be at most {MAX_ATTEMPTS_LIMIT:,}")
+        max_attempts = 0
+    return max_attempts
+
+
+def _dead_letter(table: str, fields: dict[str, str], problems: Problems) -> str:
+    """vt_dead_letter: the table dead messages move to ("": dead in place)."""
+    dead_letter = fields.get("vt_dead_letter", "")
+    if "vt_dead_letter" in fields:
+        if not dead_letter:
+            problems.add("vt_dead_letter must name a table")
+        elif dead_letter == table:
+            problems.add(f"vt_dead_letter={dead_letter} is the table itself")
+    return dead_letter
+
+
+def _checked_columns(
+    columns: Sequence[Column],
+    unique_indexes: Iterable[Sequence[str]],
+    layout: Layout,
+    problems: Problems,
+) -> dict[str, Column]:
+    """The columns by name, once the layout's required ones, their types and id's unique
+    index are checked."""
+    by_name = {c.name: c for c in columns}
+    missing = [c for c in REQUIRED_COLUMNS[layout] if c not in by_name]
+    if missing:
+        problems.add(f"missing required column {', '.join(missing)}")
+    for name in INTEGER_COLUMNS:
+        col = by_name.get(name)
+        if col is not None and not col.is_integer:
+            problems.add(f"column {name} must be an integer (bigint), not {col.column_type}")
+    if not any(list(idx) == ["id"] for idx in unique_indexes):
+        problems.add("column id must be unique on its own (primary key or unique index on id)")
+    last_error = by_name.get(LAST_ERROR_COLUMN)
+    if last_error is not None and last_error.data_type not in TEXT_TYPES:
+        problems.add(
+            f"column {LAST_ERROR_COLUMN} must be text (varchar), not {last_error.column_type}"
+        )
+    time_dead = by_name.get(TIME_DEAD_COLUMN)
+    if time_dead is not None and not time_dead.is_integer:
+        problems.add(
+            f"column {TIME_DEAD_COLUMN} must be an integer (bigint), not {time_dead.column_type}"
+        )
+    return by_name
 
 
 # What an event table's columns must be (msgtable.features.capture.follower writes them): a type

@@ -119,9 +119,34 @@ class EngineCollector(Collector):
     def families(self) -> list[Family]:
         """Every family, read from the engine's counters now (no statement, except the
         backlog's read at most once per backlog_max_age_s)."""
+        leading, gains_now, live, sending = self._tenure()
+        live.sort(key=lambda x: (x[0].name, x[0].subscription))
+        statuses = [s for s, _ in live]
+        labels = [_labels(s) for s in statuses]
+        out = self._message_families(live, labels)
+        out.extend(self._push_families(statuses, labels))
+        out.extend(self._backlog_families())
+        g = Family(
+            PREFIX + "table_sender",
+            GAUGE,
+            "1 while this server sends the table (it holds the table's lease), else 0.",
+            LABELS,
+        )
+        for st, ls in zip(statuses, labels, strict=True):
+            if not st.subscription:
+                g.add(ls, 1 if sending.get(st.name) else 0)
+        out.append(g)
+        out.extend(self._lease_families(leading, gains_now))
+        out.extend(self._server_families())
+        return out
+
+    def _tenure(
+        self,
+    ) -> tuple[bool, int, list[tuple[TableStatus, LatencySnapshot]], dict[str, bool]]:
+        """Whether this server leads, its lease gains, the live statuses and whether it sends
+        each table, all of one tenure: a loss (its tables reopened, counters at 0) or a gain
+        while the tables are read means reading them again."""
         engine = self.engine
-        # the counters and the lease gauges of one tenure: a loss (its tables reopened,
-        # counters at 0) or a gain while the tables are read means reading them again
         for _ in range(10):  # a loss's odd window is a few dict operations long
             tenure = (engine.leading, engine.lease_gains, engine.lease_losses)
             live = engine.live_statuses()
@@ -129,10 +154,13 @@ class EngineCollector(Collector):
             steady = tenure[2] % 2 == 0  # no loss was half done when it began
             if steady and (engine.leading, engine.lease_gains, engine.lease_losses) == tenure:
                 break
-        leading, gains_now, _ = tenure
-        live.sort(key=lambda x: (x[0].name, x[0].subscription))
+        return tenure[0], tenure[1], live, sending
+
+    def _message_families(
+        self, live: list[tuple[TableStatus, LatencySnapshot]], labels: list[tuple[str, str, str]]
+    ) -> list[Family]:
+        """The counters, gauges and histograms of each table's and subscription's messages."""
         statuses = [s for s, _ in live]
-        labels = [_labels(s) for s in statuses]
         out: list[Family] = []
         for name, field, doc in COUNTERS:
             c = Family(PREFIX + name, COUNTER, doc, LABELS)
@@ -156,7 +184,7 @@ class EngineCollector(Collector):
             "Rows other clients inserted into the table, as the binlog follower counted them.",
             LABELS,
         )
-        if engine.binlog is not None:
+        if self.engine.binlog is not None:
             for s, ls in zip(statuses, labels, strict=True):
                 if not s.subscription:  # a subscription's rows are the table's
                     c.add(ls, s.enqueued)
@@ -181,14 +209,21 @@ class EngineCollector(Collector):
             "Time from a message's time_created to its first send.",
             LABELS,
         )
-        delays = engine.delivery_delays()
+        delays = self.engine.delivery_delays()
         for s, ls in zip(statuses, labels, strict=True):
             d = delays.get((s.name, s.subscription))
             cfg = s.config
             if d is not None and cfg is not None and cfg.has_column("time_created"):
                 h.add_histogram(ls, d)
         out.append(h)
-        pushes = [engine.push_status(s.name, s.subscription) for s in statuses]
+        return out
+
+    def _push_families(
+        self, statuses: list[TableStatus], labels: list[tuple[str, str, str]]
+    ) -> list[Family]:
+        """Each endpoint's pushes (msgtable.features.push)."""
+        out: list[Family] = []
+        pushes = [self.engine.push_status(s.name, s.subscription) for s in statuses]
         for name, field, doc in PUSH_COUNTERS:
             c = Family(PREFIX + name, COUNTER, doc, LABELS)
             for p, ls in zip(pushes, labels, strict=True):
@@ -205,28 +240,19 @@ class EngineCollector(Collector):
             if p is not None:
                 g.add(ls, p.in_flight)
         out.append(g)
-        out.extend(self._backlog_families())
-        g = Family(
-            PREFIX + "table_sender",
-            GAUGE,
-            "1 while this server sends the table (it holds the table's lease), else 0.",
-            LABELS,
-        )
-        for st, ls in zip(statuses, labels, strict=True):
-            if not st.subscription:
-                g.add(ls, 1 if sending.get(st.name) else 0)
-        out.append(g)
-        ks = engine.keyspace
-        out.append(
+        return out
+
+    def _lease_families(self, leading: bool, gains_now: int) -> list[Family]:
+        """The keyspace's lease gauges and counters."""
+        engine, ks = self.engine, self.engine.keyspace
+        return [
             _per_keyspace(
                 GAUGE,
                 "lease_holder",
                 "1 while this server sends any table (it holds a table's lease), else 0.",
                 ks,
                 1 if leading else 0,
-            )
-        )
-        out.append(
+            ),
             _per_keyspace(
                 COUNTER,
                 "lease_gains",
@@ -234,9 +260,7 @@ class EngineCollector(Collector):
                 "whose counters start again at 0.",
                 ks,
                 gains_now,
-            )
-        )
-        out.append(
+            ),
             _per_keyspace(
                 COUNTER,
                 "lease_late_renewals",
@@ -244,9 +268,7 @@ class EngineCollector(Collector):
                 "until the next one (a loaded machine, or a --lease-period too short for it).",
                 ks,
                 engine.lease_late_renewals,
-            )
-        )
-        out.append(
+            ),
             _per_keyspace(
                 COUNTER,
                 "postpones_skipped",
@@ -255,10 +277,8 @@ class EngineCollector(Collector):
                 "the next holder's hold.",
                 ks,
                 engine.postpones_skipped,
-            )
-        )
-        out.extend(self._server_families())
-        return out
+            ),
+        ]
 
     def _backlog_families(self) -> list[Family]:
         """The backlog gauges: read from the database at most once per backlog_max_age_s

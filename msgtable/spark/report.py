@@ -205,53 +205,14 @@ def build_report(
     rows, n_acked = (int(totals[0]), int(totals[1])) if totals else (0, 0)
     first_ack, last_ack = (totals[2], totals[3]) if totals else (None, None)
 
-    latency, histogram = None, []
-    if "time_created" in columns:
-        ms = (F.col("time_acked") - F.col("time_created")) / F.lit(1e6)
-        timed = acked.where(F.col("time_created").isNotNull()).select(ms.alias("ms"))
-        r = timed.agg(
-            F.percentile("ms", F.array(*[F.lit(p) for p in PERCENTILES])).alias("p"),
-            F.max("ms").alias("max"),
-        ).first()
-        if r is not None and r["p"] is not None:
-            pairs = zip(PERCENTILES, r["p"], strict=True)
-            latency = {f"p{round(p * 100):d}": float(v) for p, v in pairs}
-            latency["max"] = float(r["max"])
-            log_ms = F.log10(F.greatest(F.col("ms"), F.lit(LATENCY_FLOOR_MS)))
-            bins = timed.groupBy(F.floor(log_ms * LATENCY_BINS_PER_DECADE).alias("bin")).count()
-            histogram = [
-                (10 ** (int(b["bin"]) / LATENCY_BINS_PER_DECADE), int(b["count"]))
-                for b in bins.orderBy("bin").collect()
-            ]
+    latency, histogram = _latency(acked) if "time_created" in columns else (None, [])
 
     epochs = [
         (int(r[0] or 0), int(r[1]))
         for r in acked.groupBy("epoch").count().orderBy("epoch").collect()
     ]
 
-    backlog: list[tuple[str, int, int]] = []
-    alive = ~F.col("time_next").eqNullSafe(F.lit(DEAD_TIME_NEXT))  # a dead row waits for nothing
-    unacked = df.where(F.col("time_acked").isNull() & alive)
-    if "time_created" in columns:
-        since = F.col("time_created")
-    else:
-        since = F.coalesce(F.col("time_next"), F.lit(now_ns))
-    age_s = (F.lit(now_ns) - since) / F.lit(1e9)
-    bucket = None
-    for label, bound in reversed(AGE_BUCKETS):
-        bucket = (
-            F.lit(label)
-            if bucket is None
-            else F.when(age_s < F.lit(bound), F.lit(label)).otherwise(bucket)
-        )
-    assert bucket is not None
-    priority = F.col("priority") if "priority" in columns else F.lit(0)
-    order = {label: i for i, (label, _) in enumerate(AGE_BUCKETS)}
-    grouped = unacked.groupBy(bucket.alias("age"), priority.alias("priority")).count().collect()
-    backlog = sorted(
-        ((r["age"], int(r["priority"] or 0), int(r["count"])) for r in grouped),
-        key=lambda t: (order[t[0]], t[1]),
-    )
+    backlog = _backlog(df, columns, now_ns)
 
     span_s = 0.0 if first_ack is None or last_ack is None else (last_ack - first_ack) / 1e9
     per, seconds = throughput_bucket(span_s)
@@ -274,4 +235,60 @@ def build_report(
         generated_ns=now_ns,
         has_time_created="time_created" in columns,
         dead=dead,
+    )
+
+
+def _latency(acked: DataFrame) -> tuple[dict[str, float] | None, list[tuple[float, int]]]:
+    """The acked rows' created -> acked latency: its percentiles and max (ms; None without
+    a timed row) and its histogram (LATENCY_BINS_PER_DECADE bins a decade, from
+    LATENCY_FLOOR_MS)."""
+    from pyspark.sql import functions as F
+
+    latency: dict[str, float] | None = None
+    histogram: list[tuple[float, int]] = []
+    ms = (F.col("time_acked") - F.col("time_created")) / F.lit(1e6)
+    timed = acked.where(F.col("time_created").isNotNull()).select(ms.alias("ms"))
+    r = timed.agg(
+        F.percentile("ms", F.array(*[F.lit(p) for p in PERCENTILES])).alias("p"),
+        F.max("ms").alias("max"),
+    ).first()
+    if r is not None and r["p"] is not None:
+        pairs = zip(PERCENTILES, r["p"], strict=True)
+        latency = {f"p{round(p * 100):d}": float(v) for p, v in pairs}
+        latency["max"] = float(r["max"])
+        log_ms = F.log10(F.greatest(F.col("ms"), F.lit(LATENCY_FLOOR_MS)))
+        bins = timed.groupBy(F.floor(log_ms * LATENCY_BINS_PER_DECADE).alias("bin")).count()
+        histogram = [
+            (10 ** (int(b["bin"]) / LATENCY_BINS_PER_DECADE), int(b["count"]))
+            for b in bins.orderBy("bin").collect()
+        ]
+    return latency, histogram
+
+
+def _backlog(df: DataFrame, columns: set[str], now_ns: int) -> list[tuple[str, int, int]]:
+    """The unacked, live rows by age bucket (AGE_BUCKETS, by time_created or else time_next)
+    and priority: (age, priority, count), youngest first."""
+    from pyspark.sql import functions as F
+
+    alive = ~F.col("time_next").eqNullSafe(F.lit(DEAD_TIME_NEXT))  # a dead row waits for nothing
+    unacked = df.where(F.col("time_acked").isNull() & alive)
+    if "time_created" in columns:
+        since = F.col("time_created")
+    else:
+        since = F.coalesce(F.col("time_next"), F.lit(now_ns))
+    age_s = (F.lit(now_ns) - since) / F.lit(1e9)
+    bucket = None
+    for label, bound in reversed(AGE_BUCKETS):
+        bucket = (
+            F.lit(label)
+            if bucket is None
+            else F.when(age_s < F.lit(bound), F.lit(label)).otherwise(bucket)
+        )
+    assert bucket is not None
+    priority = F.col("priority") if "priority" in columns else F.lit(0)
+    order = {label: i for i, (label, _) in enumerate(AGE_BUCKETS)}
+    grouped = unacked.groupBy(bucket.alias("age"), priority.alias("priority")).count().collect()
+    return sorted(
+        ((r["age"], int(r["priority"] or 0), int(r["count"])) for r in grouped),
+        key=lambda t: (order[t[0]], t[1]),
     )

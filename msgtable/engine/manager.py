@@ -53,12 +53,12 @@ from msgtable.core.rows import (
 from msgtable.core.status import TableStatus
 from msgtable.core.tables import TableConfig
 from msgtable.core.window import Window, check_limit, window_size
-from msgtable.engine import postpone
+from msgtable.engine import dispatch, postpone
 from msgtable.engine.acks import AckCombiner
 from msgtable.engine.cache import MessageCache, Sending
-from msgtable.engine.ordered import KeyOwners, KeyPass, OrderedDue, cut_at_gaps, whole_keys
+from msgtable.engine.ordered import KeyPass, OrderedDue, whole_keys
 from msgtable.engine.purger import Purger
-from msgtable.engine.subscriber import Subscriber, select_subscribers
+from msgtable.engine.subscriber import Subscriber
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 
@@ -748,38 +748,11 @@ class MessageManager:
                     return 0
                 cfg = self.config
                 self.cache.inflight.count(now)  # ack waits over: their windows' credit back
-                chosen = select_subscribers(self._subscribers, self._next)
-                ordered = self.cache.ordered
-                owners = KeyOwners(ordered) if ordered is not None else None
-                plan: list[tuple[Subscriber, list[CachedRow]]] = []
-                expired: list[CachedRow] = []
-                spare: list[CachedRow] = []  # popped, refused by a stream's filter so far
-                for i in chosen:
-                    sub = self._subscribers[i]
-                    want = min(cfg.batch_size, sub.window.room)
-                    if sub.accepts is None and not spare:
-                        batch = sending.pop(want)
-                    elif owners is None and sub.accepts is not None:  # msgtable.engine.routes
-                        batch = sending.pop_for(sub.accepts, want)  # the rows it passes only
-                    else:
-                        if owners is not None:
-                            owners.start(i)
-                        batch, spare = _take(sending, sub.accepts, want, spare, owners)
-                    if not batch:
-                        if spare or sub.accepts is not None:
-                            continue  # the others' filters may pass rows this one does not
-                        break
-                    if cfg.max_attempts:  # sent that often: dead, not sent again
-                        live = [r for r in batch if (r.epoch or 0) < cfg.max_attempts]
-                        if len(live) < len(batch):
-                            expired += [r for r in batch if (r.epoch or 0) >= cfg.max_attempts]
-                            # an ordered key's later rows wait for the death to be written
-                            batch = live if ordered is None else cut_at_gaps(batch, live, ordered)
-                            if not batch:
-                                continue
-                    plan.append((self._subscribers[i], batch))
-                    self._next = i + 1
-                sending.put_back(spare)  # nobody's filter took them: for a later send
+                planned = dispatch.plan(
+                    cfg, self._subscribers, self._next, sending, self.cache.ordered
+                )
+                self._next = planned.next
+                plan, expired = planned.batches, planned.expired
             if not plan and not expired:
                 return 0
             rows = sending.rows
@@ -994,42 +967,3 @@ class MessageManager:
 def _lookahead_ns(cfg: TableConfig) -> int:
     """How far ahead a poll reads: rows due before the next poll wait in the cache."""
     return round(cfg.poller_interval_s * 1e9)
-
-
-# An ordered table's stream with a filter looks at most this many times its batch among the
-# due runs per send (the rows it refuses go to the next subscriber, or back to the queue); an
-# unordered table's pops only rows its filter passes (msgtable.engine.routes).
-FILTER_LOOKAHEAD = 4
-
-
-def _take(
-    sending: Sending,
-    accepts: Callable[[Values], bool] | None,
-    want: int,
-    spare: list[CachedRow],
-    owners: KeyOwners | None = None,
-) -> tuple[list[CachedRow], list[CachedRow]]:
-    """A batch of up to ``want`` rows ``accepts`` takes: from ``spare`` first (rows an
-    earlier stream's filter refused), then popped; returns it and the rows still spare.
-    With ``owners`` (an ordered table) a key's rows go to one subscriber, from its head."""
-    if owners is not None:
-        accepts = owners.admits(accepts)
-    batch: list[CachedRow] = []
-    left: list[CachedRow] = []
-    for row in spare:
-        if len(batch) < want and (accepts is None or accepts(row.values)):
-            batch.append(row)
-        else:
-            left.append(row)
-    budget = want * FILTER_LOOKAHEAD
-    while len(batch) < want and budget > 0:
-        popped = sending.pop(min(want - len(batch), budget))
-        if not popped:
-            break
-        budget -= len(popped)
-        for row in popped:
-            if accepts is None or accepts(row.values):
-                batch.append(row)
-            else:
-                left.append(row)
-    return batch, left

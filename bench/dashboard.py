@@ -196,10 +196,10 @@ def _first_loads(dsn: str, n: int, mode: str) -> tuple[list[float], int, int, tu
     bytes, and the families' rendering: msgtable's and prometheus_client's median ms)."""
     import dataclasses
 
-    from msgtable.engine.engine import MessageEngine
+    from msgtable.features.assembly import assemble_dsn
     from msgtable.observe.dashboard import DashboardApi, DashboardServer, RateHistory
 
-    engine = MessageEngine.from_dsn(dsn, capture=False)
+    engine = assemble_dsn(dsn, capture=False)
     engine.open()
     history = RateHistory()
     try:

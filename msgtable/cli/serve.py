@@ -50,13 +50,13 @@ def open_engine(
 ) -> MessageEngine:
     from sqlalchemy.exc import ArgumentError
 
-    from msgtable.engine.engine import MessageEngine
+    from msgtable.features.assembly import assemble_dsn
     from msgtable.features.push.allow import AllowList
 
     if push_ca_file and not os.path.isfile(push_ca_file):
         raise InvalidArgument(f"--push-ca-file {push_ca_file}: no such file")
     try:
-        return MessageEngine.from_dsn(
+        return assemble_dsn(
             dsn,
             discovery_interval_s=discovery_interval_s,
             follow_binlog=follow_binlog,

@@ -7,6 +7,7 @@ Modules:
     binlog      Following the database's row-based binary log
     binlogrows  How many rows a binlog WRITE_ROWS event holds, from its raw bytes
     cache       The bounded per-table cache
+    components  How a feature plugs into the engine
     dispatch    One send's dispatch
     due         The rows of one table that are due, or fall due before the next poll
     engine      All message tables of one database

@@ -16,24 +16,31 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from msgtable.core import tracing
 from msgtable.core.clock import Clock, SystemClock
 from msgtable.core.deadletters import DeadLetter, RedriveBatch, check_dead_letter, redrive_problem
+from msgtable.core.filters import parse_filter
 from msgtable.core.ids import coerce_ids
 from msgtable.core.keyspace import KeyRange
 from msgtable.core.latency import LatencySnapshot
 from msgtable.core.retry import Backoff, Retry
-from msgtable.core.rows import RowChange
-from msgtable.core.status import TableStatus
-from msgtable.core.subscriptions import (
-    LoadedSubscription,
-    state_table_name,
-)
+from msgtable.core.rows import RowChange, Values
+from msgtable.core.status import PushStatus, TableStatus
+from msgtable.core.subscriptions import Subscription, state_table_name
 from msgtable.core.tables import DEFAULT_DISCOVERY_INTERVAL_S, TableConfig, load_table
 from msgtable.engine.binlog import BinlogFollower
+from msgtable.engine.components import (
+    Component,
+    Discovery,
+    Features,
+    Follower,
+    Loaded,
+    PushComponent,
+    SubscriptionsComponent,
+)
 from msgtable.engine.lease import Takeover, connector
 from msgtable.engine.manager import MessageManager
 from msgtable.engine.placement import CAPTURE, Placement
@@ -47,11 +54,6 @@ from msgtable.errors import (
     TableNotFound,
     Unavailable,
 )
-from msgtable.features.capture.follower import CaptureFollower, CaptureTarget
-from msgtable.features.push.allow import AllowList
-from msgtable.features.push.pushers import Endpoints
-from msgtable.features.subscriptions.fanout import Fanout
-from msgtable.features.subscriptions.registry import Subscriptions, stream_filter
 from msgtable.limits import MAX_DEAD_LETTERS_LISTED, MAX_REDRIVE_BATCH
 from msgtable.store.backlog import DEFAULT_MAX_AGE_S, Backlog, BacklogReader
 from msgtable.store.mysql import pymysql_args
@@ -74,8 +76,9 @@ SHARDS = ("", "0", "-")  # ways to name the one shard of an unsharded keyspace
 PLACING_WAIT_PERIODS = 2
 
 
-class MessageEngine(Subscriptions, Endpoints):
-    """Serves every message table of one database (the keyspace)."""
+class MessageEngine:
+    """Serves every message table of one database (the keyspace); its features
+    (subscriptions, push, capture) are components it calls (msgtable.engine.components)."""
 
     def __init__(
         self,
@@ -87,23 +90,20 @@ class MessageEngine(Subscriptions, Endpoints):
         run_loops: bool = True,
         follow_binlog: bool = False,
         lease_period_s: float | None = None,
-        push_allow: AllowList | None = None,
-        push_ca_file: str | None = None,
-        capture: bool = True,
         tracer_provider: TracerProvider | None = None,
         keyspace: str | None = None,
         shard: KeyRange | None = None,
+        features: Features | None = None,
     ) -> None:
         """``lease_period_s``: share the database with other msgtable servers; this one
         sends only while it holds the lease (msgtable.engine.lease), from ``campaign()`` on. None:
-        this server is the only one and sends from ``open()`` on. ``push_allow``: the URLs
-        push endpoints may have (msgtable.features.push.allow; None: none), ``push_ca_file`` the CAs
-        their certificates are checked against (None: the system's). ``capture``: write table
-        events into capture tables (msgtable.features.capture.follower) while this server sends.
+        this server is the only one and sends from ``open()`` on.
         ``tracer_provider``: where the tables' poll / send / ack spans go (msgtable.core.tracing;
         None: the global provider, if one was configured when a table's manager is made).
         ``keyspace`` and ``shard``: this database is that shard of that keyspace
-        (msgtable.core.keyspace; None: an unsharded keyspace named after the database)."""
+        (msgtable.core.keyspace; None: an unsharded keyspace named after the database).
+        ``features``: the components it serves (msgtable.features.assembly makes them all;
+        None: none, the Vitess path alone)."""
         self.store = store
         store.outage.tell = True  # a server says when its database goes and comes back
         self.run_loops = run_loops  # False: unit tests drive each manager's steps themselves
@@ -114,16 +114,10 @@ class MessageEngine(Subscriptions, Endpoints):
         self.discovery_interval_s = discovery_interval_s
         self._tracer_provider = tracer_provider
         self._lock = threading.Lock()
-        self._managers: dict[str, MessageManager] = {}
-        self._load_errors: dict[str, str] = {}
-        # subscriptions (msgtable.core.subscriptions): loaded ones by state table, the ones that
-        # failed to load by label (table/name), the fan-out loops by table, lags by state table
-        self._subs: dict[str, LoadedSubscription] = {}
-        self._sub_errors: dict[str, str] = {}
-        self._fanouts: dict[str, Fanout] = {}
-        self._lag: dict[str, tuple[int, int | None]] = {}
-        self._not_holding: dict[str, str] = {}
-        self._orphan_pass: dict[str, Hashable | None] = {}
+        self._managers: dict[str, MessageManager] = {}  # by table, or subscription state table
+        self._load_errors: dict[str, str] = {}  # by table
+        self._sub_errors: dict[str, str] = {}  # subscriptions that failed to load, by label
+        self._found = Discovery()  # the last discovery applied
         self._discovered = False
         self._last_refresh = 0.0
         self._refresh_lock = threading.RLock()
@@ -132,6 +126,19 @@ class MessageEngine(Subscriptions, Endpoints):
         self._thread: threading.Thread | None = None
         self.fatal = threading.Event()
         self.fatal_reason = ""
+        self._init_placement(lease_period_s)
+        self._backlog = BacklogReader(
+            store, self._loaded_configs, self.clock.now_ns, away=lambda: store.outage.away
+        )
+        self.binlog: BinlogFollower | None = None
+        self._binlog_columns: dict[str, Sequence[str]] = {}
+        if follow_binlog and isinstance(store, MySQLStore):
+            self.binlog = BinlogFollower(
+                pymysql_args(store.url), store.database, self, outage=store.outage
+            )
+        self._init_features(features or Features())
+
+    def _init_placement(self, lease_period_s: float | None) -> None:
         self.lease_period_s = lease_period_s
         self._lease: Placement | None = None
         self._campaigned = threading.Event()  # campaign() made the placement (or never will)
@@ -149,32 +156,20 @@ class MessageEngine(Subscriptions, Endpoints):
         self._sender_hints: dict[str, str] = {}  # by unit: the sender named when it was lost
         # sent rows whose postpones a demotion noticed too late did not write (metrics)
         self.postpones_skipped = 0
-        self._init_push(push_allow, push_ca_file)
-        self._backlog = BacklogReader(
-            store, self._loaded_configs, self.clock.now_ns, away=lambda: store.outage.away
+
+    def _init_features(self, features: Features) -> None:
+        """Make the components (msgtable.engine.components), in the order their hooks are
+        called: a subscription's entry in ListTables gets its push status too."""
+        subs = features.subscriptions(self) if features.subscriptions else None
+        events = features.capture(self) if features.capture else None
+        push = features.push(self) if features.push else None
+        self._subscriptions: SubscriptionsComponent | None = subs
+        self._push: PushComponent | None = push
+        # the table-events follower (msgtable.features.capture; msgtable.observe.metrics)
+        self.capture: Follower | None = events.follower if events is not None else None
+        self._components: tuple[Component, ...] = tuple(
+            c for c in (subs, events, push) if c is not None
         )
-        self.binlog: BinlogFollower | None = None
-        self._binlog_columns: dict[str, Sequence[str]] = {}
-        if follow_binlog and isinstance(store, MySQLStore):
-            self.binlog = BinlogFollower(
-                pymysql_args(store.url), store.database, self, outage=store.outage
-            )
-        # Table events (msgtable.features.capture.follower): followed by the server that sends,
-        # while some
-        # capture table is loaded. Read by the follower for every event: replaced whole.
-        self.capture: CaptureFollower | None = None
-        self._capture_targets: tuple[CaptureTarget, ...] = ()
-        self._message_tables: frozenset[str] = frozenset()
-        if capture and isinstance(store, MySQLStore):
-            self.capture = CaptureFollower(
-                pymysql_args(store.url),
-                store.database,
-                lambda: self._capture_targets,
-                exclude=lambda t: t in self._message_tables,
-                written=self._captured,
-                outage=store.outage,
-                timed=store.timed,
-            )
 
     @classmethod
     def from_dsn(cls, dsn: str, **kwargs: Any) -> MessageEngine:
@@ -231,8 +226,8 @@ class MessageEngine(Subscriptions, Endpoints):
         with its table), and CAPTURE while a capture table is loaded."""
         with self._lock:
             units = {_unit_of(m.config) for m in self._managers.values()}
-            if self._capture_targets:
-                units.add(CAPTURE)
+        for c in self._components:
+            units |= c.units()
         return units
 
     @property
@@ -272,21 +267,18 @@ class MessageEngine(Subscriptions, Endpoints):
 
     def close(self) -> None:
         """End every subscription (Unavailable), stop all loops, give the leases back,
-        close connections. Pushers first: the POSTs they have in progress get settled."""
-        self._close_pushers()
+        close connections. The components first, the last made first: the POSTs pushers
+        have in progress get settled."""
+        for c in reversed(self._components):
+            c.close()
         self._stop.set()
         self._wake.set()
         if self.binlog is not None:
             self.binlog.close()
-        if self.capture is not None:
-            self.capture.close()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(DISCOVERY_RETRY_MAX_S)
         with self._lock:
             managers, self._managers = list(self._managers.values()), {}
-            fanouts, self._fanouts = list(self._fanouts.values()), {}
-        for f in fanouts:
-            f.close()
         clean: dict[str, bool] = {}
         for m in managers:
             unit = _unit_of(m.config)
@@ -305,7 +297,8 @@ class MessageEngine(Subscriptions, Endpoints):
         lease = self._lease
         return lease.late_renewals if lease is not None else 0
 
-    def _may_send(self, unit: str) -> bool:
+    def may_send(self, unit: str) -> bool:
+        """Whether this server may send ``unit`` at this instant (its lease is valid)."""
         lease = self._lease
         return lease.valid(unit) if lease is not None else self.sends(unit)
 
@@ -332,29 +325,10 @@ class MessageEngine(Subscriptions, Endpoints):
             self._sending.add(unit)
             self.lease_gains += 1  # a new tenure: its tables' counters start at 0
             managers = [m for m in self._managers.values() if _unit_of(m.config) == unit]
-            fanouts = [f for t, f in self._fanouts.items() if t == unit]
         for m in managers:
             self._start(m)
-        for f in fanouts:
-            f.trigger()
-        self._wake_pushers()
-        self._follow_capture()
-
-    def _follow_capture(self) -> None:
-        """Capture table events while this server sends them and some capture table is
-        loaded."""
-        if (
-            self.capture is not None
-            and self.run_loops
-            and self.sends(CAPTURE)
-            and self._capture_targets
-            and not self._stop.is_set()
-        ):
-            self.capture.open()
-
-    def _captured(self, tables: Sequence[str]) -> None:
-        for t in tables:
-            self.binlog_insert(t)
+        for c in self._components:
+            c.gained(unit)
 
     def _hold_s(self, cfg: TableConfig) -> float:
         """How long a table's sends wait after a takeover: until vt_ack_wait after the
@@ -414,12 +388,11 @@ class MessageEngine(Subscriptions, Endpoints):
             for m in old:
                 self._managers[m.config.name] = self._new_manager(m.config)
             self.lease_losses += 1
-        if unit == CAPTURE and self.capture is not None:
-            self.capture.close()
         clean = _close_all(old, error)
         self._clean_demotion[unit] = clean
         self.postpones_skipped += sum(m.postpones_skipped for m in old)
-        self._wake_pushers()
+        for c in self._components:
+            c.lost(unit)
         return clean
 
     def _await_sending(self, unit: str) -> None:
@@ -482,7 +455,7 @@ class MessageEngine(Subscriptions, Endpoints):
             self.clock,
             self.rng,
             self._on_fatal,
-            may_send=lambda: self._may_send(unit),
+            may_send=lambda: self.may_send(unit),
             may_postpone=lambda ack_wait_s: self._may_postpone(unit, ack_wait_s),
             outage=self.store.outage,
             dead_letter=self._dead_letter_config,
@@ -503,9 +476,8 @@ class MessageEngine(Subscriptions, Endpoints):
         m = self._managers.get(table)
         if m is not None:
             m.binlog_insert(rows)
-        f = self._fanouts.get(table)
-        if f is not None:
-            f.trigger()
+        if self._subscriptions is not None:
+            self._subscriptions.inserted(table)
 
     def binlog_changes(self, table: str, changes: list[RowChange]) -> None:
         m = self._managers.get(table)
@@ -524,7 +496,8 @@ class MessageEngine(Subscriptions, Endpoints):
 
     # -- discovery -----------------------------------------------------------------------
     def refresh(self) -> None:
-        """Read the message tables now and open, reconfigure or close managers to match."""
+        """Read the message tables now and open, reconfigure or close managers to match;
+        then the components reconcile to it."""
         with self._refresh_lock:
             self._last_refresh = time.monotonic()
             defs = self.store.discover()
@@ -532,95 +505,63 @@ class MessageEngine(Subscriptions, Endpoints):
             self._discovered = True
         # outside the refresh lock: a pusher closing waits for its POSTs, whose settlement
         # may itself want a discovery (msgtable.features.push.pushers)
-        self._sync_pushers()
+        found = self._found  # the latest, should another discovery have come meanwhile
+        for c in self._components:
+            c.reconcile(found)
+        if self._lease is not None:
+            self._lease.wake()  # a table it can send now, or no longer
 
     def _apply(self, defs: list[TableDefinition]) -> None:
-        configs: dict[str, TableConfig] = {}
-        errors: dict[str, str] = {}
-        for d in defs:
-            try:
-                configs[d.name] = load_table(
-                    d.name, d.comment, d.columns, d.unique_indexes, d.indexes
-                )
-            except TableLoadError as exc:
-                errors[d.name] = str(exc)
-        _check_dead_letters(configs, errors)
-        subs, sub_errors = self._load_subscriptions(configs)
-        wanted = dict(configs)
-        wanted.update((ls.config.name, ls.config) for ls in subs.values())
-        to_close: list[tuple[MessageManager, MsgtableError]] = []
-        to_open: list[MessageManager] = []
+        configs, errors = _load_tables(defs)
+        subs = self._subscriptions.load(configs) if self._subscriptions else Loaded()
+        wanted = {**configs, **subs.configs}
         with self._lock:
-            old_subs = self._subs
-            for name, m in list(self._managers.items()):
-                cfg = wanted.get(name)
-                if cfg is None:
-                    del self._managers[name]
-                    err: MsgtableError
-                    if name in errors:
-                        err = TableLoadError(errors[name])
-                    elif name in old_subs:
-                        label = old_subs[name].sub.label
-                        err = (
-                            TableLoadError(sub_errors[label])
-                            if label in sub_errors
-                            else TableNotFound(f"subscription {label} was dropped")
-                        )
-                    else:
-                        err = TableNotFound(f"message table {name!r} was dropped")
-                    to_close.append((m, err))
-                elif cfg != m.config:
-                    if _same_shape(cfg, m.config):
-                        m.reconfigure(cfg)
-                        log.info("%s: new settings applied", _what(cfg))
-                    else:
-                        del self._managers[name]
-                        to_close.append(
-                            (
-                                m,
-                                Unavailable(
-                                    f"{_what(cfg)} changed its columns or ordering; subscribe again"
-                                ),
-                            )
-                        )
-            for name, cfg in wanted.items():
-                if name not in self._managers:
-                    m = self._new_manager(cfg)
-                    self._managers[name] = m
-                    if self.sends(_unit_of(cfg)):
-                        to_open.append(m)
+            to_close, to_open = self._replace(wanted, errors, subs.errors)
             for name in errors.keys() - self._load_errors.keys():
                 log.error("%s (not served until it is fixed)", errors[name])
-            for label in sub_errors.keys() - self._sub_errors.keys():
-                log.error("%s (not served until it is fixed)", sub_errors[label])
+            for label in subs.errors.keys() - self._sub_errors.keys():
+                log.error("%s (not served until it is fixed)", subs.errors[label])
             self._load_errors = errors
-            self._subs = subs
-            self._sub_errors = sub_errors
+            self._sub_errors = dict(subs.errors)
             # read by the binlog follower for every event: replaced whole, never changed (a
             # subscription's state table too: an ack by DML there leaves its cache at once)
             self._binlog_columns = {n: m.config.column_names for n, m in self._managers.items()}
-            self._capture_targets = tuple(
-                CaptureTarget(c.name, c.capture) for c in configs.values() if c.capture
-            )
-            self._message_tables = frozenset({d.name for d in defs} | self._managers.keys())
-            fan_tables = {cfg.name for cfg in configs.values() if cfg.fanout}
-            gone = [f for t, f in self._fanouts.items() if t not in fan_tables]
-            self._fanouts = {t: f for t, f in self._fanouts.items() if t in fan_tables}
-            new_fanouts = [self._new_fanout(t) for t in fan_tables - self._fanouts.keys()]
-        for f in gone:
-            f.close()
+            tables = frozenset({d.name for d in defs} | self._managers.keys())
+            self._found = Discovery(configs, tables)
         for m, e in to_close:
             log.info("%s: closing (%s)", _what(m.config), e)
             m.close(e)
         for m in to_open:
             log.info("%s: serving", _what(m.config))
             self._start(m)
-        for f in new_fanouts:
-            if self.run_loops:
-                f.open()
-        self._follow_capture()
-        if self._lease is not None:
-            self._lease.wake()  # a table it can send now, or no longer
+
+    def _replace(
+        self, wanted: dict[str, TableConfig], errors: dict[str, str], sub_errors: Mapping[str, str]
+    ) -> tuple[list[tuple[MessageManager, MsgtableError]], list[MessageManager]]:
+        """Under the engine's lock: make the managers match ``wanted`` (a new config taken
+        live when it can be). Returns the managers to close (with why) and to start."""
+        to_close: list[tuple[MessageManager, MsgtableError]] = []
+        to_open: list[MessageManager] = []
+        for name, m in list(self._managers.items()):
+            cfg = wanted.get(name)
+            if cfg is None:
+                del self._managers[name]
+                to_close.append((m, _gone(m.config, errors, sub_errors)))
+            elif cfg != m.config:
+                if _same_shape(cfg, m.config):
+                    m.reconfigure(cfg)
+                    log.info("%s: new settings applied", _what(cfg))
+                else:
+                    del self._managers[name]
+                    why = f"{_what(cfg)} changed its columns or ordering; subscribe again"
+                    to_close.append((m, Unavailable(why)))
+        for name, cfg in wanted.items():
+            if name not in self._managers:
+                m = self._new_manager(cfg)
+                self._managers[name] = m
+                if self.sends(_unit_of(cfg)):
+                    to_open.append(m)
+        return to_close, to_open
 
     def _discovery_loop(self) -> None:
         retry = Retry(
@@ -637,7 +578,8 @@ class MessageEngine(Subscriptions, Endpoints):
                 break
             try:
                 self.refresh()
-                self._upkeep()
+                if self._subscriptions is not None:
+                    self._subscriptions.upkeep()
                 retry.succeeded()
                 delay = self.discovery_interval_s
             except Exception as exc:
@@ -723,7 +665,21 @@ class MessageEngine(Subscriptions, Endpoints):
                 self._refresh_on_demand(asked_at)
         return None
 
-    def _default_group(self, m: MessageManager) -> MessageManager:
+    def find(self, name: str, subscription: str = "") -> MessageManager:
+        """The manager of table ``name`` (or of its ``subscription``) in this keyspace, after
+        a discovery if it is not known yet (msgtable.engine.components.Host)."""
+        return self._manager(name, "", subscription=subscription)
+
+    def loaded(self, key: str) -> MessageManager | None:
+        """The manager of ``key`` (a table or a state table) as loaded now: no discovery."""
+        return self._managers.get(key)
+
+    def managers(self) -> list[MessageManager]:
+        """Every manager, of tables and of subscriptions, as loaded now."""
+        with self._lock:
+            return list(self._managers.values())
+
+    def default_group(self, m: MessageManager) -> MessageManager:
         """A table's own manager, for its default group: refused with vt_default_group=off."""
         if not m.config.default_group and not m.config.source:
             raise TableLoadError(
@@ -759,22 +715,20 @@ class MessageEngine(Subscriptions, Endpoints):
         ``max_messages``, sent no more than that many in all (msgtable.core.window)."""
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        m = self._default_group(self._manager(name, keyspace, shard, key_range, subscription))
+        m = self.default_group(self._manager(name, keyspace, shard, key_range, subscription))
         accepts = stream_filter(m.config, filter) if filter else None
         if not self.sends(_unit_of(m.config)):
             self._await_sending(_unit_of(m.config))
             # the manager the gain started (a loss before it replaced the one found above)
-            m = self._default_group(self._manager(name, keyspace, shard, key_range, subscription))
-        if subscription:
-            self._revive(m)
+            m = self.default_group(self._manager(name, keyspace, shard, key_range, subscription))
+        if subscription and self._subscriptions is not None:
+            self._subscriptions.subscribing(m.config.name)
         return m.subscribe(max_in_flight, accepts, max_messages)
 
     def ack(self, name: str, keyspace: str, ids: Sequence[object], subscription: str = "") -> int:
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        return self._default_group(self._manager(name, keyspace, subscription=subscription)).ack(
-            ids
-        )
+        return self.default_group(self._manager(name, keyspace, subscription=subscription)).ack(ids)
 
     # -- settlement and dead letters (msgtable.core.settlement, msgtable.core.deadletters)
     # ----------------
@@ -816,7 +770,7 @@ class MessageEngine(Subscriptions, Endpoints):
         if self._stop.is_set():
             raise Unavailable("server shutting down")
         m = self._manager(name, keyspace, subscription=subscription)
-        return m if subscription else self._default_group(m)
+        return m if subscription else self.default_group(m)
 
     def _verb(self, name: str, keyspace: str, subscription: str) -> MessageManager:
         """The manager that answers a release, reject or renew: only the leader's. It alone
@@ -967,7 +921,8 @@ class MessageEngine(Subscriptions, Endpoints):
         }
 
     def list_tables(self) -> list[TableStatus]:
-        """Every message table: loaded ones with live counts, failed ones with their error.
+        """Every message table and subscription: loaded ones with live counts, failed ones
+        with their error; each component adds its own (msgtable.engine.components).
 
         Discovers first (a table created a moment ago shows), unless the database is away:
         then the tables as last seen, at once (``database_error()`` says why)."""
@@ -976,59 +931,104 @@ class MessageEngine(Subscriptions, Endpoints):
         with self._lock:
             managers = list(self._managers.values())
             errors = dict(self._load_errors)
-        subs = [m for m in managers if m.config.source]
-        managers = [m for m in managers if not m.config.source]
-        out = [m.status(self.keyspace) for m in managers]
-        pairs = []
-        for m in managers + subs:  # a subscription's: in its state table, by its name
-            with contextlib.suppress(TableLoadError):  # its dead-letter table just went
-                pairs.append(self._dead_of(m.config))
-        try:
-            dead = self.store.count_dead(pairs)
-        except MsgtableError:  # counts are extras: the list answers without them
-            dead = {}
-        out = [dataclasses.replace(s, dead=dead.get(s.name)) for s in out]
-        sub_dead = {(m.config.source, m.config.subscription): dead.get(m.config.name) for m in subs}
-        out = [self._with_unseen(s) for s in out]
-        out = [self._with_capture(s) for s in out]
+            sub_errors = dict(self._sub_errors)
+        dead = self._count_dead(managers)
+        out = [
+            dataclasses.replace(m.status(self.keyspace), dead=dead.get(m.config.name))
+            for m in managers
+            if not m.config.source
+        ]
         out += [
             TableStatus(name=n, keyspace=self.keyspace, config=None, load_error=e)
             for n, e in errors.items()
         ]
         out += [
-            dataclasses.replace(s, dead=sub_dead.get((s.name, s.subscription)))
-            for s in self._subscription_statuses(subs)
+            TableStatus(
+                name=label.partition("/")[0],
+                keyspace=self.keyspace,
+                config=None,
+                load_error=e,
+                subscription=label.partition("/")[2],
+            )
+            for label, e in sub_errors.items()
         ]
-        out = [dataclasses.replace(s, push=self.push_status(s.name, s.subscription)) for s in out]
+        for c in self._components:
+            out = c.statuses(out)
+        # a subscription's dead messages: in its state table, counted by its name
+        sub_dead = {m.config.label: dead.get(m.config.name) for m in managers if m.config.source}
+        out = [
+            dataclasses.replace(s, dead=sub_dead.get(f"{s.name}/{s.subscription}"))
+            if s.subscription
+            else s
+            for s in out
+        ]
         backlog = {(b.table, b.subscription): b for b in self.backlog()}
         out = [_with_backlog(s, backlog.get((s.name, s.subscription))) for s in out]
         shard = "" if self.shard is None else str(self.shard)
         out = [dataclasses.replace(s, sender=self.sender(s.name), shard=shard) for s in out]
         return sorted(out, key=lambda s: (s.name, s.subscription))
 
-    def _with_capture(self, s: TableStatus) -> TableStatus:
-        """A capture table's status with its follower's (msgtable.features.capture.follower)."""
-        if s.config is None or s.config.capture is None:
-            return s
-        f = self.capture
-        if f is None:
-            return dataclasses.replace(s, capture_problem="table events need a MySQL database")
-        if f.disabled_because:
-            return dataclasses.replace(s, capture_problem=f.disabled_because)
-        if not self.sends(CAPTURE):
-            sender = self.sender(CAPTURE)
-            return dataclasses.replace(
-                s,
-                capture_problem="this server does not capture the table events: "
-                + (f"the server at {sender} does" if sender else "no server does now"),
-            )
-        return dataclasses.replace(
-            s,
-            capture_position=f.position,
-            capture_lag_s=f.lag_s if f.following.is_set() else None,
-            capture_events=f.events,
-            capture_problem="" if f.following.is_set() else "not following the binlog now",
-        )
+    def _count_dead(self, managers: list[MessageManager]) -> dict[str, int]:
+        """How many dead messages each table and subscription holds, by table or state
+        table ({} if the database does not answer: the counts are extras)."""
+        pairs = []
+        for m in managers:
+            with contextlib.suppress(TableLoadError):  # its dead-letter table just went
+                pairs.append(self._dead_of(m.config))
+        try:
+            return self.store.count_dead(pairs)
+        except MsgtableError:
+            return {}
+
+    # -- the components' verbs, for the servicer and the metrics (msgtable.engine.components)
+    def create_subscription(self, sub: Subscription, from_start: bool = False) -> int:
+        """Create a subscription of a loaded message table; with ``from_start`` it gets every
+        retained unacked message too (returns how many; msgtable.features.subscriptions)."""
+        return self._subscribed().create_subscription(sub, from_start)
+
+    def alter_subscription(self, table: str, name: str, **changes: Any) -> Subscription:
+        """Change a subscription's settings (None clears one), live at once."""
+        return self._subscribed().alter_subscription(table, name, **changes)
+
+    def drop_subscription(self, table: str, name: str) -> None:
+        """Drop a subscription and its state table; its subscribers end (NOT_FOUND)."""
+        self._subscribed().drop_subscription(table, name)
+
+    def list_subscriptions(self, table: str = "") -> list[TableStatus]:
+        """The subscriptions (of one table, or all) as ListTables shows them."""
+        return [s for s in self.list_tables() if s.subscription and (not table or s.name == table)]
+
+    def _subscribed(self) -> SubscriptionsComponent:
+        if self._subscriptions is None:
+            raise InvalidArgument("this server serves no subscriptions")
+        return self._subscriptions
+
+    def set_endpoint(self, endpoint: Any) -> None:
+        """Define (or replace) the push endpoint (msgtable.features.push.endpoints.Endpoint)
+        of a table's default group or subscription."""
+        self._pushing().set_endpoint(endpoint)
+
+    def drop_endpoint(self, table: str, subscription: str = "") -> None:
+        self._pushing().drop_endpoint(table, subscription)
+
+    def push_status(self, table: str, subscription: str) -> PushStatus | None:
+        return self._push.push_status(table, subscription) if self._push else None
+
+    def _pushing(self) -> PushComponent:
+        if self._push is None:
+            raise InvalidArgument("this server serves no push endpoints")
+        return self._push
+
+
+def stream_filter(cfg: TableConfig, text: str) -> Callable[[Values], bool]:
+    """One stream's filter as a test of a message's values (InvalidArgument if malformed)."""
+    flt = parse_filter(text, cfg.message_columns, cfg.label)
+    names = [c.name for c in cfg.message_columns]
+
+    def accepts(values: Values) -> bool:
+        return flt.matches(dict(zip(names, values, strict=False)))
+
+    return accepts
 
 
 def _with_backlog(s: TableStatus, b: Backlog | None) -> TableStatus:
@@ -1037,6 +1037,30 @@ def _with_backlog(s: TableStatus, b: Backlog | None) -> TableStatus:
     return dataclasses.replace(
         s, due=b.due, scheduled=b.scheduled, oldest_unacked_age_s=b.oldest_unacked_age_s
     )
+
+
+def _load_tables(defs: list[TableDefinition]) -> tuple[dict[str, TableConfig], dict[str, str]]:
+    """The message tables' configs by name, and the errors of those that failed to load."""
+    configs: dict[str, TableConfig] = {}
+    errors: dict[str, str] = {}
+    for d in defs:
+        try:
+            configs[d.name] = load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
+        except TableLoadError as exc:
+            errors[d.name] = str(exc)
+    _check_dead_letters(configs, errors)
+    return configs, errors
+
+
+def _gone(cfg: TableConfig, errors: dict[str, str], sub_errors: Mapping[str, str]) -> MsgtableError:
+    """Why the manager of ``cfg`` closes when a discovery no longer finds it."""
+    if cfg.name in errors:
+        return TableLoadError(errors[cfg.name])
+    if cfg.source:  # a subscription's state table
+        if cfg.label in sub_errors:
+            return TableLoadError(sub_errors[cfg.label])
+        return TableNotFound(f"subscription {cfg.label} was dropped")
+    return TableNotFound(f"message table {cfg.name!r} was dropped")
 
 
 def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str]) -> None:

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from msgtable.client import Client, Message
 from msgtable.core.tables import current_layout_ddl
 from msgtable.engine.engine import MessageEngine
+from msgtable.features.assembly import assemble_dsn
 from msgtable.server.servicer import MessagingServer
 
 NS = 10**9
@@ -66,7 +67,7 @@ class Served:
 @contextmanager
 def serve(dsn: str, **engine_kwargs: Any) -> Iterator[Served]:
     engine_kwargs.setdefault("discovery_interval_s", 0.5)
-    engine = MessageEngine.from_dsn(dsn, **engine_kwargs)
+    engine = assemble_dsn(dsn, **engine_kwargs)
     engine.open()
     server = MessagingServer(engine, "127.0.0.1:0")
     server.start()

@@ -25,6 +25,7 @@ import msgtable
 from msgtable.core.clock import FakeClock
 from msgtable.core.tables import current_layout_ddl
 from msgtable.engine.engine import MessageEngine
+from msgtable.features.assembly import assemble
 from msgtable.store import dbpool
 from msgtable.store.mysqlstore import MySQLStore
 
@@ -133,7 +134,7 @@ def engine(db_dsn: str, sql: Any) -> Iterator[MessageEngine]:
     rows = ", ".join(f"({i}, 'm{i}')" for i in range(1, MESSAGES + 1))
     sql.execute(f"insert into q(id, message) values {rows}")
     store = MySQLStore.from_dsn(db_dsn)
-    e = MessageEngine(store, clock=FakeClock(time.time_ns()), run_loops=False, capture=False)
+    e = assemble(store, clock=FakeClock(time.time_ns()), run_loops=False, capture=False)
     e.refresh()
     try:
         yield e

@@ -19,6 +19,7 @@ from msgtable.core.tables import current_layout_ddl
 from msgtable.engine.engine import MessageEngine
 from msgtable.enqueue.sharded import ShardedEnqueue
 from msgtable.errors import InvalidArgument, PartlySettled, TableNotFound, Unavailable
+from msgtable.features.assembly import assemble_dsn
 from msgtable.gateway.clients import AsyncKeyspaceClient, KeyspaceClient
 from msgtable.gateway.gateway import GatewayServicer, KeyspaceGateway
 from msgtable.server.servicer import MessagingServer
@@ -39,7 +40,7 @@ class ShardServer:
     port: int = 0
 
     def start(self) -> None:
-        self.engine = MessageEngine.from_dsn(
+        self.engine = assemble_dsn(
             self.dsn,
             discovery_interval_s=0.5,
             keyspace="app",

@@ -649,7 +649,7 @@ class CountingStore(MySQLStore):
 
 
 def test_no_poll_runs_and_nothing_is_cached_without_a_subscriber(db_dsn):
-    from msgtable.engine.engine import MessageEngine
+    from msgtable.features.assembly import assemble
 
     store = CountingStore.from_dsn(db_dsn)
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
@@ -664,7 +664,7 @@ def test_no_poll_runs_and_nothing_is_cached_without_a_subscriber(db_dsn):
             )
         )
         conn.execute(sa.text("insert into idle(id, message) values (1, 'x')"))
-    engine = MessageEngine(store, discovery_interval_s=0.5)
+    engine = assemble(store, discovery_interval_s=0.5)
     engine.open()
     try:
         time.sleep(0.5)

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from msgtable.client import Client
 from msgtable.core.tables import current_layout_ddl
 from msgtable.engine.engine import MessageEngine
+from msgtable.features.assembly import assemble_dsn
 from msgtable.server.servicer import MessagingServer
 
 from ..netfault import FaultProxy
@@ -30,7 +31,7 @@ def through(db_dsn: str) -> Iterator[tuple[FaultProxy, MessagingServer, MessageE
     url = sa.make_url(db_dsn)
     with FaultProxy(url.host or "127.0.0.1", url.port or 3306) as proxy:
         proxied = url.set(host="127.0.0.1", port=proxy.port)
-        engine = MessageEngine.from_dsn(
+        engine = assemble_dsn(
             proxied.render_as_string(hide_password=False), discovery_interval_s=0.5
         )
         engine.open()

@@ -25,6 +25,7 @@ from msgtable.engine.engine import MessageEngine
 from msgtable.engine.lease import LEASE_DDL, Takeover, connector, session_wait_timeout_s
 from msgtable.engine.placement import CAPTURE, FORGET_AFTER_S, FORGET_EVERY, Placement, rank
 from msgtable.errors import LEADER_METADATA_KEY
+from msgtable.features.assembly import assemble_dsn
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server.servicer import MessagingServer
@@ -340,9 +341,7 @@ def test_a_senders_renewal_is_one_transaction_that_locks_no_other_servers_row(st
 def _server(
     dsn: str, discovery_interval_s: float = 0.3
 ) -> Iterator[tuple[MessageEngine, MessagingServer]]:
-    engine = MessageEngine.from_dsn(
-        dsn, discovery_interval_s=discovery_interval_s, lease_period_s=PERIOD_S
-    )
+    engine = assemble_dsn(dsn, discovery_interval_s=discovery_interval_s, lease_period_s=PERIOD_S)
     engine.open()
     server = MessagingServer(engine, "127.0.0.1:0")
     server.start()

@@ -14,9 +14,9 @@ import sqlalchemy as sa
 
 from msgtable.client import Client
 from msgtable.core.tables import current_layout_ddl
-from msgtable.engine.engine import MessageEngine
 from msgtable.engine.placement import PLACEMENT_DDL
 from msgtable.errors import PermissionDenied, ResourceExhausted, Unauthenticated, Unavailable
+from msgtable.features.assembly import assemble_dsn
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server.auth import Authorizer
@@ -67,7 +67,7 @@ def secured(dsn: str, pki: Path, **server_kwargs) -> Iterator[MessagingServer]:
         conn.execute(sa.text("insert into invoice_in(id, message) values (1, 'i'), (2, 'j')"))
         conn.execute(sa.text("insert into payroll(id, message) values (1, 'secret')"))
     db.dispose()
-    engine = MessageEngine.from_dsn(dsn, discovery_interval_s=0.5)
+    engine = assemble_dsn(dsn, discovery_interval_s=0.5)
     engine.open()
     engine.refresh()
     server_kwargs.setdefault("authorizer", Authorizer.from_dict(AUTH))
@@ -187,7 +187,7 @@ def test_streams_per_client_and_subscribers_per_table_are_bounded(db_dsn, pki):
     [({}, "without TLS (--tls-cert/--tls-key) and authentication (--auth)"), (None, "")],
 )
 def test_listening_beyond_loopback_without_tls_and_auth_warns(db_dsn, pki, caplog, secure, warned):
-    engine = MessageEngine.from_dsn(db_dsn, discovery_interval_s=60)
+    engine = assemble_dsn(db_dsn, discovery_interval_s=60)
     kwargs = {"authorizer": None, "tls": None} if secure is not None else {
         "authorizer": Authorizer.from_dict(AUTH),
         "tls": TlsFiles(str(pki / "server.pem"), str(pki / "server.key")),

@@ -4,7 +4,7 @@ The pieces, one idea each: ``endpoints`` (the definitions in the database and th
 ``allow`` (the server's allow-list: which URLs and addresses it may call), ``body`` (the
 CloudEvents batch and its Standard Webhooks signature), ``outcome`` (what an answer means for
 the batch), ``pusher`` (one endpoint's loop: take a batch, POST, settle), ``pushers`` (the
-engine's side: one pusher per endpoint while this server holds the lease).
+engine's component: one pusher per endpoint while this server holds the lease).
 
 Modules:
     allow      The push allow-list
@@ -12,6 +12,6 @@ Modules:
     endpoints  Every SQL statement of push endpoints
     outcome    What an endpoint's answer means for the batch it was sent
     pusher     One endpoint's pusher
-    pushers    The engine's side of push endpoints
+    pushers    Push endpoints as a component of the engine (msgtable.engine.components)
     transport  One endpoint's HTTP connections
 """

@@ -1,20 +1,23 @@
-"""The engine's side of push endpoints: their definitions (set, drop), one Pusher per
-definition kept in step with the database at each discovery, and their statuses.
+"""Push endpoints as a component of the engine (msgtable.engine.components): their
+definitions (set, drop), one Pusher per definition kept in step with the database after each
+discovery, and their statuses.
 
-MessageEngine has this as a mixin. A pusher subscribes only while the engine sends (holds
-the lease): ``_push_wake`` after a gain or loss makes every pusher look at once.
+A pusher subscribes only while the engine sends (holds the lease): a gain or a loss makes
+every pusher look at once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Protocol
 
-from msgtable.core.clock import Clock
-from msgtable.core.status import PushStatus
+from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.subscriptions import state_table_name
 from msgtable.core.tables import TableConfig
+from msgtable.engine.components import Discovery, Host
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound
 from msgtable.features.push.allow import AllowList
 from msgtable.features.push.endpoints import (
@@ -25,54 +28,57 @@ from msgtable.features.push.endpoints import (
 )
 from msgtable.features.push.pusher import PushEngine, Pusher
 
-if TYPE_CHECKING:
-    from msgtable.engine.manager import MessageManager
-
 log = logging.getLogger("msgtable.engine.engine")
 
 
-class Endpoints:
-    """Push endpoints as the engine serves them (see the module docstring). The attributes
-    are MessageEngine's."""
+class PushHost(Host, PushEngine, Protocol):
+    """What the pushers see of the engine: a component's host, streamed from like a client."""
 
-    store: Any
-    clock: Clock
-    _lock: threading.Lock
-    _managers: dict[str, MessageManager]
-    push_allow: AllowList
-    push_ca_file: str | None
-    _pushers: dict[tuple[str, str], Pusher]
-    _push_lock: threading.Lock
-    _push_closed: bool
 
-    if TYPE_CHECKING:
+class Pushers:
+    """Push endpoints as the engine serves them (see the module docstring):
+    msgtable.engine.components.PushComponent. ``allow``: the URLs endpoints may have (None:
+    none); ``ca_file``: the CAs their certificates are checked against (None: the system's)."""
 
-        def _manager(
-            self,
-            name: str,
-            keyspace: str,
-            shard: str = "",
-            key_range: tuple[bytes, bytes] = (b"", b""),
-            subscription: str = "",
-        ) -> MessageManager: ...
-
-        def refresh(self) -> None: ...
-
-        def _default_group(self, m: MessageManager) -> MessageManager: ...
-
-    def _init_push(self, allow: AllowList | None, ca_file: str | None) -> None:
+    def __init__(
+        self, host: PushHost, allow: AllowList | None = None, ca_file: str | None = None
+    ) -> None:
+        self.host = host
         self.push_allow = allow or AllowList()
         self.push_ca_file = ca_file
-        self._pushers = {}
+        self._pushers: dict[tuple[str, str], Pusher] = {}
         self._push_lock = threading.Lock()
         self._push_closed = False
 
+    # -- msgtable.engine.components.Component ----------------------------------------------
+    def reconcile(self, found: Discovery) -> None:
+        self._sync_pushers()
+
+    def units(self) -> set[str]:
+        return set()
+
+    def gained(self, unit: str) -> None:
+        self._wake_pushers()
+
+    def lost(self, unit: str) -> None:
+        self._wake_pushers()
+
+    def statuses(self, listed: list[TableStatus]) -> list[TableStatus]:
+        return [
+            dataclasses.replace(s, push=self.push_status(s.name, s.subscription)) for s in listed
+        ]
+
+    def close(self) -> None:
+        """Every pusher, side by side: the POSTs they have in progress get settled."""
+        self._close_pushers()
+
+    # -- the pushers -----------------------------------------------------------------------
     def _sync_pushers(self) -> None:
         """Start, restart (a changed definition) and stop pushers to match the database."""
-        if not hasattr(self.store, "_auto_cursor"):  # the in-memory store: none
+        if not hasattr(self.host.store, "_auto_cursor"):  # the in-memory store: none
             return
         try:
-            defs = {(e.table, e.subscription): e for e in read_endpoints(self.store)}
+            defs = {(e.table, e.subscription): e for e in read_endpoints(self.host.store)}
         except MsgtableError as exc:
             log.warning("push endpoints: cannot read them: %s", exc)
             return
@@ -82,10 +88,9 @@ class Endpoints:
             old = self._pushers
             stop = [p for k, p in old.items() if defs.get(k) != p.endpoint]
             keep = {k: p for k, p in old.items() if defs.get(k) == p.endpoint}
-            engine: PushEngine = self  # type: ignore[assignment]
             start = [
                 Pusher(
-                    engine,
+                    self.host,
                     e,
                     self._push_config(e),
                     self.push_allow,
@@ -103,11 +108,12 @@ class Endpoints:
         for p in start:
             p.open()
 
-    def _push_config(self, ep: Endpoint) -> Any:
+    def _push_config(self, ep: Endpoint) -> Callable[[], TableConfig | None]:
         key = state_table_name(ep.table, ep.subscription) if ep.subscription else ep.table
+        host = self.host
 
         def config() -> TableConfig | None:
-            m = self._managers.get(key)
+            m = host.loaded(key)
             return m.config if m is not None else None
 
         return config
@@ -135,7 +141,7 @@ class Endpoints:
     def set_endpoint(self, endpoint: Endpoint) -> None:
         """Define (or replace) the endpoint of a table's default group or subscription;
         InvalidArgument for a URL outside the allow-list (this server would not call it)."""
-        if not hasattr(self.store, "_auto_cursor"):
+        if not hasattr(self.host.store, "_auto_cursor"):
             raise InvalidArgument("push endpoints need a MySQL-family database")
         problem = self.push_allow.url_problem(endpoint.check())
         if problem:  # refused here, not stored to wait: the caller learns it now
@@ -143,19 +149,19 @@ class Endpoints:
                 f"the server will not call {endpoint.url}: {problem} "
                 "(serve --push-allow lists what it may call)"
             )
-        m = self._manager(endpoint.table, "", subscription=endpoint.subscription)  # it exists
+        m = self.host.find(endpoint.table, endpoint.subscription)  # it exists
         if not endpoint.subscription:
-            self._default_group(m)  # vt_default_group=off: name a subscription
-        write_endpoint(self.store, endpoint, self.clock.now_ns())
+            self.host.default_group(m)  # vt_default_group=off: name a subscription
+        write_endpoint(self.host.store, endpoint, self.host.clock.now_ns())
         log.info("push %s: endpoint set to %s", endpoint.label, endpoint.url)
-        self.refresh()
+        self.host.refresh()
         self._sync_pushers()
 
     def drop_endpoint(self, table: str, subscription: str = "") -> None:
-        if not hasattr(self.store, "_auto_cursor"):
+        if not hasattr(self.host.store, "_auto_cursor"):
             raise InvalidArgument("push endpoints need a MySQL-family database")
         label = f"{table}/{subscription}" if subscription else table
-        if not delete_endpoint(self.store, table, subscription):
+        if not delete_endpoint(self.host.store, table, subscription):
             raise TableNotFound(f"no push endpoint for {label}")
         log.info("push %s: endpoint dropped", label)
         self._sync_pushers()

@@ -3,5 +3,5 @@ msgtable.core.subscriptions; their SQL: msgtable.store.subscriptions).
 
 Modules:
     fanout    The fan-out loop of one message table with subscriptions
-    registry  The engine's side of subscriptions (msgtable.core.subscriptions)
+    registry  Subscriptions as a component of the engine (msgtable.engine.components)
 """

@@ -1,9 +1,10 @@
-"""The engine's side of subscriptions (msgtable.core.subscriptions): loading them onto their
-tables at each discovery, one fan-out loop per table that has some, their upkeep (activity,
-expiry, lag against max_lag), their definitions (create, alter, drop) and their statuses.
+"""Subscriptions as a component of the engine (msgtable.engine.components): loading them onto
+their tables at each discovery, one fan-out loop per table that has some, their upkeep
+(activity, expiry, lag against max_lag), their definitions (create, alter, drop) and their
+statuses.
 
-MessageEngine has these as a mixin: a subscription is served by a MessageManager on its
-state table like any table, so the engine keeps one map of managers for both.
+A subscription is served by a MessageManager on its state table like any table: the engine
+keeps one map of managers for both, and this registry reaches them through its Host.
 """
 
 from __future__ import annotations
@@ -11,14 +12,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import random
 import threading
-from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable
+from typing import Any
 
-from msgtable.core.clock import Clock
-from msgtable.core.filters import parse_filter
-from msgtable.core.rows import Values
 from msgtable.core.status import TableStatus
 from msgtable.core.subscriptions import (
     FANOUT_COLUMN,
@@ -33,7 +30,7 @@ from msgtable.core.subscriptions import (
     state_table_name,
 )
 from msgtable.core.tables import Column, TableConfig
-from msgtable.engine.manager import MessageManager
+from msgtable.engine.components import Discovery, Host, Loaded
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
@@ -43,54 +40,87 @@ from msgtable.errors import (
 )
 from msgtable.features.subscriptions.fanout import Fanout
 from msgtable.limits import LAG_CAP, ORPHAN_STEP_ROWS
-from msgtable.store.mysqlstore import Store
 
 log = logging.getLogger("msgtable.engine.engine")
 
 
-class Subscriptions:
+class Registry:
     """The subscriptions of one database, as the engine serves them (see the module
-    docstring). The attributes are MessageEngine's."""
+    docstring): msgtable.engine.components.SubscriptionsComponent."""
 
-    store: Store
-    clock: Clock
-    rng: random.Random
-    keyspace: str
-    run_loops: bool
-    _lock: threading.Lock
-    _managers: dict[str, MessageManager]
-    _subs: dict[str, LoadedSubscription]
-    _sub_errors: dict[str, str]
-    _fanouts: dict[str, Fanout]
-    _lag: dict[str, tuple[int, int | None]]
-    _not_holding: dict[str, str]
-    _orphan_pass: dict[str, Hashable | None]  # state table -> where its clean-up goes on
+    def __init__(self, host: Host) -> None:
+        self.host = host
+        # loaded ones by state table (replaced whole at each discovery), the fan-out loops by
+        # table, lags by state table, why some do not hold their table's purge, and where
+        # each state table's clean-up of orphans goes on
+        self._subs: dict[str, LoadedSubscription] = {}
+        self._fanouts: dict[str, Fanout] = {}
+        self._lag: dict[str, tuple[int, int | None]] = {}
+        self._not_holding: dict[str, str] = {}
+        self._orphan_pass: dict[str, Hashable | None] = {}
+        self._lock = threading.Lock()
+        self._closed = False
 
-    if TYPE_CHECKING:  # MessageEngine's
+    # -- msgtable.engine.components.Component ----------------------------------------------
+    def reconcile(self, found: Discovery) -> None:
+        """One fan-out loop for each table with subscriptions."""
+        fan_tables = {cfg.name for cfg in found.configs.values() if cfg.fanout}
+        with self._lock:
+            if self._closed:
+                return
+            gone = [f for t, f in self._fanouts.items() if t not in fan_tables]
+            self._fanouts = {t: f for t, f in self._fanouts.items() if t in fan_tables}
+            new = [self._new_fanout(t) for t in fan_tables - self._fanouts.keys()]
+        for f in gone:
+            f.close()
+        if self.host.run_loops:
+            for f in new:
+                f.open()
 
-        def refresh(self) -> None: ...
+    def units(self) -> set[str]:
+        return set()  # a subscription goes with its table
 
-        def list_tables(self) -> list[TableStatus]: ...
+    def gained(self, unit: str) -> None:
+        self.inserted(unit)  # what the last sender left unseen goes out now
 
-        def _may_send(self, unit: str) -> bool: ...
+    def lost(self, unit: str) -> None:
+        pass  # each loop stops handing rows over by itself (may_send)
 
-        def _manager(
-            self,
-            name: str,
-            keyspace: str,
-            shard: str = "",
-            key_range: tuple[bytes, bytes] = (b"", b""),
-            subscription: str = "",
-        ) -> MessageManager: ...
+    def statuses(self, listed: list[TableStatus]) -> list[TableStatus]:
+        """Tables with subscriptions say how many rows they have not handed over yet, and
+        each subscription has an entry of its own."""
+        return [self._with_unseen(s) for s in listed] + self._subscription_statuses()
 
-    def _load_subscriptions(
-        self, configs: dict[str, TableConfig]
-    ) -> tuple[dict[str, LoadedSubscription], dict[str, str]]:
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            fanouts, self._fanouts = list(self._fanouts.values()), {}
+        for f in fanouts:
+            f.close()
+
+    # -- msgtable.engine.components.SubscriptionsComponent ---------------------------------
+    def inserted(self, table: str) -> None:
+        f = self._fanouts.get(table)
+        if f is not None:
+            f.trigger()
+
+    def subscribing(self, state_table: str) -> None:
+        """A subscriber of an expired subscription makes it active again."""
+        ls = self._subs.get(state_table)
+        if ls is None or ls.sub.state is not SubscriptionState.EXPIRED:
+            return
+        log.warning("subscription %s: a subscriber came; active again", ls.sub.label)
+        self.host.store.set_subscription_state(  # type: ignore[attr-defined]
+            ls.sub, SubscriptionState.ACTIVE, self.host.clock.now_ns()
+        )
+        self.host.refresh()
+
+    def load(self, configs: dict[str, TableConfig]) -> Loaded:
         """The subscriptions of the database, loaded onto their tables' configs (which get
         fanout and holders here), and those that failed to load (by label)."""
-        read = getattr(self.store, "subscriptions", None)
+        read = getattr(self.host.store, "subscriptions", None)
         if read is None:  # a store without subscriptions (the in-memory one)
-            return {}, {}
+            return Loaded()
         defs, state_columns = read()
         loaded: dict[str, LoadedSubscription] = {}
         errors: dict[str, str] = {}
@@ -119,6 +149,13 @@ class Subscriptions:
                     errors[sub.label] = str(exc)
                     continue
                 loaded[ls.config.name] = ls
+        self._hold(not_holding, loaded)
+        self._subs = loaded
+        return Loaded({n: ls.config for n, ls in loaded.items()}, errors)
+
+    def _hold(self, not_holding: dict[str, str], loaded: dict[str, LoadedSubscription]) -> None:
+        """Say which subscriptions no longer hold their table's purge (by state table), and
+        clean up after the rows purged meanwhile."""
         for name, why in not_holding.items():
             if self._not_holding.get(name) != why:
                 log.warning(
@@ -129,13 +166,13 @@ class Subscriptions:
         self._not_holding = not_holding
         for name in not_holding:  # its rows may be purged now: clean up after them
             self._orphan_pass.setdefault(name, None)
-        return loaded, errors
 
     def _new_fanout(self, table: str) -> Fanout:
         last: list[TableConfig] = []
+        host = self.host
 
         def config() -> TableConfig:
-            m = self._managers.get(table)
+            m = host.loaded(table)
             if m is not None:
                 last[:] = [m.config]
             elif not last:
@@ -147,37 +184,38 @@ class Subscriptions:
 
         def handed(names: list[str]) -> None:
             for n in names:
-                m = self._managers.get(state_table_name(table, n))
+                m = host.loaded(state_table_name(table, n))
                 if m is not None:
                     m.binlog_insert()
 
         def unknown(names: set[str]) -> None:
             with contextlib.suppress(Unavailable):
-                self.refresh()
+                host.refresh()
 
         fan = Fanout(
-            self.store,
+            host.store,
             config,
             subscriptions,
-            self.clock,
-            lambda: self._may_send(table),
+            host.clock,
+            lambda: host.may_send(table),
             handed,
             unknown,
-            outage=self.store.outage,
+            outage=host.store.outage,
         )
         self._fanouts[table] = fan
         return fan
 
-    def _upkeep(self) -> None:
+    def upkeep(self) -> None:
         """Each discovery: subscriptions with subscribers are active now; those without for
         longer than their expire_after expire; the lag of those with a max_lag is counted."""
-        store: Any = self.store
+        store: Any = self.host.store
         if not hasattr(store, "touch_subscriptions"):
             return
-        now = self.clock.now_ns()
-        with self._lock:
-            loaded = list(self._subs.values())
-            busy = {n for n, m in self._managers.items() if m.config.source and m.has_subscribers}
+        now = self.host.clock.now_ns()
+        loaded = list(self._subs.values())
+        busy = {
+            m.config.name for m in self.host.managers() if m.config.source and m.has_subscribers
+        }
         store.touch_subscriptions([ls.sub for ls in loaded if ls.config.name in busy], now)
         changed = False
         for ls in loaded:
@@ -200,13 +238,13 @@ class Subscriptions:
                 if lim is not None and (old[n] > lim) != (self._lag.get(n, (0, None))[0] > lim):
                     changed = True
         if changed:
-            self.refresh()
+            self.host.refresh()
 
     def _clean_orphans(self, sources: dict[str, str]) -> None:
         """One bounded step for each state table that may hold rows whose message row is
         gone: a subscription not holding its table (the purge does not wait for it), and one
         that held again, until a whole pass is done after that."""
-        store: Any = self.store
+        store: Any = self.host.store
         for name, after in list(self._orphan_pass.items()):
             source = sources.get(name)
             if source is None:  # dropped, or not loaded
@@ -224,34 +262,23 @@ class Subscriptions:
             else:
                 self._orphan_pass[name] = nxt
 
-    def _revive(self, m: MessageManager) -> None:
-        """A subscriber of an expired subscription makes it active again."""
-        ls = self._subs.get(m.config.name)
-        if ls is None or ls.sub.state is not SubscriptionState.EXPIRED:
-            return
-        log.warning("subscription %s: a subscriber came; active again", ls.sub.label)
-        self.store.set_subscription_state(  # type: ignore[attr-defined]
-            ls.sub, SubscriptionState.ACTIVE, self.clock.now_ns()
-        )
-        self.refresh()
-
     def create_subscription(self, sub: Subscription, from_start: bool = False) -> int:
         """Create a subscription of a loaded message table; with ``from_start`` it gets every
         retained unacked message too (returns how many). Filter, projection and settings are
         checked first: nothing is written for a bad one."""
-        store: Any = self.store
+        store: Any = self.host.store
         if not hasattr(store, "create_subscription"):
             raise InvalidArgument("subscriptions need a MySQL-family database")
-        sub = check_settings(dataclasses.replace(sub, time_created_ns=self.clock.now_ns()))
-        table = self._manager(sub.table, "").config
+        sub = check_settings(dataclasses.replace(sub, time_created_ns=self.host.clock.now_ns()))
+        table = self.host.find(sub.table).config
         if table.source:
             raise InvalidArgument(
                 f"{sub.table} is a subscription's state table, not a message table"
             )
         ls = self._check_subscription(table, sub)
-        n = int(store.create_subscription(table, ls, from_start, self.clock.now_ns()))
+        n = int(store.create_subscription(table, ls, from_start, self.host.clock.now_ns()))
         log.info("subscription %s created%s", sub.label, f" with {n:,} messages" if n else "")
-        self.refresh()
+        self.host.refresh()
         f = self._fanouts.get(sub.table)
         if f is not None:
             f.trigger()
@@ -274,28 +301,28 @@ class Subscriptions:
         """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
         max_lag, expire_after_s; None clears one): live at the next discovery, which this
         runs now. A new filter applies to messages handed over from then on."""
-        store: Any = self.store
+        store: Any = self.host.store
         current = self._definition(table, name)
         sub = check_settings(dataclasses.replace(current, **changes))
         if "expire_after_s" in changes:  # a new expiry starts from now
             sub = dataclasses.replace(sub, state=SubscriptionState.ACTIVE)
-        self._check_subscription(self._manager(table, "").config, sub)
+        self._check_subscription(self.host.find(table).config, sub)
         store.alter_subscription(sub)
         log.info("subscription %s altered", sub.label)
-        self.refresh()
+        self.host.refresh()
         return sub
 
     def drop_subscription(self, table: str, name: str) -> None:
         """Drop a subscription and its state table; its subscribers end (NOT_FOUND)."""
-        store: Any = self.store
+        store: Any = self.host.store
         if not hasattr(store, "drop_subscription"):
             raise InvalidArgument("subscriptions need a MySQL-family database")
         store.drop_subscription(table, name, state_table_name(table, name))
         log.info("subscription %s/%s dropped", table, name)
-        self.refresh()
+        self.host.refresh()
 
     def _definition(self, table: str, name: str) -> Subscription:
-        store: Any = self.store
+        store: Any = self.host.store
         if not hasattr(store, "subscriptions"):
             raise InvalidArgument("subscriptions need a MySQL-family database")
         for sub in store.subscriptions()[0]:
@@ -303,27 +330,21 @@ class Subscriptions:
                 return sub  # type: ignore[no-any-return]
         raise TableNotFound(f"subscription {table}/{name} not found")
 
-    def list_subscriptions(self, table: str = "") -> list[TableStatus]:
-        """The subscriptions (of one table, or all) as ListTables shows them."""
-        return [s for s in self.list_tables() if s.subscription and (not table or s.name == table)]
-
-    def _subscription_statuses(self, managers: Sequence[MessageManager]) -> list[TableStatus]:
-        store: Any = self.store
-        with self._lock:
-            subs = dict(self._subs)
-            sub_errors = dict(self._sub_errors)
-            not_holding = dict(self._not_holding)
-        if not subs and not sub_errors:
+    def _subscription_statuses(self) -> list[TableStatus]:
+        """An entry for each loaded subscription (the engine lists those that failed)."""
+        store: Any = self.host.store
+        subs, not_holding = self._subs, self._not_holding
+        if not subs:
             return []
         try:
             lag = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
         except MsgtableError:
             lag = {}
         out = []
-        by_name = {m.config.name: m for m in managers}
+        keyspace = self.host.keyspace
+        by_name = {m.config.name: m for m in self.host.managers() if m.config.source}
         for name, ls in subs.items():
             m = by_name.get(name)
-            base = m.status(self.keyspace) if m is not None else None
             n, oldest = lag.get(name, (None, None))
             fields: dict[str, Any] = dict(
                 name=ls.sub.table,
@@ -337,28 +358,17 @@ class Subscriptions:
                 max_lag=ls.sub.max_lag,
                 expire_after_s=ls.sub.expire_after_s,
             )
-            if base is None:
+            if m is None:
                 out.append(
-                    TableStatus(keyspace=self.keyspace, config=ls.config, load_error=None, **fields)
+                    TableStatus(keyspace=keyspace, config=ls.config, load_error=None, **fields)
                 )
             else:
-                out.append(dataclasses.replace(base, **fields))
-        for label, error in sub_errors.items():
-            table, _, sub_name = label.partition("/")
-            out.append(
-                TableStatus(
-                    name=table,
-                    keyspace=self.keyspace,
-                    config=None,
-                    load_error=error,
-                    subscription=sub_name,
-                )
-            )
+                out.append(dataclasses.replace(m.status(keyspace), **fields))
         return out
 
     def _with_unseen(self, status: TableStatus) -> TableStatus:
         """A table with subscriptions: how many of its rows they have not been handed yet."""
-        store: Any = self.store
+        store: Any = self.host.store
         if status.config is None or not status.config.fanout:
             return status
         try:
@@ -366,14 +376,3 @@ class Subscriptions:
         except MsgtableError:
             return status
         return dataclasses.replace(status, unseen=unseen)
-
-
-def stream_filter(cfg: TableConfig, text: str) -> Callable[[Values], bool]:
-    """One stream's filter as a test of a message's values (InvalidArgument if malformed)."""
-    flt = parse_filter(text, cfg.message_columns, cfg.label)
-    names = [c.name for c in cfg.message_columns]
-
-    def accepts(values: Values) -> bool:
-        return flt.matches(dict(zip(names, values, strict=False)))
-
-    return accepts

@@ -96,15 +96,13 @@ def cli_markdown() -> str:
         out.append(f"### `msgtable {' '.join(words)}`\n")
         out.append(f"{command.description}\n")
         out.append(f"```text\n{_usage(words, command)}\n```\n")
-        rows = [*command.flags, flags.VERBOSE]
-        out.append("| argument | environment | default | what it does |")
-        out.append("|---|---|---|---|")
-        for flag in rows:
-            env = f"`{flag.env}`" if flag.env else ""
-            out.append(
-                f"| {_flag_name(flag)} | {env} | {_cell(_flag_default(flag))} "
-                f"| {_cell(flag.help)} |"
-            )
+        for flag in (*command.flags, flags.VERBOSE):
+            notes = [f"env `{flag.env}`"] if flag.env else []
+            default = _flag_default(flag)
+            if default and "(default" not in flag.help:
+                notes.append(f"default {default}")
+            said = f" ({'; '.join(notes)})" if notes else ""
+            out.append(f"- {_flag_name(flag)}{said}: {flag.help}")
         out.append("")
     return "\n".join(out)
 

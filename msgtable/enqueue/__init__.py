@@ -127,6 +127,34 @@ def _insert(
     traceparent: str | None,
     tracestate: str | None,
 ) -> int:
+    _check_delay_and_priority(delay_s, priority)
+    names = list(rows[0])
+    for i, row in enumerate(rows):
+        if list(row) != names:
+            raise InvalidArgument(f"rows[{i}] has other columns than rows[0]")
+    connection = conn.connection() if isinstance(conn, orm.Session) else conn
+    plan = _plan(connection, table)
+    if not set(names) <= plan.columns:  # a column added since the plan was read?
+        plan = _plan(connection, table, fresh=True)
+    for name in names:
+        if name not in plan.columns:
+            raise InvalidArgument(f"table {table} has no column {_shown(name)}")
+        if name in _ENGINE_COLUMNS:
+            raise InvalidArgument(
+                f"column {name!r} is the engine's: use delay_s and priority to set it"
+            )
+    extra = _due_columns(plan, table, names, delay_s, priority)
+    extra += _order_key_column(plan.config, table, names, order_key)
+    extra += _trace_columns(plan, names, traceparent, tracestate)
+    return _execute(connection, plan.config, rows, names, extra)
+
+
+# A column the engine's own INSERT sets beside the application's values: (column, its SQL,
+# that SQL's parameters)
+Extra = tuple[str, str, list[Any]]
+
+
+def _check_delay_and_priority(delay_s: float, priority: int) -> None:
     if not (
         isinstance(delay_s, int | float)
         and math.isfinite(delay_s)
@@ -140,25 +168,15 @@ def _insert(
         raise InvalidArgument(f"priority must be an integer, not {_shown(priority)}")
     if not -(2**63) <= priority < 2**63:
         raise InvalidArgument(f"priority {priority} does not fit the priority column (a bigint)")
-    names = list(rows[0])
-    for i, row in enumerate(rows):
-        if list(row) != names:
-            raise InvalidArgument(f"rows[{i}] has other columns than rows[0]")
-    connection = conn.connection() if isinstance(conn, orm.Session) else conn
-    plan = _plan(connection, table)
-    if not set(names) <= plan.columns:  # a column added since the plan was read?
-        plan = _plan(connection, table, fresh=True)
-    cfg = plan.config
-    for name in names:
-        if name not in plan.columns:
-            raise InvalidArgument(f"table {table} has no column {_shown(name)}")
-        if name in _ENGINE_COLUMNS:
-            raise InvalidArgument(
-                f"column {name!r} is the engine's: use delay_s and priority to set it"
-            )
-    extra: list[tuple[str, str, list[Any]]] = []  # (column, SQL, parameters)
+
+
+def _due_columns(
+    plan: _Plan, table: str, names: list[str], delay_s: float, priority: int
+) -> list[Extra]:
+    """The priority and when the rows fall due (and, on the 2018 layout, their time_created)."""
+    extra: list[Extra] = []
     due_sql, due_params = (f"{_NOW_NS} + %s", [round(delay_s * 1e9)]) if delay_s else ("", [])
-    if cfg.layout is Layout.CURRENT:
+    if plan.config.layout is Layout.CURRENT:
         extra.append(("priority", "%s", [priority]))
         if due_sql:
             extra.append(("time_next", due_sql, due_params))
@@ -169,17 +187,29 @@ def _insert(
         extra += [("time_scheduled", due_sql, due_params), ("time_next", due_sql, due_params)]
         if "time_created" in plan.columns and "time_created" not in names:
             extra.append(("time_created", _NOW_NS, []))
-    if order_key is not None:
-        if isinstance(order_key, bool) or not isinstance(order_key, str | bytes | int):
-            # the driver would write any other object as its repr
-            raise InvalidArgument(
-                f"order_key must be text, bytes or an integer, not {_shown(order_key)}"
-            )
-        if not cfg.order_key:
-            raise InvalidArgument(f"table {table} has no vt_order_key: it takes no order_key")
-        if cfg.order_key in names:
-            raise InvalidArgument("give the order key either as order_key or in values")
-        extra.append((cfg.order_key, "%s", [order_key]))
+    return extra
+
+
+def _order_key_column(
+    cfg: TableConfig, table: str, names: list[str], order_key: object | None
+) -> list[Extra]:
+    if order_key is None:
+        return []
+    if isinstance(order_key, bool) or not isinstance(order_key, str | bytes | int):
+        # the driver would write any other object as its repr
+        raise InvalidArgument(
+            f"order_key must be text, bytes or an integer, not {_shown(order_key)}"
+        )
+    if not cfg.order_key:
+        raise InvalidArgument(f"table {table} has no vt_order_key: it takes no order_key")
+    if cfg.order_key in names:
+        raise InvalidArgument("give the order key either as order_key or in values")
+    return [(cfg.order_key, "%s", [order_key])]
+
+
+def _trace_columns(
+    plan: _Plan, names: list[str], traceparent: str | None, tracestate: str | None
+) -> list[Extra]:
     if traceparent is not None and not (
         isinstance(traceparent, str) and _TRACEPARENT.fullmatch(traceparent)
     ):
@@ -187,12 +217,24 @@ def _insert(
             f"traceparent {_shown(traceparent)} is not W3C trace context "
             "(00-<32 hex>-<16 hex>-<2 hex>)"
         )
+    extra: list[Extra] = []
     if traceparent is not None and TRACEPARENT_COLUMN in plan.columns:
         if TRACEPARENT_COLUMN in names:
             raise InvalidArgument("give the traceparent either as traceparent or in values")
         extra.append((TRACEPARENT_COLUMN, "%s", [traceparent]))
         if tracestate and TRACESTATE_COLUMN in plan.columns and TRACESTATE_COLUMN not in names:
             extra.append((TRACESTATE_COLUMN, "%s", [tracestate[:MAX_TRACESTATE]]))
+    return extra
+
+
+def _execute(
+    connection: sa.Connection,
+    cfg: TableConfig,
+    rows: Sequence[Mapping[str, Any]],
+    names: list[str],
+    extra: list[Extra],
+) -> int:
+    """One multi-row INSERT of the rows' values and the extra columns; returns its count."""
     columns = ", ".join(quote(c) for c in [*names, *(c for c, _, _ in extra)])
     one_row = ", ".join([*(["%s"] * len(names)), *(sql for _, sql, _ in extra)])
     statement = f"INSERT INTO {quote(cfg.name)} ({columns}) VALUES " + ", ".join(

@@ -163,12 +163,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 flush=True,
             )
             local = start_local_server()
-            local.create_database(DEMO_DATABASE)
-            dsn = local.dsn(DEMO_DATABASE)
-            create_demo_table(dsn)
-            from msgtable.store.mysql import without_driver
-
-            dsn = without_driver(dsn)  # the server takes the fastest driver installed
+            dsn = _demo_dsn(local)
         from msgtable.core import tracing
 
         # the standard OTEL_* variables, when an SDK is installed (README: Tracing)
@@ -189,61 +184,21 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         metrics = None
         dashboard: DashboardServer | None = None
         try:
-            metrics_listen = args.metrics_listen
-            if metrics_listen:
-                from msgtable.observe.metrics import MetricsServer, parse_listen
-
-                parse_listen(metrics_listen)  # a bad address fails here, before anything runs
-            if args.http:
-                from msgtable.observe.dashboard import parse_listen as parse_http
-
-                parse_http(args.http)
+            _check_web_addresses(args)  # a bad address fails here, before anything runs
             authorizer = Authorizer.from_file(args.auth) if args.auth else None
             engine.open()
             if args.http:  # before the gRPC server: a port in use stops it before it serves
-                dashboard = _dashboard(engine, args.http, authorizer)
-                dashboard.open()
-                print(f"dashboard on {dashboard.url}", file=out, flush=True)
-                if authorizer is None and not is_loopback(args.http):
-                    log.warning(
-                        "dashboard: anyone who reaches %s sees every table and may redrive "
-                        "(no --auth): bind it to a private address",
-                        dashboard.address,
-                    )
-            server = MessagingServer(
-                engine,
-                args.listen,
-                authorizer=authorizer,
-                tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
-                if args.tls_cert
-                else None,
-                max_subscribers_per_table=args.max_subscribers_per_table,
-                max_streams_per_client=args.max_streams_per_client,
-            )
+                dashboard = _open_dashboard(engine, args.http, authorizer, out)
+            server = _messaging_server(engine, args, authorizer)
             server.start()
-            if metrics_listen:
-                metrics = MetricsServer(engine, metrics_listen, server.servicer.streams)
+            if args.metrics_listen:
+                from msgtable.observe.metrics import MetricsServer
+
+                metrics = MetricsServer(engine, args.metrics_listen, server.servicer.streams)
                 open_metrics(metrics, server, out)
             advertised = args.advertise or advertised_address(args.listen, server.address)
             engine.campaign(advertised)
-            if sharded is not None and advertised not in sharded[1].servers:
-                log.warning(
-                    "server: %s is not among the servers the keyspace file names for shard %s "
-                    "(%s): gateways and clients of the keyspace will not reach it",
-                    advertised,
-                    sharded[1].name,
-                    ", ".join(sharded[1].servers) or "none",
-                )
-            if local is not None:
-                print(_demo_instructions(local, server.address, args.listen), file=out)
-            # A throwaway database's password is no secret: its DSN is printed as it works
-            # (for msgtable report --dsn, say); a real one's is hidden.
-            shown = dsn if local is not None else _hide_password(dsn)
-            what = f"database {shown}"
-            if sharded is not None:
-                what = f"shard {sharded[1].name} of keyspace {sharded[0]!r}, {what}"
-            print(f"serving on {server.address} ({what}); Ctrl-C to stop", file=out)
-            out.flush()
+            _announce(args, server, advertised, dsn, sharded, local, out)
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:
             if dashboard is not None:
@@ -254,6 +209,87 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
     finally:
         if local is not None:
             local.stop()
+
+
+def _demo_dsn(local: LocalServer) -> str:
+    """The DSN of a demo database on a throwaway server, with its demo table."""
+    local.create_database(DEMO_DATABASE)
+    dsn = local.dsn(DEMO_DATABASE)
+    create_demo_table(dsn)
+    from msgtable.store.mysql import without_driver
+
+    return without_driver(dsn)  # the server takes the fastest driver installed
+
+
+def _check_web_addresses(args: argparse.Namespace) -> None:
+    """--metrics-listen and --http, parsed (InvalidArgument if either is not an address)."""
+    if args.metrics_listen:
+        from msgtable.observe.metrics import parse_listen
+
+        parse_listen(args.metrics_listen)
+    if args.http:
+        from msgtable.observe.dashboard import parse_listen as parse_http
+
+        parse_http(args.http)
+
+
+def _open_dashboard(
+    engine: MessageEngine, listen: str, authorizer: Authorizer | None, out: TextIO
+) -> DashboardServer:
+    dashboard = _dashboard(engine, listen, authorizer)
+    dashboard.open()
+    print(f"dashboard on {dashboard.url}", file=out, flush=True)
+    if authorizer is None and not is_loopback(listen):
+        log.warning(
+            "dashboard: anyone who reaches %s sees every table and may redrive "
+            "(no --auth): bind it to a private address",
+            dashboard.address,
+        )
+    return dashboard
+
+
+def _messaging_server(
+    engine: MessageEngine, args: argparse.Namespace, authorizer: Authorizer | None
+) -> MessagingServer:
+    return MessagingServer(
+        engine,
+        args.listen,
+        authorizer=authorizer,
+        tls=TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca) if args.tls_cert else None,
+        max_subscribers_per_table=args.max_subscribers_per_table,
+        max_streams_per_client=args.max_streams_per_client,
+    )
+
+
+def _announce(
+    args: argparse.Namespace,
+    server: MessagingServer,
+    advertised: str,
+    dsn: str,
+    sharded: tuple[str, Shard] | None,
+    local: LocalServer | None,
+    out: TextIO,
+) -> None:
+    """What the server says once it serves (and a warning if the keyspace file's shard does
+    not name it)."""
+    if sharded is not None and advertised not in sharded[1].servers:
+        log.warning(
+            "server: %s is not among the servers the keyspace file names for shard %s "
+            "(%s): gateways and clients of the keyspace will not reach it",
+            advertised,
+            sharded[1].name,
+            ", ".join(sharded[1].servers) or "none",
+        )
+    if local is not None:
+        print(_demo_instructions(local, server.address, args.listen), file=out)
+    # A throwaway database's password is no secret: its DSN is printed as it works
+    # (for msgtable report --dsn, say); a real one's is hidden.
+    shown = dsn if local is not None else _hide_password(dsn)
+    what = f"database {shown}"
+    if sharded is not None:
+        what = f"shard {sharded[1].name} of keyspace {sharded[0]!r}, {what}"
+    print(f"serving on {server.address} ({what}); Ctrl-C to stop", file=out)
+    out.flush()
 
 
 def _dashboard(

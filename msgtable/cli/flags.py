@@ -300,6 +300,23 @@ SERVE = Command(
             metavar="HOST:PORT",
         ),
         Flag(
+            "--sqs-listen",
+            "serve an Amazon SQS-compatible API (its JSON protocol, what the AWS SDKs speak) at "
+            "http://HOST:PORT/ (default off; with --auth, requests are signed by the auth "
+            "file's [access_keys])",
+            env="MSGTABLE_SQS_LISTEN",
+            metavar="HOST:PORT",
+        ),
+        Flag(
+            "--sqs-max-message-bytes",
+            "the SQS API's largest message: body and attributes (default 262,144, SQS's; at "
+            "most what the message column holds)",
+            env="MSGTABLE_SQS_MAX_MESSAGE_BYTES",
+            default="262144",
+            type=positive_int,
+            metavar="BYTES",
+        ),
+        Flag(
             "--advertise",
             "the address other servers send clients to when this one leads (default the "
             "listen address, or this host's name on a wildcard)",

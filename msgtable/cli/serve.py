@@ -183,12 +183,16 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         )
         metrics = None
         dashboard: DashboardServer | None = None
+        sqs = None
         try:
             _check_web_addresses(args)  # a bad address fails here, before anything runs
             authorizer = Authorizer.from_file(args.auth) if args.auth else None
             engine.open()
             if args.http:  # before the gRPC server: a port in use stops it before it serves
                 dashboard = _open_dashboard(engine, args.http, authorizer, out)
+            from msgtable.server.sqs.app import open_sqs
+
+            sqs = open_sqs(engine, dsn, args, authorizer, out)  # before gRPC, as the dashboard
             server = _messaging_server(engine, args, authorizer)
             server.start()
             if args.metrics_listen:
@@ -201,6 +205,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             _announce(args, server, advertised, dsn, sharded, local, out)
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:
+            if sqs is not None:
+                sqs.close()
             if dashboard is not None:
                 dashboard.close()
             if metrics is not None:

@@ -5,6 +5,7 @@ Modules:
     auth       Who may do what
     listen     Whether this machine can listen on a gRPC server's address
     servicer   The gRPC server
+    sqs/       An Amazon SQS-compatible HTTP API over the tables
     webserver  A WSGI app on ``HOST:PORT``
     wire       What the server takes off the wire before its servicer sees a request
 """

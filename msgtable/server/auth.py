@@ -9,6 +9,9 @@ table and action from a TOML file (``msgtable serve --auth FILE``)::
     [certificates]                # client certificate common name = principal
     "worker-1.internal" = "billing"
 
+    [access_keys]                 # the SQS API's (msgtable serve --sqs-listen): SigV4 keys
+    "AKIABILLINGWORKER01" = { secret = "a-secret-of-16-or-more-characters", principal = "billing" }
+
     [[allow]]
     principal = "billing"         # a principal, or "*" for every authenticated caller
     tables = ["invoice_*"]        # table names; * and ? match as in shell patterns
@@ -21,8 +24,10 @@ table and action from a TOML file (``msgtable serve --auth FILE``)::
 
 Actions: ``subscribe`` (MessageStream), ``ack`` (MessageAck, and release / reject / renew),
 ``list`` (ListTables shows the tables the caller may list, and only those; ListDeadLetters,
-ListSubscriptions), ``redrive``, and ``manage`` (CreateSubscription, AlterSubscription,
-DropSubscription, SetEndpoint, DropEndpoint). A subscription is named
+ListSubscriptions), ``redrive``, ``manage`` (CreateSubscription, AlterSubscription,
+DropSubscription, SetEndpoint, DropEndpoint), and ``send`` (the SQS API's SendMessage: gRPC
+has no send, an application INSERTs). A request to the SQS API is its principal's when an
+access key of ``[access_keys]`` signed it (msgtable.server.sqs.signature). A subscription is named
 ``table/subscription`` in ``tables``: a rule for ``orders`` alone does not reach
 ``orders/billing``; ``orders/*`` (or ``orders*``) does.
 Nothing is allowed unless a rule allows it. A call without valid credentials is
@@ -44,8 +49,16 @@ from msgtable.core import tomlfile
 from msgtable.errors import InvalidArgument, PermissionDenied, Unauthenticated
 
 # ack covers release, reject and renew; list covers ListDeadLetters; redrive is its own.
-ACTIONS = frozenset({"subscribe", "ack", "list", "redrive", "manage"})
+ACTIONS = frozenset({"subscribe", "ack", "list", "redrive", "manage", "send"})
 ANONYMOUS = ""
+
+
+@dataclass(frozen=True)
+class AccessKey:
+    """An SQS API access key's secret, and whose key it is."""
+
+    secret: str
+    principal: str
 
 
 @dataclass(frozen=True)
@@ -70,8 +83,10 @@ class Authorizer:
         tokens: Mapping[str, str],
         certificates: Mapping[str, str],
         rules: Sequence[Rule],
+        access_keys: Mapping[str, AccessKey] | None = None,
     ) -> None:
         self._tokens = [(t.encode(), p) for t, p in tokens.items()]
+        self.access_keys: dict[str, AccessKey] = dict(access_keys or {})
         self._certificates = dict(certificates)
         self.rules = tuple(rules)
 
@@ -81,7 +96,7 @@ class Authorizer:
 
     @classmethod
     def from_dict(cls, doc: Mapping[str, Any], where: str = "the auth file") -> Authorizer:
-        unknown = set(doc) - {"tokens", "certificates", "allow"}
+        unknown = set(doc) - {"tokens", "certificates", "allow", "access_keys"}
         if unknown:
             raise InvalidArgument(f"{where}: unknown section {sorted(unknown)[0]!r}")
         tokens = _names(doc.get("tokens", {}), "tokens", where)
@@ -92,7 +107,7 @@ class Authorizer:
         rules = []
         for i, raw in enumerate(doc.get("allow", [])):
             rules.append(_rule(raw, f"{where}: allow rule {i + 1}"))
-        return cls(tokens, certificates, rules)
+        return cls(tokens, certificates, rules, _access_keys(doc.get("access_keys", {}), where))
 
     def authenticate(self, metadata: Iterable[tuple[str, Any]], cert_names: Sequence[str]) -> str:
         """The caller's principal, from its bearer token or else its certificate's common
@@ -131,6 +146,30 @@ def _names(raw: Any, section: str, where: str) -> dict[str, str]:
     ):
         raise InvalidArgument(f"{where}: [{section}] maps strings to principal names")
     return dict(raw)
+
+
+def _access_keys(raw: Any, where: str) -> dict[str, AccessKey]:
+    """[access_keys]: access key id = { secret = "...", principal = "..." }."""
+    if not isinstance(raw, dict):
+        raise InvalidArgument(
+            f"{where}: [access_keys] maps access key ids to a secret and principal"
+        )
+    out = {}
+    for key_id, entry in raw.items():
+        if (
+            not isinstance(entry, dict)
+            or set(entry) != {"secret", "principal"}
+            or not all(isinstance(v, str) and v for v in entry.values())
+        ):
+            raise InvalidArgument(
+                f'{where}: access key {key_id!r}: give {{ secret = "...", principal = "..." }}'
+            )
+        if len(entry["secret"]) < 16:
+            raise InvalidArgument(
+                f"{where}: access key secrets must be at least 16 characters long"
+            )
+        out[str(key_id)] = AccessKey(entry["secret"], entry["principal"])
+    return out
 
 
 def _rule(raw: Any, where: str) -> Rule:

@@ -18,7 +18,8 @@ a reader would paste it (docs/development.md, "Writing these pages", says the sa
 The one thing swapped is the port of an address: the pages name the tutorial's server
 127.0.0.1:50051 and its database 127.0.0.1:3306, and this test maps each address a page names
 to the port it really has (the database's is the one the first ``make run`` printed); a command
-that names no server calls the tutorial's, through MSGTABLE_SERVER. After a page, a few checks read the database: what the page did is there.
+that names no server calls the tutorial's, through MSGTABLE_SERVER. After a page, a few checks
+read the database: what the page did is there.
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ from bench.shards import SHARDS, SUBSCRIBERS, ShardsResult
 from bench.shards import TARGET_RATIO as TARGET_SHARDS_RATIO
 from bench.shards import model as shards_model
 from bench.spark import SparkResult
+from bench.sqs import TARGET_LONGPOLL_P99_MS, SqsResult
+from bench.sqs import TARGET_RATIO as TARGET_SQS_RATIO
 
 # What each section of bench.run puts in the JSON line when it runs by itself (--only it, at
 # the default batch sizes): keys of the document, or "targets.<key>" for a target's value.
@@ -91,6 +93,14 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "purge": ("purge", "targets.purge_keeps"),
     "spark": ("spark", "targets.spark_enqueue_rows_s", "targets.spark_archive_s"),
     "capture": ("capture_events_s", "capture"),
+    "sqs": (
+        "sqs_msgs_s",
+        "sqs_ratio",
+        "sqs_longpoll_p99_ms",
+        "sqs",
+        "targets.sqs_ratio",
+        "targets.sqs_longpoll_p99_ms",
+    ),
     "metrics": (
         "metrics_off_msgs_s",
         "metrics_on_msgs_s",
@@ -219,6 +229,7 @@ class Report:
     ordering: OrderingResult | None = None
     push: PushResult | None = None
     capture: CaptureResult | None = None
+    sqs: SqsResult | None = None  # bench.sqs: the SQS API through boto3
     metrics: MetricsCost | None = None
     dashboard: DashboardResult | None = None
     servers: ServersResult | None = None  # bench.servers: 1 and 2 server processes
@@ -399,6 +410,20 @@ class Report:
                 "INSERT commit -> POST received at 1,000 msg/s (binlog), p99",
                 self.push.p99_ms if self.push else None,
                 TARGET_P99_MS,
+                unit=" ms",
+                at_most=True,
+            ),
+            Target(
+                "sqs_ratio",
+                "boto3 send/receive/delete / the gRPC client, batches of 10",
+                self.sqs.ratio if self.sqs else None,
+                TARGET_SQS_RATIO,
+            ),
+            Target(
+                "sqs_longpoll_p99_ms",
+                "INSERT commit -> SQS long-polling receive answers, p99",
+                self.sqs.p99_ms if self.sqs else None,
+                TARGET_LONGPOLL_P99_MS,
                 unit=" ms",
                 at_most=True,
             ),
@@ -873,6 +898,10 @@ class Report:
             "push_latency_p99_ms": rnd(self.push.p99_ms if self.push else None, 2),
             "push": self.push.as_dict() if self.push else None,
             "capture_events_s": rnd(self.capture.events_s if self.capture else None, 0),
+            "sqs_msgs_s": rnd(self.sqs.msgs_s if self.sqs else None, 0),
+            "sqs_ratio": rnd(self.sqs.ratio if self.sqs else None, 3),
+            "sqs_longpoll_p99_ms": rnd(self.sqs.p99_ms if self.sqs else None, 2),
+            "sqs": self.sqs.as_dict() if self.sqs else None,
             "capture": self.capture.as_dict() if self.capture else None,
             "metrics_off_msgs_s": rnd(self.metrics.off_msgs_s if self.metrics else None, 0),
             "metrics_on_msgs_s": rnd(self.metrics.on_msgs_s if self.metrics else None, 0),

@@ -63,6 +63,7 @@ from bench import (
     shards,
     smoke,
     spark,
+    sqs,
 )
 from bench.database import Database, database_server, scratch_database
 from bench.errors import BenchError
@@ -81,6 +82,7 @@ SECTIONS = (
     "fanout",
     "ordering",
     "push",
+    "sqs",
     "expiry",
     "backlog",
     "purge",
@@ -324,6 +326,15 @@ def run(args: argparse.Namespace) -> Report:
             progress(
                 f"push: {pu.msgs_s:,.0f} msgs/s at batch {push.BATCH}; INSERT -> POST p50 "
                 f"{pu.p50_ms:.1f} ms, p99 {pu.p99_ms:.1f} ms"
+            )
+        if "sqs" in only:  # a server of its own, with --sqs-listen (bench.sqs)
+            with scratch_database(db.handle, "bench_sqs") as dsn:
+                report.sqs = sqs.run(dsn, p.mode, args.postpone_after)
+            q = report.sqs
+            progress(
+                f"sqs: boto3 {q.msgs_s:,.0f} msgs/s, the gRPC client {q.grpc_msgs_s:,.0f} "
+                f"({q.ratio:.2f}) at batch {sqs.BATCH}; long poll p50 {q.p50_ms:.1f} ms, "
+                f"p99 {q.p99_ms:.1f} ms"
             )
         if "memory" in only:
             with scratch_database(db.handle, "bench_memory") as dsn:

@@ -56,3 +56,6 @@ DASHBOARD = {"requests": 10, "scrapes": 5, "renders": 2}
 SERVERS_MESSAGES = 2_000
 SHARDS_MESSAGES = 2_000
 ROUNDS = 1
+# sqs: messages through boto3 and the gRPC client (ten a time); long polls timed
+SQS_MESSAGES = 200
+SQS_LONGPOLLS = 5

@@ -198,7 +198,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
             if args.metrics_listen:
                 from msgtable.observe.metrics import MetricsServer
 
-                metrics = MetricsServer(engine, args.metrics_listen, server.servicer.streams)
+                metrics = MetricsServer(
+                    engine, args.metrics_listen, server.servicer.streams, sqs=sqs
+                )
                 open_metrics(metrics, server, out)
             advertised = args.advertise or advertised_address(args.listen, server.address)
             engine.campaign(advertised)

@@ -65,6 +65,14 @@ PUSH_COUNTERS = (
 )
 
 
+class SqsSource(Protocol):
+    """What the collector reads of the SQS API (msgtable.server.sqs.app.SqsServer)."""
+
+    def calls(self) -> dict[tuple[str, str], int]: ...
+
+    def receives_waiting(self) -> int: ...
+
+
 class MetricsSource(Protocol):
     """What the collector reads (msgtable.engine.engine.MessageEngine)."""
 
@@ -98,9 +106,15 @@ class MetricsSource(Protocol):
 class EngineCollector(Collector):
     """The engine's metric families, built from its counters when scraped."""
 
-    def __init__(self, engine: MetricsSource, streams: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        engine: MetricsSource,
+        streams: Callable[[], int] | None = None,
+        sqs: SqsSource | None = None,
+    ) -> None:
         self.engine = engine
         self.streams = streams  # the gRPC server's open MessageStream calls (None: no server)
+        self.sqs = sqs  # the SQS API's requests (None: not served)
         self.backlog_max_age_s = DEFAULT_MAX_AGE_S
 
     def describe(self) -> Iterator[Metric]:
@@ -391,7 +405,30 @@ class EngineCollector(Collector):
             )
             lag.add(ks, float(f.lag_s))
             out.append(lag)
+        if self.sqs is not None:
+            out.extend(_sqs_families(self.sqs, engine.keyspace))
         return out
+
+
+def _sqs_families(sqs: SqsSource, keyspace: str) -> list[Family]:
+    """The SQS API's requests by action and outcome ("ok" or SQS's error code), and the
+    receives waiting now (msgtable.server.sqs)."""
+    requests = Family(
+        PREFIX + "sqs_requests",
+        COUNTER,
+        "Requests to the SQS API, by action and outcome (ok, or the SQS error code answered).",
+        ("keyspace", "action", "outcome"),
+    )
+    for (action, outcome), n in sorted(sqs.calls().items()):
+        requests.add((keyspace, action, outcome), n)
+    waiting = _per_keyspace(
+        GAUGE,
+        "sqs_receives_waiting",
+        "ReceiveMessage calls of the SQS API waiting now (long polling).",
+        keyspace,
+        sqs.receives_waiting(),
+    )
+    return [requests, waiting]
 
 
 def _per_keyspace(kind: str, name: str, doc: str, keyspace: str, value: float) -> Family:
@@ -430,13 +467,14 @@ class MetricsServer(webserver.Served):
         listen: str,
         streams: Callable[[], int] | None = None,
         registry: CollectorRegistry | None = None,
+        sqs: SqsSource | None = None,
     ) -> None:
         """The engine's families; or, with ``registry`` (msgtable.gateway.gateway's), those."""
         host, port = parse_listen(listen)
         self.engine = engine
         if registry is None:
             assert engine is not None
-            collector = EngineCollector(engine, streams)
+            collector = EngineCollector(engine, streams, sqs)
             registry = CollectorRegistry(auto_describe=False)
             registry.register(collector)
             self._render: Callable[[], bytes] = collector.exposition

@@ -8,6 +8,7 @@ import hashlib
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,8 +18,10 @@ import pytest
 boto3 = pytest.importorskip("boto3")
 from botocore.config import Config  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from . import sqs_scenario as scenario  # noqa: E402
+from .helpers import free_port  # noqa: E402
 
 if TYPE_CHECKING:
     from tests.conftest import Sql
@@ -275,7 +278,8 @@ def test_boto3_signatures_are_checked_against_the_auth_files_access_keys(
     scenario.create_tables(sql)
     auth = tmp_path / "auth.toml"
     auth.write_text(scenario.AUTH_FILE)
-    _, endpoint = scenario.serve_sqs(cli, db_dsn, "--auth", str(auth))
+    metrics = f"127.0.0.1:{free_port()}"
+    _, endpoint = scenario.serve_sqs(cli, db_dsn, "--auth", str(auth), "--metrics-listen", metrics)
     worker = client(endpoint, scenario.ACCESS_KEY, scenario.SECRET)
     url = worker.get_queue_url(QueueName="jobs")["QueueUrl"]
     worker.send_message(QueueUrl=url, MessageBody="signed")
@@ -297,3 +301,18 @@ def test_boto3_signatures_are_checked_against_the_auth_files_access_keys(
     )
     assert nobody.list_queues().get("QueueUrls") is None
     assert sql.scalar("select count(*) from jobs") == 1  # nothing but the signed one
+
+    # /metrics counts the API's requests by action and outcome
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    counted = {
+        (x.labels["action"], x.labels["outcome"]): x.value
+        for f in text_string_to_metric_families(text)
+        if f.name == "msgtable_sqs_requests"
+        for x in f.samples
+    }
+    assert counted[("SendMessage", "ok")] == 1
+    assert counted[("SendMessage", "SignatureDoesNotMatch")] == 1
+    assert counted[("SendMessage", "AccessDenied")] == 1
+    assert counted[("ListQueues", "InvalidClientTokenId")] == 1
+    assert "msgtable_sqs_receives_waiting" in text

@@ -66,9 +66,9 @@ class SqsApp:
     def __call__(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
-        action = "unknown"
+        action = self._action(environ)
         try:
-            action, body = self._answer(environ)
+            body = self._answer(environ, action)
             status, payload, extra = 200, json.dumps(body).encode(), []
             outcome = "ok"
         except SqsError as exc:
@@ -93,10 +93,15 @@ class SqsApp:
         start_response(_STATUS_TEXT.get(status, f"{status} Error"), headers)
         return [payload]
 
-    def _answer(self, environ: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        target = environ.get("HTTP_X_AMZ_TARGET", "")
+    def _action(self, environ: dict[str, Any]) -> str:
+        """The action a request names ("unknown" for none the API has: metrics' label)."""
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
         action = target[len(TARGET_PREFIX) :] if target.startswith(TARGET_PREFIX) else ""
-        known = action in self.actions.handlers
+        return action if action in self.actions.handlers else "unknown"
+
+    def _answer(self, environ: dict[str, Any], action: str) -> dict[str, Any]:
+        target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
+        known = action != "unknown"
         if environ.get("REQUEST_METHOD") != "POST":
             raise SqsError("InvalidAction", "the SQS API takes POST requests (the JSON protocol)")
         body = _read_body(environ)
@@ -110,7 +115,7 @@ class SqsApp:
             environ.get("HTTP_HOST") or f"{environ.get('SERVER_NAME')}:{environ.get('SERVER_PORT')}"
         )
         params = Params(parse_body(body))
-        return action, self.actions.handlers[action](params, Caller(principal, host))
+        return self.actions.handlers[action](params, Caller(principal, host))
 
     def _principal(self, environ: dict[str, Any], body: bytes) -> str:
         if self.authorizer is None:
@@ -175,6 +180,13 @@ class SqsServer(Served):
     @property
     def url(self) -> str:
         return f"http://{self.address}"
+
+    def calls(self) -> dict[tuple[str, str], int]:
+        """Requests answered, by (action, outcome): "ok" or the SQS error code."""
+        return self.app.counts()
+
+    def receives_waiting(self) -> int:
+        return self.actions.consumer.receivers()
 
     def open(self) -> None:
         self.actions.open()

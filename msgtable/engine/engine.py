@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from msgtable.core import tracing
 from msgtable.core.clock import Clock, SystemClock
-from msgtable.core.deadletters import DeadLetter, RedriveBatch, check_dead_letter, redrive_problem
+from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.core.filters import parse_filter
-from msgtable.core.ids import coerce_ids
 from msgtable.core.keyspace import KeyRange
 from msgtable.core.latency import LatencySnapshot
 from msgtable.core.retry import Backoff, Retry
@@ -41,15 +40,17 @@ from msgtable.engine.components import (
     PushComponent,
     SubscriptionsComponent,
 )
+from msgtable.engine.deadletters import DeadLetters
+from msgtable.engine.deadletters import check_tables as check_dead_letters
 from msgtable.engine.lease import Takeover, connector
 from msgtable.engine.manager import MessageManager
-from msgtable.engine.placement import CAPTURE, Placement
+from msgtable.engine.placement import Placement
 from msgtable.engine.subscriber import Subscriber
+from msgtable.engine.tenure import Tenure, unit_of
 from msgtable.errors import (
     DatabaseUnavailable,
     InvalidArgument,
     MsgtableError,
-    NotLeader,
     TableLoadError,
     TableNotFound,
     Unavailable,
@@ -66,14 +67,7 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_RETRY_MIN_S = 1.0
 DISCOVERY_RETRY_MAX_S = 30.0
-# After an unclean takeover: how far the old holder's clock may have been ahead of this
-# server's (time_next and time_created are unix ns; see _hold_floor_ns)
-TAKEOVER_CLOCK_MARGIN_S = 1.0
 SHARDS = ("", "0", "-")  # ways to name the one shard of an unsharded keyspace
-# A stream (or a release, reject, renew) of a table being placed or handed over waits this
-# many lease periods at most for this server to send it or for a live sender to be known
-# (a takeover after a crash comes within two), then answers NotLeader
-PLACING_WAIT_PERIODS = 2
 
 
 class MessageEngine:
@@ -127,6 +121,7 @@ class MessageEngine:
         self.fatal = threading.Event()
         self.fatal_reason = ""
         self._init_placement(lease_period_s)
+        self._dead = DeadLetters(store, self._loaded_configs, self.loaded, self.clock.now_ns)
         self._backlog = BacklogReader(
             store, self._loaded_configs, self.clock.now_ns, away=lambda: store.outage.away
         )
@@ -140,20 +135,12 @@ class MessageEngine:
 
     def _init_placement(self, lease_period_s: float | None) -> None:
         self.lease_period_s = lease_period_s
-        self._lease: Placement | None = None
-        self._campaigned = threading.Event()  # campaign() made the placement (or never will)
-        # the tables (and CAPTURE) this server sends, with a lease to share
-        # (msgtable.engine.placement)
-        self._sending: set[str] = set()
-        # by unit: when this server gained its lease, and what it learnt of the one before
-        self._takeovers: dict[str, tuple[float, Takeover]] = {}
-        self._clean_demotion: dict[str, bool] = {}  # by unit: its last loss wrote every postpone
+        self._tenure = Tenure(lease_period_s, self.keyspace, self.clock, self._stop)
         self.lease_gains = 0  # times this server gained a table's lease (msgtable.observe.metrics)
         # a sequence count around each loss or hand-over of a table: odd while one replaces
         # the table's managers (their counters start again at 0), so that msgtable.observe.metrics
         # reads counters and the table_sender gauge of one tenure (a seqlock)
         self.lease_losses = 0
-        self._sender_hints: dict[str, str] = {}  # by unit: the sender named when it was lost
         # sent rows whose postpones a demotion noticed too late did not write (metrics)
         self.postpones_skipped = 0
 
@@ -198,7 +185,7 @@ class MessageEngine:
         Creates the placement table if it is missing (raises MsgtableError if it cannot; if
         the database is down, the placement's thread does it once it answers). A server
         without a lease period sends every table already: nothing to do."""
-        if self.lease_period_s is None or self._lease is not None:
+        if self.lease_period_s is None or self._tenure.lease is not None:
             return
         if not isinstance(self.store, MySQLStore):
             raise InvalidArgument("a lease needs a MySQL-family database")
@@ -217,15 +204,15 @@ class MessageEngine:
             lease.prepare()
         except Unavailable as exc:  # the placement's thread prepares it once the database answers
             self.store.outage.down(exc)
-        self._lease = lease
-        self._campaigned.set()
+        self._tenure.lease = lease
+        self._tenure.campaigned.set()
         lease.start()
 
     def _units(self) -> set[str]:
         """What this server can send (msgtable.engine.placement): its tables (a subscription goes
         with its table), and CAPTURE while a capture table is loaded."""
         with self._lock:
-            units = {_unit_of(m.config) for m in self._managers.values()}
+            units = {unit_of(m.config) for m in self._managers.values()}
         for c in self._components:
             units |= c.units()
         return units
@@ -234,32 +221,29 @@ class MessageEngine:
     def leading(self) -> bool:
         """Whether this server sends any table now (it holds a table's lease, or has no
         lease to share)."""
-        return self.lease_period_s is None or bool(self._sending)
+        return self._tenure.leading
 
     def sends(self, table: str) -> bool:
         """Whether this server sends ``table`` (and its subscriptions) now."""
-        return self.lease_period_s is None or self._unit(table) in self._sending
+        return self._tenure.sends(self._unit(table))
 
     def sender(self, table: str) -> str:
         """The address of the server that sends ``table`` as this one last read the
         placement ("": unknown, or no server sends it now); "this server" when it has no
         lease to share."""
-        lease = self._lease
-        if lease is None:
-            return "" if self.lease_period_s is not None else "this server"
-        return lease.sender(self._unit(table))
+        return self._tenure.sender(self._unit(table))
 
     def _unit(self, table: str) -> str:
         """The placement's unit of ``table`` (a table, a subscription's state table, or
         CAPTURE): the table itself when it is not loaded here."""
         m = self._managers.get(table)
-        return _unit_of(m.config) if m is not None else table
+        return unit_of(m.config) if m is not None else table
 
     @property
     def lease_holder(self) -> str:
         """The servers that send this database's tables as this one last read the
         placement, comma-separated ("": none); "this server" when it has no lease to share."""
-        lease = self._lease
+        lease = self._tenure.lease
         if lease is None:
             return "" if self.lease_period_s is not None else "this server"
         senders = {lease.sender(u) for u in self._units()} - {""}
@@ -281,10 +265,10 @@ class MessageEngine:
             managers, self._managers = list(self._managers.values()), {}
         clean: dict[str, bool] = {}
         for m in managers:
-            unit = _unit_of(m.config)
+            unit = unit_of(m.config)
             clean[unit] = m.close(Unavailable("server shutting down")) and clean.get(unit, True)
-        if self._lease is not None:
-            self._lease.close(released=lambda unit: clean.get(unit, True))
+        if self._tenure.lease is not None:
+            self._tenure.lease.close(released=lambda unit: clean.get(unit, True))
         self.store.close()
 
     # -- the placement (msgtable.engine.placement)
@@ -294,26 +278,12 @@ class MessageEngine:
         """Renewals of the leases that came back after the validity they gave
         (msgtable.engine.placement: sends paused until the next one; a loaded machine, or a period
         too short for it)."""
-        lease = self._lease
+        lease = self._tenure.lease
         return lease.late_renewals if lease is not None else 0
 
     def may_send(self, unit: str) -> bool:
         """Whether this server may send ``unit`` at this instant (its lease is valid)."""
-        lease = self._lease
-        return lease.valid(unit) if lease is not None else self.sends(unit)
-
-    def _may_postpone(self, unit: str, ack_wait_s: float) -> bool:
-        """Whether a sent row's postpone (its count, its ack wait) may still be written:
-        while the table's lease is valid, and until half an ack wait after it ended. The
-        next sender holds back what this one may have sent until a whole ack wait after the
-        lease ended on the database's clock (no earlier than here); a postpone written later
-        could land after the next sender sent the row again, match the epoch that send has
-        not counted yet, and make the row due at once while it is in flight. Not written,
-        the count is lost, and the row is sent again after the next sender's hold."""
-        lease = self._lease
-        if lease is None:
-            return True
-        return time.monotonic() < lease.held_until_s(unit) + ack_wait_s / 2
+        return self._tenure.may_send(unit)
 
     def _gain(self, unit: str, takeover: Takeover) -> None:
         """This server now sends ``unit``: serve its tables, holding back the sends the old
@@ -321,49 +291,18 @@ class MessageEngine:
         with self._lock:
             if self._stop.is_set():
                 return
-            self._takeovers[unit] = (time.monotonic(), takeover)
-            self._sending.add(unit)
+            self._tenure.gained(unit, takeover)
             self.lease_gains += 1  # a new tenure: its tables' counters start at 0
-            managers = [m for m in self._managers.values() if _unit_of(m.config) == unit]
+            managers = [m for m in self._managers.values() if unit_of(m.config) == unit]
         for m in managers:
             self._start(m)
         for c in self._components:
             c.gained(unit)
 
-    def _hold_s(self, cfg: TableConfig) -> float:
-        """How long a table's sends wait after a takeover: until vt_ack_wait after the
-        old sender's lease ended, when that sender may have sent messages whose postpone
-        (their ack wait in the table) it never wrote. Nothing to wait for when it gave the
-        lease back cleanly, when there was none, or with vt_postpone_after=0 (the postpone
-        is written before the send), unless the table is ordered: then a head the old sender
-        sent may fall due again (a backoff shorter than the ack wait) while its subscriber
-        still holds the key's batch, which only the old sender knew (msgtable.engine.ordered)."""
-        unit = _unit_of(cfg)
-        taken = self._takeovers.get(unit)
-        if taken is None or (cfg.postpone_after_ns == 0 and not cfg.ordered):
-            return 0.0
-        at, t = taken
-        if not t.previous or t.released or (t.by_me and self._clean_demotion.get(unit, True)):
-            return 0.0
-        return max(0.0, cfg.ack_wait_s - t.ended_s_ago - (time.monotonic() - at))
-
-    def _hold_floor_ns(self, cfg: TableConfig) -> int | None:
-        """During a hold, what the old sender cannot have sent goes out at once: a row it
-        sent was due (time_next) and there (time_created) by its clock when it sent, before
-        its lease ended. The floor is that end on this server's clock, plus
-        TAKEOVER_CLOCK_MARGIN_S for the servers' clocks' disagreement. None (hold every
-        send) for an ordered table: a key's newer rows must not pass its held head."""
-        taken = self._takeovers.get(_unit_of(cfg))
-        if taken is None or cfg.ordered:
-            return None
-        at, t = taken
-        ended_ns = self.clock.now_ns() - round((t.ended_s_ago + time.monotonic() - at) * 1e9)
-        return ended_ns + round(TAKEOVER_CLOCK_MARGIN_S * 1e9)
-
     def _start(self, m: MessageManager) -> None:
-        hold = self._hold_s(m.config)
+        hold = self._tenure.hold_s(m.config)
         if hold > 0:
-            floor = self._hold_floor_ns(m.config)
+            floor = self._tenure.hold_floor_ns(m.config)
             m.hold(hold, floor)
             log.info(
                 "table %s: %s in %.1fs, once what the last server sent had its ack wait",
@@ -379,17 +318,16 @@ class MessageEngine:
         another server): end its subscriptions with NotLeader (clients go to ``sender``),
         stop sending it, keep answering acks and ListTables. Returns whether every postpone
         was written."""
-        error = self._not_leader(unit, sender)
+        error = self._tenure.not_leader(unit, sender)
         with self._lock:
             self.lease_losses += 1  # odd: a scrape now reads again
-            self._sending.discard(unit)
-            self._sender_hints[unit] = sender
-            old = [m for m in self._managers.values() if _unit_of(m.config) == unit]
+            self._tenure.lost(unit, sender)
+            old = [m for m in self._managers.values() if unit_of(m.config) == unit]
             for m in old:
                 self._managers[m.config.name] = self._new_manager(m.config)
             self.lease_losses += 1
         clean = _close_all(old, error)
-        self._clean_demotion[unit] = clean
+        self._tenure.clean_demotion[unit] = clean
         self.postpones_skipped += sum(m.postpones_skipped for m in old)
         for c in self._components:
             c.lost(unit)
@@ -397,58 +335,18 @@ class MessageEngine:
 
     def _await_sending(self, unit: str) -> None:
         """Return once this server sends ``unit``, or raise NotLeader naming the live server
-        that does. A unit being placed or handed over (on its way here, or nobody's for a
-        moment: just discovered, its holder gone or giving it back) is waited for, at most
-        PLACING_WAIT_PERIODS lease periods, step by step of the placement: a client without
-        retries is served, not sent away by a transition of the servers' own (DESIGN.md,
-        principle 10). Past that, NotLeader says why (or DatabaseUnavailable, if the database
-        kept the placement from stepping)."""
-        period_s = self.lease_period_s or 0.0
-        deadline = time.monotonic() + PLACING_WAIT_PERIODS * period_s
-        wake = True  # the first step at once (one step more per request, no more)
-        while not self.sends(unit):
-            lease = self._lease
-            if lease is not None:
-                sender = lease.sender(unit)
-                if sender and sender != lease.address and not lease.coming(unit):
-                    raise self._not_leader(unit, sender)
-            left = deadline - time.monotonic()
-            if left <= 0 or self._stop.is_set():
-                break
-            if lease is not None:
-                lease.await_step(left, wake)
-                wake = False
-            elif self._campaigned.is_set() or self._thread is None:
-                break  # no placement (closed; or an engine driven by hand, never opened)
-            else:  # serving already, the placement not made yet (msgtable serve's start)
-                self._campaigned.wait(left)
-        if self.sends(unit):
+        that does (msgtable.engine.tenure), or DatabaseUnavailable if the database kept the
+        placement from stepping."""
+        if self._tenure.await_sending(unit, opened=self._thread is not None):
             return
         if self._stop.is_set():
             raise Unavailable("server shutting down")
         if self.store.outage.away:
             raise self._unreached()
-        raise self._not_leader(unit)
-
-    def _not_leader(self, unit: str, sender: str | None = None) -> NotLeader:
-        lease = self._lease
-        if sender is None:
-            sender = lease.sender(unit) if lease is not None else self._sender_hints.get(unit, "")
-        if lease is not None and sender == lease.address:
-            sender = ""  # never this server itself: it does not send the unit now
-        what = "the table events" if unit == CAPTURE else f"table {unit}"
-        where = (
-            f"the leader is at {sender}"
-            if sender
-            else "no server holds its lease now (it is being placed or handed over); retry"
-        )
-        return NotLeader(
-            f"this server does not send {what} of keyspace {self.keyspace!r}: {where}",
-            leader=sender,
-        )
+        raise self._tenure.not_leader(unit)
 
     def _new_manager(self, cfg: TableConfig) -> MessageManager:
-        unit = _unit_of(cfg)
+        unit = unit_of(cfg)
         return MessageManager(
             self.store,
             cfg,
@@ -456,17 +354,12 @@ class MessageEngine:
             self.rng,
             self._on_fatal,
             may_send=lambda: self.may_send(unit),
-            may_postpone=lambda ack_wait_s: self._may_postpone(unit, ack_wait_s),
+            may_postpone=lambda ack_wait_s: self._tenure.may_postpone(unit, ack_wait_s),
             outage=self.store.outage,
-            dead_letter=self._dead_letter_config,
+            dead_letter=self._dead.dead_letter_config,
             buried=self.binlog_insert,
             tracing=tracing.server(cfg.name, self._tracer_provider),
         )
-
-    def _dead_letter_config(self, cfg: TableConfig) -> TableConfig | None:
-        """The loaded config of ``cfg``'s vt_dead_letter table (None: not loaded)."""
-        m = self._managers.get(cfg.dead_letter)
-        return m.config if m is not None else None
 
     # -- msgtable.engine.binlog.BinlogSink -------------------------------------------------------
     def binlog_tables(self) -> dict[str, Sequence[str]]:
@@ -508,8 +401,8 @@ class MessageEngine:
         found = self._found  # the latest, should another discovery have come meanwhile
         for c in self._components:
             c.reconcile(found)
-        if self._lease is not None:
-            self._lease.wake()  # a table it can send now, or no longer
+        if self._tenure.lease is not None:
+            self._tenure.lease.wake()  # a table it can send now, or no longer
 
     def _apply(self, defs: list[TableDefinition]) -> None:
         configs, errors = _load_tables(defs)
@@ -559,7 +452,7 @@ class MessageEngine:
             if name not in self._managers:
                 m = self._new_manager(cfg)
                 self._managers[name] = m
-                if self.sends(_unit_of(cfg)):
+                if self.sends(unit_of(cfg)):
                     to_open.append(m)
         return to_close, to_open
 
@@ -717,8 +610,8 @@ class MessageEngine:
             raise Unavailable("server shutting down")
         m = self.default_group(self._manager(name, keyspace, shard, key_range, subscription))
         accepts = stream_filter(m.config, filter) if filter else None
-        if not self.sends(_unit_of(m.config)):
-            self._await_sending(_unit_of(m.config))
+        if not self.sends(unit_of(m.config)):
+            self._await_sending(unit_of(m.config))
             # the manager the gain started (a loss before it replaced the one found above)
             m = self.default_group(self._manager(name, keyspace, shard, key_range, subscription))
         if subscription and self._subscriptions is not None:
@@ -777,8 +670,8 @@ class MessageEngine:
         knows which of its sends are not counted yet (vt_postpone_after); another server
         would write one attempt too few (NotLeader: the client goes to the leader)."""
         m = self._settling(name, keyspace, subscription)
-        if not self.sends(_unit_of(m.config)):
-            self._await_sending(_unit_of(m.config))
+        if not self.sends(unit_of(m.config)):
+            self._await_sending(unit_of(m.config))
             m = self._settling(name, keyspace, subscription)
         return m
 
@@ -791,32 +684,8 @@ class MessageEngine:
             raise InvalidArgument(f"limit must be 1 to {MAX_DEAD_LETTERS_LISTED:,}, not {limit}")
         if self._stop.is_set():
             raise Unavailable("server shutting down")
-        cfg, dead = self._dead_of(self._manager(name, keyspace, subscription=subscription).config)
-        if after is not None:
-            (after,) = coerce_ids(name, cfg.id_column, [after], "list after")
-        rows = self.store.dead_letters(cfg, dead, after, limit)
-        return rows, self.store.count_dead([(cfg, dead)])[cfg.name]
-
-    def _dead_of(self, cfg: TableConfig) -> tuple[TableConfig, TableConfig | None]:
-        """Where the dead messages of ``cfg`` are: (the table, its dead-letter table or None
-        for in place). A table that is some table's dead-letter table holds dead letters
-        itself: (that table, it)."""
-        if cfg.dead_letter:
-            dead = self._dead_letter_config(cfg)
-            if dead is None:
-                raise TableLoadError(
-                    f"table {cfg.name}: vt_dead_letter={cfg.dead_letter}: that table is not loaded"
-                )
-            return cfg, dead
-        sources = self._sources_of(cfg.name)
-        if sources:
-            return sources[0], cfg
-        return cfg, None
-
-    def _sources_of(self, dead_name: str) -> list[TableConfig]:
-        with self._lock:
-            configs = [m.config for m in self._managers.values()]
-        return sorted((c for c in configs if c.dead_letter == dead_name), key=lambda c: c.name)
+        cfg = self._manager(name, keyspace, subscription=subscription).config
+        return self._dead.listed(cfg, name, after, limit)
 
     def redrive(
         self,
@@ -834,7 +703,7 @@ class MessageEngine:
         whose vt_dead_letter it is), or a table with vt_dead_letter (its dead letters come
         back to it), or a table with messages dead in place (they live again); with
         ``subscription``, that subscription's dead messages of table ``name`` (dead in its
-        state table) live again, for it alone."""
+        state table) live again, for it alone (msgtable.engine.deadletters)."""
         if not 0 < limit <= MAX_REDRIVE_BATCH:
             raise InvalidArgument(f"limit must be 1 to {MAX_REDRIVE_BATCH:,}, not {limit}")
         if subscription and to:
@@ -842,36 +711,9 @@ class MessageEngine:
                 f"a subscription's dead messages live again in it: no --to with subscription "
                 f"{name}/{subscription}"
             )
-        m = self._settling(name, keyspace, subscription)
-        cfg = m.config
-        if cfg.dead_letter and not to and not subscription:
-            source, dead = self._dead_of(cfg)
-            assert dead is not None
-        else:
-            dead, source = cfg, cfg
-            if to and to != name:
-                source = self._settling(to, keyspace).config
-            elif not to and not subscription:
-                sources = self._sources_of(name)
-                if len(sources) > 1:
-                    names = ", ".join(s.name for s in sources)
-                    raise InvalidArgument(
-                        f"the dead letters of {name} come from {names}: say which with --to"
-                    )
-                if sources:
-                    source = sources[0]
-        problem = redrive_problem(dead, source)
-        if problem:
-            raise InvalidArgument(f"cannot redrive {dead.name} to {source.name}: {problem}")
-        clean = coerce_ids(dead.name, dead.id_column, ids, "redrive") if ids else None
-        if after is not None:
-            (after,) = coerce_ids(dead.name, dead.id_column, [after], "redrive after")
-        batch = self.store.redrive(dead, source, clean, after, limit, self.clock.now_ns())
-        if batch.moved:
-            target = self._managers.get(source.name)
-            if target is not None:
-                target.resync()
-        return batch
+        cfg = self._settling(name, keyspace, subscription).config
+        target = self._settling(to, keyspace).config if to and to != name else None
+        return self._dead.redrive(cfg, to, target, subscription, ids, after, limit)
 
     def _unreached(self) -> DatabaseUnavailable:
         reason = self.store.outage.reason or "not reached yet"
@@ -971,12 +813,8 @@ class MessageEngine:
     def _count_dead(self, managers: list[MessageManager]) -> dict[str, int]:
         """How many dead messages each table and subscription holds, by table or state
         table ({} if the database does not answer: the counts are extras)."""
-        pairs = []
-        for m in managers:
-            with contextlib.suppress(TableLoadError):  # its dead-letter table just went
-                pairs.append(self._dead_of(m.config))
         try:
-            return self.store.count_dead(pairs)
+            return self._dead.counted([m.config for m in managers])
         except MsgtableError:
             return {}
 
@@ -1048,7 +886,7 @@ def _load_tables(defs: list[TableDefinition]) -> tuple[dict[str, TableConfig], d
             configs[d.name] = load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
         except TableLoadError as exc:
             errors[d.name] = str(exc)
-    _check_dead_letters(configs, errors)
+    check_dead_letters(configs, errors)
     return configs, errors
 
 
@@ -1063,24 +901,6 @@ def _gone(cfg: TableConfig, errors: dict[str, str], sub_errors: Mapping[str, str
     return TableNotFound(f"message table {cfg.name!r} was dropped")
 
 
-def _check_dead_letters(configs: dict[str, TableConfig], errors: dict[str, str]) -> None:
-    """Move tables whose vt_dead_letter table cannot take their dead messages from
-    ``configs`` to ``errors`` (until none is left: a dead-letter table may fail for its own
-    dead-letter table in turn)."""
-    changed = True
-    while changed:
-        changed = False
-        for name, cfg in list(configs.items()):
-            if not cfg.dead_letter:
-                continue
-            dead = configs.get(cfg.dead_letter)
-            problem = check_dead_letter(cfg, dead, errors.get(cfg.dead_letter))
-            if problem:
-                errors[name] = f"table {name}: {problem}"
-                del configs[name]
-                changed = True
-
-
 def _same_shape(new: TableConfig, old: TableConfig) -> bool:
     """Whether a manager can take ``new`` live: the same columns streamed and the same
     ordering (msgtable.engine.ordered keeps other state than an unordered table's cache)."""
@@ -1093,12 +913,6 @@ def _same_shape(new: TableConfig, old: TableConfig) -> bool:
 def _what(cfg: TableConfig) -> str:
     """A table or subscription as the log names it."""
     return f"subscription {cfg.label}" if cfg.source else f"table {cfg.name}"
-
-
-def _unit_of(cfg: TableConfig) -> str:
-    """The unit of the placement a table's manager goes with: a subscription's state table
-    with its source table (msgtable.engine.placement)."""
-    return cfg.source or cfg.name
 
 
 def _close_all(managers: Sequence[MessageManager], error: MsgtableError) -> bool:

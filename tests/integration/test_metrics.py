@@ -217,7 +217,7 @@ def test_statements_of_every_part_are_timed_by_their_kind_none_as_other(db_dsn: 
     from .helpers import comment
 
     with serve(db_dsn, follow_binlog=True, lease_period_s=1.0, discovery_interval_s=0.3) as s:
-        placement = s.engine._lease
+        placement = s.engine._tenure.lease
         assert placement is not None
         wait_until(placement.servers, what="the placement's first step")
         s.create_table("orders", vt_poller_interval=0.2)

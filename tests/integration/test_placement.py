@@ -357,7 +357,7 @@ def _settled(*engines: MessageEngine, table: str = "jobs") -> None:
     """Wait until every engine has read every server and exactly one sends ``table``."""
 
     def settled() -> bool:
-        counts = [len(e._lease.servers()) for e in engines if e._lease is not None]
+        counts = [len(e._tenure.lease.servers()) for e in engines if e._tenure.lease is not None]
         return (
             counts == [len(engines)] * len(engines)
             and [e.sends(table) for e in engines].count(True) == 1
@@ -521,8 +521,8 @@ def test_under_traffic_the_tables_rebalance_as_servers_join_and_leave_and_nothin
         _server(db_dsn) as (c, c_server),
     ):
         # c waits: its placement is stopped until it joins (a server not yet started)
-        c._lease.close()  # type: ignore[union-attr]
-        c._lease = None
+        c._tenure.lease.close()  # type: ignore[union-attr]
+        c._tenure.lease = None
         wait_until(lambda: sorted(senders(a, b)) == [2, 2], what="a and b share the tables")
         addresses = f"{a_server.address},{b_server.address},{c_server.address}"
         with Client(addresses) as client:
@@ -613,7 +613,7 @@ def test_a_table_one_server_found_is_sent_within_steps_by_the_server_it_is_assig
         _server(db_dsn, discovery_interval_s=600) as (a, _a_server),
         _server(db_dsn, discovery_interval_s=600) as (b, _b_server),
     ):
-        pa, pb = a._lease, b._lease
+        pa, pb = a._tenure.lease, b._tenure.lease
         assert pa is not None and pb is not None
         wait_until(lambda: len(pa.servers()) == len(pb.servers()) == 2, what="both servers")
         name = next(

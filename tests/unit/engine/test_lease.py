@@ -70,7 +70,7 @@ def gain(engine: MessageEngine, takeover: Takeover) -> None:
 
 def lose(engine: MessageEngine, sender: str) -> None:
     """The engine loses the lease of every table it sends (msgtable.engine.placement's on_loss)."""
-    for unit in sorted(engine._sending):
+    for unit in sorted(engine._tenure.sending):
         engine._lose(unit, sender)
 
 
@@ -111,9 +111,11 @@ def test_a_new_holder_waits_out_the_leases_the_old_one_did_not_write(
     engine, store, clock, takeover, hold_later
 ):
     gain(engine, takeover)
-    assert engine._hold_s(engine._manager("later", "").config) == pytest.approx(hold_later, abs=0.5)
+    assert engine._tenure.hold_s(engine._manager("later", "").config) == pytest.approx(
+        hold_later, abs=0.5
+    )
     # vt_postpone_after=0: every send wrote its postpone first, nothing to wait for
-    assert engine._hold_s(engine._manager("before", "").config) == 0.0
+    assert engine._tenure.hold_s(engine._manager("before", "").config) == 0.0
     # there a minute before the old lease ended: that holder may have sent it
     m, sub = one_row_polled(engine, store, time_created=clock.now_ns() - 60 * 10**9)
     if hold_later:
@@ -182,12 +184,12 @@ def test_losing_the_lease_ends_subscriptions_with_the_leaders_address(engine, st
     assert caught.value.leader == "10.0.0.2:50051"
     # the sent row's postpone was written on the way out (a clean hand-over)
     assert store.rows["later"][1]["epoch"] == 1
-    assert all(engine._clean_demotion.values())
+    assert all(engine._tenure.clean_demotion.values())
     with pytest.raises(NotLeader, match=r"the leader is at 10\.0\.0\.2:50051"):
         engine.subscribe("later")
     # got back, by this same server after a clean loss: no wait
     gain(engine, Takeover("me", 0.0, released=False, by_me=True))
-    assert engine._hold_s(engine._manager("later", "").config) == 0.0
+    assert engine._tenure.hold_s(engine._manager("later", "").config) == 0.0
 
 
 def test_a_send_does_not_hand_over_once_the_lease_is_gone(engine, store, clock):
@@ -216,7 +218,7 @@ def test_an_ordered_table_waits_out_the_old_holders_ack_waits_even_when_it_postp
     e = new_engine(store, clock)
     try:
         gain(e, Takeover("old", 2.0, released=False, by_me=False))
-        assert e._hold_s(e._manager("keyed", "").config) == pytest.approx(8.0, abs=0.5)
+        assert e._tenure.hold_s(e._manager("keyed", "").config) == pytest.approx(8.0, abs=0.5)
     finally:
         e.close()
 
@@ -240,7 +242,7 @@ def test_a_server_that_lost_the_lease_never_names_itself_as_its_holder(engine):
             return "" if self.leader_address == self.address else self.leader_address
 
     gain(engine, FIRST)
-    engine._lease = LostLease()  # type: ignore[assignment]
+    engine._tenure.lease = LostLease()  # type: ignore[assignment]
     try:
         assert engine.lease_holder == "10.0.0.1:50051"  # it holds it: its own address
         lose(engine, "")
@@ -249,7 +251,7 @@ def test_a_server_that_lost_the_lease_never_names_itself_as_its_holder(engine):
         LostLease.leader_address = "10.0.0.2:50051"  # the next read names the new holder
         assert engine.lease_holder == "10.0.0.2:50051"
     finally:
-        engine._lease = None
+        engine._tenure.lease = None
 
 
 def test_during_a_takeovers_hold_a_named_release_or_renew_changes_only_what_this_server_sent(
@@ -314,10 +316,10 @@ def test_a_server_whose_lease_ended_long_ago_writes_no_postpones_on_its_way_out(
     m, sub = one_row_polled(engine, store)
     assert m.send_once() == 1
     drain(sub)
-    engine._lease = EndedLease(ago_s)
+    engine._tenure.lease = EndedLease(ago_s)
     lose(engine, "10.0.0.2:50051")
     assert store.rows["later"][1]["epoch"] == (1 if written else 0)
-    assert all(engine._clean_demotion.values()) is written
+    assert all(engine._tenure.clean_demotion.values()) is written
     # counted for the metrics (msgtable_postpones_skipped_total): the log line is not enough
     assert engine.postpones_skipped == (0 if written else 1)
 

@@ -405,11 +405,11 @@ def test_late_renewals_and_skipped_postpones_are_counted_for_the_operator(engine
         def sender(self, unit: str) -> str:
             return self.address
 
-    engine._lease = Late()
+    engine._tenure.lease = Late()
     engine.postpones_skipped = 7
     f = scrape(engine)
     assert f[late].samples[0].value == 3 and f[skipped].samples[0].value == 7
-    engine._lease = None
+    engine._tenure.lease = None
 
 
 def test_a_scrape_never_pairs_one_tenures_counters_with_anothers_lease_gauge(leased_engine):

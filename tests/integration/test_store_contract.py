@@ -239,7 +239,7 @@ def test_the_2018_layout_polls_time_scheduled_where_time_next_is_null(tables: Ta
     assert one_pass(tables, cfg, 1) == ([4, 3, 1], [(0, 0, 4), (0, NOW - 3, 3), (0, NOW - 2, 1)])
 
 
-FLOOR = NOW - 10 * NS  # an old lease's end (msgtable.engine.engine._hold_floor_ns)
+FLOOR = NOW - 10 * NS  # an old lease's end (msgtable.engine.tenure.Tenure.hold_floor_ns)
 
 
 def test_a_poll_with_a_floor_reads_only_rows_due_or_created_after_it(tables: Tables):

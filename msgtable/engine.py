@@ -250,7 +250,7 @@ class MessageEngine(Subscriptions, Endpoints):
         lease = self._lease
         if lease is None:
             return "" if self.lease_period_s is not None else "this server"
-        return lease.sender(self._unit(table))
+        return lease.last_sender(self._unit(table))
 
     def _unit(self, table: str) -> str:
         """The placement's unit of ``table`` (a table, a subscription's state table, or
@@ -265,7 +265,7 @@ class MessageEngine(Subscriptions, Endpoints):
         lease = self._lease
         if lease is None:
             return "" if self.lease_period_s is not None else "this server"
-        senders = {lease.sender(u) for u in self._units()} - {""}
+        senders = {lease.last_sender(u) for u in self._units()} - {""}
         return ",".join(sorted(senders))
 
     def close(self) -> None:

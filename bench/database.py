@@ -169,12 +169,7 @@ def bulk_insert(
     epoch, time_next = ("0", "0") if time_acked_ns is None else ("1", "NULL")
     began = time.monotonic()
     with contextlib.closing(connect(dsn)) as conn, conn.cursor() as cur:
-        cur.execute(f"create temporary table {digits}(d int primary key)")
-        cur.execute(f"insert into {digits} values " + ",".join(f"({d})" for d in range(10)))
-        n_expr = "a.d + 10*b.d + 100*c.d + 1000*d.d + 10000*e.d"
-        source = (
-            f"select {n_expr} as n from {digits} a, {digits} b, {digits} c, {digits} d, {digits} e"
-        )
+        source = make_digits(cur, digits)
         for lo in range(0, count, BULK_CHUNK_ROWS):
             rows = min(BULK_CHUNK_ROWS, count - lo)
             cur.execute(
@@ -183,8 +178,32 @@ def bulk_insert(
                 f"from ({source}) s where s.n < %s",
                 (PAYLOAD, rows),
             )
-        cur.execute(f"drop temporary table {digits}")
+        drop_digits(cur, digits)
     return time.monotonic() - began
+
+
+DIGIT_TABLES = 5  # a cross join of five tables of the digits 0-9: the numbers 0 .. 99,999
+
+
+def make_digits(cur: Any, name: str) -> str:
+    """Temporary tables ``name_0`` .. ``name_4`` of the digits 0-9 on ``cur``'s connection
+    (made, or emptied and filled again); returns a SELECT of ``n`` = 0 .. 99,999 from their
+    cross join. Five tables, not one joined five times: MySQL cannot open one temporary table
+    twice in a statement (error 1137, "Can't reopen table")."""
+    values = ",".join(f"({d})" for d in range(10))
+    for k in range(DIGIT_TABLES):
+        cur.execute(f"create temporary table if not exists {name}_{k}(d int primary key)")
+        cur.execute(f"delete from {name}_{k}")
+        cur.execute(f"insert into {name}_{k} values {values}")
+    n_expr = " + ".join(f"{10**k}*t{k}.d" for k in range(DIGIT_TABLES))
+    tables = ", ".join(f"{name}_{k} t{k}" for k in range(DIGIT_TABLES))
+    return f"select {n_expr} as n from {tables}"
+
+
+def drop_digits(cur: Any, name: str) -> None:
+    """Drop make_digits' tables."""
+    tables = ", ".join(f"{name}_{k}" for k in range(DIGIT_TABLES))
+    cur.execute(f"drop temporary table if exists {tables}")
 
 
 def count_rows(dsn: str, table: str, where: str = "1=1") -> int:

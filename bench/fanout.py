@@ -52,7 +52,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import smoke
-from bench.database import PAYLOAD, check_lifecycle, connect, create_table, execute, message_comment
+from bench.database import (
+    PAYLOAD,
+    check_lifecycle,
+    connect,
+    create_table,
+    execute,
+    make_digits,
+    message_comment,
+)
 from bench.errors import BenchError
 from bench.measure import Throughput, cpu_meter, run_timeout_s
 from bench.processes import CTX, Flag, ServerProcess, Workers, report
@@ -416,12 +424,7 @@ def insert_rows(cur: Any, table: str, count: int, region: bool = False) -> None:
     """``count`` due rows (ids 0 .. count - 1) through ``cur``, as bench.database.bulk_insert
     does; with ``region``, the rows whose id is a multiple of FILTER_EVERY are 'eu'. Commits
     nothing: the caller decides (autocommit, or one transaction)."""
-    digits = f"bench_digits_{os.getpid()}"
-    cur.execute(f"create temporary table if not exists {digits}(d int primary key)")
-    cur.execute(f"delete from {digits}")
-    cur.execute(f"insert into {digits} values " + ",".join(f"({d})" for d in range(10)))
-    n_expr = "a.d + 10*b.d + 100*c.d + 1000*d.d + 10000*e.d"
-    source = f"select {n_expr} as n from {digits} a, {digits} b, {digits} c, {digits} d, {digits} e"
+    source = make_digits(cur, f"bench_digits_{os.getpid()}")
     columns, extra = "", ""
     if region:
         columns, extra = ", region", f", if(mod(%s + s.n, {FILTER_EVERY}) = 0, 'eu', 'us')"

@@ -70,7 +70,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench import smoke
-from bench.database import PAYLOAD, check_lifecycle, connect, execute, message_comment
+from bench.database import (
+    PAYLOAD,
+    check_lifecycle,
+    connect,
+    drop_digits,
+    execute,
+    make_digits,
+    message_comment,
+)
 from bench.errors import BenchError
 from bench.fanout import rows_read
 from bench.measure import Throughput, cpu_meter, percentile, run_timeout_s
@@ -518,12 +526,9 @@ def insert_keyed(
     due, each with ``key("{i}")`` (an SQL expression) as its key, as bench.database.bulk_insert
     inserts: INSERT ... SELECT from a cross join of a digits table. Returns the rows inserted."""
     digits = "bench_order_digits"
-    n_expr = "a.d + 10*b.d + 100*c.d + 1000*d.d + 10000*e.d"
-    source = f"select {n_expr} as n from {digits} a, {digits} b, {digits} c, {digits} d, {digits} e"
     inserted = 0
     with contextlib.closing(connect(dsn)) as conn, conn.cursor() as cur:
-        cur.execute(f"create temporary table {digits}(d int primary key)")
-        cur.execute(f"insert into {digits} values " + ",".join(f"({d})" for d in range(10)))
+        source = make_digits(cur, digits)
         for lo in range(0, count, INSERT_CHUNK_ROWS):
             rows = min(INSERT_CHUNK_ROWS, count - lo)
             i = f"({lo} + s.n)"
@@ -533,7 +538,7 @@ def insert_keyed(
                 f"select {i}, 0, 0, 0, %s, {key(i)} from ({source}) s where s.n < %s{cond}",
                 (PAYLOAD, rows),
             )
-        cur.execute(f"drop temporary table {digits}")
+        drop_digits(cur, digits)
     return inserted
 
 

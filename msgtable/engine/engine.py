@@ -246,7 +246,7 @@ class MessageEngine:
         lease = self._tenure.lease
         if lease is None:
             return "" if self.lease_period_s is not None else "this server"
-        senders = {lease.sender(u) for u in self._units()} - {""}
+        senders = {lease.last_sender(u) for u in self._units()} - {""}
         return ",".join(sorted(senders))
 
     def close(self) -> None:

@@ -240,6 +240,19 @@ class Placement:
             return ""
         return address
 
+    def last_sender(self, unit: str) -> str:
+        """The address of the server that sends ``unit`` as the last step read it ("": none
+        or unknown), even if its lease, as read then, has run out since by this server's
+        clock: what this server shows (ListTables, the dashboard), not where it sends a
+        client (:meth:`sender`). On a loaded machine a step comes late, and every server
+        still names the same sender until the next step tells otherwise."""
+        if unit in self._valid_until:
+            return self.address
+        if self.old_lease_holder:
+            return self.old_lease_holder
+        address = self._holders.get(unit, ("", 0.0))[0]
+        return "" if address == self.address else address
+
     def coming(self, unit: str) -> bool:
         """Whether ``unit`` is on its way to this server: the last step assigned it here
         (a step takes it once it is free: given back, or its lease ended), or took it and

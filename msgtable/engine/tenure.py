@@ -64,7 +64,7 @@ class Tenure:
         lease = self.lease
         if lease is None:
             return "" if self.lease_period_s is not None else "this server"
-        return lease.sender(unit)
+        return lease.last_sender(unit)  # what this server shows: see Placement.last_sender
 
     def may_send(self, unit: str) -> bool:
         """Whether this server may send ``unit`` at this instant (its lease is valid)."""

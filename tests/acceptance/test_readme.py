@@ -267,7 +267,7 @@ def test_the_ordering_example_and_its_schema_file_run_as_pasted(db_dsn: str):
         assert s.sql("select count(*) from order_events where time_acked is null")[0][0] == 0
 
 
-def test_the_table_events_example_and_its_schema_file_run_as_pasted(db_dsn: str):
+def test_the_table_events_example_and_its_schema_file_run_as_pasted(db_dsn: str, flavour: str):
     ddl_sql, changes = snippets("sql", "## Table events")
     (example,) = snippets("python", "## Table events")
     schema = statements((ROOT / "schema" / "events.sql").read_text())
@@ -289,14 +289,18 @@ def test_the_table_events_example_and_its_schema_file_run_as_pasted(db_dsn: str)
             "select kind, pk, row_key, before_values, after_values from table_events "
             "where kind = 'update'"
         )
-        assert [tuple(r) for r in rows] == [
-            (
-                "update",
-                '{"id": 1}',
-                'orders_eu:{"id": 1}',
-                '{"id": 1, "item": "apple", "qty": 2}',
-                '{"id": 1, "item": "apple", "qty": 3}',
+        before, after = (
+            '{"id": 1, "item": "apple", "qty": 2}',
+            '{"id": 1, "item": "apple", "qty": 3}',
+        )
+        if flavour == "mysql":  # README: MySQL's JSON columns come back keys shortest first
+            before, after = (
+                '{"id": 1, "qty": 2, "item": "apple"}',
+                '{"id": 1, "qty": 3, "item": "apple"}',
             )
+            assert before in README
+        assert [tuple(r) for r in rows] == [
+            ("update", '{"id": 1}', 'orders_eu:{"id": 1}', before, after)
         ]
         (t,) = [t for t in s.client.list_tables() if t.name == "table_events"]
         assert t.config is not None and t.config.capture == ("orders_*", "customers")

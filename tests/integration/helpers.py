@@ -5,7 +5,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +19,21 @@ from msgtable.features.assembly import assemble_dsn
 from msgtable.server.servicer import MessagingServer
 
 NS = 10**9
+
+
+def is_mariadb(cur: Any) -> bool:
+    """Whether a DB-API cursor's server is MariaDB (else MySQL)."""
+    cur.execute("SELECT VERSION()")
+    return "mariadb" in str(cur.fetchone()[0]).lower()
+
+
+def explain(cur: Any, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
+    """A statement's plan in EXPLAIN's table format, one dict (by column name) a row: the
+    column sets differ (MySQL has `partitions`), and MySQL 9 explains as a tree unless asked."""
+    prefix = "EXPLAIN " if is_mariadb(cur) else "EXPLAIN FORMAT=TRADITIONAL "
+    cur.execute(prefix + sql, tuple(params))
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def comment(**fields: Any) -> str:

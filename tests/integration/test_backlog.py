@@ -15,7 +15,7 @@ from msgtable.store.backlog import AGE_BOUNDS_S
 from msgtable.store.mysqlstore import MySQLStore
 
 from ..waiting import wait_until
-from .helpers import Collector, Served, serve
+from .helpers import Collector, Served, explain, serve
 
 S = 10**9
 LEASE = {"lease_period_s": 1.0, "discovery_interval_s": 0.3}
@@ -120,17 +120,16 @@ def test_the_backlog_statement_reads_the_poller_index(db_dsn: str):
         now = time.time_ns()
         params = [now, *(now - round(b * 1e9) for b in AGE_BOUNDS_S[:-1])]
         with store._auto_cursor() as cur:
-            cur.execute("EXPLAIN " + sql, params)
-            names = [d[0] for d in cur.description]
-            plans = [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+            plans = explain(cur, sql, params)
         assert [p["key"] for p in plans] == ["poller_idx"], plans
 
 
 def test_a_table_whose_statement_times_out_keeps_its_last_read_and_the_others_are_read(
     db_dsn: str,
 ):
-    """The real MariaDB's max_statement_time error (1969) on one table's backlog statement
-    (made slow on purpose: a cross join under a 50 ms time-out) is no error of the read."""
+    """The real server's time-out (MariaDB's max_statement_time, error 1969; MySQL's
+    MAX_EXECUTION_TIME hint, 3024) on one table's backlog statement (made slow on purpose: a
+    cross join under a 50 ms time-out) is no error of the read."""
     with serve(db_dsn) as s:
         s.create_table("jobs")
         s.create_table("slow")
@@ -139,11 +138,16 @@ def test_a_table_whose_statement_times_out_keeps_its_last_read_and_the_others_ar
         store = s.engine.store
         assert isinstance(store, MySQLStore)
         with store._auto_cursor() as cur:
-            assert store._is_mariadb(cur), "this test runs the MariaDB time-out"
+            mariadb = store._is_mariadb(cur)
         (cfg,) = [m.config for m in s.engine._managers.values() if m.config.name == "slow"]
         cols = "information_schema.COLUMNS"
-        store.statements(cfg).backlog[True] = (
-            "SET STATEMENT max_statement_time=0.05 FOR SELECT COUNT(*), 0, NULL"
+        timed = (
+            "SET STATEMENT max_statement_time=0.05 FOR SELECT"
+            if mariadb
+            else "SELECT /*+ MAX_EXECUTION_TIME(50) */"
+        )
+        store.statements(cfg).backlog[mariadb] = (
+            f"{timed} COUNT(*), 0, NULL"
             + ", 0" * (len(AGE_BOUNDS_S) - 1)
             + f" FROM {cols} a, {cols} b, {cols} c WHERE "
             + " AND ".join(["%s IS NOT NULL"] * len(AGE_BOUNDS_S))

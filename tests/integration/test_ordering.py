@@ -16,7 +16,7 @@ from msgtable.client import Message
 
 from ..ordering import Delivery, OrderLog, check_order
 from ..waiting import wait_until
-from .helpers import Collector, Served, serve
+from .helpers import Collector, Served, explain, serve
 
 ORDER_INDEX = "index order_idx(k, time_acked, id)"
 KEYED = f"k varchar(64), {ORDER_INDEX}"
@@ -605,22 +605,24 @@ def test_a_pass_reads_one_index_entry_a_key_and_a_run_reads_its_run_whatever_the
     finally:
         store.close()
 
-    def reads(sql: str, params: list[object]) -> tuple[int, list[tuple[object, ...]]]:
+    def reads(sql: str, params: list[object]) -> tuple[int, list[dict[str, Any]]]:
         """Index entries and rows a statement read, and its plan."""
         with served.db.connect() as conn:
-            plan = conn.exec_driver_sql("EXPLAIN " + sql, tuple(params)).fetchall()
+            plan = explain(conn.connection.cursor(), sql, params)
             conn.exec_driver_sql("FLUSH STATUS")
             conn.exec_driver_sql(sql, tuple(params)).fetchall()
             status = dict(
                 conn.exec_driver_sql("SHOW SESSION STATUS LIKE 'Handler_read%%'").fetchall()
             )
-        return sum(int(v) for v in status.values()), [tuple(p) for p in plan]
+        return sum(int(v) for v in status.values()), plan
 
     keys_read, keys_plan = reads(order.order_keys, [100])
-    assert any("Using index for group-by" in str(p) for p in keys_plan), keys_plan
+    # a loose index scan: MariaDB's "Using index for group-by", MySQL's "... for skip scan"
+    loose = ("Using index for group-by", "Using index for skip scan")
+    assert any(any(w in str(p["Extra"]) for w in loose) for p in keys_plan), keys_plan
     assert keys_read <= 3 * 51 + 10, f"a pass over 51 keys read {keys_read} index entries"
     runs_read, runs_plan = reads(runs_sql, runs_params)
-    assert all(p[5] == "order_idx" for p in runs_plan if p[2] == "jobs"), runs_plan
+    assert all(p["key"] == "order_idx" for p in runs_plan if p["table"] == "jobs"), runs_plan
     assert runs_read <= 2 * (10 + 2) + 10, f"two runs of 10 read {runs_read} rows"
 
 

@@ -241,6 +241,8 @@ def test_a_server_that_lost_the_lease_never_names_itself_as_its_holder(engine):
                 return self.address
             return "" if self.leader_address == self.address else self.leader_address
 
+        last_sender = sender  # what the server shows: the same here
+
     gain(engine, FIRST)
     engine._tenure.lease = LostLease()  # type: ignore[assignment]
     try:

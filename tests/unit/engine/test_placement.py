@@ -102,3 +102,24 @@ def test_with_the_holders_read_a_join_moves_only_its_share_and_a_leave_only_its_
         gone = before[0]
         left = assign(names, [*before[1:], joined], after)
         assert [u for u in names if left[u] != after[u]] == [u for u in names if after[u] == gone]
+
+
+def test_a_lease_read_as_run_out_is_not_where_to_go_but_is_still_shown():
+    # A step comes late on a loaded machine: the lease another server holds, as last read,
+    # has run out by this server's clock. A client is not sent there (it may be dead), but
+    # ListTables and the dashboard still name it, as every other server does, until a step
+    # reads otherwise (the fault suite's scrape checker compares what the servers name).
+    import time
+
+    from msgtable.engine.placement import Placement
+
+    p = Placement(
+        lambda: None,
+        "127.0.0.1:1",
+        units=set,
+        on_gain=lambda unit, takeover: None,
+        on_loss=lambda unit, sender: True,
+    )
+    p._holders = {"t": ("127.0.0.1:2", time.monotonic() - 0.1), "u": ("127.0.0.1:1", 1e18)}
+    assert p.sender("t") == "" and p.last_sender("t") == "127.0.0.1:2"
+    assert p.sender("u") == p.last_sender("u") == ""  # a predecessor at this address: nobody

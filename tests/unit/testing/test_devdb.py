@@ -282,6 +282,9 @@ def test_mysql_gets_its_own_options_and_mariadb_does_not() -> None:
     assert not mysql_only & set(command_for(MARIADB))
     assert "--mysql-native-password=ON" in command_for(MYSQL_84)
     assert "--mysql-native-password=ON" not in command_for(MYSQL)
+    # MySQL's rows read per table (performance_schema) count as MariaDB's (userstat) do
+    assert "--performance-schema=ON" in command_for(MYSQL)
+    assert "--performance-schema=OFF" in command_for(MARIADB)
 
 
 @pytest.mark.parametrize("name", ["t_abc_1", "A", "x" * 64, "msgtable"])

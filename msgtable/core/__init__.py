@@ -8,6 +8,7 @@ Modules:
     deadletters    What dead means, and what a dead-letter table must be
     events         Table events, the pure part
     filters        Subscription filters
+    flow           Flow control, the pure part
     ids            Message ids as a request brings them
     keyspace       Keyspaces of shards
     latency        A latency histogram a table's manager fills per batch

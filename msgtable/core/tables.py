@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from msgtable.core.events import EVENT_COLUMNS, ROW_KEY_MAX, Capture, parse_kinds, parse_patterns
+from msgtable.core.flow import FLOW_KEYS, FlowControl, parse_flow
 from msgtable.core.sqltypes import BINARY_TYPES, INTEGER_TYPES
 from msgtable.errors import TableLoadError
 
@@ -38,6 +39,8 @@ OPTIONAL_KEYS = (
     "vt_order_by",
     "vt_capture",
     "vt_capture_kinds",
+    # flow control (msgtable.core.flow)
+    *FLOW_KEYS,
 )
 
 # A sent message is postponed in the database (time_next by backoff, epoch + 1) only once it
@@ -166,6 +169,8 @@ class TableConfig:
     # it takes
     # (vt_capture, vt_capture_kinds); None: not a capture table.
     capture: Capture | None = None
+    # Flow control (msgtable.core.flow): rate limits, caps, fair share; None: none.
+    flow: FlowControl | None = None
 
     def has_column(self, name: str) -> bool:
         return any(c.name == name for c in self.columns)
@@ -331,6 +336,14 @@ def load_table(
     message_columns = _message_columns(fields, columns, layout, problems)
     order_key, order_by, order_index = _ordering(fields, by_name, layout, indexes, problems)
     capture = _capture(fields, by_name, layout, problems)
+    flow = parse_flow(
+        fields,
+        [c.name for c in columns],
+        ENGINE_COLUMNS[layout],
+        [c.name for c in message_columns],
+        order_key,
+        problems,
+    )
     problems.raise_any()
 
     return TableConfig(
@@ -353,6 +366,7 @@ def load_table(
         order_by=order_by,
         order_index=order_index,
         capture=capture,
+        flow=flow,
     )
 
 

@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from msgtable.core.dedup import dedup_fields
 from msgtable.core.events import EVENT_COLUMNS, ROW_KEY_MAX, Capture, parse_kinds, parse_patterns
 from msgtable.core.flow import FLOW_KEYS, FlowControl, parse_flow
 from msgtable.core.sqltypes import BINARY_TYPES, INTEGER_TYPES
@@ -41,6 +42,9 @@ OPTIONAL_KEYS = (
     "vt_capture_kinds",
     # flow control (msgtable.core.flow)
     *FLOW_KEYS,
+    # idempotent enqueue (msgtable.core.dedup)
+    "vt_dedup",
+    "vt_dedup_window",
 )
 
 # A sent message is postponed in the database (time_next by backoff, epoch + 1) only once it
@@ -112,6 +116,7 @@ class Column:
     name: str
     data_type: str  # lower case, e.g. "bigint", "varchar", "json"
     column_type: str  # full type, e.g. "bigint(20) unsigned"
+    nullable: bool = True  # information_schema's IS_NULLABLE
 
     @property
     def is_integer(self) -> bool:
@@ -171,6 +176,11 @@ class TableConfig:
     capture: Capture | None = None
     # Flow control (msgtable.core.flow): rate limits, caps, fair share; None: none.
     flow: FlowControl | None = None
+    # Idempotent enqueue (msgtable.core.dedup): the key column (vt_dedup; "": none), how long
+    # a key refuses its duplicates (vt_dedup_window) and the unique index that refuses them.
+    dedup: str = ""
+    dedup_window_s: float = 0.0
+    dedup_index: str = ""
 
     def has_column(self, name: str) -> bool:
         return any(c.name == name for c in self.columns)
@@ -344,6 +354,7 @@ def load_table(
         order_key,
         problems,
     )
+    dedup = dedup_fields(fields, by_name, ENGINE_COLUMNS[layout], unique_indexes, indexes, problems)
     problems.raise_any()
 
     return TableConfig(
@@ -367,6 +378,9 @@ def load_table(
         order_index=order_index,
         capture=capture,
         flow=flow,
+        dedup=dedup.column,
+        dedup_window_s=dedup.window_s,
+        dedup_index=dedup.index,
     )
 
 

@@ -17,6 +17,12 @@ context (and its tracestate, into a ``tracestate`` column if the table has one).
 provider configured, each call is a PRODUCER span "send TABLE" (msgtable.core.tracing), whose
 context is the one CURRENT stores.
 
+A table with vt_dedup (msgtable.core.dedup) takes each message's key in its values (under the
+column's name): a message whose key the table holds (enqueued within the window) is **left
+out**, not an error: ``enqueue`` returns 0 for it (1 when inserted), ``enqueue_many`` counts
+only the rows inserted, and the rest of the call and the transaction go on. A duplicate id is
+still an error (sqlalchemy's IntegrityError), as on any table.
+
 Modules:
     sharded  Enqueueing into a keyspace of shards
 """
@@ -35,6 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy import orm
 
 from msgtable.core import tracing
+from msgtable.core.dedup import is_duplicate_of
 from msgtable.core.sql import quote
 from msgtable.core.tables import Layout, TableConfig, load_table
 from msgtable.errors import InvalidArgument, TableNotFound
@@ -52,6 +59,8 @@ PLAN_TTL_S = 30.0
 _NOW_NS = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000000 AS SIGNED)"
 # W3C trace context's traceparent header: version-trace id-parent id-flags, lower-case hex.
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+# MySQL's ER_DUP_ENTRY: an INSERT met a key a unique index holds
+DUPLICATE_ENTRY = 1062
 # Columns the engine owns: set through the arguments, never in ``values``.
 _ENGINE_COLUMNS = ("epoch", "time_acked", "time_next", "time_scheduled", "priority")
 
@@ -80,7 +89,8 @@ def enqueue(
     traceparent: str | tracing.Current | None = None,
 ) -> int:
     """Insert one message into ``table`` in ``conn``'s transaction (see the module
-    docstring); returns how many rows were inserted (1)."""
+    docstring); returns how many rows were inserted: 1, or 0 for a duplicate of a vt_dedup
+    table's key within its window, which is left out (the transaction goes on)."""
     return enqueue_many(
         conn,
         table,
@@ -104,7 +114,8 @@ def enqueue_many(
 ) -> int:
     """Insert ``rows`` (each with the same columns) into ``table`` in one multi-row INSERT
     in ``conn``'s transaction, all with the same delay, priority, order key and
-    traceparent; returns how many rows were inserted."""
+    traceparent; returns how many rows were inserted (a vt_dedup table's duplicates are
+    left out and not counted)."""
     if not rows:
         return 0
     # a PRODUCER span "send TABLE" when a tracer provider is configured (msgtable.core.tracing)
@@ -234,23 +245,57 @@ def _execute(
     names: list[str],
     extra: list[Extra],
 ) -> int:
-    """One multi-row INSERT of the rows' values and the extra columns; returns its count."""
+    """One multi-row INSERT of the rows' values and the extra columns; returns its count.
+    On a vt_dedup table a key the table holds makes the statement fail as a whole: its rows
+    then go in one at a time, each duplicate left out (msgtable.core.dedup)."""
     columns = ", ".join(quote(c) for c in [*names, *(c for c, _, _ in extra)])
     one_row = ", ".join([*(["%s"] * len(names)), *(sql for _, sql, _ in extra)])
-    statement = f"INSERT INTO {quote(cfg.name)} ({columns}) VALUES " + ", ".join(
-        [f"({one_row})"] * len(rows)
-    )
+    head = f"INSERT INTO {quote(cfg.name)} ({columns}) VALUES "
     tail = [p for _, _, params in extra for p in params]
-    params = tuple(p for row in rows for p in [*(row[n] for n in names), *tail])
+
+    def insert(some: Sequence[Mapping[str, Any]]) -> int:
+        statement = head + ", ".join([f"({one_row})"] * len(some))
+        params = tuple(p for row in some for p in [*(row[n] for n in names), *tail])
+        try:
+            return int(connection.exec_driver_sql(statement, params).rowcount)
+        except sa.exc.DataError as exc:
+            # a value the table's column cannot take (too long, out of range, not a number):
+            # only this statement failed, the application's transaction goes on
+            raise InvalidArgument(f"table {cfg.name}: {_why(exc)}") from None
+
+    if not cfg.dedup:
+        return insert(rows)
     try:
-        result = connection.exec_driver_sql(statement, params)
-    except sa.exc.DataError as exc:
-        # a value the table's column cannot take (too long, out of range, not a number):
-        # only this statement failed, the application's transaction goes on
-        why = str(exc.orig.args[-1]) if exc.orig is not None and exc.orig.args else "a bad value"
-        why = " ".join(why.split())[:200]  # one line (the database's own words)
-        raise InvalidArgument(f"table {cfg.name}: {why}") from None
-    return int(result.rowcount)
+        return insert(rows)
+    except sa.exc.IntegrityError as exc:
+        if not _duplicate_key(exc, cfg):
+            raise
+    if len(rows) == 1:
+        return 0
+    inserted = 0
+    for row in rows:  # the statement failed whole (InnoDB undid it): each row on its own
+        try:
+            inserted += insert([row])
+        except sa.exc.IntegrityError as exc:
+            if not _duplicate_key(exc, cfg):
+                raise
+    return inserted
+
+
+def _why(exc: sa.exc.DBAPIError) -> str:
+    """The database's own words, on one line."""
+    why = str(exc.orig.args[-1]) if exc.orig is not None and exc.orig.args else "a bad value"
+    return " ".join(why.split())[:200]
+
+
+def _duplicate_key(exc: sa.exc.IntegrityError, cfg: TableConfig) -> bool:
+    """Whether the INSERT failed on a key the table's vt_dedup index holds (error 1062)."""
+    args: tuple[Any, ...] = getattr(exc.orig, "args", ())
+    return (
+        len(args) >= 2
+        and args[0] == DUPLICATE_ENTRY
+        and is_duplicate_of(str(args[1]), cfg.name, cfg.dedup_index)
+    )
 
 
 def order_key_column(conn: sa.Connection, table: str) -> str:

@@ -19,7 +19,8 @@ _FIND_TABLES = (
     "WHERE TABLE_SCHEMA = %s AND TABLE_TYPE = 'BASE TABLE' AND TABLE_COMMENT LIKE 'vitess%%'"
 )
 _COLUMNS = (
-    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE FROM information_schema.COLUMNS "
+    "SELECT TABLE_NAME, COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE "
+    "FROM information_schema.COLUMNS "
     "WHERE TABLE_SCHEMA = %s AND TABLE_NAME IN ({names}) ORDER BY TABLE_NAME, ORDINAL_POSITION"
 )
 _INDEXES = (
@@ -54,9 +55,14 @@ def read_definitions(cur: Any, database: str, only: str | None = None) -> list[T
     in_names = placeholders(len(names))
     columns: dict[str, list[Column]] = {n: [] for n in tables}
     cur.execute(_COLUMNS.format(names=in_names), [database, *names])
-    for tname, cname, data_type, column_type in cur.fetchall():
+    for tname, cname, data_type, column_type, nullable in cur.fetchall():
         columns[tname].append(
-            Column(cname, server_text(data_type).lower(), server_text(column_type).lower())
+            Column(
+                cname,
+                server_text(data_type).lower(),
+                server_text(column_type).lower(),
+                server_text(nullable).upper() == "YES",
+            )
         )
     indexes: dict[tuple[str, str], list[str]] = {}
     unique: set[tuple[str, str]] = set()

@@ -394,6 +394,18 @@ class MySQLStore:
             holders = [cutoff_ns] * self.statements(cfg).purge_holders
             return int(cur.execute(sql, [cutoff_ns, *holders, limit]))
 
+    def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
+        """Clear up to ``limit`` dedup keys of rows created in [since_ns, cutoff_ns)."""
+        sql = self.statements(cfg).expire_dedup
+        if not sql:
+            return 0
+        with (
+            self._errors(cfg.name, "expire_dedup"),
+            self._auto.connection() as conn,
+            conn.cursor() as cur,
+        ):
+            return int(cur.execute(sql, [since_ns, cutoff_ns, limit]))
+
     # -- settlement (msgtable.core.settlement) and dead letters (msgtable.core.deadletters)
     # -----------
     def release(

@@ -86,6 +86,11 @@ class Store(Protocol):
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int: ...
 
+    def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
+        """Clear (to NULL) up to ``limit`` vt_dedup keys of rows created in [since_ns,
+        cutoff_ns): after its window a key may be used again (msgtable.core.dedup)."""
+        ...
+
     def release(
         self,
         cfg: TableConfig,

@@ -11,6 +11,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from msgtable.core.dedup import CREATED_COLUMN
 from msgtable.core.rows import CachedRow, PollKey
 from msgtable.core.sql import MARK, in_list, quote
 from msgtable.core.tables import (
@@ -124,6 +125,7 @@ class TableStatements:
     unacked: str
     purge: str
     purge_holders: int
+    expire_dedup: str  # "" without vt_dedup (msgtable.core.dedup)
     # settlement (_write_settlement)
     alive: str
     release: str
@@ -227,8 +229,17 @@ class TableStatements:
             for h in cfg.holders
         )
         fanned = f" AND {quote('time_fanout')} IS NOT NULL" if cfg.fanout else ""
-        self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s{fanned}{holds} LIMIT %s"
+        # With vt_dedup: a row leaves only once its key is cleared (msgtable.core.dedup).
+        keyed = f" AND {quote(cfg.dedup)} IS NULL" if cfg.dedup else ""
+        self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s{fanned}{holds}{keyed} LIMIT %s"
         self.purge_holders = len(cfg.holders)
+        self.expire_dedup = ""
+        if cfg.dedup:
+            key, created = quote(cfg.dedup), quote(CREATED_COLUMN)
+            self.expire_dedup = (
+                f"{MARK}UPDATE {t} SET {key} = NULL WHERE {created} >= %s AND {created} < %s "
+                f"AND {key} IS NOT NULL LIMIT %s"
+            )
 
     def _write_settlement(self, cfg: TableConfig, n: _Names) -> None:
         """Settlement (msgtable.core.settlement). ``{first}`` stands for an expression true for

@@ -296,11 +296,27 @@ class InMemoryStore:
             old = [
                 i
                 for i, r in table.items()
-                if r["time_acked"] is not None and r["time_acked"] < cutoff_ns
+                if r["time_acked"] is not None
+                and r["time_acked"] < cutoff_ns
+                and (not cfg.dedup or r.get(cfg.dedup) is None)
             ][:limit]
             for i in old:
                 del table[i]
             return len(old)
+
+    def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
+        if not cfg.dedup:
+            return 0
+        with self.lock:
+            keyed = [
+                r
+                for r in self._table(cfg.name).values()
+                if r.get(cfg.dedup) is not None
+                and since_ns <= (r.get("time_created") or 0) < cutoff_ns
+            ][:limit]
+            for r in keyed:
+                r[cfg.dedup] = None
+            return len(keyed)
 
     # -- settlement and dead letters (msgtable.core.settlement, msgtable.core.deadletters)
     # -------------

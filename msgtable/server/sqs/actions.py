@@ -27,7 +27,7 @@ from msgtable.engine.subscriber import Subscriber
 from msgtable.errors import MsgtableError
 from msgtable.server.auth import Authorizer
 from msgtable.server.sqs import handles, messages
-from msgtable.server.sqs.consumer import Consumer, Puller, Received
+from msgtable.server.sqs.consumer import IN_FLIGHT_LIMIT, Consumer, Puller, Received
 from msgtable.server.sqs.digest import md5_of_attributes, md5_of_body
 from msgtable.server.sqs.handles import Deliveries, Handle
 from msgtable.server.sqs.protocol import Params, SqsError, invalid, sqs_error
@@ -126,7 +126,7 @@ class Actions:
         sender: Sender,
         authorizer: Authorizer | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-        in_flight_limit: int = 120_000,
+        in_flight_limit: int = IN_FLIGHT_LIMIT,
     ) -> None:
         self.engine = engine
         self.sender = sender

@@ -9,9 +9,9 @@ INSERT, or this server's own SendMessage commits). A batch holds up to vt_batch_
 messages; those a receive did not ask for (MaxNumberOfMessages) are kept for the next
 receive, in order, while their ack wait leaves them time (then they are left to come back
 after it, as any message whose consumer went away). A queue that nobody received from for
-LINGER_S closes its subscriber: the batches claimed for it and not taken are due again at
-once, and the table's cache is another subscriber's or dropped, as for a gRPC stream that
-ends.
+LINGER_S (and, while messages are kept for it, for their ack wait) closes its subscriber:
+the batches claimed for it and not taken are due again at once, and the table's cache is
+another subscriber's or dropped, as for a gRPC stream that ends.
 """
 
 from __future__ import annotations
@@ -104,9 +104,14 @@ class Puller:
                 self.used = time.monotonic()
         return out
 
-    def idle_for(self, now: float) -> float:
+    def closable(self, now: float, linger_s: float) -> bool:
+        """Nobody received for ``linger_s`` (and, with messages kept for the next receive,
+        for their ack wait: closing would leave them to come back only after it)."""
         with self._lock:
-            return 0.0 if self.waiting else now - self.used
+            if self.waiting:
+                return False
+            idle = now - self.used
+            return idle >= linger_s and (not self._kept or idle >= self._ack_wait_s())
 
     def close(self) -> None:
         with self._lock:
@@ -210,7 +215,7 @@ class Consumer:
     def close_idle(self) -> int:
         now = time.monotonic()
         with self._lock:
-            idle = [(k, p) for k, p in self._pullers.items() if p.idle_for(now) >= self._linger_s]
+            idle = [(k, p) for k, p in self._pullers.items() if p.closable(now, self._linger_s)]
             for k, _ in idle:
                 del self._pullers[k]
         for _, p in idle:

@@ -20,6 +20,7 @@ from msgtable.cli.output import (
 )
 from msgtable.client import Client
 from msgtable.core.subscriptions import state_table_name
+from msgtable.core.words import counted
 from msgtable.errors import InvalidArgument
 from msgtable.limits import MAX_IN_FLIGHT, MAX_REDRIVE_BATCH
 
@@ -106,7 +107,8 @@ def subscription_create(args: argparse.Namespace, out: TextIO | None = None) -> 
     flt = settings.get("filter")
     what = f"messages matching {flt!r}" if flt else "every message"
     if args.from_start:
-        text = f"created subscription {label}: {n:,} retained messages handed over, and {what}"
+        handed = counted(n, "retained message")
+        text = f"created subscription {label}: {handed} handed over, and {what}"
     else:
         text = f"created subscription {label}: {what}"
     text += " enqueued from now on"
@@ -288,13 +290,13 @@ def redrive(args: argparse.Namespace, out: TextIO | None = None) -> int:
         bar.close()
     if args.subscription:
         print(
-            f"moved {moved:,} dead messages of subscription {args.name}/{args.subscription} "
-            "back to it",
+            f"moved {counted(moved, 'dead message')} of subscription "
+            f"{args.name}/{args.subscription} back to it",
             file=out,
         )
     else:
         target = args.to or "their table"
-        print(f"moved {moved:,} dead letters of {args.name} to {target}", file=out)
+        print(f"moved {counted(moved, 'dead letter')} of {args.name} to {target}", file=out)
     if skipped:
         shown = ", ".join(map(str, skipped[:10])) + (" ..." if len(skipped) > 10 else "")
         print(

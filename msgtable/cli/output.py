@@ -372,7 +372,8 @@ def format_dead(dead: Sequence[DeadLetter], total: int, table: str) -> str:
         "  ".join([*(c.ljust(w) for c, w in zip(r[:3], widths, strict=True)), r[3]]) for r in rows
     ]
     more = "+" if total >= COUNT_DEAD_CAP else ""
-    lines.append(f"{len(dead)} shown of {total:,}{more} dead letters in {table}")
+    plural = "" if total == 1 and not more else "s"
+    lines.append(f"{len(dead)} shown of {total:,}{more} dead letter{plural} in {table}")
     return "\n".join(lines)
 
 

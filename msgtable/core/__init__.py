@@ -24,4 +24,5 @@ Modules:
     tomlfile       Reading a TOML file a user wrote (the auth file, the keyspace file)
     tracing        OpenTelemetry through messages
     window         A subscriber's window
+    words          Counted nouns in what the CLI and the server say
 """

@@ -238,6 +238,9 @@ def parse_filter(text: str, columns: Sequence[Column], table: str = "") -> Filte
             f" longer than {MAX_FILTER_CHARS} characters"
         )
     checker = _Checker(stripped, offset, columns, table)
+    broken = None if _MATCHER.fullmatch(stripped) else _matcher_break(stripped)
+    if broken:
+        raise checker.fail(*broken)
     try:
         node = checker.matcher() if _MATCHER.fullmatch(stripped) else checker.selector()
     except RecursionError:
@@ -245,6 +248,26 @@ def parse_filter(text: str, columns: Sequence[Column], table: str = "") -> Filte
     params: list[object] = []
     sql = _sql(node, "", params)
     return Filter(stripped, sql, tuple(params), frozenset(checker.used), node)
+
+
+def _matcher_break(text: str) -> tuple[int, str] | None:
+    """Where a filter that starts as ``key=a|b,...`` stops being one, and why, when a ','
+    follows its clauses and only that syntax explains them: a trailing or doubled ',', or
+    clauses with '|' (the selector would blame the first '|', far from the fault); a
+    trailing '|'."""
+    m = _MATCHER.match(text)
+    mark = text[m.end() : m.end() + 1] if m else ""
+    if not m or mark not in (",", "|"):
+        return None
+    after = text[m.end() + 1 :]
+    if not after.strip():
+        wanted = "name=value" if mark == "," else "a value"
+        return m.end(), f"a {mark!r} with nothing after it (expected {wanted}, or remove it)"
+    if mark == "," and ("|" in m[0] or after.lstrip().startswith(",")):
+        at = len(text) - len(after.lstrip())
+        word = re.match(r"[^,\s]+|,", text[at:])
+        return at, f"unexpected {_show(word[0] if word else text[at])} (expected name=value)"
+    return None
 
 
 def _sql(node: _Node, prefix: str, params: list[object]) -> str:

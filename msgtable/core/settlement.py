@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from msgtable.core.words import counted
 from msgtable.errors import InvalidArgument
 from msgtable.limits import MAX_REASON_CHARS, MAX_SETTLE_DELAY_S
 
@@ -51,7 +52,8 @@ def check_attempts(table: str, attempts: Sequence[int], ids: int) -> list[int] |
         return None
     if len(attempts) != ids:
         raise InvalidArgument(
-            f"table {table}: {len(attempts):,} attempts for {ids:,} ids; one per id, or none"
+            f"table {table}: {counted(len(attempts), 'attempt')} for {counted(ids, 'id')}; "
+            "one per id, or none"
         )
     out = [int(a) for a in attempts]
     if any(a < 0 for a in out):

@@ -38,6 +38,7 @@ from msgtable.core import codec
 from msgtable.core.keyspace import Shard
 from msgtable.core.rows import Batch, RelayedBatch
 from msgtable.core.tables import Column
+from msgtable.core.words import counted
 from msgtable.errors import MsgtableError, TableLoadError, Unavailable
 from msgtable.limits import DEFAULT_MAX_IN_FLIGHT
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -284,10 +285,10 @@ class MergedSubscriber:
             )
         except (MsgtableError, grpc.RpcError) as exc:
             log.warning(
-                "gateway: stream of %s: %d messages of shard %s past its limit come again "
+                "gateway: stream of %s: %s of shard %s past its limit come again "
                 "after their ack wait (their release failed: %s)",
                 self._name,
-                len(over),
+                counted(len(over), "message"),
                 shard,
                 exc,
             )

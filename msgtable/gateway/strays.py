@@ -22,6 +22,7 @@ from typing import Any
 
 from msgtable.core import codec
 from msgtable.core.keyspace import Keyspace
+from msgtable.core.words import counted
 from msgtable.errors import InvalidArgument
 
 log = logging.getLogger("msgtable.gateway.gateway")
@@ -59,12 +60,12 @@ class Strays:
             self._told.add((table, shard))
         if first:
             log.warning(
-                "gateway: shard %s of keyspace %r sent %s message(s) of table %s that belong "
+                "gateway: shard %s of keyspace %r sent %s of table %s that belong "
                 "to other shards (e.g. id %r): their acks go back to it; enqueue with the "
                 "keyspace's helpers (README: Keyspaces of shards)",
                 shard,
                 self._keyspace.name,
-                len(strays),
+                counted(len(strays), "message"),
                 table,
                 strays[0],
             )

@@ -173,7 +173,7 @@ def test_a_subscription_is_created_listed_read_altered_and_dropped_from_the_comm
     # redrive: it lives again for the subscription (fresh: epoch 0, due now)
     redriven = cli.run("redrive", "orders", "--subscription", "eu", "--server", address)
     assert redriven.returncode == 0, describe(redriven)
-    assert "moved 1 dead messages of subscription orders/eu back to it" in redriven.stdout
+    assert "moved 1 dead message of subscription orders/eu back to it" in redriven.stdout
     alive = "select epoch, time_next < 9223372036854775807 from orders__eu where id = 9"
     assert sql.rows(alive)[0] == (0, 1)
     with_to = cli.run(

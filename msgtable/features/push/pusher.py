@@ -27,6 +27,7 @@ from msgtable.core.backoff import backoff_s, draw_jitter
 from msgtable.core.rows import Batch
 from msgtable.core.status import PushStatus
 from msgtable.core.tables import TableConfig
+from msgtable.core.words import counted
 from msgtable.engine.subscriber import Subscriber
 from msgtable.errors import MsgtableError
 from msgtable.features.push.allow import AllowList, Target
@@ -320,7 +321,8 @@ class Pusher:
                 self.failed += len(ids)
                 self._last_error = ("not allowed: " if refused else "") + outcome.reason
             if outcome.verdict is Verdict.REJECT:
-                log.warning("push %s: %d messages dead: %s", ep.label, len(ids), outcome.reason)
+                dead = counted(len(ids), "message")
+                log.warning("push %s: %s dead: %s", ep.label, dead, outcome.reason)
                 self.engine.reject(ep.table, ks, ids, outcome.reason, ep.subscription)
                 return
             by_attempt: dict[int, list[object]] = {}
@@ -334,11 +336,12 @@ class Pusher:
                     )
                 delay = min(delay, MAX_SETTLE_DELAY_S)  # an unbounded backoff grows past it
                 self.engine.release(ep.table, ks, group, delay, outcome.reason, ep.subscription)
-            log.info("push %s: %d messages released: %s", ep.label, len(ids), outcome.reason)
+            released = counted(len(ids), "message")
+            log.info("push %s: %s released: %s", ep.label, released, outcome.reason)
         except MsgtableError as exc:  # the lease went, the database is away: ack wait
             log.warning(
-                "push %s: cannot settle %d messages (%s): due again after their ack wait",
+                "push %s: cannot settle %s (%s): due again after their ack wait",
                 ep.label,
-                len(ids),
+                counted(len(ids), "message"),
                 exc,
             )

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.core.latency import LatencySnapshot
 from msgtable.core.status import TableStatus
+from msgtable.core.words import counted
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
@@ -316,9 +317,9 @@ class DashboardApi:
             subscription,
         )
         log.info(
-            "dashboard: %s redrove %d dead letters of %s",
+            "dashboard: %s redrove %s of %s",
             principal or "anonymous",
-            batch.moved,
+            counted(batch.moved, "dead letter"),
             resource(table, subscription),
         )
         return {"moved": batch.moved, "skipped": [_json_id(i) for i in batch.skipped]}

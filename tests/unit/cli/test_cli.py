@@ -20,6 +20,7 @@ from msgtable.cli import output
 from msgtable.cli import serve as serve_command
 from msgtable.client import Field, TableInfo, TableSettings
 from msgtable.core.codec import FieldType
+from msgtable.core.deadletters import DeadLetter
 from msgtable.core.rows import Batch
 from msgtable.core.status import TableStatus
 from msgtable.core.subscriptions import Subscription
@@ -811,3 +812,9 @@ def test_serve_with_a_bad_metrics_address_is_one_line_and_closes_the_engine(monk
     assert cli.main([*argv, "--metrics-listen", "localhost"]) == 1
     assert_one_line_error(capsys.readouterr().err, "--metrics-listen 'localhost'")
     assert not engine.opened and engine.closed
+
+
+def test_counts_of_one_are_singular_in_what_msgtable_dead_prints():
+    one = DeadLetter(7, 0, 5, "no ack after 5 attempts")
+    assert output.format_dead([one], 1, "jobs").endswith("\n1 shown of 1 dead letter in jobs")
+    assert output.format_dead([one], 2, "jobs").endswith("\n1 shown of 2 dead letters in jobs")

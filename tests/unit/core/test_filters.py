@@ -323,6 +323,25 @@ def test_each_error_names_its_position_and_reason_on_one_line(text, expected):
     assert message.startswith("filter: " + expected) and message.isprintable()
 
 
+@pytest.mark.parametrize(
+    ("text", "points_at", "reason"),
+    [
+        ("region=eu|us,", ",", "a ',' with nothing after it (expected name=value, or remove it)"),
+        ("region=eu,", ",", "a ',' with nothing after it"),
+        ("region=eu|us, ", ",", "a ',' with nothing after it"),
+        ("region=eu|us,,", ",", "unexpected ',' (expected name=value)"),
+        ("region=eu|us,kind", "k", "unexpected 'kind' (expected name=value)"),
+        ("region=eu|", "|", "a '|' with nothing after it (expected a value, or remove it)"),
+    ],
+)
+def test_a_key_value_filter_broken_after_its_clauses_points_at_the_fault(text, points_at, reason):
+    message = error(text)
+    position = int(message.split("at position ", 1)[1].split(":", 1)[0])
+    caret = " " * (position - 1) + "^"  # what a caret under the filter would show
+    assert text[caret.index("^")] == points_at, f"{text}\n{caret}\n{message}"
+    assert reason in message
+
+
 def test_an_unknown_column_lists_the_columns_there_are():
     assert error("regoin = 'eu' OR id = 1").endswith(
         "(columns: id, region, kind, amount, price, ratio, ts, day, at, blobby, doc, odd%s`name)"

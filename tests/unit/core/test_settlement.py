@@ -167,7 +167,7 @@ def test_a_late_release_or_renew_of_an_earlier_delivery_changes_nothing(engine, 
     assert m.renew([1], 60.0, None, attempts=[2]) == 1
     assert m.release([1], 0.0, None, attempts=[0]) == 1  # 0: whichever delivery is current
     assert [r[0] for r in deliver(m, sub)] == [1]  # attempt 3
-    with pytest.raises(InvalidArgument, match="2 attempts for 1 ids; one per id, or none"):
+    with pytest.raises(InvalidArgument, match="2 attempts for 1 id; one per id, or none"):
         m.release([1], 0.0, None, attempts=[3, 3])
     # an id named twice keeps the attempt it was first named with
     assert m.release([1, 1], 0.0, None, attempts=[2, 3]) == 0

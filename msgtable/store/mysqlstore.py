@@ -388,11 +388,17 @@ class MySQLStore:
             return {r[0] for r in cur.fetchall()}
 
     def purge(self, cfg: TableConfig, cutoff_ns: int, limit: int) -> int:
-        """Delete up to ``limit`` rows acked before the cutoff; returns how many."""
-        sql = self.statements(cfg).purge
+        """Delete up to ``limit`` rows acked before the cutoff; returns how many: the pick
+        (a plain read, no lock), then the DELETE of the rows picked by primary key
+        (TableStatements._write_acks says why it cannot deadlock)."""
+        s = self.statements(cfg)
         with self._errors(cfg.name, "purge"), self._auto.connection() as conn, conn.cursor() as cur:
-            holders = [cutoff_ns] * self.statements(cfg).purge_holders
-            return int(cur.execute(sql, [cutoff_ns, *holders, limit]))
+            cur.execute(s.purge_pick, [cutoff_ns, *[cutoff_ns] * s.purge_holders, limit])
+            ids = sorted(r[0] for r in cur.fetchall())
+            if not ids:
+                return 0
+            in_ids, id_params = in_list(ids)
+            return int(cur.execute(s.purge.format(ids=in_ids), [*id_params, cutoff_ns]))
 
     def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
         """Clear up to ``limit`` dedup keys of rows created in [since_ns, cutoff_ns)."""

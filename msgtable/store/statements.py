@@ -123,6 +123,7 @@ class TableStatements:
     ack_mixed: str
     acked: str
     unacked: str
+    purge_pick: str
     purge: str
     purge_holders: int
     expire_dedup: str  # "" without vt_dedup (msgtable.core.dedup)
@@ -231,8 +232,15 @@ class TableStatements:
         fanned = f" AND {quote('time_fanout')} IS NOT NULL" if cfg.fanout else ""
         # With vt_dedup: a row leaves only once its key is cleared (msgtable.core.dedup).
         keyed = f" AND {quote(cfg.dedup)} IS NULL" if cfg.dedup else ""
-        self.purge = f"{MARK}DELETE FROM {t} WHERE {acked} < %s{fanned}{holds}{keyed} LIMIT %s"
-        self.purge_holders = len(cfg.holders)
+        # The purge in two statements, so that it never deadlocks: the pick, a plain read
+        # (a consistent read: it locks no row, of this table or of a state table), then the
+        # DELETE of exactly the rows picked, by primary key (it locks only those, in id
+        # order, all acked: no send, ack or settlement holds or waits for an acked row's
+        # lock while holding another). Every condition of the pick holds for good once it
+        # holds (an acked row stays acked; a row handed over stays handed over; a settled
+        # state row stays settled), so the DELETE checks the ack alone.
+        self.purge_pick = f"SELECT {rid} FROM {t} WHERE {acked} < %s{fanned}{holds}{keyed} LIMIT %s"
+        self.purge = f"{MARK}DELETE FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} < %s"
         self.expire_dedup = ""
         if cfg.dedup:
             key, created = quote(cfg.dedup), quote(CREATED_COLUMN)
@@ -240,6 +248,7 @@ class TableStatements:
                 f"{MARK}UPDATE {t} SET {key} = NULL WHERE {created} >= %s AND {created} < %s "
                 f"AND {key} IS NOT NULL LIMIT %s"
             )
+        self.purge_holders = len(cfg.holders)
 
     def _write_settlement(self, cfg: TableConfig, n: _Names) -> None:
         """Settlement (msgtable.core.settlement). ``{first}`` stands for an expression true for

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound
 
@@ -599,3 +600,32 @@ def test_a_subscriptions_dead_letters_are_redriven_to_it_alone(served: Served):
     assert served.sql("select count(*) from orders__other where time_acked is not null")[0][0] == 0
     with pytest.raises(InvalidArgument, match="subscription"):
         served.client.redrive("orders", to="orders", subscription="work")
+
+
+def test_the_purge_waits_for_no_lock_of_a_state_table(served: Served):
+    """The chaos run saw the table's purge deadlock with a subscription's acks (and with its
+    state table's purge): its DELETE read the state tables with shared locks. The purge
+    picks its rows with a plain read, which waits for nobody's lock."""
+    make_orders(served, vt_purge_after=3600)  # no purge of its own meanwhile
+    served.client.create_subscription("orders", "audit")
+    enqueue(served, [1, 2, 3])
+    wait_until(
+        lambda: served.sql("select count(*) from orders__audit")[0][0] == 3,
+        what="the fan-out handed the rows over",
+    )
+    now = served.now_ns()
+    served.sql(f"update orders set time_acked = {now - 10**9}")  # the default group's acks
+    served.sql(f"update orders__audit set time_acked = {now - 10**9} where id = 3")
+    store = served.engine.store
+    cfg = served.engine.find("orders").config
+    with served.transaction() as app:  # the application's ack of 1, by DML, still open
+        app.execute(sa.text(f"update orders__audit set time_acked = {now - 10**9} where id = 1"))
+        purged: list[int] = []
+        t = threading.Thread(target=lambda: purged.append(store.purge(cfg, now, 500)))
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), "the purge waited for the open transaction's lock"
+        assert purged == [1]  # 3, settled by every group; 1 not yet (not committed), 2 not
+    assert sorted(r[0] for r in served.sql("select id from orders")) == [1, 2]
+    assert store.purge(cfg, now, 500) == 1  # 1 now settled by both
+    assert [r[0] for r in served.sql("select id from orders")] == [2]

@@ -194,24 +194,32 @@ def test_a_subscriptions_poll_joins_the_table_for_its_columns():
         "WHERE s.`time_acked` IS NULL AND (s.`time_next` IS NULL OR s.`time_next` <= %s) "
         "ORDER BY s.`priority`, s.`time_next`, s.`id` LIMIT %s"
     )
-    assert s.purge == "/* msgtable */ DELETE FROM `orders__s` WHERE `time_acked` < %s LIMIT %s"
+    assert s.purge_pick == "SELECT `id` FROM `orders__s` WHERE `time_acked` < %s LIMIT %s"
+    assert s.purge == (
+        "/* msgtable */ DELETE FROM `orders__s` WHERE `id` IN ({ids}) AND `time_acked` < %s"
+    )
 
 
 def test_a_tables_purge_waits_for_every_subscription_that_holds_it():
     s = TableStatements(orders(fanout=True, holders=("orders__a", "orders__b")))
-    assert s.purge == (
-        "/* msgtable */ DELETE FROM `orders` WHERE `time_acked` < %s AND `time_fanout` IS NOT "
+    # the pick is a plain read: it locks no row of the state tables (no deadlock with their
+    # acks); the DELETE takes the rows picked by primary key
+    assert s.purge_pick == (
+        "SELECT `id` FROM `orders` WHERE `time_acked` < %s AND `time_fanout` IS NOT "
         "NULL AND NOT EXISTS (SELECT 1 FROM `orders__a` h WHERE h.`id` = `orders`.`id` AND "
         "(h.`time_acked` IS NULL OR h.`time_acked` >= %s)) AND NOT EXISTS (SELECT 1 FROM "
         "`orders__b` h WHERE h.`id` = `orders`.`id` AND (h.`time_acked` IS NULL OR "
         "h.`time_acked` >= %s)) LIMIT %s"
     )
+    assert s.purge == (
+        "/* msgtable */ DELETE FROM `orders` WHERE `id` IN ({ids}) AND `time_acked` < %s"
+    )
     assert s.purge_holders == 2
 
 
 def test_a_table_without_subscriptions_keeps_its_statements():
-    assert TableStatements(orders()).purge == (
-        "/* msgtable */ DELETE FROM `orders` WHERE `time_acked` < %s LIMIT %s"
+    assert TableStatements(orders()).purge_pick == (
+        "SELECT `id` FROM `orders` WHERE `time_acked` < %s LIMIT %s"
     )
 
 

@@ -49,7 +49,9 @@ def test_the_statements_of_the_current_layout():
         "WHERE `id` IN ({ids}) AND `time_acked` IS NULL "
         "AND NOT (`time_next` <=> 9223372036854775807)"  # a dead one stays dead
     )
-    assert s.purge == "/* msgtable */ DELETE FROM `q` WHERE `time_acked` < %s LIMIT %s"
+    # the purge: a plain read picks the rows, the DELETE takes exactly those by primary key
+    assert s.purge_pick == "SELECT `id` FROM `q` WHERE `time_acked` < %s LIMIT %s"
+    assert s.purge == "/* msgtable */ DELETE FROM `q` WHERE `id` IN ({ids}) AND `time_acked` < %s"
     # the manager's polls read time_created last (the created -> sent delay)
     created = select.replace("`message` FROM", "`message`, `time_created` FROM")
     assert s.polls_created == (
@@ -139,4 +141,5 @@ def test_a_table_name_with_braces_survives_the_id_list_template():
         sql = template.format(ids="1,2")
         assert "`we{ids}r{d`" in sql and "IN (1,2)" in sql
     assert "`we{ids}r{d`" in s.ack_mixed.format(ids="1,2", first="1")
-    assert "`we{ids}r{d`" in s.poll and "`we{ids}r{d`" in s.purge
+    assert "`we{ids}r{d`" in s.poll and "`we{ids}r{d`" in s.purge_pick
+    assert "`we{ids}r{d`" in s.purge.format(ids="1,2")

@@ -30,7 +30,11 @@ bulk enqueue. Columns are matched by name (``id`` required); the engine's column
 does not bring get a new message's values (due now, epoch 0, priority 0). Each partition is
 one transaction of multi-row INSERTs (``batchRows`` rows each, default 1,000): it is enqueued
 whole or not at all. A duplicate id fails its partition with a clear error, or with
-``onDuplicate=skip`` is left as it is and counted. The driver logs what each job did.
+``onDuplicate=skip`` is left as it is and counted. The driver logs what each job did. On a
+table with vt_dedup (msgtable.core.dedup) a key the table holds (within its window), or a key
+twice in one frame, is a duplicate too: it fails its partition, or with ``onDuplicate=skip``
+the row is left out and counted among the skipped (the first of a frame's rows with a key goes
+in). Rows go in with ``time_created`` the executor's clock, from which the window runs.
 
 A keyspace of shards, ``.option("keyspace", FILE)`` instead of ``dsn``: FILE is a keyspace
 file (msgtable.core.keyspace: the keyspace's ``name`` and its ``[[shards]]``, each a ``key_range``
@@ -374,7 +378,9 @@ class MsgtableWriter(DataSourceWriter):
                 while rows := list(islice(iterator, self.batch_rows)):
                     for k, row in zip(self._route(rows, partition), rows, strict=True):
                         if k not in open_:
-                            open_[k] = _Transaction(self.targets[k], stack, insert, partition)
+                            open_[k] = _Transaction(
+                                self.targets[k], stack, insert, partition, self.cfg.dedup
+                            )
                         open_[k].add(row, fixed, self.batch_rows)
                 for tx in open_.values():
                     tx.flush()
@@ -457,7 +463,12 @@ class _Transaction:
     ``batch_rows`` rows, the last one shorter."""
 
     def __init__(
-        self, target: Target, stack: ExitStack, insert: Callable[[int], str], partition: int
+        self,
+        target: Target,
+        stack: ExitStack,
+        insert: Callable[[int], str],
+        partition: int,
+        dedup: str = "",
     ) -> None:
         self.target = target
         self.insert = insert
@@ -465,6 +476,8 @@ class _Transaction:
         with target.errors():
             self.conn = stack.enter_context(connection(target.dsn, autocommit=False))
         self.values: list[Any] = []  # the rows not inserted yet, one after another
+        # what a duplicate may be besides an id (a vt_dedup table's key: msgtable.core.dedup)
+        self.held = f"and vt_dedup keys ({dedup}) " if dedup else ""
         self.pending = self.total = self.inserted = 0
 
     def add(self, row: Sequence[Any], fixed: tuple[Any, ...], batch_rows: int) -> None:
@@ -490,8 +503,8 @@ class _Transaction:
                     raise
                 raise DuplicateMessage(
                     f"partition {self.partition}: {exc.args[1]}; nothing of this partition was "
-                    "enqueued (rerun with .option('onDuplicate', 'skip') to leave ids the "
-                    "table has as they are)"
+                    "enqueued (rerun with .option('onDuplicate', 'skip') to leave ids "
+                    f"{self.held}the table has as they are)"
                 ) from None
         self.values, self.pending = [], 0
 

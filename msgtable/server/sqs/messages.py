@@ -10,8 +10,10 @@ Sending (SendMessage, SendMessageBatch):
   where the table has one; a table without it refuses such an attribute
   (InvalidParameterValue naming the column to add);
 * ``MessageGroupId`` -> the table's vt_order_key column (a ``.fifo`` queue is an ordered
-  table); ``MessageDeduplicationId`` -> the column ``message_deduplication_id``
-  (DEDUP_COLUMN) where the table has it (its unique index deduplicates);
+  table); ``MessageDeduplicationId`` -> the table's vt_dedup column (msgtable.core.dedup: a
+  duplicate within its window is answered as sent and left out; after the window the id may
+  be used again), or else the column ``message_deduplication_id`` (DEDUP_COLUMN) where the
+  table has it (its unique index deduplicates for as long as the earlier row is there);
 * ``DelaySeconds`` -> ``time_next`` (msgtable.enqueue's delay);
 * the id: a new one, made here: a BIGINT id column gets a time-ordered 63-bit id (the
   milliseconds since 2020 in its high bits, then 22 random bits: ids a server makes a
@@ -104,13 +106,13 @@ class Shape:
         self.body_index = index.get(BODY_COLUMN)
         self.attributes_index = index.get(ATTRIBUTES_COLUMN)
         self.group_index = index.get(self.config.order_key) if self.config.order_key else None
-        self.dedup_index = index.get(DEDUP_COLUMN)
+        self.dedup_index = index.get(dedup_column(self.config))
         special = {0, self.body_index, self.attributes_index, self.group_index, self.dedup_index}
         self.attribute_columns = tuple((i, c) for i, c in enumerate(cols) if i not in special)
 
     @property
     def has_dedup(self) -> bool:
-        return self.config.has_column(DEDUP_COLUMN)
+        return self.config.has_column(dedup_column(self.config))
 
     # -- sending -------------------------------------------------------------------------
     def row(self, out: Outgoing, new_id: Hashable) -> dict[str, Any]:
@@ -136,7 +138,7 @@ class Shape:
                 )
             row[ATTRIBUTES_COLUMN] = json.dumps(extra, separators=(",", ":"))
         if out.dedup_id is not None:
-            row[DEDUP_COLUMN] = out.dedup_id
+            row[dedup_column(cfg)] = out.dedup_id
         return row
 
     def new_id(self, rng: random.Random) -> Hashable:
@@ -181,7 +183,12 @@ class Shape:
 
 
 def _RESERVED(cfg: TableConfig) -> tuple[str, ...]:
-    return (BODY_COLUMN, ATTRIBUTES_COLUMN, DEDUP_COLUMN, cfg.order_key)
+    return (BODY_COLUMN, ATTRIBUTES_COLUMN, dedup_column(cfg), cfg.order_key)
+
+
+def dedup_column(cfg: TableConfig) -> str:
+    """Where MessageDeduplicationId goes: the table's vt_dedup column, else DEDUP_COLUMN."""
+    return cfg.dedup or DEDUP_COLUMN
 
 
 def message_id(value: object) -> str:

@@ -22,7 +22,7 @@ from urllib.parse import unquote, urlsplit
 from msgtable.core.latency import LatencySnapshot
 from msgtable.core.status import TableStatus
 from msgtable.core.tables import TableConfig
-from msgtable.server.sqs.messages import DEDUP_COLUMN
+from msgtable.server.sqs.messages import dedup_column
 from msgtable.server.sqs.protocol import NO_QUEUE, SqsError
 
 FIFO_SUFFIX = ".fifo"
@@ -202,7 +202,7 @@ def attributes(
         if "FifoQueue" in wanted:
             out["FifoQueue"] = "true"
         if "ContentBasedDeduplication" in wanted:
-            out["ContentBasedDeduplication"] = str(cfg.has_column(DEDUP_COLUMN)).lower()
+            out["ContentBasedDeduplication"] = str(cfg.has_column(dedup_column(cfg))).lower()
     return out
 
 

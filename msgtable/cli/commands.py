@@ -17,6 +17,7 @@ from msgtable.cli.output import (
     format_subscriptions,
     format_tables,
     subscription_json,
+    table_json,
 )
 from msgtable.client import Client
 from msgtable.core.subscriptions import state_table_name
@@ -34,11 +35,18 @@ def _client(args: argparse.Namespace) -> Client:
 
 
 def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     with _client(args) as client:
         status = client.status()
-    print(format_tables(status.tables), file=out or sys.stdout)
+    if args.json:  # a line per table, nothing else on stdout: the database's trouble on stderr
+        for t in status.tables:
+            print(table_json(t), file=out)
+        if status.database_error:
+            print(f"msgtable: database: {status.database_error}", file=sys.stderr)
+        return EXIT_OK
+    print(format_tables(status.tables, wide=args.wide), file=out)
     if status.database_error:
-        print(f"database: {status.database_error}", file=out or sys.stdout)
+        print(f"database: {status.database_error}", file=out)
     return EXIT_OK
 
 

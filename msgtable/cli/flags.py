@@ -417,8 +417,24 @@ TABLES = Command(
     "List every message table the server knows: configuration or load error, and live "
     "counters; then, under each table that has subscriptions, how many of its rows are not "
     "handed to them yet (unseen) and each subscription's state, subscribers, lag, the age of "
-    "its oldest unsettled message and whether it holds the table's purge (and if not, why).",
-    CLIENT_FLAGS,
+    "its oldest unsettled message and whether it holds the table's purge (and if not, why). "
+    "The table shows the columns that fit an 80-column terminal; --wide shows all of them, "
+    "--json every field.",
+    (
+        Flag(
+            "--wide",
+            "every column: the settings (batch, cache, ack wait, max attempts) and every "
+            "counter (cached, released, rejected, renewed, died)",
+            store_true=True,
+        ),
+        Flag(
+            "--json",
+            "one JSON object per line for each table and subscription, with every field "
+            "(ages in seconds, times in unix nanoseconds)",
+            store_true=True,
+        ),
+        *CLIENT_FLAGS,
+    ),
 )
 TAIL = Command(
     "tail",

@@ -1,9 +1,10 @@
-"""What the ``msgtable`` command prints: the table of message tables (and their
-subscriptions), the list of subscriptions (text or JSON), dead letters, and a message as tail
-shows it (text or JSON)."""
+"""What the ``msgtable`` command prints: the table of message tables and their
+subscriptions (narrow, wide or JSON), the list of subscriptions (text or JSON), dead letters,
+and a message as tail shows it (text or JSON)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
 import json
@@ -51,14 +52,28 @@ TABLES_HEADER = (
 )
 
 
-def format_tables(tables: Sequence[TableInfo], now_ns: int | None = None) -> str:
+# The default view: what most looks answer (is it loaded, is anyone reading, is it moving,
+# is anything dead), narrow enough for an 80-column terminal; --wide shows TABLES_HEADER.
+NARROW_HEADER = ("TABLE", "KEYSPACE", "STATUS", "SUBSCRIBERS", "IN FLIGHT", "SENT", "ACKED", "DEAD")
+
+
+def format_tables(
+    tables: Sequence[TableInfo], now_ns: int | None = None, *, wide: bool = False
+) -> str:
     """A readable table of every message table; below it, the subscriptions under their
-    tables (when there are any), where dead letters go, and load errors in full."""
+    tables (when there are any), where dead letters go, and load errors in full. Without
+    ``wide``, the table has the columns of NARROW_HEADER (KEYSPACE only when the tables are
+    in more than one keyspace or shard); with it, every column (TABLES_HEADER)."""
     subs = [t for t in tables if t.subscription]
     tables = [t for t in tables if not t.subscription]
     if not tables and not subs:
         return "no message tables"
     rows = [TABLES_HEADER, *(_table_row(t) for t in tables)]
+    if not wide:
+        several = len({r[1] for r in rows[1:]}) > 1
+        keep = [TABLES_HEADER.index(h) for h in NARROW_HEADER if h != "KEYSPACE" or several]
+        rows = [rows[0], *(_narrow(t) for t in tables)]
+        rows = [tuple(r[i] for i in keep) for r in rows]
     lines = _aligned(rows) if tables else ["no message tables"]
     if subs:
         lines.append("")
@@ -93,6 +108,30 @@ def _table_row(t: TableInfo) -> tuple[str, ...]:
         _dead(t.dead),
         _max_attempts(c),
     )
+
+
+def _narrow(t: TableInfo) -> tuple[str, ...]:
+    """A table's row with its counters compact (12345, 123k, 9.9M): as wide as a few digits."""
+    return tuple(
+        _compact(cell) if name in _COUNTERS else cell
+        for name, cell in zip(TABLES_HEADER, _table_row(t), strict=True)
+    )
+
+
+_COUNTERS = frozenset({"CACHED", "IN FLIGHT", "SUBSCRIBERS", "SENT", "ACKED", "DEAD"})
+
+
+def _compact(cell: str) -> str:
+    """A count of 100,000 or more in thousands, millions, billions ("100k", "9.9G"); "+"
+    kept."""
+    digits, plus = cell.removesuffix("+"), "+" if cell.endswith("+") else ""
+    if not digits.isdigit() or int(digits) < 100_000:
+        return cell
+    n = int(digits)
+    for unit, size in (("G", 10**9), ("M", 10**6)):
+        if n >= size:
+            return _short(n / size) + unit + plus
+    return _short(n / 1000) + "k" + plus
 
 
 def _notes(tables: list[TableInfo], subs: list[TableInfo]) -> list[tuple[str, list[str]]]:
@@ -333,6 +372,19 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "sender": s.sender,
         "load_error": s.load_error,
     }
+    return json.dumps(out, ensure_ascii=False)
+
+
+def table_json(t: TableInfo) -> str:
+    """One entry of ListTables (a table, or a subscription's: ``subscription`` says) as a
+    JSON line: every field, its config's too (None when it failed to load); column types by
+    name."""
+    out = dataclasses.asdict(t)
+    if t.config is not None:
+        out["config"]["message_columns"] = [
+            {"name": f.name, "type": f.type.name.lower(), "column_type": f.column_type}
+            for f in t.config.message_columns
+        ]
     return json.dumps(out, ensure_ascii=False)
 
 

@@ -57,7 +57,7 @@ def test_tables_lists_each_message_table_and_the_load_error_of_a_bad_one(
     serve = cli.serve("--dsn", db_dsn)
     assert serve.wait_answering() == health_pb2.HealthCheckResponse.SERVING
 
-    done = cli.run("tables", "--server", serve.address)
+    done = cli.run("tables", "--wide", "--server", serve.address)
 
     assert done.returncode == 0, describe(done)
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines() if line.strip()}
@@ -70,6 +70,46 @@ def test_tables_lists_each_message_table_and_the_load_error_of_a_bad_one(
     assert "orders" not in errors, describe(done)
     password = make_url(db_dsn).password
     assert password and f":{password}@" not in serve.stdout + serve.stderr, serve.describe()
+
+
+def test_tables_fits_an_80_column_terminal_and_shows_the_rest_wide_or_as_json(
+    cli: Cli, sql: Sql, db_dsn: str, db_name: str
+):
+    sql.execute(current_layout_ddl("customer_notifications", comment()))
+    sql.execute(current_layout_ddl("orders", comment(vt_batch_size=7)))
+    insert_three(sql, "orders")
+    serve = cli.serve("--dsn", db_dsn)
+    assert serve.wait_answering() == health_pb2.HealthCheckResponse.SERVING
+    tail = cli.run("tail", "orders", "--ack", "--count", "3", "--server", serve.address)
+    assert tail.returncode == 0, describe(tail)
+
+    narrow = cli.run("tables", "--server", serve.address)
+    wide = cli.run("tables", "--wide", "--server", serve.address)
+    as_json = cli.run("tables", "--json", "--server", serve.address)
+
+    for done in (narrow, wide, as_json):
+        assert done.returncode == 0, describe(done)
+    table = narrow.stdout.split("\n\n", 1)[0].splitlines()
+    assert max(len(line) for line in table) <= 80, describe(narrow)
+    assert table[0].split() == [
+        "TABLE",
+        "STATUS",
+        "SUBSCRIBERS",
+        "IN",
+        "FLIGHT",
+        "SENT",
+        "ACKED",
+        "DEAD",
+    ]
+    rows = {line.split()[0]: line.split() for line in table[1:]}
+    assert rows["orders"][:2] == ["orders", "loaded"] and rows["orders"][5] == "3", describe(narrow)
+    assert wide.stdout.splitlines()[0].split()[:4] == ["TABLE", "KEYSPACE", "STATUS", "BATCH"]
+    assert len(wide.stdout.splitlines()[0].split()) == 20  # 17 columns, three of two words
+    entries = {e["name"]: e for e in map(json.loads, as_json.stdout.splitlines())}
+    assert sorted(entries) == ["customer_notifications", "orders"], describe(as_json)
+    orders = entries["orders"]
+    assert (orders["keyspace"], orders["acked"], orders["config"]["batch_size"]) == (db_name, 3, 7)
+    assert {"released", "renewed", "dead_lettered", "due", "sender", "shard"} <= set(orders)
 
 
 def test_tail_with_ack_prints_the_rows_inserted_by_sql_and_acks_them(
@@ -135,7 +175,7 @@ def test_environment_variables_stand_in_for_the_flags(cli: Cli, sql: Sql, db_dsn
     serve = cli.serve(env=cli.env(MSGTABLE_DSN=db_dsn), listen_flag=False)  # MSGTABLE_LISTEN
     client_env = cli.env(MSGTABLE_SERVER=serve.address)
 
-    listed = cli.run("tables", env=client_env)
+    listed = cli.run("tables", "--wide", env=client_env)
     tail = cli.run("tail", "orders", "--ack", "--count", "1", "--json", env=client_env)
 
     assert listed.returncode == 0, describe(listed)

@@ -329,7 +329,8 @@ def test_tables_are_shown_with_their_settings_and_load_errors_in_full():
             TableInfo(
                 "bad", "app", None, "table bad: missing comment field vt_ack_wait", 0, 0, 0, 0, 0
             ),
-        ]
+        ],
+        wide=True,
     )
     header, good, bad, blank, moved, where, blank2, title, error = text.splitlines()
     assert header.split() == [
@@ -366,6 +367,60 @@ def test_tables_are_shown_with_their_settings_and_load_errors_in_full():
     assert error == "  bad: table bad: missing comment field vt_ack_wait"
 
 
+def test_the_default_view_of_tables_fits_an_80_column_terminal():
+    columns = (Field("id", FieldType.INT, "bigint"),)
+    settings = TableSettings(30, 86400, 10, 10000, 30, 30, 0, "current", columns, 1.0, 5, "dlq")
+    big = TableInfo(
+        "customer_notifications", "app", settings, "", 10_000, 2_500, 12, 9_876_543_210,
+        9_876_540_000, 4, 2, 6, 3, 100_000, sender="10.0.0.7:50051"
+    )  # fmt: skip
+    bad = TableInfo(
+        "bad", "app", None, "table bad: missing comment field vt_ack_wait", 0, 0, 0, 0, 0
+    )
+    text = output.format_tables([big, bad])
+    header, row, failed = text.splitlines()[:3]
+    assert header.split() == [
+        "TABLE",
+        "STATUS",
+        "SUBSCRIBERS",
+        "IN",
+        "FLIGHT",
+        "SENT",
+        "ACKED",
+        "DEAD",
+    ]
+    assert row.split() == [
+        "customer_notifications", "loaded", "12", "2500", "9.9G", "9.9G", "100k+"
+    ]  # fmt: skip
+    assert failed.split() == ["bad", "error", "0", "0", "0", "0", "-"]
+    assert max(len(line) for line in text.splitlines()[:3]) <= 80
+    assert (
+        text.split("\n\n", 1)[1] == output.format_tables([big, bad], wide=True).split("\n\n", 1)[1]
+    )  # the notes below are the same in both views
+    # the keyspace, once the tables are in more than one (a gateway's shards)
+    shards = [dataclasses.replace(big, shard=s, name="q") for s in ("-80", "80-")]
+    lines = output.format_tables(shards).splitlines()
+    assert [line.split()[:3] for line in lines[:3]] == [
+        ["TABLE", "KEYSPACE", "STATUS"], ["q", "app/-80", "loaded"], ["q", "app/80-", "loaded"]
+    ]  # fmt: skip
+    assert max(len(line) for line in lines[:3]) <= 80
+
+
+def test_tables_as_json_is_a_line_per_entry_with_every_field():
+    columns = (Field("id", FieldType.INT, "bigint"),)
+    settings = TableSettings(30, 86400, 10, 10000, 30, 30, 0, "current", columns, 1.0, 5, "dlq")
+    info = TableInfo("orders", "app", settings, "", 3, 2, 1, 9, 7, 4, 2, 6, 3, 100_000, due=5)
+    data = json.loads(output.table_json(info))
+    assert set(data) == {f.name for f in dataclasses.fields(TableInfo)}
+    assert (data["name"], data["sent"], data["dead"], data["due"]) == ("orders", 9, 100_000, 5)
+    assert data["config"]["batch_size"] == 10 and data["config"]["dead_letter"] == "dlq"
+    assert data["config"]["message_columns"] == [
+        {"name": "id", "type": "int", "column_type": "bigint"}
+    ]
+    failed = json.loads(output.table_json(TableInfo("bad", "app", None, "why", 0, 0, 0, 0, 0)))
+    assert (failed["config"], failed["load_error"]) == (None, "why")
+
+
 def test_no_tables_says_so():
     assert output.format_tables([]) == "no message tables"
 
@@ -377,6 +432,16 @@ def test_tables_command_prints_what_the_server_reports(engine, server, capsys):
     assert cli.main(["tables", "--server", server.address]) == 0
     out = capsys.readouterr().out
     assert "my_message" in out and "missing comment field vt_ack_wait" in out
+    assert out.splitlines()[0].split()[:3] == ["TABLE", "STATUS", "SUBSCRIBERS"]
+    assert cli.main(["tables", "--wide", "--server", server.address]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split()[:4] == [
+        "TABLE", "KEYSPACE", "STATUS", "BATCH"
+    ]  # fmt: skip
+    assert cli.main(["tables", "--json", "--server", server.address]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(t["name"], t["load_error"] == "") for t in lines] == [
+        ("my_message", True), (failed_table().name, False)
+    ]  # fmt: skip
 
 
 def test_an_unreachable_server_is_one_line_on_stderr(capsys):

@@ -190,6 +190,7 @@ def load_subscription(
         cols = projection(table, sub.columns, where)
     except InvalidArgument as exc:
         raise TableLoadError(str(exc)) from None
+    _check_flow_columns(table, cols, where)
     ack_wait = sub.ack_wait_s if sub.ack_wait_s is not None else table.ack_wait_s
     config = dataclasses.replace(
         table,
@@ -208,6 +209,20 @@ def load_subscription(
         order_index=STATE_ORDER_INDEX if table.ordered else "",
     )
     return LoadedSubscription(sub, config, flt)
+
+
+def _check_flow_columns(table: TableConfig, cols: Sequence[Column], where: str) -> None:
+    """A subscription has its table's limits (msgtable.core.flow): the columns they key on
+    must be among those its projection streams (the sender reads them there)."""
+    flow = table.flow
+    if flow is None:
+        return
+    names = {c.name for c in cols}
+    for field, column in (("vt_limit_key", flow.key_column), ("vt_fair_key", flow.fair_key)):
+        if column and column not in names:
+            raise TableLoadError(
+                f"{where}: its columns must include {column} (the table's {field})"
+            )
 
 
 def order_columns(table: TableConfig) -> tuple[Column, ...]:

@@ -12,6 +12,7 @@ Modules:
     dispatch     One send's dispatch
     due          The rows of one table that are due, or fall due before the next poll
     engine       All message tables of one database
+    flow         Flow control at the sender
     inflight     What one table's server has sent and not seen settled
     lease        A lease's rules, shared by every server of one database
     manager      One message table

@@ -17,6 +17,10 @@ window has room for:
 Rows sent vt_max_attempts times already are not sent again: the plan lists them as expired
 (the manager buries them), and an ordered key's later rows wait for that death to be written.
 Rows no stream took go back to the queue for a later send.
+
+A table with limits (msgtable.engine.flow) cuts the batches to the send's budget; a table
+whose due rows are kept by key pops only rows of keys their limits let go (its streams with
+a filter look for theirs among those, as an ordered table's do).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dataclasses import dataclass, field
 from msgtable.core.rows import CachedRow, Values
 from msgtable.core.tables import TableConfig
 from msgtable.engine.cache import Sending
+from msgtable.engine.flow import Limiter
 from msgtable.engine.ordered import KeyOwners, OrderedDue, cut_at_gaps
 from msgtable.engine.subscriber import Subscriber, select_subscribers
 
@@ -51,22 +56,30 @@ def plan(
     start: int,
     sending: Sending,
     ordered: OrderedDue | None,
+    limiter: Limiter | None = None,
 ) -> Plan:
     """The batches of one send (under the table's lock; see the module docstring)."""
     out = Plan(start)
     owners = KeyOwners(ordered) if ordered is not None else None
+    keyed = limiter is not None and limiter.keyed  # its pops charge the limiter themselves
     spare: list[CachedRow] = []  # popped, refused by a stream's filter so far
     for i in select_subscribers(subscribers, start):
         sub = subscribers[i]
         want = min(cfg.batch_size, sub.window.room)
+        if limiter is not None:
+            want = min(want, limiter.left + (len(spare) if keyed else 0))
+            if want <= 0:
+                break
         if sub.accepts is None and not spare:
             batch = sending.pop(want)
-        elif owners is None and sub.accepts is not None:  # msgtable.engine.routes
+        elif owners is None and sub.accepts is not None and not keyed:  # msgtable.engine.routes
             batch = sending.pop_for(sub.accepts, want)  # the rows it passes only
         else:
             if owners is not None:
                 owners.start(i)
             batch, spare = _take(sending, sub.accepts, want, spare, owners)
+        if limiter is not None and not keyed:
+            limiter.charge_all(batch)
         if not batch:
             if spare or sub.accepts is not None:
                 continue  # the others' filters may pass rows this one does not

@@ -902,12 +902,18 @@ def _gone(cfg: TableConfig, errors: dict[str, str], sub_errors: Mapping[str, str
 
 
 def _same_shape(new: TableConfig, old: TableConfig) -> bool:
-    """Whether a manager can take ``new`` live: the same columns streamed and the same
-    ordering (msgtable.engine.ordered keeps other state than an unordered table's cache)."""
-    return new.message_columns == old.message_columns and (new.order_key, new.order_by) == (
-        old.order_key,
-        old.order_by,
-    )
+    """Whether a manager can take ``new`` live: the same columns streamed, the same
+    ordering (msgtable.engine.ordered keeps other state than an unordered table's cache) and
+    the same column the due rows are kept by (msgtable.engine.flow.KeyedDue)."""
+    return new.message_columns == old.message_columns and (
+        new.order_key,
+        new.order_by,
+        _keyed_by(new),
+    ) == (old.order_key, old.order_by, _keyed_by(old))
+
+
+def _keyed_by(cfg: TableConfig) -> str:
+    return cfg.flow.keyed_column if cfg.flow is not None else ""
 
 
 def _what(cfg: TableConfig) -> str:

@@ -201,6 +201,12 @@ class InFlight:
                 n += 1
         return n
 
+    def next_deadline_ns(self) -> int | None:
+        """About when the first ack wait ends (the set is roughly by deadline; None: empty)."""
+        if not self._flight:
+            return None
+        return next(iter(self._flight.values()))[0]
+
     def next_postpone_sent_ns(self) -> int | None:
         """When the oldest unclaimed row was sent (None: there is none)."""
         if not self._unclaimed:

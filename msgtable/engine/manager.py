@@ -53,7 +53,7 @@ from msgtable.core.rows import (
 from msgtable.core.status import TableStatus
 from msgtable.core.tables import TableConfig
 from msgtable.core.window import Window, check_limit, window_size
-from msgtable.engine import dispatch, postpone
+from msgtable.engine import dispatch, flow, postpone
 from msgtable.engine.acks import AckCombiner
 from msgtable.engine.cache import MessageCache, Sending
 from msgtable.engine.ordered import KeyPass, OrderedDue, whole_keys
@@ -77,6 +77,9 @@ CLOSE_TIMEOUT_S = 10.0
 # the time, whatever the number of keys)
 MIN_PASS_GAP_NS = 100_000_000
 PASS_SHARE = 10
+# While a pass lags, the redelivery poll (_poll_timed) reads the rows given a time at most
+# this often
+TIMED_POLL_GAP_NS = 250_000_000
 
 
 class MessageManager:
@@ -134,9 +137,12 @@ class MessageManager:
         self._pass_began_ns = 0  # when it began (a pass begins at least every poll interval)
         self._pass_cost_ns = 0  # how long the last whole pass took
         self._pass_due_ns = 2**63  # the next pass begins by then (an INSERT the binlog showed)
+        self._timed_at_ns = 0  # when the last redelivery poll ran (_poll_timed)
         self._stop = threading.Event()
         self._poll_wake = threading.Event()
         self._send_wake = threading.Event()
+        # a table's limits (msgtable.engine.flow); None without: the sender pays nothing
+        self._limiter = flow.attach(config, self.cache, clock.now_ns(), self.wake_sender)
         self._backoff = Backoff(RETRY_MIN_S, min(config.poller_interval_s, RETRY_MAX_S))
         self.purger = Purger(
             store, lambda: self.config, clock, self._stop, self._busy, self._backoff, outage
@@ -162,6 +168,8 @@ class MessageManager:
             if self._opened:
                 return
             self._opened = True
+            if self._limiter is not None:  # a new sender: its rates start empty
+                self._limiter.restart(self.clock.now_ns())
         for name, loop in (
             ("poller", self._poll_loop),
             ("sender", self._send_loop),
@@ -187,6 +195,8 @@ class MessageManager:
         with self._lock:
             self._hold_until_ns = self.clock.now_ns() + round(max(0.0, seconds) * 1e9)
             self._hold_floor_ns = floor_ns if seconds > 0 else None
+            if self._limiter is not None:
+                self._limiter.restart(self.clock.now_ns())
         self._send_wake.set()
         self._poll_wake.set()
 
@@ -269,6 +279,9 @@ class MessageManager:
             if self.cache.ordered is not None:
                 self.cache.ordered.lookahead_ns = _lookahead_ns(config)
             self._backoff.max_s = min(config.poller_interval_s, RETRY_MAX_S)
+            self._limiter = flow.attach(
+                config, self.cache, self.clock.now_ns(), self.wake_sender, self._limiter
+            )
         self._wake_all()
 
     def _wake_all(self) -> None:
@@ -654,6 +667,10 @@ class MessageManager:
     def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
             return self._poll_ordered(self.cache.ordered, restart)
+        return self._poll_pass(restart) + self._poll_timed()
+
+    def _poll_pass(self, restart: bool) -> int:
+        """The next page of the pass (see poll_once)."""
         now = self.clock.now_ns()
         with self._lock:
             if not self._subscribers:
@@ -685,6 +702,40 @@ class MessageManager:
                     full = len(rows) >= limit
                     self._cursor = last if full else None
                 self.cache.due.pending = full
+        if added:
+            self._send_wake.set()
+        return added
+
+    def _poll_timed(self) -> int:
+        """The redelivery poll. A pass reads a priority's fresh rows (time_next 0 or NULL)
+        before its rows given a time (a redelivery, a release, a delayed message), so while
+        the group lags, a due redelivery would wait for the whole backlog. While the pass
+        lags (the last poll left due rows in the table), at most every TIMED_POLL_GAP_NS,
+        this reads those rows apart (Store.poll_timed), due now or before the next poll, into
+        the cache even when fresh rows fill it (up to ``over`` past its size), where they go
+        before the fresh ones (msgtable.engine.due). Not during a takeover's floor (the
+        held rows wait for its end) nor for an ordered table (msgtable.engine.ordered)."""
+        now = self.clock.now_ns()
+        with self._lock:
+            due = self.cache.due
+            if (
+                not due.pending
+                or not self._subscribers
+                or self._hold_floor_ns is not None
+                or now - self._timed_at_ns < TIMED_POLL_GAP_NS
+            ):
+                return 0
+            self._timed_at_ns = now
+            cfg = self.config
+            over = max(cfg.batch_size, cfg.cache_size // 10)
+            # rows sent and not postponed yet are still due in the table: read past them
+            limit = over + min(self.cache.inflight.unclaimed, cfg.cache_size)
+        with self.cache.poll() as poll:
+            rows = self.store.poll_timed(cfg, now + _lookahead_ns(cfg), limit)
+            with self._lock:
+                if not self._subscribers:
+                    return 0
+                added, _ = poll.add(rows, now, created=True, over=over)
         if added:
             self._send_wake.set()
         return added
@@ -742,23 +793,33 @@ class MessageManager:
         ready now. Returns the number of rows taken from the cache (0: nothing to do now).
         """
         now = self.clock.now_ns()
-        with self.cache.sending(now) as sending:
-            with self._lock:
-                if self._sending_held(now) or not self.cache.due.due(now):
+        limiter = self._limiter  # a table's limits (msgtable.engine.flow), or None
+        try:
+            with self.cache.sending(now) as sending:
+                with self._lock:
+                    if self._sending_held(now) or not self.cache.due.due(now):
+                        return 0
+                    cfg = self.config
+                    flying = self.cache.inflight.count(now)  # ack waits over: credit back
+                    if limiter is not None:
+                        limiter.begin(now, flying)
+                    planned = dispatch.plan(
+                        cfg, self._subscribers, self._next, sending, self.cache.ordered, limiter
+                    )
+                    if limiter is not None:
+                        limiter.end_plan(self.cache.due.due(now))
+                    self._next = planned.next
+                    plan, expired = planned.batches, planned.expired
+                if not plan and not expired:
                     return 0
-                cfg = self.config
-                self.cache.inflight.count(now)  # ack waits over: their windows' credit back
-                planned = dispatch.plan(
-                    cfg, self._subscribers, self._next, sending, self.cache.ordered
-                )
-                self._next = planned.next
-                plan, expired = planned.batches, planned.expired
-            if not plan and not expired:
-                return 0
-            rows = sending.rows
-            postponed = self._send(cfg, plan, sending) if plan else []
-            if expired:
-                self._expire(cfg, expired, now)
+                rows = sending.rows
+                postponed = self._send(cfg, plan, sending) if plan else []
+                if expired:
+                    self._expire(cfg, expired, now)
+        finally:
+            if limiter is not None:  # what was taken and not handed over: its charge back
+                with self._lock:
+                    limiter.finish(self.cache.inflight.flying)
         with self._lock:
             refill = self.cache.due.wants_refill()
         if refill:
@@ -777,6 +838,7 @@ class MessageManager:
         deferred = cfg.postpone_after_ns > 0
         ack_wait_ns = round(cfg.ack_wait_s * 1e9)
         ordered = self.cache.ordered
+        limiter = self._limiter
         keep: Keep | None = None
         if ordered is not None:  # a key that lost a row sends none (msgtable.engine.ordered)
 
@@ -804,6 +866,8 @@ class MessageManager:
                     if sent:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window, handed)
                         out.append((sub, sent))
+                        if limiter is not None:
+                            limiter.delivered(sent)
                 firsts = [r.created for _, sent in out for r in sent if r.created and not r.epoch]
                 if firsts:
                     self.delivery_delay.observe_since(now, firsts)
@@ -898,6 +962,8 @@ class MessageManager:
             sent = self.cache.inflight.next_postpone_sent_ns()
             if sent is not None:
                 times.append(sent + self.config.postpone_after_ns)
+            if self._limiter is not None:  # a rate lets more go, a cap frees at an ack wait
+                times += self._limiter.wake_times(self.cache.inflight)
         now = self.clock.now_ns()
         waits = [(t - now) / 1e9 for t in times if t is not None]
         return max(0.0, min([IDLE_WAIT_S, *waits]))

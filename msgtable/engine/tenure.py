@@ -99,13 +99,19 @@ class Tenure:
         lease back cleanly, when there was none, or with vt_postpone_after=0 (the postpone
         is written before the send), unless the table is ordered: then a head the old sender
         sent may fall due again (a backoff shorter than the ack wait) while its subscriber
-        still holds the key's batch, which only the old sender knew (msgtable.engine.ordered)."""
+        still holds the key's batch, which only the old sender knew (msgtable.engine.ordered).
+        A table with a cap (vt_max_in_flight, vt_key_concurrency) waits after every takeover,
+        a clean one too: what the old sender has in flight counts under the caps, and only
+        it knew (msgtable.engine.flow)."""
         unit = unit_of(cfg)
         taken = self.takeovers.get(unit)
-        if taken is None or (cfg.postpone_after_ns == 0 and not cfg.ordered):
+        capped = cfg.flow is not None and cfg.flow.capped
+        if taken is None or (cfg.postpone_after_ns == 0 and not cfg.ordered and not capped):
             return 0.0
         at, t = taken
-        if not t.previous or t.released or (t.by_me and self.clean_demotion.get(unit, True)):
+        if not t.previous:
+            return 0.0
+        if not capped and (t.released or (t.by_me and self.clean_demotion.get(unit, True))):
             return 0.0
         return max(0.0, cfg.ack_wait_s - t.ended_s_ago - (time.monotonic() - at))
 
@@ -114,9 +120,10 @@ class Tenure:
         sent was due (time_next) and there (time_created) by its clock when it sent, before
         its lease ended. The floor is that end on this server's clock, plus
         TAKEOVER_CLOCK_MARGIN_S for the servers' clocks' disagreement. None (hold every
-        send) for an ordered table: a key's newer rows must not pass its held head."""
+        send) for an ordered table: a key's newer rows must not pass its held head; nor for a
+        table with a cap: the old sender's messages in flight fill it."""
         taken = self.takeovers.get(unit_of(cfg))
-        if taken is None or cfg.ordered:
+        if taken is None or cfg.ordered or (cfg.flow is not None and cfg.flow.capped):
             return None
         at, t = taken
         ended_ns = self._clock.now_ns() - round((t.ended_s_ago + time.monotonic() - at) * 1e9)

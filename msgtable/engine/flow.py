@@ -1,0 +1,474 @@
+"""Flow control at the sender: what a group's limits (msgtable.core.flow) let go now.
+
+A table (or subscription) with limits has a :class:`Limiter` beside its cache; one without
+has none, and its sender pays nothing. The sender asks the limiter at each send, under the
+table's lock:
+
+* :meth:`Limiter.begin` gives the send's **budget**: the group's rate tokens (vt_rate) and
+  its room under vt_max_in_flight (what is in flight: msgtable.engine.inflight). Batches are
+  cut to it (msgtable.engine.dispatch);
+* each row taken is **charged** (a token, and a place under its key's cap); a row the send's
+  check drops, a filter refuses or that is out of attempts is not handed over and gets its
+  charge back at :meth:`Limiter.finish`. A key's place under vt_key_concurrency is given
+  back when its row leaves flight (acked, released, rejected, dead, its ack wait over, or
+  handed back unsent): :meth:`Limiter.landed`.
+
+A table with limits per key (vt_key_rate, vt_key_concurrency) or a fairness key keeps its due
+rows by key (:class:`KeyedDue`), so a send skips a key at its limit without looking at its
+rows, and the rows of the others go out. A held-back row is not touched: it stays queued in
+its place (not an attempt, its epoch unchanged). With vt_fair_key the keys take turns, one
+row each (work-conserving: a key alone gets every turn), and no key holds more than its
+share of the cache (the poll leaves the rest of it in the table, read by a later pass), so
+the others' rows find room. Without it the best row of a key free to send goes first, by
+(priority, time_next), as in any table.
+
+Across servers: a table has one sender at a time (msgtable.engine.placement), and these
+counts are that sender's. A new sender starts with empty token buckets (so a rate holds
+across a hand-over: the old sender's sends and the new one's together stay within one
+bucket's bound, ``burst + rate * T`` in any T seconds), and a table with a cap holds its
+sends after a takeover until every message the old sender may have in flight is settled or
+past its ack wait (msgtable.engine.tenure), so caps hold across a hand-over too.
+
+Not thread-safe: the table's manager guards it with its lock.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Collection, Hashable, Sequence
+
+from msgtable.core.flow import FlowControl, TokenBucket
+from msgtable.core.rows import CachedRow, PolledRow
+from msgtable.core.tables import TableConfig
+from msgtable.engine.cache import MessageCache
+from msgtable.engine.due import DueRows
+from msgtable.engine.inflight import InFlight
+
+# The reasons a limit held messages back (the metric's ``reason`` label, ListTables' counts)
+REASONS = ("rate", "in_flight", "key_rate", "key_cap")
+NO_BUDGET = 2**62
+Entry = tuple[int, int, int, CachedRow]  # msgtable.engine.due's heap entries
+
+
+class Limiter:
+    """One group's limits at its sender (see the module docstring). ``key_index``: where
+    the vt_limit_key column is in a row's values (None: no limit per key); ``wake`` wakes
+    the sender (a key or the group left its cap)."""
+
+    def __init__(
+        self,
+        flow: FlowControl,
+        key_index: int | None,
+        start_ns: int,
+        wake: Callable[[], object] = lambda: None,
+    ) -> None:
+        self.flow = flow
+        self._key_index = key_index if flow.per_key else None
+        self._start_ns = start_ns
+        self._group = (
+            TokenBucket(flow.rate_per_s, flow.burst, start_ns) if flow.rate_per_s else None
+        )
+        self._buckets: dict[Hashable, TokenBucket] = {}
+        self._prune_at = 1024
+        self._cap = flow.key_concurrency
+        self._in_flight: dict[Hashable, int] = {}  # key -> its rows sending or in flight
+        self._key_of: dict[Hashable, Hashable] = {}  # id counted under a key's cap -> key
+        self._charged: dict[Hashable, tuple[Hashable, bool]] = {}  # this send's: id -> key
+        self._delivered: set[Hashable] = set()  # of those, handed over
+        self._wake = wake
+        self._now = start_ns
+        self.left = NO_BUDGET  # this send's budget left
+        self._limited_by = ""  # the group limit that set the budget ("": none)
+        self._waiting = False  # the group or a key is at its cap: wake the sender on a landing
+        self._held: set[str] = set()  # the reasons that held rows back in this send
+        self._next_ns: int | None = None  # when a rate that held rows back lets one go
+        self.throttled = dict.fromkeys(REASONS, 0)  # sends a limit held rows back in
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the due rows are kept by key (:class:`KeyedDue`)."""
+        return bool(self.flow.keyed_column)
+
+    @property
+    def counts_landings(self) -> bool:
+        """Whether the limiter must hear of each row leaving flight (a cap is set)."""
+        return self.flow.capped
+
+    def carry(self, old: Limiter) -> None:
+        """Take over what ``old`` (the same table's, before new settings) counts in flight."""
+        if old.flow.key_column == self.flow.key_column and self._cap and old._cap:
+            self._in_flight, self._key_of = old._in_flight, old._key_of
+
+    def restart(self, now_ns: int) -> None:
+        """A takeover: the rates' windows start empty now (the old sender's sends count)."""
+        self._start_ns = now_ns
+        if self._group is not None:
+            self._group = TokenBucket(self.flow.rate_per_s, self.flow.burst, now_ns)
+        self._buckets.clear()
+
+    # -- one send ------------------------------------------------------------------------
+    def begin(self, now_ns: int, in_flight: int) -> int:
+        """A send at ``now_ns`` with ``in_flight`` of the group's messages in flight: its
+        budget (how many rows it may take in all)."""
+        self._now = now_ns
+        self._held.clear()
+        self._next_ns = None
+        left, why = NO_BUDGET, ""
+        if self._group is not None:
+            left, why = self._group.available(now_ns), "rate"
+        cap = self.flow.max_in_flight
+        if cap and cap - in_flight < left:
+            left, why = max(0, cap - in_flight), "in_flight"
+        self.left, self._limited_by = left, why
+        if len(self._buckets) >= self._prune_at:
+            self._prune(now_ns)
+        return left
+
+    def admit(self, row: CachedRow) -> bool:
+        """Whether ``row`` may go in this send, under its key's limits (charged if so)."""
+        if self.left <= 0:
+            if self._limited_by:
+                self._hold(self._limited_by)
+            return False
+        key = row.values[self._key_index] if self._key_index is not None else None
+        if key is not None:
+            rid = row.id
+            if self._cap and self._in_flight.get(key, 0) >= self._cap and rid not in self._key_of:
+                self._hold("key_cap")
+                self._waiting = True
+                return False
+            if self.flow.key_rate_per_s:
+                bucket = self._bucket(key)
+                if bucket.available(self._now) < 1:
+                    self._hold("key_rate", bucket.next_ns())
+                    return False
+        self._charge(row.id, key)
+        return True
+
+    def charge_all(self, rows: Sequence[CachedRow]) -> None:
+        """Rows taken by a send of a table whose limits are the group's only."""
+        for row in rows:
+            self._charge(row.id, None)
+
+    def delivered(self, rows: Sequence[CachedRow]) -> None:
+        """These charged rows are being handed over (under the lock, before the hand-over)."""
+        self._delivered.update(r.id for r in rows)
+
+    def end_plan(self, more_due: bool) -> None:
+        """The send's plan is made; ``more_due``: rows it did not take are due now."""
+        if more_due and self.left <= 0 and self._limited_by:
+            self._hold(self._limited_by)
+            if self._limited_by == "in_flight":
+                self._waiting = True
+
+    def finish(self, flying: Callable[[Hashable], bool]) -> None:
+        """The send is over: what it took and did not hand over gets its charge back; what
+        it handed over that already left flight, its place under the key's cap."""
+        group, buckets = self._group, self._buckets
+        for rid, (key, counted) in self._charged.items():
+            sent = rid in self._delivered
+            if not sent:
+                if group is not None:
+                    group.give(1)
+                if key is not None and key in buckets:
+                    buckets[key].give(1)
+            if counted and (not sent or not flying(rid)):
+                self._uncount(rid)
+        self._charged.clear()
+        self._delivered.clear()
+        for reason in self._held:
+            self.throttled[reason] += 1
+        if "rate" in self._held and group is not None:
+            self._soonest(group.next_ns())
+
+    def landed(self, rid: Hashable) -> None:
+        """``rid`` left flight (msgtable.engine.inflight's on_land)."""
+        if rid in self._charged:
+            return  # the send that took it settles it (finish)
+        if rid in self._key_of:
+            self._uncount(rid)
+        if self._waiting:
+            self._waiting = False
+            self._wake()
+
+    def wake_times(self, inflight: InFlight) -> list[int]:
+        """When the sender should look again, besides what wakes it: a rate that held rows
+        back lets the next one go; a cap that did frees as the first ack wait ends."""
+        out = [] if self._next_ns is None else [self._next_ns]
+        if self._waiting:
+            deadline = inflight.next_deadline_ns()
+            if deadline is not None:
+                out.append(deadline)
+        return out
+
+    @property
+    def keys_at_cap(self) -> int:
+        """How many keys have vt_key_concurrency messages in flight now."""
+        cap = self._cap
+        return sum(1 for n in self._in_flight.values() if n >= cap) if cap else 0
+
+    # -- inside ----------------------------------------------------------------------------
+    def _charge(self, rid: Hashable, key: Hashable) -> None:
+        self.left -= 1
+        if self._group is not None:
+            self._group.take(1)
+        counted = False
+        if key is not None:
+            if self._cap and rid not in self._key_of:
+                self._in_flight[key] = self._in_flight.get(key, 0) + 1
+                self._key_of[rid] = key
+                counted = True
+            if self.flow.key_rate_per_s:
+                self._bucket(key).take(1)
+        self._charged[rid] = (key, counted)
+
+    def _uncount(self, rid: Hashable) -> None:
+        key = self._key_of.pop(rid, None)
+        if key is None:
+            return
+        n = self._in_flight.get(key, 0) - 1
+        if n > 0:
+            self._in_flight[key] = n
+        else:
+            self._in_flight.pop(key, None)
+
+    def _bucket(self, key: Hashable) -> TokenBucket:
+        """A key's bucket; a new one as if it had started empty when this sender did."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            flow = self.flow
+            bucket = TokenBucket(flow.key_rate_per_s, flow.key_burst, self._start_ns)
+            self._buckets[key] = bucket
+        return bucket
+
+    def _hold(self, reason: str, next_ns: int | None = None) -> None:
+        self._held.add(reason)
+        if next_ns is not None:
+            self._soonest(next_ns)
+
+    def _soonest(self, at_ns: int) -> None:
+        if self._next_ns is None or at_ns < self._next_ns:
+            self._next_ns = at_ns
+
+    def _prune(self, now_ns: int) -> None:
+        """Drop the keys' buckets that are full again (a new one would be the same)."""
+        for key, bucket in list(self._buckets.items()):
+            bucket.available(now_ns)
+            if bucket.full_at_ns() <= now_ns:
+                del self._buckets[key]
+        self._prune_at = 2 * len(self._buckets) + 1024
+
+
+def attach(
+    cfg: TableConfig,
+    cache: MessageCache,
+    now_ns: int,
+    wake: Callable[[], object],
+    old: Limiter | None = None,
+) -> Limiter | None:
+    """The limiter of a table's limits (None: it has none), its cache made ready for it:
+    the due rows kept by key where a limit holds per key or shares fairly, and the rows
+    leaving flight told to it where a cap counts them. ``old``: the limiter of the table's
+    settings before (what it counts in flight carries over; a new config never changes the
+    column the rows are kept by: msgtable.engine.engine's _same_shape)."""
+    limits = cfg.flow
+    limiter = None
+    if limits is not None:
+        names = [c.name for c in cfg.message_columns]
+        key_index = names.index(limits.key_column) if limits.per_key else None
+        limiter = Limiter(limits, key_index, now_ns, wake)
+        if old is not None:
+            limiter.carry(old)
+        if limits.keyed_column:
+            if isinstance(cache.due, KeyedDue):
+                cache.due.limiter = limiter
+            else:
+                index = names.index(limits.keyed_column)
+                cache.due = KeyedDue(cfg.cache_size, index, bool(limits.fair_key), limiter)
+    hooks = [cache.ordered.landed] if cache.ordered is not None else []
+    if limiter is not None and limiter.counts_landings:
+        hooks.append(limiter.landed)
+    cache.inflight.on_land = hooks[0] if len(hooks) == 1 else _both(*hooks) if hooks else None
+    return limiter
+
+
+def _both(
+    first: Callable[[Hashable], None], then: Callable[[Hashable], None]
+) -> Callable[[Hashable], None]:
+    def landed(rid: Hashable) -> None:
+        first(rid)
+        then(rid)
+
+    return landed
+
+
+class KeyedDue(DueRows):
+    """Due rows kept by the value of one column (see the module docstring): a heap per key.
+    ``key_index``: the column's place in a row's values; ``fair``: the keys take turns
+    (vt_fair_key), else the best row of a free key goes first."""
+
+    def __init__(self, size: int, key_index: int, fair: bool, limiter: Limiter) -> None:
+        super().__init__(size)
+        self._key_index = key_index
+        self._fair = fair
+        self.limiter = limiter
+        self._heaps: dict[Hashable, list[Entry]] = {}
+        self._turns: deque[Hashable] = deque()  # fair: the keys with rows, in turn
+        self._heads: list[tuple[int, int, int, Hashable]] = []  # else: keys by their best row
+
+    # -- filling -------------------------------------------------------------------------
+    def add(
+        self,
+        rows: Sequence[PolledRow],
+        now_ns: int | None,
+        unclaimed: Collection[Hashable],
+        held: Collection[Hashable],
+        changed: Collection[Hashable],
+        created: bool = False,
+    ) -> tuple[list[Hashable], int]:
+        """As DueRows.add; with fair share, a key's new rows past its share of the cache are
+        left in the table (taken: the pass goes on past them, a later one reads them)."""
+        if not self._fair:
+            return super().add(rows, now_ns, unclaimed, held, changed, created)
+        at = 3 + self._key_index
+        self._drain()  # the keys' heaps hold every due row (and some stale ones: at most 2x)
+        share = max(1, self.size // (len(self._heaps) + 2))
+        counts: dict[Hashable, int] = {}
+        kept: list[PolledRow] = []
+        where: list[int] = []  # the place in ``rows`` of each kept row
+        queued = self._queued
+        for i, r in enumerate(rows):
+            key = r[at]
+            if r[3] not in queued:
+                n = counts.get(key)
+                if n is None:
+                    heap = self._heaps.get(key)
+                    n = len(heap) if heap is not None else 0
+                if n >= share:
+                    continue
+                counts[key] = n + 1
+            kept.append(r)
+            where.append(i)
+        new, taken = super().add(kept, now_ns, unclaimed, held, changed, created)
+        return new, (len(rows) if taken == len(kept) else where[taken])
+
+    def connect(self, accepts: Callable[..., bool]) -> None:
+        """Streams with a filter look for their rows among the keys' (dispatch._take)."""
+
+    # -- sending -------------------------------------------------------------------------
+    def pop(self, n: int, now_ns: int | None = None) -> list[CachedRow]:
+        """Up to ``n`` due rows of keys their limits let go (each charged to the limiter),
+        by turns of the keys or best first; marked as sending."""
+        self._release(now_ns)
+        self._drain()
+        batch: list[CachedRow] = []
+        if self._fair:
+            self._pop_turns(n, batch)
+        else:
+            self._pop_best(n, batch)
+        self.sending.update(r.id for r in batch)
+        return batch
+
+    def _pop_turns(self, n: int, batch: list[CachedRow]) -> None:
+        turns, heaps, queued, admit = self._turns, self._heaps, self._queued, self.limiter.admit
+        blocked: list[Hashable] = []
+        while turns and len(batch) < n:
+            key = turns.popleft()
+            heap = heaps[key]
+            while heap and queued.get(heap[0][3].id) is not heap[0][3]:
+                heapq.heappop(heap)  # stale: sent, acked or re-keyed meanwhile
+            if not heap:
+                del heaps[key]
+                continue
+            row = heap[0][3]
+            if not admit(row):
+                blocked.append(key)
+                continue
+            heapq.heappop(heap)
+            del queued[row.id]
+            batch.append(row)
+            turns.append(key)
+        turns.extendleft(reversed(blocked))  # they keep their turn
+
+    def _pop_best(self, n: int, batch: list[CachedRow]) -> None:
+        heads, heaps, queued, admit = self._heads, self._heaps, self._queued, self.limiter.admit
+        blocked: list[tuple[int, int, int, Hashable]] = []
+        while heads and len(batch) < n:
+            head = heads[0]
+            key = head[3]
+            heap = heaps.get(key)
+            while heap and queued.get(heap[0][3].id) is not heap[0][3]:
+                heapq.heappop(heap)
+            if not heap:
+                heapq.heappop(heads)
+                heaps.pop(key, None)
+                continue
+            top = heap[0]
+            if top[2] != head[2]:  # the key's best row is another now
+                heapq.heapreplace(heads, (top[0], top[1], top[2], key))
+                continue
+            row = top[3]
+            if not admit(row):
+                blocked.append(heapq.heappop(heads))
+                continue
+            heapq.heappop(heap)
+            del queued[row.id]
+            batch.append(row)
+            if heap:
+                nxt = heap[0]
+                heapq.heapreplace(heads, (nxt[0], nxt[1], nxt[2], key))
+            else:
+                heapq.heappop(heads)
+                del heaps[key]
+        for head in blocked:
+            heapq.heappush(heads, head)
+
+    def _drain(self) -> None:
+        """Move the rows come due (in DueRows' heap) to their keys' heaps."""
+        heap, queued, heaps, at = self._heap, self._queued, self._heaps, self._key_index
+        while heap:
+            entry = heapq.heappop(heap)
+            row = entry[3]
+            if queued.get(row.id) is not row:
+                continue
+            key = row.values[at]
+            mine = heaps.get(key)
+            if mine is None:
+                heaps[key] = mine = []
+                if self._fair:
+                    self._turns.append(key)
+            heapq.heappush(mine, entry)
+            if not self._fair and mine[0] is entry:
+                heapq.heappush(self._heads, (entry[0], entry[1], entry[2], key))
+
+    def due(self, now_ns: int) -> bool:
+        self._release(now_ns)
+        self._drain()
+        return bool(self._heaps)
+
+    # -- leaving -------------------------------------------------------------------------
+    def clear(self) -> None:
+        super().clear()
+        self._heaps.clear()
+        self._turns.clear()
+        self._heads.clear()
+
+    def _compact(self) -> None:
+        super()._compact()
+        queued = self._queued
+        heaps = getattr(self, "_heaps", None)  # DueRows.__init__ runs before ours
+        if not heaps or sum(map(len, heaps.values())) <= 2 * len(queued) + 64:
+            return
+        for key, heap in list(heaps.items()):
+            live = [e for e in heap if queued.get(e[3].id) is e[3]]
+            if live:
+                heapq.heapify(live)
+                heaps[key] = live
+            else:
+                del heaps[key]
+        if self._fair:
+            self._turns = deque(k for k in self._turns if k in heaps)
+        else:
+            self._heads = [(h[0][0], h[0][1], h[0][2], k) for k, h in heaps.items()]
+            heapq.heapify(self._heads)

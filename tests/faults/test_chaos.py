@@ -74,7 +74,8 @@ reads the tables with its own SQL (a subscription's state table ``<table>__<name
 purge rule across groups: no row leaves the table while a subscription holds it. Set
 MSGTABLE_CHAOS_MESSAGES for a longer (or quicker) run. The database logs every deadlock with
 both transactions' statements (innodb_print_all_deadlocks): the summary lists them, one line
-each, and ``deadlocks.log`` in the test's directory keeps them whole.
+each, and ``deadlocks.log`` in the test's directory keeps them whole; the run has none on the
+message and state tables (the purge reads its rows without a lock: msgtable.store.statements).
 """
 
 from __future__ import annotations
@@ -94,6 +95,7 @@ import sqlalchemy as sa
 
 from msgtable.client import Client
 from msgtable.core.tables import current_layout_ddl
+from msgtable.engine.placement import PLACEMENT_TABLE
 from msgtable.testing.devdb import LocalServer
 
 from ..integration.helpers import comment
@@ -1176,6 +1178,10 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     if verdicts:
         pytest.fail("\n".join(verdicts) + f"\n{summary}", pytrace=False)
     assert pending == {}, summary
+    # no deadlock on a message table or a subscription's state table (issue 42, item 5: the
+    # purge's were 2-6 a run). The placement's own (msgtable_placement: a server giving its
+    # tables back at SIGTERM against another's renewal, seen once) is not judged here yet.
+    assert [d for d in found if PLACEMENT_TABLE not in d] == [], summary
     assert extra.counts_ok(push_report, capture_report) == [], summary
     assert extra.errors() == [], summary
     for g in run.groups:  # each stream filter's subscribers were sent messages

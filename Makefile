@@ -36,6 +36,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export DEBIAN_FRONTEND := noninteractive
 
 VENV_STAMP := $(VENV)/.stamp-venv
+# What pip (and the other set-up steps) print goes here, not to the terminal: each step says
+# in one line what it does and names this log; a step that fails shows the log's end too.
+INSTALL_LOG := $(VENV)/install.log
+, := ,
 INSTALL_STAMP := $(VENV)/.stamp-install
 TEST_STAMP := $(VENV)/.stamp-install-test
 BENCH_STAMP := $(VENV)/.stamp-install-bench
@@ -137,15 +141,31 @@ $(VENV_STAMP):
 
 install: $(INSTALL_STAMP)
 
+# The set-up steps are quiet: each says in one line what it does and names $(INSTALL_LOG), where
+# its command's output goes; a step that fails shows the log's last lines and its path.
+# $(call logged,COMMAND): COMMAND with its output appended to the log, under a line naming it.
+logged = { echo "== $$(date '+%F %T') $(1)"; $(1); } >>$(INSTALL_LOG) 2>&1
+# $(call failed,WHAT): the end of the log on stderr, the log's path, and exit 1.
+failed = { tail -n 25 $(INSTALL_LOG) >&2; \
+	echo "msgtable: $(1) failed; the whole log: $(INSTALL_LOG)" >&2; exit 1; }
+# $(call step,WHAT,COMMAND): one line, the command logged, a failure shown.
+step = echo "$(1) (log: $(INSTALL_LOG))"; $(call logged,$(2)) || $(call failed,$(1))
+
 # msgtable runs on PyMySQL alone; mysqlclient (the `fast` extra, a C driver) reads rows about
 # ten times faster and the server picks it when it imports. It compiles against the MySQL
 # client library: `mysql-client-dev` installs that (apt-get, as root) when it is missing, and
-# without it the server stays on PyMySQL.
+# without it the server stays on PyMySQL. One pip run installs both; only when that fails
+# (mysqlclient did not build) does a second install the server without it.
+SERVER_EXTRAS := .[server,fast]
 $(INSTALL_STAMP): $(VENV_STAMP) pyproject.toml
-	$(PIP) install -e '.[server]'
 	@$(MAKE) --no-print-directory mysql-client-dev || true
-	@$(PIP) install -e '.[fast]' || \
-		echo "msgtable: mysqlclient did not build; the server uses PyMySQL (slower)" >&2
+	@echo "installing msgtable into $(VENV) (log: $(INSTALL_LOG))"; \
+	$(call logged,$(PIP) install -e '$(SERVER_EXTRAS)') || { \
+		echo "msgtable: mysqlclient did not build (the log says why): installing without" \
+			"it, the server uses PyMySQL (slower)" >&2; \
+		$(call logged,$(PIP) install -e '.[server]') || \
+			$(call failed,installing msgtable into $(VENV)); \
+	}
 	@touch $@
 
 install-test: $(TEST_STAMP)
@@ -153,8 +173,9 @@ install-test: $(TEST_STAMP)
 # The tests cover the Spark pipeline too: the spark extra (PySpark, pyarrow, matplotlib); they
 # run every bench section at smoke size: the bench extra (kombu, the peer's queue); and they
 # build the documentation site and run its snippets: the docs extra (MkDocs, Material).
+TEST_EXTRAS := .[test,spark,bench,docs]
 $(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
-	$(PIP) install -e '.[test,spark,bench,docs]'
+	@$(call step,installing the test$(,) spark$(,) bench and docs extras into $(VENV),$(PIP) install -e '$(TEST_EXTRAS)')
 	@touch $@
 
 # The pipeline (msgtable.spark) in a clone: `pip install 'msgtable[spark]'` is for the published
@@ -162,7 +183,7 @@ $(TEST_STAMP): $(INSTALL_STAMP) pyproject.toml
 spark: $(SPARK_STAMP) spark-deps
 
 $(SPARK_STAMP): $(INSTALL_STAMP) pyproject.toml
-	$(PIP) install -e '.[spark]'
+	@$(call step,installing the spark extra into $(VENV),$(PIP) install -e '.[spark]')
 	@touch $@
 
 # What Spark needs besides PySpark: a Java runtime (17) and MariaDB Connector/J, Debian's
@@ -199,8 +220,9 @@ $(NODE_GRPC): tests/node/package-lock.json
 
 # The bench extra brings the peer queue (kombu) the benchmarks compare against; the spark
 # extra the pipeline's figures.
+BENCH_EXTRAS := .[bench,spark]
 $(BENCH_STAMP): $(INSTALL_STAMP) pyproject.toml
-	$(PIP) install -e '.[bench,spark]'
+	@$(call step,installing the bench and spark extras into $(VENV),$(PIP) install -e '$(BENCH_EXTRAS)')
 	@touch $@
 
 # The headers and pkg-config entry mysqlclient builds against (Debian: libmariadb-dev).

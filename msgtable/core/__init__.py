@@ -15,6 +15,7 @@ Modules:
     latency        A latency histogram a table's manager fills per batch
     retry          Retrying with backoff, and the one way a retrying loop reports it
     rows           A message row as the engine moves it
+    schedules      Schedules, the pure part
     settlement     Settlement
     sql            Writing SQL text safely
     sqltypes       The kinds of a MySQL or MariaDB column

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from msgtable.core.schedules import Schedule
 from msgtable.core.tables import TableConfig
 
 
@@ -88,3 +89,6 @@ class TableStatus:
     shard: str = (
         ""  # the keyspace's shard this server sends (msgtable.core.keyspace; "": unsharded)
     )
+    # the schedules that enqueue into the table, with their last and next tick
+    # (msgtable.features.schedules)
+    schedules: tuple[Schedule, ...] = ()

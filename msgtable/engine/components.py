@@ -6,14 +6,16 @@ mixins on it, as google-cloud-pubsub's manager owns its leaser and dispatcher. E
 component has the same hooks, called in this order of the engine's life:
 
     reconcile(found)   after each discovery (outside the engine's locks): the tables as served
-    units()            the placement's units it sends besides tables (capture: CAPTURE)
+    units()            the placement's units it sends besides tables (capture: CAPTURE;
+                       schedules: SCHEDULES)
     gained(unit)       this server now sends ``unit`` (its managers are started)
     lost(unit)         it no longer does (its managers are closed)
     statuses(listed)   ListTables' entries, with its fields (or entries of its own) added
     close()            the engine closes: components first, in the reverse order of making
 
 Each feature also has a few verbs of its own, which the engine passes on for the servicer
-and the metrics (SubscriptionsComponent, PushComponent, CaptureComponent). Subscriptions go
+and the metrics (SubscriptionsComponent, PushComponent, CaptureComponent,
+SchedulesComponent). Subscriptions go
 deeper: served by a MessageManager on their state table like any table, they are loaded onto
 their tables at each discovery (``load``) and kept up after it (``upkeep``).
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from msgtable.core.clock import Clock
+from msgtable.core.schedules import Schedule
 from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.subscriptions import Subscription
 from msgtable.core.tables import TableConfig
@@ -164,6 +167,24 @@ class CaptureComponent(Component, Protocol):
     def follower(self) -> Follower | None: ...
 
 
+class SchedulesComponent(Component, Protocol):
+    """Schedules (msgtable.features.schedules.component)."""
+
+    def create_schedule(
+        self,
+        name: str,
+        table: str,
+        cron: str,
+        values: Mapping[str, Any] | str = "{}",
+        timezone: str = "UTC",
+        missed: str = "skip",
+    ) -> Schedule: ...
+
+    def list_schedules(self) -> list[Schedule]: ...
+
+    def drop_schedule(self, name: str) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Features:
     """The features an engine serves, each made with the engine as its host when the
@@ -172,3 +193,4 @@ class Features:
     subscriptions: Callable[[MessageEngine], SubscriptionsComponent] | None = None
     push: Callable[[MessageEngine], PushComponent] | None = None
     capture: Callable[[MessageEngine], CaptureComponent] | None = None
+    schedules: Callable[[MessageEngine], SchedulesComponent] | None = None

@@ -38,6 +38,7 @@ from msgtable.engine.components import (
     Follower,
     Loaded,
     PushComponent,
+    SchedulesComponent,
     SubscriptionsComponent,
 )
 from msgtable.engine.deadletters import DeadLetters
@@ -150,12 +151,16 @@ class MessageEngine:
         subs = features.subscriptions(self) if features.subscriptions else None
         events = features.capture(self) if features.capture else None
         push = features.push(self) if features.push else None
+        # schedules (msgtable.features.schedules; the servicer's schedule verbs are its own)
+        self.schedules: SchedulesComponent | None = (
+            features.schedules(self) if features.schedules else None
+        )
         self._subscriptions: SubscriptionsComponent | None = subs
         self._push: PushComponent | None = push
         # the table-events follower (msgtable.features.capture; msgtable.observe.metrics)
         self.capture: Follower | None = events.follower if events is not None else None
         self._components: tuple[Component, ...] = tuple(
-            c for c in (subs, events, push) if c is not None
+            c for c in (subs, events, push, self.schedules) if c is not None
         )
 
     @classmethod

@@ -79,7 +79,10 @@ PLACEMENT_DDL = f"""CREATE TABLE IF NOT EXISTS {PLACEMENT_TABLE} (
 ) COMMENT='msgtable: which server sends which message table of this database'"""
 # the unit of the table-event follower (msgtable.features.capture.follower): no table is named ''
 CAPTURE = ""
-SERVER, TABLE, CAPTURE_KIND = "server", "table", "capture"
+# the unit of every schedule (msgtable.features.schedules): the name of their own table, which
+# is no message table's
+SCHEDULES = "msgtable_schedules"
+SERVER, TABLE, CAPTURE_KIND, SCHEDULES_KIND = "server", "table", "capture", "schedules"
 # Rows of units whose lease ended this long ago, and of servers gone this long, are deleted
 # (by whichever server notices; nobody holds them): dropped tables, restarted servers.
 FORGET_AFTER_S = 3600.0
@@ -87,7 +90,9 @@ FORGET_EVERY = 100  # steps between two such deletions
 
 
 def kind_of(unit: str) -> str:
-    return CAPTURE_KIND if unit == CAPTURE else TABLE
+    if unit == CAPTURE:
+        return CAPTURE_KIND
+    return SCHEDULES_KIND if unit == SCHEDULES else TABLE
 
 
 def rank(server: str, unit: str) -> int:
@@ -700,7 +705,7 @@ LOGGED_NAMES = 10  # a log line names this many units at most, then counts the r
 def _names(units: list[str]) -> str:
     """Units for a log line: "table a, table b and the table events", or "N tables: a,
     b, ... and K more"."""
-    tables = sorted(u for u in units if u != CAPTURE)
+    tables = sorted(u for u in units if u not in (CAPTURE, SCHEDULES))
     shown = tables[:LOGGED_NAMES]
     text = (
         (f"table {shown[0]}" if len(tables) == 1 else f"{len(tables)} tables: {', '.join(shown)}")
@@ -709,10 +714,13 @@ def _names(units: list[str]) -> str:
     )
     if len(tables) > LOGGED_NAMES:
         text += f" and {len(tables) - LOGGED_NAMES} more"
-    if CAPTURE in units:
-        text = f"{text} and the table events" if text else "the table events"
+    for unit in (CAPTURE, SCHEDULES):
+        if unit in units:
+            text = f"{text} and {_what(unit)}" if text else _what(unit)
     return text
 
 
 def _what(unit: str) -> str:
-    return "the table events" if unit == CAPTURE else f"table {unit}"
+    if unit in (CAPTURE, SCHEDULES):
+        return "the table events" if unit == CAPTURE else "the schedules"
+    return f"table {unit}"

@@ -1,5 +1,5 @@
-"""The engine with its features: the one place that plugs subscriptions, push and capture
-into a MessageEngine (msgtable.engine.components), for ``msgtable serve``, the tests and
+"""The engine with its features: the one place that plugs subscriptions, push, capture and
+schedules into a MessageEngine (msgtable.engine.components), for ``msgtable serve``, the tests and
 the bench alike.
 """
 
@@ -12,8 +12,10 @@ from msgtable.engine.engine import MessageEngine
 from msgtable.features.capture.component import Capture
 from msgtable.features.push.allow import AllowList
 from msgtable.features.push.pushers import Pushers
+from msgtable.features.schedules.component import Schedules
 from msgtable.features.subscriptions.registry import Registry
 from msgtable.store.mysqlstore import MySQLStore, Store
+from msgtable.store.schedules import ScheduleSQL, ScheduleStore
 
 
 def assemble(
@@ -22,6 +24,7 @@ def assemble(
     push_allow: AllowList | None = None,
     push_ca_file: str | None = None,
     capture: bool = True,
+    schedule_store: ScheduleStore | None = None,
     **engine: Any,
 ) -> MessageEngine:
     """A MessageEngine on ``store`` (``engine``: its other arguments) serving every feature.
@@ -30,12 +33,16 @@ def assemble(
     none), ``push_ca_file`` the CAs their certificates are checked against (None: the
     system's). ``capture``: write table events into capture tables
     (msgtable.features.capture) while this server sends them; they need a MySQL-family
-    database."""
+    database. ``schedule_store``: where schedules are on a store other than MySQL's (tests:
+    msgtable.testing.schedules)."""
     events = store if capture and isinstance(store, MySQLStore) else None
+    # schedules (msgtable.features.schedules): in the database's msgtable_schedules table
+    schedules = ScheduleSQL(store) if isinstance(store, MySQLStore) else schedule_store
     features = Features(
         subscriptions=Registry,
         push=lambda host: Pushers(host, push_allow, push_ca_file),
         capture=lambda host: Capture(host, events),
+        schedules=lambda host: Schedules(host, schedules),
     )
     return MessageEngine(store, features=features, **engine)
 

@@ -13,6 +13,7 @@ Modules:
     mysqlstore     The Store on MySQL and MariaDB: the statements of each table run on its pools
     ordering       The SQL of ordering per key (msgtable.engine.ordered)
     protocol       The Store Protocol: what the engine asks of a database
+    schedules      Every SQL statement of schedules (msgtable.features.schedules)
     statements     The SQL of one message table, written once per TableConfig
     subscriptions  Every SQL statement of subscriptions
 """

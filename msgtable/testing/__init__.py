@@ -5,11 +5,12 @@ someone
 else :class:`ExternalServer`).
 
 Modules:
-    devdb     A throwaway local MySQL-family server
-    memory    An in-memory Store with MySQL's semantics, for unit tests
-    mysqld    Finding and preparing a MySQL-family server binary
-    servers   MySQL-family servers to test against
-    watchdog  The throwaway server's watchdog
+    devdb      A throwaway local MySQL-family server
+    memory     An in-memory Store with MySQL's semantics, for unit tests
+    mysqld     Finding and preparing a MySQL-family server binary
+    schedules  Schedules in memory, for unit tests
+    servers    MySQL-family servers to test against
+    watchdog   The throwaway server's watchdog
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ raw-SQL limit and msgtable at batch 100 and batch 10 with 4 subscribers, kombu's
 transport as the peer, latency at 1,000 msg/s, memory with 10 full caches, settlement
 (release, dead letters and renew through the server: bench.settle), subscriptions (a table
 fanned out to 4 of them, and a 1 % filter, against a table without: bench.fanout) and
+redeliveries in a group that lags a 100,000-row backlog (bench.redelivery),
 ordering per key (an ordered table against the same table unordered, one hot key, the other
 keys' wait beside a hot key: bench.ordering; scaled down to 50,000 messages over 500 keys).
 Full mode (``make bench-full``, minutes) runs batch sizes 10 / 100 / 500 with 1 / 4 / 16
@@ -57,6 +58,7 @@ from bench import (
     peer,
     push,
     raw,
+    redelivery,
     scale,
     servers,
     settle,
@@ -80,6 +82,7 @@ SECTIONS = (
     "memory",
     "settlement",
     "fanout",
+    "redelivery",
     "ordering",
     "push",
     "sqs",
@@ -108,6 +111,7 @@ ENGINE_SECTIONS = {
     "ontime",
     "settlement",
     "fanout",
+    "redelivery",
     "ordering",
     "expiry",
     "backlog",
@@ -443,6 +447,15 @@ def run_engine(
             report.settlement = run_settlement(args, p, db, server, dsn, only)
         if "fanout" in only:
             report.fanout = run_fanout(args, p, db, server, dsn)
+        if "redelivery" in only:
+            report.redelivery = redelivery.run(
+                server, dsn, p.mode, args.poller_interval, postpone_after_s=postpone
+            )
+            rd = report.redelivery
+            progress(
+                f"redelivery behind {rd.backlog:,} fresh rows: p99 {rd.p99_ms or 0:.0f} ms after "
+                f"its due time ({rd.released} released, {rd.not_back} not back)"
+            )
         if "ordering" in only:
             report.ordering = run_ordering(args, p, db, server, dsn)
         if "backlog" in only:

@@ -32,6 +32,8 @@ SETTLE = {"release": 500, "reject": 500, "expire": 500}
 RENEW_CALLS = 5
 # fanout: rows of the baseline and fan-out tables; of the filter table (1 % match)
 FANOUT = {"rows": 1_000, "filter": 2_000}
+# redelivery: fresh rows of the lagging group's backlog; seconds it runs
+REDELIVERY = {"backlog": 2_000, "seconds": 1.0}
 # ordering: the same shape as quick mode's, at a fraction of it
 ORDERING = {"rows": 2_000, "keys": 50, "hot": 500, "fair_rows": 1_000, "fair_keys": 20}
 # push: backlog messages; seconds of the latency run

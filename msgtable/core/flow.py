@@ -229,7 +229,12 @@ class TokenBucket:
     """A rate of ``rate_per_s`` with bursts of ``burst``: ``burst`` tokens at most, one a
     message, refilled continuously. Starts empty at ``start_ns`` (a new sender knows nothing
     of what the one before it sent: starting empty, the two together stay within one
-    bucket's bound). Time is passed in."""
+    bucket's bound). Time is passed in.
+
+    Messages are spent at the instant they go (:meth:`spend`), which may be a little after
+    the sender asked what is :meth:`available` (the send's check runs in between): asking
+    changes nothing, so what goes at each instant is what a bucket spent at those instants
+    allows, whatever the check took."""
 
     __slots__ = ("burst", "rate_per_ns", "tokens", "updated_ns")
 
@@ -239,22 +244,19 @@ class TokenBucket:
         self.tokens = tokens
         self.updated_ns = start_ns
 
+    def _at(self, now_ns: int) -> float:
+        if now_ns <= self.updated_ns:
+            return self.tokens
+        return min(float(self.burst), self.tokens + (now_ns - self.updated_ns) * self.rate_per_ns)
+
     def available(self, now_ns: int) -> int:
-        """Whole tokens now."""
-        if now_ns > self.updated_ns:
-            self.tokens = min(
-                float(self.burst), self.tokens + (now_ns - self.updated_ns) * self.rate_per_ns
-            )
-            self.updated_ns = now_ns
-        return int(self.tokens + 1e-9)
+        """Whole tokens at ``now_ns`` (nothing spent)."""
+        return int(self._at(now_ns) + 1e-9)
 
-    def take(self, n: int) -> None:
-        """``n`` messages go (after :meth:`available` said there were as many tokens)."""
-        self.tokens -= n
-
-    def give(self, n: int) -> None:
-        """``n`` taken did not go after all (the send's check dropped them)."""
-        self.tokens = min(float(self.burst), self.tokens + n)
+    def spend(self, n: int, at_ns: int) -> None:
+        """``n`` messages went at ``at_ns`` (no more than were available then)."""
+        self.tokens = self._at(at_ns) - n
+        self.updated_ns = max(self.updated_ns, at_ns)
 
     def full_at_ns(self) -> int:
         """When the bucket is full again (a full bucket is as good as a new one)."""
@@ -262,11 +264,11 @@ class TokenBucket:
             return self.updated_ns
         return self.updated_ns + math.ceil((self.burst - self.tokens) / self.rate_per_ns)
 
-    def next_ns(self) -> int:
-        """When the next whole token comes (now if there is one)."""
-        if self.tokens >= 1 - 1e-9 or self.rate_per_ns <= 0:
+    def next_ns(self, wanted: float = 1.0) -> int:
+        """When ``wanted`` tokens are there (at the last spend, if they were already)."""
+        if self.tokens >= wanted - 1e-9 or self.rate_per_ns <= 0:
             return self.updated_ns
-        return self.updated_ns + math.ceil((1 - self.tokens) / self.rate_per_ns)
+        return self.updated_ns + math.ceil((wanted - self.tokens) / self.rate_per_ns)
 
 
 def rate_violations(

@@ -7,9 +7,12 @@ table's lock:
 * :meth:`Limiter.begin` gives the send's **budget**: the group's rate tokens (vt_rate) and
   its room under vt_max_in_flight (what is in flight: msgtable.engine.inflight). Batches are
   cut to it (msgtable.engine.dispatch);
-* each row taken is **charged** (a token, and a place under its key's cap); a row the send's
-  check drops, a filter refuses or that is out of attempts is not handed over and gets its
-  charge back at :meth:`Limiter.finish`. A key's place under vt_key_concurrency is given
+* each row taken is **charged** (a place under its key's cap, and its tokens are reserved
+  for this send); the tokens are spent when the rows are handed over
+  (:meth:`Limiter.delivered`, at the hand-over's instant: what goes at each instant is what
+  the bucket allows then, however long the send's check took). A row the check drops, a
+  filter refuses or that is out of attempts is not handed over: it spends nothing and gets
+  its place back at :meth:`Limiter.finish`. A key's place under vt_key_concurrency is given
   back when its row leaves flight (acked, released, rejected, dead, its ack wait over, or
   handed back unsent): :meth:`Limiter.landed`.
 
@@ -76,6 +79,7 @@ class Limiter:
         self._key_of: dict[Hashable, Hashable] = {}  # id counted under a key's cap -> key
         self._charged: dict[Hashable, tuple[Hashable, bool]] = {}  # this send's: id -> key
         self._delivered: set[Hashable] = set()  # of those, handed over
+        self._reserved: dict[Hashable, int] = {}  # this send's tokens per key (key rates)
         self._wake = wake
         self._now = start_ns
         self.left = NO_BUDGET  # this send's budget left
@@ -113,6 +117,7 @@ class Limiter:
         budget (how many rows it may take in all)."""
         self._now = now_ns
         self._held.clear()
+        self._reserved.clear()
         self._next_ns = None
         left, why = NO_BUDGET, ""
         if self._group is not None:
@@ -140,8 +145,9 @@ class Limiter:
                 return False
             if self.flow.key_rate_per_s:
                 bucket = self._bucket(key)
-                if bucket.available(self._now) < 1:
-                    self._hold("key_rate", bucket.next_ns())
+                reserved = self._reserved.get(key, 0)
+                if bucket.available(self._now) - reserved < 1:
+                    self._hold("key_rate", bucket.next_ns(reserved + 1))
                     return False
         self._charge(row.id, key)
         return True
@@ -151,9 +157,18 @@ class Limiter:
         for row in rows:
             self._charge(row.id, None)
 
-    def delivered(self, rows: Sequence[CachedRow]) -> None:
-        """These charged rows are being handed over (under the lock, before the hand-over)."""
+    def delivered(self, rows: Sequence[CachedRow], at_ns: int) -> None:
+        """These charged rows are handed over at ``at_ns`` (under the lock, just before):
+        their tokens are spent then."""
         self._delivered.update(r.id for r in rows)
+        if self._group is not None:
+            self._group.spend(len(rows), at_ns)
+        if self.flow.key_rate_per_s:
+            charged = self._charged
+            for r in rows:
+                key = charged[r.id][0]
+                if key is not None:
+                    self._bucket(key).spend(1, at_ns)
 
     def end_plan(self, more_due: bool) -> None:
         """The send's plan is made; ``more_due``: rows it did not take are due now."""
@@ -163,17 +178,11 @@ class Limiter:
                 self._waiting = True
 
     def finish(self, flying: Callable[[Hashable], bool]) -> None:
-        """The send is over: what it took and did not hand over gets its charge back; what
-        it handed over that already left flight, its place under the key's cap."""
-        group, buckets = self._group, self._buckets
-        for rid, (key, counted) in self._charged.items():
-            sent = rid in self._delivered
-            if not sent:
-                if group is not None:
-                    group.give(1)
-                if key is not None and key in buckets:
-                    buckets[key].give(1)
-            if counted and (not sent or not flying(rid)):
+        """The send is over: what it took and did not hand over, and what it handed over
+        that already left flight, gets its place under the key's cap back."""
+        group = self._group
+        for rid, (_, counted) in self._charged.items():
+            if counted and (rid not in self._delivered or not flying(rid)):
                 self._uncount(rid)
         self._charged.clear()
         self._delivered.clear()
@@ -211,8 +220,6 @@ class Limiter:
     # -- inside ----------------------------------------------------------------------------
     def _charge(self, rid: Hashable, key: Hashable) -> None:
         self.left -= 1
-        if self._group is not None:
-            self._group.take(1)
         counted = False
         if key is not None:
             if self._cap and rid not in self._key_of:
@@ -220,7 +227,7 @@ class Limiter:
                 self._key_of[rid] = key
                 counted = True
             if self.flow.key_rate_per_s:
-                self._bucket(key).take(1)
+                self._reserved[key] = self._reserved.get(key, 0) + 1
         self._charged[rid] = (key, counted)
 
     def _uncount(self, rid: Hashable) -> None:
@@ -254,7 +261,6 @@ class Limiter:
     def _prune(self, now_ns: int) -> None:
         """Drop the keys' buckets that are full again (a new one would be the same)."""
         for key, bucket in list(self._buckets.items()):
-            bucket.available(now_ns)
             if bucket.full_at_ns() <= now_ns:
                 del self._buckets[key]
         self._prune_at = 2 * len(self._buckets) + 1024

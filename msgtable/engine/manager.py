@@ -552,13 +552,18 @@ class MessageManager:
         when the cache is half empty or with the next poll: a pass from the head per INSERT
         would read the whole queued page again each time. An ordered table's keys cycle
         through its cache, which seldom runs dry: its next pass (which finds new keys)
-        begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE)."""
+        begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE). A table with a fairness key
+        (msgtable.engine.flow) reads new rows at once: they may be a quiet key's, which must
+        not wait behind a noisy one's backlog for the next poll (the poll's page is the
+        cache's room, so a full cache reads little)."""
         with self._lock:
             self.enqueued += rows  # rows the binlog showed, when it counts them
             due = self.cache.due
             if not self._subscribers:
                 return
-            if self.cache.ordered is not None:
+            if self._limiter is not None and self._limiter.flow.fair_key:
+                self._restart = True
+            elif self.cache.ordered is not None:
                 gap = max(MIN_PASS_GAP_NS, PASS_SHARE * self._pass_cost_ns)
                 due_ns = self._pass_began_ns + gap
                 if due_ns >= self._pass_due_ns:
@@ -867,7 +872,7 @@ class MessageManager:
                         sending.sent(sent, ack_wait_ns, deferred, sub.window, handed)
                         out.append((sub, sent))
                         if limiter is not None:
-                            limiter.delivered(sent)
+                            limiter.delivered(sent, handed)
                 firsts = [r.created for _, sent in out for r in sent if r.created and not r.epoch]
                 if firsts:
                     self.delivery_delay.observe_since(now, firsts)

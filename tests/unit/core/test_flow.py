@@ -97,13 +97,21 @@ def test_a_token_bucket_starts_empty_fills_at_its_rate_and_stops_at_its_burst():
     b = TokenBucket(10.0, 5, start_ns=0)
     assert b.available(0) == 0 and b.next_ns() == 100_000_000
     assert b.available(250_000_000) == 2
-    b.take(2)
+    b.spend(2, 250_000_000)
     assert b.available(250_000_000) == 0
     assert b.available(10**10) == 5  # never more than the burst
-    b.take(5)
-    b.give(1)  # one taken did not go
-    assert b.available(10**10) == 1
-    assert b.full_at_ns() == 10**10 + 400_000_000
+    b.spend(5, 10**10)
+    assert b.available(10**10) == 0
+    assert b.full_at_ns() == 10**10 + 500_000_000
+
+
+def test_tokens_are_spent_when_the_messages_go_not_when_they_were_counted():
+    """Asked at 0 (full), spent at 0.5 s: the refill between was wasted on a full bucket,
+    so at 0.6 s one token is there, not six."""
+    b = TokenBucket(10.0, 5, start_ns=0, tokens=5.0)
+    assert b.available(0) == 5
+    b.spend(5, 500_000_000)
+    assert b.available(600_000_000) == 1
 
 
 def test_rate_violations_finds_the_worst_interval_and_nothing_when_the_rate_held():

@@ -161,7 +161,7 @@ def test_a_key_cap_above_one_caps_without_order(clock):
     engine.close()
 
 
-def test_a_row_the_check_drops_gives_its_key_and_its_token_back(clock):
+def test_a_row_the_check_drops_spends_no_token_and_gives_its_key_back(clock):
     rows = [(1, "a"), (2, "a")]
     engine, m, store = table(
         clock, "vt_limit_key=tenant,vt_key_concurrency=1,vt_rate=1000,vt_rate_burst=5", rows

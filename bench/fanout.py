@@ -30,6 +30,15 @@ subscribe and drain the matches: ``filter_ratio`` is that rate over the baseline
 delivered, and ``table_rows_read_per_msg`` the rows of the message table alone (what the
 filter's poll reads; the rest is the state table's poll, locking read and ack).
 
+Fan-out at the cost of a delivery (issue 42, item 3): ``fanout_cpu_ratio`` is one subscription
+delivery's CPU (database, server and subscribers: the fan-out run's, over its GROUPS x rows
+deliveries) over one default-group delivery of the baseline (target <= 1.25);
+``fanout_writes_per_msg`` the rows the database wrote during the fan-out run, plus the state
+rows left for the purge to delete, per message a subscription settled (target <= 1);
+``fanout_aggregate_ratio`` the GROUPS subscriptions' rates summed over the baseline's (target
+>= 0.8); ``filter_rows_ratio`` the filtered drain's rows read per delivered message over the
+fan-out's (target <= 1.25).
+
 Rows read come from SHOW GLOBAL STATUS: ``Innodb_rows_read`` where the server has it (MySQL),
 else ``Rows_read`` (MariaDB 10.6+ dropped the InnoDB one; Rows_read counts the rows the SQL
 layer read from any engine, temporary tables excepted). Either counter is server-wide, so
@@ -85,6 +94,12 @@ REGION_COLUMNS = "region varchar(8) not null default 'us'"
 # MariaDB's Rows_read (rows the SQL layer read from any engine, temporary tables excepted:
 # all InnoDB here, the message and state tables and the subscriptions' definitions).
 COUNTERS = ("Innodb_rows_read", "Rows_read")
+# Rows written, server-wide: InnoDB's counters (MySQL), else the handler's (MariaDB 10.6+, whose
+# Handler_write and Handler_update leave out internal temporary tables: Handler_tmp_*)
+WRITE_COUNTERS = (
+    ("Innodb_rows_inserted", "Innodb_rows_updated", "Innodb_rows_deleted"),
+    ("Handler_write", "Handler_update", "Handler_delete"),
+)
 
 
 @dataclass
@@ -107,6 +122,10 @@ class FanoutResult:
     # rows of the filtered message table read during its drain (table_rows_read; None: the
     # server cannot count rows per table)
     drain_table_rows_read: int | None = None
+    # rows the database wrote during the fan-out run (WRITE_COUNTERS), and the rows its
+    # subscriptions' state tables still hold after it (each one a DELETE of the purge later)
+    fanout_rows_written: int = 0
+    fanout_state_rows_left: int = 0
 
     @property
     def slowest(self) -> Throughput | None:
@@ -121,6 +140,45 @@ class FanoutResult:
     def filter_ratio(self) -> float | None:
         f = self.filtered
         return f.msgs_s / self.baseline.msgs_s if f and self.baseline else None
+
+    @property
+    def fanout_cpu_ratio(self) -> float | None:
+        """CPU (database + server + subscribers) of one subscription delivery over one of the
+        baseline's default-group deliveries: the fan-out run's database and server CPU and
+        every group's subscribers', over its deliveries (GROUPS x rows)."""
+        b = self.baseline
+        delivered = sum(g.messages for g in self.groups)
+        if not (b and b.messages and b.cpu_s and delivered):
+            return None
+        fan = sum(sum(g.cpu_s.values()) for g in self.groups) / delivered
+        return fan / (sum(b.cpu_s.values()) / b.messages)
+
+    @property
+    def writes_per_msg(self) -> float | None:
+        """Rows written per message a subscription settled in the fan-out run: the run's
+        writes (the hand-over, deliveries, acks) and the DELETEs the purge owes the state rows
+        left, over the subscriptions' deliveries. The message table's own purge is left out
+        (a table pays it once, with or without subscriptions)."""
+        delivered = sum(g.messages for g in self.groups)
+        if not delivered:
+            return None
+        return (self.fanout_rows_written + self.fanout_state_rows_left) / delivered
+
+    @property
+    def aggregate_ratio(self) -> float | None:
+        """The GROUPS subscriptions' rates summed, over the baseline's default group alone."""
+        b = self.baseline
+        return sum(g.msgs_s for g in self.groups) / b.msgs_s if b and self.groups else None
+
+    @property
+    def filter_rows_ratio(self) -> float | None:
+        """Rows read per delivered message of the filtered subscription over the fan-out's
+        unfiltered ones (its run's rows read over its deliveries)."""
+        delivered = sum(g.messages for g in self.groups)
+        per_filtered = self.rows_read_per_msg
+        if per_filtered is None or not delivered or not self.fanout_rows_read:
+            return None
+        return per_filtered / (self.fanout_rows_read / delivered)
 
     @property
     def rows_read_per_msg(self) -> float | None:
@@ -161,6 +219,16 @@ class FanoutResult:
             ),
             "idle_rows_read_s": round(self.idle_rows_read_s, 1),
             "rows_read_counter": self.counter,
+            "fanout_rows_written": self.fanout_rows_written,
+            "fanout_state_rows_left": self.fanout_state_rows_left,
+            "fanout_cpu_us_per_delivery": (
+                round(sum(sum(g.cpu_s.values()) for g in self.groups) / delivered * 1e6, 1)
+                if delivered
+                else None
+            ),
+            "baseline_cpu_us_per_delivery": (
+                round(sum(b.cpu_s.values()) / b.messages * 1e6, 1) if b and b.messages else None
+            ),
         }
 
 
@@ -413,6 +481,20 @@ def table_rows_read(cur: Any, table: str) -> int | None:
     return None
 
 
+def rows_written(cur: Any) -> int:
+    """Rows the database server inserted, updated and deleted since it started (server-wide;
+    see WRITE_COUNTERS)."""
+    names = [n for group in WRITE_COUNTERS for n in group]
+    cur.execute(
+        f"SHOW GLOBAL STATUS WHERE Variable_name IN ({', '.join(['%s'] * len(names))})", names
+    )
+    got = {name: int(value) for name, value in cur.fetchall()}
+    for group in WRITE_COUNTERS:
+        if all(n in got for n in group):
+            return sum(got[n] for n in group)
+    raise BenchError(f"the database server has none of the status counters {WRITE_COUNTERS}")
+
+
 def rows_read_counter(cur: Any) -> str:
     """Which of COUNTERS the database server has (the first)."""
     cur.execute("SHOW GLOBAL STATUS WHERE Variable_name IN (%s, %s)", COUNTERS)
@@ -503,7 +585,12 @@ def fanout(setup: Setup, rows: int, result: FanoutResult) -> None:
                 n: GroupSpec(setup.server.address, table, n, rows, subscribe_after_go=False)
                 for n in names
             }
+            written = rows_written(setup.monitor)
             drained, cpu, result.fanout_rows_read, _ = _drain(setup, groups, at_go=commit)
+            result.fanout_rows_written = rows_written(setup.monitor) - written
+        result.fanout_state_rows_left = sum(
+            int(execute(setup.dsn, f"select count(*) from {table}__{n}")[0][0]) for n in names
+        )
         unseen = execute(setup.dsn, f"select count(*) from {table} where time_fanout is null")
         if int(unseen[0][0]):
             raise BenchError(f"{unseen[0][0]} rows of {table} were never handed over")

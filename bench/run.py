@@ -24,7 +24,9 @@ median of HEADLINE_ROUNDS rounds side by side, with ``ratio_vs_raw_spread`` [min
 ``peer_msgs_s``, ``ratio_vs_peer``, ``batch_size``, ``subscribers``, ``latency_p50_ms``,
 ``latency_p99_ms``, ``rss_mb``, ``release_msgs_s``, ``dead_letter_msgs_s``,
 ``renew_1000_ms``, ``fanout_groups``, ``fanout_ratio``, ``filter_ratio``,
-``filter_rows_read_per_msg``, ``filter_table_rows_read_per_msg``,
+``filter_rows_read_per_msg``, ``filter_table_rows_read_per_msg``, ``fanout_cpu_ratio``,
+``fanout_writes_per_msg``, ``fanout_aggregate_ratio``, ``filter_rows_ratio``,
+``redelivery_delay_p99_ms``,
 ``filter_handover_rows_read``, ``ordered_msgs_s``, ``unordered_msgs_s``, ``ordered_ratio``,
 ``hot_key_msgs_s``, ``fairness_p99_ms``, ``fairness_base_p99_ms``, ``fairness_ratio`` and
 more). Targets not met do not fail the run; lost or duplicated messages, messages of a key

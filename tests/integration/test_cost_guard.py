@@ -1,5 +1,7 @@
 """The cost guard (issue 42, DESIGN.md principle 9): what the server does for 1,000 messages
-from send to ack, counted, never timed, against budgets kept in cost_budget.json.
+from send to ack, counted, never timed, against budgets kept in cost_budget.json: through the
+default group of a plain table, and through a subscription (the fan-out's hand-over, then its
+poll, send and ack).
 
 The engine runs without its loops (each step driven here, one thread, a fake clock), against
 the real database, so every count is the same on every run: the statements and round trips
@@ -23,9 +25,11 @@ import pytest
 
 import msgtable
 from msgtable.core.clock import FakeClock
+from msgtable.core.subscriptions import Subscription, state_table_name
 from msgtable.core.tables import current_layout_ddl
 from msgtable.engine.engine import MessageEngine
 from msgtable.features.assembly import assemble
+from msgtable.features.subscriptions.registry import Registry
 from msgtable.store import dbpool
 from msgtable.store.mysqlstore import MySQLStore
 
@@ -142,10 +146,29 @@ def engine(db_dsn: str, sql: Any) -> Iterator[MessageEngine]:
         e.close()
 
 
-def deliver_and_ack(engine: MessageEngine, table: str) -> int:
-    """Poll, send and ack until every message of ``table`` was acked (the default group,
-    one subscriber with a window of a batch); returns how many were acked."""
-    m = engine._managers[table]
+@pytest.fixture
+def subscribed(db_dsn: str, sql: Any) -> Iterator[MessageEngine]:
+    """A table whose only group is one subscription (vt_default_group=off), created before
+    its 1,000 messages are inserted."""
+    settings = comment(vt_batch_size=BATCH, vt_cache_size=10_000, vt_default_group="off")
+    sql.execute(current_layout_ddl("q", settings))
+    store = MySQLStore.from_dsn(db_dsn)
+    e = assemble(store, clock=FakeClock(time.time_ns()), run_loops=False, capture=False)
+    e.refresh()
+    try:
+        e.create_subscription(Subscription("q", "s"))
+        rows = ", ".join(f"({i}, 'm{i}')" for i in range(1, MESSAGES + 1))
+        sql.execute(f"insert into q(id, message) values {rows}")
+        yield e
+    finally:
+        e.close()
+
+
+def deliver_and_ack(engine: MessageEngine, table: str, subscription: str = "") -> int:
+    """Poll, send and ack until every message of ``table`` was acked (the default group, or
+    ``subscription``; one subscriber with a window of a batch); returns how many were
+    acked."""
+    m = engine._managers[state_table_name(table, subscription) if subscription else table]
     sub = m.subscribe(max_in_flight=BATCH)
     acked = 0
     try:
@@ -154,7 +177,7 @@ def deliver_and_ack(engine: MessageEngine, table: str) -> int:
             if not m.send_once():
                 break
             batch = sub.next_batch(0)
-            acked += engine.ack(table, "", [values[0] for values in batch])
+            acked += engine.ack(table, "", [values[0] for values in batch], subscription)
     finally:
         sub.close()
     return acked
@@ -179,3 +202,17 @@ def test_the_default_group_stays_within_its_budget(engine, monkeypatch):
     assert acked == MESSAGES
     print(f"cost of {MESSAGES} messages, default group: {counts.figures()}")
     judged("default_group", counts)
+
+
+def test_a_subscription_stays_within_its_budget(subscribed, monkeypatch):
+    """1,000 messages through a subscription: the fan-out's hand-over (its loop's step,
+    driven here), then the same poll, send and ack as the default group's."""
+    registry = subscribed._subscriptions
+    assert isinstance(registry, Registry)
+    counts = Counts()
+    with counted(monkeypatch, counts):
+        handed = registry._fanouts["q"].fanout_once()
+        acked = deliver_and_ack(subscribed, "q", "s")
+    assert handed == acked == MESSAGES
+    print(f"cost of {MESSAGES} messages, a subscription: {counts.figures()}")
+    judged("subscription", counts)

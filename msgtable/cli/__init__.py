@@ -12,6 +12,8 @@
     msgtable subscription drop TABLE NAME / list       drop one / list them with lag and state
     msgtable endpoint set TABLE URL [--subscription S]  push a table or subscription by HTTP
                   [--secret-file F] / drop TABLE / list (CloudEvents, signed); drop / list them
+    msgtable schedule create NAME TABLE 'CRON'        a message at each tick, exactly once
+                  [--values JSON] [--timezone TZ] [--missed skip|once] / list / drop NAME
     msgtable dead NAME / redrive NAME [--to TABLE]     dead letters: list them, move them back
     msgtable archive NAME --to PATH / report NAME      the Spark pipeline's jobs
 
@@ -21,12 +23,13 @@ traceback). The package: flags.py (the commands and flags, as data), serve.py (s
 commands.py (the others), output.py (what they print), logs.py (how they log).
 
 Modules:
-    commands  The client-side commands
-    flags     The ``msgtable`` command's commands and flags, declared as data
-    gateway   ``msgtable gateway``
-    logs      What the ``msgtable`` command logs, and how it looks
-    output    What the ``msgtable`` command prints
-    serve     ``msgtable serve``
+    commands   The client-side commands
+    flags      The ``msgtable`` command's commands and flags, declared as data
+    gateway    ``msgtable gateway``
+    logs       What the ``msgtable`` command logs, and how it looks
+    output     What the ``msgtable`` command prints
+    schedules  ``msgtable schedule create / list / drop``
+    serve      ``msgtable serve``
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from typing import TextIO
 
 import grpc
 
-from msgtable.cli import commands, logs
+from msgtable.cli import commands, logs, schedules
 from msgtable.cli.flags import build_parser
 from msgtable.client import error_from_rpc
 from msgtable.errors import MsgtableError, ServerUnreachable
@@ -90,6 +93,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "endpoint set": commands.endpoint_set,
     "endpoint drop": commands.endpoint_drop,
     "endpoint list": commands.endpoint_list,
+    "schedule create": schedules.create,
+    "schedule list": schedules.listed,
+    "schedule drop": schedules.drop,
     "dead": commands.dead,
     "redrive": commands.redrive,
     "archive": commands.archive,

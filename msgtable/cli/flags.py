@@ -785,7 +785,97 @@ ENDPOINT = Command(
     ),
 )
 
-COMMANDS = (SERVE, GATEWAY, TABLES, TAIL, SUBSCRIPTION, ENDPOINT, DEAD, REDRIVE, ARCHIVE, REPORT)
+# -- schedules -----------------------------------------------------------------------------------
+SCHEDULES_LIVE = (
+    "Schedules live in the database (table msgtable_schedules, created with the first one), "
+    "so every msgtable server of it sees them; the one that holds their placement unit "
+    "enqueues each tick, once: the message and the schedule's next tick in one transaction."
+)
+SCHEDULE = Command(
+    "schedule",
+    "create, list and drop schedules (recurring messages)",
+    "A schedule enqueues one message into a message table at each tick of a cron expression, "
+    f"exactly once across the servers of the database. {SCHEDULES_LIVE}",
+    subcommands=(
+        Command(
+            "create",
+            "create a schedule",
+            "Create schedule NAME: at each tick of CRON (croniter's: minute hour day-of-month "
+            "month day-of-week, a sixth field for seconds, a seventh for the year, or @hourly "
+            "and the like) in --timezone, one message of --values goes into TABLE (its id a "
+            "hash of the schedule and the tick; a schedule_tick column, where the table has "
+            "one, gets the tick). A bad expression is refused naming the field by its "
+            "position, and nothing is written. The first tick is the first time of CRON from "
+            f"now. {SCHEDULES_LIVE}",
+            (
+                Flag("name", "the schedule: 1-64 letters, digits, '_', '-' or '.'"),
+                Flag("table", "message table"),
+                Flag("cron", "the cron expression, quoted: '*/5 * * * *'", metavar="CRON"),
+                Flag(
+                    "--values",
+                    'the message\'s column values, a JSON object: \'{"message": "rebuild"}\' '
+                    "(default none: the table's defaults)",
+                    default="{}",
+                    metavar="JSON",
+                ),
+                Flag(
+                    "--timezone",
+                    "the IANA time zone CRON is read in, DST included (default UTC)",
+                    default="UTC",
+                    metavar="TZ",
+                ),
+                Flag(
+                    "--missed",
+                    "ticks missed while no server ran: skip them, or enqueue one message for "
+                    "them all once a server runs again; a tick up to 2 minutes late (a "
+                    "hand-over, a restart) is enqueued either way (default skip)",
+                    default="skip",
+                    choices=("skip", "once"),
+                ),
+                KEYSPACE_FLAG,
+                *CLIENT_FLAGS,
+            ),
+        ),
+        Command(
+            "list",
+            "list schedules with their last and next tick",
+            "List the schedules (of TABLE, or all): table, cron expression and time zone, "
+            "what becomes of missed ticks, the last tick enqueued and the next one, and how "
+            "many messages it has enqueued.",
+            (
+                Flag("table", "only this table's", default="", optional=True, metavar="TABLE"),
+                Flag(
+                    "--json",
+                    "one JSON object per line (times in unix nanoseconds)",
+                    store_true=True,
+                ),
+                KEYSPACE_FLAG,
+                *CLIENT_FLAGS,
+            ),
+        ),
+        Command(
+            "drop",
+            "drop a schedule",
+            "Drop schedule NAME: no tick of it is enqueued after (the messages it enqueued "
+            "stay in their table).",
+            (Flag("name", "the schedule"), KEYSPACE_FLAG, *CLIENT_FLAGS),
+        ),
+    ),
+)
+
+COMMANDS = (
+    SERVE,
+    GATEWAY,
+    TABLES,
+    TAIL,
+    SUBSCRIPTION,
+    ENDPOINT,
+    SCHEDULE,
+    DEAD,
+    REDRIVE,
+    ARCHIVE,
+    REPORT,
+)
 # Every command's: all of the logs (libraries' too), and an error's details.
 VERBOSE = Flag("--verbose", "log everything, and show an error's details", store_true=True)
 

@@ -15,6 +15,7 @@ from typing import Any
 from msgtable.client import Field, Message, TableInfo
 from msgtable.core.codec import TableSettings
 from msgtable.core.deadletters import DeadLetter
+from msgtable.core.schedules import Schedule
 from msgtable.limits import COUNT_DEAD_CAP, LAG_CAP
 
 
@@ -166,6 +167,10 @@ def _notes(tables: list[TableInfo], subs: list[TableInfo]) -> list[tuple[str, li
         ),
         ("pushed to:", [_pushed(t) for t in both if t.push is not None]),
         (
+            "schedules (msgtable schedule list):",
+            [_scheduled(s) for t in tables for s in t.schedules],
+        ),
+        (
             "dead letters go to:",
             [
                 f"  {t.name} -> {t.config.dead_letter}"
@@ -303,6 +308,21 @@ def format_subscriptions(
     return "\n".join(lines)
 
 
+def _scheduled(s: Schedule) -> str:
+    """A schedule's line under ``msgtable tables``: its last and next tick, in UTC."""
+
+    def when(ns: int | None) -> str:
+        if not ns:
+            return "none yet"
+        at = datetime.datetime.fromtimestamp(ns / 1e9, datetime.UTC)
+        return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    return (
+        f"  {s.table} <- {s.name} ({s.cron!r} in {s.timezone}): last tick "
+        f"{when(s.last_tick_ns)}, next {when(s.next_tick_ns)}, {s.ticks:,} enqueued"
+    )
+
+
 def _pushed(t: TableInfo) -> str:
     p = t.push
     assert p is not None
@@ -385,6 +405,8 @@ def table_json(t: TableInfo) -> str:
             {"name": f.name, "type": f.type.name.lower(), "column_type": f.column_type}
             for f in t.config.message_columns
         ]
+    for s in out["schedules"]:
+        s["missed"] = s["missed"].value
     return json.dumps(out, ensure_ascii=False)
 
 

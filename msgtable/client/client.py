@@ -3,7 +3,8 @@ list tables)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from msgtable.client import requests
@@ -12,8 +13,10 @@ from msgtable.client.credentials import channel_credentials
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S
 from msgtable.client.router import Router
 from msgtable.client.subscriber import Subscriber
+from msgtable.core import codec
 from msgtable.core.codec import ServerStatus, TableInfo
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
+from msgtable.core.schedules import Schedule
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -308,6 +311,39 @@ class Client:
         """Stop pushing ``table``'s default group (or its ``subscription``)."""
         request = pb.DropEndpointRequest(table=table, keyspace=keyspace, subscription=subscription)
         self._router.unary("DropEndpoint", request)
+
+    # -- schedules (docs/how-to/schedules.md) -------------------------------------------------
+    def create_schedule(
+        self,
+        name: str,
+        table: str,
+        cron: str,
+        values: Mapping[str, Any] | str | None = None,
+        timezone: str = "UTC",
+        missed: str = "skip",
+        keyspace: str = "",
+    ) -> Schedule:
+        """Make schedule ``name``: each tick of ``cron`` (in ``timezone``) enqueues one message
+        of ``values`` (column -> value, or their JSON) into ``table``, exactly once across the
+        servers; ticks missed while no server ran are skipped or enqueued once (``missed``).
+        Returns it as written (its first tick in next_tick_ns)."""
+        text = values if isinstance(values, str) else json.dumps(dict(values or {}))
+        wanted = pb.Schedule(
+            name=name, table=table, cron=cron, timezone=timezone, values=text, missed=missed
+        )
+        request = pb.CreateScheduleRequest(keyspace=keyspace, schedule=wanted)
+        return codec.schedule_from_proto(self._router.unary("CreateSchedule", request).schedule)
+
+    def list_schedules(self, table: str = "", keyspace: str = "") -> list[Schedule]:
+        """The schedules (of ``table``, or all), with their last and next tick."""
+        request = pb.ListSchedulesRequest(keyspace=keyspace, table=table)
+        response = self._router.unary("ListSchedules", request)
+        return [codec.schedule_from_proto(x) for x in response.schedules]
+
+    def drop_schedule(self, name: str, keyspace: str = "") -> bool:
+        """Drop schedule ``name`` (no tick of it is enqueued after); whether there was one."""
+        request = pb.DropScheduleRequest(keyspace=keyspace, name=name)
+        return bool(self._router.unary("DropSchedule", request).dropped)
 
     def list_tables(self) -> list[TableInfo]:
         """Every message table the server knows, with config or load error and counters."""

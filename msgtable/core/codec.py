@@ -19,12 +19,14 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from msgtable.core import sqltypes as mysql
 from msgtable.core.deadletters import DeadLetter
+from msgtable.core.schedules import Missed, Schedule
 from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.tables import Column
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -379,6 +381,8 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
                 expire_after_s=status.expire_after_s,
             )
         )
+    if status.schedules:
+        message.schedules.extend(schedule_to_proto(x) for x in status.schedules)
     config = status.config
     if config is not None:
         message.config.CopyFrom(
@@ -391,6 +395,41 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
             )
         )
     return message
+
+
+def schedule_to_proto(s: Schedule) -> pb.Schedule:
+    return pb.Schedule(
+        name=s.name,
+        table=s.table,
+        cron=s.cron,
+        timezone=s.timezone,
+        values=json.dumps(dict(s.values), separators=(",", ":")) if s.values else "",
+        missed=s.missed.value,
+        next_tick_ns=s.next_tick_ns,
+        last_tick_ns=s.last_tick_ns or 0,
+        last_enqueued_ns=s.last_enqueued_ns or 0,
+        ticks=s.ticks,
+    )
+
+
+def schedule_from_proto(message: pb.Schedule) -> Schedule:
+    """A schedule as the wire carries it (its values not checked: the server does that)."""
+    try:
+        values = json.loads(message.values) if message.values else {}
+    except ValueError:
+        values = {}
+    return Schedule(
+        name=message.name,
+        table=message.table,
+        cron=message.cron,
+        timezone=message.timezone or "UTC",
+        values=values if isinstance(values, dict) else {},
+        missed=Missed.ONCE if message.missed == Missed.ONCE.value else Missed.SKIP,
+        next_tick_ns=message.next_tick_ns,
+        last_tick_ns=message.last_tick_ns or None,
+        last_enqueued_ns=message.last_enqueued_ns or None,
+        ticks=message.ticks,
+    )
 
 
 def dead_letter_to_proto(dead: DeadLetter) -> pb.DeadLetter:
@@ -488,6 +527,7 @@ class TableInfo:
     hold_whole: bool = False
     sender: str = ""  # the server that sends the table now (msgtable.core.status.TableStatus)
     shard: str = ""  # the keyspace's shard it is in ("": unsharded; msgtable.core.keyspace)
+    schedules: tuple[Schedule, ...] = ()  # that enqueue into it (msgtable.core.schedules)
 
     @property
     def loaded(self) -> bool:
@@ -544,6 +584,7 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         oldest_unacked_age_s=(
             message.oldest_unacked_age_s if message.HasField("oldest_unacked_age_s") else None
         ),
+        schedules=tuple(schedule_from_proto(x) for x in message.schedules),
     )
 
 

@@ -407,7 +407,56 @@ class EngineCollector(Collector):
             out.append(lag)
         if self.sqs is not None:
             out.extend(_sqs_families(self.sqs, engine.keyspace))
+        schedules = getattr(engine, "schedules", None)
+        if schedules is not None and schedules.listed:
+            out.extend(_schedule_families(schedules, engine.keyspace))
         return out
+
+
+def _schedule_families(schedules: Any, keyspace: str) -> list[Family]:
+    """Each schedule's next and last tick and its messages so far (as the last discovery
+    read msgtable_schedules), and how late this server enqueued its recent ticks
+    (msgtable.features.schedules)."""
+    labels = ("keyspace", "schedule", "table")
+    next_tick = Family(
+        PREFIX + "schedule_next_tick_seconds",
+        GAUGE,
+        "When the schedule's next tick is due (unix seconds).",
+        labels,
+    )
+    last_tick = Family(
+        PREFIX + "schedule_last_tick_seconds",
+        GAUGE,
+        "The schedule's last tick enqueued (unix seconds; absent before its first).",
+        labels,
+    )
+    ticks = Family(
+        PREFIX + "schedule_ticks",
+        COUNTER,
+        "Messages the schedule has enqueued, by every server of the database.",
+        labels,
+    )
+    for s in schedules.listed:
+        at = (keyspace, s.name, s.table)
+        next_tick.add(at, s.next_tick_ns / 1e9)
+        if s.last_tick_ns:
+            last_tick.add(at, s.last_tick_ns / 1e9)
+        ticks.add(at, s.ticks)
+    out = [next_tick, last_tick, ticks]
+    ticker = schedules.ticker
+    if ticker is not None and ticker.late_ns:
+        late = sorted(ticker.late_ns)
+        out.append(
+            _per_keyspace(
+                GAUGE,
+                "schedule_late_p99_seconds",
+                "How late this server enqueued the last ticks it enqueued (their 99th "
+                "percentile, seconds after each tick's time).",
+                keyspace,
+                late[min(len(late) - 1, int(len(late) * 0.99))] / 1e9,
+            )
+        )
+    return out
 
 
 def _sqs_families(sqs: SqsSource, keyspace: str) -> list[Family]:

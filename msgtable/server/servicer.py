@@ -31,6 +31,7 @@ from msgtable.core.rows import Batch, RelayedBatch
 from msgtable.core.status import TableStatus
 from msgtable.core.subscriptions import Subscription
 from msgtable.core.tables import Column
+from msgtable.engine.components import SchedulesComponent
 from msgtable.engine.subscriber import narrowed
 from msgtable.errors import (
     LEADER_METADATA_KEY,
@@ -582,6 +583,52 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         except Exception as exc:
             _fail(context, "ListSubscriptions", exc)
 
+    # -- schedules (msgtable.features.schedules) -------------------------------------------
+    def CreateSchedule(self, request: Any, context: grpc.ServicerContext) -> pb.ScheduleResponse:
+        try:
+            wanted = request.schedule
+            self._allowed(context, "manage", wanted.table)
+            _keyspace(self._engine, request.keyspace)
+            made = _schedules(self._engine).create_schedule(
+                wanted.name,
+                wanted.table,
+                wanted.cron,
+                values=wanted.values or "{}",
+                timezone=wanted.timezone or "UTC",
+                missed=wanted.missed or "skip",
+            )
+            return pb.ScheduleResponse(schedule=codec.schedule_to_proto(made))
+        except Exception as exc:
+            _fail(context, "CreateSchedule", exc)
+
+    def ListSchedules(
+        self, request: Any, context: grpc.ServicerContext
+    ) -> pb.ListSchedulesResponse:
+        try:
+            _keyspace(self._engine, request.keyspace)
+            listed = [
+                s
+                for s in _schedules(self._engine).list_schedules()
+                if not request.table or s.table == request.table
+            ]
+            if self._authorizer is not None:
+                principal = self._principal(context)
+                listed = [s for s in listed if self._authorizer.allows(principal, "list", s.table)]
+            return pb.ListSchedulesResponse(schedules=[codec.schedule_to_proto(s) for s in listed])
+        except Exception as exc:
+            _fail(context, "ListSchedules", exc)
+
+    def DropSchedule(self, request: Any, context: grpc.ServicerContext) -> pb.ScheduleResponse:
+        try:
+            _keyspace(self._engine, request.keyspace)
+            schedules = _schedules(self._engine)
+            of = {s.name: s.table for s in schedules.list_schedules()}
+            if request.name in of:
+                self._allowed(context, "manage", of[request.name])
+            return pb.ScheduleResponse(dropped=schedules.drop_schedule(request.name))
+        except Exception as exc:
+            _fail(context, "DropSchedule", exc)
+
     # -- push endpoints (msgtable.features.push)
     # ---------------------------------------------------------
     def SetEndpoint(self, request: Any, context: grpc.ServicerContext) -> pb.EndpointResponse:
@@ -609,6 +656,14 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             return pb.EndpointResponse()
         except Exception as exc:
             _fail(context, "DropEndpoint", exc)
+
+
+def _schedules(engine: Any) -> SchedulesComponent:
+    """The engine's schedules (msgtable.features.schedules), or InvalidArgument."""
+    schedules: SchedulesComponent | None = getattr(engine, "schedules", None)
+    if schedules is None:
+        raise InvalidArgument("this server serves no schedules")
+    return schedules
 
 
 def _resource(table: str, subscription: str) -> str:

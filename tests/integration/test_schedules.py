@@ -17,6 +17,7 @@ from msgtable.core.tables import current_layout_ddl
 from msgtable.engine.engine import MessageEngine
 from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.features.assembly import assemble_dsn
+from msgtable.observe.metrics import EngineCollector
 
 from ..waiting import wait_until
 from .helpers import comment
@@ -72,6 +73,11 @@ def test_each_tick_enqueues_one_message_on_time_until_the_schedule_is_dropped(db
         )
         assert s.next_tick_ns % SECOND == 0
         wait_until(lambda: len(_ticks(db)) >= 4, timeout_s=10, what="four ticks")
+        engine.refresh()  # the schedules as the metrics read them: the last discovery's
+        text = EngineCollector(engine).exposition().decode()
+        for family in ("next_tick_seconds", "last_tick_seconds", "ticks_total", "late_p99_seconds"):
+            assert f"msgtable_schedule_{family}" in text, text
+        assert 'schedule="every-second",table="jobs"' in text
         assert engine.schedules.drop_schedule("every-second")
         time.sleep(1.5)
         got = _ticks(db)

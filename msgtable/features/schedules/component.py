@@ -41,7 +41,7 @@ class Schedules:
         self.host = host
         self.store = store
         self._configs: Mapping[str, TableConfig] = {}
-        self._listed: list[Schedule] = []  # as the last discovery read them
+        self.listed: list[Schedule] = []  # as the last discovery (or verb) read them
         self._closed = False
         self.ticker: Ticker | None = None
         if store is not None:
@@ -62,11 +62,11 @@ class Schedules:
         self._configs = found.configs
         if self.store is not None:
             with contextlib.suppress(Unavailable):
-                self._listed = self.store.schedules()
+                self.listed = self.store.schedules()
         self._run()
 
     def units(self) -> set[str]:
-        return {SCHEDULES} if self._listed else set()
+        return {SCHEDULES} if self.listed else set()
 
     def gained(self, unit: str) -> None:
         self._run()
@@ -77,7 +77,7 @@ class Schedules:
 
     def statuses(self, listed: list[TableStatus]) -> list[TableStatus]:
         by_table: dict[str, list[Schedule]] = {}
-        for s in self._listed:
+        for s in self.listed:
             by_table.setdefault(s.table, []).append(s)
         if not by_table:
             return listed
@@ -98,7 +98,7 @@ class Schedules:
         t = self.ticker
         if t is None:
             return
-        if self.host.run_loops and self._listed and self.host.sends(SCHEDULES) and not self._closed:
+        if self.host.run_loops and self.listed and self.host.sends(SCHEDULES) and not self._closed:
             t.open()
             t.wake()
         elif t.running and not self.host.sends(SCHEDULES):
@@ -130,7 +130,7 @@ class Schedules:
         now = self.host.clock.now_ns()
         s = Schedule(name, table, cron, timezone, kept, how, next_tick(cron, timezone, now))
         store.create(s, now)
-        self._listed = store.schedules()
+        self.listed = store.schedules()
         log.info("schedule %s of table %s created: %r in %s", name, table, cron, timezone)
         self.host.refresh()  # the placement learns of SCHEDULES; this server may tick at once
         self._run()
@@ -139,13 +139,13 @@ class Schedules:
     def list_schedules(self) -> list[Schedule]:
         if self.store is None:
             return []
-        self._listed = self.store.schedules()
-        return list(self._listed)
+        self.listed = self.store.schedules()
+        return list(self.listed)
 
     def drop_schedule(self, name: str) -> bool:
         store = self._need_store()
         gone = store.drop(name)
-        self._listed = store.schedules()
+        self.listed = store.schedules()
         if gone:
             log.info("schedule %s dropped", name)
         return gone

@@ -87,3 +87,13 @@ def test_dst_is_croniters_a_missing_local_time_skipped_and_a_doubled_one_taken_t
     first = next_tick("30 2 * * *", "Europe/Paris", int(autumn.timestamp()) * S)
     second = next_tick("30 2 * * *", "Europe/Paris", first)
     assert second - first == 3600 * S  # 02:30 CEST, then 02:30 CET
+
+
+def test_the_schema_file_is_the_ddl_the_server_runs():
+    from pathlib import Path
+
+    from msgtable.store.schedules import SCHEDULES_DDL
+
+    text = (Path(__file__).parents[3] / "schema" / "msgtable_schedules.sql").read_text()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("--"))
+    assert body.strip().rstrip(";") == SCHEDULES_DDL.replace("`", "")

@@ -491,6 +491,9 @@ def test_reflection_describes_the_messaging_service(channel):
         "ListSubscriptions",
         "SetEndpoint",
         "DropEndpoint",
+        "CreateSchedule",
+        "ListSchedules",
+        "DropSchedule",
     }
 
 

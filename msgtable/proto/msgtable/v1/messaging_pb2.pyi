@@ -88,6 +88,179 @@ FIELD_TYPE_TIME: FieldType.ValueType  # 11
 Global___FieldType: _TypeAlias = FieldType  # noqa: Y015
 
 @_typing.final
+class Schedule(_message.Message):
+    """A recurring message (msgtable_schedules). Times are unix nanoseconds."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    CRON_FIELD_NUMBER: _builtins.int
+    TIMEZONE_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    MISSED_FIELD_NUMBER: _builtins.int
+    NEXT_TICK_NS_FIELD_NUMBER: _builtins.int
+    LAST_TICK_NS_FIELD_NUMBER: _builtins.int
+    LAST_ENQUEUED_NS_FIELD_NUMBER: _builtins.int
+    TICKS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Its name: 1 to 64 letters, digits, '_', '-' or '.'."""
+    table: _builtins.str
+    """The message table each tick enqueues into."""
+    cron: _builtins.str
+    """The cron expression (croniter's: minute hour day-of-month month day-of-week
+    [second [year]], or @hourly and the like).
+    """
+    timezone: _builtins.str
+    """The IANA time zone the expression is read in ("": UTC)."""
+    values: _builtins.str
+    """The column values of each message, a JSON object ("": none)."""
+    missed: _builtins.str
+    """What becomes of ticks missed while no server ran: "skip" (the default) or "once"."""
+    next_tick_ns: _builtins.int
+    """The next tick to enqueue; the last enqueued (0: none yet) and when; how many so far."""
+    last_tick_ns: _builtins.int
+    last_enqueued_ns: _builtins.int
+    ticks: _builtins.int
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        table: _builtins.str = ...,
+        cron: _builtins.str = ...,
+        timezone: _builtins.str = ...,
+        values: _builtins.str = ...,
+        missed: _builtins.str = ...,
+        next_tick_ns: _builtins.int = ...,
+        last_tick_ns: _builtins.int = ...,
+        last_enqueued_ns: _builtins.int = ...,
+        ticks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cron", b"cron", "last_enqueued_ns", b"last_enqueued_ns", "last_tick_ns", b"last_tick_ns", "missed", b"missed", "name", b"name", "next_tick_ns", b"next_tick_ns", "table", b"table", "ticks", b"ticks", "timezone", b"timezone", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Schedule: _TypeAlias = Schedule  # noqa: Y015
+
+@_typing.final
+class CreateScheduleRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    keyspace: _builtins.str
+    @_builtins.property
+    def schedule(self) -> Global___Schedule:
+        """name, table, cron, and optionally timezone, values and missed."""
+
+    def __init__(
+        self,
+        *,
+        keyspace: _builtins.str = ...,
+        schedule: Global___Schedule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateScheduleRequest: _TypeAlias = CreateScheduleRequest  # noqa: Y015
+
+@_typing.final
+class ListSchedulesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    TABLE_FIELD_NUMBER: _builtins.int
+    keyspace: _builtins.str
+    table: _builtins.str
+    """Only this table's; empty: every schedule."""
+    def __init__(
+        self,
+        *,
+        keyspace: _builtins.str = ...,
+        table: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "table", b"table"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchedulesRequest: _TypeAlias = ListSchedulesRequest  # noqa: Y015
+
+@_typing.final
+class ListSchedulesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schedules(self) -> _containers.RepeatedCompositeFieldContainer[Global___Schedule]: ...
+    def __init__(
+        self,
+        *,
+        schedules: _abc.Iterable[Global___Schedule] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schedules", b"schedules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSchedulesResponse: _TypeAlias = ListSchedulesResponse  # noqa: Y015
+
+@_typing.final
+class DropScheduleRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KEYSPACE_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    keyspace: _builtins.str
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        keyspace: _builtins.str = ...,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["keyspace", b"keyspace", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DropScheduleRequest: _TypeAlias = DropScheduleRequest  # noqa: Y015
+
+@_typing.final
+class ScheduleResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULE_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
+    dropped: _builtins.bool
+    """drop: whether there was one of that name."""
+    @_builtins.property
+    def schedule(self) -> Global___Schedule:
+        """create: the schedule as written (its first tick in next_tick_ns)."""
+
+    def __init__(
+        self,
+        *,
+        schedule: Global___Schedule | None = ...,
+        dropped: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schedule", b"schedule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped", b"dropped", "schedule", b"schedule"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduleResponse: _TypeAlias = ScheduleResponse  # noqa: Y015
+
+@_typing.final
 class KeyRange(_message.Message):
     """A range of keyspace ids, as in Vitess: `start` inclusive, `end` exclusive; empty means
     unbounded on that side.
@@ -875,6 +1048,7 @@ class TableStatus(_message.Message):
     HOLD_WHOLE_FIELD_NUMBER: _builtins.int
     SENDER_FIELD_NUMBER: _builtins.int
     SHARD_FIELD_NUMBER: _builtins.int
+    SCHEDULES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -973,6 +1147,12 @@ class TableStatus(_message.Message):
     def push(self) -> Global___PushStatus:
         """Its push endpoint, when it has one (never its secret)."""
 
+    @_builtins.property
+    def schedules(self) -> _containers.RepeatedCompositeFieldContainer[Global___Schedule]:
+        """The schedules that enqueue into this table, with their last and next tick (50: numbers
+        43-49 are left for the fields of other features being built).
+        """
+
     def __init__(
         self,
         *,
@@ -1013,10 +1193,11 @@ class TableStatus(_message.Message):
         hold_whole: _builtins.bool = ...,
         sender: _builtins.str = ...,
         shard: _builtins.str = ...,
+        schedules: _abc.Iterable[Global___Schedule] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "config", b"config", "due", b"due", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "scheduled", b"scheduled", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "schedules", b"schedules", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__due: _TypeAlias = _typing.Literal["due"]  # noqa: Y015
     _WhichOneofArgType__due: _TypeAlias = _typing.Literal["_due", b"_due"]  # noqa: Y015

@@ -105,6 +105,21 @@ class MessagingStub:
                 request_serializer=msgtable_dot_v1_dot_messaging__pb2.DropEndpointRequest.SerializeToString,
                 response_deserializer=msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.FromString,
                 _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/msgtable.v1.Messaging/CreateSchedule',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.ScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/msgtable.v1.Messaging/ListSchedules',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.DropSchedule = channel.unary_unary(
+                '/msgtable.v1.Messaging/DropSchedule',
+                request_serializer=msgtable_dot_v1_dot_messaging__pb2.DropScheduleRequest.SerializeToString,
+                response_deserializer=msgtable_dot_v1_dot_messaging__pb2.ScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class MessagingServicer:
@@ -239,6 +254,29 @@ class MessagingServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """Schedules (docs/how-to/schedules.md): recurring messages defined in the database
+        (msgtable_schedules), each tick of a cron expression enqueued exactly once across the
+        servers of the database, by the one that holds the schedules' placement unit. A bad name,
+        cron expression (the error names the field by its position), time zone or value is
+        INVALID_ARGUMENT and nothing is written; an unknown table is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DropSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -311,6 +349,21 @@ def add_MessagingServicer_to_server(servicer, server):
                     servicer.DropEndpoint,
                     request_deserializer=msgtable_dot_v1_dot_messaging__pb2.DropEndpointRequest.FromString,
                     response_serializer=msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.ScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'DropSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DropSchedule,
+                    request_deserializer=msgtable_dot_v1_dot_messaging__pb2.DropScheduleRequest.FromString,
+                    response_serializer=msgtable_dot_v1_dot_messaging__pb2.ScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -692,6 +745,87 @@ class Messaging:
             '/msgtable.v1.Messaging/DropEndpoint',
             msgtable_dot_v1_dot_messaging__pb2.DropEndpointRequest.SerializeToString,
             msgtable_dot_v1_dot_messaging__pb2.EndpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/CreateSchedule',
+            msgtable_dot_v1_dot_messaging__pb2.CreateScheduleRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.ScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/ListSchedules',
+            msgtable_dot_v1_dot_messaging__pb2.ListSchedulesRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DropSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/msgtable.v1.Messaging/DropSchedule',
+            msgtable_dot_v1_dot_messaging__pb2.DropScheduleRequest.SerializeToString,
+            msgtable_dot_v1_dot_messaging__pb2.ScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

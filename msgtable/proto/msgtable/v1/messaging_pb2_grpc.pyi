@@ -106,6 +106,15 @@ class MessagingStub:
     server's --push-allow is stored, and waits: its status says why.
     """
     DropEndpoint: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.DropEndpointRequest, _messaging_pb2.EndpointResponse]
+    CreateSchedule: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.CreateScheduleRequest, _messaging_pb2.ScheduleResponse]
+    """Schedules (docs/how-to/schedules.md): recurring messages defined in the database
+    (msgtable_schedules), each tick of a cron expression enqueued exactly once across the
+    servers of the database, by the one that holds the schedules' placement unit. A bad name,
+    cron expression (the error names the field by its position), time zone or value is
+    INVALID_ARGUMENT and nothing is written; an unknown table is NOT_FOUND.
+    """
+    ListSchedules: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.ListSchedulesRequest, _messaging_pb2.ListSchedulesResponse]
+    DropSchedule: _grpc.UnaryUnaryMultiCallable[_messaging_pb2.DropScheduleRequest, _messaging_pb2.ScheduleResponse]
 
 @_typing.type_check_only
 class MessagingAsyncStub(MessagingStub):
@@ -180,6 +189,15 @@ class MessagingAsyncStub(MessagingStub):
     server's --push-allow is stored, and waits: its status says why.
     """
     DropEndpoint: _aio.UnaryUnaryMultiCallable[_messaging_pb2.DropEndpointRequest, _messaging_pb2.EndpointResponse]  # type: ignore[assignment]
+    CreateSchedule: _aio.UnaryUnaryMultiCallable[_messaging_pb2.CreateScheduleRequest, _messaging_pb2.ScheduleResponse]  # type: ignore[assignment]
+    """Schedules (docs/how-to/schedules.md): recurring messages defined in the database
+    (msgtable_schedules), each tick of a cron expression enqueued exactly once across the
+    servers of the database, by the one that holds the schedules' placement unit. A bad name,
+    cron expression (the error names the field by its position), time zone or value is
+    INVALID_ARGUMENT and nothing is written; an unknown table is NOT_FOUND.
+    """
+    ListSchedules: _aio.UnaryUnaryMultiCallable[_messaging_pb2.ListSchedulesRequest, _messaging_pb2.ListSchedulesResponse]  # type: ignore[assignment]
+    DropSchedule: _aio.UnaryUnaryMultiCallable[_messaging_pb2.DropScheduleRequest, _messaging_pb2.ScheduleResponse]  # type: ignore[assignment]
 
 class MessagingServicer(metaclass=_abc_1.ABCMeta):
     """Messaging streams the rows of message tables to subscribers and takes their acks."""
@@ -335,5 +353,32 @@ class MessagingServicer(metaclass=_abc_1.ABCMeta):
         request: _messaging_pb2.DropEndpointRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_messaging_pb2.EndpointResponse, _abc.Awaitable[_messaging_pb2.EndpointResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateSchedule(
+        self,
+        request: _messaging_pb2.CreateScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.ScheduleResponse, _abc.Awaitable[_messaging_pb2.ScheduleResponse]]:
+        """Schedules (docs/how-to/schedules.md): recurring messages defined in the database
+        (msgtable_schedules), each tick of a cron expression enqueued exactly once across the
+        servers of the database, by the one that holds the schedules' placement unit. A bad name,
+        cron expression (the error names the field by its position), time zone or value is
+        INVALID_ARGUMENT and nothing is written; an unknown table is NOT_FOUND.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSchedules(
+        self,
+        request: _messaging_pb2.ListSchedulesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.ListSchedulesResponse, _abc.Awaitable[_messaging_pb2.ListSchedulesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DropSchedule(
+        self,
+        request: _messaging_pb2.DropScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_messaging_pb2.ScheduleResponse, _abc.Awaitable[_messaging_pb2.ScheduleResponse]]: ...
 
 def add_MessagingServicer_to_server(servicer: MessagingServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

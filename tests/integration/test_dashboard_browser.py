@@ -7,6 +7,7 @@ test-artifacts/ in the repository), kept as the run's artefacts."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -173,7 +174,7 @@ def test_the_page_shows_traffic_and_a_click_redrives_a_dead_letter(served: Serve
         dead = card + ' .dead li[data-id="3"]'
         wait_until(lambda: text(browser, dead), what="the dead letter 3 listed")
         assert text(browser, card + " .v-dead") == "1"
-        assert "1 attempts" in text(browser, dead)
+        assert "1 attempt" in text(browser, dead) and "1 attempts" not in text(browser, dead)
         # the backlog by age, as msgtable.store.backlog reads it (at most every 5 s): the 2 in
         # flight are scheduled (their ack wait), both created within the last minute
         backlog = card + " .backlog-text"
@@ -185,6 +186,7 @@ def test_the_page_shows_traffic_and_a_click_redrives_a_dead_letter(served: Serve
         bars = browser.find_elements("css selector", card + " .bars span")
         assert [b.get_attribute("data-count") for b in bars] == ["2", "0", "0", "0", "0", "0", "0"]
         screenshot(browser, "dashboard-traffic.png")
+        looks_as_a_person_reads_it(browser, card, served.engine.keyspace)
 
         browser.find_element("css selector", dead + " button.redrive").click()
         (again,) = c.take(1, timeout_s=10)
@@ -204,6 +206,80 @@ def test_the_page_shows_traffic_and_a_click_redrives_a_dead_letter(served: Serve
         assert urls and all(u.startswith(origin + "/") for u in urls), urls
         assert text(browser, "#database") == "database up"
         assert "lease holder this server" in text(browser, "#lease")
+    finally:
+        if c is not None:
+            c.close()
+        d.close()
+
+
+def looks_as_a_person_reads_it(browser: Any, card: str, keyspace: str) -> None:
+    """The title, the unacked-by-age strip, the plot's legend and time axis as issue 43 found
+    them wanting: "msgtable msgtable", 1-pixel bars, two legend lines of "Time: --", and
+    "11/28/26 7:23pm" under a header on the 24-hour clock."""
+    assert text(browser, "h1") == f"msgtable keyspace {keyspace}"
+    assert browser.title == f"msgtable: keyspace {keyspace}"
+    # the strip: seven columns a person can see, each with its ages under it, the count on it
+    sizes = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0] + ' .bars span')]"
+        ".map(b => [b.offsetWidth, b.offsetHeight])",
+        card,
+    )
+    assert len(sizes) == 7 and all(w >= 20 and h >= 20 for w, h in sizes), sizes
+    ages = ["< 1m", "1m-5m", "5m-15m", "15m-1h", "1h-6h", "6h-1d", "> 1d"]
+    axis = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0] + ' .bars-axis span')]"
+        ".map(s => s.textContent)",
+        card,
+    )
+    assert [a.replace("\u2013", "-") for a in axis] == ages, axis
+    assert text(browser, card + ' .bars span[data-count="2"]') == "2"
+    # the legend: one line of the five series' names, no time, no "--"
+    legend = card + " .u-legend"
+    names = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0] + ' .u-series')]"
+        ".filter(e => e.offsetParent !== null).map(e => e.innerText.trim())",
+        legend,
+    )
+    assert names == ["sent", "acked", "released", "rejected", "dead lettered"], names
+    line = browser.execute_script(
+        "const l = document.querySelector(arguments[0] + ' .u-legend');"
+        "return [l.offsetHeight, parseFloat(getComputedStyle(l).lineHeight) || 18]",
+        card,
+    )
+    assert line[0] < 2 * line[1], line
+    # the time axis on the header's clock: 19:23 or 19:23:05, never 7:23pm or a date
+    ticks = browser.execute_script(  # uPlot draws them on its canvas, and keeps them here
+        "const c = cards.get(arguments[0]); return c && c.plot ? c.plot.axes[0]._values : []",
+        "jobs",
+    )
+    assert ticks and all(re.fullmatch(r"\d\d:\d\d(:\d\d)?", t) for t in ticks), ticks
+    assert re.fullmatch(r"updated \d\d:\d\d:\d\d", text(browser, "#updated"))
+
+
+def test_the_dead_letter_counter_and_its_list_say_the_same(served: Served, browser):
+    """The counter came from the state's snapshot (the last refresh, seconds old), the list
+    from its own request: 6 beside a list of 7. Both now say the list's answer."""
+    served.create_table("jobs", vt_poller_interval=30, vt_ack_wait=60)
+    d = open_dashboard(served)
+    c = None
+    try:
+        browser.get(d.url)
+        card = '[data-key="jobs"]'
+        served.sql("insert into jobs(id, message) values (1, 'a'), (2, 'b')")
+        c = Collector(served.client, "jobs")
+        first, second = c.take(2)
+        assert first.reject("poison") == 1
+        wait_until(lambda: text(browser, card + ' .dead li[data-id="1"]'), what="dead letter 1")
+        d.refresher.close()  # the state's snapshot stays where it is: one dead letter
+        assert second.reject("poison") == 1
+        wait_until(
+            lambda: text(browser, card + ' .dead li[data-id="2"]'), what="dead letter 2 listed"
+        )
+        assert text(browser, card + " .dead h3").startswith("Dead letters (2)")
+        wait_until(
+            lambda: text(browser, card + " .v-dead") == "2",
+            what=lambda: f"the counter at 2 (shows {text(browser, card + ' .v-dead')!r})",
+        )
     finally:
         if c is not None:
             c.close()

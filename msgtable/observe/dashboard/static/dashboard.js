@@ -87,6 +87,26 @@ function fmt(v) {
   return String(v);
 }
 
+// "1 attempt", "2 attempts" (msgtable.core.words.counted on the server)
+function counted(n, noun) {
+  return fmt(n) + " " + noun + (n === 1 ? "" : "s");
+}
+
+// A time as the header shows it: the 24-hour clock ("19:23", with seconds when asked).
+function clock(unixS, seconds) {
+  const options = { hour: "2-digit", minute: "2-digit", hourCycle: "h23" };
+  if (seconds) options.second = "2-digit";
+  return new Date(unixS * 1000).toLocaleTimeString("en-GB", options);
+}
+
+// An age bound as the strip's labels show it: "1m", "15m", "6h", "1d".
+function shortAge(s) {
+  if (s < 60) return Math.round(s) + "s";
+  if (s < 3600) return Math.round(s / 60) + "m";
+  if (s < 86400) return Math.round(s / 3600) + "h";
+  return Math.round(s / 86400) + "d";
+}
+
 function age(s) {
   if (s === null || s === undefined) return "–";
   if (s < 120) return s.toFixed(1) + " s";
@@ -183,10 +203,15 @@ function drawPlot(card, state) {
       {
         width: width,
         height: 150,
-        legend: { show: true },
+        // one line of coloured labels: no "Time: --", no values (they show on hover only)
+        legend: { show: true, live: false },
         cursor: { drag: { x: false, y: false } },
         scales: { x: { time: true }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
-        axes: [{}, { label: "msg/s", size: 50 }],
+        axes: [
+          // the 24-hour clock of the header, seconds when the ticks are under a minute apart
+          { space: 70, values: (u, ticks) => ticks.map((t) => clock(t, ticks.length > 1 && ticks[1] - ticks[0] < 60)) },
+          { label: "msg/s", size: 50 },
+        ],
         series: [{}].concat(
           SERIES.map(([field, colour]) => ({ label: field.replace("_", " "), stroke: colour, width: 1.5 }))
         ),
@@ -206,7 +231,8 @@ function ageBuckets(byAge) {
   let before = 0;
   let lower = 0;
   for (const [upper, n] of byAge) {
-    const label = upper === null ? "> " + age(lower) : age(lower) + "–" + age(upper);
+    const label =
+      upper === null ? "> " + shortAge(lower) : lower === 0 ? "< " + shortAge(upper) : shortAge(lower) + "–" + shortAge(upper);
     out.push([label, n - before]);
     before = n;
     if (upper !== null) lower = upper;
@@ -225,15 +251,21 @@ function drawBacklog(card, t) {
   parts.push("oldest unacked " + age(b.oldest_unacked_age_s));
   box.append(el("span", { class: "backlog-text" }, parts.join(" · ")));
   if (b.by_age && b.by_age.length) {
+    // a bucket a column: its count on a bar filled to its share of the largest, its ages
+    // under it; an empty bucket is an empty column, not a missing one
     const buckets = ageBuckets(b.by_age);
     const most = Math.max(1, ...buckets.map(([, n]) => n));
     const bars = el("div", { class: "bars", title: "unacked messages by age" });
+    const axis = el("div", { class: "bars-axis" });
     for (const [label, n] of buckets) {
-      const bar = el("span", { title: label + ": " + n, "data-age": label, "data-count": String(n) });
-      bar.style.height = Math.max(1, Math.round((28 * n) / most)) + "px";
+      const bar = el("span", { title: label + ": " + n, "data-age": label, "data-count": String(n) }, n ? fmt(n) : "");
+      const fill = n ? Math.max(15, Math.round((100 * n) / most)) : 0;
+      bar.style.setProperty("--fill", fill + "%");
+      if (fill < 50) bar.className = "low"; // its count dark on the light track
       bars.append(bar);
+      axis.append(el("span", {}, label));
     }
-    box.append(el("div", { class: "bars-label" }, "unacked by age: < 1 min, 1–5, 5–15 min, 15 min–1 h, 1–6 h, 6 h–1 day, older"), bars);
+    box.append(el("div", { class: "bars-label" }, "unacked by age"), bars, axis);
   }
 }
 
@@ -270,7 +302,7 @@ async function drawDead(card, t) {
         { "data-id": String(d.id) },
         el("span", { class: "id" }, "#" + d.id),
         el("span", { class: "why", title: d.last_error || "" }, d.last_error || "(no reason)"),
-        el("span", {}, d.attempts + " attempts"),
+        el("span", {}, counted(d.attempts, "attempt")),
         button
       )
     );
@@ -278,6 +310,9 @@ async function drawDead(card, t) {
   const all = el("button", { class: "redrive-all", type: "button" }, "redrive all");
   all.addEventListener("click", () => redrive(t, null, all));
   box.replaceChildren(el("h3", {}, "Dead letters (" + fmt(answer.count) + ") ", all), list);
+  // the counter from the same answer as the list: the state's count is the last refresh's
+  // (up to a few seconds older), and showed 6 beside a list of 7
+  card.el.querySelector(".v-dead").textContent = fmt(answer.count);
 }
 
 async function redrive(t, ids, button) {
@@ -291,7 +326,7 @@ async function redrive(t, ids, button) {
       body: JSON.stringify(body),
     });
     showProblem("");
-    button.textContent = "redriven (" + answer.moved + ")";
+    button.textContent = "redriven (" + fmt(answer.moved) + ")";
   } catch (e) {
     showProblem("redrive failed: " + e.message);
     button.disabled = false;
@@ -306,7 +341,9 @@ function showProblem(text) {
 }
 
 function drawServer(state) {
-  document.getElementById("keyspace").textContent = state.keyspace;
+  // "keyspace msgtable", not "msgtable msgtable" beside the product's name
+  document.getElementById("keyspace").textContent = "keyspace " + state.keyspace;
+  document.title = "msgtable: keyspace " + state.keyspace;
   const s = state.server;
   const db = document.getElementById("database");
   db.textContent = s.database.up ? "database up" : "database down: " + s.database.error;
@@ -322,7 +359,7 @@ function drawServer(state) {
     binlog.textContent = s.binlog.following ? "binlog following" : "binlog not following (polling)";
     binlog.className = "pill" + (s.binlog.following ? "" : " bad");
   }
-  document.getElementById("updated").textContent = "updated " + new Date(state.now_s * 1000).toLocaleTimeString("en-GB");
+  document.getElementById("updated").textContent = "updated " + clock(state.now_s, true);
 }
 
 function render(state) {
@@ -340,7 +377,12 @@ function render(state) {
     card.entry = t;
     card.el.querySelector(".error").textContent = t.load_error || (t.state === "expired" ? "expired" : "");
     const values = Object.assign({}, t, t.totals);
-    for (const [field] of STATS) card.el.querySelector(".v-" + field).textContent = fmt(values[field]);
+    // dead: its list's answer says it (drawDead) while there is a list to fetch
+    const listed = (t.dead || 0) > 0 || (t.subscription && t.totals.dead_lettered > 0);
+    for (const [field] of STATS) {
+      if (field === "dead" && listed && card.el.querySelector(".dead h3")) continue;
+      card.el.querySelector(".v-" + field).textContent = fmt(values[field]);
+    }
     drawBacklog(card, t);
     drawPush(card, t);
     mergeRates(card, t, merged);

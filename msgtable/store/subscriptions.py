@@ -321,9 +321,7 @@ class FanoutStatements:
         )
         return sql, params
 
-    def mark_sql(
-        self, ids: Sequence[Hashable], last: int, now_ns: int
-    ) -> tuple[str, list[Any]]:
+    def mark_sql(self, ids: Sequence[Hashable], last: int, now_ns: int) -> tuple[str, list[Any]]:
         """Hand ``ids`` (in id order) over: numbers last + 1, last + 2, ... of the sequence
         (and, without a default group, acked at ``now_ns``)."""
         in_ids, params = in_list(ids)

@@ -22,7 +22,14 @@ from botocore.awsrequest import AWSRequest  # noqa: E402
 from botocore.credentials import Credentials  # noqa: E402
 
 KEYS = {"AKIDEXAMPLE": AccessKey("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "billing")}
-NOW = datetime.datetime.now(datetime.UTC)  # botocore signs with the time now
+
+
+def signed_at(request: signature.Request) -> datetime.datetime:
+    """When botocore signed ``request`` (its x-amz-date): the server's "now" in these tests,
+    however long the suite ran before them."""
+    return datetime.datetime.strptime(request.headers["x-amz-date"], "%Y%m%dT%H%M%SZ").replace(
+        tzinfo=datetime.UTC
+    )
 
 
 def signed(body: bytes, secret: str = KEYS["AKIDEXAMPLE"].secret) -> signature.Request:
@@ -44,7 +51,8 @@ def signed(body: bytes, secret: str = KEYS["AKIDEXAMPLE"].secret) -> signature.R
 
 
 def test_a_request_botocore_signed_is_its_keys_principal():
-    assert signature.verify(signed(b'{"QueueNamePrefix": "a"}'), KEYS, NOW) == "billing"
+    r = signed(b'{"QueueNamePrefix": "a"}')
+    assert signature.verify(r, KEYS, signed_at(r)) == "billing"
 
 
 def test_a_changed_body_or_a_wrong_secret_does_not_match():
@@ -52,25 +60,26 @@ def test_a_changed_body_or_a_wrong_secret_does_not_match():
     tampered = signature.Request(r.method, r.path, r.query, r.headers, b'{"x": 1}')
     for request in (tampered, signed(b"{}", secret="not-the-secret-at-all")):
         with pytest.raises(SqsError) as caught:
-            signature.verify(request, KEYS, NOW)
+            signature.verify(request, KEYS, signed_at(r))
         assert (caught.value.code, caught.value.status) == ("SignatureDoesNotMatch", 403)
 
 
 def test_an_old_request_an_unknown_key_and_no_signature_are_refused():
     with pytest.raises(SqsError, match="Signature expired") as caught:
-        signature.verify(signed(b"{}"), KEYS, NOW + datetime.timedelta(minutes=16))
+        r = signed(b"{}")
+        signature.verify(r, KEYS, signed_at(r) + datetime.timedelta(minutes=16))
     assert caught.value.code == "SignatureDoesNotMatch"
     with pytest.raises(SqsError) as caught:
-        signature.verify(signed(b"{}"), {}, NOW)
+        signature.verify(r, {}, signed_at(r))
     assert caught.value.code == "InvalidClientTokenId"
     r = signed(b"{}")
     bare = signature.Request(r.method, r.path, r.query, {"host": "h"}, r.body)
     with pytest.raises(SqsError) as caught:
-        signature.verify(bare, KEYS, NOW)
+        signature.verify(bare, KEYS, signed_at(r))
     assert (caught.value.code, caught.value.status) == ("MissingAuthenticationToken", 403)
     garbled = dict(r.headers, authorization="AWS4-HMAC-SHA256 nonsense")
     with pytest.raises(SqsError) as caught:
-        signature.verify(signature.Request("POST", "/", "", garbled, b"{}"), KEYS, NOW)
+        signature.verify(signature.Request("POST", "/", "", garbled, b"{}"), KEYS, signed_at(r))
     assert caught.value.code == "IncompleteSignature"
 
 

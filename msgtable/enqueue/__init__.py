@@ -154,6 +154,8 @@ def _insert(
             raise InvalidArgument(
                 f"column {name!r} is the engine's: use delay_s and priority to set it"
             )
+    if plan.config.dedup in names:
+        _check_dedup_keys(plan.config, rows)
     extra = _due_columns(plan, table, names, delay_s, priority)
     extra += _order_key_column(plan.config, table, names, order_key)
     extra += _trace_columns(plan, names, traceparent, tracestate)
@@ -163,6 +165,18 @@ def _insert(
 # A column the engine's own INSERT sets beside the application's values: (column, its SQL,
 # that SQL's parameters)
 Extra = tuple[str, str, list[Any]]
+
+
+def _check_dedup_keys(cfg: TableConfig, rows: Sequence[Mapping[str, Any]]) -> None:
+    """A vt_dedup key is text, bytes, an integer or None (no key): anything else the driver
+    would refuse in its own words, or write as its repr."""
+    for row in rows:
+        key = row[cfg.dedup]
+        if key is not None and (isinstance(key, bool) or not isinstance(key, str | bytes | int)):
+            raise InvalidArgument(
+                f"table {cfg.name}: a vt_dedup key ({cfg.dedup}) is text, bytes, an integer or "
+                f"None, not {_shown(key)}"
+            )
 
 
 def _check_delay_and_priority(delay_s: float, priority: int) -> None:

@@ -5,7 +5,7 @@
 -- Lower priority is sent first.
 -- time_created (optional, not streamed): when the message was enqueued, unix nanoseconds;
 -- msgtable report's delivery latency (created -> acked) needs it.
-create table my_message(
+create table if not exists my_message(
   id bigint not null,
   priority bigint not null default 0,
   time_next bigint default 0,

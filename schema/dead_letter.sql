@@ -1,9 +1,9 @@
 -- A message table with a dead-letter table (README: Settlement and dead letters).
--- my_message sends each message at most 5 times; one still unacked when its 5th ack wait
--- ends, or rejected by a subscriber, is moved to my_message_dead in one transaction.
--- last_error (optional in my_message): the reason of the last release / reject / renew,
+-- refunds sends each message at most 5 times; one still unacked when its 5th ack wait
+-- ends, or rejected by a subscriber, is moved to refunds_dead in one transaction.
+-- last_error (optional in refunds): the reason of the last release / reject / renew,
 -- streamed to subscribers with the message.
-create table my_message(
+create table if not exists refunds(
   id bigint not null,
   priority bigint not null default 0,
   time_next bigint default 0,
@@ -14,16 +14,16 @@ create table my_message(
   last_error varchar(1000),
   primary key(id),
   index poller_idx(time_acked, priority, time_next)
-) engine=InnoDB comment 'vitess_message,vt_ack_wait=30,vt_purge_after=86400,vt_batch_size=10,vt_cache_size=10000,vt_poller_interval=30,vt_max_attempts=5,vt_dead_letter=my_message_dead';
+) engine=InnoDB comment 'vitess_message,vt_ack_wait=30,vt_purge_after=86400,vt_batch_size=10,vt_cache_size=10000,vt_poller_interval=30,vt_max_attempts=5,vt_dead_letter=refunds_dead';
 
 -- The dead-letter table: a message table too (stream it, ack it, purge it, redrive it), with
--- every message column of my_message, and:
+-- every message column of refunds, and:
 --   time_dead   when the message died, unix nanoseconds
 --   attempts    how many times it was sent (its epoch then)
 --   last_error  why: the reject's reason, else the last release / renew reason, else
 --               "no ack after N attempts (vt_max_attempts=N)"
 -- Its rows are due at once; without subscribers they just wait (msgtable dead lists them).
-create table my_message_dead(
+create table if not exists refunds_dead(
   id bigint not null,
   priority bigint not null default 0,
   time_next bigint default 0,

@@ -8,7 +8,7 @@
 -- Required (the table does not load without them): dedup_key takes NULL, a unique index on
 -- dedup_key alone, time_created (the window runs from it), and an index that begins with
 -- time_created (the purger finds the keys to clear through it).
-create table order_jobs(
+create table if not exists order_jobs(
   id bigint not null,
   priority bigint not null default 0,
   time_next bigint default 0,

@@ -4,7 +4,7 @@
 -- vt_capture names the source tables ('|'-separated, * and ? wildcards), vt_capture_kinds the
 -- kinds (default: all). The event columns are fixed; vt_order_key=row_key delivers the events
 -- of one source row in commit order.
-create table table_events(
+create table if not exists table_events(
   id bigint not null auto_increment,
   priority bigint not null default 0,
   time_next bigint default 0,

@@ -4,7 +4,7 @@
 -- required (the table does not load without it): the poll finds each key's first unsettled
 -- messages through it, whatever the key's backlog. With vt_order_by=COLUMN the index is
 -- (key, time_acked, COLUMN) instead. Rows with a NULL key are unordered.
-create table order_events(
+create table if not exists order_events(
   id bigint not null auto_increment,
   priority bigint not null default 0,
   time_next bigint default 0,

@@ -4,7 +4,7 @@
 -- is still NULL. time_scheduled is part of the primary key, so inserts must set it
 -- (0 or any past time means "send now"): the Vitess of 2018 filled it in for the
 -- application, a plain MySQL client has to.
-create table my_message(
+create table if not exists old_message(
 time_scheduled bigint,
 id bigint,
 time_next bigint,

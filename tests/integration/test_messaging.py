@@ -45,7 +45,7 @@ def served(request: pytest.FixtureRequest, db_dsn: str):
 # -- 1. tables by comment ----------------------------------------------------------------
 def test_the_schema_files_create_tables_that_load(served: Served):
     served.sql(ddl("current.sql"))
-    served.sql(ddl("v2018.sql").replace("my_message", "old_message"))
+    served.sql(ddl("v2018.sql"))
     served.engine.refresh()
     tables = {t.name: t for t in served.client.list_tables()}
     assert tables["my_message"].load_error == ""
@@ -127,17 +127,17 @@ def test_the_2018_layout_delivers_by_time_scheduled(served: Served):
     served.sql(ddl("v2018.sql").replace("vt_poller_interval=30", "vt_poller_interval=0.1"))
     future = served.now_ns() + 1 * NS
     served.sql(
-        "insert into my_message(time_scheduled, id, message) values (0, 1, 'now'), "
+        "insert into old_message(time_scheduled, id, message) values (0, 1, 'now'), "
         "(:t, 2, 'later')",
         t=future,
     )
-    c = Collector(served.client, "my_message")
+    c = Collector(served.client, "old_message")
     (first,) = c.take(1)
     assert first.values == {"id": 1, "message": "now"}
     (second,) = c.take(1, timeout_s=5)
     assert second.id == 2 and c.arrived_ns[2][0] >= future
-    assert served.client.ack("my_message", [1, 2]) == 2
-    assert served.sql("select count(*) from my_message where time_acked is null")[0][0] == 0
+    assert served.client.ack("old_message", [1, 2]) == 2
+    assert served.sql("select count(*) from old_message where time_acked is null")[0][0] == 0
     c.close()
 
 
@@ -862,7 +862,7 @@ def test_polls_of_the_2018_layout_continue_by_due_time_then_id(db_dsn: str):
         conn.execute(sa.text(ddl("v2018.sql")))
         conn.execute(
             sa.text(
-                "insert into my_message(time_scheduled, id, time_next, message) values "
+                "insert into old_message(time_scheduled, id, time_next, message) values "
                 "(7, 1, NULL, 'a'), (0, 3, NULL, 'c'), (0, 2, NULL, 'b'), (1, 4, 5, 'd')"
             )
         )

@@ -472,9 +472,9 @@ def test_the_schema_file_of_dead_letters_creates_tables_that_load(served: Served
         if statement.strip():
             served.sql(statement)
     tables = {t.name: t for t in served.client.list_tables()}
-    assert tables["my_message"].loaded and tables["my_message_dead"].loaded
-    cfg = tables["my_message"].config
-    assert cfg is not None and (cfg.max_attempts, cfg.dead_letter) == (5, "my_message_dead")
+    assert tables["refunds"].loaded and tables["refunds_dead"].loaded
+    cfg = tables["refunds"].config
+    assert cfg is not None and (cfg.max_attempts, cfg.dead_letter) == (5, "refunds_dead")
 
 
 # -- redrive ---------------------------------------------------------------------------------

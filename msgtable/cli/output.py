@@ -162,6 +162,10 @@ def _notes(tables: list[TableInfo], subs: list[TableInfo]) -> list[tuple[str, li
             [_ordered(t) for t in tables if t.config is not None and t.config.order_key],
         ),
         (
+            "flow control (held back: the sends a limit held messages back in):",
+            [_limited(t) for t in by_name if t.limits],
+        ),
+        (
             "table events:",
             [_capturing(t) for t in tables if t.config is not None and t.config.capture],
         ),
@@ -207,6 +211,13 @@ def _ordered(t: TableInfo) -> str:
         f"  {t.name}: by {c.order_key} in {c.order_by} order; keys in flight "
         f"{t.keys_in_flight}, keys waiting {t.keys_waiting}"
     )
+
+
+def _limited(t: TableInfo) -> str:
+    label = f"{t.name}/{t.subscription}" if t.subscription else t.name
+    held = ", ".join(f"{why} {n:,}" for why, n in sorted(t.throttled.items()) if n)
+    cap = f"; {t.keys_at_cap:,} keys at their cap now" if t.keys_at_cap else ""
+    return f"  {label}: {t.limits}; held back: {held or 'never'}{cap}"
 
 
 def _capturing(t: TableInfo) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 from msgtable.core import sqltypes as mysql
 from msgtable.core.deadletters import DeadLetter
+from msgtable.core.flow import REASONS
 from msgtable.core.schedules import Missed, Schedule
 from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.tables import Column
@@ -341,6 +342,8 @@ _COUNTERS = (
     "capture_problem",
     "hold_s",
     "hold_whole",
+    "limits",
+    "keys_at_cap",
     "sender",
     "shard",
 )
@@ -368,6 +371,8 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
     for name in _BACKLOG:
         if getattr(status, name) is not None:
             setattr(message, name, getattr(status, name))
+    for reason, n in status.throttled:  # flow control (msgtable.core.flow)
+        setattr(message, "throttled_" + reason, n)
     if status.push is not None:
         message.push.CopyFrom(pb.PushStatus(**dataclasses.asdict(status.push)))
     if status.subscription and status.config is not None:
@@ -525,6 +530,10 @@ class TableInfo:
     # seconds left of a takeover's hold (0: none; msgtable.core.status.TableStatus says what)
     hold_s: float = 0.0
     hold_whole: bool = False
+    # flow control (msgtable.core.status.TableStatus says what)
+    limits: str = ""
+    keys_at_cap: int = 0
+    throttled: dict[str, int] = dataclasses.field(default_factory=dict)
     sender: str = ""  # the server that sends the table now (msgtable.core.status.TableStatus)
     shard: str = ""  # the keyspace's shard it is in ("": unsharded; msgtable.core.keyspace)
     schedules: tuple[Schedule, ...] = ()  # that enqueue into it (msgtable.core.schedules)
@@ -579,6 +588,9 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         push=push_status_from_proto(message.push) if message.HasField("push") else None,
         capture_lag_s=message.capture_lag_s if message.capture_lag_s >= 0 else None,
         **{name: getattr(message, name) for name in _COUNTERS},
+        throttled={r: getattr(message, "throttled_" + r) for r in REASONS}
+        if message.limits
+        else {},
         due=message.due if message.HasField("due") else None,
         scheduled=message.scheduled if message.HasField("scheduled") else None,
         oldest_unacked_age_s=(

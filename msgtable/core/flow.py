@@ -49,6 +49,9 @@ MAX_CAP = 10_000_000
 # A burst by default: this long at the rate (at least one message)
 DEFAULT_BURST_S = 0.1
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+# Why a send held messages back (ListTables' throttled_* counts, the metric's ``reason``):
+# vt_rate, vt_max_in_flight, vt_key_rate, vt_key_concurrency
+REASONS = ("rate", "in_flight", "key_rate", "key_cap")
 
 
 class Found(Protocol):

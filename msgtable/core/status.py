@@ -82,6 +82,11 @@ class TableStatus:
     # there before the old lease ended (the rest flow)
     hold_s: float = 0.0
     hold_whole: bool = False
+    # Flow control (msgtable.engine.flow): the limits ("": none), sends each limit held
+    # messages back in, by reason (msgtable.engine.flow.REASONS), keys at their cap now
+    limits: str = ""
+    throttled: tuple[tuple[str, int], ...] = ()
+    keys_at_cap: int = 0
     # The address of the server that sends the table (and its subscriptions) now, as this
     # one last read the placement (msgtable.engine.placement; "": none now or unknown; "this
     # server" for one that shares its database with none)

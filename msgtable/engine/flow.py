@@ -41,15 +41,13 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Sequence
 
-from msgtable.core.flow import FlowControl, TokenBucket
+from msgtable.core.flow import REASONS, FlowControl, TokenBucket
 from msgtable.core.rows import CachedRow, PolledRow
 from msgtable.core.tables import TableConfig
 from msgtable.engine.cache import MessageCache
 from msgtable.engine.due import DueRows
 from msgtable.engine.inflight import InFlight
 
-# The reasons a limit held messages back (the metric's ``reason`` label, ListTables' counts)
-REASONS = ("rate", "in_flight", "key_rate", "key_cap")
 NO_BUDGET = 2**62
 Entry = tuple[int, int, int, CachedRow]  # msgtable.engine.due's heap entries
 

@@ -33,7 +33,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Collection, Hashable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msgtable.core import settlement
 from msgtable.core.backoff import draw_jitter
@@ -642,7 +642,19 @@ class MessageManager:
                 keys_waiting=self.cache.ordered.keys_waiting if self.cache.ordered else 0,
                 hold_s=hold_s,
                 hold_whole=hold_s > 0 and self._hold_floor_ns is None,
+                **self._flow_status(),
             )
+
+    def _flow_status(self) -> dict[str, Any]:
+        """The table's limits and what they held back (msgtable.engine.flow). Under the lock."""
+        limiter = self._limiter
+        if limiter is None:
+            return {}
+        return {
+            "limits": limiter.flow.describe(),
+            "throttled": tuple(limiter.throttled.items()),
+            "keys_at_cap": limiter.keys_at_cap,
+        }
 
     # -- one step of each loop (unit tests call these directly) --------------------------
     def poll_once(self, restart: bool = True) -> int:

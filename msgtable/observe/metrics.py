@@ -103,6 +103,30 @@ class MetricsSource(Protocol):
     def delivery_delays(self) -> dict[tuple[str, str], LatencySnapshot]: ...
 
 
+def _flow_families(statuses: list[TableStatus], labels: list[tuple[str, str, str]]) -> list[Family]:
+    """Flow control's (msgtable.engine.flow): the sends each limit held messages back
+    in, and the keys at their cap, of the tables and subscriptions with limits."""
+    held = Family(
+        PREFIX + "sends_throttled",
+        COUNTER,
+        "Sends a limit held messages back in (reason: rate, in_flight, key_rate, "
+        "key_cap); the messages keep their place and are not counted as attempts.",
+        (*LABELS, "reason"),
+    )
+    capped = Family(
+        PREFIX + "keys_at_cap",
+        GAUGE,
+        "Keys with vt_key_concurrency messages in flight now.",
+        LABELS,
+    )
+    for s, ls in zip(statuses, labels, strict=True):
+        if s.limits:
+            for reason, n in s.throttled:
+                held.add((*ls, reason), n)
+            capped.add(ls, s.keys_at_cap)
+    return [held, capped]
+
+
 class EngineCollector(Collector):
     """The engine's metric families, built from its counters when scraped."""
 
@@ -139,6 +163,7 @@ class EngineCollector(Collector):
         labels = [_labels(s) for s in statuses]
         out = self._message_families(live, labels)
         out.extend(self._push_families(statuses, labels))
+        out.extend(_flow_families(statuses, labels))
         out.extend(self._backlog_families())
         g = Family(
             PREFIX + "table_sender",

@@ -52,6 +52,7 @@ LIVE_FIELDS = (
     "cached", "in_flight", "subscribers", "sent", "enqueued", "redelivered", "acked",
     "acked_dml", "released", "rejected", "renewed", "dead_lettered", "keys_in_flight",
     "keys_waiting", "hold_s", "hold_whole",
+    "throttled", "keys_at_cap",
 )  # fmt: skip
 
 
@@ -247,6 +248,11 @@ class DashboardApi:
             # a takeover's hold: seconds left (0: none), every send or the old holder's rows
             "hold_s": round(s.hold_s, 3),
             "hold_whole": s.hold_whole,
+            # flow control (msgtable.engine.flow): the limits ("": none), the sends each
+            # limit held messages back in, by reason, and the keys at their cap now
+            "limits": s.limits,
+            "throttled": dict(s.throttled),
+            "keys_at_cap": s.keys_at_cap,
             # the server that sends the table now (msgtable.engine.placement; "": none or unknown),
             # and whether it is this one
             "sender": self.engine.sender(s.name),

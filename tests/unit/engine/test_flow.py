@@ -7,8 +7,12 @@ import dataclasses
 import random
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
+from msgtable.cli.output import format_tables
 from msgtable.core.clock import FakeClock
+from msgtable.core.codec import table_info_from_proto, table_status_to_proto
 from msgtable.core.flow import rate_violations
 from msgtable.core.tables import Column
 from msgtable.engine.due import DueRows
@@ -16,6 +20,7 @@ from msgtable.engine.engine import MessageEngine
 from msgtable.engine.flow import KeyedDue
 from msgtable.engine.manager import MessageManager
 from msgtable.engine.subscriber import Subscriber
+from msgtable.observe.metrics import registry_for
 from msgtable.testing import CURRENT_COLUMNS, InMemoryStore
 
 BASE = (
@@ -275,4 +280,51 @@ def test_a_takeover_restarts_the_rates_empty(clock):
     assert send_all(m) == 0
     clock.advance(0.3)
     assert send_all(m) == 3
+    engine.close()
+
+
+def test_what_a_limit_held_back_shows_in_list_tables_msgtable_tables_and_the_metrics(clock):
+    rows = [(1, "a"), (2, "a"), (3, "b")]
+    engine, m, _ = table(clock, "vt_limit_key=tenant,vt_key_concurrency=1,vt_rate=100/s", rows)
+    m.subscribe()
+    m.poll_once()
+    clock.advance(1)
+    send_all(m)
+    (status,) = [s for s in engine.list_tables() if s.name == "q"]
+    assert status.limits == "rate 100/s (burst 10), tenant: at most 1 in flight"
+    assert dict(status.throttled)["key_cap"] >= 1 and status.keys_at_cap == 2
+    info = table_info_from_proto(table_status_to_proto(status))  # the wire, both ways
+    assert (info.limits, info.keys_at_cap) == (status.limits, 2)
+    assert info.throttled == dict(status.throttled)
+    text = format_tables([info])
+    assert "flow control (held back: the sends a limit held messages back in):" in text
+    assert "  q: rate 100/s (burst 10), tenant: at most 1 in flight; held back: key_cap" in text
+    assert "2 keys at their cap now" in text
+    families = {
+        f.name: f
+        for f in text_string_to_metric_families(generate_latest(registry_for(engine)).decode())
+    }
+    held = {
+        s.labels["reason"]: s.value
+        for s in families["msgtable_sends_throttled"].samples
+        if s.name.endswith("_total")
+    }
+    assert held["key_cap"] >= 1 and held["rate"] == 0
+    (capped,) = families["msgtable_keys_at_cap"].samples
+    assert capped.value == 2
+    engine.close()
+
+
+def test_a_table_without_limits_shows_none_and_has_no_flow_samples(clock):
+    engine, _, _ = table(clock, "", [(1, "a")])
+    (status,) = [s for s in engine.list_tables() if s.name == "q"]
+    assert (status.limits, status.throttled, status.keys_at_cap) == ("", (), 0)
+    assert "flow control" not in format_tables(
+        [table_info_from_proto(table_status_to_proto(status))]
+    )
+    families = {
+        f.name: f
+        for f in text_string_to_metric_families(generate_latest(registry_for(engine)).decode())
+    }
+    assert families["msgtable_sends_throttled"].samples == []
     engine.close()

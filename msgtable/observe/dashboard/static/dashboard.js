@@ -134,6 +134,7 @@ function newCard(t) {
     stats,
     el("div", { class: "backlog" }),
     el("div", { class: "push" }),
+    el("div", { class: "flow" }),
     el("div", { class: "rate-plot", "data-samples": "0" }),
     el("div", { class: "dead" })
   );
@@ -277,6 +278,21 @@ function drawPush(card, t) {
     : "";
 }
 
+// Flow control (msgtable.engine.flow): the limits, what they held back, keys at their cap.
+function drawFlow(card, t) {
+  const box = card.el.querySelector(".flow");
+  if (!t.limits) {
+    box.textContent = "";
+    return;
+  }
+  const held = Object.entries(t.throttled || {})
+    .filter(([, n]) => n > 0)
+    .map(([why, n]) => why + " " + fmt(n))
+    .join(", ");
+  const capped = t.keys_at_cap ? "; " + fmt(t.keys_at_cap) + " keys at their cap" : "";
+  box.textContent = "limits: " + t.limits + "; held back: " + (held || "never") + capped;
+}
+
 async function drawDead(card, t) {
   const box = card.el.querySelector(".dead");
   const has = (t.dead || 0) > 0 || (t.subscription && t.totals.dead_lettered > 0);
@@ -385,6 +401,7 @@ function render(state) {
     }
     drawBacklog(card, t);
     drawPush(card, t);
+    drawFlow(card, t);
     mergeRates(card, t, merged);
     drawPlot(card, state);
     drawDead(card, t);

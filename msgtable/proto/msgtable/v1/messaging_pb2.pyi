@@ -1048,6 +1048,12 @@ class TableStatus(_message.Message):
     HOLD_WHOLE_FIELD_NUMBER: _builtins.int
     SENDER_FIELD_NUMBER: _builtins.int
     SHARD_FIELD_NUMBER: _builtins.int
+    LIMITS_FIELD_NUMBER: _builtins.int
+    THROTTLED_RATE_FIELD_NUMBER: _builtins.int
+    THROTTLED_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    THROTTLED_KEY_RATE_FIELD_NUMBER: _builtins.int
+    THROTTLED_KEY_CAP_FIELD_NUMBER: _builtins.int
+    KEYS_AT_CAP_FIELD_NUMBER: _builtins.int
     SCHEDULES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
@@ -1135,6 +1141,17 @@ class TableStatus(_message.Message):
     empty for an unsharded keyspace. A gateway's ListTables has one entry per table and
     shard.
     """
+    limits: _builtins.str
+    """Flow control (docs/how-to/flow-control.md): the limits its comment sets ("": none)."""
+    throttled_rate: _builtins.int
+    """How many sends each limit held messages back in since the table was opened here:
+    vt_rate, vt_max_in_flight, vt_key_rate, vt_key_concurrency.
+    """
+    throttled_in_flight: _builtins.int
+    throttled_key_rate: _builtins.int
+    throttled_key_cap: _builtins.int
+    keys_at_cap: _builtins.int
+    """Keys with vt_key_concurrency messages in flight now."""
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
@@ -1193,11 +1210,17 @@ class TableStatus(_message.Message):
         hold_whole: _builtins.bool = ...,
         sender: _builtins.str = ...,
         shard: _builtins.str = ...,
+        limits: _builtins.str = ...,
+        throttled_rate: _builtins.int = ...,
+        throttled_in_flight: _builtins.int = ...,
+        throttled_key_rate: _builtins.int = ...,
+        throttled_key_cap: _builtins.int = ...,
+        keys_at_cap: _builtins.int = ...,
         schedules: _abc.Iterable[Global___Schedule] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "config", b"config", "due", b"due", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "scheduled", b"scheduled", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "schedules", b"schedules", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_at_cap", b"keys_at_cap", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "limits", b"limits", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "schedules", b"schedules", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "throttled_in_flight", b"throttled_in_flight", "throttled_key_cap", b"throttled_key_cap", "throttled_key_rate", b"throttled_key_rate", "throttled_rate", b"throttled_rate", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__due: _TypeAlias = _typing.Literal["due"]  # noqa: Y015
     _WhichOneofArgType__due: _TypeAlias = _typing.Literal["_due", b"_due"]  # noqa: Y015

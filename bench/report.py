@@ -16,6 +16,12 @@ from bench.dashboard import TARGET_SPEEDUP as TARGET_EXPOSITION_SPEEDUP
 from bench.dashboard import DashboardResult
 from bench.database import PAYLOAD
 from bench.fanout import FILTER, GROUPS, FanoutResult
+from bench.idempotency import (
+    TARGET_DEDUP_RATIO,
+    TARGET_LATE_P99_MS,
+    DedupResult,
+    ScheduleResult,
+)
 from bench.latency import LatencyResult, OnTimeResult
 from bench.measure import Throughput
 from bench.memory import MemoryResult
@@ -115,6 +121,8 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "targets.sqs_ratio",
         "targets.sqs_longpoll_p99_ms",
     ),
+    "dedup": ("dedup_ratio", "dedup", "targets.dedup_ratio"),
+    "schedules": ("schedule_late_p99_ms", "schedules", "targets.schedule_late_p99_ms"),
     "metrics": (
         "metrics_off_msgs_s",
         "metrics_on_msgs_s",
@@ -245,6 +253,8 @@ class Report:
     push: PushResult | None = None
     capture: CaptureResult | None = None
     sqs: SqsResult | None = None  # bench.sqs: the SQS API through boto3
+    dedup: DedupResult | None = None  # bench.idempotency: enqueue with vt_dedup / without
+    schedules: ScheduleResult | None = None  # bench.idempotency: how late ticks are
     metrics: MetricsCost | None = None
     dashboard: DashboardResult | None = None
     servers: ServersResult | None = None  # bench.servers: 1 and 2 server processes
@@ -461,6 +471,20 @@ class Report:
                 "INSERT commit -> SQS long-polling receive answers, p99",
                 self.sqs.p99_ms if self.sqs else None,
                 TARGET_LONGPOLL_P99_MS,
+                unit=" ms",
+                at_most=True,
+            ),
+            Target(
+                "dedup_ratio",
+                "msgtable.enqueue with vt_dedup / without, transactions of 100",
+                self.dedup.ratio if self.dedup else None,
+                TARGET_DEDUP_RATIO,
+            ),
+            Target(
+                "schedule_late_p99_ms",
+                "a schedule's tick -> its message INSERTed, p99",
+                self.schedules.p99_ms if self.schedules else None,
+                TARGET_LATE_P99_MS,
                 unit=" ms",
                 at_most=True,
             ),
@@ -945,6 +969,10 @@ class Report:
             "sqs_ratio": rnd(self.sqs.ratio if self.sqs else None, 3),
             "sqs_longpoll_p99_ms": rnd(self.sqs.p99_ms if self.sqs else None, 2),
             "sqs": self.sqs.as_dict() if self.sqs else None,
+            "dedup_ratio": rnd(self.dedup.ratio if self.dedup else None, 3),
+            "dedup": self.dedup.as_dict() if self.dedup else None,
+            "schedule_late_p99_ms": rnd(self.schedules.p99_ms if self.schedules else None, 1),
+            "schedules": self.schedules.as_dict() if self.schedules else None,
             "capture": self.capture.as_dict() if self.capture else None,
             "metrics_off_msgs_s": rnd(self.metrics.off_msgs_s if self.metrics else None, 0),
             "metrics_on_msgs_s": rnd(self.metrics.on_msgs_s if self.metrics else None, 0),

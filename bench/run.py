@@ -53,6 +53,7 @@ from bench import (
     dashboard,
     engine,
     fanout,
+    idempotency,
     latency,
     memory,
     metrics,
@@ -88,6 +89,8 @@ SECTIONS = (
     "ordering",
     "push",
     "sqs",
+    "dedup",
+    "schedules",
     "expiry",
     "backlog",
     "purge",
@@ -341,6 +344,18 @@ def run(args: argparse.Namespace) -> Report:
                 f"sqs: boto3 {q.msgs_s:,.0f} msgs/s, the gRPC client {q.grpc_msgs_s:,.0f} "
                 f"({q.ratio:.2f}) at batch {sqs.BATCH}; long poll p50 {q.p50_ms:.1f} ms, "
                 f"p99 {q.p99_ms:.1f} ms"
+            )
+        if "dedup" in only:  # enqueue alone (bench.idempotency)
+            with scratch_database(db.handle, "bench_dedup") as dsn:
+                report.dedup = idempotency.run_dedup(dsn, p.mode)
+            progress(f"dedup: enqueue with vt_dedup / without {report.dedup.ratio:.3f}")
+        if "schedules" in only:  # a server in this process ticking (bench.idempotency)
+            with scratch_database(db.handle, "bench_schedules") as dsn:
+                report.schedules = idempotency.run_schedules(dsn, p.mode)
+            sc = report.schedules
+            progress(
+                f"schedules: {sc.ticks} ticks of {sc.schedules} schedules, late p50 "
+                f"{sc.p50_ms:.1f} ms, p99 {sc.p99_ms:.1f} ms"
             )
         if "memory" in only:
             with scratch_database(db.handle, "bench_memory") as dsn:

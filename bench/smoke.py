@@ -61,3 +61,6 @@ ROUNDS = 1
 # sqs: messages through boto3 and the gRPC client (ten a time); long polls timed
 SQS_MESSAGES = 200
 SQS_LONGPOLLS = 5
+# dedup: messages enqueued into each table; schedules: seconds the schedules tick
+DEDUP_MESSAGES = 1_000
+SCHEDULE_SECONDS = 2.0

@@ -1,5 +1,6 @@
-"""The README's Tracing section runs as pasted: its DDL on a real database, its producer and
-consumer example against a real server, printing each span and its parent."""
+"""The tracing example (docs/how-to/observe.md, Tracing) runs as pasted: its DDL on a real
+database, its producer and consumer example against a real server, printing each span and its
+parent."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from tests.integration.helpers import serve
 from .helpers import describe
 from .test_readme import run_python, run_sql, snippets
 
-DSN = 'DSN = "mysql+pymysql://root@127.0.0.1:3306/app"'
+DSN = 'DSN = "mysql+pymysql://msgtable:msgtable@127.0.0.1:3306/msgtable"'
 
 
 def test_the_tracing_example_runs_as_pasted(db_dsn: str):
-    (ddl,) = snippets("sql", "## Tracing")
-    (example,) = snippets("python", "## Tracing")
+    (ddl,) = snippets("sql", "## Tracing", page="how-to/observe.md")
+    (example,) = snippets("python", "## Tracing", page="how-to/observe.md")
     assert DSN in example
     create_demo_table(db_dsn)
     run_sql(db_dsn, ddl)

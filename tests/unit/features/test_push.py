@@ -236,12 +236,12 @@ def test_the_webhook_id_is_stable_per_batch_attempt_and_safe_in_a_header() -> No
     assert a.startswith("msg_") and a[4:].isalnum() and a.isascii()
 
 
-def test_the_readmes_verify_snippet_accepts_a_pushed_request_and_refuses_a_tampered_one() -> None:
+def test_the_docs_verify_snippet_accepts_a_pushed_request_and_refuses_a_tampered_one() -> None:
     import pathlib
     import time
 
-    readme = (pathlib.Path(__file__).parents[3] / "README.md").read_text()
-    section = readme[readme.index("## Push to HTTP endpoints") :]
+    page = pathlib.Path(__file__).parents[3] / "docs" / "how-to" / "push.md"
+    section = page.read_text()
     snippet = section[section.index("```python\n") + 10 :]
     snippet = snippet[: snippet.index("```")]
     scope: dict[str, object] = {}

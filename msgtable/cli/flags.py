@@ -177,8 +177,8 @@ SPARK_MASTER_FLAG = Flag(
 
 KEYSPACE_FILE_FLAG = Flag(
     "--keyspace-file",
-    "a keyspace of shards (TOML: name, and [[shards]] with key_range, dsn, servers; see the "
-    "README)",
+    "a keyspace of shards (TOML: name, and [[shards]] with key_range, dsn, servers; see "
+    "docs/how-to/keyspaces.md)",
     env="MSGTABLE_KEYSPACE_FILE",
     metavar="FILE",
 )
@@ -193,7 +193,7 @@ LISTEN_FLAG = Flag(
 SECURITY_FLAGS = (
     Flag(
         "--auth",
-        "tokens, client certificate names and per-table rules (TOML; see the README); "
+        "tokens, client certificate names and per-table rules (TOML; see docs/how-to/security.md); "
         "without it every caller may do everything",
         env="MSGTABLE_AUTH",
         metavar="FILE",
@@ -728,8 +728,8 @@ ENDPOINT = Command(
     "set, drop and list push endpoints",
     "A push endpoint delivers a table's default group (or one of its subscriptions) by HTTP "
     "POST instead of to msgtable tail / MessageStream subscribers: CloudEvents in batches, "
-    "signed the Standard Webhooks way; a 2xx answer acks the batch (README: Push to HTTP "
-    "endpoints). The definitions live in the database (table msgtable_endpoints), so every "
+    "signed the Standard Webhooks way; a 2xx answer acks the batch (docs/how-to/push.md). "
+    "The definitions live in the database (table msgtable_endpoints), so every "
     "server sees them; the one holding the lease pushes. The server calls only URLs its "
     "--push-allow allows.",
     subcommands=(

@@ -62,7 +62,7 @@ class Strays:
             log.warning(
                 "gateway: shard %s of keyspace %r sent %s of table %s that belong "
                 "to other shards (e.g. id %r): their acks go back to it; enqueue with the "
-                "keyspace's helpers (README: Keyspaces of shards)",
+                "keyspace's helpers (docs/how-to/keyspaces.md)",
                 shard,
                 self._keyspace.name,
                 counted(len(strays), "message"),

@@ -5,20 +5,10 @@ table statements of msgtable.store.statements, run on its state table.
 
 The fan-out of a batch is one transaction: a locking read of rows no subscription has seen
 (``time_fanout IS NULL``, skipping rows another transaction still holds: they come in a later
-batch once they commit), a locking read of the table's definitions (a definition committed
+batch once they commit), a shared read of the table's definitions (a definition committed
 while a fan-out runs waits for it, or is seen by it: never half), one INSERT ... SELECT into
 each active subscription's state table (its filter a WHERE clause with bound parameters), one
 UPDATE of time_fanout, then the commit. A crash before the commit leaves every row unseen.
-
-``time_fanout`` is the table's **fan-out sequence**, in commit order: each row handed over
-gets its own number, above every number handed out before it committed (issue 42, item 3).
-The definitions' locking read serialises a table's fan-outs (two servers during a hand-over
-of the lease included) from before the numbers are read until the commit: a fan-out reads
-the highest number (MAX, one index dive on fanout_idx) only once every earlier fan-out of the
-table committed, and numbers its rows above it, in id order. So when a reader sees a number,
-every smaller one was committed before it: a cursor over the sequence never passes a row
-that commits later. Rows handed over before this (a table of an earlier version: time_fanout
-the time of the hand-over, shared by a batch) are all below the first number given now.
 """
 
 from __future__ import annotations
@@ -77,9 +67,6 @@ SELECT_ALL = f"SELECT {_FIELDS} FROM {REGISTRY} ORDER BY table_name, name"
 # read after the fan-out picked its rows: a row committed after a definition is picked
 # after it, so the read sees the definition (READ COMMITTED reads the latest commit)
 SELECT_TABLE = f"SELECT name, state FROM {REGISTRY} WHERE table_name = %s"
-# the fan-out's: locked until its commit, so that a table's fan-outs number their rows in
-# commit order (see the module docstring)
-LOCK_TABLE = SELECT_TABLE + " FOR UPDATE"
 INSERT = f"INSERT INTO {REGISTRY} ({_FIELDS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
 UPDATE = (
     f"UPDATE {REGISTRY} SET filter = %s, columns = %s, ack_wait_s = %s, max_attempts = %s, "
@@ -219,14 +206,9 @@ class FanoutStatements:
             )
         acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
         self._acked_param = not table.default_group
-        # each row its own number of the sequence: the last one given + its place among the
-        # ids, which come in id order (FIELD: the 1-based place of `id` in the list)
-        fanout = quote(FANOUT_COLUMN)
         self.mark = (
-            f"{MARK}UPDATE {self._t} SET {fanout} = %s + FIELD(`id`, {{ids}}){acked} "
-            f"WHERE `id` IN ({{ids}})"
+            f"{MARK}UPDATE {self._t} SET {quote(FANOUT_COLUMN)} = %s{acked} WHERE `id` IN ({{ids}})"
         )
-        self.last = f"SELECT MAX({fanout}) FROM {self._t}"
 
     def _select(self, filters: Sequence[Filter | None]) -> tuple[str, list[Any]]:
         """The columns a state row needs, then one 0/1 column per filter."""
@@ -321,12 +303,10 @@ class FanoutStatements:
         )
         return sql, params
 
-    def mark_sql(self, ids: Sequence[Hashable], last: int, now_ns: int) -> tuple[str, list[Any]]:
-        """Hand ``ids`` (in id order) over: numbers last + 1, last + 2, ... of the sequence
-        (and, without a default group, acked at ``now_ns``)."""
+    def mark_sql(self, ids: Sequence[Hashable], now_ns: int) -> tuple[str, list[Any]]:
         in_ids, params = in_list(ids)
         extra = [now_ns] if self._acked_param else []
-        return self.mark.format(ids=in_ids), [last, *params, *extra, *params]
+        return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
 
 
 def lag_sql(state_table: str, source: str, cap: int) -> str:
@@ -584,7 +564,7 @@ class SubscriptionSQL:
                     conn.rollback()
                     return {"": 0}, set()
                 ids = [r[0] for r in picked]
-                cur.execute(LOCK_TABLE, [table.name])
+                cur.execute(SELECT_TABLE, [table.name])
                 active = [
                     server_text(n)
                     for n, st in cur.fetchall()
@@ -601,9 +581,7 @@ class SubscriptionSQL:
                         continue
                     sql, params = statements.insert(loaded[name].sub.state_table, rows, now_ns)
                     got[name] = max(0, cur.execute(sql, params))
-                cur.execute(statements.last)  # every earlier fan-out committed by now
-                (last,) = cur.fetchone()
-                sql, params = statements.mark_sql(ids, int(last or 0), now_ns)
+                sql, params = statements.mark_sql(ids, now_ns)
                 cur.execute(sql, params)
             conn.commit()
         got[""] = len(ids)

@@ -629,36 +629,3 @@ def test_the_purge_waits_for_no_lock_of_a_state_table(served: Served):
     assert sorted(r[0] for r in served.sql("select id from orders")) == [1, 2]
     assert store.purge(cfg, now, 500) == 1  # 1 now settled by both
     assert [r[0] for r in served.sql("select id from orders")] == [2]
-
-
-def test_the_fanout_numbers_rows_in_commit_order(served: Served):
-    """time_fanout is a sequence in commit order (issue 42, item 3): each row handed over has
-    its own number, and a fan-out numbers its rows only once every other fan-out of the table
-    committed, above their numbers; a cursor over the sequence never passes a row that
-    commits later."""
-    make_orders(served)
-    served.client.create_subscription("orders", "audit")
-    enqueue(served, [1, 2, 3])
-    handed = "select count(*) from orders where time_fanout is null"
-    wait_until(lambda: served.sql(handed)[0][0] == 0, what="rows 1-3 handed over")
-    numbers = [r[0] for r in served.sql("select time_fanout from orders order by id")]
-    assert numbers == sorted(set(numbers)), "one number each, in id order"
-    with served.transaction() as other:  # another fan-out (a server losing the lease), open
-        other.execute(
-            sa.text(
-                "select name from msgtable_subscriptions where table_name = 'orders' for update"
-            )
-        )
-        (last,) = other.execute(sa.text("select max(time_fanout) from orders")).one()
-        other.execute(
-            sa.text(
-                "insert into orders(id, message, region, kind, amount, time_fanout) "
-                f"values (4, 'm4', 'eu', 'order', 4, {last + 1})"
-            )
-        )
-        enqueue(served, [5])  # committed: this server's fan-out picks it, and waits
-        time.sleep(1.0)  # several fan-out passes (vt_poller_interval=0.2)
-        assert served.sql("select time_fanout from orders where id = 5")[0][0] is None
-    wait_until(lambda: served.sql(handed)[0][0] == 0, what="row 5 handed over")
-    (four, five) = [r[0] for r in served.sql("select time_fanout from orders where id in (4, 5)")]
-    assert five > four == last + 1  # numbered after the other fan-out committed, above it

@@ -145,7 +145,13 @@ class MySQLTables(Tables):
             self.sql.execute(current_layout_ddl(name, DEMO_COMMENT))
         else:
             lines = [s for s in V2018_SQL.splitlines() if not s.startswith("--")]
-            self.sql.execute("\n".join(lines).replace("old_message", name).replace("if not exists ", "").rstrip().rstrip(";"))
+            self.sql.execute(
+                "\n".join(lines)
+                .replace("old_message", name)
+                .replace("if not exists ", "")
+                .rstrip()
+                .rstrip(";")
+            )
 
     def _create_with(self, name: str, comment: str, extra: dict[str, str]) -> None:
         columns = ",\n  ".join(f"{n} {t}" for n, t in extra.items())

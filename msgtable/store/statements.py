@@ -26,6 +26,12 @@ from msgtable.store.ordering import OrderStatements
 from msgtable.store.protocol import Keep
 
 Polls = tuple[str, str, str]  # a poll from the start, after a key, after a key with no time_next
+# Every UPDATE of rows by id goes by the primary key, locking its rows in id order: on a table
+# (or a state table) with few unacked rows the optimizer may prefer poller_idx for
+# ``time_acked IS NULL``, and an UPDATE that locks the index's entry before the row deadlocks
+# with one that locks the row first (an ack against a release, a renew against a send's
+# locking read: the fault suite saw both)
+BY_ID = "FORCE INDEX (PRIMARY)"
 
 
 @dataclass(frozen=True)
@@ -204,7 +210,8 @@ class TableStatements:
     def _write_sends(self, n: _Names) -> None:
         tf, rid, epoch, acked, due = n.tf, n.rid, n.epoch, n.acked, n.due
         self.claim = (
-            f"{MARK}UPDATE {tf} SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
+            f"{MARK}UPDATE {tf} {BY_ID} "
+            f"SET {quote('time_next')} = %s, {epoch} = COALESCE({epoch}, 0) + 1 "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND {acked} IS NULL AND {due}"
         )
         # The claim's slow path: the rows it may claim, locked before its UPDATE (which then
@@ -222,14 +229,14 @@ class TableStatements:
         # the send even where an ack by DML came first, and moves time_next only where no
         # ack did; a row rescheduled or re-versioned by DML since the send keeps its values.
         self.postpone = (
-            f"{MARK}UPDATE {tf} SET {epoch} = COALESCE({epoch}, 0) + 1, "
+            f"{MARK}UPDATE {tf} {BY_ID} SET {epoch} = COALESCE({epoch}, 0) + 1, "
             f"{quote('time_next')} = IF({acked} IS NULL, %s, {quote('time_next')}) "
             f"WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s AND ({acked} IS NOT NULL OR {due})"
         )
 
     def _write_acks(self, cfg: TableConfig, n: _Names) -> None:
         t, tf, rid, epoch, acked = n.t, n.tf, n.rid, n.epoch, n.acked
-        set_acked = f"{MARK}UPDATE {tf} SET {acked} = %s, {quote('time_next')} = NULL"
+        set_acked = f"{MARK}UPDATE {tf} {BY_ID} SET {acked} = %s, {quote('time_next')} = NULL"
         # not acked, and not dead in place: a late ack leaves a dead letter dead, as it finds
         # no row of one moved to a dead-letter table
         where_unacked = (
@@ -283,13 +290,13 @@ class TableStatements:
         # release: sent at least once (or now), not acked, not dead: due at the given time.
         # ``{bound}``: the deliveries the call answers (deadstore.delivery_expr)
         self.release = (
-            f"{MARK}UPDATE {tf} SET {count_first}, {raw_next} = %s{error} "
+            f"{MARK}UPDATE {tf} {BY_ID} SET {count_first}, {raw_next} = %s{error} "
             f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
             f"AND (COALESCE({epoch}, 0) > 0 OR {{first}})"
         )
         # renew: sent and not due again yet (so not sent since): due no sooner than ``until``
         self.renew = (
-            f"{MARK}UPDATE {tf} SET {count_first}, "
+            f"{MARK}UPDATE {tf} {BY_ID} SET {count_first}, "
             f"{raw_next} = IF({{first}}, %s, GREATEST(COALESCE({raw_next}, 0), %s)){error} "
             f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
             f"AND ({{first}} OR (COALESCE({epoch}, 0) > 0 AND {raw_next} > %s))"

@@ -13,8 +13,10 @@ import pytest
 
 from msgtable.client import Client
 from msgtable.core.subscriptions import state_table_name
-from msgtable.core.tables import DEAD_TIME_NEXT
+from msgtable.core.tables import DEAD_TIME_NEXT, current_layout_ddl, load_table
 from msgtable.errors import InvalidArgument, TableLoadError
+from msgtable.store.statements import TableStatements
+from msgtable.testing import CURRENT_COLUMNS
 
 from ..waiting import wait_until
 from .helpers import Collector, Served, comment, serve
@@ -540,3 +542,28 @@ def test_settling_by_dml_in_the_applications_transaction_is_honoured(db_dsn: str
             c.close()
         rows = s.sql("select id, epoch, time_next, time_acked is null from jobs order by id")
         assert [tuple(r) for r in rows] == [(1, 1, DEAD_TIME_NEXT, 1), (2, 2, None, 0)]
+
+
+def test_every_update_by_id_goes_by_the_primary_key(sql: Any):
+    """On a table of many acked rows and few unacked ones the optimizer took poller_idx for
+    ``time_acked IS NULL`` over the id list, locking the index's entries before the rows: such
+    an UPDATE deadlocked with one that locks the rows first (the fault suite saw an ack
+    against a release, a renew against a send's locking read). Each goes by the primary
+    key (msgtable.store.statements.BY_ID), locking its rows in id order."""
+    sql.execute(current_layout_ddl("q", comment()))
+    values = ", ".join(f"({i}, 'm', {'NULL' if i % 1000 == 0 else 1})" for i in range(1, 20_001))
+    sql.execute(f"insert into q(id, message, time_acked) values {values}")
+    sql.execute("analyze table q")
+    s = TableStatements(load_table("q", comment(), CURRENT_COLUMNS, (("id",),)))
+    ids = ",".join(str(i) for i in range(1, 1001))  # one unacked, 999 acked (a late ack)
+    statements = {
+        "claim": (s.claim.format(ids=ids), [1, 0, 1]),
+        "postpone": (s.postpone.format(ids=ids), [1, 0, 1]),
+        "ack": (s.ack.format(ids=ids), [1]),
+        "ack_first": (s.ack_first.format(ids=ids), [1]),
+        "release": (s.release.format(ids=ids, first="FALSE", bound="TRUE"), [1]),
+        "renew": (s.renew.format(ids=ids, first="FALSE", bound="TRUE"), [1, 1, 1]),
+    }
+    for what, (statement, params) in statements.items():
+        plan = sql.connection.exec_driver_sql("EXPLAIN " + statement, tuple(params)).fetchall()
+        assert [row[5] for row in plan] == ["PRIMARY"], f"{what}: {plan}"

@@ -36,7 +36,8 @@ def test_the_statements_of_the_current_layout():
         " OR `id` > %s)))" + order
     )
     assert s.claim == (
-        "/* msgtable */ UPDATE `q` SET `time_next` = %s, `epoch` = COALESCE(`epoch`, 0) + 1 "
+        "/* msgtable */ UPDATE `q` FORCE INDEX (PRIMARY) "
+        "SET `time_next` = %s, `epoch` = COALESCE(`epoch`, 0) + 1 "
         "WHERE `id` IN ({ids}) AND `epoch` <=> %s AND `time_acked` IS NULL "
         "AND (`time_next` IS NULL OR `time_next` <= %s)"
     )
@@ -45,7 +46,7 @@ def test_the_statements_of_the_current_layout():
         "AND (`time_next` IS NULL OR `time_next` <= %s) FOR UPDATE"
     )
     assert s.ack == (
-        "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL "
+        "/* msgtable */ UPDATE `q` FORCE INDEX (PRIMARY) SET `time_acked` = %s, `time_next` = NULL "
         "WHERE `id` IN ({ids}) AND `time_acked` IS NULL "
         "AND NOT (`time_next` <=> 9223372036854775807)"  # a dead one stays dead
     )
@@ -81,7 +82,7 @@ def test_the_statements_of_the_deferred_postpone():
         f"AND `time_acked` IS NULL AND {due} LOCK IN SHARE MODE"
     )
     assert s.postpone == (
-        "/* msgtable */ UPDATE `q` SET `epoch` = COALESCE(`epoch`, 0) + 1, "
+        "/* msgtable */ UPDATE `q` FORCE INDEX (PRIMARY) SET `epoch` = COALESCE(`epoch`, 0) + 1, "
         "`time_next` = IF(`time_acked` IS NULL, %s, `time_next`) "
         f"WHERE `id` IN ({{ids}}) AND `epoch` <=> %s AND (`time_acked` IS NOT NULL OR {due})"
     )
@@ -90,11 +91,13 @@ def test_the_statements_of_the_deferred_postpone():
         "AND NOT (`time_next` <=> 9223372036854775807)"
     )
     assert s.ack_first == (
-        "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
+        "/* msgtable */ UPDATE `q` FORCE INDEX (PRIMARY) "
+        "SET `time_acked` = %s, `time_next` = NULL, "
         "`epoch` = COALESCE(`epoch`, 0) + 1" + unacked
     )
     assert s.ack_mixed == (
-        "/* msgtable */ UPDATE `q` SET `time_acked` = %s, `time_next` = NULL, "
+        "/* msgtable */ UPDATE `q` FORCE INDEX (PRIMARY) "
+        "SET `time_acked` = %s, `time_next` = NULL, "
         "`epoch` = COALESCE(`epoch`, 0) + (`id` IN ({first}))" + unacked
     )
 

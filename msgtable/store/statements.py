@@ -26,7 +26,8 @@ from msgtable.store.ordering import OrderStatements
 from msgtable.store.protocol import Keep
 
 Polls = tuple[str, str, str]  # a poll from the start, after a key, after a key with no time_next
-# Every UPDATE of rows by id goes by the primary key, locking its rows in id order: on a table
+# Every UPDATE or locking read of rows by id goes by the primary key, locking its rows in id
+# order: on a table
 # (or a state table) with few unacked rows the optimizer may prefer poller_idx for
 # ``time_acked IS NULL``, and an UPDATE that locks the index's entry before the row deadlocks
 # with one that locks the row first (an ack against a release, a renew against a send's
@@ -217,12 +218,12 @@ class TableStatements:
         # The claim's slow path: the rows it may claim, locked before its UPDATE (which then
         # matches exactly these), when an UPDATE alone matched only some of its rows.
         self.claimable = (
-            f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
+            f"SELECT {rid} FROM {tf} {BY_ID} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
             f"AND {acked} IS NULL AND {due} FOR UPDATE"
         )
         # The send's locking read: rows a concurrent ack by DML has not reached (it waits).
         self.lock = (
-            f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
+            f"SELECT {rid} FROM {tf} {BY_ID} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
             f"AND {acked} IS NULL AND {due} LOCK IN SHARE MODE"
         )
         # The postpone of rows sent (at epoch, at time) and not acked through us: it counts

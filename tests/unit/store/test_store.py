@@ -42,7 +42,8 @@ def test_the_statements_of_the_current_layout():
         "AND (`time_next` IS NULL OR `time_next` <= %s)"
     )
     assert s.claimable == (
-        "SELECT `id` FROM `q` WHERE `id` IN ({ids}) AND `epoch` <=> %s AND `time_acked` IS NULL "
+        "SELECT `id` FROM `q` FORCE INDEX (PRIMARY) WHERE `id` IN ({ids}) AND `epoch` <=> %s "
+        "AND `time_acked` IS NULL "
         "AND (`time_next` IS NULL OR `time_next` <= %s) FOR UPDATE"
     )
     assert s.ack == (
@@ -78,7 +79,7 @@ def test_the_statements_of_the_deferred_postpone():
     s = TableStatements(load_table("q", GOOD, CURRENT_COLUMNS, (("id",),)))
     due = "(`time_next` IS NULL OR `time_next` <= %s)"
     assert s.lock == (
-        "SELECT `id` FROM `q` WHERE `id` IN ({ids}) AND `epoch` <=> %s "
+        "SELECT `id` FROM `q` FORCE INDEX (PRIMARY) WHERE `id` IN ({ids}) AND `epoch` <=> %s "
         f"AND `time_acked` IS NULL AND {due} LOCK IN SHARE MODE"
     )
     assert s.postpone == (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from msgtable.aio.router import AioRouter
@@ -11,8 +11,10 @@ from msgtable.client import requests
 from msgtable.client.client import DEFAULT_RETRY_FOR_S, DEFAULT_TIMEOUT_S
 from msgtable.client.credentials import channel_credentials
 from msgtable.client.leaser import DEFAULT_MAX_LEASE_S
+from msgtable.core import codec
 from msgtable.core.codec import ServerStatus, TableInfo
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
+from msgtable.core.schedules import Schedule
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
@@ -198,6 +200,34 @@ class Client:
         """Drop a subscription and its delivery state."""
         request = pb.DropSubscriptionRequest(table=table, keyspace=keyspace, name=name)
         await self._router.unary("DropSubscription", request)
+
+    async def create_schedule(
+        self,
+        name: str,
+        table: str,
+        cron: str,
+        values: Mapping[str, Any] | str | None = None,
+        timezone: str = "UTC",
+        missed: str = "skip",
+        keyspace: str = "",
+    ) -> Schedule:
+        """As the sync Client.create_schedule: each tick of ``cron`` enqueues one message."""
+        request = requests.create_schedule_request(
+            name, table, cron, values, timezone, missed, keyspace
+        )
+        response = await self._router.unary("CreateSchedule", request)
+        return codec.schedule_from_proto(response.schedule)
+
+    async def list_schedules(self, table: str = "", keyspace: str = "") -> list[Schedule]:
+        """The schedules (of ``table``, or all), with their last and next tick."""
+        request = pb.ListSchedulesRequest(keyspace=keyspace, table=table)
+        response = await self._router.unary("ListSchedules", request)
+        return [codec.schedule_from_proto(x) for x in response.schedules]
+
+    async def drop_schedule(self, name: str, keyspace: str = "") -> bool:
+        """Drop schedule ``name``; whether there was one."""
+        request = pb.DropScheduleRequest(keyspace=keyspace, name=name)
+        return bool((await self._router.unary("DropSchedule", request)).dropped)
 
     async def list_subscriptions(self, table: str = "", keyspace: str = "") -> list[TableInfo]:
         """The subscriptions (of ``table``, or all) with state, filter, lag and counters."""

@@ -3,7 +3,6 @@ list tables)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -327,11 +326,9 @@ class Client:
         of ``values`` (column -> value, or their JSON) into ``table``, exactly once across the
         servers; ticks missed while no server ran are skipped or enqueued once (``missed``).
         Returns it as written (its first tick in next_tick_ns)."""
-        text = values if isinstance(values, str) else json.dumps(dict(values or {}))
-        wanted = pb.Schedule(
-            name=name, table=table, cron=cron, timezone=timezone, values=text, missed=missed
+        request = requests.create_schedule_request(
+            name, table, cron, values, timezone, missed, keyspace
         )
-        request = pb.CreateScheduleRequest(keyspace=keyspace, schedule=wanted)
         return codec.schedule_from_proto(self._router.unary("CreateSchedule", request).schedule)
 
     def list_schedules(self, table: str = "", keyspace: str = "") -> list[Schedule]:

@@ -3,8 +3,9 @@ the asyncio one (msgtable.aio) check arguments and encode ids the same way."""
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from msgtable.core import codec
@@ -339,3 +340,20 @@ def settled(method: str, table: str, response: Any) -> int:
             unreached,
         )
     return count
+
+
+def create_schedule_request(
+    name: str,
+    table: str,
+    cron: str,
+    values: Mapping[str, Any] | str | None,
+    timezone: str,
+    missed: str,
+    keyspace: str,
+) -> pb.CreateScheduleRequest:
+    """A CreateSchedule request (see Client.create_schedule for the arguments)."""
+    text = values if isinstance(values, str) else json.dumps(dict(values or {}))
+    wanted = pb.Schedule(
+        name=name, table=table, cron=cron, timezone=timezone, values=text, missed=missed
+    )
+    return pb.CreateScheduleRequest(keyspace=keyspace, schedule=wanted)

@@ -193,3 +193,28 @@ def test_a_schedule_made_by_plain_sql_starts_at_its_next_tick(db_dsn, db):
         wait_until(
             lambda: [r for r in _ticks(db) if r[1] == "by-hand"], timeout_s=10, what="a tick"
         )
+
+
+def test_both_clients_make_list_and_drop_a_schedule_over_grpc(db_dsn, db):
+    import asyncio
+
+    from msgtable.aio import Client as AsyncClient
+
+    from .helpers import serve
+
+    _table(db)
+    with serve(db_dsn) as s:
+        made = s.client.create_schedule("nightly", "jobs", "0 3 * * *", {"message": "n"})
+        assert (made.name, made.table, made.next_tick_ns > 0) == ("nightly", "jobs", True)
+
+        async def aio_side() -> tuple[list[str], bool, list[str]]:
+            async with AsyncClient(s.server.address) as client:
+                await client.create_schedule("hourly", "jobs", "0 * * * *", '{"message": "h"}')
+                names = sorted(x.name for x in await client.list_schedules("jobs"))
+                dropped = await client.drop_schedule("nightly")
+                left = [x.name for x in await client.list_schedules()]
+                return names, dropped, left
+
+        assert asyncio.run(aio_side()) == (["hourly", "nightly"], True, ["hourly"])
+        assert [x.name for x in s.client.list_schedules()] == ["hourly"]
+        assert s.client.drop_schedule("hourly") is True and s.client.drop_schedule("x") is False

@@ -77,9 +77,6 @@ CLOSE_TIMEOUT_S = 10.0
 # the time, whatever the number of keys)
 MIN_PASS_GAP_NS = 100_000_000
 PASS_SHARE = 10
-# While a pass lags, the redelivery poll (_poll_timed) reads the rows given a time at most
-# this often
-TIMED_POLL_GAP_NS = 250_000_000
 
 
 class MessageManager:
@@ -137,7 +134,6 @@ class MessageManager:
         self._pass_began_ns = 0  # when it began (a pass begins at least every poll interval)
         self._pass_cost_ns = 0  # how long the last whole pass took
         self._pass_due_ns = 2**63  # the next pass begins by then (an INSERT the binlog showed)
-        self._timed_at_ns = 0  # when the last redelivery poll ran (_poll_timed)
         self._stop = threading.Event()
         self._poll_wake = threading.Event()
         self._send_wake = threading.Event()
@@ -684,10 +680,6 @@ class MessageManager:
     def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
             return self._poll_ordered(self.cache.ordered, restart)
-        return self._poll_pass(restart) + self._poll_timed()
-
-    def _poll_pass(self, restart: bool) -> int:
-        """The next page of the pass (see poll_once)."""
         now = self.clock.now_ns()
         with self._lock:
             if not self._subscribers:
@@ -719,40 +711,6 @@ class MessageManager:
                     full = len(rows) >= limit
                     self._cursor = last if full else None
                 self.cache.due.pending = full
-        if added:
-            self._send_wake.set()
-        return added
-
-    def _poll_timed(self) -> int:
-        """The redelivery poll. A pass reads a priority's fresh rows (time_next 0 or NULL)
-        before its rows given a time (a redelivery, a release, a delayed message), so while
-        the group lags, a due redelivery would wait for the whole backlog. While the pass
-        lags (the last poll left due rows in the table), at most every TIMED_POLL_GAP_NS,
-        this reads those rows apart (Store.poll_timed), due now or before the next poll, into
-        the cache even when fresh rows fill it (up to ``over`` past its size), where they go
-        before the fresh ones (msgtable.engine.due). Not during a takeover's floor (the
-        held rows wait for its end) nor for an ordered table (msgtable.engine.ordered)."""
-        now = self.clock.now_ns()
-        with self._lock:
-            due = self.cache.due
-            if (
-                not due.pending
-                or not self._subscribers
-                or self._hold_floor_ns is not None
-                or now - self._timed_at_ns < TIMED_POLL_GAP_NS
-            ):
-                return 0
-            self._timed_at_ns = now
-            cfg = self.config
-            over = max(cfg.batch_size, cfg.cache_size // 10)
-            # rows sent and not postponed yet are still due in the table: read past them
-            limit = over + min(self.cache.inflight.unclaimed, cfg.cache_size)
-        with self.cache.poll() as poll:
-            rows = self.store.poll_timed(cfg, now + _lookahead_ns(cfg), limit)
-            with self._lock:
-                if not self._subscribers:
-                    return 0
-                added, _ = poll.add(rows, now, created=True, over=over)
         if added:
             self._send_wake.set()
         return added

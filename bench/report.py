@@ -16,6 +16,8 @@ from bench.dashboard import TARGET_SPEEDUP as TARGET_EXPOSITION_SPEEDUP
 from bench.dashboard import DashboardResult
 from bench.database import PAYLOAD
 from bench.fanout import FILTER, GROUPS, FanoutResult
+from bench.flow import TARGETS as FLOW_TARGETS
+from bench.flow import FlowResult
 from bench.idempotency import (
     TARGET_DEDUP_RATIO,
     TARGET_LATE_P99_MS,
@@ -123,6 +125,19 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     ),
     "dedup": ("dedup_ratio", "dedup", "targets.dedup_ratio"),
     "schedules": ("schedule_late_p99_ms", "schedules", "targets.schedule_late_p99_ms"),
+    "flow": (
+        "rate_limit_error",
+        "key_cap_violations",
+        "caps_ratio",
+        "fair_dwell_ratio",
+        "fair_ratio",
+        "flow",
+        "targets.rate_limit_error",
+        "targets.key_cap_violations",
+        "targets.caps_ratio",
+        "targets.fair_dwell_ratio",
+        "targets.fair_ratio",
+    ),
     "metrics": (
         "metrics_off_msgs_s",
         "metrics_on_msgs_s",
@@ -255,6 +270,7 @@ class Report:
     sqs: SqsResult | None = None  # bench.sqs: the SQS API through boto3
     dedup: DedupResult | None = None  # bench.idempotency: enqueue with vt_dedup / without
     schedules: ScheduleResult | None = None  # bench.idempotency: how late ticks are
+    flow: FlowResult | None = None  # bench.flow: rates, caps per key, fair share
     metrics: MetricsCost | None = None
     dashboard: DashboardResult | None = None
     servers: ServersResult | None = None  # bench.servers: 1 and 2 server processes
@@ -282,6 +298,56 @@ class Report:
     def ratio_vs_peer(self) -> float | None:
         mt = self.find("msgtable", self.batch_size, self.subscribers)
         return mt.msgs_s / self.peer.msgs_s if mt and self.peer else None
+
+    def _flow_targets(self) -> list[Target]:
+        """Flow control's (bench.flow)."""
+        f, t = self.flow, FLOW_TARGETS
+        return [
+            Target(
+                "rate_limit_error",
+                "vt_rate=1000/s under a backlog: the rate measured, its error",
+                f.rate_limit_error if f else None,
+                t["rate_limit_error"],
+                at_most=True,
+            ),
+            Target(
+                "key_cap_violations",
+                "keys over their vt_key_concurrency at any instant",
+                f.key_cap_violations if f else None,
+                t["key_cap_violations"],
+                at_most=True,
+            ),
+            Target(
+                "caps_ratio",
+                "with a cap per key (none at it) / without, msgs/s",
+                f.caps_ratio if f else None,
+                t["caps_ratio"],
+            ),
+            Target(
+                "fair_dwell_ratio",
+                "quiet tenants' commit -> send p99: beside a 100x noisy one / alone",
+                f.fair_dwell_ratio if f else None,
+                t["fair_dwell_ratio"],
+                at_most=True,
+            ),
+            Target(
+                "fair_ratio",
+                "with a fairness key / without, msgs/s",
+                f.fair_ratio if f else None,
+                t["fair_ratio"],
+            ),
+        ]
+
+    def _flow_json(self) -> dict[str, Any]:
+        f = self.flow
+        return {
+            "rate_limit_error": rnd(f.rate_limit_error if f else None, 4),
+            "key_cap_violations": f.key_cap_violations if f else None,
+            "caps_ratio": rnd(f.caps_ratio if f else None, 3),
+            "fair_dwell_ratio": rnd(f.fair_dwell_ratio if f else None, 3),
+            "fair_ratio": rnd(f.fair_ratio if f else None, 3),
+            "flow": f.as_dict() if f else None,
+        }
 
     def targets(self) -> list[Target]:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
@@ -488,6 +554,7 @@ class Report:
                 unit=" ms",
                 at_most=True,
             ),
+            *self._flow_targets(),
             Target(
                 "capture_events_s",
                 "table events: source row changes captured a second",
@@ -973,6 +1040,7 @@ class Report:
             "dedup": self.dedup.as_dict() if self.dedup else None,
             "schedule_late_p99_ms": rnd(self.schedules.p99_ms if self.schedules else None, 1),
             "schedules": self.schedules.as_dict() if self.schedules else None,
+            **self._flow_json(),
             "capture": self.capture.as_dict() if self.capture else None,
             "metrics_off_msgs_s": rnd(self.metrics.off_msgs_s if self.metrics else None, 0),
             "metrics_on_msgs_s": rnd(self.metrics.on_msgs_s if self.metrics else None, 0),

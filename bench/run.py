@@ -53,6 +53,7 @@ from bench import (
     dashboard,
     engine,
     fanout,
+    flow,
     idempotency,
     latency,
     memory,
@@ -88,6 +89,7 @@ SECTIONS = (
     "redelivery",
     "ordering",
     "push",
+    "flow",
     "sqs",
     "dedup",
     "schedules",
@@ -119,6 +121,7 @@ ENGINE_SECTIONS = {
     "redelivery",
     "ordering",
     "expiry",
+    "flow",
     "backlog",
     "purge",
 }
@@ -475,6 +478,11 @@ def run_engine(
             )
         if "ordering" in only:
             report.ordering = run_ordering(args, p, db, server, dsn)
+        if "flow" in only:  # flow control (bench.flow)
+            report.flow = flow.run(
+                server, dsn, p.mode, args.poller_interval, postpone_after_s=postpone
+            )
+            progress(flow.summary(report.flow))
         if "backlog" in only:
             report.backlog = scale.backlog(
                 server, dsn, b, k, args.poller_interval, postpone_after_s=postpone, sizes=p.backlog

@@ -64,3 +64,7 @@ SQS_LONGPOLLS = 5
 # dedup: messages enqueued into each table; schedules: seconds the schedules tick
 DEDUP_MESSAGES = 1_000
 SCHEDULE_SECONDS = 2.0
+# flow: seconds the rate is measured; backlogs of the caps, small-cap and fair-share drains
+# (and their keys); seconds of each live fair-share run
+FLOW = {"rate_s": 1.0, "caps_rows": 1_000, "caps_keys": 50, "cap_rows": 200, "cap_keys": 5,
+        "fair_rows": 1_000, "live_s": 1.0}  # fmt: skip

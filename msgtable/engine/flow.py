@@ -93,6 +93,13 @@ class Limiter:
         return bool(self.flow.keyed_column)
 
     @property
+    def counts_rows(self) -> bool:
+        """Whether a limit counts each row (a rate, a cap, a limit per key): a table with a
+        fairness key only has nothing to count."""
+        f = self.flow
+        return bool(f.rate_per_s or f.max_in_flight or f.per_key)
+
+    @property
     def counts_landings(self) -> bool:
         """Whether the limiter must hear of each row leaving flight (a cap is set)."""
         return self.flow.capped
@@ -158,6 +165,8 @@ class Limiter:
     def delivered(self, rows: Sequence[CachedRow], at_ns: int) -> None:
         """These charged rows are handed over at ``at_ns`` (under the lock, just before):
         their tokens are spent then."""
+        if not self._charged:
+            return  # nothing was counted (a fairness key only)
         self._delivered.update(r.id for r in rows)
         if self._group is not None:
             self._group.spend(len(rows), at_ns)
@@ -313,6 +322,7 @@ class KeyedDue(DueRows):
     (vt_fair_key), else the best row of a free key goes first."""
 
     def __init__(self, size: int, key_index: int, fair: bool, limiter: Limiter) -> None:
+        self._left_behind = False  # a pass left rows in the table past a key's share
         super().__init__(size)
         self._key_index = key_index
         self._fair = fair
@@ -320,6 +330,25 @@ class KeyedDue(DueRows):
         self._heaps: dict[Hashable, list[Entry]] = {}
         self._turns: deque[Hashable] = deque()  # fair: the keys with rows, in turn
         self._heads: list[tuple[int, int, int, Hashable]] = []  # else: keys by their best row
+
+    @property
+    def fair(self) -> bool:
+        return self._fair
+
+    @property
+    def left_behind(self) -> bool:
+        """Whether the current pass left rows of a key past its share in the table."""
+        return self._left_behind
+
+    @property
+    def pending(self) -> bool:
+        """More due rows may wait in the table: the last poll filled its page, or a pass left
+        rows of a key past its share there (read them when the cache has room again)."""
+        return self._pending or self._left_behind
+
+    @pending.setter
+    def pending(self, value: bool) -> None:
+        self._pending = value
 
     # -- filling -------------------------------------------------------------------------
     def add(
@@ -336,20 +365,24 @@ class KeyedDue(DueRows):
         if not self._fair:
             return super().add(rows, now_ns, unclaimed, held, changed, created)
         at = 3 + self._key_index
+        if not self._pending:  # the pass before ended: this poll begins a new one
+            self._left_behind = False
         self._drain()  # the keys' heaps hold every due row (and some stale ones: at most 2x)
-        share = max(1, self.size // (len(self._heaps) + 2))
+        share = max(1, self.size // 2)
         counts: dict[Hashable, int] = {}
         kept: list[PolledRow] = []
         where: list[int] = []  # the place in ``rows`` of each kept row
-        queued = self._queued
+        queued, sending = self._queued, self.sending
         for i, r in enumerate(rows):
-            key = r[at]
-            if r[3] not in queued:
+            key, rid = r[at], r[3]
+            out = rid in sending or rid in unclaimed or rid in held or rid in changed
+            if not out and rid not in queued:  # a new row (the others are skipped or refreshed)
                 n = counts.get(key)
                 if n is None:
                     heap = self._heaps.get(key)
                     n = len(heap) if heap is not None else 0
                 if n >= share:
+                    self._left_behind = True
                     continue
                 counts[key] = n + 1
             kept.append(r)
@@ -375,7 +408,8 @@ class KeyedDue(DueRows):
         return batch
 
     def _pop_turns(self, n: int, batch: list[CachedRow]) -> None:
-        turns, heaps, queued, admit = self._turns, self._heaps, self._queued, self.limiter.admit
+        turns, heaps, queued = self._turns, self._heaps, self._queued
+        admit = self.limiter.admit if self.limiter.counts_rows else None
         blocked: list[Hashable] = []
         while turns and len(batch) < n:
             key = turns.popleft()
@@ -386,7 +420,7 @@ class KeyedDue(DueRows):
                 del heaps[key]
                 continue
             row = heap[0][3]
-            if not admit(row):
+            if admit is not None and not admit(row):
                 blocked.append(key)
                 continue
             heapq.heappop(heap)
@@ -396,7 +430,8 @@ class KeyedDue(DueRows):
         turns.extendleft(reversed(blocked))  # they keep their turn
 
     def _pop_best(self, n: int, batch: list[CachedRow]) -> None:
-        heads, heaps, queued, admit = self._heads, self._heaps, self._queued, self.limiter.admit
+        heads, heaps, queued = self._heads, self._heaps, self._queued
+        admit = self.limiter.admit if self.limiter.counts_rows else None
         blocked: list[tuple[int, int, int, Hashable]] = []
         while heads and len(batch) < n:
             head = heads[0]
@@ -413,7 +448,7 @@ class KeyedDue(DueRows):
                 heapq.heapreplace(heads, (top[0], top[1], top[2], key))
                 continue
             row = top[3]
-            if not admit(row):
+            if admit is not None and not admit(row):
                 blocked.append(heapq.heappop(heads))
                 continue
             heapq.heappop(heap)

@@ -550,15 +550,15 @@ class MessageManager:
         through its cache, which seldom runs dry: its next pass (which finds new keys)
         begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE). A table with a fairness key
         (msgtable.engine.flow) reads new rows at once: they may be a quiet key's, which must
-        not wait behind a noisy one's backlog for the next poll (the poll's page is the
-        cache's room, so a full cache reads little)."""
+        not wait behind a noisy one's backlog for the next poll. The poll goes on where the
+        pass is, or reads on after where the last one ended (_follows_tail)."""
         with self._lock:
             self.enqueued += rows  # rows the binlog showed, when it counts them
             due = self.cache.due
             if not self._subscribers:
                 return
-            if self._limiter is not None and self._limiter.flow.fair_key:
-                self._restart = True
+            if isinstance(due, flow.KeyedDue) and due.fair:
+                pass  # a poll now, on from the pass's end (_follows_tail) or where it is
             elif self.cache.ordered is not None:
                 gap = max(MIN_PASS_GAP_NS, PASS_SHARE * self._pass_cost_ns)
                 due_ns = self._pass_began_ns + gap
@@ -710,10 +710,21 @@ class MessageManager:
                 else:
                     full = len(rows) >= limit
                     self._cursor = last if full else None
+                    if not full and self._follows_tail():
+                        self._cursor = last or after  # msgtable.engine.flow: the next from here
                 self.cache.due.pending = full
         if added:
             self._send_wake.set()
         return added
+
+    def _follows_tail(self) -> bool:
+        """A table with a fairness key whose pass left nothing behind: its next poll (at an
+        INSERT the binlog showed) reads on from where this one ended, the new rows only,
+        not the sent rows at the head of the table again (msgtable.engine.flow). A new pass
+        begins from the head as for any table (the poll interval, a release). Under the
+        lock."""
+        due = self.cache.due
+        return isinstance(due, flow.KeyedDue) and due.fair and not due.left_behind
 
     def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:
         """An ordered table's poll (msgtable.engine.ordered.KeyPass): the runs of the keys freed

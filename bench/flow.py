@@ -1,0 +1,419 @@
+"""Flow control (msgtable.engine.flow) end to end through ``msgtable serve`` (the ``flow``
+section of ``python -m bench.run``): a rate held under a backlog, caps per key, fair share.
+
+Every table has the current layout plus a ``tenant varchar(64)`` column; its comment is the
+run's (bench.database.message_comment) plus its limits. The subscribers are K threads of
+this process (the Python client), subscribing at go and acking each batch with
+``ack_async``; each delivery is recorded with the server's hand-over time
+(``Message.sent_ns``) and when its ack began. Throughput is the messages over the span of
+their hand-over times (first to last), so that a subscribe's cost is not in it.
+
+* **Rate** (``rate_limit_error``, target <= 0.05): a backlog of more than SIZES' seconds at
+  ``vt_rate=RATE/s`` (default burst); the rate measured over SIZES["rate_s"] seconds of the
+  steady drain (from half a second after the first send), its error against RATE, and the
+  windows the sends overshot (``rate_windows_overshot``: any interval with more than
+  ``burst + RATE * T`` sends; 0).
+* **Caps** (``key_cap_violations``, target 0; ``caps_ratio``, target >= 0.8): the same
+  backlog over many keys drained from a table with ``vt_key_concurrency`` (no key reaches
+  it: the keys are many, the cap high) and from the same table without, alternately; the
+  ratio of their rates. Then a table whose keys are few and whose cap is 2, drained by
+  subscribers that hold each batch a moment: the most messages of a key in flight at any
+  instant (a delivery's hand-over to its ack's start, inside the server's in flight), and
+  the keys that ever exceeded the cap, in both runs.
+* **Fair share** (``fair_dwell_ratio``, target <= 2; ``fair_ratio``, target >= 0.9): live,
+  for SIZES["live_s"] seconds, quiet tenants enqueue QUIET_PER_S messages a second in all
+  while a noisy tenant enqueues NOISY_FACTOR times that, in bursts (a burst every
+  BURST_EVERY_S), into a table with ``vt_fair_key=tenant``; the quiet messages' p99 time
+  from commit to send against the same quiet traffic alone (``fair_dwell_p99_ms``,
+  ``fair_base_dwell_p99_ms``). ``unfair_dwell_p99_ms`` is the quiet messages' p99 with the
+  noisy tenant on the same table without the fairness key, for comparison. And a backlog
+  (90 % the noisy tenant's) drained with the fairness key and without: the ratio of their
+  rates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench import smoke
+from bench.database import connect, execute, message_comment
+from bench.errors import BenchError
+from bench.measure import percentile
+from bench.processes import ServerProcess
+from msgtable.core.flow import rate_violations
+from msgtable.core.tables import current_layout_ddl
+
+RATE_PER_S = 1000
+RATE_BURST = 100  # vt_rate's default: a tenth of a second
+KEY_CAP = 2
+HIGH_CAP = 50  # the caps table's: no key reaches it
+NOISY_FACTOR = 100
+QUIET_PER_S = 20
+QUIET_TENANTS = 10
+BURST_EVERY_S = 0.25
+SUBSCRIBERS = 4
+BATCH_SIZE = 50
+HOLD_S = 0.002  # the small-cap run's subscribers hold each batch this long
+INSERT_CHUNK = 2_000
+TARGETS = {
+    "rate_limit_error": 0.05,
+    "key_cap_violations": 0,
+    "caps_ratio": 0.8,
+    "fair_dwell_ratio": 2.0,
+    "fair_ratio": 0.9,
+}
+SIZES: dict[str, dict[str, Any]] = {
+    "quick": {"rate_s": 30.0, "caps_rows": 40_000, "caps_keys": 1_000, "cap_rows": 2_000,
+              "cap_keys": 20, "fair_rows": 40_000, "live_s": 10.0},
+    "full": {"rate_s": 60.0, "caps_rows": 200_000, "caps_keys": 10_000, "cap_rows": 10_000,
+             "cap_keys": 100, "fair_rows": 200_000, "live_s": 30.0},
+    "smoke": smoke.FLOW,
+}  # fmt: skip
+TENANT = "tenant varchar(64)"
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One delivery: id, tenant, the server's hand-over (unix ns), its ack's start (unix ns)."""
+
+    id: int
+    tenant: str | None
+    sent_ns: int
+    acking_ns: int
+
+
+@dataclass
+class FlowResult:
+    rate_per_s: float = RATE_PER_S
+    rate_measured: float | None = None
+    rate_windows_overshot: int | None = None
+    caps_msgs_s: float | None = None
+    nocaps_msgs_s: float | None = None
+    key_cap_violations: int | None = None
+    most_in_flight_per_key: int | None = None
+    fair_msgs_s: float | None = None
+    unfair_msgs_s: float | None = None
+    fair_dwell_p99_ms: float | None = None
+    fair_base_dwell_p99_ms: float | None = None
+    unfair_dwell_p99_ms: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rate_limit_error(self) -> float | None:
+        m = self.rate_measured
+        return None if m is None else abs(m / self.rate_per_s - 1)
+
+    @property
+    def caps_ratio(self) -> float | None:
+        return _ratio(self.caps_msgs_s, self.nocaps_msgs_s)
+
+    @property
+    def fair_ratio(self) -> float | None:
+        return _ratio(self.fair_msgs_s, self.unfair_msgs_s)
+
+    @property
+    def fair_dwell_ratio(self) -> float | None:
+        return _ratio(self.fair_dwell_p99_ms, self.fair_base_dwell_p99_ms)
+
+    def as_dict(self) -> dict[str, Any]:
+        def rnd(v: float | None, digits: int = 3) -> float | None:
+            return None if v is None else round(v, digits)
+
+        return {
+            "rate_per_s": self.rate_per_s,
+            "rate_measured": rnd(self.rate_measured, 1),
+            "rate_windows_overshot": self.rate_windows_overshot,
+            "caps_msgs_s": rnd(self.caps_msgs_s, 0),
+            "nocaps_msgs_s": rnd(self.nocaps_msgs_s, 0),
+            "most_in_flight_per_key": self.most_in_flight_per_key,
+            "fair_msgs_s": rnd(self.fair_msgs_s, 0),
+            "unfair_msgs_s": rnd(self.unfair_msgs_s, 0),
+            "fair_dwell_p99_ms": rnd(self.fair_dwell_p99_ms, 1),
+            "fair_base_dwell_p99_ms": rnd(self.fair_base_dwell_p99_ms, 1),
+            "unfair_dwell_p99_ms": rnd(self.unfair_dwell_p99_ms, 1),
+            "notes": self.notes,
+        }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+# -- tables and rows ------------------------------------------------------------------------------
+def make_table(dsn: str, table: str, poller_interval_s: float, limits: str, **kw: Any) -> None:
+    comment = message_comment(BATCH_SIZE, poller_interval_s, postpone_after_s=kw.get("postpone"))
+    ddl = current_layout_ddl(table, comment + (f",{limits}" if limits else "")).replace(
+        "  primary key(id)", f"  {TENANT},\n  primary key(id)"
+    )
+    execute(dsn, f"drop table if exists {table}", ddl)
+
+
+def insert(cur: Any, table: str, rows: list[tuple[int, str]]) -> None:
+    for i in range(0, len(rows), INSERT_CHUNK):
+        chunk = rows[i : i + INSERT_CHUNK]
+        values = ",".join(f"({rid},'{tenant}','m')" for rid, tenant in chunk)
+        cur.execute(f"insert into {table}(id, tenant, message) values {values}")
+
+
+def wait_loaded(server: ServerProcess, table: str, timeout_s: float = 30.0) -> None:
+    """Until the server lists ``table`` loaded (its discovery found the new comment)."""
+    from msgtable.client import Client
+
+    deadline = time.monotonic() + timeout_s
+    with Client(server.address) as client:
+        while time.monotonic() < deadline:
+            for t in client.list_tables():
+                if t.name == table and t.loaded:
+                    return
+                if t.name == table and t.load_error:
+                    raise BenchError(f"{table}: {t.load_error}")
+            time.sleep(0.2)
+    raise BenchError(f"{table} was not loaded within {timeout_s:g} s")
+
+
+# -- subscribers ----------------------------------------------------------------------------------
+class Drain:
+    """K subscriber threads of ``table`` recording every delivery, until ``target`` came
+    (or ``stop``); ``hold_s``: each batch is held that long before its ack."""
+
+    def __init__(self, server: ServerProcess, table: str, target: int, hold_s: float = 0.0):
+        from msgtable.client import Client
+
+        self.seen: list[Seen] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._target, self._hold_s = target, hold_s
+        self._client = Client(server.address, timeout_s=30.0)
+        self._threads = [
+            threading.Thread(target=self._run, args=(table,), daemon=True)
+            for _ in range(SUBSCRIBERS)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _run(self, table: str) -> None:
+        try:
+            with self._client.subscribe(table) as sub:
+                threading.Thread(
+                    target=lambda: (self._done.wait(), sub.close()), daemon=True
+                ).start()
+                for batch in sub.batches():
+                    if self._hold_s:
+                        time.sleep(self._hold_s)
+                    acking = time.time_ns()
+                    got = [
+                        Seen(int(m.id), m.values.get("tenant"), m.sent_ns, acking) for m in batch
+                    ]
+                    sub.ack_async(batch)
+                    with self._lock:
+                        self.seen += got
+                        if len(self.seen) >= self._target:
+                            self._done.set()
+                sub.flush_acks(30.0)
+        except Exception as exc:
+            if not self._done.is_set():
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                self._done.set()
+
+    def wait(self, timeout_s: float) -> list[Seen]:
+        if not self._done.wait(timeout_s):
+            self.errors.append(f"{len(self.seen)} of {self._target} in {timeout_s:g} s")
+        self.stop()
+        if self.errors:
+            raise BenchError("; ".join(self.errors[:3]))
+        return self.seen
+
+    def stop(self) -> None:
+        self._done.set()
+        for t in self._threads:
+            t.join(10)
+        self._client.close()
+
+
+def msgs_s(seen: list[Seen]) -> float:
+    span = (max(s.sent_ns for s in seen) - min(s.sent_ns for s in seen)) / 1e9
+    return len(seen) / span if span > 0 else float("nan")
+
+
+def most_per_key(seen: list[Seen]) -> dict[str, int]:
+    """The most deliveries of each key in flight at one instant (hand-over to ack start)."""
+    events: dict[str, list[tuple[int, int]]] = {}
+    for s in seen:
+        if s.tenant is not None:
+            events.setdefault(s.tenant, []).extend([(s.sent_ns, 1), (s.acking_ns, -1)])
+    out = {}
+    for key, evs in events.items():
+        evs.sort()
+        n = most = 0
+        for _, step in evs:
+            n += step
+            most = max(most, n)
+        out[key] = most
+    return out
+
+
+# -- the runs -------------------------------------------------------------------------------------
+def run(
+    server: ServerProcess,
+    dsn: str,
+    mode: str,
+    poller_interval_s: float,
+    postpone_after_s: float | None = None,
+) -> FlowResult:
+    sizes = SIZES[mode]
+    out = FlowResult()
+    kw = {"postpone": postpone_after_s}
+    with contextlib.closing(connect(dsn)) as conn, conn.cursor() as cur:
+        _rate(server, dsn, cur, sizes, poller_interval_s, kw, out)
+        _caps(server, dsn, cur, sizes, poller_interval_s, kw, out)
+        _fair_backlog(server, dsn, cur, sizes, poller_interval_s, kw, out)
+    for with_noisy, fair in ((False, True), (True, True), (True, False)):
+        p99 = _fair_live(server, dsn, sizes["live_s"], poller_interval_s, kw, with_noisy, fair)
+        if not with_noisy:
+            out.fair_base_dwell_p99_ms = p99
+        elif fair:
+            out.fair_dwell_p99_ms = p99
+        else:
+            out.unfair_dwell_p99_ms = p99
+    return out
+
+
+def _rate(server, dsn, cur, sizes, poller_interval_s, kw, out) -> None:  # type: ignore[no-untyped-def]
+    seconds = sizes["rate_s"]
+    n = round(RATE_PER_S * (seconds + 2))
+    make_table(dsn, "flow_rate", poller_interval_s, f"vt_rate={RATE_PER_S}/s", **kw)
+    insert(cur, "flow_rate", [(i, "t") for i in range(1, n + 1)])
+    wait_loaded(server, "flow_rate")
+    seen = Drain(server, "flow_rate", round(RATE_PER_S * (seconds + 1))).wait(seconds + 60)
+    sent = sorted(s.sent_ns for s in seen)
+    begin = sent[0] + 500_000_000
+    end = begin + round(seconds * 1e9)
+    out.rate_measured = sum(1 for t in sent if begin <= t < end) / seconds
+    out.rate_windows_overshot = len(rate_violations(sent, RATE_PER_S, RATE_BURST))
+
+
+def _caps(server, dsn, cur, sizes, poller_interval_s, kw, out) -> None:  # type: ignore[no-untyped-def]
+    rows, keys = sizes["caps_rows"], sizes["caps_keys"]
+    backlog = [(i, f"k{(i * 2_654_435_761) % keys}") for i in range(1, rows + 1)]
+    capped = f"vt_limit_key=tenant,vt_key_concurrency={HIGH_CAP}"
+    rates: dict[str, list[float]] = {"caps": [], "nocaps": []}
+    worst: dict[str, int] = {}
+    for rnd in range(2):
+        for name, limits in (("caps", capped), ("nocaps", "")):
+            table = f"flow_{name}_{rnd}"
+            make_table(dsn, table, poller_interval_s, limits, **kw)
+            insert(cur, table, backlog)
+            wait_loaded(server, table)
+            seen = Drain(server, table, rows).wait(120)
+            rates[name].append(msgs_s(seen))
+            if name == "caps":
+                worst.update({k: v for k, v in most_per_key(seen).items() if v > HIGH_CAP})
+            execute(dsn, f"drop table {table}")
+    out.caps_msgs_s = statistics.median(rates["caps"])
+    out.nocaps_msgs_s = statistics.median(rates["nocaps"])
+    few = [(i, f"k{i % sizes['cap_keys']}") for i in range(1, sizes["cap_rows"] + 1)]
+    make_table(
+        dsn,
+        "flow_cap",
+        poller_interval_s,
+        f"vt_limit_key=tenant,vt_key_concurrency={KEY_CAP}",
+        **kw,
+    )
+    insert(cur, "flow_cap", few)
+    wait_loaded(server, "flow_cap")
+    seen = Drain(server, "flow_cap", len(few), hold_s=HOLD_S).wait(120)
+    per_key = most_per_key(seen)
+    out.most_in_flight_per_key = max(per_key.values())
+    over = [k for k, v in per_key.items() if v > KEY_CAP] + list(worst)
+    out.key_cap_violations = len(over)
+    if over:
+        out.notes.append(f"keys over their cap: {over[:5]}")
+
+
+def _fair_backlog(server, dsn, cur, sizes, poller_interval_s, kw, out) -> None:  # type: ignore[no-untyped-def]
+    rows = sizes["fair_rows"]
+    backlog = [(i, "noisy" if i % 10 else f"q{i // 10 % 100}") for i in range(1, rows + 1)]
+    rates: dict[bool, list[float]] = {True: [], False: []}
+    for rnd in range(2):
+        for fair in (True, False):
+            table = f"flow_{'fair' if fair else 'unfair'}_{rnd}"
+            make_table(dsn, table, poller_interval_s, "vt_fair_key=tenant" if fair else "", **kw)
+            insert(cur, table, backlog)
+            wait_loaded(server, table)
+            rates[fair].append(msgs_s(Drain(server, table, rows).wait(120)))
+            execute(dsn, f"drop table {table}")
+    out.fair_msgs_s = statistics.median(rates[True])
+    out.unfair_msgs_s = statistics.median(rates[False])
+
+
+def _fair_live(  # type: ignore[no-untyped-def]
+    server, dsn, seconds: float, poller_interval_s, kw, with_noisy: bool, fair: bool
+) -> float:
+    """The quiet tenants' p99 commit -> send (ms), with the noisy tenant or without."""
+    table = f"flow_live_{int(with_noisy)}{int(fair)}"
+    make_table(dsn, table, poller_interval_s, "vt_fair_key=tenant" if fair else "", **kw)
+    wait_loaded(server, table)
+    drain = Drain(server, table, 10**9)
+    committed: dict[int, int] = {}
+    next_id = [1]
+
+    def put(cur: Any, rows: list[str]) -> list[int]:
+        ids = list(range(next_id[0], next_id[0] + len(rows)))
+        next_id[0] += len(rows)
+        insert(cur, table, list(zip(ids, rows, strict=True)))
+        return ids
+
+    burst = round(QUIET_PER_S * NOISY_FACTOR * BURST_EVERY_S)
+    time.sleep(1.0)  # the subscribers are in
+    with contextlib.closing(connect(dsn)) as conn, conn.cursor() as cur:
+        began = time.monotonic()
+        quiet_at = noisy_at = began
+        n = 0
+        while time.monotonic() - began < seconds:
+            now = time.monotonic()
+            if with_noisy and now >= noisy_at:
+                put(cur, ["noisy"] * burst)
+                noisy_at += BURST_EVERY_S
+            if now >= quiet_at:
+                (rid,) = put(cur, [f"q{n % QUIET_TENANTS}"])
+                committed[rid] = time.time_ns()
+                n += 1
+                quiet_at += 1 / QUIET_PER_S
+            time.sleep(
+                max(0.0, min(quiet_at, noisy_at if with_noisy else quiet_at) - time.monotonic())
+            )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        got = {s.id for s in list(drain.seen)}
+        if set(committed) <= got:
+            break
+        time.sleep(0.1)
+    drain.stop()
+    sent = {s.id: s.sent_ns for s in drain.seen if s.id in committed}
+    if set(sent) != set(committed):
+        raise BenchError(f"{table}: {len(committed) - len(sent)} quiet messages never came")
+    execute(dsn, f"drop table {table}")
+    waits = sorted(max(0, sent[i] - committed[i]) / 1e6 for i in committed)
+    return percentile(waits, 99)
+
+
+def summary(r: FlowResult) -> str:
+    """The section's progress line."""
+
+    def f(v: float | None, spec: str) -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    return (
+        f"flow: rate {f(r.rate_measured, ',.0f')}/s for {r.rate_per_s:g}/s "
+        f"(error {f(r.rate_limit_error, '.3f')}, {r.rate_windows_overshot} windows overshot); "
+        f"caps {f(r.caps_ratio, '.2f')} ({r.key_cap_violations} keys over their cap); "
+        f"fair share {f(r.fair_ratio, '.2f')}, quiet p99 {f(r.fair_dwell_p99_ms, '.0f')} ms "
+        f"vs {f(r.fair_base_dwell_p99_ms, '.0f')} ms alone ({f(r.fair_dwell_ratio, '.2f')}; "
+        f"{f(r.unfair_dwell_p99_ms, '.0f')} ms without the fairness key)"
+    )

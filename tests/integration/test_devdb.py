@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 import sqlalchemy
 
 from msgtable import devdb, watchdog
-from msgtable.devdb import LocalServer
+from msgtable.devdb import MAX_SOCKET_PATH, LocalServer
 from msgtable.errors import MsgtableError
 from msgtable.mysqld import INSTALL_HINT, find_server_binary
 from msgtable.testing import ServerHandle
@@ -236,3 +237,21 @@ def test_the_session_server_gives_each_test_its_own_database(
         )
         == 1
     )
+
+
+def test_a_long_temporary_directory_still_gives_a_socket_the_server_can_bind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data directory too deep for a unix socket (104-108 bytes) puts the socket in a
+    short directory of its own; the temporary directory may be that deep too (pytest-xdist's
+    popen-gwN/ level made an embedded server's TMPDIR one: the server refused to start)."""
+    deep = tmp_path / ("t" * 50) / ("u" * 50)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    server = LocalServer()
+    try:
+        server.start()
+        assert len(os.fsencode(server.socket)) <= MAX_SOCKET_PATH
+        assert server.execute("SELECT 1") == [(1,)]
+    finally:
+        server.stop()

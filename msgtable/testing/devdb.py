@@ -80,6 +80,13 @@ def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def _short_tmp() -> str:
+    """The temporary directory, or /tmp where that is too deep for a socket under it."""
+    tmp = tempfile.gettempdir()
+    room = MAX_SOCKET_PATH - len("/msgtable-sock-XXXXXXXX/mysqld.sock")
+    return tmp if len(os.fsencode(tmp)) <= room or not os.path.isdir("/tmp") else "/tmp"
+
+
 class _PortInUse(MsgtableError):
     """The server could not bind its port (taken between choosing and binding it)."""
 
@@ -279,7 +286,7 @@ class LocalServer:
             self._datadir.mkdir(parents=True, exist_ok=True)
         self._socket = self._datadir / "mysqld.sock"
         if len(os.fsencode(self._socket)) > MAX_SOCKET_PATH:
-            self._socket_dir = Path(tempfile.mkdtemp(prefix="msgtable-sock-"))
+            self._socket_dir = Path(tempfile.mkdtemp(prefix="msgtable-sock-", dir=_short_tmp()))
             self._socket = self._socket_dir / "mysqld.sock"
 
     def _launch(self, command: list[str]) -> None:

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ import sqlalchemy
 
 from msgtable.errors import MsgtableError
 from msgtable.testing import ServerHandle, devdb, watchdog
-from msgtable.testing.devdb import LocalServer
+from msgtable.testing.devdb import MAX_SOCKET_PATH, LocalServer
 from msgtable.testing.mysqld import INSTALL_HINT, find_server_binary
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -235,3 +236,21 @@ def test_the_session_server_gives_each_test_its_own_database(
         )
         == 1
     )
+
+
+def test_a_long_temporary_directory_still_gives_a_socket_the_server_can_bind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A data directory too deep for a unix socket (104-108 bytes) puts the socket in a
+    short directory of its own; the temporary directory may be that deep too (pytest-xdist's
+    popen-gwN/ level made an embedded server's TMPDIR one: the server refused to start)."""
+    deep = tmp_path / ("t" * 50) / ("u" * 50)
+    deep.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    server = LocalServer()
+    try:
+        server.start()
+        assert len(os.fsencode(server.socket)) <= MAX_SOCKET_PATH
+        assert server.execute("SELECT 1") == [(1,)]
+    finally:
+        server.stop()

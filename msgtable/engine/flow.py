@@ -83,6 +83,7 @@ class Limiter:
         self.left = NO_BUDGET  # this send's budget left
         self._limited_by = ""  # the group limit that set the budget ("": none)
         self._waiting = False  # the group or a key is at its cap: wake the sender on a landing
+        self._began = False  # a send began (begin) and has not finished
         self._held: set[str] = set()  # the reasons that held rows back in this send
         self._next_ns: int | None = None  # when a rate that held rows back lets one go
         self.throttled = dict.fromkeys(REASONS, 0)  # sends a limit held rows back in
@@ -121,6 +122,7 @@ class Limiter:
         """A send at ``now_ns`` with ``in_flight`` of the group's messages in flight: its
         budget (how many rows it may take in all)."""
         self._now = now_ns
+        self._began = True
         self._held.clear()
         self._reserved.clear()
         self._next_ns = None
@@ -187,6 +189,9 @@ class Limiter:
     def finish(self, flying: Callable[[Hashable], bool]) -> None:
         """The send is over: what it took and did not hand over, and what it handed over
         that already left flight, gets its place under the key's cap back."""
+        if not self._began:
+            return  # the send ended before it began (nothing due, a takeover's hold)
+        self._began = False
         group = self._group
         for rid, (_, counted) in self._charged.items():
             if counted and (rid not in self._delivered or not flying(rid)):
@@ -208,10 +213,12 @@ class Limiter:
             self._waiting = False
             self._wake()
 
-    def wake_times(self, inflight: InFlight) -> list[int]:
+    def wake_times(self, inflight: InFlight, now_ns: int) -> list[int]:
         """When the sender should look again, besides what wakes it: a rate that held rows
-        back lets the next one go; a cap that did frees as the first ack wait ends."""
-        out = [] if self._next_ns is None else [self._next_ns]
+        back lets the next one go; a cap that did frees as the first ack wait ends. Only
+        times to come: one past was the last send's, whose rows are gone since."""
+        nxt = self._next_ns
+        out = [] if nxt is None or nxt <= now_ns else [nxt]
         if self._waiting:
             deadline = inflight.next_deadline_ns()
             if deadline is not None:

@@ -346,3 +346,20 @@ def test_rows_a_fair_pass_left_in_the_table_are_read_once_the_cache_has_room(clo
             m.poll_once(restart=False)
     assert sorted(v[0] for v in got) == list(range(1, 21))  # none stranded in the table
     engine.close()
+
+
+def test_a_send_with_nothing_due_counts_nothing_held_and_the_sender_sleeps(clock):
+    engine, m, _ = table(clock, "vt_rate=10/s,vt_rate_burst=1", [(1, "a"), (2, "a")])
+    sub = m.subscribe()
+    m.poll_once()
+    clock.advance(0.1)
+    assert send_all(m) == 1  # the second held back by the rate
+    held = m._limiter.throttled["rate"]
+    m.unsubscribe(sub)  # the cache is dropped: nothing due
+    clock.advance(1)
+    m.postpone_once()  # the sent one's (its postpone is due: the sender would write it)
+    for _ in range(5):
+        assert m.send_once() == 0
+    assert m._limiter.throttled["rate"] == held  # no send began: none held back
+    assert m._idle_wait_s() > 0  # and no past wake-up time to spin on
+    engine.close()

@@ -40,6 +40,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Sequence
+from typing import Any
 
 from msgtable.core.flow import REASONS, FlowControl, TokenBucket
 from msgtable.core.rows import CachedRow, PolledRow
@@ -225,6 +226,14 @@ class Limiter:
                 out.append(deadline)
         return out
 
+    def status(self) -> dict[str, Any]:
+        """The limits and what they held back, as msgtable.core.status.TableStatus has them."""
+        return {
+            "limits": self.flow.describe(),
+            "throttled": tuple(self.throttled.items()),
+            "keys_at_cap": self.keys_at_cap,
+        }
+
     @property
     def keys_at_cap(self) -> int:
         """How many keys have vt_key_concurrency messages in flight now."""
@@ -311,6 +320,14 @@ def attach(
         hooks.append(limiter.landed)
     cache.inflight.on_land = hooks[0] if len(hooks) == 1 else _both(*hooks) if hooks else None
     return limiter
+
+
+def follows_tail(due: object) -> bool:
+    """Whether a table's next poll reads on from where its pass ended (an INSERT the binlog
+    showed), the new rows only, not the sent rows at the table's head again: a table with a
+    fairness key whose pass left nothing behind. A new pass begins from the head as for any
+    table (the poll interval, a release)."""
+    return isinstance(due, KeyedDue) and due.fair and not due.left_behind
 
 
 def _both(

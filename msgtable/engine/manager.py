@@ -33,7 +33,7 @@ import logging
 import random
 import threading
 from collections.abc import Callable, Collection, Hashable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from msgtable.core import settlement
 from msgtable.core.backoff import draw_jitter
@@ -164,8 +164,8 @@ class MessageManager:
             if self._opened:
                 return
             self._opened = True
-            if self._limiter is not None:  # a new sender: its rates start empty
-                self._limiter.restart(self.clock.now_ns())
+            if self._limiter is not None:
+                self._limiter.restart(self.clock.now_ns())  # a new sender: rates start empty
         for name, loop in (
             ("poller", self._poll_loop),
             ("sender", self._send_loop),
@@ -548,17 +548,15 @@ class MessageManager:
         when the cache is half empty or with the next poll: a pass from the head per INSERT
         would read the whole queued page again each time. An ordered table's keys cycle
         through its cache, which seldom runs dry: its next pass (which finds new keys)
-        begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE). A table with a fairness key
-        (msgtable.engine.flow) reads new rows at once: they may be a quiet key's, which must
-        not wait behind a noisy one's backlog for the next poll. The poll goes on where the
-        pass is, or reads on after where the last one ended (_follows_tail)."""
+        begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE). A fair table reads new rows
+        at once: a quiet key's must not wait behind a noisy one's (flow.follows_tail)."""
         with self._lock:
             self.enqueued += rows  # rows the binlog showed, when it counts them
             due = self.cache.due
             if not self._subscribers:
                 return
             if isinstance(due, flow.KeyedDue) and due.fair:
-                pass  # a poll now, on from the pass's end (_follows_tail) or where it is
+                pass  # a poll now, on from where the pass is (flow.follows_tail)
             elif self.cache.ordered is not None:
                 gap = max(MIN_PASS_GAP_NS, PASS_SHARE * self._pass_cost_ns)
                 due_ns = self._pass_began_ns + gap
@@ -638,19 +636,8 @@ class MessageManager:
                 keys_waiting=self.cache.ordered.keys_waiting if self.cache.ordered else 0,
                 hold_s=hold_s,
                 hold_whole=hold_s > 0 and self._hold_floor_ns is None,
-                **self._flow_status(),
+                **(self._limiter.status() if self._limiter is not None else {}),
             )
-
-    def _flow_status(self) -> dict[str, Any]:
-        """The table's limits and what they held back (msgtable.engine.flow). Under the lock."""
-        limiter = self._limiter
-        if limiter is None:
-            return {}
-        return {
-            "limits": limiter.flow.describe(),
-            "throttled": tuple(limiter.throttled.items()),
-            "keys_at_cap": limiter.keys_at_cap,
-        }
 
     # -- one step of each loop (unit tests call these directly) --------------------------
     def poll_once(self, restart: bool = True) -> int:
@@ -710,21 +697,12 @@ class MessageManager:
                 else:
                     full = len(rows) >= limit
                     self._cursor = last if full else None
-                    if not full and self._follows_tail():
-                        self._cursor = last or after  # msgtable.engine.flow: the next from here
+                    if not full and flow.follows_tail(self.cache.due):
+                        self._cursor = last or after  # the next poll reads on from here
                 self.cache.due.pending = full
         if added:
             self._send_wake.set()
         return added
-
-    def _follows_tail(self) -> bool:
-        """A table with a fairness key whose pass left nothing behind: its next poll (at an
-        INSERT the binlog showed) reads on from where this one ended, the new rows only,
-        not the sent rows at the head of the table again (msgtable.engine.flow). A new pass
-        begins from the head as for any table (the poll interval, a release). Under the
-        lock."""
-        due = self.cache.due
-        return isinstance(due, flow.KeyedDue) and due.fair and not due.left_behind
 
     def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:
         """An ordered table's poll (msgtable.engine.ordered.KeyPass): the runs of the keys freed

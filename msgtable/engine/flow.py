@@ -190,8 +190,9 @@ class Limiter:
     def finish(self, flying: Callable[[Hashable], bool]) -> None:
         """The send is over: what it took and did not hand over, and what it handed over
         that already left flight, gets its place under the key's cap back."""
-        if not self._began:
-            return  # the send ended before it began (nothing due, a takeover's hold)
+        if not self._began:  # the send ended before it began (nothing due, a takeover's hold)
+            self._next_ns = None  # what the last send was held back for is gone
+            return
         self._began = False
         group = self._group
         for rid, (_, counted) in self._charged.items():
@@ -214,12 +215,10 @@ class Limiter:
             self._waiting = False
             self._wake()
 
-    def wake_times(self, inflight: InFlight, now_ns: int) -> list[int]:
+    def wake_times(self, inflight: InFlight) -> list[int]:
         """When the sender should look again, besides what wakes it: a rate that held rows
-        back lets the next one go; a cap that did frees as the first ack wait ends. Only
-        times to come: one past was the last send's, whose rows are gone since."""
-        nxt = self._next_ns
-        out = [] if nxt is None or nxt <= now_ns else [nxt]
+        back lets the next one go; a cap that did frees as the first ack wait ends."""
+        out = [] if self._next_ns is None else [self._next_ns]
         if self._waiting:
             deadline = inflight.next_deadline_ns()
             if deadline is not None:

@@ -927,7 +927,7 @@ class MessageManager:
             if sent is not None:
                 times.append(sent + self.config.postpone_after_ns)
             if self._limiter is not None:  # a rate lets more go, a cap frees at an ack wait
-                times += self._limiter.wake_times(self.cache.inflight, self.clock.now_ns())
+                times += self._limiter.wake_times(self.cache.inflight)
         now = self.clock.now_ns()
         waits = [(t - now) / 1e9 for t in times if t is not None]
         return max(0.0, min([IDLE_WAIT_S, *waits]))

@@ -363,3 +363,17 @@ def test_a_send_with_nothing_due_counts_nothing_held_and_the_sender_sleeps(clock
     assert m._limiter.throttled["rate"] == held  # no send began: none held back
     assert m._idle_wait_s() > 0  # and no past wake-up time to spin on
     engine.close()
+
+
+def test_a_next_token_already_due_when_the_sender_sleeps_wakes_it_at_once(clock):
+    """The send's check may outlast the wait for one token: the sender must not sleep on
+    to its next poll then (a rate of 1,000/s went at ~100/s that way)."""
+    engine, m, _ = table(clock, "vt_rate=10/s,vt_rate_burst=1", [(1, "a"), (2, "a")])
+    m.subscribe()
+    m.poll_once()
+    clock.advance(0.1)
+    assert send_all(m) == 1  # the second held back by the rate: its token in 0.1 s
+    clock.advance(0.2)  # the check and the hand-over took longer than that
+    assert m._idle_wait_s() == 0
+    assert send_all(m) == 1
+    engine.close()

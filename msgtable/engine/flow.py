@@ -437,19 +437,24 @@ class KeyedDue(DueRows):
         while turns and len(batch) < n:
             key = turns.popleft()
             heap = heaps[key]
-            while heap and queued.get(heap[0][3].id) is not heap[0][3]:
-                heapq.heappop(heap)  # stale: sent, acked or re-keyed meanwhile
+            # one row a turn; a key alone takes all it may in one (work-conserving)
+            take = n - len(batch) if not turns else 1
+            while take and heap:
+                row = heap[0][3]
+                if queued.get(row.id) is not row:
+                    heapq.heappop(heap)  # stale: sent, acked or re-keyed meanwhile
+                    continue
+                if admit is not None and not admit(row):
+                    blocked.append(key)
+                    break
+                heapq.heappop(heap)
+                del queued[row.id]
+                batch.append(row)
+                take -= 1
             if not heap:
                 del heaps[key]
-                continue
-            row = heap[0][3]
-            if admit is not None and not admit(row):
-                blocked.append(key)
-                continue
-            heapq.heappop(heap)
-            del queued[row.id]
-            batch.append(row)
-            turns.append(key)
+            elif not blocked or blocked[-1] is not key:
+                turns.append(key)
         turns.extendleft(reversed(blocked))  # they keep their turn
 
     def _pop_best(self, n: int, batch: list[CachedRow]) -> None:
@@ -487,22 +492,34 @@ class KeyedDue(DueRows):
             heapq.heappush(heads, head)
 
     def _drain(self) -> None:
-        """Move the rows come due (in DueRows' heap) to their keys' heaps."""
-        heap, queued, heaps, at = self._heap, self._queued, self._heaps, self._key_index
-        while heap:
-            entry = heapq.heappop(heap)
+        """Move the rows come due (in DueRows' heap) to their keys' heaps: grouped by key,
+        each key's heap extended and heapified once (not a push a row)."""
+        inbox, queued, heaps, at = self._heap, self._queued, self._heaps, self._key_index
+        if not inbox:
+            return
+        self._heap = []
+        grouped: dict[Hashable, list[Entry]] = {}
+        for entry in inbox:
             row = entry[3]
-            if queued.get(row.id) is not row:
-                continue
-            key = row.values[at]
+            if queued.get(row.id) is row:
+                key = row.values[at]
+                group = grouped.get(key)
+                if group is None:
+                    grouped[key] = [entry]
+                else:
+                    group.append(entry)
+        for key, entries in grouped.items():
             mine = heaps.get(key)
             if mine is None:
-                heaps[key] = mine = []
+                heaps[key] = mine = entries
                 if self._fair:
                     self._turns.append(key)
-            heapq.heappush(mine, entry)
-            if not self._fair and mine[0] is entry:
-                heapq.heappush(self._heads, (entry[0], entry[1], entry[2], key))
+            else:
+                mine.extend(entries)
+            heapq.heapify(mine)
+            if not self._fair:
+                top = mine[0]
+                heapq.heappush(self._heads, (top[0], top[1], top[2], key))
 
     def due(self, now_ns: int) -> bool:
         self._release(now_ns)

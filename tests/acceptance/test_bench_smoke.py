@@ -110,6 +110,6 @@ def test_make_test_installs_what_the_bench_needs(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert "-m pip install -e '.[test,spark,bench]'" in done.stdout, (
+    assert "-m pip install -e '.[test,spark,bench,docs]'" in done.stdout, (
         f"make test does not install the bench and spark extras:\n{done.stdout}"
     )

@@ -59,8 +59,8 @@ def test_serve_with_the_http_port_in_use_is_one_line_and_stops(cli: Cli, db_dsn:
     assert_one_line_error(done, f"--http 127.0.0.1:{port}", "Address already in use")
 
 
-def test_the_readmes_dashboard_auth_file_lets_viewers_list_only():
-    (toml,) = snippets("toml", "## Dashboard")
+def test_the_docs_dashboard_auth_file_lets_viewers_list_only():
+    (toml,) = snippets("toml", "## Dashboard", page="how-to/observe.md")
     auth = Authorizer.from_dict(tomllib.loads(toml))
     principal = auth.authenticate([("authorization", "Bearer k3y-of-the-dashboard-viewers")], ())
     assert principal == "viewers"

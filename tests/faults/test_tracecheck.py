@@ -10,8 +10,8 @@ import pytest
 from opentelemetry import context as otel_context
 
 from msgtable.core import tracing
+from tests.unit.core.test_tracing import FakeMessage
 
-from ..unit.test_tracing import FakeMessage
 from .tracecheck import SpanLedger, Traced, judge, producer_traceparent, trace_of
 
 COLUMNS = ("id", "message", "traceparent")

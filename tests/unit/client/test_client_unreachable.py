@@ -3,6 +3,7 @@ when no server can be connected to, over real sockets: nothing listens at the ad
 
 from __future__ import annotations
 
+import logging
 import time
 
 import pytest
@@ -28,10 +29,11 @@ def test_a_client_that_does_not_wait_tries_each_server_once():
     assert took_s < 5, f"retried for {took_s:.1f}s"
 
 
-def test_a_client_waits_for_a_server_within_its_time_out_by_default():
-    with Client(nowhere(), timeout_s=WAITED_S) as client:
-        began = time.monotonic()
-        with pytest.raises(ServerUnreachable):
-            client.list_tables()
-        took_s = time.monotonic() - began
-    assert took_s > WAITED_S / 2, f"gave up after {took_s:.2f}s, without retrying"
+def test_a_client_waits_for_a_server_within_its_time_out_by_default(caplog):
+    # it retries (its retry helper says so once), rather than failing at the first refusal;
+    # counted, not timed: on a loaded machine the time-out's share left for a retry varies
+    caplog.set_level(logging.INFO, logger="msgtable.client")
+    with Client(nowhere(), timeout_s=WAITED_S) as client, pytest.raises(ServerUnreachable):
+        client.list_tables()
+    retries = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert retries, "the client gave up at the first refusal, without retrying"

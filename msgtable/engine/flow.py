@@ -493,7 +493,7 @@ class KeyedDue(DueRows):
 
     def _drain(self) -> None:
         """Move the rows come due (in DueRows' heap) to their keys' heaps: grouped by key,
-        each key's heap extended and heapified once (not a push a row)."""
+        a few pushed into a big heap, many extended and heapified once."""
         inbox, queued, heaps, at = self._heap, self._queued, self._heaps, self._key_index
         if not inbox:
             return
@@ -510,16 +510,21 @@ class KeyedDue(DueRows):
                     group.append(entry)
         for key, entries in grouped.items():
             mine = heaps.get(key)
+            top = mine[0] if mine else None
             if mine is None:
                 heaps[key] = mine = entries
+                heapq.heapify(mine)
                 if self._fair:
                     self._turns.append(key)
+            elif len(entries) * 16 < len(mine):  # a few into a big heap: push them
+                for entry in entries:
+                    heapq.heappush(mine, entry)
             else:
                 mine.extend(entries)
-            heapq.heapify(mine)
-            if not self._fair:
-                top = mine[0]
-                heapq.heappush(self._heads, (top[0], top[1], top[2], key))
+                heapq.heapify(mine)
+            if not self._fair and mine[0] is not top:  # the key's best row is a new one
+                best = mine[0]
+                heapq.heappush(self._heads, (best[0], best[1], best[2], key))
 
     def due(self, now_ns: int) -> bool:
         self._release(now_ns)

@@ -121,3 +121,18 @@ def test_rate_violations_finds_the_worst_interval_and_nothing_when_the_rate_held
     burst = [0, 1, 2, *steady[1:]]  # three at once, then the steady rate
     assert rate_violations(burst, 10.0, 3) == []
     assert rate_violations(burst, 10.0, 2)[0][2] >= 3
+
+
+def test_a_subscription_has_its_tables_limits_and_its_projection_must_carry_their_key():
+    from msgtable.core.subscriptions import Subscription, load_subscription
+
+    columns = (*COLUMNS, Column("time_fanout", "bigint", "bigint"))
+    table = load_table("q", f"{GOOD},vt_limit_key=tenant,vt_key_concurrency=2", columns, [("id",)])
+    state = tuple(
+        Column(n, "bigint", "bigint")
+        for n in ("id", "priority", "time_next", "epoch", "time_acked", "time_created")
+    )
+    kept = load_subscription(table, Subscription("q", "all"), state).config
+    assert kept.flow == table.flow and kept.label == "q/all"
+    with pytest.raises(TableLoadError, match="its columns must include tenant"):
+        load_subscription(table, Subscription("q", "narrow", columns=("message",)), state)

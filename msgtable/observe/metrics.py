@@ -393,33 +393,7 @@ class EngineCollector(Collector):
             streams.add(ks, self.streams())
             out.append(streams)
         if engine.binlog is not None:
-            b = Family(
-                PREFIX + "binlog_following",
-                GAUGE,
-                "1 while the binlog follower reads the binlog, 0 while it polls only or retries.",
-                ("keyspace",),
-            )
-            b.add(ks, 1 if engine.binlog.following.is_set() else 0)
-            out.append(b)
-            events = Family(
-                PREFIX + "binlog_row_events",
-                COUNTER,
-                "Row events the binlog follower read.",
-                ("keyspace",),
-            )
-            events.add(ks, engine.binlog.events)
-            out.append(events)
-            lag_s = engine.binlog.lag_s
-            if lag_s is not None:
-                lag = Family(
-                    PREFIX + "binlog_lag_seconds",
-                    GAUGE,
-                    "How far the binlog follower is behind: now - its last event's time, "
-                    "0 when caught up.",
-                    ("keyspace",),
-                )
-                lag.add(ks, lag_s)
-                out.append(lag)
+            out.extend(_binlog_families(engine.binlog, ks))
         f = engine.capture
         if f is not None and f.following.is_set():
             lag = Family(
@@ -592,3 +566,35 @@ class MetricsServer(webserver.Served):
         headers.append(("Content-Length", str(len(body))))
         start_response("200 OK", headers)
         return [body]
+
+
+def _binlog_families(binlog: Any, ks: tuple[str]) -> list[Family]:
+    """The binlog follower's families: whether it follows, the row events it read, its lag."""
+    out: list[Family] = []
+    b = Family(
+        PREFIX + "binlog_following",
+        GAUGE,
+        "1 while the binlog follower reads the binlog, 0 while it polls only or retries.",
+        ("keyspace",),
+    )
+    b.add(ks, 1 if binlog.following.is_set() else 0)
+    out.append(b)
+    events = Family(
+        PREFIX + "binlog_row_events",
+        COUNTER,
+        "Row events the binlog follower read.",
+        ("keyspace",),
+    )
+    events.add(ks, binlog.events)
+    out.append(events)
+    lag_s = binlog.lag_s
+    if lag_s is not None:
+        lag = Family(
+            PREFIX + "binlog_lag_seconds",
+            GAUGE,
+            "How far the binlog follower is behind: now - its last event's time, 0 when caught up.",
+            ("keyspace",),
+        )
+        lag.add(ks, lag_s)
+        out.append(lag)
+    return out

@@ -2,6 +2,7 @@
 rows, backoff, settlement rules, filters, ids, the codec of the wire types.
 
 Modules:
+    assignment     Which server sends which unit of a database
     backoff        When an unacked message comes back
     clock          Time as a dependency
     codec          Pure conversions between Python values and the wire types of msgtable.v1

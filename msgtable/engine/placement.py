@@ -11,10 +11,10 @@ use), all in the database's own clock (UTC_TIMESTAMP), so the servers' clocks ne
 
 Each step (a third of the period) renews the server's presence and its leases in one
 transaction and reads every row. From what it read every server works out the same
-assignment (:func:`assign`): the live servers share the units, each unit going to the server
-that ranks it highest (rendezvous hashing of server and unit) among those below their share
-(every server has the units over the servers, rounded down, or one more), units in name
-order, except that a unit stays with the live server that holds it while that server is
+assignment (msgtable.core.assignment): the live servers share the units, each unit going to
+the server that ranks it highest (rendezvous hashing of server and unit) among those below
+their share (every server has the units over the servers, rounded down, or one more), units
+in name order, except that a unit stays with the live server that holds it while that server is
 below its share. So a server that joins takes its share and nothing else moves, and the
 tables of one that leaves or dies are spread over the others. Then it takes each unit
 assigned to it that is free (no row, its lease ended or given back), hands over each unit
@@ -41,15 +41,22 @@ every table. Upgrade by stopping the old servers; the new ones take over within 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from msgtable.core.assignment import (
+    SERVER,
+    TABLE,
+    assign,
+    kind_of,
+    unit_names,
+    what,
+)
 from msgtable.core.latency import Timed, untimed
 from msgtable.core.retry import Backoff, Outage, Retry
 from msgtable.engine.lease import (
@@ -77,67 +84,10 @@ PLACEMENT_DDL = f"""CREATE TABLE IF NOT EXISTS {PLACEMENT_TABLE} (
   released TINYINT NOT NULL DEFAULT 0,
   PRIMARY KEY (kind, name)
 ) COMMENT='msgtable: which server sends which message table of this database'"""
-# the unit of the table-event follower (msgtable.features.capture.follower): no table is named ''
-CAPTURE = ""
-# the unit of every schedule (msgtable.features.schedules): the name of their own table, which
-# is no message table's
-SCHEDULES = "msgtable_schedules"
-SERVER, TABLE, CAPTURE_KIND, SCHEDULES_KIND = "server", "table", "capture", "schedules"
 # Rows of units whose lease ended this long ago, and of servers gone this long, are deleted
 # (by whichever server notices; nobody holds them): dropped tables, restarted servers.
 FORGET_AFTER_S = 3600.0
 FORGET_EVERY = 100  # steps between two such deletions
-
-
-def kind_of(unit: str) -> str:
-    if unit == CAPTURE:
-        return CAPTURE_KIND
-    return SCHEDULES_KIND if unit == SCHEDULES else TABLE
-
-
-def rank(server: str, unit: str) -> int:
-    """How much ``server`` (its id) wants ``unit``: the rendezvous hash of the two."""
-    digest = hashlib.blake2b(f"{server}\0{unit}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
-def assign(
-    units: Iterable[str], servers: Iterable[str], holders: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """Which server (by id) sends each unit. Of U units over N servers each server's share is
-    U // N, and U % N of them (the first to reach it) take one more: every server has U // N
-    or one more. First each unit held by a live server (``holders``: unit -> server id)
-    stays there while that server is below its share, in name order; then each of the
-    others, in name order, goes to the server that ranks it highest among those below their
-    share. The same on every server that read the same rows; a server that joins takes its
-    share from the others and nothing else moves, and the units of one that leaves go to
-    the others, the rest staying where they are (tests.unit.test_placement)."""
-    members = sorted(set(servers))
-    names = sorted(set(units))
-    if not members:
-        return {}
-    share, extra = divmod(len(names), len(members))
-    load = dict.fromkeys(members, 0)
-    out: dict[str, str] = {}
-
-    def place(u: str, s: str) -> bool:
-        nonlocal extra
-        if load[s] < share or (load[s] == share and extra > 0):
-            if load[s] == share:
-                extra -= 1
-            out[u] = s
-            load[s] += 1
-            return True
-        return False
-
-    held = holders or {}
-    for u in names:
-        if held.get(u) in load:
-            place(u, held[u])
-    for u in names:
-        if u not in out:
-            any(place(u, s) for s in sorted(members, key=lambda s: rank(s, u), reverse=True))
-    return out
 
 
 @dataclass(frozen=True)
@@ -404,7 +354,7 @@ class Placement:
             if handovers:
                 log.info(
                     "placement: this server hands over %s (to %s)",
-                    _names([u for u, _ in handovers]),
+                    unit_names([u for u, _ in handovers]),
                     ", ".join(sorted({s or "another server" for _, s in handovers})),
                 )
             for unit, sender in handovers:
@@ -416,7 +366,7 @@ class Placement:
                 log.info(
                     "placement: this server (%s) now sends %s",
                     self.address,
-                    _names([u for u, _ in took]),
+                    unit_names([u for u, _ in took]),
                 )
             for unit, takeover in took:
                 self._on_gain(unit, takeover)
@@ -460,7 +410,7 @@ class Placement:
         if lost:
             log.warning(
                 "placement: lost %s (not renewed within %gs); this server stops sending them",
-                _names(lost),
+                unit_names(lost),
                 self.period_s,
             )
         for unit in lost:
@@ -639,7 +589,7 @@ class Placement:
                 self._conn.commit()
         except Exception as exc:
             log.warning(
-                "placement: could not give %s back (it ends by itself): %s", _what(unit), exc
+                "placement: could not give %s back (it ends by itself): %s", what(unit), exc
             )
             self._drop_connection()
 
@@ -697,30 +647,3 @@ def _unknown(rows: list[Row], mine: set[str], period_s: float) -> set[str]:
         for r in rows
         if r.kind == TABLE and r.name not in mine and (r.live or r.over_us < recent_us)
     }
-
-
-LOGGED_NAMES = 10  # a log line names this many units at most, then counts the rest
-
-
-def _names(units: list[str]) -> str:
-    """Units for a log line: "table a, table b and the table events", or "N tables: a,
-    b, ... and K more"."""
-    tables = sorted(u for u in units if u not in (CAPTURE, SCHEDULES))
-    shown = tables[:LOGGED_NAMES]
-    text = (
-        (f"table {shown[0]}" if len(tables) == 1 else f"{len(tables)} tables: {', '.join(shown)}")
-        if tables
-        else ""
-    )
-    if len(tables) > LOGGED_NAMES:
-        text += f" and {len(tables) - LOGGED_NAMES} more"
-    for unit in (CAPTURE, SCHEDULES):
-        if unit in units:
-            text = f"{text} and {_what(unit)}" if text else _what(unit)
-    return text
-
-
-def _what(unit: str) -> str:
-    if unit in (CAPTURE, SCHEDULES):
-        return "the table events" if unit == CAPTURE else "the schedules"
-    return f"table {unit}"

@@ -19,8 +19,8 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable.cli.output import format_tables
+from msgtable.core.assignment import CAPTURE
 from msgtable.core.events import KINDS, Capture, capture_table_ddl
-from msgtable.engine.placement import CAPTURE
 from msgtable.features.capture import follower as capture
 from msgtable.features.capture.follower import CaptureFollower, CaptureTarget
 from msgtable.store.capture import POSITION_TABLE, CaptureStore

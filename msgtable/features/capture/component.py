@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from msgtable.core.assignment import CAPTURE
 from msgtable.core.status import TableStatus
 from msgtable.engine.components import Discovery, Host
-from msgtable.engine.placement import CAPTURE
 from msgtable.features.capture.follower import CaptureFollower, CaptureTarget
 from msgtable.store.mysql import pymysql_args
 from msgtable.store.mysqlstore import MySQLStore

@@ -325,9 +325,7 @@ def test_a_card_shows_its_dedup_and_its_schedules_last_and_next_tick(served: Ser
         vt_dedup="dedup_key",
         vt_dedup_window=30,
     )
-    wait_until(
-        lambda: "jobs" in {t.name for t in served.engine.list_tables()}, what="jobs loaded"
-    )
+    wait_until(lambda: "jobs" in {t.name for t in served.engine.list_tables()}, what="jobs loaded")
     served.engine.schedules.create_schedule(
         "beat", "jobs", "* * * * * *", {"message": "beat"}, timezone="Europe/Paris"
     )

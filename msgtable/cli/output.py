@@ -162,6 +162,10 @@ def _notes(tables: list[TableInfo], subs: list[TableInfo]) -> list[tuple[str, li
             [_ordered(t) for t in tables if t.config is not None and t.config.order_key],
         ),
         (
+            "deduplicated by (vt_dedup):",
+            [_deduplicated(t) for t in tables if t.config is not None and t.config.dedup],
+        ),
+        (
             "flow control (held back: the sends a limit held messages back in):",
             [_limited(t) for t in by_name if t.limits],
         ),
@@ -211,6 +215,12 @@ def _ordered(t: TableInfo) -> str:
         f"  {t.name}: by {c.order_key} in {c.order_by} order; keys in flight "
         f"{t.keys_in_flight}, keys waiting {t.keys_waiting}"
     )
+
+
+def _deduplicated(t: TableInfo) -> str:
+    c = t.config
+    assert c is not None
+    return f"  {t.name}: key {c.dedup}, window {_seconds(c.dedup_window_s)}"
 
 
 def _limited(t: TableInfo) -> str:

@@ -324,6 +324,8 @@ _SETTINGS = (
     "dead_letter",
     "order_key",
     "order_by",
+    "dedup",
+    "dedup_window_s",
 )
 _COUNTERS = (
     "cached",
@@ -485,6 +487,8 @@ class TableSettings:
     order_by: str = ""  # vt_order_by (id by default when ordered)
     capture: tuple[str, ...] = ()  # vt_capture (): not a capture table)
     capture_kinds: tuple[str, ...] = ()  # vt_capture_kinds
+    dedup: str = ""  # vt_dedup, the key column ("": the table does not deduplicate)
+    dedup_window_s: float = 0.0  # vt_dedup_window (msgtable.core.dedup)
 
 
 @dataclass(frozen=True)

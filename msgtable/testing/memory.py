@@ -54,6 +54,11 @@ CURRENT_COLUMNS = (
 )
 
 
+class DuplicateEntry(Exception):
+    """An INSERT's duplicate of a unique key other than the primary key (a vt_dedup key), as
+    the driver raises MySQL's error 1062: ``args`` are (1062, "Duplicate entry ...")."""
+
+
 class InMemoryStore:
     """Tables as dicts of rows; ``down`` makes every call raise DatabaseUnavailable."""
 
@@ -94,7 +99,23 @@ class InMemoryStore:
             if "time_created" in row:
                 row["time_created"] = time.time_ns()
         row.update(values, id=id)
+        self._refuse_duplicate(table, id, row)
         self.rows[table][id] = row
+
+    def _refuse_duplicate(self, table: str, id: Hashable, row: dict[str, Any]) -> None:
+        """MySQL's unique indexes but the primary key (an insert of a taken id replaces
+        its row here): a key another row holds is refused, NULL keys never collide."""
+        d = self.definitions[table]
+        names = {cols: name for name, cols in d.indexes}
+        for cols in d.unique_indexes:
+            key = tuple(row.get(c) for c in cols)
+            if "id" in cols or any(v is None for v in key):
+                continue
+            for other_id, other in self.rows[table].items():
+                if other_id != id and tuple(other.get(c) for c in cols) == key:
+                    entry = "-".join(str(v) for v in key)
+                    name = names.get(tuple(cols), "_".join(cols))
+                    raise DuplicateEntry(1062, f"Duplicate entry '{entry}' for key '{name}'")
 
     def update(self, table: str, id: Hashable, **values: Any) -> None:
         self.rows[table][id].update(values)

@@ -315,3 +315,40 @@ def test_with_auth_the_page_asks_for_the_token_once(served: Served, browser):
         screenshot(browser, "dashboard-with-token.png")
     finally:
         d.close()
+
+
+def test_a_card_shows_its_dedup_and_its_schedules_last_and_next_tick(served: Served, browser):
+    served.create_table(
+        "jobs",
+        "dedup_key varchar(64), unique index dedup_idx(dedup_key), "
+        "index dedup_created_idx(time_created, dedup_key)",
+        vt_dedup="dedup_key",
+        vt_dedup_window=30,
+    )
+    wait_until(lambda: "jobs" in {t.name for t in served.engine.list_tables()}, what="jobs loaded")
+    served.engine.schedules.create_schedule(
+        "beat", "jobs", "* * * * * *", {"message": "beat"}, timezone="Europe/Paris"
+    )
+    d = open_dashboard(served)
+    try:
+        browser.get(d.url)
+        card = '[data-key="jobs"]'
+        wait_until(
+            lambda: text(browser, card + " .dedup") == "dedup: key dedup_key, window 30.0 s",
+            what=lambda: f"the dedup line (shows {text(browser, card + ' .dedup')!r})",
+        )
+        beat = card + ' .schedules li[data-schedule="beat"]'
+        line = re.compile(
+            r"schedule beat \('\* \* \* \* \* \*' in Europe/Paris, missed: skip\): last tick "
+            r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ), next (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ), "
+            r"[1-9]\d* enqueued"
+        )
+        shown = wait_until(
+            lambda: line.fullmatch(text(browser, beat)),
+            timeout_s=15,
+            what=lambda: f"the schedule's line with a tick (shows {text(browser, beat)!r})",
+        )
+        assert shown.group(1) < shown.group(2), shown.group(0)
+        screenshot(browser, "dashboard-schedules.png")
+    finally:
+        d.close()

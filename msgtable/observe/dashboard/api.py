@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.core.latency import LatencySnapshot
+from msgtable.core.schedules import Schedule
 from msgtable.core.status import TableStatus
 from msgtable.core.words import counted
 from msgtable.errors import (
@@ -269,6 +270,9 @@ class DashboardApi:
             },
             "backlog": _backlog(s, backlog, oldest_age_s),
             "rates": _rates(series, s, n) if s.config else None,
+            # idempotent enqueue (msgtable.core.dedup) and schedules (msgtable.core.schedules)
+            "dedup": _dedup(s),
+            "schedules": [_schedule(x) for x in s.schedules],
         }
 
     def dead(self, principal: str, query: Mapping[str, str]) -> dict[str, Any]:
@@ -383,6 +387,28 @@ def _backlog(s: TableStatus, b: Backlog | None, oldest_age_s: float | None) -> d
         "oldest_unacked_age_s": b.oldest_unacked_age_s,
         # JSON has no infinity: the last bucket (every unacked message) has bound null
         "by_age": [[None if math.isinf(u) else u, n] for u, n in b.by_age],
+    }
+
+
+def _dedup(s: TableStatus) -> dict[str, Any] | None:
+    """A table's vt_dedup column and window (None: it does not deduplicate)."""
+    c = s.config
+    if c is None or s.subscription or not c.dedup:
+        return None
+    return {"column": c.dedup, "window_s": c.dedup_window_s}
+
+
+def _schedule(x: Schedule) -> dict[str, Any]:
+    """A schedule of the table: its definition, its last and next tick (unix s; None: none
+    yet) and how many messages it enqueued."""
+    return {
+        "name": x.name,
+        "cron": x.cron,
+        "timezone": x.timezone,
+        "missed": x.missed.value,
+        "last_tick_s": x.last_tick_ns / 1e9 if x.last_tick_ns else None,
+        "next_tick_s": x.next_tick_ns / 1e9 if x.next_tick_ns else None,
+        "ticks": x.ticks,
     }
 
 

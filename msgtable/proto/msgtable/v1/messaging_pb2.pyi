@@ -1601,6 +1601,8 @@ class TableConfig(_message.Message):
     ORDER_BY_FIELD_NUMBER: _builtins.int
     CAPTURE_FIELD_NUMBER: _builtins.int
     CAPTURE_KINDS_FIELD_NUMBER: _builtins.int
+    DEDUP_FIELD_NUMBER: _builtins.int
+    DEDUP_WINDOW_S_FIELD_NUMBER: _builtins.int
     ack_wait_s: _builtins.float
     """vt_ack_wait: how long a sent message waits for its ack before it is due again."""
     purge_after_s: _builtins.float
@@ -1633,6 +1635,11 @@ class TableConfig(_message.Message):
     empty: the table is not ordered. vt_order_by: the column that orders a key's messages.
     """
     order_by: _builtins.str
+    dedup: _builtins.str
+    """vt_dedup: the column whose key refuses a duplicate enqueue within the window; empty: the
+    table does not deduplicate. vt_dedup_window: how long a key refuses its duplicates.
+    """
+    dedup_window_s: _builtins.float
     @_builtins.property
     def message_columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___Field]:
         """The columns streamed to subscribers, `id` first (vt_message_cols, or every application
@@ -1667,10 +1674,12 @@ class TableConfig(_message.Message):
         order_by: _builtins.str = ...,
         capture: _abc.Iterable[_builtins.str] | None = ...,
         capture_kinds: _abc.Iterable[_builtins.str] | None = ...,
+        dedup: _builtins.str = ...,
+        dedup_window_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "capture", b"capture", "capture_kinds", b"capture_kinds", "dead_letter", b"dead_letter", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "order_by", b"order_by", "order_key", b"order_key", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "capture", b"capture", "capture_kinds", b"capture_kinds", "dead_letter", b"dead_letter", "dedup", b"dedup", "dedup_window_s", b"dedup_window_s", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "order_by", b"order_by", "order_key", b"order_key", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -57,6 +57,21 @@ def test_the_schema_file_loads_and_the_database_refuses_a_duplicate_to_plain_sql
     assert [r[0] for r in served.sql("select id from order_jobs order by id")] == [1, 5, 6]
 
 
+def test_the_schema_files_keys_are_exact_strings_not_their_collation(served: Served):
+    """Keys that differ only in case, accents or a trailing blank are different keys (an SQS
+    MessageDeduplicationId is case-sensitive): a case-insensitive collation would refuse the
+    second as a duplicate and its message would be lost."""
+    served.sql(SCHEMA.read_text())
+    keys = ["Order-A", "order-a", "ORDER-A", "\u00f3rder-a", "order-a "]
+    with served.transaction() as conn:
+        went_in = enqueue_many(
+            conn, "order_jobs", [{"id": i, "dedup_key": k} for i, k in enumerate(keys, 1)]
+        )
+    assert went_in == len(keys), served.sql("select id, dedup_key from order_jobs order by id")
+    with served.transaction() as conn:
+        assert enqueue(conn, "order_jobs", {"id": 9, "dedup_key": "order-a"}) == 0
+
+
 def test_list_tables_says_each_tables_dedup_column_and_window(served: Served):
     _keyed(served, vt_dedup_window=42.5)
     served.create_table("plain")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from msgtable.core import tracing
 from msgtable.core.clock import Clock, SystemClock
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
+from msgtable.core.endpoints import Endpoint
 from msgtable.core.filters import parse_filter
 from msgtable.core.keyspace import KeyRange
 from msgtable.core.latency import LatencySnapshot
@@ -846,8 +847,8 @@ class MessageEngine:
             raise InvalidArgument("this server serves no subscriptions")
         return self._subscriptions
 
-    def set_endpoint(self, endpoint: Any) -> None:
-        """Define (or replace) the push endpoint (msgtable.features.push.endpoints.Endpoint)
+    def set_endpoint(self, endpoint: Endpoint) -> None:
+        """Define (or replace) the push endpoint (msgtable.core.endpoints.Endpoint)
         of a table's default group or subscription."""
         self._pushing().set_endpoint(endpoint)
 

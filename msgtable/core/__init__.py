@@ -8,6 +8,7 @@ Modules:
     codec          Pure conversions between Python values and the wire types of msgtable.v1
     deadletters    What dead means, and what a dead-letter table must be
     dedup          Idempotent enqueue, the pure part
+    endpoints      Push endpoints, the pure part
     events         Table events, the pure part
     filters        Subscription filters
     flow           Flow control, the pure part

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from msgtable.core import tracing
 from msgtable.core.clock import Clock, SystemClock
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
+from msgtable.core.endpoints import Endpoint
 from msgtable.core.filters import parse_filter
 from msgtable.core.keyspace import KeyRange
 from msgtable.core.latency import LatencySnapshot
@@ -128,10 +129,9 @@ class MessageEngine:
         )
         self.binlog: BinlogFollower | None = None
         self._binlog_columns: dict[str, Sequence[str]] = {}
-        if follow_binlog and isinstance(store, MySQLStore):
-            self.binlog = BinlogFollower(
-                pymysql_args(store.url), store.database, self, outage=store.outage
-            )
+        db = store.connections() if follow_binlog else None
+        if db is not None:  # the binlog of a MySQL-family server
+            self.binlog = BinlogFollower(pymysql_args(db.url), db.database, self, outage=db.outage)
         self._init_features(features or Features())
 
     def _init_placement(self, lease_period_s: float | None) -> None:
@@ -192,18 +192,19 @@ class MessageEngine:
         without a lease period sends every table already: nothing to do."""
         if self.lease_period_s is None or self._tenure.lease is not None:
             return
-        if not isinstance(self.store, MySQLStore):
+        db = self.store.connections()
+        if db is None:
             raise InvalidArgument("a lease needs a MySQL-family database")
         lease = Placement(
-            connector(self.store.url, self.store.database),
+            connector(db.url, db.database),
             address,
             self.lease_period_s,
             units=self._units,
             on_gain=self._gain,
             on_loss=self._lose,
             on_unknown=lambda _tables: self._wake.set(),  # discover them now
-            outage=self.store.outage,
-            timed=self.store.timed,
+            outage=db.outage,
+            timed=db.timed,
         )
         try:
             lease.prepare()
@@ -846,8 +847,8 @@ class MessageEngine:
             raise InvalidArgument("this server serves no subscriptions")
         return self._subscriptions
 
-    def set_endpoint(self, endpoint: Any) -> None:
-        """Define (or replace) the push endpoint (msgtable.features.push.endpoints.Endpoint)
+    def set_endpoint(self, endpoint: Endpoint) -> None:
+        """Define (or replace) the push endpoint (msgtable.core.endpoints.Endpoint)
         of a table's default group or subscription."""
         self._pushing().set_endpoint(endpoint)
 

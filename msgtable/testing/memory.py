@@ -24,6 +24,7 @@ from msgtable.core.deadletters import (
 )
 from msgtable.core.retry import Outage
 from msgtable.core.rows import CachedRow, PolledRow, PollKey, group_by_epoch
+from msgtable.core.subscriptions import FANOUT_COLUMN
 from msgtable.core.tables import (
     DEAD_TIME_NEXT,
     DEMO_COMMENT,
@@ -42,6 +43,8 @@ from msgtable.store.backlog import AGE_BOUNDS_S, BacklogCounts
 from msgtable.store.deadletters import REJECTED_REASON
 from msgtable.store.discovery import TableDefinition
 from msgtable.store.protocol import Deliver, Keep
+from msgtable.testing.endpoints import InMemoryEndpoints
+from msgtable.testing.subscriptions import InMemorySubscriptions
 
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
@@ -71,6 +74,9 @@ class InMemoryStore:
         self.polls = 0
         self.rows_read = 0
         self.lock = threading.Lock()
+        # each feature's store, composed (msgtable.store.protocol.Store's capabilities)
+        self.subscription_store = InMemorySubscriptions(self)
+        self.endpoint_store = InMemoryEndpoints(self)
 
     # -- test helpers --------------------------------------------------------------------
     def create_table(
@@ -173,6 +179,7 @@ class InMemoryStore:
         with self.lock:
             self.polls += 1
             due = [r for r in self._table(cfg.name).values() if self._due(cfg, r, now_ns)]
+            values = self._joined(cfg, due)
             if floor_ns is not None:  # MySQLStore's: time_next or time_created after it
                 due = [
                     r
@@ -189,12 +196,23 @@ class InMemoryStore:
                     self._key(cfg, r)[0],
                     self._key(cfg, r)[1],
                     r["epoch"],
-                    *(r[c.name] for c in cfg.message_columns),
+                    *(values(r)[c.name] for c in cfg.message_columns),
                     *((r.get("time_created"),) if created else ()),
                 )
                 for r in picked
             ]
             return rows, (self._key(cfg, picked[-1]) if picked else None)
+
+    def _joined(
+        self, cfg: TableConfig, due: list[dict[str, Any]]
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """Where a polled row's values are: itself, or for a subscription's state row its
+        message row (MySQLStore's JOIN: ``due`` loses state rows whose message row is gone)."""
+        if not cfg.source:
+            return lambda r: r
+        messages = self._table(cfg.source)
+        due[:] = [r for r in due if r["id"] in messages]
+        return lambda r: messages[r["id"]]
 
     def claim(
         self,
@@ -320,10 +338,23 @@ class InMemoryStore:
                 if r["time_acked"] is not None
                 and r["time_acked"] < cutoff_ns
                 and (not cfg.dedup or r.get(cfg.dedup) is None)
+                and (not cfg.fanout or r.get(FANOUT_COLUMN) is not None)
+                and self._settled_by_holders(cfg, i, cutoff_ns)
             ][:limit]
             for i in old:
                 del table[i]
             return len(old)
+
+    def _settled_by_holders(self, cfg: TableConfig, id: Hashable, cutoff_ns: int) -> bool:
+        """Whether each subscription that holds the table settled the row before the cutoff
+        (or never got it): TableStatements' purge pick."""
+        for h in cfg.holders:
+            state = self.rows.get(h, {}).get(id)
+            if state is not None and (
+                state["time_acked"] is None or state["time_acked"] >= cutoff_ns
+            ):
+                return False
+        return True
 
     def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
         if not cfg.dedup:
@@ -632,6 +663,14 @@ class InMemoryStore:
             ]
             due.sort(key=lambda r: r["id"])
             return [self._ordered_row(cfg, r) for r in due[:limit]]
+
+    # -- capabilities (msgtable.store.protocol.Store) --------------------------------------
+    def connections(self) -> None:
+        """None: no connections of its own, so no lease and no binlog."""
+        return None
+
+    def statement_stats(self) -> None:
+        return None
 
     def close(self) -> None:
         pass

@@ -203,7 +203,10 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 )
                 open_metrics(metrics, server, out)
             advertised = args.advertise or advertised_address(args.listen, server.address)
-            engine.campaign(advertised)
+            services = {}
+            if sqs is not None:  # calls at this server for a table another sends go there
+                services["sqs"] = advertised_address(args.sqs_listen, sqs.address)
+            engine.campaign(advertised, services)
             _announce(args, server, advertised, dsn, sharded, local, out)
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:

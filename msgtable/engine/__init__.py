@@ -20,6 +20,7 @@ Modules:
     placement    Which server sends which table
     postpone     The postpone of a sent message
     purger       The purger of one table
+    rechecks     Passes again soon after an INSERT the binlog showed that a pass missed
     routes       Which due rows each filtered stream of a table may take
     subscriber   A subscriber
     tenure       What this server sends, as the placement last said

@@ -183,9 +183,10 @@ class MessageEngine:
         if self.binlog is not None:
             self.binlog.open()
 
-    def campaign(self, address: str) -> None:
+    def campaign(self, address: str, services: Mapping[str, str] | None = None) -> None:
         """Start sharing the database's tables with the other servers on it, as the server
-        clients reach at ``address`` (msgtable.engine.placement).
+        clients reach at ``address`` (msgtable.engine.placement), telling them the address
+        of each of its other ``services`` (name -> address: the SQS API's).
 
         Creates the placement table if it is missing (raises MsgtableError if it cannot; if
         the database is down, the placement's thread does it once it answers). A server
@@ -205,6 +206,7 @@ class MessageEngine:
             on_unknown=lambda _tables: self._wake.set(),  # discover them now
             outage=db.outage,
             timed=db.timed,
+            services=services,
         )
         try:
             lease.prepare()
@@ -238,6 +240,16 @@ class MessageEngine:
         placement ("": unknown, or no server sends it now); "this server" when it has no
         lease to share."""
         return self._tenure.sender(self._unit(table))
+
+    def service_of_sender(self, table: str, service: str) -> str:
+        """The address of service ``service`` (e.g. "sqs") of the other server that sends
+        ``table`` now, as this one last read the placement ("": this server sends it, or no
+        server does, or its sender does not serve it)."""
+        lease = self._tenure.lease
+        if lease is None or self.sends(table):
+            return ""
+        sender = lease.sender(self._unit(table))
+        return lease.service(service, sender) if sender else ""
 
     def _unit(self, table: str) -> str:
         """The placement's unit of ``table`` (a table, a subscription's state table, or

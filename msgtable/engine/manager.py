@@ -53,7 +53,7 @@ from msgtable.core.rows import (
 from msgtable.core.status import TableStatus
 from msgtable.core.tables import TableConfig
 from msgtable.core.window import Window, check_limit, window_size
-from msgtable.engine import dispatch, flow, postpone
+from msgtable.engine import dispatch, flow, postpone, rechecks
 from msgtable.engine.acks import AckCombiner
 from msgtable.engine.cache import MessageCache, Sending
 from msgtable.engine.ordered import KeyPass, OrderedDue, whole_keys
@@ -130,6 +130,7 @@ class MessageManager:
         )
         self._cursor: PollKey | None = None  # where the current pass of polls got to
         self._restart = True  # the next poll starts a new pass from the best due row
+        self._rechecks = rechecks.Rechecks()  # a hinted pass that read nothing goes again soon
         self._pass = KeyPass()  # where an ordered table's pass got to (msgtable.engine.ordered)
         self._pass_began_ns = 0  # when it began (a pass begins at least every poll interval)
         self._pass_cost_ns = 0  # how long the last whole pass took
@@ -556,7 +557,7 @@ class MessageManager:
             if not self._subscribers:
                 return
             if isinstance(due, flow.KeyedDue) and due.fair:
-                pass  # a poll now, on from where the pass is (flow.follows_tail)
+                self._rechecks.hinted = True  # a poll now, on from where the pass is (follows_tail)
             elif self.cache.ordered is not None:
                 gap = max(MIN_PASS_GAP_NS, PASS_SHARE * self._pass_cost_ns)
                 due_ns = self._pass_began_ns + gap
@@ -570,7 +571,7 @@ class MessageManager:
             ):
                 return
             else:
-                self._restart = True
+                self._restart = self._rechecks.hinted = True
         self._poll_wake.set()
 
     def binlog_changes(self, changes: Sequence[RowChange]) -> None:
@@ -953,11 +954,11 @@ class MessageManager:
                 continue
             self._poll_wake.clear()
             with self._lock:
-                restart, self._restart = self._restart, False
+                restart, self._restart, hinted = self._restart, False, self._rechecks.take()
             try:
-                self.poll_once(restart)
+                added = self.poll_once(restart)
                 retry.succeeded()
-                delay = self.config.poller_interval_s
+                delay = self._rechecks.wait_s(hinted, added, self.config.poller_interval_s)
             except Exception as exc:
                 delay = retry.failed(exc)
             if self.cache.ordered is not None:  # woken all the time: a pass begins on time

@@ -7,7 +7,10 @@ use), all in the database's own clock (UTC_TIMESTAMP), so the servers' clocks ne
 - its presence (kind ``server``, named by its id): its address and when it ends;
 - a lease per unit it sends (kind ``table``, named by the table; kind ``capture``, named
   ``''``: the table-event follower, one per database): its id, its address, when the lease
-  ends, and whether it was given back cleanly.
+  ends, and whether it was given back cleanly;
+- the address of each other service it serves (kind ``service:NAME``, named by its id,
+  renewed with its presence and written released, which no step counts as a unit: the SQS
+  API's, so that a server forwards a call to the API of the table's sender).
 
 Each step (a third of the period) renews the server's presence and its leases in one
 transaction and reads every row. From what it read every server works out the same
@@ -45,7 +48,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,6 +87,7 @@ PLACEMENT_DDL = f"""CREATE TABLE IF NOT EXISTS {PLACEMENT_TABLE} (
   released TINYINT NOT NULL DEFAULT 0,
   PRIMARY KEY (kind, name)
 ) COMMENT='msgtable: which server sends which message table of this database'"""
+SERVICE = "service:"  # the kinds of a server's other services' rows: service:NAME
 # Rows of units whose lease ended this long ago, and of servers gone this long, are deleted
 # (by whichever server notices; nobody holds them): dropped tables, restarted servers.
 FORGET_AFTER_S = 3600.0
@@ -134,6 +138,7 @@ class Placement:
         holder: str | None = None,
         outage: Outage | None = None,
         timed: Timed = untimed,
+        services: Mapping[str, str] | None = None,
     ) -> None:
         if period_s < MIN_LEASE_PERIOD_S:
             raise MsgtableError(f"the lease period must be at least {MIN_LEASE_PERIOD_S}s")
@@ -156,6 +161,8 @@ class Placement:
         self._holders: dict[str, tuple[str, float]] = {}
         self._assigned: dict[str, str] = {}  # unit -> its server's id, as the last step decided
         self._servers: dict[str, str] = {}  # live server id -> address, as last read
+        self.services = dict(services or {})  # this server's other services: name -> address
+        self._services: dict[tuple[str, str], str] = {}  # (name, server address) -> address
         self.late_renewals = 0
         self.old_lease_holder = ""  # an old server's address while it holds msgtable_lease
         self._old_lease = False  # msgtable_lease exists: read its row each step
@@ -232,6 +239,11 @@ class Placement:
         """The live servers (id -> address) as the last step read them, this one included."""
         return dict(self._servers)
 
+    def service(self, name: str, server: str) -> str:
+        """The address of service ``name`` of the live server at ``server`` (its address),
+        as the last step read it ("": none)."""
+        return self._services.get((name, server), "")
+
     def wake(self) -> None:
         """Step soon (the units changed)."""
         self._wake.set()
@@ -301,10 +313,11 @@ class Placement:
                 with self._timed("lease_release"), self._cursor() as cur:
                     for u in units:
                         self._give_back(cur, u, released(u))
+                    kinds = [SERVER, *(SERVICE + n for n in self.services)]
                     cur.execute(
-                        f"UPDATE {PLACEMENT_TABLE} SET expires = UTC_TIMESTAMP(6) "
-                        "WHERE kind = %s AND name = %s",
-                        (SERVER, self.holder),
+                        f"UPDATE {PLACEMENT_TABLE} SET expires = UTC_TIMESTAMP(6) WHERE name = "
+                        f"%s AND kind IN ({', '.join(['%s'] * len(kinds))})",
+                        (self.holder, *kinds),
                     )
                     self._conn.commit()
             except Exception as exc:
@@ -445,6 +458,14 @@ class Placement:
                     period_us,
                 ),
             )
+            for name, address in self.services.items():
+                cur.execute(
+                    f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, "
+                    "released) VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s "
+                    "MICROSECOND, 1) ON DUPLICATE KEY UPDATE address = %s, "
+                    "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND",
+                    (SERVICE + name, self.holder, self.holder, *(address, period_us) * 2),
+                )
             cur.execute(
                 "SELECT kind, name, holder, address, released, "
                 "TIMESTAMPDIFF(MICROSECOND, expires, UTC_TIMESTAMP(6)) "
@@ -502,7 +523,12 @@ class Placement:
         servers = {r.name: r.address for r in rows if r.kind == SERVER and r.over_us < 0}
         servers[self.holder] = self.address
         self._servers = servers
-        leases = {r.name: r for r in rows if r.kind != SERVER}
+        self._services = {
+            (r.kind[len(SERVICE) :], servers[r.name]): r.address
+            for r in rows
+            if r.kind.startswith(SERVICE) and r.over_us < 0 and r.name in servers
+        }
+        leases = {r.name: r for r in rows if r.kind != SERVER and not r.kind.startswith(SERVICE)}
         # a lease read as ending in d ends at began + d at the latest on this clock
         self._holders = {
             n: (r.address, began - r.over_us / 1e6)

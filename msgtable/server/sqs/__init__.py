@@ -9,6 +9,7 @@ Modules:
     app        The WSGI app of the API and the server that runs it
     consumer   msgtable's push streams as SQS's pull receive
     digest     The MD5 digests of a body and of message attributes, as SQS computes them
+    forward    Calls for a table another server sends, forwarded to that server's API
     handles    Receipt handles, each naming one delivery
     messages   An SQS message as a row of a message table, and back
     protocol   SQS's JSON protocol: parameters, error shapes, msgtable's errors as SQS's

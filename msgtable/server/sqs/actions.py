@@ -29,6 +29,7 @@ from msgtable.server.auth import Authorizer
 from msgtable.server.sqs import handles, messages
 from msgtable.server.sqs.consumer import IN_FLIGHT_LIMIT, Consumer, Puller, Received
 from msgtable.server.sqs.digest import md5_of_attributes, md5_of_body
+from msgtable.server.sqs.forward import Elsewhere
 from msgtable.server.sqs.handles import Deliveries, Handle
 from msgtable.server.sqs.protocol import Params, SqsError, invalid, sqs_error
 from msgtable.server.sqs.queues import Counts, Directory, Queue, attributes
@@ -104,6 +105,8 @@ class Engine(Protocol):
 
     def refresh(self) -> None: ...
 
+    def service_of_sender(self, table: str, service: str) -> str: ...
+
     def backlog(self, max_age_s: float = ..., wait_s: float | None = None) -> list[Backlog]: ...
 
     def binlog_insert(self, table: str, rows: int = 0) -> None: ...
@@ -115,6 +118,7 @@ class Caller:
 
     principal: str
     host: str
+    forwarded: bool = False  # forwarded by another server (msgtable.server.sqs.forward)
 
 
 class Actions:
@@ -180,6 +184,16 @@ class Actions:
     def _queue(self, p: Params, caller: Caller, action: str) -> Queue:
         q = self.directory.from_url(p.text("QueueUrl", required=True))
         self._allowed(caller, action, q)
+        return q
+
+    def _sent_here(self, p: Params, caller: Caller, action: str) -> Queue:
+        """The queue of a receive or a settle: Elsewhere when another server sends its
+        table (the call goes to that server's API, msgtable.server.sqs.forward)."""
+        q = self._queue(p, caller, action)
+        if not caller.forwarded:
+            address = self.engine.service_of_sender(q.table, "sqs")
+            if address:
+                raise Elsewhere(address, q.table)
         return q
 
     # -- queues --------------------------------------------------------------------------
@@ -356,7 +370,7 @@ class Actions:
 
     # -- receiving -----------------------------------------------------------------------
     def receive_message(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "ReceiveMessage")
+        q = self._sent_here(p, caller, "ReceiveMessage")
         most = p.integer("MaxNumberOfMessages", 1, 10, 1) or 1
         wait = p.integer("WaitTimeSeconds", 0, MAX_WAIT_S, 0) or 0
         visibility = p.integer("VisibilityTimeout", 0, MAX_VISIBILITY_S)
@@ -462,13 +476,13 @@ class Actions:
 
     # -- settling ------------------------------------------------------------------------
     def delete_message(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "DeleteMessage")
+        q = self._sent_here(p, caller, "DeleteMessage")
         h = handles.decode(p.text("ReceiptHandle", required=True), handles.tag_of(q.label))
         self._delete(q, [h])
         return {}
 
     def delete_message_batch(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "DeleteMessageBatch")
+        q = self._sent_here(p, caller, "DeleteMessageBatch")
         tag = handles.tag_of(q.label)
         good: list[tuple[str, Handle]] = []
         failed = []
@@ -509,7 +523,7 @@ class Actions:
             self.deliveries.forget(h)
 
     def change_message_visibility(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "ChangeMessageVisibility")
+        q = self._sent_here(p, caller, "ChangeMessageVisibility")
         h = handles.decode(p.text("ReceiptHandle", required=True), handles.tag_of(q.label))
         seconds = p.integer("VisibilityTimeout", 0, MAX_VISIBILITY_S)
         if seconds is None:
@@ -520,7 +534,7 @@ class Actions:
         return {}
 
     def change_message_visibility_batch(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "ChangeMessageVisibilityBatch")
+        q = self._sent_here(p, caller, "ChangeMessageVisibilityBatch")
         tag = handles.tag_of(q.label)
         successful, failed = [], []
         for e in p.entries():

@@ -1,0 +1,44 @@
+"""Passes again soon after an INSERT the binlog showed, when the pass it asked for found
+nothing.
+
+The binlog shows a transaction a moment before other sessions see its rows: the server
+writes (and sends to its replicas) the binlog, then the storage engine commits. A pass
+that the follower's hint begins at once can read the table in that moment and find
+nothing; the row would then wait for the poll interval (measured: about one long poll in a
+hundred of the SQS bench took the interval, 1 s, not 3 ms). So a hinted pass that found
+nothing is tried again after the first of RECHECK_S, and so on while each finds nothing:
+a few cheap reads per such hint, never a loop (the waits run out, then the poll interval
+is the wait again). Driven by the table's poll loop alone.
+"""
+
+from __future__ import annotations
+
+RECHECK_S = (0.002, 0.01, 0.05)
+
+
+class Rechecks:
+    """The poll loop's next wait after a pass (see the module docstring). ``hinted`` is
+    set, under the manager's lock, when the binlog shows an INSERT."""
+
+    def __init__(self, waits: tuple[float, ...] = RECHECK_S) -> None:
+        self.hinted = False
+        self._waits = waits
+        self._done = 0  # rechecks since the last hinted pass (while none found anything)
+
+    def take(self) -> bool:
+        """Whether the pass about to begin was hinted (under the manager's lock)."""
+        hinted, self.hinted = self.hinted, False
+        return hinted
+
+    def wait_s(self, hinted: bool, added: int, interval_s: float) -> float:
+        """The wait after a pass that was ``hinted`` (or a recheck) and read ``added`` new
+        rows: the next recheck's, or the poll interval."""
+        if hinted:
+            self._done = 0
+        elif not self._done:
+            return interval_s  # neither hinted nor a recheck
+        if added or self._done >= len(self._waits):
+            self._done = 0
+            return interval_s
+        self._done += 1
+        return min(self._waits[self._done - 1], interval_s)

@@ -161,25 +161,26 @@ class MessageManager:
 
     # -- lifecycle -----------------------------------------------------------------------
     def open(self) -> None:
+        """Start the loops (under the lock: a close from another thread joins them all)."""
         with self._lock:
-            if self._opened:
+            if self._opened or self._stop.is_set():
                 return
             self._opened = True
             if self._limiter is not None:
                 self._limiter.restart(self.clock.now_ns())  # a new sender: rates start empty
-        for name, loop in (
-            ("poller", self._poll_loop),
-            ("sender", self._send_loop),
-            ("purger", self.purger.run),
-        ):
-            t = threading.Thread(
-                target=self._guard,
-                args=(name, loop),
-                daemon=True,
-                name=f"msgtable-{self.config.name}-{name}",
-            )
-            self._threads.append(t)
-            t.start()
+            for name, loop in (
+                ("poller", self._poll_loop),
+                ("sender", self._send_loop),
+                ("purger", self.purger.run),
+            ):
+                t = threading.Thread(
+                    target=self._guard,
+                    args=(name, loop),
+                    daemon=True,
+                    name=f"msgtable-{self.config.name}-{name}",
+                )
+                t.start()
+                self._threads.append(t)
 
     def hold(self, seconds: float, floor_ns: int | None = None) -> None:
         """Send nothing for ``seconds`` (a new lease holder waits out the ack waits of what
@@ -225,7 +226,9 @@ class MessageManager:
         for s in subs:
             s.end(err)
         current = threading.current_thread()
-        for t in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
             if t is not current:
                 t.join(timeout_s)
         with self._lock:

@@ -443,29 +443,7 @@ class Placement:
                     f"({', '.join(['%s'] * len(held))})",
                     (period_us, SERVER, self.holder, *held),
                 )
-            cur.execute(
-                f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, released) "
-                "VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND, 0) "
-                "ON DUPLICATE KEY UPDATE address = %s, "
-                "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND",
-                (
-                    SERVER,
-                    self.holder,
-                    self.holder,
-                    self.address,
-                    period_us,
-                    self.address,
-                    period_us,
-                ),
-            )
-            for name, address in self.services.items():
-                cur.execute(
-                    f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, "
-                    "released) VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s "
-                    "MICROSECOND, 1) ON DUPLICATE KEY UPDATE address = %s, "
-                    "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND",
-                    (SERVICE + name, self.holder, self.holder, *(address, period_us) * 2),
-                )
+            self._renew_presence(cur, period_us)
             cur.execute(
                 "SELECT kind, name, holder, address, released, "
                 "TIMESTAMPDIFF(MICROSECOND, expires, UTC_TIMESTAMP(6)) "
@@ -483,16 +461,7 @@ class Placement:
                     + ", ".join(["(%s, %s, '', '', UTC_TIMESTAMP(6), 0)"] * len(new)),
                     [v for unit in new for v in (kind_of(unit), unit)],
                 )
-            old = ""
-            if self._old_lease:
-                cur.execute(
-                    f"SELECT address, released, TIMESTAMPDIFF(MICROSECOND, expires, "
-                    f"UTC_TIMESTAMP(6)) FROM {LEASE_TABLE} WHERE name = %s",
-                    (LEASE_NAME,),
-                )
-                got = cur.fetchone()
-                if got is not None and not got[1] and int(got[2]) < 0:
-                    old = str(got[0])
+            old = self._old_lease_address(cur) if self._old_lease else ""
             self._steps += 1
             if self._steps % FORGET_EVERY == 0:
                 cur.execute(
@@ -514,6 +483,44 @@ class Placement:
             )
         self.old_lease_holder = old
         return rows
+
+    def _renew_presence(self, cur: Any, period_us: int) -> None:
+        """This server's row (its presence and address) and its services' rows, renewed."""
+        cur.execute(
+            f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, released) "
+            "VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND, 0) "
+            "ON DUPLICATE KEY UPDATE address = %s, "
+            "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND",
+            (
+                SERVER,
+                self.holder,
+                self.holder,
+                self.address,
+                period_us,
+                self.address,
+                period_us,
+            ),
+        )
+        for name, address in self.services.items():
+            cur.execute(
+                f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, "
+                "released) VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s "
+                "MICROSECOND, 1) ON DUPLICATE KEY UPDATE address = %s, "
+                "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND",
+                (SERVICE + name, self.holder, self.holder, *(address, period_us) * 2),
+            )
+
+    def _old_lease_address(self, cur: Any) -> str:
+        """The address of a live holder of the old single lease ("" none)."""
+        cur.execute(
+            f"SELECT address, released, TIMESTAMPDIFF(MICROSECOND, expires, "
+            f"UTC_TIMESTAMP(6)) FROM {LEASE_TABLE} WHERE name = %s",
+            (LEASE_NAME,),
+        )
+        got = cur.fetchone()
+        if got is not None and not got[1] and int(got[2]) < 0:
+            return str(got[0])
+        return ""
 
     def _decide(
         self, rows: list[Row], mine: set[str], began: float

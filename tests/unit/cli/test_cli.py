@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -40,12 +40,14 @@ class ServableEngine(FakeEngine):
         self.fatal_reason = ""
         self.opened = self.closed = False
         self.campaigned_as: str | None = None
+        self.services: dict[str, str] = {}
 
     def open(self) -> None:
         self.opened = True
 
-    def campaign(self, address: str) -> None:
+    def campaign(self, address: str, services: Mapping[str, str] | None = None) -> None:
         self.campaigned_as = address
+        self.services = dict(services or {})
 
     def close(self) -> None:
         self.closed = True

@@ -185,6 +185,13 @@ class SqsServer(Served):
         """Requests answered, by (action, outcome): "ok" or the SQS error code."""
         return self.app.counts()
 
+    def calls_by_action(self) -> dict[str, int]:
+        """Requests answered since the server started, by action (every outcome)."""
+        out: Counter[str] = Counter()
+        for (action, _), n in self.app.counts().items():
+            out[action] += n
+        return dict(out)
+
     def receives_waiting(self) -> int:
         return self.actions.consumer.receivers()
 

@@ -14,6 +14,7 @@ Modules:
     ordering       The SQL of ordering per key (msgtable.engine.ordered)
     protocol       The Store Protocol: what the engine asks of a database
     schedules      Every SQL statement of schedules (msgtable.features.schedules)
+    sqsqueues      The SQS API's managed queues' SQL: CREATE TABLE, DROP TABLE, a purge
     statements     The SQL of one message table, written once per TableConfig
     subscriptions  Every SQL statement of subscriptions
 """

@@ -6,6 +6,7 @@ queue, purges (once a minute, as SQS) and drops; with --auth only for the manage
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -175,3 +176,28 @@ def test_with_auth_creating_needs_the_manage_right(cli: Cli, sql: Sql, db_dsn: s
     manager = client(endpoint, scenario.NOBODY_KEY, scenario.NOBODY_SECRET)
     assert manager.create_queue(QueueName="made_here")["QueueUrl"].endswith("/made_here")
     assert comment_of(sql, "made_here")["vt_ack_wait"] == "30"
+
+
+def test_concurrent_creates_of_one_queue_each_answer_its_url(cli: Cli, sql: Sql, db_dsn: str):
+    """SQS's CreateQueue is idempotent: workers starting together (Celery's, each creating
+    its queue) all get the queue, not a QueueAlreadyExists from the one that lost the race."""
+    _, endpoint = scenario.serve_sqs(cli, db_dsn, "--sqs-manage")
+    clients = [client(endpoint) for _ in range(6)]
+    start = threading.Barrier(len(clients))
+    answers: list[object] = []
+
+    def create(sqs: Any) -> None:
+        start.wait(30)
+        try:
+            answers.append(sqs.create_queue(QueueName=f"raced_{n}")["QueueUrl"])
+        except ClientError as exc:
+            answers.append(exc.response["Error"]["Code"])
+
+    for n in range(3):
+        answers.clear()
+        threads = [threading.Thread(target=create, args=(c,)) for c in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(set(answers)) == 1 and str(answers[0]).endswith(f"/raced_{n}"), answers

@@ -106,7 +106,19 @@ class Manager:
                 f"Value {name[:90]} for parameter QueueName is invalid. Reason: a queue msgtable "
                 "creates is a table: letters, digits and underscores, at most 64 (and .fifo)."
             ) from None
-        _run(f"create table {table}", lambda: tables.create(table, fields, fifo))
+        try:
+            _run(f"create table {table}", lambda: tables.create(table, fields, fifo))
+        except SqsError as exc:
+            if exc.code != "QueueNameExists":
+                raise
+            # another CreateQueue of the same name won the race: the same queue is its answer
+            self._reload()
+            try:
+                existing = self.directory.find(name)
+            except SqsError:
+                raise exc from None  # a table of that name that is not a message table
+            self._check_same(existing, attrs)
+            return existing
         self._reload()
         return self.directory.find(name)
 

@@ -42,7 +42,11 @@ app.conf.update(
         "is_secure": False,
         "region": "eu-test-1",
         "wait_time_seconds": 1,
-        "predefined_queues": {"celery": {"url": os.environ["SQS_QUEUE_URL"]}},
+        **(
+            {"predefined_queues": {"celery": {"url": os.environ["SQS_QUEUE_URL"]}}}
+            if os.environ.get("SQS_QUEUE_URL")
+            else {}  # kombu finds the queue (ListQueues), or creates it (CreateQueue)
+        ),
     },
     broker_connection_retry_on_startup=True,
     task_default_queue="celery",
@@ -58,16 +62,26 @@ def add(x, y):
 """
 
 
-def test_a_celery_task_runs_through_the_sqs_api(cli: Cli, sql: Sql, db_dsn: str, tmp_path: Path):
-    sql.execute(scenario.jobs_ddl("celery"))
-    serve, endpoint = scenario.serve_sqs(cli, db_dsn)
+@pytest.mark.parametrize("queue", ["predefined", "created"])
+def test_a_celery_task_runs_through_the_sqs_api(
+    cli: Cli, sql: Sql, db_dsn: str, tmp_path: Path, queue: str
+):
+    """``predefined``: the table made by DDL, its URL in predefined_queues; ``created``: no
+    table, kombu creates the queue (CreateQueue, with serve --sqs-manage)."""
+    if queue == "predefined":
+        sql.execute(scenario.jobs_ddl("celery"))
+        serve, endpoint = scenario.serve_sqs(cli, db_dsn)
+        url = client(endpoint).get_queue_url(QueueName="celery")["QueueUrl"]
+    else:
+        serve, endpoint = scenario.serve_sqs(cli, db_dsn, "--sqs-manage")
+        url = ""
     (tmp_path / "tasks.py").write_text(textwrap.dedent(TASKS))
     results = tmp_path / "results.txt"
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
         "SQS_ENDPOINT": endpoint,
-        "SQS_QUEUE_URL": client(endpoint).get_queue_url(QueueName="celery")["QueueUrl"],
+        "SQS_QUEUE_URL": url,
         "RESULTS": str(results),
     }
     worker_log = tmp_path / "worker.log"

@@ -75,7 +75,7 @@ class Manager:
 
     def _allowed(self, principal: str, label: str) -> None:
         if self.authorizer is not None and not self.authorizer.allows(principal, "manage", label):
-            raise SqsError("AccessDenied", f"{principal} may not manage queue {label}", 403)
+            raise SqsError("AccessDenied", f"{principal} may not manage queue {label:.100}", 403)
 
     # -- CreateQueue ---------------------------------------------------------------------
     def create(self, p: Params, principal: str) -> Queue:
@@ -269,5 +269,5 @@ def _number(key: str, value: str, low: int, high: int) -> int:
 
 def _bad_attribute(key: str, value: object) -> SqsError:
     return SqsError(
-        "InvalidAttributeValue", f"Invalid value for the parameter {key}: {value!s:.200}"
+        "InvalidAttributeValue", f"Invalid value for the parameter {key:.80}: {value!s:.200}"
     )

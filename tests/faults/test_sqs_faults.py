@@ -232,6 +232,26 @@ def sender(sql, servers: Servers) -> tuple[Serve, str] | None:
     return servers.by_address.get(str(rows[0].address)) if rows else None
 
 
+def stuck(sql, checker: Checker, servers: Servers) -> str:
+    """Why messages are not deleted yet: their rows, their story, who sends the table."""
+    now_ns = time.time_ns()
+    missing = sorted(checker.inserted - checker.first_ack.keys())[:10]
+    rows = sql.execute(
+        "select id, epoch, time_next, time_acked from jobs where id in "
+        f"({','.join(map(str, missing)) or 'null'})"
+    )
+    shown = [
+        f"{i}: epoch {e}, due in {(t - now_ns) / 1e9 if t else 0:.1f} s, acked {a is not None}; "
+        f"{checker.history(i)}"
+        for i, e, t, a in rows
+    ]
+    held = sender(sql, servers)
+    return (
+        f"every message deleted ({checker.missing()} missing; the sender "
+        f"{held[1] if held else None}, live {servers.live}):\n" + "\n".join(shown)
+    )
+
+
 def test_sqs_consumers_delete_every_message_through_kills_and_hand_overs(
     cli: Cli, sql, db_dsn: str
 ):
@@ -286,11 +306,7 @@ def test_sqs_consumers_delete_every_message_through_kills_and_hand_overs(
         servers.gone(endpoint)
         leaving.wait(timeout_s=30)
         checker.event("msgtable SIGTERM under load", began, server=endpoint)
-        wait_until(
-            checker.all_acked,
-            timeout_s=90,
-            what=lambda: f"every message deleted ({checker.missing()} missing): {errors()}",
-        )
+        wait_until(checker.all_acked, timeout_s=90, what=lambda: stuck(sql, checker, servers))
     finally:
         for c in consumers:
             c.close()

@@ -97,6 +97,7 @@ def test_with_the_flag_queues_are_created_used_purged_and_deleted(cli: Cli, sql:
         )[0]
         == "QueueAlreadyExists"
     )
+    assert code_of(lambda: sqs.create_queue(QueueName="orders.fifo"))[0] == "QueueAlreadyExists"
 
     # it is a queue like any: send, receive, delete; dead letters go to the created DLQ
     sqs.send_message(

@@ -94,7 +94,7 @@ class Manager:
             existing = None
         if existing is not None:
             self._allowed(principal, existing.label)
-            self._check_same(existing, attrs)
+            self._check_same(existing, attrs, fifo)
             return existing
         tables = self._enabled("CreateQueue")
         self._allowed(principal, table)
@@ -117,7 +117,7 @@ class Manager:
                 existing = self.directory.find(name)
             except SqsError:
                 raise exc from None  # a table of that name that is not a message table
-            self._check_same(existing, attrs)
+            self._check_same(existing, attrs, fifo)
             return existing
         self._reload()
         return self.directory.find(name)
@@ -175,11 +175,12 @@ class Manager:
             out["vt_dead_letter"] = dead.table
         return out
 
-    def _check_same(self, q: Queue, attrs: Mapping[str, str]) -> None:
-        """QueueNameExists when the attributes asked differ from the queue's."""
+    def _check_same(self, q: Queue, attrs: Mapping[str, str], fifo: bool) -> None:
+        """QueueNameExists when the attributes asked (or the kind) differ from the queue's."""
         cfg = q.config
-        differs = "VisibilityTimeout" in attrs and attrs["VisibilityTimeout"] != str(
-            round(cfg.ack_wait_s)
+        visibility = attrs.get("VisibilityTimeout")
+        differs = fifo != q.fifo or (
+            visibility is not None and visibility != str(round(cfg.ack_wait_s))
         )
         if "RedrivePolicy" in attrs:
             try:

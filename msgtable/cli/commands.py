@@ -14,6 +14,7 @@ from msgtable.cli.output import (
     format_dead,
     format_endpoints,
     format_message,
+    format_sqs,
     format_subscriptions,
     format_tables,
     subscription_json,
@@ -45,6 +46,8 @@ def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"msgtable: database: {status.database_error}", file=sys.stderr)
         return EXIT_OK
     print(format_tables(status.tables, wide=args.wide), file=out)
+    if status.sqs_listen:
+        print(format_sqs(status.sqs_listen, status.sqs_calls), file=out)
     if status.database_error:
         print(f"database: {status.database_error}", file=out)
     return EXIT_OK

@@ -107,8 +107,8 @@ class Flag:
         text, env = self.help, self.env
         if not env:
             return text
-        if self.switch:  # on by default: what the variable is set to, to turn it off
-            return f"{text} (env {env}=0)"
+        if self.switch:  # what the variable is set to, to turn it from its default
+            return f"{text} (env {env}={0 if self.default else 1})"
         at = text.rfind("(default ")
         if at >= 0 and text.endswith(")"):
             return f"{text[:at]}(env {env}; {text[at + 1 :]}"
@@ -315,6 +315,14 @@ SERVE = Command(
             default="262144",
             type=positive_int,
             metavar="BYTES",
+        ),
+        Flag(
+            "--sqs-manage",
+            "let the SQS API's CreateQueue, DeleteQueue and PurgeQueue create, drop and empty "
+            "message tables: DDL in your database (default off; with --auth, the manage right)",
+            env="MSGTABLE_SQS_MANAGE",
+            default=False,
+            switch=True,
         ),
         Flag(
             "--advertise",

@@ -9,7 +9,7 @@ import datetime
 import decimal
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from msgtable.client import Field, Message, TableInfo
@@ -86,6 +86,12 @@ def format_tables(
             lines.append(title)
             lines.extend(body)
     return "\n".join(lines)
+
+
+def format_sqs(listen: str, calls: Mapping[str, int]) -> str:
+    """The SQS API's line under the tables: where it listens, its calls by action."""
+    shown = ", ".join(f"{action} {n}" for action, n in sorted(calls.items())) or "none yet"
+    return f"sqs: http://{listen} (calls: {shown})"
 
 
 def _table_row(t: TableInfo) -> tuple[str, ...]:

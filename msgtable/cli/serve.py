@@ -194,6 +194,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
 
             sqs = open_sqs(engine, dsn, args, authorizer, out)  # before gRPC, as the dashboard
             server = _messaging_server(engine, args, authorizer)
+            server.servicer.sqs = sqs  # ListTables names it
+            if dashboard is not None:
+                dashboard.api.sqs = sqs
             server.start()
             if args.metrics_listen:
                 from msgtable.observe.metrics import MetricsServer

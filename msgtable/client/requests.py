@@ -203,7 +203,10 @@ def ack_wait_s(
 
 def status_from_proto(response: pb.ListTablesResponse) -> codec.ServerStatus:
     return codec.ServerStatus(
-        [codec.table_info_from_proto(t) for t in response.tables], response.database_error
+        [codec.table_info_from_proto(t) for t in response.tables],
+        response.database_error,
+        response.sqs_listen,
+        dict(response.sqs_calls),
     )
 
 

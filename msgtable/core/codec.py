@@ -550,10 +550,13 @@ class TableInfo:
 @dataclass(frozen=True)
 class ServerStatus:
     """What a server says of itself (ListTables): its tables, and why it cannot reach its
-    database now ("" while it can)."""
+    database now ("" while it can); its SQS API's address ("": not served) and calls by
+    action."""
 
     tables: list[TableInfo]
     database_error: str
+    sqs_listen: str = ""
+    sqs_calls: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def field_from_proto(message: pb.Field) -> Field:

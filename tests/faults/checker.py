@@ -490,6 +490,13 @@ class Checker:
         with self._lock:
             return bool(self.inserted) and self.inserted <= self.first_ack.keys()
 
+    def not_acked(self) -> tuple[set[int], set[int]]:
+        """The ids no returned ack named, and those of them no failed ack named either (an
+        ack whose answer a fault lost may have committed: the table says)."""
+        with self._lock:
+            missing = self.inserted - self.first_ack.keys()
+            return missing, missing - self.failed_acks
+
     def missing(self) -> int:
         with self._lock:
             return len(self.inserted - self.first_ack.keys())

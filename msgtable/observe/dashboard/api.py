@@ -17,7 +17,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.core.latency import LatencySnapshot
@@ -38,6 +38,9 @@ from msgtable.server.auth import Authorizer
 from msgtable.store.backlog import Backlog
 
 from .history import FIELDS, RateHistory
+
+if TYPE_CHECKING:
+    from msgtable.server.sqs.app import SqsServer
 
 log = logging.getLogger("msgtable.observe.dashboard")
 
@@ -137,6 +140,7 @@ class DashboardApi:
         self._now = clock
         self._snapshot: Snapshot | None = None
         self._refreshing = threading.Lock()  # one refresh at a time
+        self.sqs: SqsServer | None = None  # the SQS API beside it (msgtable serve --sqs-listen)
 
     # -- auth ----------------------------------------------------------------------------
     def principal(self, authorization: str | None) -> str:
@@ -213,6 +217,7 @@ class DashboardApi:
                 "binlog": None
                 if binlog is None
                 else {"following": binlog.following.is_set(), "events": int(binlog.events)},
+                "sqs": self._sqs(),
             },
             "history": {
                 "interval_s": self.history.interval_s,
@@ -225,6 +230,12 @@ class DashboardApi:
                 for s in statuses
             ],
         }
+
+    def _sqs(self) -> dict[str, Any] | None:
+        """The SQS API's address and calls since the server started, by action (None: not
+        served)."""
+        sqs = self.sqs
+        return None if sqs is None else {"listen": sqs.address, "calls": sqs.calls_by_action()}
 
     def _table(
         self, s: TableStatus, now_s: float, series: Series, n: int, backlog: Backlog | None

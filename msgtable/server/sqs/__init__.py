@@ -11,6 +11,7 @@ Modules:
     digest     The MD5 digests of a body and of message attributes, as SQS computes them
     forward    Calls for a table another server sends, forwarded to that server's API
     handles    Receipt handles, each naming one delivery
+    manage     CreateQueue, DeleteQueue and PurgeQueue, behind --sqs-manage
     messages   An SQS message as a row of a message table, and back
     protocol   SQS's JSON protocol: parameters, error shapes, msgtable's errors as SQS's
     queues     Which table or subscription a queue is, its URL and its attributes

@@ -4,7 +4,8 @@ Which right of the auth file (msgtable.server.auth) each needs, on the queue's t
 ``table/subscription``): SendMessage(Batch) ``send``; ReceiveMessage ``subscribe``;
 DeleteMessage(Batch) and ChangeMessageVisibility(Batch) ``ack``; GetQueueUrl and
 GetQueueAttributes any right on the queue; ListQueues lists the queues the caller has any
-right on; CreateQueue, DeleteQueue and PurgeQueue ``manage``.
+right on; CreateQueue, DeleteQueue and PurgeQueue ``manage`` (and ``msgtable serve
+--sqs-manage``: msgtable.server.sqs.manage).
 
 Visibility: a message received is in flight for the table's vt_ack_wait (the queue's
 VisibilityTimeout) from its send; a receive's VisibilityTimeout renews it to that many
@@ -31,10 +32,12 @@ from msgtable.server.sqs.consumer import IN_FLIGHT_LIMIT, Consumer, Puller, Rece
 from msgtable.server.sqs.digest import md5_of_attributes, md5_of_body
 from msgtable.server.sqs.forward import Elsewhere
 from msgtable.server.sqs.handles import Deliveries, Handle
+from msgtable.server.sqs.manage import Manager
 from msgtable.server.sqs.protocol import Params, SqsError, invalid, sqs_error
 from msgtable.server.sqs.queues import Counts, Directory, Queue, attributes
 from msgtable.server.sqs.sender import Sender
 from msgtable.store.backlog import Backlog
+from msgtable.store.sqsqueues import QueueTables
 
 DEFAULT_MAX_MESSAGE_BYTES = 262_144  # SQS's default, 256 KiB
 MAX_DELAY_S = 900
@@ -131,6 +134,7 @@ class Actions:
         authorizer: Authorizer | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         in_flight_limit: int = IN_FLIGHT_LIMIT,
+        tables: QueueTables | None = None,
     ) -> None:
         self.engine = engine
         self.sender = sender
@@ -138,6 +142,8 @@ class Actions:
         self.max_message_bytes = max_message_bytes
         self.in_flight_limit = in_flight_limit
         self.directory = Directory(engine.keyspace, engine.live_statuses, engine.refresh)
+        # CreateQueue, DeleteQueue, PurgeQueue (tables: None without --sqs-manage)
+        self.manager = Manager(tables, self.directory, self.directory.reload, authorizer)
         self.consumer = Consumer()
         self.deliveries = Deliveries()
         self._lock = threading.Lock()
@@ -152,9 +158,9 @@ class Actions:
             "DeleteMessageBatch": self.delete_message_batch,
             "ChangeMessageVisibility": self.change_message_visibility,
             "ChangeMessageVisibilityBatch": self.change_message_visibility_batch,
-            "PurgeQueue": self.unsupported,
+            "PurgeQueue": self.purge_queue,
             "CreateQueue": self.create_queue,
-            "DeleteQueue": self.unsupported,
+            "DeleteQueue": self.delete_queue,
         }
 
     def open(self) -> None:
@@ -245,22 +251,17 @@ class Actions:
         return Counts(None, None, in_flight)
 
     def create_queue(self, p: Params, caller: Caller) -> dict[str, Any]:
-        """An existing queue's URL (creating a table is DDL in the user's database: not
-        done here)."""
-        name = p.text("QueueName", required=True)
-        try:
-            q = self.directory.find(name)
-        except SqsError:
-            raise SqsError(
-                "UnsupportedOperation",
-                f"queue {name} does not exist, and msgtable does not create tables: create "
-                "the message table (schema/current.sql), then use its queue",
-            ) from None
-        self._allowed(caller, "CreateQueue", q)
-        return {"QueueUrl": q.url(caller.host)}
+        return {"QueueUrl": self.manager.create(p, caller.principal).url(caller.host)}
 
-    def unsupported(self, p: Params, caller: Caller) -> dict[str, Any]:
-        raise SqsError("UnsupportedOperation", "this action is not supported by msgtable")
+    def delete_queue(self, p: Params, caller: Caller) -> dict[str, Any]:
+        q = self.directory.from_url(p.text("QueueUrl", required=True))
+        self.manager.delete(q, caller.principal)
+        return {}
+
+    def purge_queue(self, p: Params, caller: Caller) -> dict[str, Any]:
+        q = self.directory.from_url(p.text("QueueUrl", required=True))
+        self.manager.purge(q, caller.principal)
+        return {}
 
     # -- sending -------------------------------------------------------------------------
     def _outgoing(self, p: Params, q: Queue) -> messages.Outgoing:

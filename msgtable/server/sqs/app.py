@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import sqlalchemy as sa
+
 from msgtable.errors import MsgtableError
 from msgtable.server.auth import ANONYMOUS, Authorizer
 from msgtable.server.sqs import signature
@@ -36,6 +38,7 @@ from msgtable.server.sqs.protocol import (
 )
 from msgtable.server.sqs.sender import Sender
 from msgtable.server.webserver import Served, WebServer, parse_listen
+from msgtable.store.sqsqueues import QueueTables
 
 log = logging.getLogger(__name__)
 
@@ -178,10 +181,15 @@ class SqsServer(Served):
         authorizer: Authorizer | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         threads: int = THREADS,
+        manage: bool = False,
     ) -> None:
         host, port = parse_listen(listen, FLAG, "127.0.0.1:9324")
         self.sender = Sender(dsn, lambda table: engine.binlog_insert(table, 0))
-        self.actions = Actions(engine, self.sender, authorizer, max_message_bytes)
+        # CreateQueue, DeleteQueue, PurgeQueue: only with --sqs-manage (DDL in the database)
+        self.tables = QueueTables(sa.create_engine(dsn, pool_pre_ping=True)) if manage else None
+        self.actions = Actions(
+            engine, self.sender, authorizer, max_message_bytes, tables=self.tables
+        )
         self.app = SqsApp(self.actions, authorizer)
         self.web = WebServer(self.app, host, port, FLAG, threads, "msgtable-sqs")
 
@@ -192,6 +200,13 @@ class SqsServer(Served):
     def calls(self) -> dict[tuple[str, str], int]:
         """Requests answered, by (action, outcome): "ok" or the SQS error code."""
         return self.app.counts()
+
+    def calls_by_action(self) -> dict[str, int]:
+        """Requests answered since the server started, by action (every outcome)."""
+        out: Counter[str] = Counter()
+        for (action, _), n in self.app.counts().items():
+            out[action] += n
+        return dict(out)
 
     def receives_waiting(self) -> int:
         return self.actions.consumer.receivers()
@@ -208,6 +223,8 @@ class SqsServer(Served):
         self.actions.close()  # waiting receives end first, then the server stops
         self.web.close()
         self.sender.close()
+        if self.tables is not None:
+            self.tables.close()
 
 
 def open_sqs(
@@ -218,7 +235,14 @@ def open_sqs(
     listen = getattr(args, "sqs_listen", None)
     if not listen:
         return None
-    server = SqsServer(engine, dsn, listen, authorizer, args.sqs_max_message_bytes)
+    server = SqsServer(
+        engine,
+        dsn,
+        listen,
+        authorizer,
+        args.sqs_max_message_bytes,
+        manage=getattr(args, "sqs_manage", False),
+    )
     server.open()
     print(f"sqs on {server.url}", file=out, flush=True)
     if authorizer is None and not _loopback(server.host):

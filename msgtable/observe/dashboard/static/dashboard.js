@@ -406,7 +406,19 @@ function drawServer(state) {
     binlog.textContent = s.binlog.following ? "binlog following" : "binlog not following (polling)";
     binlog.className = "pill" + (s.binlog.following ? "" : " bad");
   }
+  drawSqs(s.sqs);
   document.getElementById("updated").textContent = "updated " + clock(state.now_s, true);
+}
+
+// The SQS API (msgtable serve --sqs-listen): its address, its calls by action since the start
+function drawSqs(sqs) {
+  const pill = document.getElementById("sqs");
+  pill.hidden = !sqs;
+  if (!sqs) return;
+  const calls = Object.entries(sqs.calls).sort();
+  const total = calls.reduce((n, [, c]) => n + c, 0);
+  pill.textContent = "sqs on " + sqs.listen + " · " + counted(total, "call");
+  pill.title = calls.map(([action, c]) => action + " " + c).join("\n") || "no calls yet";
 }
 
 function render(state) {

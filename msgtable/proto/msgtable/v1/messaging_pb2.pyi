@@ -979,11 +979,37 @@ class ListTablesResponse(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class SqsCallsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TABLES_FIELD_NUMBER: _builtins.int
     DATABASE_ERROR_FIELD_NUMBER: _builtins.int
+    SQS_LISTEN_FIELD_NUMBER: _builtins.int
+    SQS_CALLS_FIELD_NUMBER: _builtins.int
     database_error: _builtins.str
     """Why the server cannot reach its database now ("" while it can): the server answers
     ListTables at once either way.
+    """
+    sqs_listen: _builtins.str
+    """The SQS-compatible API's address, HOST:PORT, when this server serves it (msgtable serve
+    --sqs-listen; "" when it does not).
     """
     @_builtins.property
     def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableStatus]:
@@ -991,15 +1017,23 @@ class ListTablesResponse(_message.Message):
         database is away).
         """
 
+    @_builtins.property
+    def sqs_calls(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The SQS API's calls since the server started, by action (every outcome: /metrics has
+        them by outcome too).
+        """
+
     def __init__(
         self,
         *,
         tables: _abc.Iterable[Global___TableStatus] | None = ...,
         database_error: _builtins.str = ...,
+        sqs_listen: _builtins.str = ...,
+        sqs_calls: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["database_error", b"database_error", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["database_error", b"database_error", "sqs_calls", b"sqs_calls", "sqs_listen", b"sqs_listen", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -199,6 +199,44 @@ def test_fair_share_serves_the_quiet_tenants_before_the_noisy_ones_backlog(
             w.close()
 
 
+@pytest.mark.parametrize("binlog", [True, False], ids=["binlog", "poll-only"])
+def test_fair_share_reaches_the_quiet_tenants_past_a_noisy_backlog_larger_than_the_cache(
+    db_dsn: str, binlog: bool
+):
+    """A noisy tenant's backlog 25 times the cache, the quiet tenants' messages behind it:
+    they are read past it and go out at once, as if it were not there (a few noisy batches
+    first, not the noisy tenant's share of the cache, nor a pass through its backlog), and
+    the noisy tenant gets the rest."""
+    with serve(db_dsn, follow_binlog=binlog) as s:
+        s.create_table(
+            "jobs",
+            TENANT,
+            vt_fair_key="tenant",
+            vt_batch_size=5,
+            vt_cache_size=200,
+            vt_poller_interval=30 if binlog else 0.5,
+        )
+        noisy = [(i, "noisy") for i in range(1, 5001)]
+        quiet = [(9000 + i, f"quiet{i % 5}") for i in range(10)]
+        quiet_ids = {rid for rid, _ in quiet}
+        enqueue(s.db, "jobs", noisy + quiet)
+        w = Workers(s.client, "jobs", 2, hold_s=0.05, max_in_flight=5)
+        try:
+            wait_until(lambda: quiet_ids <= w.acked, timeout_s=30, what="the quiet messages")
+            ds = sorted(w.log.deliveries, key=lambda d: d.sent_ns)
+            last_quiet = max(d.sent_ns for d in ds if d.id in quiet_ids)
+            noisy_first = sum(1 for d in ds if d.key == "noisy" and d.sent_ns < last_quiet)
+            # the first page's batches and one turn each, not a pass through the backlog
+            assert noisy_first <= 30, (
+                f"{noisy_first} noisy messages went out before the last quiet one (at most "
+                "30): the quiet ones waited for a pass through the noisy backlog"
+            )
+            w.wait_for(len(noisy) + len(quiet), timeout_s=120)  # the noisy one got the rest
+        finally:
+            w.close()
+    assert first_attempts(w.log.deliveries)
+
+
 @contextmanager
 def _server(dsn: str) -> Iterator[tuple[MessageEngine, MessagingServer]]:
     engine = assemble_dsn(dsn, discovery_interval_s=0.3, lease_period_s=PERIOD_S)

@@ -135,6 +135,7 @@ class TableStatements:
     purge_holders: int
     expire_dedup: str  # "" without vt_dedup (msgtable.core.dedup)
     fair_column: str  # the vt_fair_key column as the poll reads it ("": none)
+    fair_from: tuple[str, str]  # a skipping poll's FROM: by the fair index (("", ""): none)
     # settlement (_write_settlement)
     alive: str
     release: str
@@ -168,6 +169,15 @@ class TableStatements:
         # vt_fair_key: a poll may skip the keys holding their share of the cache (poll_query)
         fair = cfg.flow.fair_key if cfg.flow is not None else ""
         self.fair_column = ("m." if cfg.source else "") + quote(fair) if fair else ""
+        # ... by the index on (time_acked, fair key) where the table has one: the others'
+        # rows are read, not the skipped keys' backlog row by row (the optimizer prefers
+        # poller_idx while the skipped keys are few)
+        index = cfg.flow.fair_index if cfg.flow is not None and not cfg.source else ""
+        self.fair_from = (
+            (f" FROM {source} WHERE", f" FROM {source} FORCE INDEX ({quote(index)}) WHERE")
+            if index
+            else ("", "")
+        )
         self.poll = select + tail
         self.poll_after = select + n.after + tail
         self.poll_after_null = select + n.after_null + tail
@@ -318,6 +328,8 @@ class TableStatements:
             cond = f" AND {col} NOT IN ({', '.join(['%s'] * len(keys))})"
         else:
             cond = f" AND {col} IS NOT NULL"
+        if self.fair_from[0]:
+            head = head.replace(*self.fair_from, 1)
         return head + cond + order + tail, [*params[:-1], *keys, params[-1]]
 
     def _poll_query(

@@ -29,7 +29,7 @@ A NULL vt_limit_key is no key (not limited per key); a NULL vt_fair_key is one t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,6 +72,9 @@ class FlowControl:
     max_in_flight: int = 0
     key_concurrency: int = 0
     fair_key: str = ""
+    # an index that begins (time_acked, fair key): a poll skipping the keys at their share
+    # reads the others' rows by it, not through the skipped keys' backlog ("": none)
+    fair_index: str = ""
 
     @property
     def per_key(self) -> bool:
@@ -114,10 +117,12 @@ def parse_flow(
     message_columns: Sequence[str],
     order_key: str,
     problems: Found,
+    indexes: Iterable[tuple[str, Sequence[str]]] = (),
 ) -> FlowControl | None:
     """The limits of a comment's fields (None: it sets none), or the problems noted.
     ``columns``: the table's; ``message_columns``: those its sender sees of each row;
-    ``order_key``: vt_order_key ("": an unordered table)."""
+    ``order_key``: vt_order_key ("": an unordered table); ``indexes``: the table's, by name
+    with their columns (a fair table's index: :func:`fair_index_columns`)."""
     if not any(k in fields for k in FLOW_KEYS):
         return None
     rate = _rate(fields, "vt_rate", problems)
@@ -154,7 +159,34 @@ def parse_flow(
         max_in_flight=max_in_flight,
         key_concurrency=key_concurrency,
         fair_key=fair,
+        fair_index=_fair_index(fair, indexes),
     )
+
+
+def fair_index_columns(fair_key: str) -> tuple[str, ...]:
+    """The columns a fair table's index begins with: time_acked (unsettled rows first), the
+    fairness key, then the poll's order (priority, time_next)."""
+    return ("time_acked", fair_key, "priority", "time_next")
+
+
+def fair_index_hint(table: str, flow: FlowControl | None) -> str:
+    """One line for a fair table without its index (logged at load), "" otherwise."""
+    if flow is None or not flow.fair_key or flow.fair_index:
+        return ""
+    cols = ", ".join(fair_index_columns(flow.fair_key))
+    return (
+        f"vt_fair_key={flow.fair_key} without an index on (time_acked, {flow.fair_key}, ...): "
+        "a poll past a noisy key's backlog reads through it row by row; add one: "
+        f"ALTER TABLE {table} ADD INDEX fair_idx ({cols})"
+    )
+
+
+def _fair_index(fair: str, indexes: Iterable[tuple[str, Sequence[str]]]) -> str:
+    """The name of the table's index that begins (time_acked, fair key), "" for none."""
+    if not fair:
+        return ""
+    want = fair_index_columns(fair)[:2]
+    return next((name for name, cols in indexes if tuple(cols[:2]) == want), "")
 
 
 def _rate(fields: Mapping[str, str], key: str, problems: Found) -> float:

@@ -24,6 +24,7 @@ from msgtable.core.clock import Clock, SystemClock
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.core.endpoints import Endpoint
 from msgtable.core.filters import parse_filter
+from msgtable.core.flow import fair_index_hint
 from msgtable.core.keyspace import KeyRange
 from msgtable.core.latency import LatencySnapshot
 from msgtable.core.retry import Backoff, Retry
@@ -444,6 +445,8 @@ class MessageEngine:
             m.close(e)
         for m in to_open:
             log.info("%s: serving", _what(m.config))
+            if hint := fair_index_hint(m.config.name, m.config.flow):
+                log.warning("%s: %s", _what(m.config), hint)
             self._start(m)
 
     def _replace(

@@ -684,13 +684,12 @@ class MessageManager:
             # cache skips.
             unclaimed = self.cache.inflight.unclaimed
             limit = room + (min(unclaimed, cfg.cache_size) if after is None else 0)
+            skip = flow.skip_keys(self.cache.due) if room else ()  # a fair table's full keys
         if room == 0:
             return 0
-        lookahead = _lookahead_ns(cfg)
         with self.cache.poll() as poll:
-            rows, last = self.store.poll(
-                cfg, now + lookahead, limit, after, created=True, floor_ns=floor
-            )
+            ahead = now + _lookahead_ns(cfg)
+            rows, last = self.store.poll(cfg, ahead, limit, after, True, floor, skip_keys=skip)
             with self._lock:
                 if not self._subscribers:  # the last one left during the poll
                     return 0

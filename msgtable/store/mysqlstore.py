@@ -244,13 +244,16 @@ class MySQLStore:
         after: PollKey | None = None,
         created: bool = False,
         floor_ns: int | None = None,
+        skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]:
         """Up to ``limit`` due, unacked rows, best first, after the key ``after`` if given,
         as read: (priority, time_next, epoch, id, other message columns...); and the key
         of the last row read (None when there was none). ``created``: each row ends with its
         time_created (None for a table without the column). ``floor_ns``: only rows whose
-        time_next or time_created (where the table has it) is after it."""
-        sql, params = self.statements(cfg).poll_query(now_ns, limit, after, created, floor_ns)
+        time_next or time_created (where the table has it) is after it. ``skip_keys``: not
+        the rows of these values of the vt_fair_key column (msgtable.engine.flow)."""
+        statements = self.statements(cfg)
+        sql, params = statements.poll_query(now_ns, limit, after, created, floor_ns, skip_keys)
         with self._errors(cfg.name, "poll"), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql, params)
             rows = list(cur.fetchall())

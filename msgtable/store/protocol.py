@@ -108,6 +108,7 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         after: PollKey | None = None,
         created: bool = False,
         floor_ns: int | None = None,
+        skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]: ...
 
     def claim(

@@ -175,11 +175,15 @@ class InMemoryStore:
         after: PollKey | None = None,
         created: bool = False,
         floor_ns: int | None = None,
+        skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]:
         with self.lock:
             self.polls += 1
             due = [r for r in self._table(cfg.name).values() if self._due(cfg, r, now_ns)]
             values = self._joined(cfg, due)
+            if skip_keys:  # MySQLStore's: not the rows of these vt_fair_key values
+                fair = cfg.flow.fair_key if cfg.flow is not None else ""
+                due = [r for r in due if values(r).get(fair) not in skip_keys]
             if floor_ns is not None:  # MySQLStore's: time_next or time_created after it
                 due = [
                     r

@@ -46,7 +46,7 @@ def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"msgtable: database: {status.database_error}", file=sys.stderr)
         return EXIT_OK
     print(format_tables(status.tables, wide=args.wide), file=out)
-    if status.sqs_listen:
+    if status.sqs_listen or status.sqs_calls:  # calls without an address: a gateway's sum
         print(format_sqs(status.sqs_listen, status.sqs_calls), file=out)
     if status.database_error:
         print(f"database: {status.database_error}", file=out)

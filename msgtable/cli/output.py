@@ -89,9 +89,11 @@ def format_tables(
 
 
 def format_sqs(listen: str, calls: Mapping[str, int]) -> str:
-    """The SQS API's line under the tables: where it listens, its calls by action."""
+    """The SQS API's line under the tables: where it listens, its calls by action (at a
+    gateway, which serves none: the shards' servers' calls)."""
     shown = ", ".join(f"{action} {n}" for action, n in sorted(calls.items())) or "none yet"
-    return f"sqs: http://{listen} (calls: {shown})"
+    where = f"http://{listen}" if listen else "at the shards' servers"
+    return f"sqs: {where} (calls: {shown})"
 
 
 def _table_row(t: TableInfo) -> tuple[str, ...]:

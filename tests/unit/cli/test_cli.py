@@ -885,3 +885,10 @@ def test_counts_of_one_are_singular_in_what_msgtable_dead_prints():
     one = DeadLetter(7, 0, 5, "no ack after 5 attempts")
     assert output.format_dead([one], 1, "jobs").endswith("\n1 shown of 1 dead letter in jobs")
     assert output.format_dead([one], 2, "jobs").endswith("\n1 shown of 2 dead letters in jobs")
+
+
+def test_the_sqs_line_names_the_api_or_at_a_gateway_the_shards_servers():
+    assert output.format_sqs("127.0.0.1:9324", {}) == "sqs: http://127.0.0.1:9324 (calls: none yet)"
+    assert output.format_sqs("", {"SendMessage": 3, "GetQueueUrl": 2}) == (
+        "sqs: at the shards' servers (calls: GetQueueUrl 2, SendMessage 3)"
+    )

@@ -56,7 +56,7 @@ from msgtable.core.window import Window, check_limit, window_size
 from msgtable.engine import dispatch, flow, postpone, rechecks
 from msgtable.engine.acks import AckCombiner
 from msgtable.engine.cache import MessageCache, Sending
-from msgtable.engine.ordered import KeyPass, OrderedDue, whole_keys
+from msgtable.engine.ordered import KeyPass, OrderedDue, pass_gap_ns, whole_keys
 from msgtable.engine.purger import Purger
 from msgtable.engine.subscriber import Subscriber
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
@@ -72,11 +72,6 @@ RETRY_MIN_S = 0.2  # a loop's first wait after a failure; doubling up to the pol
 RETRY_MAX_S = 100.0
 IDLE_WAIT_S = 1.0
 CLOSE_TIMEOUT_S = 10.0
-# An ordered table's new pass after an INSERT the binlog showed: not sooner than this after
-# the last began, nor than PASS_SHARE times the last one took (passes cost at most a tenth of
-# the time, whatever the number of keys)
-MIN_PASS_GAP_NS = 100_000_000
-PASS_SHARE = 10
 
 
 class MessageManager:
@@ -552,7 +547,7 @@ class MessageManager:
         when the cache is half empty or with the next poll: a pass from the head per INSERT
         would read the whole queued page again each time. An ordered table's keys cycle
         through its cache, which seldom runs dry: its next pass (which finds new keys)
-        begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE). A fair table reads new rows
+        begins as soon as one may (ordered.pass_gap_ns). A fair table reads new rows
         at once: a quiet key's must not wait behind a noisy one's (flow.follows_tail)."""
         with self._lock:
             self.enqueued += rows  # rows the binlog showed, when it counts them
@@ -560,10 +555,11 @@ class MessageManager:
             if not self._subscribers:
                 return
             if isinstance(due, flow.KeyedDue) and due.fair:
-                self._rechecks.hinted = True  # a poll now, on from where the pass is (follows_tail)
+                self._rechecks.hint()  # a poll now, on from where the pass is (follows_tail)
             elif self.cache.ordered is not None:
-                gap = max(MIN_PASS_GAP_NS, PASS_SHARE * self._pass_cost_ns)
+                gap = pass_gap_ns(self._pass_cost_ns)
                 due_ns = self._pass_began_ns + gap
+                self._rechecks.hint(min(due_ns, self._next_pass_ns()))  # that pass's
                 if due_ns >= self._pass_due_ns:
                     return  # a pass is due by then already
                 self._pass_due_ns = due_ns
@@ -574,7 +570,8 @@ class MessageManager:
             ):
                 return
             else:
-                self._restart = self._rechecks.hinted = True
+                self._restart = True
+                self._rechecks.hint()
         self._poll_wake.set()
 
     def binlog_changes(self, changes: Sequence[RowChange]) -> None:
@@ -956,7 +953,8 @@ class MessageManager:
                 continue
             self._poll_wake.clear()
             with self._lock:
-                restart, self._restart, hinted = self._restart, False, self._rechecks.take()
+                restart, self._restart = self._restart, False
+                hinted = self._rechecks.take(self.clock.now_ns())
             try:
                 added = self.poll_once(restart)
                 retry.succeeded()

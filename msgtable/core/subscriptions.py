@@ -147,9 +147,14 @@ def merge_limits(
     current: Sequence[tuple[str, str]], changes: Mapping[str, str] | Sequence[tuple[str, str]]
 ) -> tuple[tuple[str, str], ...]:
     """A subscription's own limits with ``changes`` made (a value "": back to the table's),
-    in OWN_LIMITS' order (a name not among them last, for the check to name it)."""
+    in OWN_LIMITS' order (a name not among them last, for the check to name it). A burst
+    goes with the rate it was set with: a new rate without a burst has the default one."""
     out = dict(current)
-    for key, value in dict(changes).items():
+    changes = dict(changes)
+    for rate, burst in (("rate", "rate_burst"), ("key_rate", "key_burst")):
+        if rate in changes and burst not in changes:
+            out.pop(burst, None)
+    for key, value in changes.items():
         text = str(value).strip()
         if text:
             out[key] = text

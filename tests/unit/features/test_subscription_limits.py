@@ -126,6 +126,16 @@ def test_alter_changes_the_limits_named_and_an_empty_value_puts_the_tables_back(
     )
 
 
+def test_a_burst_goes_with_the_rate_it_was_set_with():
+    own = merge_limits((), {"rate": "10/s", "rate_burst": "4", "key_rate": "1", "key_burst": "2"})
+    assert merge_limits(own, {"rate": "off"}) == (
+        ("rate", "off"),
+        ("key_rate", "1"),
+        ("key_burst", "2"),
+    )
+    assert merge_limits(own, {"rate_burst": "9"})[:2] == (("rate", "10/s"), ("rate_burst", "9"))
+
+
 def test_the_definitions_table_keeps_the_limits_as_written():
     sub = Subscription("orders", "s", limits=(("rate", "10/s"), ("rate_burst", "2")))
     params = subscription_params(sub)

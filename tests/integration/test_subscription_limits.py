@@ -143,3 +143,20 @@ def test_a_bad_limit_is_a_one_line_error_over_a_raw_stub_and_nothing_is_written(
             assert "subscription jobs/" in err.details(), err.details()
     assert limits_of(served) == {"ok": ""}, "a refused request changed a subscription"
     assert not served.sql("show tables like 'jobs__bad'"), "a refused create made a state table"
+
+
+def test_a_definitions_table_from_before_own_limits_serves_and_takes_them_at_an_alter(
+    served: Served,
+):
+    served.create_table("jobs", TENANT)
+    served.client.create_subscription("jobs", "old")
+    # as a server of an earlier version made it: no limits column
+    served.sql("alter table msgtable_subscriptions drop column limits")
+    served.engine.refresh()
+    assert limits_of(served) == {"old": ""}
+    (sub,) = served.client.list_subscriptions("jobs")
+    assert not sub.load_error, sub.load_error
+    served.client.alter_subscription("jobs", "old", limits={"max_in_flight": 7})
+    assert limits_of(served) == {"old": "max in flight 7"}
+    served.client.create_subscription("jobs", "new", limits={"rate": "2/s"})
+    assert limits_of(served) == {"old": "max in flight 7", "new": "rate 2/s (burst 1)"}

@@ -577,6 +577,29 @@ REDRIVE = Command(
 
 
 # -- subscriptions -------------------------------------------------------------------------------
+# Flow control of its own (docs/how-to/flow-control.md): each flag is the comment's vt_<name>
+LIMIT_FLAGS = (
+    ("rate", "N/s", "at most N messages a second (N/m, N/h) sent to its subscribers"),
+    ("rate_burst", "N", "bursts of at most N messages (default a tenth of a second's worth)"),
+    ("max_in_flight", "N", "at most N messages in flight (sent, not settled nor expired)"),
+    ("key_rate", "N/s", "at most N messages a second per value of the table's vt_limit_key"),
+    ("key_burst", "N", "bursts of at most N per key (default a tenth of a second's worth)"),
+    ("key_concurrency", "N", "at most N in flight per value of the table's vt_limit_key"),
+)
+
+
+def _limit_flags(alter: bool) -> tuple[Flag, ...]:
+    way = "; '' puts the table's back" if alter else " (default the table's)"
+    return tuple(
+        Flag(
+            f"--{name.replace('_', '-')}",
+            f"{text}, in place of the table's vt_{name}; off: none for this subscription{way}",
+            metavar=metavar,
+        )
+        for name, metavar, text in LIMIT_FLAGS
+    )
+
+
 def _settings_flags(alter: bool) -> tuple[Flag, ...]:
     """A subscription's settings as create and alter take them. Left out: create takes the
     default, alter keeps the current value (so no flag has a default of its own)."""
@@ -633,6 +656,7 @@ def _settings_flags(alter: bool) -> tuple[Flag, ...]:
             type=duration,
             metavar="S",
         ),
+        *_limit_flags(alter),
     )
 
 

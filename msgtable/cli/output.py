@@ -419,6 +419,7 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "hold_s": s.hold_s,
         "hold_whole": s.hold_whole,
         "sender": s.sender,
+        "limits": s.limits,  # its flow control: its table's, or its own (msgtable.core.flow)
         "load_error": s.load_error,
     }
     return json.dumps(out, ensure_ascii=False)

@@ -270,6 +270,7 @@ def create_subscription_request(
     expire_after_s: float | None = None,
     from_start: bool = False,
     keyspace: str = "",
+    limits: Mapping[str, str | int] | None = None,
 ) -> pb.CreateSubscriptionRequest:
     settings = codec.settings_to_proto(
         filter=filter,
@@ -278,6 +279,7 @@ def create_subscription_request(
         max_attempts=max_attempts,
         max_lag=max_lag,
         expire_after_s=expire_after_s,
+        limits=limits,
     )
     return pb.CreateSubscriptionRequest(
         table=table, keyspace=keyspace, name=name, settings=settings, from_start=from_start
@@ -291,6 +293,7 @@ SUBSCRIPTION_SETTINGS = (
     "max_attempts",
     "max_lag",
     "expire_after_s",
+    "limits",
 )
 
 

@@ -26,10 +26,11 @@ from typing import Any
 
 from msgtable.core import sqltypes as mysql
 from msgtable.core.deadletters import DeadLetter
-from msgtable.core.flow import REASONS
+from msgtable.core.flow import OWN_LIMITS, REASONS
 from msgtable.core.schedules import Missed, Schedule
 from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.tables import Column
+from msgtable.errors import InvalidArgument
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
 INT64_MIN = -(2**63)
@@ -635,6 +636,10 @@ def settings_from_proto(settings: pb.SubscriptionSettings, alter: bool = False) 
         out["max_lag"] = settings.max_lag or None
     if settings.HasField("expire_after_s"):
         out["expire_after_s"] = settings.expire_after_s or None
+    given = {f.name for f, _ in settings.ListFields()}  # set, "" included (optional fields)
+    limits = tuple((k, getattr(settings, k)) for k in OWN_LIMITS if k in given)
+    if limits or not alter:  # alter: "" puts one back to the table's
+        out["limits"] = limits
     return out
 
 
@@ -647,4 +652,8 @@ def settings_to_proto(**fields: Any) -> pb.SubscriptionSettings:
     if fields.get("columns") is not None:
         message.columns.extend(fields["columns"])
         message.set_columns = True
+    for name, value in dict(fields.get("limits") or {}).items():
+        if name not in OWN_LIMITS:
+            raise InvalidArgument(f"unknown limit {name!r} (one of {', '.join(OWN_LIMITS)})")
+        setattr(message, name, str(value))
     return message

@@ -26,6 +26,7 @@ from msgtable.core.subscriptions import (
     check_settings,
     holding,
     load_subscription,
+    merge_limits,
     order_columns,
     state_table_name,
 )
@@ -275,7 +276,9 @@ class Registry:
         retained unacked message too (returns how many). Filter, projection and settings are
         checked first: nothing is written for a bad one."""
         store = self._need()
-        sub = check_settings(dataclasses.replace(sub, time_created_ns=self.host.clock.now_ns()))
+        now = self.host.clock.now_ns()
+        sub = dataclasses.replace(sub, time_created_ns=now, limits=merge_limits((), sub.limits))
+        sub = check_settings(sub)
         table = self.host.find(sub.table).config
         if table.source:
             raise InvalidArgument(
@@ -305,10 +308,13 @@ class Registry:
 
     def alter_subscription(self, table: str, name: str, **changes: Any) -> Subscription:
         """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
-        max_lag, expire_after_s; None clears one): live at the next discovery, which this
-        runs now. A new filter applies to messages handed over from then on."""
+        max_lag, expire_after_s; None clears one; limits: those named change, "" puts one
+        back to the table's): live at the next discovery, which this runs now. A new filter
+        applies to messages handed over from then on."""
         store = self._need()
         current = self._definition(table, name)
+        if "limits" in changes:
+            changes = {**changes, "limits": merge_limits(current.limits, changes["limits"])}
         sub = check_settings(dataclasses.replace(current, **changes))
         if "expire_after_s" in changes:  # a new expiry starts from now
             sub = dataclasses.replace(sub, state=SubscriptionState.ACTIVE)

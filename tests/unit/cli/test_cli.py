@@ -702,7 +702,13 @@ def test_no_subscriptions_says_so_and_a_broken_one_shows_its_error_once():
 def test_a_subscription_as_json_has_its_numbers_and_settings():
     info = sub_info("billing", filter="kind=order", lag=3, oldest_ns=NOW_NS - 1_500_000_000)
     info = dataclasses.replace(
-        info, due=2, scheduled=1, oldest_unacked_age_s=1.5, hold_s=4.5, hold_whole=True
+        info,
+        due=2,
+        scheduled=1,
+        oldest_unacked_age_s=1.5,
+        hold_s=4.5,
+        hold_whole=True,
+        limits="rate 5/s (burst 1)",
     )
     assert json.loads(output.subscription_json(info, NOW_NS)) == {
         "table": "orders",
@@ -729,6 +735,7 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         "hold_s": 4.5,
         "hold_whole": True,
         "sender": "",
+        "limits": "rate 5/s (burst 1)",
         "load_error": "",
     }
 

@@ -1411,6 +1411,12 @@ class SubscriptionSettings(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     MAX_LAG_FIELD_NUMBER: _builtins.int
     EXPIRE_AFTER_S_FIELD_NUMBER: _builtins.int
+    RATE_FIELD_NUMBER: _builtins.int
+    RATE_BURST_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    KEY_RATE_FIELD_NUMBER: _builtins.int
+    KEY_BURST_FIELD_NUMBER: _builtins.int
+    KEY_CONCURRENCY_FIELD_NUMBER: _builtins.int
     filter: _builtins.str
     """Selector (`region IN ('eu','us') AND amount > 10`) or ODPS matcher (`region=eu|us`)."""
     set_columns: _builtins.bool
@@ -1421,6 +1427,18 @@ class SubscriptionSettings(_message.Message):
     """Unsettled messages past which it no longer holds its table's purge; 0: clear."""
     expire_after_s: _builtins.float
     """No subscriber this long: expired (gets nothing, holds nothing until one comes); 0: clear."""
+    rate: _builtins.str
+    """Flow control of its own (docs/how-to/flow-control.md), each replacing its table's limit
+    (the comment's vt_<field>) for this subscription's group only; unset: the table's. Values
+    as in the comment ("100/s", "5"); "off": that limit off for this subscription. Alter:
+    "" puts one back to the table's. vt_key_rate and vt_key_concurrency count per value of
+    the table's vt_limit_key.
+    """
+    rate_burst: _builtins.str
+    max_in_flight: _builtins.str
+    key_rate: _builtins.str
+    key_burst: _builtins.str
+    key_concurrency: _builtins.str
     @_builtins.property
     def columns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The projection: columns the subscription's messages carry, `id` first."""
@@ -1435,10 +1453,16 @@ class SubscriptionSettings(_message.Message):
         max_attempts: _builtins.int | None = ...,
         max_lag: _builtins.int | None = ...,
         expire_after_s: _builtins.float | None = ...,
+        rate: _builtins.str | None = ...,
+        rate_burst: _builtins.str | None = ...,
+        max_in_flight: _builtins.str | None = ...,
+        key_rate: _builtins.str | None = ...,
+        key_burst: _builtins.str | None = ...,
+        key_concurrency: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_max_attempts", b"_max_attempts", "_max_lag", b"_max_lag", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "max_attempts", b"max_attempts", "max_lag", b"max_lag"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_max_attempts", b"_max_attempts", "_max_lag", b"_max_lag", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "max_attempts", b"max_attempts", "max_lag", b"max_lag", "set_columns", b"set_columns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst", "set_columns", b"set_columns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ack_wait_s: _TypeAlias = _typing.Literal["ack_wait_s"]  # noqa: Y015
     _WhichOneofArgType__ack_wait_s: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s"]  # noqa: Y015
@@ -1446,10 +1470,22 @@ class SubscriptionSettings(_message.Message):
     _WhichOneofArgType__expire_after_s: _TypeAlias = _typing.Literal["_expire_after_s", b"_expire_after_s"]  # noqa: Y015
     _WhichOneofReturnType__filter: _TypeAlias = _typing.Literal["filter"]  # noqa: Y015
     _WhichOneofArgType__filter: _TypeAlias = _typing.Literal["_filter", b"_filter"]  # noqa: Y015
+    _WhichOneofReturnType__key_burst: _TypeAlias = _typing.Literal["key_burst"]  # noqa: Y015
+    _WhichOneofArgType__key_burst: _TypeAlias = _typing.Literal["_key_burst", b"_key_burst"]  # noqa: Y015
+    _WhichOneofReturnType__key_concurrency: _TypeAlias = _typing.Literal["key_concurrency"]  # noqa: Y015
+    _WhichOneofArgType__key_concurrency: _TypeAlias = _typing.Literal["_key_concurrency", b"_key_concurrency"]  # noqa: Y015
+    _WhichOneofReturnType__key_rate: _TypeAlias = _typing.Literal["key_rate"]  # noqa: Y015
+    _WhichOneofArgType__key_rate: _TypeAlias = _typing.Literal["_key_rate", b"_key_rate"]  # noqa: Y015
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
+    _WhichOneofReturnType__max_in_flight: _TypeAlias = _typing.Literal["max_in_flight"]  # noqa: Y015
+    _WhichOneofArgType__max_in_flight: _TypeAlias = _typing.Literal["_max_in_flight", b"_max_in_flight"]  # noqa: Y015
     _WhichOneofReturnType__max_lag: _TypeAlias = _typing.Literal["max_lag"]  # noqa: Y015
     _WhichOneofArgType__max_lag: _TypeAlias = _typing.Literal["_max_lag", b"_max_lag"]  # noqa: Y015
+    _WhichOneofReturnType__rate: _TypeAlias = _typing.Literal["rate"]  # noqa: Y015
+    _WhichOneofArgType__rate: _TypeAlias = _typing.Literal["_rate", b"_rate"]  # noqa: Y015
+    _WhichOneofReturnType__rate_burst: _TypeAlias = _typing.Literal["rate_burst"]  # noqa: Y015
+    _WhichOneofArgType__rate_burst: _TypeAlias = _typing.Literal["_rate_burst", b"_rate_burst"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ack_wait_s) -> _WhichOneofReturnType__ack_wait_s | None: ...
     @_typing.overload
@@ -1457,9 +1493,21 @@ class SubscriptionSettings(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__filter) -> _WhichOneofReturnType__filter | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key_burst) -> _WhichOneofReturnType__key_burst | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key_concurrency) -> _WhichOneofReturnType__key_concurrency | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key_rate) -> _WhichOneofReturnType__key_rate | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_attempts) -> _WhichOneofReturnType__max_attempts | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_in_flight) -> _WhichOneofReturnType__max_in_flight | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_lag) -> _WhichOneofReturnType__max_lag | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rate) -> _WhichOneofReturnType__rate | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_burst) -> _WhichOneofReturnType__rate_burst | None: ...
 
 Global___SubscriptionSettings: _TypeAlias = SubscriptionSettings  # noqa: Y015
 

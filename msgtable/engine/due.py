@@ -23,6 +23,7 @@ import itertools
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 
 from msgtable.core.rows import CachedRow, PolledRow, Values
+from msgtable.core.tables import TableConfig
 from msgtable.engine.routes import Routes
 
 
@@ -242,3 +243,8 @@ class DueRows:
         if len(self._scheduled) > 2 * len(queued) + 64:
             self._scheduled = [e for e in self._scheduled if queued.get(e[2].id) is e[2]]
             heapq.heapify(self._scheduled)
+
+
+def lookahead_ns(cfg: TableConfig) -> int:
+    """How far ahead a poll reads: rows due before the next poll wait in the cache."""
+    return round(cfg.poller_interval_s * 1e9)

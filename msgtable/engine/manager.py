@@ -56,6 +56,7 @@ from msgtable.core.window import Window, check_limit, window_size
 from msgtable.engine import dispatch, flow, postpone, rechecks
 from msgtable.engine.acks import AckCombiner
 from msgtable.engine.cache import MessageCache, Sending
+from msgtable.engine.due import lookahead_ns
 from msgtable.engine.ordered import KeyPass, OrderedDue, pass_gap_ns, whole_keys
 from msgtable.engine.purger import Purger
 from msgtable.engine.subscriber import Subscriber
@@ -113,7 +114,7 @@ class MessageManager:
         self.rng = rng
         self._lock = threading.Lock()
         self.cache = MessageCache(
-            config.cache_size, self._lock, config.ordered, _lookahead_ns(config)
+            config.cache_size, self._lock, config.ordered, lookahead_ns(config)
         )
         self._on_fatal = on_fatal
         self._subscribers: list[Subscriber] = []
@@ -272,7 +273,7 @@ class MessageManager:
             self.config = config
             self.cache.due.size = config.cache_size
             if self.cache.ordered is not None:
-                self.cache.ordered.lookahead_ns = _lookahead_ns(config)
+                self.cache.ordered.lookahead_ns = lookahead_ns(config)
             self._backoff.max_s = min(config.poller_interval_s, RETRY_MAX_S)
             self._limiter = flow.attach(
                 config, self.cache, self.clock.now_ns(), self.wake_sender, self._limiter
@@ -685,7 +686,7 @@ class MessageManager:
         if room == 0:
             return 0
         with self.cache.poll() as poll:
-            ahead = now + _lookahead_ns(cfg)
+            ahead = now + lookahead_ns(cfg)
             rows, last = self.store.poll(cfg, ahead, limit, after, True, floor, skip_keys=skip)
             with self._lock:
                 if not self._subscribers:  # the last one left during the poll
@@ -726,7 +727,7 @@ class MessageManager:
             at = self._pass if ordered.pending else None
         if room == 0:
             return 0
-        horizon = began + _lookahead_ns(cfg)
+        horizon = began + lookahead_ns(cfg)
         with self.cache.poll() as poll:
             rows, then = KeyPass.read(
                 self.store, cfg, ordered, self._lock, wanted, at, room, horizon
@@ -747,7 +748,7 @@ class MessageManager:
     def _next_pass_ns(self) -> int:
         """When an ordered table's next pass begins, unless asked sooner: a poll interval
         after the last began, or sooner after an INSERT (binlog_insert)."""
-        return min(self._pass_began_ns + _lookahead_ns(self.config), self._pass_due_ns)
+        return min(self._pass_began_ns + lookahead_ns(self.config), self._pass_due_ns)
 
     def send_once(self) -> int:
         """Claim one batch for each subscriber with room, in turn, and hand them over.
@@ -908,7 +909,7 @@ class MessageManager:
         with self._lock:
             if not self._subscribers:
                 return
-            horizon = now_ns + _lookahead_ns(self.config)
+            horizon = now_ns + lookahead_ns(self.config)
             woken = False
             for row, epoch, time_next in rows:
                 if time_next <= horizon and self.cache.reschedule(row, epoch, time_next):
@@ -993,8 +994,3 @@ class MessageManager:
                 continue
             if not taken:
                 self._send_wake.wait(self._idle_wait_s())
-
-
-def _lookahead_ns(cfg: TableConfig) -> int:
-    """How far ahead a poll reads: rows due before the next poll wait in the cache."""
-    return round(cfg.poller_interval_s * 1e9)

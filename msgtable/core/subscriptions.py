@@ -20,8 +20,9 @@ Where things are (msgtable.store.subscriptions has the SQL):
 * the hand-over (the **fan-out**): the message table's ``time_fanout`` column is NULL for a
   row no subscription has seen yet. The server that sends (the lease holder) takes such rows
   in batches, in one transaction: it inserts a state row into each active subscription whose
-  filter matches, then sets time_fanout. A row committed late (a long transaction) is NULL
-  until then and is handed over when it commits: no commit order is assumed. A subscription
+  filter matches, then numbers the rows by the table's fan-out sequence (time_fanout: in
+  commit order, msgtable.store.sequences). A row committed late (a long transaction) is NULL
+  until then and is handed over (and numbered) when it commits. A subscription
   gets the rows handed over after its definition committed (or, created ``from_start``, also
   every retained row not acked by the default group).
 

@@ -15,6 +15,7 @@ Modules:
     ordering       The SQL of ordering per key (msgtable.engine.ordered)
     protocol       The Store Protocols: what the engine and each feature ask of a database
     schedules      Every SQL statement of schedules (msgtable.features.schedules)
+    sequences      The commit-ordered fan-out sequence of each message table (time_fanout)
     sqsqueues      The SQS API's managed queues' SQL: CREATE TABLE, DROP TABLE, a purge
     statements     The SQL of one message table, written once per TableConfig
     subscriptions  Every SQL statement of subscriptions

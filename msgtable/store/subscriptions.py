@@ -7,8 +7,10 @@ The fan-out of a batch is one transaction: a locking read of rows no subscriptio
 (``time_fanout IS NULL``, skipping rows another transaction still holds: they come in a later
 batch once they commit), a shared read of the table's definitions (a definition committed
 while a fan-out runs waits for it, or is seen by it: never half), one INSERT ... SELECT into
-each active subscription's state table (its filter a WHERE clause with bound parameters), one
-UPDATE of time_fanout, then the commit. A crash before the commit leaves every row unseen.
+each active subscription's state table (its filter a WHERE clause with bound parameters), the
+table's counter row of the fan-out sequence (msgtable.store.sequences: its lock held from
+here to the commit only), one UPDATE of time_fanout numbering the rows in id order, then the
+commit. A crash before the commit leaves every row unseen.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from msgtable.core.subscriptions import (
 )
 from msgtable.core.tables import DEAD_TIME_NEXT, Column, TableConfig
 from msgtable.errors import InvalidArgument, TableNotFound
+from msgtable.store import sequences as sequence
 from msgtable.store.mysql import DUPLICATE_KEY, error_code, server_text
 from msgtable.store.ordering import key_identity
 
@@ -217,8 +220,11 @@ class FanoutStatements:
             )
         acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
         self._acked_param = not table.default_group
+        # each row its own number of the sequence (msgtable.store.sequences): the
+        # batch's first less one + its place among the ids, which come in id (key) order
         self.mark = (
-            f"{MARK}UPDATE {self._t} SET {quote(FANOUT_COLUMN)} = %s{acked} WHERE `id` IN ({{ids}})"
+            f"{MARK}UPDATE {self._t} SET {quote(FANOUT_COLUMN)} = %s + FIELD(`id`, {{ids}})"
+            f"{acked} WHERE `id` IN ({{ids}})"
         )
 
     def _select(self, filters: Sequence[Filter | None]) -> tuple[str, list[Any]]:
@@ -314,10 +320,12 @@ class FanoutStatements:
         )
         return sql, params
 
-    def mark_sql(self, ids: Sequence[Hashable], now_ns: int) -> tuple[str, list[Any]]:
+    def mark_sql(self, ids: Sequence[Hashable], last: int, now_ns: int) -> tuple[str, list[Any]]:
+        """Hand ``ids`` (in id order) over: numbers last - len(ids) + 1 ... last of the
+        sequence (and, without a default group, acked at ``now_ns``)."""
         in_ids, params = in_list(ids)
         extra = [now_ns] if self._acked_param else []
-        return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
+        return self.mark.format(ids=in_ids), [last - len(ids), *params, *extra, *params]
 
 
 def lag_sql(state_table: str, source: str, cap: int) -> str:
@@ -381,6 +389,7 @@ class SubscriptionSQL:
 
     def __init__(self, pools: _Pools) -> None:
         self._pools = pools
+        self._counters = sequence.Counters()  # the tables' fan-out sequences
 
     @contextmanager
     def _cursor(self, table: str | None = None, *, kind: str) -> Iterator[Any]:
@@ -444,6 +453,7 @@ class SubscriptionSQL:
                 params = [now_ns] * (1 if table.default_group else 2) + [MARK_BATCH]
                 while cur.execute(mark, params) >= MARK_BATCH:
                     pass
+                sequence.start(cur, table.name)  # numbers above those marks
             try:
                 order = order_columns(table)
                 index = state_order_index(table) if table.ordered else ()
@@ -567,9 +577,32 @@ class SubscriptionSQL:
         limit: int,
     ) -> tuple[dict[str, int], set[str]]:
         """Hand up to ``limit`` unseen rows to the table's active subscriptions, in one
-        transaction. Returns how many rows each subscription got (key "": rows handed over),
-        and the active subscriptions the database has that ``loaded`` lacks (then nothing was
-        handed over: load them first)."""
+        transaction, numbered by the table's sequence (msgtable.store.sequences).
+        Returns how many rows each subscription got (key "": rows handed over), and the
+        active subscriptions the database has that ``loaded`` lacks (then nothing was handed
+        over: load them first)."""
+        for _ in range(2):  # again once the sequence is started or a stalled holder killed
+            # no table for _errors: a missing table here is a state table dropped meanwhile
+            with self._pools._errors(kind="fanout"):
+                try:
+                    done = self._fanout_batch(table, loaded, now_ns, limit)
+                except sequence.Stalled:
+                    done = None
+                    with self._pools._auto_cursor() as cur:
+                        sequence.unstall(cur, table.name)
+                if done is not None:
+                    return done
+        return {"": 0}, set()
+
+    def _fanout_batch(
+        self,
+        table: TableConfig,
+        loaded: Mapping[str, LoadedSubscription],
+        now_ns: int,
+        limit: int,
+    ) -> tuple[dict[str, int], set[str]] | None:
+        """fanout's transaction; None: the table's sequence had no counter row (started now:
+        try again)."""
         statements = FanoutStatements(table)
         got: dict[str, int] = {}
         names = sorted(loaded)
@@ -579,8 +612,7 @@ class SubscriptionSQL:
         for n in names:
             if loaded[n].filter is not None:
                 verdict[n] = statements.verdicts_at + len(verdict)
-        # no table for _errors: a missing table here is a state table dropped meanwhile
-        with self._pools._errors(kind="fanout"), self._pools._tx_connection() as conn:
+        with self._pools._tx_connection() as conn:
             with conn.cursor() as cur:
                 cur.execute(*statements.pick(filters, limit))
                 picked = list(cur.fetchall())
@@ -610,8 +642,17 @@ class SubscriptionSQL:
                         continue
                     sql, params = statements.insert(loaded[name].sub.state_table, rows, now_ns)
                     got[name] = max(0, cur.execute(sql, params))
-                sql, params = statements.mark_sql(ids, now_ns)
-                cur.execute(sql, params)
+                try:  # the counter row's lock: from here to the commit only
+                    last = self._counters.take(cur, table.name, len(ids))
+                except sequence.Stalled:
+                    conn.rollback()
+                    raise
+                if last is None:
+                    conn.rollback()
+                    with self._pools._auto_cursor() as auto:
+                        sequence.start(auto, table.name)
+                    return None
+                cur.execute(*statements.mark_sql(ids, last, now_ns))
             conn.commit()
         got[""] = len(ids)
         return got, set()

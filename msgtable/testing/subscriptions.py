@@ -2,8 +2,10 @@
 tables, for unit tests of the registry and the fan-out, with SubscriptionSQL's rules
 (msgtable.store.subscriptions): a state table per subscription among the store's tables
 (served by the store like any table), rows enqueued before a table's first subscription seen
-by none, a fan-out that hands rows over by id and marks them seen at once (a row a state
-table has already is kept), lag and orphans counted against the message rows still there.
+by none, a fan-out that hands rows over by id and numbers them by the table's sequence at
+once (msgtable.store.sequences: here a counter per table, started above every
+time_fanout there; a row a state table has already is kept), lag and orphans counted
+against the message rows still there.
 tests/integration/test_subscription_store_contract.py runs the same cases on both.
 
 What it does not mirror: the locks (an ordered table's rows skipped while another
@@ -55,6 +57,7 @@ class InMemorySubscriptions:
         self.store = store
         self.definitions: dict[tuple[str, str], Subscription] = {}
         self.state_tables: set[str] = set()
+        self.sequences: dict[str, int] = {}  # a table's fan-out sequence: its last number
 
     def _up(self) -> None:
         if self.store.down:
@@ -83,7 +86,7 @@ class InMemorySubscriptions:
             if not any(t == table.name for t, _ in self.definitions):
                 for r in rows.values():  # seen by none, and to be seen by none
                     if r[FANOUT_COLUMN] is None:
-                        self._mark(table, r, now_ns)
+                        self._mark(table, r, now_ns, now_ns)
             if sub.state_table in store.rows:
                 raise InvalidArgument(
                     f"subscription {sub.label}: table {sub.state_table} exists already"
@@ -105,9 +108,10 @@ class InMemorySubscriptions:
             return self._hand(table, sub.state_table, retained, now_ns)
 
     @staticmethod
-    def _mark(table: TableConfig, row: dict[str, Any], now_ns: int) -> None:
-        """Seen by the subscriptions; without a default group, acked for it."""
-        row[FANOUT_COLUMN] = now_ns
+    def _mark(table: TableConfig, row: dict[str, Any], now_ns: int, number: int) -> None:
+        """Seen by the subscriptions (``number``: of the sequence, or the time of a row seen
+        by none); without a default group, acked for it."""
+        row[FANOUT_COLUMN] = number
         if not table.default_group and row["time_acked"] is None:
             row["time_acked"] = now_ns
 
@@ -253,7 +257,12 @@ class InMemorySubscriptions:
                 if passed:
                     state = loaded[name].sub.state_table
                     got[name] = self._hand(table, state, passed, now_ns)
+            last = self.sequences.get(table.name)
+            if last is None:  # started above every number (or time) there
+                last = max((r.get(FANOUT_COLUMN) or 0 for r in rows.values()), default=0)
             for r in picked:
-                self._mark(table, r, now_ns)
+                last += 1
+                self._mark(table, r, now_ns, last)
+            self.sequences[table.name] = last
         got[""] = len(picked)
         return got, set()

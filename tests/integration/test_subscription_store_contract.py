@@ -115,6 +115,24 @@ def test_rows_before_the_first_subscription_are_seen_by_none(tables: Tables):
     assert state_ids(tables, sub) == []
 
 
+def test_the_sequence_starts_above_every_time_fanout_there(tables: Tables):
+    """The fan-out sequence (msgtable.store.sequences) numbers the first rows it hands
+    over above what the table's time_fanout holds already (here a row seen by none, marked
+    with the time of the first subscription), one number each, and goes on from there."""
+    tables.create("q")
+    tables.insert("q", 1)
+    _, sub = create(tables, "q", "s")
+    tables.insert("q", 3)
+    tables.insert("q", 2)
+    store, cfg = subs_of(tables), config(tables, "q")
+    assert store.fanout(cfg, loaded(tables, "q"), LATER, 100) == ({"s": 2, "": 2}, set())
+    tables.insert("q", 4)
+    assert store.fanout(cfg, loaded(tables, "q"), LATER, 100) == ({"s": 1, "": 1}, set())
+    numbers = [(tables.row("q", i) or {}).get(FANOUT_COLUMN) for i in (1, 2, 3, 4)]
+    assert numbers == [NOW, NOW + 1, NOW + 2, NOW + 3]
+    assert state_ids(tables, sub) == [2, 3, 4]
+
+
 def test_the_fanout_hands_new_rows_to_each_subscription_once(tables: Tables):
     tables.create("q")
     _, a = create(tables, "q", "a")
@@ -141,8 +159,11 @@ def test_the_fanout_hands_new_rows_to_each_subscription_once(tables: Tables):
         None,
     )
     assert (two["time_next"], two["epoch"]) == (None, 0)
+    # numbered by the table's sequence, in id order (no row was there before: from 1)
+    numbers = [(r or {}).get(FANOUT_COLUMN) for r in (tables.row("q", i) for i in (1, 2, 3))]
+    assert numbers == [1, 2, 3]
     seen = tables.row("q", 1)
-    assert seen is not None and (seen[FANOUT_COLUMN], seen["time_acked"]) == (LATER, None)
+    assert seen is not None and seen["time_acked"] is None
 
 
 def test_without_a_default_group_the_fanout_acks_what_it_hands_over(tables: Tables):

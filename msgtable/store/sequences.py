@@ -149,3 +149,41 @@ def unstall(cur: Any, table: str) -> bool:
             return False
         raise
     return True
+
+
+# -- the cursors (design.md, section (b)): a subscription's place in its table's sequence ---
+CURSOR_TABLE = "msgtable_fanout_cursors"
+CURSORS = quote(CURSOR_TABLE)
+CURSOR_DDL = f"""CREATE TABLE IF NOT EXISTS {CURSORS} (
+  table_name VARCHAR(64) NOT NULL,
+  name VARCHAR(64) NOT NULL,
+  sent_upto BIGINT NOT NULL,
+  PRIMARY KEY (table_name, name)
+) ENGINE=InnoDB COMMENT 'msgtable subscription cursors'"""
+# a new subscription's: at the sequence's last number (it gets what is handed over after it)
+CURSOR_START = (
+    f"INSERT INTO {CURSORS} (table_name, name, sent_upto) "
+    f"SELECT table_name, %s, last FROM {SEQUENCE} WHERE table_name = %s "
+    "ON DUPLICATE KEY UPDATE sent_upto = VALUES(sent_upto)"
+)
+CURSOR = f"SELECT sent_upto FROM {CURSORS} WHERE table_name = %s AND name = %s"
+# moved only from where its writer saw it: a sender that lost the lease moves nothing
+ADVANCE = (
+    f"{MARK}UPDATE {CURSORS} SET sent_upto = %s "
+    "WHERE table_name = %s AND name = %s AND sent_upto = %s"
+)
+CURSOR_DROP = f"DELETE FROM {CURSORS} WHERE table_name = %s AND name = %s"
+
+
+def unsent_sql(table: str, state_table: str, where: str) -> str:
+    """The cursor's scan: the ids and numbers of the rows numbered above %s that ``where``
+    (a filter's bound-parameter fragment over the message table's columns, or "") passes and
+    that have no state row (sent and not settled in cursor order, or acked by DML), in
+    sequence order, up to %s; read through fanout_idx."""
+    fanout = quote(FANOUT_COLUMN)
+    cond = f" AND ({where})" if where else ""
+    return (
+        f"SELECT m.`id`, m.{fanout} FROM {quote(table)} m "
+        f"LEFT JOIN {quote(state_table)} s ON s.`id` = m.`id` "
+        f"WHERE m.{fanout} > %s{cond} AND s.`id` IS NULL ORDER BY m.{fanout} LIMIT %s"
+    )

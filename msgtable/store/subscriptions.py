@@ -453,7 +453,7 @@ class SubscriptionSQL:
                 params = [now_ns] * (1 if table.default_group else 2) + [MARK_BATCH]
                 while cur.execute(mark, params) >= MARK_BATCH:
                     pass
-                sequence.start(cur, table.name)  # numbers above those marks
+            sequence.start(cur, table.name)  # (numbers above those marks)
             try:
                 order = order_columns(table)
                 index = state_order_index(table) if table.ordered else ()
@@ -471,6 +471,8 @@ class SubscriptionSQL:
                 if error_code(exc) == DUPLICATE_KEY:
                     raise InvalidArgument(f"subscription {sub.label} exists already") from None
                 raise
+            cur.execute(sequence.CURSOR_DDL)  # at the sequence's last: what comes after it
+            cur.execute(sequence.CURSOR_START, [sub.name, table.name])
             if not from_start:
                 return 0
             statements = FanoutStatements(table)
@@ -504,6 +506,34 @@ class SubscriptionSQL:
             if not self._has_registry(cur) or not cur.execute(DELETE, [table, name]):
                 raise TableNotFound(f"subscription {table}/{name} not found")
             cur.execute(f"DROP TABLE IF EXISTS {quote(state_table)}")
+            cur.execute(sequence.CURSOR_DDL)
+            cur.execute(sequence.CURSOR_DROP, [table, name])
+
+    def subscription_cursor(self, table: str, name: str) -> int | None:
+        """The subscription's cursor (design.md (b)); None: it has none yet."""
+        with self._cursor(table, kind="subscription_cursor") as cur:
+            cur.execute(sequence.CURSOR_DDL)
+            cur.execute(sequence.CURSOR, [table, name])
+            row = cur.fetchone()
+        return None if row is None else int(row[0])
+
+    def advance_cursor(self, table: str, name: str, old: int, new: int) -> bool:
+        """Move the subscription's cursor from ``old`` to ``new``; False: it was not at
+        ``old`` (another sender moved it), and nothing changed."""
+        with self._cursor(table, kind="subscription_cursor") as cur:
+            return bool(cur.execute(sequence.ADVANCE, [new, table, name, old]))
+
+    def unsent(
+        self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
+    ) -> list[tuple[Hashable, int]]:
+        """The subscription's messages never sent (design.md (b)): the ids and numbers of
+        the rows numbered above ``after`` that its filter passes and that have no state
+        row, in sequence order, up to ``limit``."""
+        where, params = loaded.filter.where("m") if loaded.filter else ("", ())
+        sql = sequence.unsent_sql(table.name, loaded.sub.state_table, where)
+        with self._cursor(table.name, kind="subscription_unsent") as cur:
+            cur.execute(sql, [after, *params, limit])
+            return [(r[0], int(r[1])) for r in cur.fetchall()]
 
     def set_subscription_state(
         self, sub: Subscription, state: SubscriptionState, now_ns: int

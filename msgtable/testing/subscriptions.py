@@ -58,6 +58,7 @@ class InMemorySubscriptions:
         self.definitions: dict[tuple[str, str], Subscription] = {}
         self.state_tables: set[str] = set()
         self.sequences: dict[str, int] = {}  # a table's fan-out sequence: its last number
+        self.cursors: dict[tuple[str, str], int] = {}  # a subscription's (design.md (b))
 
     def _up(self) -> None:
         if self.store.down:
@@ -96,6 +97,9 @@ class InMemorySubscriptions:
             store.create_table(sub.state_table, STATE_COMMENT, state_columns(table))
             self.state_tables.add(sub.state_table)
             self.definitions[(sub.table, sub.name)] = sub
+            # the sequence started above every time_fanout there; the cursor at its last
+            last = self.sequences.setdefault(table.name, self._highest(rows))
+            self.cursors[(sub.table, sub.name)] = last
             if not from_start:
                 return 0
             retained = [
@@ -157,7 +161,43 @@ class InMemorySubscriptions:
             if self.definitions.pop((table, name), None) is None:
                 raise TableNotFound(f"subscription {table}/{name} not found")
             self.state_tables.discard(state_table)
+            self.cursors.pop((table, name), None)
         self.store.drop_table(state_table)
+
+    def subscription_cursor(self, table: str, name: str) -> int | None:
+        self._up()
+        with self.store.lock:
+            return self.cursors.get((table, name))
+
+    def advance_cursor(self, table: str, name: str, old: int, new: int) -> bool:
+        self._up()
+        with self.store.lock:
+            if self.cursors.get((table, name)) != old:
+                return False
+            self.cursors[(table, name)] = new
+            return True
+
+    def unsent(
+        self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
+    ) -> list[tuple[Hashable, int]]:
+        self._up()
+        rows = self.store._table(table.name)
+        flt = loaded.filter
+        with self.store.lock:
+            state = self.store.rows.get(loaded.sub.state_table, {})
+            found = sorted(
+                (r[FANOUT_COLUMN], i)
+                for i, r in rows.items()
+                if (r.get(FANOUT_COLUMN) or 0) > after
+                and i not in state
+                and (flt is None or flt.matches(r))
+            )
+        return [(i, n) for n, i in found[:limit]]
+
+    @staticmethod
+    def _highest(rows: Mapping[Hashable, dict[str, Any]]) -> int:
+        """The highest time_fanout of a table's rows (0: none): where its sequence starts."""
+        return max((r.get(FANOUT_COLUMN) or 0 for r in rows.values()), default=0)
 
     def set_subscription_state(
         self, sub: Subscription, state: SubscriptionState, now_ns: int
@@ -259,7 +299,7 @@ class InMemorySubscriptions:
                     got[name] = self._hand(table, state, passed, now_ns)
             last = self.sequences.get(table.name)
             if last is None:  # started above every number (or time) there
-                last = max((r.get(FANOUT_COLUMN) or 0 for r in rows.values()), default=0)
+                last = self._highest(rows)
             for r in picked:
                 last += 1
                 self._mark(table, r, now_ns, last)

@@ -176,6 +176,53 @@ def test_without_a_default_group_the_fanout_acks_what_it_hands_over(tables: Tabl
     assert tables.row("q", 2)["time_acked"] == LATER  # type: ignore[index]
 
 
+def test_a_cursor_starts_at_the_sequences_last_and_moves_only_from_where_it_is(tables: Tables):
+    """A subscription's cursor over its table's fan-out sequence (design.md (b)): made at the
+    sequence's last number when it is created (it gets what is handed over after it), moved
+    only by a writer that names where it is, gone with the subscription."""
+    tables.create("q")
+    tables.insert("q", 1)  # seen by none: marked with the time of the first subscription
+    create(tables, "q", "a")
+    store, cfg = subs_of(tables), config(tables, "q")
+    assert store.subscription_cursor("q", "a") == NOW
+    tables.insert("q", 2)
+    tables.insert("q", 3)
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)  # numbered NOW + 1, NOW + 2
+    create(tables, "q", "late")
+    assert store.subscription_cursor("q", "late") == NOW + 2
+    assert store.advance_cursor("q", "a", NOW, NOW + 1)
+    assert not store.advance_cursor("q", "a", NOW, NOW + 2), "moved from where it is not"
+    assert store.subscription_cursor("q", "a") == NOW + 1
+    assert store.subscription_cursor("q", "nope") is None
+    store.drop_subscription("q", "late", "q__late")
+    assert store.subscription_cursor("q", "late") is None
+
+
+def test_the_cursor_scan_reads_what_was_never_sent_in_sequence_order(tables: Tables):
+    """The messages a subscription was never sent (design.md (b)): the rows numbered above
+    its cursor that its filter passes and that have no state row, in sequence order (here
+    the state rows of the fan-out's hand-over, taken away as the cursor's fan-out will not
+    write them)."""
+    tables.create_with("q", DEMO_COMMENT, {"region": "varchar(16)"})
+    _, every = create(tables, "q", "every")
+    _, eu = create(tables, "q", "eu", filter="region = 'eu'")
+    for i, region in ((4, "eu"), (2, "us"), (1, "eu"), (3, None), (5, "eu")):
+        tables.insert("q", i, region=region)
+    store, cfg = subs_of(tables), config(tables, "q")
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)  # numbered 1-5 in id order
+    for i in (2, 3, 4, 5):
+        tables.delete(every.state_table, i)
+    for i in (1, 5):
+        tables.delete(eu.state_table, i)
+    subs = loaded(tables, "q")
+    assert store.unsent(cfg, subs["every"], 0, 100) == [(2, 2), (3, 3), (4, 4), (5, 5)]
+    assert store.unsent(cfg, subs["every"], 0, 2) == [(2, 2), (3, 3)]
+    assert store.unsent(cfg, subs["every"], 3, 100) == [(4, 4), (5, 5)]
+    # the filter's (4 is eu, but has its state row: sent, or acked by DML)
+    assert store.unsent(cfg, subs["eu"], 0, 100) == [(1, 1), (5, 5)]
+    assert store.unsent(cfg, subs["eu"], 5, 100) == []
+
+
 def test_a_filter_decides_which_rows_a_subscription_gets(tables: Tables):
     tables.create_with("q", DEMO_COMMENT, {"region": "varchar(16)"})
     _, eu = create(tables, "q", "eu", filter="region = 'eu'")

@@ -268,6 +268,23 @@ class SubscriptionStore(Protocol):
         nothing is handed over)."""
         ...
 
+    # the cursor of a subscription over its table's fan-out sequence (issue 42, item 3:
+    # msgtable/features/subscriptions/design.md (b); not served from yet)
+    def subscription_cursor(self, table: str, name: str) -> int | None:
+        """The subscription's cursor (None: it has none, made before cursors)."""
+        ...
+
+    def advance_cursor(self, table: str, name: str, old: int, new: int) -> bool:
+        """Move it from ``old`` to ``new``; False (nothing changed): it was not at ``old``."""
+        ...
+
+    def unsent(
+        self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
+    ) -> list[tuple[Hashable, int]]:
+        """Ids and numbers of the rows numbered above ``after`` that its filter passes and
+        that have no state row, in sequence order, up to ``limit``."""
+        ...
+
 
 class EndpointStore(Protocol):
     """Push endpoints' definitions (msgtable.features.push), one per (table, subscription)."""

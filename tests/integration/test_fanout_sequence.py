@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from msgtable.store.mysql import pymysql_args
-from msgtable.store.sequences import SEQUENCE_TABLE
+from msgtable.store.sequences import SEQUENCE_TABLE, unsent_sql
 
 from ..waiting import wait_until
 from .helpers import Served, serve
@@ -113,3 +113,21 @@ def test_a_fanout_stalled_with_the_sequence_is_killed_not_waited_for(served: Ser
         lost.close()
     got = numbers(served)
     assert got[2] == got[1] + 1, f"the killed fan-out's number was not kept: {got}"
+
+
+def test_the_cursor_scan_reads_from_the_cursor_through_fanout_idx(served: Served):
+    """The scan of a subscription's never-sent messages (design.md (b)) is a range of
+    fanout_idx from its cursor, each row's state row looked up by its key: the rows it reads
+    are those above the cursor, not the table's."""
+    make_orders(served)
+    served.client.create_subscription("orders", "audit")
+    enqueue(served, range(1, 301))
+    wait_until(lambda: served.sql(HANDED)[0][0] == 0, what="rows 1-300 handed over")
+    (top,) = served.sql("select max(time_fanout) from orders")[0]
+    served.sql("analyze table orders")
+    sql = unsent_sql("orders", "orders__audit", "").replace("%s", "{}")
+    (version,) = served.sql("select version()")[0]
+    explain = "explain " if "mariadb" in version.lower() else "explain format=traditional "
+    plan = served.sql(explain + sql.format(top - 5, 100))
+    keys = {(str(r._mapping["table"]), str(r._mapping["key"])) for r in plan}
+    assert keys == {("m", "fanout_idx"), ("s", "PRIMARY")}, plan

@@ -57,6 +57,10 @@ TAKE = {
 }
 LOCK_NOWAIT = f"SELECT 1 FROM {SEQUENCE} WHERE table_name = %s FOR UPDATE NOWAIT"
 HOLDER = f"SELECT holder FROM {SEQUENCE} WHERE table_name = %s"
+# the counter row if nobody holds it (autocommit: its lock ends with the statement); the
+# holder read after it is still holding it unless it committed in between (then the KILL
+# would end an idle connection of its pool, which its next statement takes for a lost link)
+FREE = f"SELECT 1 FROM {SEQUENCE} WHERE table_name = %s FOR UPDATE SKIP LOCKED"
 IDLE = "SELECT COMMAND, TIME FROM information_schema.PROCESSLIST WHERE ID = %s"
 LOCK_WAIT_TIMEOUT = 1205
 LOCK_NOWAIT_REFUSED = 3572  # MySQL: a NOWAIT locking read found the row locked
@@ -113,6 +117,8 @@ class Counters:
 def unstall(cur: Any, table: str) -> bool:
     """On an autocommit cursor: KILL the connection holding the table's counter row if it is
     idle (a fan-out whose server lost its link); returns whether one was killed."""
+    if cur.execute(FREE, [table]):  # not held (any more): nobody to kill
+        return False
     cur.execute("SET TRANSACTION ISOLATION LEVEL READ UNCOMMITTED")  # the next one only
     cur.execute(HOLDER, [table])
     row = cur.fetchone()

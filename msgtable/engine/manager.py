@@ -453,7 +453,9 @@ class MessageManager:
         until = now + round((extend_s or cfg.ack_wait_s) * 1e9)
         with self.cache.holding_acks(clean, wait=True, attempts=bound) as hold:
             ids, named = self._current(clean, bound, hold.skipped)
-            n = self.store.renew(cfg, ids, now, until, reason, hold.rows, named) if ids else 0
+            n = postpone.renew(
+                self.store, cfg, ids, named, now, until, reason, hold.rows, draw_jitter(self.rng)
+            )
         with self._lock:
             self.cache.inflight.extend(ids, until)
             self.renewed += n

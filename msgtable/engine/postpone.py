@@ -88,14 +88,18 @@ def renew(
     reason: str | None,
     first: Mapping[Hashable, Sent],
     jitter: float,
+    exact: bool = False,
 ) -> int:
     """A renew's UPDATEs; returns how many rows it renewed. A renew never brings a due time
     in: the ``first`` rows (sent, not postponed: the renew counts their send) are due at the
     later of ``until_ns`` and what their postpone would write, as a row postponed already keeps
     its later time_next. One statement unless the first rows come from several sends (then
-    one for each, and one for the others)."""
+    one for each, and one for the others). ``exact`` (SQS's visibility timeout): every row
+    due at ``until_ns``, sooner or later."""
     if not ids:
         return 0
+    if exact:
+        return store.renew(cfg, ids, now_ns, until_ns, reason, first.keys(), attempts, None, True)
     groups: dict[tuple[int | None, int], set[Hashable]] = {}
     for rid in ids:
         if rid in first:

@@ -454,10 +454,11 @@ class MySQLStore:
         first: Collection[Hashable] = (),
         attempts: Sequence[int] | None = None,
         first_until_ns: int | None = None,
+        exact: bool = False,
     ) -> int:
         """Keep sent, unacked rows that are not due again yet from falling due before
-        ``until_ns``, the ``first`` ones due at ``first_until_ns`` (``attempts`` as
-        release's); returns how many."""
+        ``until_ns`` (``exact``: due at it, sooner or later), the ``first`` ones due at
+        ``first_until_ns`` (``attempts`` as release's); returns how many."""
         s = self.statements(cfg)
         in_ids, id_params = in_list(ids)
         first_sql, first_params = first_expr(first)
@@ -467,7 +468,9 @@ class MySQLStore:
         if cfg.keeps_errors:
             params.append(reason)
         params += [*id_params, *bound_params, *first_params, now_ns]
-        sql = s.renew.format(ids=in_ids, first=first_sql, bound=bound_sql)
+        sql = (s.renew_exact if exact else s.renew).format(
+            ids=in_ids, first=first_sql, bound=bound_sql
+        )
         with self._errors(cfg.name, "renew"), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
 

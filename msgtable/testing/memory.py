@@ -435,6 +435,7 @@ class InMemoryStore:
         first: Collection[Hashable] = (),
         attempts: Sequence[int] | None = None,
         first_until_ns: int | None = None,
+        exact: bool = False,
     ) -> int:
         first_until = until_ns if first_until_ns is None else first_until_ns
         with self.lock:
@@ -452,7 +453,7 @@ class InMemoryStore:
                     row["epoch"] = (row["epoch"] or 0) + 1
                     row["time_next"] = first_until
                 elif sent:
-                    row["time_next"] = max(row["time_next"] or 0, until_ns)
+                    row["time_next"] = until_ns if exact else max(row["time_next"] or 0, until_ns)
                 else:
                     continue
                 self._set_error(cfg, row, reason)

@@ -34,7 +34,11 @@ their hand-over times (first to last), so that a subscribe's cost is not in it.
   ``fair_base_dwell_p99_ms`` are the median round's). ``unfair_dwell_p99_ms`` is the quiet
   messages' p99 with the noisy tenant on the same table without the fairness key, for
   comparison (the first round only). A fair table has the index on (time_acked, tenant,
-  priority, time_next) the docs give it.
+  priority, time_next) the docs give it; the drain's table without the fairness key has the
+  same index (the same table, its comment without ``vt_fair_key``: what the key itself costs).
+  What the index costs on its own is ``fair_index_ratio`` (no target; the first round only):
+  that table's rate over the same table without the index (each ack, postpone and purge
+  writes one more index entry).
 """
 
 from __future__ import annotations
@@ -107,7 +111,10 @@ class FlowResult:
     fair_dwell_p99_ms: float | None = None
     fair_base_dwell_p99_ms: float | None = None
     unfair_dwell_p99_ms: float | None = None
+    plain_msgs_s: float | None = None  # no fairness key, no fair index (the first round's)
     fair_ratio_rounds: list[float] = field(default_factory=list)  # each round's, in order
+    # each round's drain (fair msgs/s, without the key msgs/s)
+    fair_drain_rounds: list[tuple[float, float]] = field(default_factory=list)
     fair_dwell_ratio_rounds: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -129,6 +136,13 @@ class FlowResult:
         return _ratio(self.fair_msgs_s, self.unfair_msgs_s)
 
     @property
+    def fair_index_ratio(self) -> float | None:
+        """The fair index's own cost: the first round's table without the key, with the
+        index over without it."""
+        first = self.fair_drain_rounds[0] if self.fair_drain_rounds else None
+        return _ratio(first[1] if first else None, self.plain_msgs_s)
+
+    @property
     def fair_dwell_ratio(self) -> float | None:
         rounds = self.fair_dwell_ratio_rounds
         if rounds:
@@ -147,6 +161,7 @@ class FlowResult:
             "fair_ratio": _rnd(self.fair_ratio, 3),
             "fair_ratio_spread": _spread(self.fair_ratio_rounds),
             "fair_ratio_rounds": [round(r, 3) for r in self.fair_ratio_rounds],
+            "fair_index_ratio": _rnd(self.fair_index_ratio, 3),
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -160,6 +175,7 @@ class FlowResult:
             "most_in_flight_per_key": self.most_in_flight_per_key,
             "fair_msgs_s": rnd(self.fair_msgs_s, 0),
             "unfair_msgs_s": rnd(self.unfair_msgs_s, 0),
+            "plain_msgs_s": rnd(self.plain_msgs_s, 0),
             "fair_dwell_p99_ms": rnd(self.fair_dwell_p99_ms, 1),
             "fair_base_dwell_p99_ms": rnd(self.fair_base_dwell_p99_ms, 1),
             "unfair_dwell_p99_ms": rnd(self.unfair_dwell_p99_ms, 1),
@@ -181,14 +197,20 @@ def _spread(rounds: list[float]) -> list[float] | None:
 
 
 # -- tables and rows ------------------------------------------------------------------------------
-def make_table(dsn: str, table: str, poller_interval_s: float, limits: str, **kw: Any) -> None:
+def make_table(
+    dsn: str,
+    table: str,
+    poller_interval_s: float,
+    limits: str,
+    fair_index: bool | None = None,
+    **kw: Any,
+) -> None:
     comment = message_comment(BATCH_SIZE, poller_interval_s, postpone_after_s=kw.get("postpone"))
-    # a fair table has the index the docs' DDL gives it (msgtable.core.flow.fair_index_columns)
-    index = (
-        f"  index fair_idx({', '.join(fair_index_columns('tenant'))}),\n"
-        if "vt_fair_key" in limits
-        else ""
-    )
+    # a fair table has the index the docs' DDL gives it (msgtable.core.flow.fair_index_columns);
+    # ``fair_index``: with it or without it whatever the comment
+    if fair_index is None:
+        fair_index = "vt_fair_key" in limits
+    index = f"  index fair_idx({', '.join(fair_index_columns('tenant'))}),\n" if fair_index else ""
     ddl = current_layout_ddl(table, comment + (f",{limits}" if limits else "")).replace(
         "  primary key(id)", f"  {TENANT},\n{index}  primary key(id)"
     )
@@ -379,17 +401,26 @@ def fair_rounds(server, dsn, cur, sizes, poller_interval_s, kw, out) -> None:  #
     backlog = [(i, "noisy" if i % 10 else f"q{i // 10 % 100}") for i in range(1, rows + 1)]
     drains: list[tuple[float, float, float]] = []  # (ratio, fair msgs/s, unfair msgs/s)
     lives: list[tuple[float, float, float]] = []  # (ratio, beside the noisy one, alone)
+
+    def drain(name: str, limits: str, index: bool) -> float:
+        table = f"flow_{name}"
+        make_table(dsn, table, poller_interval_s, limits, index, **kw)
+        insert(cur, table, backlog)
+        wait_loaded(server, table)
+        got = msgs_s(Drain(server, table, rows).wait(120))
+        execute(dsn, f"drop table {table}")
+        return got
+
     for rnd in range(sizes["fair_rounds"]):
         order = (True, False) if rnd % 2 == 0 else (False, True)
         rate: dict[bool, float] = {}
-        for fair in order:
-            table = f"flow_{'fair' if fair else 'unfair'}_{rnd}"
-            make_table(dsn, table, poller_interval_s, "vt_fair_key=tenant" if fair else "", **kw)
-            insert(cur, table, backlog)
-            wait_loaded(server, table)
-            rate[fair] = msgs_s(Drain(server, table, rows).wait(120))
-            execute(dsn, f"drop table {table}")
+        for fair in order:  # the same table (fair index and all), with the key and without
+            name = "fair" if fair else "unfair"
+            rate[fair] = drain(f"{name}_{rnd}", "vt_fair_key=tenant" if fair else "", True)
         drains.append((rate[True] / rate[False], rate[True], rate[False]))
+        out.fair_drain_rounds.append((rate[True], rate[False]))
+        if rnd == 0:  # the fair index's own cost: the same table without it
+            out.plain_msgs_s = drain(f"plain_{rnd}", "", False)
         p99: dict[bool, float] = {}
         for with_noisy in (True, False) if rnd % 2 == 0 else (False, True):
             live_s = sizes["live_s"]

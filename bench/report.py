@@ -133,6 +133,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "fair_dwell_ratio_spread",
         "fair_ratio",
         "fair_ratio_spread",
+        "fair_index_ratio",
         "flow",
         "targets.rate_limit_error",
         "targets.key_cap_violations",

@@ -130,7 +130,10 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "key_cap_violations",
         "caps_ratio",
         "fair_dwell_ratio",
+        "fair_dwell_ratio_spread",
         "fair_ratio",
+        "fair_ratio_spread",
+        "fair_index_ratio",
         "flow",
         "targets.rate_limit_error",
         "targets.key_cap_violations",
@@ -340,14 +343,9 @@ class Report:
 
     def _flow_json(self) -> dict[str, Any]:
         f = self.flow
-        return {
-            "rate_limit_error": rnd(f.rate_limit_error if f else None, 4),
-            "key_cap_violations": f.key_cap_violations if f else None,
-            "caps_ratio": rnd(f.caps_ratio if f else None, 3),
-            "fair_dwell_ratio": rnd(f.fair_dwell_ratio if f else None, 3),
-            "fair_ratio": rnd(f.fair_ratio if f else None, 3),
-            "flow": f.as_dict() if f else None,
-        }
+        if f is None:
+            return {k: None for k in SECTION_KEYS["flow"] if "." not in k}
+        return {**f.headline(), "flow": f.as_dict()}
 
     def targets(self) -> list[Target]:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size

@@ -363,10 +363,13 @@ class KeyCounts(dict[Hashable, CachedRow]):
 
     def __setitem__(self, rid: Hashable, row: CachedRow) -> None:
         old = dict.get(self, rid)
+        key = row.values[self._at]
         if old is not None:
+            if old.values[self._at] == key:  # refreshed under its key: counted already
+                dict.__setitem__(self, rid, row)
+                return
             self._less(old.values[self._at])
         dict.__setitem__(self, rid, row)
-        key = row.values[self._at]
         n = self.per_key.get(key, 0) + 1
         self.per_key[key] = n
         if n >= self.share:
@@ -392,6 +395,17 @@ class KeyCounts(dict[Hashable, CachedRow]):
         if share != self.share:
             self.share = share
             self.full = {k for k, n in self.per_key.items() if n >= share}
+
+    def less(self, key: Hashable, gone: int) -> None:
+        """``gone`` rows of ``key`` were taken out (dict.__delitem__, uncounted): count them
+        once (a fair send's turn takes a key's rows in a run)."""
+        n = self.per_key[key] - gone
+        if n:
+            self.per_key[key] = n
+        else:
+            del self.per_key[key]
+        if n < self.share:
+            self.full.discard(key)
 
     def _less(self, key: Hashable) -> None:
         n = self.per_key[key] - 1
@@ -530,26 +544,29 @@ class KeyedDue(DueRows):
         return batch
 
     def _pop_turns(self, n: int, batch: list[CachedRow]) -> None:
-        turns, heaps, queued = self._turns, self._heaps, self._queued
+        turns, heaps, counts = self._turns, self._heaps, self._counts
         admit = self.limiter.admit if self.limiter.counts_rows else None
         blocked: list[Hashable] = []
+        get, remove = counts.get, dict.__delitem__  # the key's count drops once per turn
         while turns and len(batch) < n:
             key = turns.popleft()
             heap = heaps[key]
             # one row a turn; a key alone takes all it may in one (work-conserving)
-            take = n - len(batch) if not turns else 1
+            take = want = n - len(batch) if not turns else 1
             while take and heap:
                 row = heap[0][3]
-                if queued.get(row.id) is not row:
+                if get(row.id) is not row:
                     heapq.heappop(heap)  # stale: sent, acked or re-keyed meanwhile
                     continue
                 if admit is not None and not admit(row):
                     blocked.append(key)
                     break
                 heapq.heappop(heap)
-                del queued[row.id]
+                remove(counts, row.id)
                 batch.append(row)
                 take -= 1
+            if take < want:
+                counts.less(key, want - take)
             if not heap:
                 del heaps[key]
             elif not blocked or blocked[-1] is not key:

@@ -129,13 +129,13 @@ NUMBER: /[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?/
 STRING: /'(?:[^']|'')*'/
 %ignore /\s+/
 """
-# the basic lexer reserves keywords everywhere (the contextual one reads `a = null` as a name)
 
 
 @functools.cache
 def _parser() -> lark.Lark:
     """The filter parser, built the first time a filter is parsed (building it takes a
     tenth of a second, which every ``msgtable`` command would pay at start-up otherwise)."""
+    # the basic lexer reserves keywords everywhere (the contextual one reads `a = null` as a name)
     return lark.Lark(_GRAMMAR, parser="lalr", lexer="basic")
 
 

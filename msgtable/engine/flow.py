@@ -368,7 +368,7 @@ class KeyCounts(dict[Hashable, CachedRow]):
             if old.values[self._at] == key:  # refreshed under its key: counted already
                 dict.__setitem__(self, rid, row)
                 return
-            self._less(old.values[self._at])
+            self.less(old.values[self._at], 1)
         dict.__setitem__(self, rid, row)
         n = self.per_key.get(key, 0) + 1
         self.per_key[key] = n
@@ -376,13 +376,13 @@ class KeyCounts(dict[Hashable, CachedRow]):
             self.full.add(key)
 
     def __delitem__(self, rid: Hashable) -> None:
-        self._less(dict.pop(self, rid).values[self._at])
+        self.less(dict.pop(self, rid).values[self._at], 1)
 
     def pop(self, rid: Hashable, default: Any = None) -> Any:
         row = dict.pop(self, rid, None)
         if row is None:
             return default
-        self._less(row.values[self._at])
+        self.less(row.values[self._at], 1)
         return row
 
     def clear(self) -> None:
@@ -397,18 +397,9 @@ class KeyCounts(dict[Hashable, CachedRow]):
             self.full = {k for k, n in self.per_key.items() if n >= share}
 
     def less(self, key: Hashable, gone: int) -> None:
-        """``gone`` rows of ``key`` were taken out (dict.__delitem__, uncounted): count them
-        once (a fair send's turn takes a key's rows in a run)."""
+        """``gone`` rows of ``key`` were taken out: count them (a fair send's turn takes a
+        key's rows in a run by dict.__delitem__, uncounted, and counts them once)."""
         n = self.per_key[key] - gone
-        if n:
-            self.per_key[key] = n
-        else:
-            del self.per_key[key]
-        if n < self.share:
-            self.full.discard(key)
-
-    def _less(self, key: Hashable) -> None:
-        n = self.per_key[key] - 1
         if n:
             self.per_key[key] = n
         else:

@@ -1417,6 +1417,7 @@ class SubscriptionSettings(_message.Message):
     KEY_RATE_FIELD_NUMBER: _builtins.int
     KEY_BURST_FIELD_NUMBER: _builtins.int
     KEY_CONCURRENCY_FIELD_NUMBER: _builtins.int
+    STATE_ROWS_FIELD_NUMBER: _builtins.int
     filter: _builtins.str
     """Selector (`region IN ('eu','us') AND amount > 10`) or ODPS matcher (`region=eu|us`)."""
     set_columns: _builtins.bool
@@ -1439,6 +1440,11 @@ class SubscriptionSettings(_message.Message):
     key_rate: _builtins.str
     key_burst: _builtins.str
     key_concurrency: _builtins.str
+    state_rows: _builtins.str
+    """Create only: "lazy" keeps a state row only for a message sent and not settled in order,
+    reading the others from the table behind the subscription's cursor (fewer writes per
+    message); "eager" (the default) a state row per message from the fan-out.
+    """
     @_builtins.property
     def columns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The projection: columns the subscription's messages carry, `id` first."""
@@ -1459,10 +1465,11 @@ class SubscriptionSettings(_message.Message):
         key_rate: _builtins.str | None = ...,
         key_burst: _builtins.str | None = ...,
         key_concurrency: _builtins.str | None = ...,
+        state_rows: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "_state_rows", b"_state_rows", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst", "state_rows", b"state_rows"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst", "set_columns", b"set_columns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "_state_rows", b"_state_rows", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst", "set_columns", b"set_columns", "state_rows", b"state_rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ack_wait_s: _TypeAlias = _typing.Literal["ack_wait_s"]  # noqa: Y015
     _WhichOneofArgType__ack_wait_s: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s"]  # noqa: Y015
@@ -1486,6 +1493,8 @@ class SubscriptionSettings(_message.Message):
     _WhichOneofArgType__rate: _TypeAlias = _typing.Literal["_rate", b"_rate"]  # noqa: Y015
     _WhichOneofReturnType__rate_burst: _TypeAlias = _typing.Literal["rate_burst"]  # noqa: Y015
     _WhichOneofArgType__rate_burst: _TypeAlias = _typing.Literal["_rate_burst", b"_rate_burst"]  # noqa: Y015
+    _WhichOneofReturnType__state_rows: _TypeAlias = _typing.Literal["state_rows"]  # noqa: Y015
+    _WhichOneofArgType__state_rows: _TypeAlias = _typing.Literal["_state_rows", b"_state_rows"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ack_wait_s) -> _WhichOneofReturnType__ack_wait_s | None: ...
     @_typing.overload
@@ -1508,6 +1517,8 @@ class SubscriptionSettings(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate) -> _WhichOneofReturnType__rate | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_burst) -> _WhichOneofReturnType__rate_burst | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__state_rows) -> _WhichOneofReturnType__state_rows | None: ...
 
 Global___SubscriptionSettings: _TypeAlias = SubscriptionSettings  # noqa: Y015
 

@@ -637,6 +637,13 @@ def settings_from_proto(settings: pb.SubscriptionSettings, alter: bool = False) 
     if settings.HasField("expire_after_s"):
         out["expire_after_s"] = settings.expire_after_s or None
     given = {f.name for f, _ in settings.ListFields()}  # set, "" included (optional fields)
+    if "state_rows" in given:
+        if alter:
+            raise InvalidArgument(
+                "state_rows is chosen when a subscription is created; drop and create it "
+                "to change it"
+            )
+        out["state_rows"] = settings.state_rows.strip().lower() or "eager"
     limits = tuple((k, getattr(settings, k)) for k in OWN_LIMITS if k in given)
     if limits or not alter:  # alter: "" puts one back to the table's
         out["limits"] = limits
@@ -646,7 +653,14 @@ def settings_from_proto(settings: pb.SubscriptionSettings, alter: bool = False) 
 def settings_to_proto(**fields: Any) -> pb.SubscriptionSettings:
     """Subscription settings for a request: the fields given (None: not set)."""
     message = pb.SubscriptionSettings()
-    for name in ("filter", "ack_wait_s", "max_attempts", "max_lag", "expire_after_s"):
+    for name in (
+        "filter",
+        "ack_wait_s",
+        "max_attempts",
+        "max_lag",
+        "expire_after_s",
+        "state_rows",
+    ):
         if fields.get(name) is not None:
             setattr(message, name, fields[name])
     if fields.get("columns") is not None:

@@ -366,8 +366,9 @@ class MessageEngine:
 
     def _new_manager(self, cfg: TableConfig) -> MessageManager:
         unit = unit_of(cfg)
+        subs = self._subscriptions if cfg.source else None
         return MessageManager(
-            self.store,
+            (subs.store_for(cfg) if subs is not None else None) or self.store,
             cfg,
             self.clock,
             self.rng,

@@ -10,6 +10,7 @@ Modules:
     deadletters    Every SQL statement of dead letters
     discovery      What information_schema says of the message tables
     endpoints      Every SQL statement of push endpoints
+    fanout         The fan-out's SQL of one message table and its subscriptions
     mysql          What msgtable knows of MySQL and MariaDB, in one place
     mysqlstore     The Store on MySQL and MariaDB: the statements of each table run on its pools
     ordering       The SQL of ordering per key (msgtable.engine.ordered)

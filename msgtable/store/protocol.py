@@ -26,10 +26,16 @@ import sqlalchemy as sa
 
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.core.endpoints import Endpoint
+from msgtable.core.filters import Filter
 from msgtable.core.latency import LatencySnapshot
 from msgtable.core.retry import Outage
 from msgtable.core.rows import CachedRow, PolledRow, PollKey
-from msgtable.core.subscriptions import LoadedSubscription, Subscription, SubscriptionState
+from msgtable.core.subscriptions import (
+    LoadedSubscription,
+    StateRow,
+    Subscription,
+    SubscriptionState,
+)
 from msgtable.core.tables import Column, TableConfig
 from msgtable.store.backlog import BacklogCounts
 from msgtable.store.discovery import TableDefinition
@@ -275,7 +281,7 @@ class SubscriptionStore(Protocol):
         ...
 
     # the cursor of a subscription over its table's fan-out sequence (issue 42, item 3:
-    # msgtable/features/subscriptions/design.md (b); not served from yet)
+    # msgtable/features/subscriptions/design.md (b); a lazy subscription is served from it)
     def subscription_cursor(self, table: str, name: str) -> int | None:
         """The subscription's cursor (None: it has none, made before cursors)."""
         ...
@@ -289,6 +295,21 @@ class SubscriptionStore(Protocol):
     ) -> list[tuple[Hashable, int]]:
         """Ids and numbers of the rows numbered above ``after`` that its filter passes and
         that have no state row, in sequence order, up to ``limit``."""
+        ...
+
+    # a lazy subscription's (msgtable.features.subscriptions.lazy)
+    def unsent_rows(
+        self, table: TableConfig, cfg: TableConfig, flt: Filter | None, after: int, limit: int
+    ) -> list[tuple[PolledRow, int]]:
+        """unsent's rows as a poll of the state table ``cfg`` returns them (with each one's
+        time_created), each with its number."""
+        ...
+
+    def write_state_rows(
+        self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
+    ) -> int:
+        """Write these state rows (id, priority, time_next, epoch, time_created); a row
+        there already is kept (``acked_ns``: acked then, unless acked or dead)."""
         ...
 
 

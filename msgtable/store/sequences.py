@@ -25,6 +25,7 @@ from typing import Any
 
 from msgtable.core.sql import MARK, quote
 from msgtable.core.subscriptions import FANOUT_COLUMN
+from msgtable.core.tables import DEAD_TIME_NEXT, TableConfig
 from msgtable.store.mysql import error_code
 
 log = logging.getLogger(__name__)
@@ -192,4 +193,48 @@ def unsent_sql(table: str, state_table: str, where: str) -> str:
         f"SELECT m.`id`, m.{fanout} FROM {quote(table)} m "
         f"LEFT JOIN {quote(state_table)} s ON s.`id` = m.`id` "
         f"WHERE m.{fanout} > %s{cond} AND s.`id` IS NULL ORDER BY m.{fanout} LIMIT %s"
+    )
+
+
+def unsent_rows_sql(table: TableConfig, cfg: TableConfig, where: str) -> str:
+    """The cursor's scan as a lazy subscription's poll reads it (msgtable.features.
+    subscriptions.lazy): the rows of ``unsent_sql`` as a poll of the state table ``cfg``
+    would return them (priority, time_next, epoch 0, its message columns, time_created),
+    each with its number last. A message the default group has not sent yet keeps its
+    time_next (a delayed message stays delayed), as the eager fan-out's state row would."""
+    fanout = quote(FANOUT_COLUMN)
+    cond = f" AND ({where})" if where else ""
+    values = ", ".join(f"m.{quote(c.name)}" for c in cfg.message_columns)
+    nxt = "IF(COALESCE(m.`epoch`, 0) = 0, m.`time_next`, NULL)" if table.default_group else "NULL"
+    created = "m.`time_created`" if table.has_column("time_created") else "NULL"
+    return (
+        f"SELECT m.`priority`, {nxt}, 0, {values}, {created}, m.{fanout} "
+        f"FROM {quote(table.name)} m LEFT JOIN {quote(cfg.name)} s ON s.`id` = m.`id` "
+        f"WHERE m.{fanout} > %s{cond} AND s.`id` IS NULL ORDER BY m.{fanout} LIMIT %s"
+    )
+
+
+def state_rows_sql(state_table: str, n: int, acked: bool) -> str:
+    """``n`` state rows of a lazy subscription, written when its window can no longer hold
+    them alone (postponed, settled by a verb, due later, acked while being postponed):
+    (id, priority, time_next, epoch, time_created[, time_acked]) each. A row there already
+    is kept; ``acked``: it is acked too, unless it is dead (a late ack leaves a dead letter
+    dead), as the ack UPDATE would."""
+    s = quote(state_table)
+    cols = "`id`, `priority`, `time_next`, `epoch`, `time_created`"
+    width = 5
+    update = f"{s}.`id` = {s}.`id`"
+    if acked:
+        cols += ", `time_acked`"
+        width = 6
+        dead = f"{s}.`time_next` <=> {DEAD_TIME_NEXT}"
+        update = (
+            f"`time_acked` = IF({dead}, {s}.`time_acked`, "
+            f"COALESCE({s}.`time_acked`, VALUES(`time_acked`))), "
+            f"`time_next` = IF({dead}, {s}.`time_next`, NULL)"
+        )
+    one = "(" + ", ".join(["%s"] * width) + ")"
+    return (
+        f"{MARK}INSERT INTO {s} ({cols}) VALUES {', '.join([one] * n)} "
+        f"ON DUPLICATE KEY UPDATE {update}"
     )

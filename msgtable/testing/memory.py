@@ -358,7 +358,9 @@ class InMemoryStore:
                 state["time_acked"] is None or state["time_acked"] >= cutoff_ns
             ):
                 return False
-        return True
+        cursors = self.subscription_store.cursors  # a lazy one's: what it passed only
+        number = self.rows[cfg.name][id].get(FANOUT_COLUMN) or 0
+        return all(number <= cursors.get((cfg.name, n), -1) for n in cfg.cursored)
 
     def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
         if not cfg.dedup:

@@ -18,10 +18,13 @@ import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from msgtable.core.filters import Filter
+from msgtable.core.rows import PolledRow
 from msgtable.core.subscriptions import (
     FANOUT_COLUMN,
     STATE_COMMENT,
     LoadedSubscription,
+    StateRow,
     Subscription,
     SubscriptionState,
     order_columns,
@@ -194,6 +197,54 @@ class InMemorySubscriptions:
             )
         return [(i, n) for n, i in found[:limit]]
 
+    def unsent_rows(
+        self, table: TableConfig, cfg: TableConfig, flt: Filter | None, after: int, limit: int
+    ) -> list[tuple[PolledRow, int]]:
+        self._up()
+        rows = self.store._table(table.name)
+        with self.store.lock:
+            state = self.store.rows.get(cfg.name, {})
+            found = sorted(
+                (r[FANOUT_COLUMN], i)
+                for i, r in rows.items()
+                if (r.get(FANOUT_COLUMN) or 0) > after
+                and i not in state
+                and (flt is None or flt.matches(r))
+            )[:limit]
+            out = []
+            for number, i in found:
+                r = rows[i]
+                nxt = r["time_next"] if table.default_group and (r["epoch"] or 0) == 0 else None
+                values = tuple(r.get(c.name) for c in cfg.message_columns)
+                out.append(((r["priority"], nxt, 0, *values, r.get("time_created")), number))
+        return out
+
+    def write_state_rows(
+        self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
+    ) -> int:
+        self._up()
+        with self.store.lock:
+            state = self.store.rows.get(cfg.name)
+            if state is None:
+                raise TableNotFound(f"message table {cfg.name!r} no longer exists")
+            for rid, priority, time_next, epoch, created in rows:
+                row = state.get(rid)
+                if row is None:
+                    state[rid] = {
+                        "id": rid,
+                        "priority": priority,
+                        "time_next": time_next,
+                        "epoch": epoch,
+                        "time_acked": acked_ns,
+                        "time_created": created,
+                        "last_error": None,
+                        "time_dead": None,
+                    }
+                elif acked_ns is not None and row["time_next"] != DEAD_TIME_NEXT:
+                    row["time_acked"] = row["time_acked"] or acked_ns
+                    row["time_next"] = None
+        return len(rows)
+
     @staticmethod
     def _highest(rows: Mapping[Hashable, dict[str, Any]]) -> int:
         """The highest time_fanout of a table's rows (0: none): where its sequence starts."""
@@ -294,7 +345,9 @@ class InMemorySubscriptions:
             for name in active:
                 flt = loaded[name].filter
                 passed = [r for r in picked if flt is None or flt.matches(r)]
-                if passed:
+                if passed and loaded[name].sub.lazy:  # read by its cursor's scan
+                    got[name] = len(passed)
+                elif passed:
                     state = loaded[name].sub.state_table
                     got[name] = self._hand(table, state, passed, now_ns)
             last = self.sequences.get(table.name)

@@ -382,3 +382,99 @@ def test_the_purge_waits_for_every_subscription_that_holds_the_table(tables: Tab
     tables.update(sub.state_table, 1, time_acked=NOW)
     assert tables.store.purge(cfg, LATER, 100) == 1
     assert tables.row("q", 1) is None and tables.row("q", 2) is not None
+
+
+# -- a lazy subscription's verbs (msgtable.features.subscriptions.lazy) ------------------------
+def test_a_lazy_subscription_is_stored_lazy_and_gets_no_state_rows_from_the_fanout(
+    tables: Tables,
+):
+    tables.create("q")
+    _, lazy = create(tables, "q", "lazy", state_rows="lazy")
+    _, eager = create(tables, "q", "eager")
+    defs = {s.name: s for s in subs_of(tables).subscriptions()[0]}
+    assert (defs["lazy"].state_rows, defs["eager"].state_rows) == ("lazy", "eager")
+    tables.insert("q", 1)
+    tables.insert("q", 2)
+    got, _ = subs_of(tables).fanout(config(tables, "q"), loaded(tables, "q"), LATER, 100)
+    assert got == {"lazy": 2, "eager": 2, "": 2}, "the lazy one is told of its rows"
+    assert state_ids(tables, lazy) == []
+    assert state_ids(tables, eager) == [1, 2]
+
+
+def test_the_lazy_scan_reads_rows_as_the_eager_state_tables_poll_does(tables: Tables):
+    """A lazy subscription's poll reads the rows it was never sent from the message table
+    (unsent_rows) as an eager one's poll reads its state rows: priority, time_next (a
+    delayed message stays delayed, one the default group sent is due), epoch 0, the
+    projection, time_created; each with its number."""
+    tables.create_with("q", DEMO_COMMENT, {"region": "varchar(16)"})
+    create(tables, "q", "eager", columns=("id", "region"))
+    create(tables, "q", "lazy", columns=("id", "region"), state_rows="lazy")
+    create(tables, "q", "eu", filter="region = 'eu'", state_rows="lazy")
+    tables.insert("q", 1, priority=2, time_next=NOW + 5, region="eu")
+    tables.insert("q", 2, epoch=3, time_next=NOW + 7, region="us")
+    tables.insert("q", 3, region="eu")
+    store, cfg = subs_of(tables), config(tables, "q")
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)
+    subs = loaded(tables, "q")
+    polled, _ = tables.store.poll(subs["eager"].config, LATER, 100, created=True)
+    scanned = store.unsent_rows(cfg, subs["lazy"].config, None, 0, 100)
+    assert [n for _, n in scanned] == [1, 2, 3]
+    assert [r for r, _ in scanned] == sorted(polled, key=lambda r: r[3])
+    assert [r for r, _ in store.unsent_rows(cfg, subs["lazy"].config, None, 2, 100)] == [
+        scanned[2][0]
+    ]
+    eu = subs["eu"]
+    assert [(r[3], n) for r, n in store.unsent_rows(cfg, eu.config, eu.filter, 0, 100)] == [
+        (1, 1),
+        (3, 3),
+    ]
+
+
+def test_lazy_state_rows_keep_a_row_there_and_ack_unless_dead(tables: Tables):
+    tables.create("q")
+    _, lazy = create(tables, "q", "lazy", state_rows="lazy")
+    for i in (1, 2, 3, 4):
+        tables.insert("q", i)
+    store, cfg = subs_of(tables), config(tables, "q")
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)
+    state = loaded(tables, "q")["lazy"].config
+    assert store.write_state_rows(state, [(1, 0, NOW + 5, 1, NOW), (3, 0, None, 0, NOW)]) == 2
+    store.write_state_rows(state, [(1, 7, NOW + 9, 4, NOW)])  # there already: kept
+    one = tables.row(lazy.state_table, 1)
+    assert one is not None
+    assert (one["priority"], one["time_next"], one["epoch"], one["time_acked"]) == (
+        0,
+        NOW + 5,
+        1,
+        None,
+    )
+    tables.update(lazy.state_table, 3, time_next=DEAD_TIME_NEXT)  # dead in place
+    store.write_state_rows(state, [(1, 0, None, 1, NOW), (2, 0, None, 1, NOW)], LATER)
+    store.write_state_rows(state, [(3, 0, None, 1, NOW)], LATER)
+    rows = {i: tables.row(lazy.state_table, i) or {} for i in (1, 2, 3)}
+    assert [(rows[i]["time_acked"], rows[i]["time_next"]) for i in (1, 2, 3)] == [
+        (LATER, None),
+        (LATER, None),
+        (None, DEAD_TIME_NEXT),
+    ], "acked where there was a row or none; a dead one stays dead"
+    assert [n for _, n in store.unsent_rows(cfg, state, None, 0, 100)] == [4]
+
+
+def test_the_purge_waits_for_a_lazy_subscriptions_cursor(tables: Tables):
+    """A lazy subscription has no state row for a message it was never sent: its cursor
+    holds the purge until it passes the row (and a state row past it, as any holder's)."""
+    tables.create("q")
+    create(tables, "q", "lazy", state_rows="lazy")
+    for i in (1, 2, 3):
+        tables.insert("q", i)
+    store = subs_of(tables)
+    cfg = dataclasses.replace(config(tables, "q"), cursored=("lazy",))
+    store.fanout(cfg, loaded(tables, "q"), NOW, 100)  # numbered 1, 2, 3
+    for i in (1, 2, 3):
+        tables.update("q", i, time_acked=NOW)
+    assert tables.store.purge(cfg, LATER, 100) == 0, "purged what the cursor did not pass"
+    state = loaded(tables, "q")["lazy"].config
+    store.write_state_rows(state, [(2, 0, NOW + 5, 1, NOW)])  # postponed: unsettled
+    assert store.advance_cursor("q", "lazy", 0, 2)
+    assert tables.store.purge(cfg, LATER, 100) == 1
+    assert [tables.row("q", i) is None for i in (1, 2, 3)] == [True, False, False]

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, cast
 
 from msgtable.core.status import TableStatus
 from msgtable.core.subscriptions import (
@@ -40,8 +40,9 @@ from msgtable.errors import (
     Unavailable,
 )
 from msgtable.features.subscriptions.fanout import Fanout
+from msgtable.features.subscriptions.lazy import LazyStore
 from msgtable.limits import LAG_CAP, ORPHAN_STEP_ROWS
-from msgtable.store.protocol import SubscriptionStore
+from msgtable.store.protocol import Store, SubscriptionStore
 
 log = logging.getLogger("msgtable.engine.engine")
 
@@ -138,13 +139,21 @@ class Registry:
                     errors[sub.label] = f"subscription {sub.label}: table {table} is not loaded"
                 continue
             holders = []
+            cursored = []  # of those, the lazy ones: their cursors hold the purge too
             for sub in subs:
                 held, why = holding(sub, self._lag.get(sub.state_table, (0, None))[0])
                 if held:
                     holders.append(sub.state_table)
+                    if sub.lazy:
+                        cursored.append(sub.name)
                 else:
                     not_holding[sub.state_table] = why
-            configs[table] = dataclasses.replace(cfg, fanout=True, holders=tuple(sorted(holders)))
+            configs[table] = dataclasses.replace(
+                cfg,
+                fanout=True,
+                holders=tuple(sorted(holders)),
+                cursored=tuple(sorted(cursored)),
+            )
             for sub in subs:
                 try:
                     ls = load_subscription(configs[table], sub, state_columns.get(sub.state_table))
@@ -169,6 +178,21 @@ class Registry:
         self._not_holding = not_holding
         for name in not_holding:  # its rows may be purged now: clean up after them
             self._orphan_pass.setdefault(name, None)
+
+    def store_for(self, cfg: TableConfig) -> Store | None:
+        """The store a lazy subscription's manager serves its state table through
+        (msgtable.features.subscriptions.lazy; None: the database's own, as for any)."""
+        ls = self._subs.get(cfg.name)
+        if not cfg.source or ls is None or not ls.sub.lazy or self._store is None:
+            return None
+        host, source, name = self.host, cfg.source, cfg.name
+
+        def table() -> TableConfig | None:
+            m = host.loaded(source)
+            return None if m is None else m.config
+
+        lazy = LazyStore(host.store, self._store, table, lambda: self._subs.get(name), host.clock)
+        return cast("Store", lazy)
 
     def _new_fanout(self, table: str) -> Fanout:
         last: list[TableConfig] = []

@@ -13,8 +13,8 @@ durable cursor and sends the rest again (at least once). ``advance`` says where 
 can go, ``moved`` that it went there (one conditional UPDATE per flush, msgtable.store:
 advance_cursor), ``lost`` that another sender moved it (the window is dropped).
 
-Pure bookkeeping, no clock and no I/O: the caller passes the times and writes what it says.
-Not served from yet (the subscription's manager is the next layer).
+Pure bookkeeping, no clock and no I/O: the caller passes the times and writes what it says
+(msgtable.features.subscriptions.lazy serves a lazy subscription through it).
 """
 
 from __future__ import annotations
@@ -79,6 +79,32 @@ class Window:
         """Its state row was written (postponed, released, rejected, dead, acked by DML):
         the state table has it now. False: not in the window, or not sent."""
         return self._settle(id)
+
+    def parked(self, id: Hashable) -> bool:
+        """Its state row was written before it was sent (due later than the poll reads):
+        the state table serves it. False: not in the window, or sent already."""
+        entry = self._by_id.get(id)
+        if entry is None or entry.settled or entry.sent_ns is not None:
+            return False
+        entry.settled = True
+        return True
+
+    def open(self, id: Hashable) -> bool:
+        """In the window and neither acked nor held: it has no state row, the window
+        alone stands for it (read, or sent)."""
+        entry = self._by_id.get(id)
+        return entry is not None and not entry.settled
+
+    def flying(self, id: Hashable) -> bool:
+        """Sent and neither acked nor held."""
+        entry = self._by_id.get(id)
+        return entry is not None and entry.sent_ns is not None and not entry.settled
+
+    def settled(self, id: Hashable) -> bool:
+        """In the window, acked or held: the cursor may pass it (a scan that reads it again
+        is stale)."""
+        entry = self._by_id.get(id)
+        return entry is not None and entry.settled
 
     def _settle(self, id: Hashable) -> bool:
         entry = self._by_id.get(id)

@@ -1,0 +1,263 @@
+"""Lazy subscriptions end to end (msgtable.features.subscriptions.lazy; design.md next to it,
+layer 2): a subscription created with ``state_rows="lazy"`` is served from its cursor over
+the table's fan-out sequence, with state rows only for messages sent and not settled in
+order; on a real MySQL-family server, through the real gRPC server and client (a subprocess
+server where it is killed)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from msgtable.client import Client
+
+from ..acceptance.helpers import Cli
+from ..waiting import wait_until
+from .helpers import Collector, Served, serve
+from .test_subscriptions import enqueue, make_orders, take_ids
+
+
+@pytest.fixture
+def served(db_dsn: str):
+    with serve(db_dsn, follow_binlog=True) as s:
+        yield s
+
+
+@contextmanager
+def application(dsn: str) -> Iterator[Any]:
+    """The application's own connection, for a server in another process: the table's DDL
+    and the DML (Served's, without a server in this process)."""
+    db = sa.create_engine(dsn, isolation_level="AUTOCOMMIT")
+    app = Served.__new__(Served)
+    app.db = db
+    try:
+        yield app
+    finally:
+        db.dispose()
+
+
+def state_rows(s: Served, name: str = "orders__lazy") -> int:
+    return int(s.sql(f"select count(*) from {name}")[0][0])
+
+
+def cursor(s: Served, name: str = "lazy") -> int:
+    rows = s.sql(
+        "select sent_upto from msgtable_fanout_cursors where table_name = 'orders' "
+        f"and name = '{name}'"
+    )
+    return int(rows[0][0])
+
+
+def last_number(s: Served) -> int:
+    return int(s.sql("select coalesce(max(time_fanout), 0) from orders")[0][0])
+
+
+def test_a_lazy_subscription_delivers_every_message_once_and_acks_write_no_state_row(
+    served: Served,
+):
+    make_orders(served)
+    served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    served.client.create_subscription("orders", "eager")
+    enqueue(served, range(1, 201))
+    lazy = Collector(served.client, "orders", subscription="lazy")
+    try:
+        assert take_ids(lazy, 200) == list(range(1, 201))
+        wait_until(
+            lambda: cursor(served) == last_number(served),
+            10,
+            lambda: (
+                f"the cursor ({cursor(served)}) passed every message acked in order "
+                f"(to {last_number(served)})"
+            ),
+        )
+        lazy.nothing_for(1.0)
+        assert state_rows(served) == 0, "acks of messages sent from the cursor write no row"
+        assert state_rows(served, "orders__eager") == 200, "the eager one's fan-out rows"
+    finally:
+        lazy.close()
+
+
+def test_an_unacked_message_comes_back_after_its_ack_wait_with_attempts_counted(
+    served: Served,
+):
+    make_orders(served, vt_ack_wait=1, vt_min_backoff=0.05, vt_max_backoff=0.1)
+    served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    enqueue(served, [1, 2, 3])
+    c = Collector(served.client, "orders", subscription="lazy")
+    try:
+        first = c.take(3)
+        assert [m.attempt for m in first] == [1, 1, 1]
+        c.subscription.ack([m for m in first if int(m.id) == 2])
+        again = c.take(2, 15)
+        assert sorted(int(m.id) for m in again) == [1, 3]
+        assert [m.attempt for m in again] == [2, 2], "the postpone's state row counts attempts"
+        c.subscription.ack(again)
+        c.nothing_for(2.5)
+        wait_until(
+            lambda: state_rows(served) == 0,
+            10,
+            "the two acked state rows purged (vt_purge_after=0)",
+        )
+        wait_until(
+            lambda: cursor(served) == last_number(served),
+            10,
+            "the cursor passed the acked one and the two held by their state rows",
+        )
+    finally:
+        c.close()
+
+
+def test_a_filtered_lazy_subscription_gets_only_its_matches(served: Served):
+    make_orders(served)
+    served.client.create_subscription(
+        "orders", "lazy", filter="region = 'eu' AND amount > 4", state_rows="lazy"
+    )
+    enqueue(served, range(1, 41))
+    c = Collector(served.client, "orders", subscription="lazy")
+    try:
+        expected = [i for i in range(1, 41) if i % 4 == 0 and i > 4]
+        assert take_ids(c, len(expected)) == expected
+        c.nothing_for(1.0)
+        assert state_rows(served) == 0
+        wait_until(
+            lambda: cursor(served) == last_number(served),
+            10,
+            "the cursor passed the matches acked and the rows its filter refuses",
+        )
+    finally:
+        c.close()
+
+
+def test_a_lazy_subscription_holds_the_purge_of_what_it_was_not_sent(served: Served):
+    make_orders(served)
+    served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    enqueue(served, range(1, 11))
+    default = Collector(served.client, "orders")
+    try:
+        take_ids(default, 10)
+        wait_until(
+            lambda: (
+                served.sql("select count(*) from orders where time_acked is not null")[0][0] == 10
+            ),
+            what="the default group's acks",
+        )
+        time.sleep(1.5)  # several purge passes (vt_purge_after=0, vt_poller_interval=0.2)
+        assert served.sql("select count(*) from orders")[0][0] == 10, "purged before it was sent"
+        lazy = Collector(served.client, "orders", subscription="lazy")
+        try:
+            assert take_ids(lazy, 10) == list(range(1, 11))
+            wait_until(
+                lambda: served.sql("select count(*) from orders")[0][0] == 0,
+                10,
+                "every row purged once the lazy subscription's cursor passed it",
+            )
+        finally:
+            lazy.close()
+    finally:
+        default.close()
+
+
+def test_settlement_of_a_lazy_subscriptions_message_writes_its_state_row(served: Served):
+    make_orders(served, vt_min_backoff=0.05, vt_max_backoff=0.1)
+    served.client.create_subscription("orders", "lazy", max_attempts=3, state_rows="lazy")
+    enqueue(served, [1, 2, 3])
+    c = Collector(served.client, "orders", subscription="lazy")
+    try:
+        msgs = {int(m.id): m for m in c.take(3)}
+        assert c.subscription.release([msgs[1], msgs[2]], reason="later") == 2
+        assert c.subscription.reject([msgs[3]], reason="bad") == 1
+        again = c.take(2)
+        assert sorted((int(m.id), m.attempt) for m in again) == [(1, 2), (2, 2)]
+        c.subscription.ack(again)
+        dead, total = served.client.dead_letters("orders", subscription="lazy")
+        assert total == 1 and dead[0].id == 3 and dead[0].last_error == "bad"
+        assert served.sql("select epoch, time_acked from orders order by id") == [
+            (0, None),
+            (0, None),
+            (0, None),
+        ], "the default group never saw any of this"
+    finally:
+        c.close()
+
+
+def test_a_lazy_subscription_cannot_serve_an_ordered_table_and_says_so(served: Served):
+    make_orders(served, vt_order_key="region")
+    served.sql("alter table orders add index order_idx (region, time_acked, id)")
+    wait_until(
+        lambda: any(
+            t.name == "orders" and not t.load_error and t.config is not None and t.config.order_key
+            for t in served.client.list_tables()
+        ),
+        15,
+        "the ordered table loaded",
+    )
+    with pytest.raises(Exception, match="ordered table"):
+        served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    with pytest.raises(Exception, match="state_rows must be eager or lazy"):
+        served.client.create_subscription("orders", "odd", state_rows="sometimes")
+
+
+def test_a_server_killed_mid_stream_loses_no_message_of_a_lazy_subscription(
+    db_dsn: str, tmp_path: Path
+):
+    """SIGKILL with messages in flight from the cursor (no state row) and acks the cursor
+    has not passed yet: the next server scans from the durable cursor and sends the rest."""
+    cli = Cli(tmp_path)
+    args = ("--dsn", db_dsn, "--no-lease", "--discovery-interval", "0.5")
+    try:
+        first = cli.serve(*args)
+        with Client(first.address) as client, application(db_dsn) as app:
+            make_orders(app)
+            wait_until(
+                lambda: any(t.name == "orders" for t in client.list_tables()),
+                15,
+                "the server found the table",
+            )
+            client.create_subscription("orders", "lazy", state_rows="lazy")
+            enqueue(app, range(1, 301))
+            c = Collector(client, "orders", subscription="lazy")
+            taken = c.take(120, 20)
+            acked = {int(m.id) for m in taken[:100]}
+            c.subscription.ack(taken[:100])
+            (top,) = app.sql(f"select max(time_fanout) from orders where id in {tuple(acked)}")
+            wait_until(
+                lambda: cursor(app) >= int(top[0]),
+                10,
+                "the cursor passed the acked prefix before the kill (20 are in flight)",
+            )
+            first.popen.send_signal(signal.SIGKILL)
+            first.popen.wait(10)
+            c.close()
+            second = cli.serve(*args)
+            with Client(second.address) as client2:
+                c2 = Collector(client2, "orders", subscription="lazy")
+                got: set[int] = set()
+                wanted = set(range(1, 301)) - acked
+                deadline = time.monotonic() + 60
+                while not wanted <= got and time.monotonic() < deadline:
+                    try:
+                        msgs = c2.take(1, 10)
+                    except AssertionError:
+                        break  # nothing more comes: what is missing is said below
+                    msgs += [c2.messages.get() for _ in range(c2.messages.qsize())]
+                    c2.subscription.ack(msgs)
+                    got |= {int(m.id) for m in msgs}
+                assert wanted <= got, f"lost after the kill: {sorted(wanted - got)[:20]}"
+                wait_until(
+                    lambda: cursor(app) == last_number(app),
+                    20,
+                    lambda: (
+                        f"the new server's cursor ({cursor(app)}) passed every "
+                        f"message (to {last_number(app)})"
+                    ),
+                )
+                c2.close()
+    finally:
+        cli.stop_all()

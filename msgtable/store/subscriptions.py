@@ -268,6 +268,7 @@ class SubscriptionSQL:
     def __init__(self, pools: _Pools) -> None:
         self._pools = pools
         self._counters = sequence.Counters()  # the tables' fan-out sequences
+        self._scans: dict[tuple[int, int, str], str] = {}  # lazy subscriptions' scans
 
     @contextmanager
     def _cursor(self, table: str | None = None, *, kind: str) -> Iterator[Any]:
@@ -421,7 +422,12 @@ class SubscriptionSQL:
         """The cursor's scan as a poll of the state table ``cfg`` reads rows (with each
         one's time_created), each with its number: sequences.unsent_rows_sql."""
         where, params = flt.where("m") if flt is not None else ("", ())
-        sql = sequence.unsent_rows_sql(table, cfg, where)
+        key = (id(table), id(cfg), where)  # the configs are replaced whole when they change
+        sql = self._scans.get(key)
+        if sql is None:
+            if len(self._scans) > 256:
+                self._scans.clear()
+            sql = self._scans[key] = sequence.unsent_rows_sql(table, cfg, where)
         with self._cursor(table.name, kind="subscription_unsent") as cur:
             cur.execute(sql, [after, *params, limit])
             return [(tuple(r[:-1]), int(r[-1])) for r in cur.fetchall()]

@@ -106,19 +106,19 @@ class LazyStore:
         """The rows the window stands for (no state row), and the others."""
         with self._lock:
             w = self._window
-            if w is None:
-                return [], list(batch)
-            mine = [r for r in batch if w.open(r.id)]
-        if not mine:
+            ids = set() if w is None else w.open_of([r.id for r in batch])
+        if not ids:
             return [], list(batch)
-        ids = {r.id for r in mine}
-        return mine, [r for r in batch if r.id not in ids]
+        return [r for r in batch if r.id in ids], [r for r in batch if r.id not in ids]
 
     def _flying(self, ids: Sequence[Hashable], first: Collection[Hashable]) -> list[Hashable]:
         """Those of ``ids`` sent from the window and not settled, among ``first``."""
         with self._lock:
             w = self._window
-            return [] if w is None else [i for i in ids if i in first and w.flying(i)]
+            if w is None:
+                return []
+            flying = w.flying_of(ids)
+        return [i for i in ids if i in flying and i in first]
 
     def _hold(
         self, cfg: TableConfig, ids: list[Hashable], time_next: int | None, epoch: int
@@ -130,11 +130,8 @@ class LazyStore:
             rows = [self._state_row(i, time_next, epoch) for i in ids]
         self._subs.write_state_rows(cfg, rows)
         with self._lock:
-            w = self._window
-            if w is not None:
-                for i in ids:
-                    if not w.held(i):
-                        w.parked(i)
+            if self._window is not None:
+                self._window.settle_all(ids, unsent=True)
 
     # -- polls -----------------------------------------------------------------------------
     def poll(
@@ -183,12 +180,14 @@ class LazyStore:
         with self._lock:
             if self._window is not window:  # another sender moved the cursor meanwhile
                 return [], {}
-            for row, number in scanned:
+            # passed, or acked here since: a stale read
+            stale = window.settled_of([row[3] for row, _ in scanned])
+            cursor, rows = window.cursor, self._rows
+            scanned = [(r, n) for r, n in scanned if n > cursor and r[3] not in stale]
+            window.read_all([(n, r[3]) for r, n in scanned])
+            for row, _ in scanned:
                 rid = row[3]
-                if number <= window.cursor or window.settled(rid):
-                    continue  # passed, or acked here since: a stale read
-                window.read(number, rid)
-                self._rows[rid] = (row[0] or 0, row[-1])
+                rows[rid] = (row[0] or 0, row[-1])
                 if row[1] is not None and row[1] > horizon_ns:
                     later.setdefault(row[1], []).append(rid)
                 else:
@@ -237,10 +236,8 @@ class LazyStore:
 
     def _mark_sent(self, rows: Sequence[CachedRow], now_ns: int) -> None:
         with self._lock:
-            w = self._window
-            if w is not None:
-                for r in rows:
-                    w.sent(r.id, now_ns)
+            if self._window is not None:
+                self._window.sent_all([r.id for r in rows], now_ns)
 
     def _hand(
         self,
@@ -299,11 +296,11 @@ class LazyStore:
             quiet: list[Hashable] = []
             loud: list[Hashable] = []
             if w is not None:
-                for i in ids:
-                    if w.flying(i):
-                        (quiet if i in first else loud).append(i)
-                for i in quiet:
-                    w.acked(i)
+                flying = w.flying_of(ids)
+                if flying:
+                    quiet = [i for i in ids if i in flying and i in first]
+                    loud = [i for i in ids if i in flying and i not in first]
+                    w.settle_all(quiet)
             self._acked = (now_ns, {*quiet, *loud})
             self._settled += len(quiet)
             flush = self._settled >= FLUSH_ACKS
@@ -312,8 +309,7 @@ class LazyStore:
             self._subs.write_state_rows(cfg, rows, now_ns)
             with self._lock:
                 if self._window is not None:
-                    for i in loud:
-                        self._window.held(i)
+                    self._window.settle_all(loud)
         mine = {*quiet, *loud}
         rest = [i for i in ids if i not in mine]
         n = len(mine)
@@ -415,4 +411,5 @@ class LazyStore:
                 w.moved(new)
             else:
                 w.lost(old if cursor is None else cursor)
-            self._rows = {i: v for i, v in self._rows.items() if w.open(i)}
+            keep = w.open_of(self._rows)
+            self._rows = {i: v for i, v in self._rows.items() if i in keep}

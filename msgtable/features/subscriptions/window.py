@@ -19,24 +19,23 @@ Pure bookkeeping, no clock and no I/O: the caller passes the times and writes wh
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Collection, Hashable, Iterable
 
-
-@dataclass
-class _Entry:
-    number: int  # in the table's fan-out sequence
-    sent_ns: int | None = None  # None: read by the scan, not sent yet (in the cache)
-    settled: bool = False  # acked or held: the cursor may pass it
+# An entry is a list, not an object, so that a batch of them costs no call each (the cost
+# guard counts calls): [its number in the table's fan-out sequence, when it was first sent
+# (None: read by the scan, not sent yet: in the cache), settled (acked or held: the cursor
+# may pass it)].
+_NUMBER, _SENT, _SETTLED = 0, 1, 2
 
 
 class Window:
-    """One subscription's window; ``cursor``: its durable cursor as read from the store."""
+    """One subscription's window; ``cursor``: its durable cursor as read from the store.
+    Each verb on one id has a batch form (``*_all``, ``*_of``) for the sender's batches."""
 
     def __init__(self, cursor: int) -> None:
         self.cursor = cursor
         self.scan_after = cursor  # the next scan reads the rows numbered above this
-        self._by_id: dict[Hashable, _Entry] = {}
+        self._by_id: dict[Hashable, list[object]] = {}
         self._ids: dict[int, Hashable] = {}  # number -> id
 
     def __len__(self) -> int:
@@ -45,97 +44,136 @@ class Window:
     def read(self, number: int, id: Hashable) -> bool:
         """The scan read it (into the cache): the cursor may not pass it until it is sent
         and settled. False: it is in the window already (a scan again after unread)."""
-        if id in self._by_id:
-            self.scan_after = max(self.scan_after, number)
-            return False
-        self._by_id[id] = _Entry(number)
-        self._ids[number] = id
-        self.scan_after = max(self.scan_after, number)
-        return True
+        return bool(self.read_all([(number, id)]))
+
+    def read_all(self, rows: Iterable[tuple[int, Hashable]]) -> list[Hashable]:
+        """``read`` of each (number, id); returns the ids new to the window."""
+        by_id, ids, top = self._by_id, self._ids, self.scan_after
+        new = []
+        for number, id in rows:
+            if number > top:
+                top = number
+            if id not in by_id:
+                by_id[id] = [number, None, False]
+                ids[number] = id
+                new.append(id)
+        self.scan_after = top
+        return new
 
     def unread(self, id: Hashable) -> None:
         """The cache let it go unsent: the next scan starts below it again."""
         entry = self._by_id.get(id)
-        if entry is not None and entry.sent_ns is None:
-            del self._by_id[id], self._ids[entry.number]
-            self.scan_after = min(self.scan_after, entry.number - 1)
+        if entry is not None and entry[_SENT] is None:
+            number = entry[_NUMBER]
+            assert isinstance(number, int)
+            del self._by_id[id], self._ids[number]
+            self.scan_after = min(self.scan_after, number - 1)
 
     def sent(self, id: Hashable, sent_ns: int) -> bool:
         """It was handed to a subscriber (the first time: a later send of it is the state
         table's, once held). False: not in the window."""
-        entry = self._by_id.get(id)
-        if entry is None:
-            return False
-        if entry.sent_ns is None:
-            entry.sent_ns = sent_ns
-        return True
+        return bool(self.sent_all([id], sent_ns))
+
+    def sent_all(self, ids: Iterable[Hashable], sent_ns: int) -> list[Hashable]:
+        """``sent`` of each; returns those in the window."""
+        by_id = self._by_id
+        out = []
+        for id in ids:
+            entry = by_id.get(id)
+            if entry is not None:
+                if entry[_SENT] is None:
+                    entry[_SENT] = sent_ns
+                out.append(id)
+        return out
 
     def acked(self, id: Hashable) -> bool:
         """Its ack came (gRPC): settled here, nothing written. False: not in the window, or
         not sent (its state row, if any, is the one to settle)."""
-        return self._settle(id)
+        return bool(self.settle_all([id]))
 
     def held(self, id: Hashable) -> bool:
         """Its state row was written (postponed, released, rejected, dead, acked by DML):
         the state table has it now. False: not in the window, or not sent."""
-        return self._settle(id)
+        return bool(self.settle_all([id]))
+
+    def settle_all(self, ids: Iterable[Hashable], unsent: bool = False) -> list[Hashable]:
+        """``acked`` (or ``held``) of each; returns those settled now. ``unsent``: those
+        read and not sent too (``parked``)."""
+        by_id = self._by_id
+        out = []
+        for id in ids:
+            entry = by_id.get(id)
+            if entry is None or entry[_SETTLED]:
+                continue
+            if entry[_SENT] is None and not unsent:
+                continue
+            entry[_SETTLED] = True
+            out.append(id)
+        return out
 
     def parked(self, id: Hashable) -> bool:
         """Its state row was written before it was sent (due later than the poll reads):
         the state table serves it. False: not in the window, or sent already."""
         entry = self._by_id.get(id)
-        if entry is None or entry.settled or entry.sent_ns is not None:
+        if entry is None or entry[_SENT] is not None:
             return False
-        entry.settled = True
-        return True
+        return bool(self.settle_all([id], unsent=True))
+
+    def open_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
+        """Those in the window and neither acked nor held: no state row, the window alone
+        stands for them (read, or sent)."""
+        by_id = self._by_id
+        return {i for i in ids if i in by_id and not by_id[i][_SETTLED]}
+
+    def flying_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
+        """Those sent and neither acked nor held."""
+        by_id = self._by_id
+        out = set()
+        for i in ids:
+            entry = by_id.get(i)
+            if entry is not None and entry[_SENT] is not None and not entry[_SETTLED]:
+                out.add(i)
+        return out
+
+    def settled_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
+        """Those in the window, acked or held: the cursor may pass them (a scan that reads
+        them again is stale)."""
+        by_id = self._by_id
+        return {i for i in ids if i in by_id and by_id[i][_SETTLED]}
 
     def open(self, id: Hashable) -> bool:
-        """In the window and neither acked nor held: it has no state row, the window
-        alone stands for it (read, or sent)."""
-        entry = self._by_id.get(id)
-        return entry is not None and not entry.settled
+        return bool(self.open_of([id]))
 
     def flying(self, id: Hashable) -> bool:
-        """Sent and neither acked nor held."""
-        entry = self._by_id.get(id)
-        return entry is not None and entry.sent_ns is not None and not entry.settled
+        return bool(self.flying_of([id]))
 
     def settled(self, id: Hashable) -> bool:
-        """In the window, acked or held: the cursor may pass it (a scan that reads it again
-        is stale)."""
-        entry = self._by_id.get(id)
-        return entry is not None and entry.settled
-
-    def _settle(self, id: Hashable) -> bool:
-        entry = self._by_id.get(id)
-        if entry is None or entry.settled or entry.sent_ns is None:
-            return False
-        entry.settled = True
-        return True
+        return bool(self.settled_of([id]))
 
     def in_flight(self) -> list[Hashable]:
         """The ids sent and neither acked nor held, in sequence order."""
-        return [i for _, i in sorted(self._ids.items()) if self._flying(i)]
-
-    def _flying(self, id: Hashable) -> bool:
-        entry = self._by_id[id]
-        return entry.sent_ns is not None and not entry.settled
+        flying = self.flying_of(self._by_id)
+        return [i for _, i in sorted(self._ids.items()) if i in flying]
 
     def overdue(self, now_ns: int, postpone_after_ns: int) -> list[Hashable]:
         """The ids in flight sent ``postpone_after_ns`` or longer ago: their state rows are
         due (the postpone), after which they are held."""
-        return [
-            i
-            for i in self.in_flight()
-            if now_ns - (self._by_id[i].sent_ns or 0) >= postpone_after_ns
-        ]
+        by_id = self._by_id
+        out = []
+        for i in self.in_flight():
+            sent = by_id[i][_SENT]
+            assert isinstance(sent, int)
+            if now_ns - sent >= postpone_after_ns:
+                out.append(i)
+        return out
 
     def advance(self) -> int | None:
         """Where the cursor can go now: past the longest settled prefix in sequence order
         (None: not past its place; nothing to write)."""
+        by_id, ids = self._by_id, self._ids
         top = None
-        for number in sorted(self._ids):
-            if not self._by_id[self._ids[number]].settled:
+        for number in sorted(ids):
+            if not by_id[ids[number]][_SETTLED]:
                 break
             top = number
         return top if top is not None and top > self.cursor else None
@@ -143,9 +181,10 @@ class Window:
     def moved(self, new: int) -> None:
         """The cursor was written at ``new``: what it passed leaves the window."""
         self.cursor = max(self.cursor, new)
-        for number in [n for n in self._ids if n <= self.cursor]:
-            self._by_id.pop(self._ids.pop(number), None)
-        self.scan_after = max(self.scan_after, self.cursor)
+        by_id, ids, cursor = self._by_id, self._ids, self.cursor
+        for number in [n for n in ids if n <= cursor]:
+            by_id.pop(ids.pop(number), None)
+        self.scan_after = max(self.scan_after, cursor)
 
     def lost(self, cursor: int) -> None:
         """Another sender moved the cursor (to ``cursor``): the window was not this one's to
@@ -153,3 +192,7 @@ class Window:
         self._by_id.clear()
         self._ids.clear()
         self.cursor = self.scan_after = cursor
+
+    def ids(self) -> Collection[Hashable]:
+        """Every id in the window."""
+        return self._by_id.keys()

@@ -146,17 +146,17 @@ def engine(db_dsn: str, sql: Any) -> Iterator[MessageEngine]:
         e.close()
 
 
-@pytest.fixture
-def subscribed(db_dsn: str, sql: Any) -> Iterator[MessageEngine]:
+@pytest.fixture(params=["eager"])
+def subscribed(db_dsn: str, sql: Any, request: Any) -> Iterator[MessageEngine]:
     """A table whose only group is one subscription (vt_default_group=off), created before
-    its 1,000 messages are inserted."""
+    its 1,000 messages are inserted (``state_rows`` as the parameter says)."""
     settings = comment(vt_batch_size=BATCH, vt_cache_size=10_000, vt_default_group="off")
     sql.execute(current_layout_ddl("q", settings))
     store = MySQLStore.from_dsn(db_dsn)
     e = assemble(store, clock=FakeClock(time.time_ns()), run_loops=False, capture=False)
     e.refresh()
     try:
-        e.create_subscription(Subscription("q", "s"))
+        e.create_subscription(Subscription("q", "s", state_rows=request.param))
         rows = ", ".join(f"({i}, 'm{i}')" for i in range(1, MESSAGES + 1))
         sql.execute(f"insert into q(id, message) values {rows}")
         yield e
@@ -216,3 +216,20 @@ def test_a_subscription_stays_within_its_budget(subscribed, monkeypatch):
     assert handed == acked == MESSAGES
     print(f"cost of {MESSAGES} messages, a subscription: {counts.figures()}")
     judged("subscription", counts)
+
+
+@pytest.mark.parametrize("subscribed", ["lazy"], indirect=True)
+def test_a_lazy_subscription_stays_within_its_budget(subscribed, monkeypatch):
+    """The same through a subscription created with state_rows=lazy
+    (msgtable.features.subscriptions.lazy): the fan-out numbers the rows and writes no state
+    row; the poll reads them from the message table behind the cursor; the acks write
+    nothing but the cursor, at the next poll."""
+    registry = subscribed._subscriptions
+    assert isinstance(registry, Registry)
+    counts = Counts()
+    with counted(monkeypatch, counts):
+        handed = registry._fanouts["q"].fanout_once()
+        acked = deliver_and_ack(subscribed, "q", "s")
+    assert handed == acked == MESSAGES
+    print(f"cost of {MESSAGES} messages, a lazy subscription: {counts.figures()}")
+    judged("lazy_subscription", counts)

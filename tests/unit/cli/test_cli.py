@@ -786,6 +786,20 @@ def test_create_sends_the_settings_given_and_says_what_it_did(engine, server, ca
     assert (second.expire_after_s, second.filter, start2) == (3600.0, "", True)
 
 
+def test_create_takes_state_rows_lazy_and_says_so(engine, server, capsys):
+    argv = ["subscription", "create", "orders", "lazy", "--server", server.address]
+    assert cli.main([*argv, "--state-rows", "lazy"]) == 0
+    assert capsys.readouterr().out == (
+        "created subscription orders/lazy: every message enqueued from now on (state rows "
+        "lazy: only for messages sent and not settled in order)\n"
+    )
+    assert cli.main([*argv[:-2], "--server", server.address]) == 0
+    (lazy, _), (default, _) = engine.created
+    assert (lazy.state_rows, default.state_rows) == ("lazy", "eager")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args([*argv, "--state-rows", "sometimes"])
+
+
 def test_alter_sends_only_the_settings_given_and_empty_or_zero_clears_one(engine, server, capsys):
     argv = ["subscription", "alter", "orders", "eu", "--server", server.address]
     assert cli.main([*argv, "--filter", "region = 'us'", "--max-lag", "100"]) == 0

@@ -305,6 +305,13 @@ class SubscriptionStore(Protocol):
         time_created), each with its number."""
         ...
 
+    def unsent_lag(
+        self, table: TableConfig, loaded: LoadedSubscription, cap: int
+    ) -> tuple[int, int | None]:
+        """A lazy subscription's messages above its cursor that its filter passes and that
+        have no state row (up to ``cap``), and the oldest one's time_created."""
+        ...
+
     def write_state_rows(
         self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
     ) -> int:

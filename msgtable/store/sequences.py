@@ -238,3 +238,18 @@ def state_rows_sql(state_table: str, n: int, acked: bool) -> str:
         f"{MARK}INSERT INTO {s} ({cols}) VALUES {', '.join([one] * n)} "
         f"ON DUPLICATE KEY UPDATE {update}"
     )
+
+
+def unsent_lag_sql(table: TableConfig, state_table: str, where: str, cap: int) -> str:
+    """A lazy subscription's messages never sent (up to ``cap``) and the oldest one's
+    time_created: the rows above its cursor (the table's and its name, %s and %s) that
+    ``where`` passes (its parameters after those) and that have no state row."""
+    fanout = quote(FANOUT_COLUMN)
+    cond = f" AND ({where})" if where else ""
+    created = "m.`time_created`" if table.has_column("time_created") else "NULL"
+    above = f"(SELECT c.`sent_upto` FROM {CURSORS} c WHERE c.`table_name` = %s AND c.`name` = %s)"
+    return (
+        f"SELECT COUNT(*), MIN(tc) FROM (SELECT {created} AS tc FROM {quote(table.name)} m "
+        f"LEFT JOIN {quote(state_table)} s ON s.`id` = m.`id` "
+        f"WHERE m.{fanout} > {above}{cond} AND s.`id` IS NULL LIMIT {int(cap)}) AS l"
+    )

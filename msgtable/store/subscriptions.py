@@ -432,6 +432,18 @@ class SubscriptionSQL:
             cur.execute(sql, [after, *params, limit])
             return [(tuple(r[:-1]), int(r[-1])) for r in cur.fetchall()]
 
+    def unsent_lag(
+        self, table: TableConfig, loaded: LoadedSubscription, cap: int
+    ) -> tuple[int, int | None]:
+        """A lazy subscription's messages above its cursor never sent (up to ``cap``) and
+        the oldest one's time_created (sequences.unsent_lag_sql)."""
+        where, params = loaded.filter.where("m") if loaded.filter else ("", ())
+        sql = sequence.unsent_lag_sql(table, loaded.sub.state_table, where, cap)
+        with self._cursor(table.name, kind="subscription_lag") as cur:
+            cur.execute(sql, [table.name, loaded.sub.name, *params])
+            n, oldest = cur.fetchone()
+        return int(n), None if oldest is None else int(oldest)
+
     def write_state_rows(
         self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
     ) -> int:

@@ -219,6 +219,27 @@ class InMemorySubscriptions:
                 out.append(((r["priority"], nxt, 0, *values, r.get("time_created")), number))
         return out
 
+    def unsent_lag(
+        self, table: TableConfig, loaded: LoadedSubscription, cap: int
+    ) -> tuple[int, int | None]:
+        self._up()
+        after = self.cursors.get((table.name, loaded.sub.name))
+        if after is None:
+            return 0, None
+        rows = self.store._table(table.name)
+        flt = loaded.filter
+        with self.store.lock:
+            state = self.store.rows.get(loaded.sub.state_table, {})
+            created = [
+                r.get("time_created")
+                for i, r in sorted(rows.items(), key=lambda kv: kv[1].get(FANOUT_COLUMN) or 0)
+                if (r.get(FANOUT_COLUMN) or 0) > after
+                and i not in state
+                and (flt is None or flt.matches(r))
+            ][:cap]
+        known = [c for c in created if c is not None]
+        return len(created), min(known) if known else None
+
     def write_state_rows(
         self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
     ) -> int:

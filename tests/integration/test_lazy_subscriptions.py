@@ -261,3 +261,28 @@ def test_a_server_killed_mid_stream_loses_no_message_of_a_lazy_subscription(
                 c2.close()
     finally:
         cli.stop_all()
+
+
+def test_a_lazy_subscriptions_lag_counts_what_it_was_never_sent_and_max_lag_lets_go(
+    served: Served,
+):
+    make_orders(served)
+    served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    served.client.create_subscription("orders", "capped", max_lag=3, state_rows="lazy")
+    served.client.create_subscription("orders", "eu", filter="region = 'eu'", state_rows="lazy")
+    enqueue(served, range(1, 11))  # 2 of them eu: 4 and 8
+
+    def sub(name: str) -> Any:
+        (info,) = [s for s in served.client.list_subscriptions("orders") if s.subscription == name]
+        return info
+
+    wait_until(lambda: sub("lazy").lag == 10, 10, lambda: f"lag 10, not {sub('lazy').lag}")
+    assert sub("lazy").oldest_ns, "the oldest unsent message's time_created"
+    assert sub("eu").lag == 2, "only what its filter passes"
+    wait_until(lambda: not sub("capped").holding, 10, "over max_lag, it lets go of the table")
+    c = Collector(served.client, "orders", subscription="lazy")
+    try:
+        take_ids(c, 10)
+        wait_until(lambda: sub("lazy").lag == 0, 10, "acked: the cursor passed them")
+    finally:
+        c.close()

@@ -478,3 +478,21 @@ def test_the_purge_waits_for_a_lazy_subscriptions_cursor(tables: Tables):
     assert store.advance_cursor("q", "lazy", 0, 2)
     assert tables.store.purge(cfg, LATER, 100) == 1
     assert [tables.row("q", i) is None for i in (1, 2, 3)] == [True, False, False]
+
+
+def test_a_lazy_subscriptions_unsent_lag_counts_above_its_cursor(tables: Tables):
+    tables.create_with("q", DEMO_COMMENT, {"region": "varchar(16)"})
+    create(tables, "q", "lazy", state_rows="lazy")
+    create(tables, "q", "eu", filter="region = 'eu'", state_rows="lazy")
+    for i, region in ((1, "eu"), (2, "us"), (3, "eu"), (4, "us")):
+        tables.insert("q", i, region=region)
+    store, cfg = subs_of(tables), config(tables, "q")
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)  # numbered 1-4
+    subs = loaded(tables, "q")
+    n, oldest = store.unsent_lag(cfg, subs["lazy"], 100)
+    assert n == 4 and oldest == min(tables.created("q", i) or 0 for i in (1, 2, 3, 4))
+    assert store.unsent_lag(cfg, subs["lazy"], 3)[0] == 3, "up to the cap"
+    assert store.unsent_lag(cfg, subs["eu"], 100)[0] == 2
+    store.write_state_rows(subs["lazy"].config, [(3, 0, None, 1, NOW)])  # held by its row
+    assert store.advance_cursor("q", "lazy", 0, 1)
+    assert store.unsent_lag(cfg, subs["lazy"], 100)[0] == 2  # 2 and 4

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 from msgtable.core.status import TableStatus
@@ -256,16 +256,31 @@ class Registry:
                 store.set_subscription_state(ls.sub, SubscriptionState.EXPIRED, now)
                 changed = True
         self._clean_orphans({ls.config.name: ls.config.source for ls in loaded})
-        limited = {ls.config.name: ls.config.source for ls in loaded if ls.sub.max_lag is not None}
+        limited = {ls.config.name: ls for ls in loaded if ls.sub.max_lag is not None}
         if limited:
             old = {n: self._lag.get(n, (0, None))[0] for n in limited}
-            self._lag.update(store.subscription_lag(limited, LAG_CAP))
+            self._lag.update(self._lags(limited))
             for ls in loaded:
                 n, lim = ls.config.name, ls.sub.max_lag
                 if lim is not None and (old[n] > lim) != (self._lag.get(n, (0, None))[0] > lim):
                     changed = True
         if changed:
             self.host.refresh()
+
+    def _lags(self, subs: Mapping[str, LoadedSubscription]) -> dict[str, tuple[int, int | None]]:
+        """By state table: unsettled messages (up to LAG_CAP) and the oldest one's
+        time_created; a lazy subscription's also those above its cursor never sent."""
+        store = self._need()
+        lags = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
+        for name, ls in subs.items():
+            table = self.host.loaded(ls.sub.table)
+            if not ls.sub.lazy or name not in lags or table is None:
+                continue
+            n, oldest = lags[name]
+            more, first = store.unsent_lag(table.config, ls, LAG_CAP)
+            known = [t for t in (oldest, first) if t is not None]
+            lags[name] = (min(LAG_CAP, n + more), min(known) if known else None)
+        return lags
 
     def _need(self) -> SubscriptionStore:
         """The store's subscriptions; InvalidArgument on a store without them."""
@@ -365,9 +380,8 @@ class Registry:
         subs, not_holding = self._subs, self._not_holding
         if not subs or self._store is None:
             return []
-        store = self._store
         try:
-            lag = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
+            lag = self._lags(subs)
         except MsgtableError:
             lag = {}
         out = []

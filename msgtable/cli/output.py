@@ -420,6 +420,7 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "hold_whole": s.hold_whole,
         "sender": s.sender,
         "limits": s.limits,  # its flow control: its table's, or its own (msgtable.core.flow)
+        "state_rows": s.state_rows,  # eager or lazy (msgtable.core.subscriptions)
         "load_error": s.load_error,
     }
     return json.dumps(out, ensure_ascii=False)

@@ -387,6 +387,7 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
                 max_attempts=status.config.max_attempts,
                 max_lag=status.max_lag,
                 expire_after_s=status.expire_after_s,
+                state_rows=status.state_rows or None,
             )
         )
     if status.schedules:
@@ -521,6 +522,7 @@ class TableInfo:
     unseen: int | None = None  # a table's: rows not handed to its subscriptions yet
     max_lag: int | None = None  # a subscription's (None: no limit)
     expire_after_s: float | None = None
+    state_rows: str = ""  # a subscription's: eager or lazy (msgtable.core.subscriptions)
     keys_in_flight: int = 0  # an ordered table's keys with a batch in flight
     keys_waiting: int = 0  # and keys whose next messages wait in the server's cache
     push: PushStatus | None = None  # its push endpoint (msgtable.features.push; never the secret)
@@ -593,6 +595,7 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         expire_after_s=(
             message.settings.expire_after_s if message.settings.HasField("expire_after_s") else None
         ),
+        state_rows=message.settings.state_rows if message.subscription else "",
         push=push_status_from_proto(message.push) if message.HasField("push") else None,
         capture_lag_s=message.capture_lag_s if message.capture_lag_s >= 0 else None,
         **{name: getattr(message, name) for name in _COUNTERS},

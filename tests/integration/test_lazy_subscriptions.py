@@ -276,6 +276,7 @@ def test_a_lazy_subscriptions_lag_counts_what_it_was_never_sent_and_max_lag_lets
         (info,) = [s for s in served.client.list_subscriptions("orders") if s.subscription == name]
         return info
 
+    assert (sub("lazy").state_rows, sub("capped").state_rows) == ("lazy", "lazy")
     wait_until(lambda: sub("lazy").lag == 10, 10, lambda: f"lag 10, not {sub('lazy').lag}")
     assert sub("lazy").oldest_ns, "the oldest unsent message's time_created"
     assert sub("eu").lag == 2, "only what its filter passes"

@@ -401,6 +401,7 @@ class Registry:
                 not_holding=not_holding.get(name, ""),
                 max_lag=ls.sub.max_lag,
                 expire_after_s=ls.sub.expire_after_s,
+                state_rows=ls.sub.state_rows,
             )
             if m is None:
                 out.append(

@@ -709,6 +709,7 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         hold_s=4.5,
         hold_whole=True,
         limits="rate 5/s (burst 1)",
+        state_rows="lazy",
     )
     assert json.loads(output.subscription_json(info, NOW_NS)) == {
         "table": "orders",
@@ -736,6 +737,7 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         "hold_whole": True,
         "sender": "",
         "limits": "rate 5/s (burst 1)",
+        "state_rows": "lazy",
         "load_error": "",
     }
 

@@ -223,7 +223,13 @@ requests = kinds.flatmap(
         "dead": st.tuples(
             st.just("dead"), st.one_of(names, st.just("canary")), limits, st.none() | values
         ),
-        "create_sub": st.tuples(st.just("create_sub"), filters, columns),
+        "create_sub": st.tuples(
+            st.just("create_sub"),
+            filters,
+            columns,
+            # how its state rows are kept (msgtable.features.subscriptions.lazy): set or not
+            st.one_of(st.none(), st.sampled_from(["lazy", "eager", "LAZY", " lazy "]), names),
+        ),
         "stream_sub": st.tuples(
             st.just("stream_sub"), st.one_of(names, st.just("")), filters | st.just(""), columns
         ),
@@ -365,9 +371,11 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
             if after is not None:
                 req.after.CopyFrom(after)
             stub.Redrive(req, timeout=10)
-        elif kind == "create_sub":  # a hostile filter or projection on the canary
-            _, text, cols = request
+        elif kind == "create_sub":  # a hostile filter, projection or state_rows on the canary
+            _, text, cols, rows = request
             settings = pb.SubscriptionSettings(filter=text, columns=cols)
+            if rows is not None:
+                settings.state_rows = rows
             stub.CreateSubscription(
                 pb.CreateSubscriptionRequest(table="canary", name="fz", settings=settings),
                 timeout=30,
@@ -387,10 +395,12 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
         elif kind == "manage_sub":
             _, what, table, name = request
             if what == "alter":
+                # (a name for state_rows too: alter refuses any, cleanly)
+                settings = pb.SubscriptionSettings(filter=name)
+                if len(name) % 2:
+                    settings.state_rows = name
                 stub.AlterSubscription(
-                    pb.AlterSubscriptionRequest(
-                        table=table, name=name, settings=pb.SubscriptionSettings(filter=name)
-                    ),
+                    pb.AlterSubscriptionRequest(table=table, name=name, settings=settings),
                     timeout=10,
                 )
             elif what == "drop":

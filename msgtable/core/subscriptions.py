@@ -271,7 +271,9 @@ def load_subscription(
         default_group=True,
         fanout=False,
         holders=(),
-        cursored=(),
+        # a lazy one's settled state rows stay until its cursor passed their messages (a
+        # message above it with no state row is read by its scan again)
+        cursored=(sub.name,) if sub.lazy else (),
         source=table.name,
         subscription=sub.name,
         # an ordered table's subscription orders on its own: its state rows carry the key

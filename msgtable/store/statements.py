@@ -259,12 +259,19 @@ class TableStatements:
             for h in cfg.holders
         )
         # a lazy subscription holds too what its cursor has not passed (it has no state
-        # rows for those): one %s each, its name (msgtable.features.subscriptions.lazy)
-        holds += "".join(
-            f" AND {quote('time_fanout')} <= (SELECT c.`sent_upto` FROM "
-            f"{CURSORS} c WHERE c.`table_name` = %s AND c.`name` = %s)"
-            for _ in cfg.cursored
+        # rows for those): the table's name and its own (msgtable.features.subscriptions.lazy)
+        cursor = (
+            f"(SELECT c.`sent_upto` FROM {CURSORS} c WHERE c.`table_name` = %s AND c.`name` = %s)"
         )
+        fanout = quote("time_fanout")
+        if cfg.source:  # its state table: a settled row stays until the cursor passed it
+            holds += "".join(
+                f" AND NOT EXISTS (SELECT 1 FROM {quote(cfg.source)} m WHERE m.{rid} = "
+                f"{t}.{rid} AND m.{fanout} > {cursor})"
+                for _ in cfg.cursored
+            )
+        else:
+            holds += "".join(f" AND {fanout} <= {cursor}" for _ in cfg.cursored)
         fanned = f" AND {quote('time_fanout')} IS NOT NULL" if cfg.fanout else ""
         # With vt_dedup: a row leaves only once its key is cleared (msgtable.core.dedup).
         keyed = f" AND {quote(cfg.dedup)} IS NULL" if cfg.dedup else ""
@@ -285,7 +292,8 @@ class TableStatements:
                 f"AND {key} IS NOT NULL LIMIT %s"
             )
         self.purge_holders = len(cfg.holders)
-        self.purge_cursors = tuple(p for n in cfg.cursored for p in (cfg.name, n))
+        table = cfg.source or cfg.name
+        self.purge_cursors = tuple(p for n in cfg.cursored for p in (table, n))
 
     def _write_settlement(self, cfg: TableConfig, n: _Names) -> None:
         """Settlement (msgtable.core.settlement). ``{first}`` stands for an expression true for

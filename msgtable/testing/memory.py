@@ -359,8 +359,16 @@ class InMemoryStore:
             ):
                 return False
         cursors = self.subscription_store.cursors  # a lazy one's: what it passed only
-        number = self.rows[cfg.name][id].get(FANOUT_COLUMN) or 0
-        return all(number <= cursors.get((cfg.name, n), -1) for n in cfg.cursored)
+        if cfg.source:  # its state table: a settled row of a message it has not passed stays
+            message = self.rows.get(cfg.source, {}).get(id)
+            if message is None:
+                return True
+            number = message.get(FANOUT_COLUMN) or 0
+            table = cfg.source
+        else:
+            number = self.rows[cfg.name][id].get(FANOUT_COLUMN) or 0
+            table = cfg.name
+        return all(number <= cursors.get((table, n), -1) for n in cfg.cursored)
 
     def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
         if not cfg.dedup:

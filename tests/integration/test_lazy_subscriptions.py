@@ -287,3 +287,31 @@ def test_a_lazy_subscriptions_lag_counts_what_it_was_never_sent_and_max_lag_lets
         wait_until(lambda: sub("lazy").lag == 0, 10, "acked: the cursor passed them")
     finally:
         c.close()
+
+
+def test_the_documented_dml_upsert_acks_a_lazy_subscriptions_message(served: Served):
+    """The application's ack by DML of a message with no state row (the subscriptions page's
+    upsert): one never sent is skipped by the cursor's scan; one in flight is left acked by
+    its postpone (which keeps a row there) and does not come back."""
+    make_orders(served, vt_ack_wait=1, vt_min_backoff=0.05, vt_max_backoff=0.1)
+    served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    enqueue(served, [1, 2, 3])
+    upsert = (
+        "insert into orders__lazy (id, time_acked) values (:id, :now) on duplicate key update "
+        "time_acked = coalesce(time_acked, values(time_acked)), time_next = null"
+    )
+    served.sql(upsert, id=2, now=served.now_ns())  # before it was ever sent
+    c = Collector(served.client, "orders", subscription="lazy")
+    try:
+        got = c.take(2)
+        assert sorted(int(m.id) for m in got) == [1, 3], "the acked one is not sent"
+        served.sql(upsert, id=3, now=served.now_ns())  # in flight: acked by the application
+        c.subscription.ack([m for m in got if int(m.id) == 1])
+        c.nothing_for(3.0)  # past its ack wait and backoff: not sent again
+        wait_until(
+            lambda: cursor(served) == last_number(served),
+            10,
+            "the cursor passed all three: acked here, or held by an acked state row",
+        )
+    finally:
+        c.close()

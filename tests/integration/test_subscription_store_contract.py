@@ -496,3 +496,22 @@ def test_a_lazy_subscriptions_unsent_lag_counts_above_its_cursor(tables: Tables)
     store.write_state_rows(subs["lazy"].config, [(3, 0, None, 1, NOW)])  # held by its row
     assert store.advance_cursor("q", "lazy", 0, 1)
     assert store.unsent_lag(cfg, subs["lazy"], 100)[0] == 2  # 2 and 4
+
+
+def test_a_lazy_subscriptions_settled_state_rows_wait_for_its_cursor(tables: Tables):
+    """A settled state row of a message above a lazy subscription's cursor stays: purged,
+    the cursor's scan would read the message again (it skips only rows that have one)."""
+    tables.create("q")
+    create(tables, "q", "lazy", state_rows="lazy")
+    for i in (1, 2):
+        tables.insert("q", i)
+    store = subs_of(tables)
+    store.fanout(config(tables, "q"), loaded(tables, "q"), NOW, 100)  # numbered 1, 2
+    state = loaded(tables, "q")["lazy"].config
+    assert state.cursored == ("lazy",)
+    store.write_state_rows(state, [(1, 0, None, 1, NOW), (2, 0, None, 1, NOW)], NOW)
+    assert tables.store.purge(state, LATER, 100) == 0, "purged above the cursor"
+    assert [n for _, n in store.unsent_rows(config(tables, "q"), state, None, 0, 100)] == []
+    assert store.advance_cursor("q", "lazy", 0, 1)
+    assert tables.store.purge(state, LATER, 100) == 1
+    assert tables.row(state.name, 1) is None and tables.row(state.name, 2) is not None

@@ -44,6 +44,7 @@ from msgtable.core.clock import Clock
 from msgtable.core.rows import CachedRow, PolledRow, PollKey
 from msgtable.core.subscriptions import LoadedSubscription, StateRow
 from msgtable.core.tables import TableConfig
+from msgtable.errors import MsgtableError
 from msgtable.features.subscriptions.window import Window
 from msgtable.store.protocol import Deliver, Keep, Store, SubscriptionStore
 
@@ -78,6 +79,7 @@ class LazyStore:
         self._settled = 0  # acks settled in the window since the last flush
         self._flushing = False
         self._rewound_ns: int | None = None  # when a scan last began from the cursor
+        self._cfg: TableConfig | None = None  # the state table's, as last polled
         self.cursor_writes = 0
 
     def __getattr__(self, name: str) -> Any:
@@ -146,6 +148,7 @@ class LazyStore:
     ) -> tuple[list[PolledRow], PollKey | None]:
         """The state table's due rows, then the scan's in the room left (none while a
         takeover holds back what the old sender may have sent: ``floor_ns``)."""
+        self._cfg = cfg
         self.flush(cfg)
         rows, last = self._store.poll(cfg, now_ns, limit, after, created, floor_ns, skip_keys)
         room = limit - len(rows)
@@ -379,6 +382,29 @@ class LazyStore:
         return self._store.bury(cfg, dead, ids, now_ns, reason, first, due_at_epoch)
 
     # -- the cursor --------------------------------------------------------------------------
+    @property
+    def source(self) -> str:
+        """The message table (\"\": not polled yet)."""
+        return self._cfg.source if self._cfg is not None else ""
+
+    def let_go(self) -> None:
+        """Its sender lets go of the subscription (close, a lost lease): the cursor over
+        what was settled since the last flush, so the next sender does not send it again (a
+        failure is logged: the next sender sends those again, at least once)."""
+        cfg = self._cfg
+        if cfg is None:
+            return
+        try:
+            self.flush(cfg)
+        except MsgtableError as exc:
+            log.warning(
+                "subscription %s/%s: its cursor not moved on letting go (%s); the next sender "
+                "sends again what was acked since the last poll",
+                cfg.source,
+                cfg.subscription,
+                exc,
+            )
+
     def flush(self, cfg: TableConfig) -> None:
         """Move the cursor over the window's settled prefix (nothing to do: no statement)."""
         with self._lock:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import weakref
 from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
@@ -65,6 +66,7 @@ class Registry:
         self._orphan_pass: dict[str, Hashable | None] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._lazy: weakref.WeakSet[LazyStore] = weakref.WeakSet()  # lazy subscriptions' stores
 
     # -- msgtable.engine.components.Component ----------------------------------------------
     def reconcile(self, found: Discovery) -> None:
@@ -89,7 +91,11 @@ class Registry:
         self.inserted(unit)  # what the last sender left unseen goes out now
 
     def lost(self, unit: str) -> None:
-        pass  # each loop stops handing rows over by itself (may_send)
+        """Each loop stops handing rows over by itself (may_send); a lazy subscription's
+        store moves its cursor over what was acked since its last poll."""
+        for lazy in list(self._lazy):
+            if lazy.source == unit:
+                lazy.let_go()
 
     def statuses(self, listed: list[TableStatus]) -> list[TableStatus]:
         """Tables with subscriptions say how many rows they have not handed over yet, and
@@ -102,6 +108,8 @@ class Registry:
             fanouts, self._fanouts = list(self._fanouts.values()), {}
         for f in fanouts:
             f.close()
+        for lazy in list(self._lazy):
+            lazy.let_go()
 
     # -- msgtable.engine.components.SubscriptionsComponent ---------------------------------
     def inserted(self, table: str) -> None:
@@ -192,6 +200,7 @@ class Registry:
             return None if m is None else m.config
 
         lazy = LazyStore(host.store, self._store, table, lambda: self._subs.get(name), host.clock)
+        self._lazy.add(lazy)
         return cast("Store", lazy)
 
     def _new_fanout(self, table: str) -> Fanout:

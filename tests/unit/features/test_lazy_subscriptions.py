@@ -194,3 +194,18 @@ def test_a_cursor_another_sender_moved_drops_the_window(engine):
     engine.ack("q", "", [1, 2, 3], subscription="lazy")
     m.poll_once()  # its flush finds the cursor moved: the window goes
     assert cursor(engine) == 2, "moved only by the sender that knew where it was"
+
+
+def test_a_sender_that_lets_go_flushes_what_was_acked_since_its_last_poll(engine):
+    """A clean close (or a lost lease) moves the cursor over the acks since the last poll:
+    the next sender does not send them again."""
+    enqueue(engine, 1, 2, 3)
+    m, _ = served(engine)
+    sub = engine.subscribe("q", subscription="lazy")
+    m.poll_once()
+    m.send_once()
+    drain(sub)
+    engine.ack("q", "", [1, 2, 3], subscription="lazy")
+    assert cursor(engine) == 0, "not flushed yet: no poll since"
+    engine.close()
+    assert cursor(engine) == 3

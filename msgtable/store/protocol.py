@@ -290,6 +290,10 @@ class SubscriptionStore(Protocol):
         """Move it from ``old`` to ``new``; False (nothing changed): it was not at ``old``."""
         ...
 
+    def restart_cursor(self, table: str, name: str) -> None:
+        """Move it to its table's sequence's last number (what is handed over from now on)."""
+        ...
+
     def unsent(
         self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
     ) -> list[tuple[Hashable, int]]:

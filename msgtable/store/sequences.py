@@ -180,6 +180,11 @@ ADVANCE = (
     "WHERE table_name = %s AND name = %s AND sent_upto = %s"
 )
 CURSOR_DROP = f"DELETE FROM {CURSORS} WHERE table_name = %s AND name = %s"
+# an expired subscription active again: what is handed over from now on (as a new one's)
+CURSOR_RESTART = (
+    f"{MARK}UPDATE {CURSORS} c JOIN {SEQUENCE} q ON q.table_name = c.table_name "
+    "SET c.sent_upto = q.last WHERE c.table_name = %s AND c.name = %s"
+)
 
 
 def unsent_sql(table: str, state_table: str, where: str) -> str:

@@ -404,6 +404,11 @@ class SubscriptionSQL:
         with self._cursor(table, kind="subscription_cursor") as cur:
             return bool(cur.execute(sequence.ADVANCE, [new, table, name, old]))
 
+    def restart_cursor(self, table: str, name: str) -> None:
+        """Move the subscription's cursor to its table's sequence's last number."""
+        with self._cursor(table, kind="subscription_cursor") as cur:
+            cur.execute(sequence.CURSOR_RESTART, [table, name])
+
     def unsent(
         self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
     ) -> list[tuple[Hashable, int]]:

@@ -180,6 +180,12 @@ class InMemorySubscriptions:
             self.cursors[(table, name)] = new
             return True
 
+    def restart_cursor(self, table: str, name: str) -> None:
+        self._up()
+        with self.store.lock:
+            if (table, name) in self.cursors and table in self.sequences:
+                self.cursors[(table, name)] = self.sequences[table]
+
     def unsent(
         self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
     ) -> list[tuple[Hashable, int]]:

@@ -515,3 +515,17 @@ def test_a_lazy_subscriptions_settled_state_rows_wait_for_its_cursor(tables: Tab
     assert store.advance_cursor("q", "lazy", 0, 1)
     assert tables.store.purge(state, LATER, 100) == 1
     assert tables.row(state.name, 1) is None and tables.row(state.name, 2) is not None
+
+
+def test_a_cursor_restarts_at_the_sequences_last(tables: Tables):
+    tables.create("q")
+    create(tables, "q", "lazy", state_rows="lazy")
+    for i in (1, 2, 3):
+        tables.insert("q", i)
+    store = subs_of(tables)
+    store.fanout(config(tables, "q"), loaded(tables, "q"), NOW, 100)  # numbered 1-3
+    assert store.subscription_cursor("q", "lazy") == 0
+    store.restart_cursor("q", "lazy")
+    assert store.subscription_cursor("q", "lazy") == 3
+    store.restart_cursor("q", "nope")  # none: nothing made
+    assert store.subscription_cursor("q", "nope") is None

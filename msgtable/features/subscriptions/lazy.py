@@ -66,7 +66,9 @@ class LazyStore:
         table: Callable[[], TableConfig | None],
         loaded: Callable[[], LoadedSubscription | None],
         clock: Clock,
+        state_table: str = "",
     ) -> None:
+        self.state_table = state_table
         self._store = store
         self._subs = subs
         self._table = table
@@ -404,6 +406,14 @@ class LazyStore:
                 cfg.subscription,
                 exc,
             )
+
+    def reset(self) -> None:
+        """Its cursor was moved from under it (an expired subscription active again): the
+        window goes, the next poll reads the cursor again."""
+        with self._lock:
+            self._window = None
+            self._rows.clear()
+            self._rewound_ns = None
 
     def flush(self, cfg: TableConfig) -> None:
         """Move the cursor over the window's settled prefix (nothing to do: no statement)."""

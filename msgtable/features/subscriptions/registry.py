@@ -123,9 +123,13 @@ class Registry:
         if ls is None or ls.sub.state is not SubscriptionState.EXPIRED:
             return
         log.warning("subscription %s: a subscriber came; active again", ls.sub.label)
-        self._need().set_subscription_state(
-            ls.sub, SubscriptionState.ACTIVE, self.host.clock.now_ns()
-        )
+        store = self._need()
+        store.set_subscription_state(ls.sub, SubscriptionState.ACTIVE, self.host.clock.now_ns())
+        if ls.sub.lazy:  # it gets what is handed over from now on, as an eager one
+            store.restart_cursor(ls.sub.table, ls.sub.name)
+            for lazy in list(self._lazy):
+                if lazy.state_table == state_table:
+                    lazy.reset()
         self.host.refresh()
 
     def load(self, configs: dict[str, TableConfig]) -> Loaded:
@@ -199,7 +203,9 @@ class Registry:
             m = host.loaded(source)
             return None if m is None else m.config
 
-        lazy = LazyStore(host.store, self._store, table, lambda: self._subs.get(name), host.clock)
+        lazy = LazyStore(
+            host.store, self._store, table, lambda: self._subs.get(name), host.clock, name
+        )
         self._lazy.add(lazy)
         return cast("Store", lazy)
 

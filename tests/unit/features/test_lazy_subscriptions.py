@@ -209,3 +209,35 @@ def test_a_sender_that_lets_go_flushes_what_was_acked_since_its_last_poll(engine
     assert cursor(engine) == 0, "not flushed yet: no poll since"
     engine.close()
     assert cursor(engine) == 3
+
+
+def test_an_expired_lazy_subscription_active_again_gets_what_is_handed_over_from_then_on():
+    """As an eager one: nothing of its expiry (its cursor moves to the sequence's last when
+    a subscriber comes back), everything after."""
+    store = InMemoryStore()
+    store.create_table("q", DEMO_COMMENT)
+    clock = FakeClock()
+    e = assemble(
+        store, clock=clock, rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    try:
+        e.refresh()
+        e.create_subscription(Subscription("q", "lazy", expire_after_s=1.0, state_rows="lazy"))
+        enqueue(e, 1)
+        clock.advance(2.0)
+        registry = e._subscriptions
+        assert isinstance(registry, Registry)
+        registry.upkeep()
+        (status,) = e.list_subscriptions("q")
+        assert status.state == "expired"
+        enqueue(e, 2)
+        sub = e.subscribe("q", subscription="lazy")  # active again
+        m, _ = served(e)
+        m.poll_once()
+        assert m.send_once() == 0, "nothing of its expiry"
+        enqueue(e, 3)
+        m.poll_once()
+        assert m.send_once() == 1
+        assert [v[0] for v in drain(sub)] == [3]
+    finally:
+        e.close()

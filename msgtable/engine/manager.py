@@ -679,7 +679,8 @@ class MessageManager:
             cfg = self.config
             floor, lifted = self._poll_floor(now)
             room = self.cache.due.room()
-            after = None if restart or lifted else self._cursor or self._tail.after(now, cfg)
+            every = lookahead_ns(cfg)  # (the poll interval)
+            after = None if restart or lifted else self._cursor or self._tail.after(now, every)
             # Rows sent but not postponed yet are still due in the table, at its head: a
             # pass from the head reads past them, rather than fill its page with rows the
             # cache skips.

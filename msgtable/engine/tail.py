@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 
 from msgtable.core.rows import PolledRow, PollKey, poll_key
-from msgtable.core.tables import TableConfig
 
 # The poll keys of an INSERT's rows, worked out when asked (None: not known)
 InsertKeys = Callable[[], list[PollKey] | None]
@@ -70,12 +69,12 @@ class Tail:
         self.wanted = True
         return True
 
-    def after(self, now_ns: int, cfg: TableConfig) -> PollKey | None:
+    def after(self, now_ns: int, every_ns: int) -> PollKey | None:
         """Where the next poll (not continuing a page of its pass) begins: after the tail
-        if a hint allowed it, else at the head (None); at the head at least every poll
-        interval (rows that fall due before the tail, a postponed row of a better
+        if a hint allowed it, else at the head (None); at the head at least ``every_ns``
+        (the poll interval: rows that fall due before the tail, a postponed row of a better
         priority, are read by then, however often hints wake the poller)."""
-        if not self.wanted or now_ns - self.began_ns >= cfg.poller_interval_s * 1e9:
+        if not self.wanted or now_ns - self.began_ns >= every_ns:
             return None
         return self.key
 

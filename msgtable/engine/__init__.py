@@ -23,5 +23,6 @@ Modules:
     rechecks     Passes again soon after an INSERT the binlog showed that a pass missed
     routes       Which due rows each filtered stream of a table may take
     subscriber   A subscriber
+    tail         Where a plain table's passes got to
     tenure       What this server sends, as the placement last said
 """

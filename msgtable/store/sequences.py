@@ -83,16 +83,31 @@ def start(cur: Any, table: str) -> None:
 
 class Counters:
     """Takes numbers of the tables' sequences (one per store: it learns the flavour of the
-    database from its first statement, a MariaDB one; a syntax error there means MySQL)."""
+    database from its connection's server version, or else from its first statement, a
+    MariaDB one; a syntax error there means MySQL)."""
 
     def __init__(self) -> None:
         self.mariadb: bool | None = None
+
+    def _learn(self, cur: Any) -> None:
+        """The flavour from the server version the connection got at its handshake (no
+        statement: MySQL is no longer sent a MariaDB statement to refuse)."""
+        info = getattr(getattr(cur, "connection", None), "get_server_info", None)
+        try:
+            version = info() if info is not None else None
+        except Exception:
+            version = None
+        if isinstance(version, bytes | str) and version:
+            text = version.decode() if isinstance(version, bytes) else version
+            self.mariadb = "mariadb" in text.lower()
 
     def take(self, cur: Any, table: str, n: int) -> int | None:
         """Take ``n`` numbers of the table's sequence in the fan-out's transaction (the
         counter row locked until its commit): returns the last one (the first is ``last - n
         + 1``), None if the table has no counter row yet (start() it), or raise Stalled if
         another fan-out holds it longer than WAIT_S."""
+        if self.mariadb is None:
+            self._learn(cur)
         try:
             if self.mariadb is not False:
                 try:

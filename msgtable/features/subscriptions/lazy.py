@@ -28,9 +28,13 @@ state row):
 
 A crash loses the window and nothing else: the cursor passes only messages acked here or
 held by a committed state row; the next sender scans from it and sends the rest again.
-Not yet (design.md, layer 3): an ack by the application's DML of a message with no state row
-(the upsert), lag counted from the cursor, the flush of the window at a hand-over, an ordered
-table's subscription (refused at load).
+Besides: a settled state row stays until the cursor passed its message (the purge waits: the
+scan tells a message never sent only by its missing state row); a sender that lets go
+(``let_go``: close, a lost lease) flushes; an expired subscription active again starts from the
+sequence's last (``reset``); a takeover's hold keeps back, unsent and unpassed, what the old
+sender may have sent. Not yet (design.md, layer 3): a send that sees an ack by the
+application's DML (the upsert) of a message already read into the cache, an ordered table's
+subscription (refused at load), release/renew/reject as one upsert each.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ class LazyStore:
         self._settled = 0  # acks settled in the window since the last flush
         self._flushing = False
         self._rewound_ns: int | None = None  # when a scan last began from the cursor
+        self._floored = False  # the last poll held back what an old sender may have sent
         self._cfg: TableConfig | None = None  # the state table's, as last polled
         self.cursor_writes = 0
 
@@ -148,14 +153,17 @@ class LazyStore:
         floor_ns: int | None = None,
         skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]:
-        """The state table's due rows, then the scan's in the room left (none while a
-        takeover holds back what the old sender may have sent: ``floor_ns``)."""
+        """The state table's due rows, then the scan's in the room left. While a takeover
+        holds back what the old sender may have sent (``floor_ns``: due and there at or
+        before it, as the state table's poll), the scan's such rows are read into the window
+        (the cursor may not pass them) and not sent; the first poll after the hold reads
+        again from the cursor."""
         self._cfg = cfg
         self.flush(cfg)
         rows, last = self._store.poll(cfg, now_ns, limit, after, created, floor_ns, skip_keys)
         room = limit - len(rows)
         table, loaded = self._table(), self._loaded()
-        if room <= 0 or floor_ns is not None or table is None or loaded is None:
+        if room <= 0 or table is None or loaded is None:
             return rows, last
         window = self._open(cfg)
         if window is None:
@@ -164,22 +172,31 @@ class LazyStore:
         with self._lock:
             every_ns = round(cfg.poller_interval_s * 1e9)
             rewind = after is None and (
-                self._rewound_ns is None or now - self._rewound_ns >= every_ns
+                self._rewound_ns is None
+                or now - self._rewound_ns >= every_ns
+                or (self._floored and floor_ns is None)
             )
             if rewind:
                 self._rewound_ns = now
+            self._floored = floor_ns is not None
             start = window.cursor if rewind else window.scan_after
         scanned = self._subs.unsent_rows(table, cfg, loaded.filter, start, room)
-        fresh, later = self._read(window, scanned, now_ns, created)
+        fresh, later = self._read(window, scanned, now_ns, created, floor_ns)
         for time_next, ids in later.items():
             self._hold(cfg, ids, time_next, 0)
         return [*rows, *fresh], last
 
     def _read(
-        self, window: Window, scanned: list[tuple[PolledRow, int]], horizon_ns: int, created: bool
+        self,
+        window: Window,
+        scanned: list[tuple[PolledRow, int]],
+        horizon_ns: int,
+        created: bool,
+        floor_ns: int | None = None,
     ) -> tuple[list[PolledRow], dict[int, list[Hashable]]]:
         """The scan's rows into the window: those for the cache, and those due later than
-        ``horizon_ns`` (by their time_next) to park."""
+        ``horizon_ns`` (by their time_next) to park; those an old sender may have sent
+        (``floor_ns``) neither."""
         fresh: list[PolledRow] = []
         later: dict[int, list[Hashable]] = {}
         with self._lock:
@@ -193,6 +210,8 @@ class LazyStore:
             for row, _ in scanned:
                 rid = row[3]
                 rows[rid] = (row[0] or 0, row[-1])
+                if floor_ns is not None and max(row[1] or 0, row[-1] or 0) <= floor_ns:
+                    continue  # held back: read again from the cursor after the hold
                 if row[1] is not None and row[1] > horizon_ns:
                     later.setdefault(row[1], []).append(rid)
                 else:

@@ -241,3 +241,28 @@ def test_an_expired_lazy_subscription_active_again_gets_what_is_handed_over_from
         assert [v[0] for v in drain(sub)] == [3]
     finally:
         e.close()
+
+
+def test_after_a_takeover_new_messages_go_at_once_and_the_old_ones_after_the_hold(engine):
+    """A new sender holds back what the old one may have sent (there before the floor) for
+    the hold, as the default group does; a message enqueued after it goes at once, and the
+    cursor does not pass a message held back."""
+    floor = engine.clock.now_ns()
+    enqueue(engine, 1, time_created=floor - 10**9)  # the old sender may have sent it
+    enqueue(engine, 2, time_created=floor + 10**9)  # it cannot have
+    m, _ = served(engine)
+    m.hold(5.0, floor)
+    sub = engine.subscribe("q", subscription="lazy")
+    m.poll_once()
+    assert m.send_once() == 1
+    assert [v[0] for v in drain(sub)] == [2]
+    engine.ack("q", "", [2], subscription="lazy")
+    m.poll_once()
+    assert cursor(engine) == 0, "1 was held back: the cursor may not pass it"
+    engine.clock.advance(5.0)  # type: ignore[attr-defined]
+    m.poll_once()
+    assert m.send_once() == 1
+    assert [v[0] for v in drain(sub)] == [1]
+    engine.ack("q", "", [1], subscription="lazy")
+    m.poll_once()
+    assert cursor(engine) == 2

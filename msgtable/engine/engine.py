@@ -392,6 +392,9 @@ class MessageEngine:
             m.binlog_insert(rows, keys)
         if self._subscriptions is not None:
             self._subscriptions.inserted(table)
+            acked = self._subscriptions.state_acked(table, keys) if m is not None else []
+            if m is not None and acked:  # a lazy subscription's upsert-acks: as an UPDATE's
+                m.binlog_changes([RowChange(i, gone=True, moved=False, acked=True) for i in acked])
 
     def binlog_changes(self, table: str, changes: list[RowChange]) -> None:
         m = self._managers.get(table)

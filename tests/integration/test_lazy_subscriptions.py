@@ -315,3 +315,42 @@ def test_the_documented_dml_upsert_acks_a_lazy_subscriptions_message(served: Ser
         )
     finally:
         c.close()
+
+
+def test_a_dml_upsert_ack_of_a_message_read_into_the_cache_stops_its_send(served: Served):
+    """The application's upsert-ack of a message the server already read into its cache
+    (behind a subscriber with no room) reaches the server through the binlog, as an eager
+    subscription's UPDATE does: the message leaves the cache unsent, and the cursor passes
+    it (held by its acked state row)."""
+    make_orders(served, vt_ack_wait=30, vt_batch_size=1)
+    served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    enqueue(served, [1, 2, 3, 4])
+    m = served.engine.find("orders", subscription="lazy")
+    c = Collector(served.client, "orders", subscription="lazy", max_in_flight=1)
+    try:
+        first = c.take(1)
+        assert [int(x.id) for x in first] == [1]
+        wait_until(lambda: m.status("").cached >= 3, 10, "2, 3 and 4 read into the cache")
+        upsert = (
+            "insert into orders__lazy (id, time_acked) values (:id, :now) on duplicate key "
+            "update time_acked = coalesce(time_acked, values(time_acked)), time_next = null"
+        )
+        for i in (2, 3):
+            served.sql(upsert, id=i, now=served.now_ns())
+        wait_until(
+            lambda: m.status("").acked_dml == 2,
+            10,
+            "the server saw the two upsert acks in the binlog (acked_dml)",
+        )
+        c.subscription.ack(first)
+        got = c.take(1)
+        assert [int(x.id) for x in got] == [4], "the two acked by the upsert are not sent"
+        c.subscription.ack(got)
+        c.nothing_for(1.0)
+        wait_until(
+            lambda: cursor(served) == last_number(served),
+            10,
+            "the cursor passed all four: acked here, or held by an acked state row",
+        )
+    finally:
+        c.close()

@@ -32,9 +32,11 @@ Besides: a settled state row stays until the cursor passed its message (the purg
 scan tells a message never sent only by its missing state row); a sender that lets go
 (``let_go``: close, a lost lease) flushes; an expired subscription active again starts from the
 sequence's last (``reset``); a takeover's hold keeps back, unsent and unpassed, what the old
-sender may have sent. Not yet (design.md, layer 3): a send that sees an ack by the
-application's DML (the upsert) of a message already read into the cache, an ordered table's
-subscription (refused at load), release/renew/reject as one upsert each.
+sender may have sent; an ack by the application's DML (the upsert) of a message read or
+sent, which the binlog shows as an INSERT into the state table (``acked_by_dml``, from the
+registry's ``state_acked``), is held in the window and leaves the cache unsent. Not yet
+(design.md, layer 3): an ordered table's subscription (refused at load),
+release/renew/reject as one upsert each.
 """
 
 from __future__ import annotations
@@ -342,6 +344,13 @@ class LazyStore:
         if flush:
             self.flush(cfg)
         return n
+
+    def acked_by_dml(self, ids: Sequence[Hashable]) -> None:
+        """The application acked them by the upsert (the binlog showed their acked state
+        rows): held, read or sent, so the cursor may pass them and the send skips them."""
+        with self._lock:
+            if self._window is not None and ids:
+                self._window.settle_all(ids, unsent=True)
 
     def acked_ids(self, cfg: TableConfig, ids: Sequence[Hashable], now_ns: int) -> set[Hashable]:
         at, acked = self._acked

@@ -33,6 +33,7 @@ from msgtable.core.subscriptions import (
 )
 from msgtable.core.tables import Column, TableConfig
 from msgtable.engine.components import Discovery, Host, Loaded
+from msgtable.engine.tail import InsertKeys
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
@@ -208,6 +209,18 @@ class Registry:
         )
         self._lazy.add(lazy)
         return cast("Store", lazy)
+
+    def state_acked(self, state_table: str, keys: InsertKeys | None) -> list[Hashable]:
+        """The upsert-acks (rows with no time_next) another client INSERTed into a lazy
+        subscription's state table: held in its window from now on (its send stops)."""
+        stores = [lazy for lazy in list(self._lazy) if lazy.state_table == state_table]
+        rows = None if not stores or keys is None else keys()
+        if not rows:
+            return []
+        acked = [rid for _, time_next, rid in rows if time_next is None]
+        for lazy in stores:
+            lazy.acked_by_dml(acked)
+        return acked
 
     def _new_fanout(self, table: str) -> Fanout:
         last: list[TableConfig] = []

@@ -780,6 +780,11 @@ class MessageEngine:
             out.append((s, latency))
         return out
 
+    def cursor_flushes(self) -> dict[tuple[str, str], int]:
+        """Each lazy subscription's cursor writes here, by (table, subscription)."""
+        subs = self._subscriptions
+        return {} if subs is None else subs.cursor_flushes()
+
     def delivery_delays(self) -> dict[tuple[str, str], LatencySnapshot]:
         """Each loaded table's and subscription's time_created -> first send delays, by
         (table, subscription): no statement (msgtable.observe.metrics)."""

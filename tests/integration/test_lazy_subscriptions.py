@@ -17,10 +17,14 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable.client import Client
+from msgtable.observe.dashboard import DashboardApi, DashboardServer, RateHistory
+from msgtable.observe.metrics import MetricsServer
 
 from ..acceptance.helpers import Cli
 from ..waiting import wait_until
 from .helpers import Collector, Served, serve
+from .test_dashboard import call
+from .test_metrics import scrape
 from .test_subscriptions import enqueue, make_orders, take_ids
 
 
@@ -354,3 +358,42 @@ def test_a_dml_upsert_ack_of_a_message_read_into_the_cache_stops_its_send(served
         )
     finally:
         c.close()
+
+
+def test_a_lazy_subscription_shows_its_mode_cursor_lag_and_cursor_flushes(served: Served):
+    """ListTables and the dashboard say how a subscription keeps its state rows and, a lazy
+    one's, the messages above its cursor it was never sent (cursor_lag); /metrics counts its
+    cursor's flushes (msgtable_subscription_cursor_flushes_total)."""
+    make_orders(served)
+    served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    served.client.create_subscription("orders", "eager")
+    enqueue(served, [1, 2, 3, 4, 5])
+
+    def sub(name: str) -> Any:
+        listed = served.client.list_subscriptions("orders")
+        return next(t for t in listed if t.subscription == name)
+
+    wait_until(lambda: sub("lazy").cursor_lag == 5, 10, "the five above the cursor, never sent")
+    assert (sub("lazy").state_rows, sub("eager").state_rows) == ("lazy", "eager")
+    assert sub("eager").cursor_lag is None, "an eager subscription has no cursor"
+    d = DashboardServer(DashboardApi(served.engine, RateHistory(0.2)), "127.0.0.1:0")
+    m = MetricsServer(served.engine, "127.0.0.1:0", served.server.servicer.streams)
+    d.open()
+    m.open()
+    c = Collector(served.client, "orders", subscription="lazy")
+    try:
+        code, state = call(d, "/api/state")
+        assert code == 200
+        shown = {t["subscription"]: t for t in state["tables"] if t["subscription"]}
+        assert (shown["lazy"]["state_rows"], shown["lazy"]["cursor_lag"]) == ("lazy", 5)
+        assert (shown["eager"]["state_rows"], shown["eager"]["cursor_lag"]) == ("eager", None)
+        flushes = ("msgtable_subscription_cursor_flushes_total", "orders", "lazy")
+        assert scrape(m).get(flushes) == 0, "the lazy subscription's counter, none yet"
+        assert take_ids(c, 5) == [1, 2, 3, 4, 5]
+        wait_until(lambda: sub("lazy").cursor_lag == 0, 10, "acked: the cursor passed them")
+        assert scrape(m).get(flushes, 0) >= 1, "the flush that moved the cursor is counted"
+        assert ("msgtable_subscription_cursor_flushes_total", "orders", "eager") not in scrape(m)
+    finally:
+        c.close()
+        m.close()
+        d.close()

@@ -68,6 +68,7 @@ class Registry:
         self._lock = threading.Lock()
         self._closed = False
         self._lazy: weakref.WeakSet[LazyStore] = weakref.WeakSet()  # lazy subscriptions' stores
+        self._lazy_now: dict[str, LazyStore] = {}  # by state table: its manager's now
 
     # -- msgtable.engine.components.Component ----------------------------------------------
     def reconcile(self, found: Discovery) -> None:
@@ -208,7 +209,16 @@ class Registry:
             host.store, self._store, table, lambda: self._subs.get(name), host.clock, name
         )
         self._lazy.add(lazy)
+        self._lazy_now[name] = lazy
         return cast("Store", lazy)
+
+    def cursor_flushes(self) -> dict[tuple[str, str], int]:
+        subs, now = self._subs, dict(self._lazy_now)
+        return {
+            (ls.sub.table, ls.sub.name): now[n].cursor_writes
+            for n, ls in list(subs.items())
+            if n in now and ls.sub.lazy
+        }
 
     def state_acked(self, state_table: str, keys: InsertKeys | None) -> list[Hashable]:
         """The upsert-acks (rows with no time_next) another client INSERTed into a lazy
@@ -295,9 +305,12 @@ class Registry:
         if changed:
             self.host.refresh()
 
-    def _lags(self, subs: Mapping[str, LoadedSubscription]) -> dict[str, tuple[int, int | None]]:
+    def _lags(
+        self, subs: Mapping[str, LoadedSubscription], unsent: dict[str, int] | None = None
+    ) -> dict[str, tuple[int, int | None]]:
         """By state table: unsettled messages (up to LAG_CAP) and the oldest one's
-        time_created; a lazy subscription's also those above its cursor never sent."""
+        time_created; a lazy subscription's also those above its cursor never sent (alone
+        in ``unsent`` too, when given)."""
         store = self._need()
         lags = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
         for name, ls in subs.items():
@@ -306,6 +319,8 @@ class Registry:
                 continue
             n, oldest = lags[name]
             more, first = store.unsent_lag(table.config, ls, LAG_CAP)
+            if unsent is not None:
+                unsent[name] = more
             known = [t for t in (oldest, first) if t is not None]
             lags[name] = (min(LAG_CAP, n + more), min(known) if known else None)
         return lags
@@ -408,8 +423,9 @@ class Registry:
         subs, not_holding = self._subs, self._not_holding
         if not subs or self._store is None:
             return []
+        unsent: dict[str, int] = {}
         try:
-            lag = self._lags(subs)
+            lag = self._lags(subs, unsent)
         except MsgtableError:
             lag = {}
         out = []
@@ -430,6 +446,7 @@ class Registry:
                 max_lag=ls.sub.max_lag,
                 expire_after_s=ls.sub.expire_after_s,
                 state_rows=ls.sub.state_rows,
+                cursor_lag=unsent.get(name),
             )
             if m is None:
                 out.append(

@@ -710,6 +710,7 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         hold_whole=True,
         limits="rate 5/s (burst 1)",
         state_rows="lazy",
+        cursor_lag=2,
     )
     assert json.loads(output.subscription_json(info, NOW_NS)) == {
         "table": "orders",
@@ -738,6 +739,7 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         "sender": "",
         "limits": "rate 5/s (burst 1)",
         "state_rows": "lazy",
+        "cursor_lag": 2,
         "load_error": "",
     }
 
@@ -761,6 +763,19 @@ def test_tables_show_subscriptions_under_their_table_with_its_unseen_rows():
         "billing", "active", "1", "2", "42s", "yes", "region", "=", "'eu'"
     ]  # fmt: skip
     assert idle_row.split() == ["idle", "expired", "1", "0", "-", "no:", "expired", "-"]
+
+
+def test_tables_show_a_lazy_subscriptions_mode_and_cursor_lag():
+    """A lazy subscription's row says it is lazy and, in its lag, how many of those are above
+    its cursor, never sent; an eager one's row is as it was."""
+    lazy = dataclasses.replace(sub_info("feed", lag=7), state_rows="lazy", cursor_lag=5)
+    eager = dataclasses.replace(sub_info("billing", lag=2), state_rows="eager")
+    section = output.format_tables([lazy, eager], NOW_NS).split("\n\nsubscriptions:\n")[1]
+    _, _, lazy_row, eager_row = section.splitlines()
+    assert lazy_row.split()[:7] == ["feed", "active", "(lazy)", "1", "7", "(cursor", "5)"]
+    assert eager_row.split()[:4] == ["billing", "active", "1", "2"]
+    listed = output.format_subscriptions([lazy], "", NOW_NS).splitlines()[1]
+    assert listed.split()[:8] == ["orders", "feed", "active", "(lazy)", "1", "7", "(cursor", "5)"]
 
 
 # the commands, over gRPC to the fake engine

@@ -340,10 +340,27 @@ class LazyStore:
         rest = [i for i in ids if i not in mine]
         n = len(mine)
         if rest:
-            n += self._store.ack(cfg, rest, now_ns, [i for i in rest if i in first])
+            n += self._ack_rows(cfg, rest, now_ns, first)
         if flush:
             self.flush(cfg)
         return n
+
+    def _ack_rows(
+        self, cfg: TableConfig, ids: list[Hashable], now_ns: int, first: Collection[Hashable]
+    ) -> int:
+        """The ack UPDATE of their state rows; those it did not find (sent by a sender that
+        crashed: neither in this window nor in the state table) get an acked state row, so
+        the cursor's scan does not send them again (a dead or acked row is left as it is)."""
+        n = self._store.ack(cfg, ids, now_ns, [i for i in ids if i in first])
+        if n >= len(ids):
+            return n
+        with self._lock:
+            rows = [self._state_row(i, None, 1) for i in ids]
+        self._subs.write_state_rows(cfg, rows, now_ns)
+        with self._lock:
+            if self._window is not None:
+                self._window.settle_all(ids, unsent=True)
+        return len(self._store.acked_ids(cfg, ids, now_ns))
 
     def acked_by_dml(self, ids: Sequence[Hashable]) -> None:
         """The application acked them by the upsert (the binlog showed their acked state

@@ -196,6 +196,29 @@ def test_a_cursor_another_sender_moved_drops_the_window(engine):
     assert cursor(engine) == 2, "moved only by the sender that knew where it was"
 
 
+def test_an_ack_of_a_message_another_sender_sent_writes_its_acked_state_row(engine):
+    """The sender that sent it crashed (its window lost); the subscriber's ack comes to the
+    next sender, whose window does not have it and which finds no state row to UPDATE: an
+    acked state row is upserted, so the cursor's scan does not send it again."""
+    enqueue(engine, 1, 2, 3)
+    m, lazy = served(engine)
+    sub = engine.subscribe("q", subscription="lazy")
+    m.poll_once()
+    m.send_once()
+    drain(sub)
+    lazy.reset()  # the window is gone, as a new sender's after the old one crashed
+    assert engine.ack("q", "", [1], subscription="lazy") == 1, "the ack counts"
+    row = memory(engine).rows[STATE].get(1)
+    assert row is not None and row["time_acked"] is not None, "an acked state row for 1"
+    subs = memory(engine).subscription_store
+    cfg = m.config
+    table = engine.loaded("q")
+    assert table is not None
+    loaded = engine._subscriptions._subs[STATE]  # type: ignore[union-attr]
+    scanned = subs.unsent_rows(table.config, cfg, loaded.filter, 0, 10)
+    assert sorted(r[3] for r, _ in scanned) == [2, 3], "the scan skips the acked one"
+
+
 def test_a_sender_that_lets_go_flushes_what_was_acked_since_its_last_poll(engine):
     """A clean close (or a lost lease) moves the cursor over the acks since the last poll:
     the next sender does not send them again."""

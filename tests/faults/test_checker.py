@@ -429,6 +429,34 @@ def test_a_subscriptions_duplicate_in_flight_or_after_its_ack_is_reported() -> N
     assert [(i, sub) for i, sub, _ in report.after_ack] == [(1, "odd-s2")]
 
 
+def test_a_lazy_subscriptions_ack_lost_with_its_senders_window_is_counted_not_a_violation() -> None:
+    """A lazy subscription's ack lives in its sender's window until the cursor passes it:
+    sent again after a fault that can lose that window (a server killed or stopped, its
+    database link or the database down) came between the ack and the send, it is counted
+    apart; sent again after its ack with no such fault between, or by an eager group, it is
+    a violation as before."""
+    for lazy, fault, expected in (
+        (True, "msgtable SIGKILL", ([], 1)),
+        (True, "subscriber killed mid-batch", ([1], 0)),  # loses no window
+        (False, "msgtable SIGKILL", ([1], 0)),  # an eager group's ack is a committed row
+    ):
+        c = Checker(30.0, MAX, group="odd", selects=odd, lazy=lazy)
+        c.insert([1, 2, 3, 4, 5, 6], poison=[5, 6])
+        tables = settled_by_odd(c)
+        now = time.monotonic()  # 1 was delivered 11 s ago, acked 10 s ago, then the fault
+        c.deliveries[1] = [(now - 11, "odd-s1", 1)]
+        c.first_ack[1] = now - 10
+        tables.source.pop(1)  # no state row: acked in the window
+        c.events.append(Fault(fault, now - 5, now - 5))
+        c.delivered([(1, 1)], "odd-s2")
+        report = c.judge(tables)
+        got = ([i for i, _, _ in report.after_ack], report.after_ack_window_lost)
+        assert got == expected, (lazy, fault)
+        assert ("delivered after their ack (id, sub, s)" in report.violations()) == bool(
+            expected[0]
+        )
+
+
 def test_a_delivery_or_a_state_row_outside_the_filter_is_reported() -> None:
     c = subscription()
     tables = settled_by_odd(c)

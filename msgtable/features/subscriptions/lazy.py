@@ -161,8 +161,7 @@ class LazyStore:
         (the cursor may not pass them) and not sent; the first poll after the hold reads
         again from the cursor."""
         self._cfg = cfg
-        now = self._clock.now_ns()
-        self.flush(cfg, now)
+        self.flush(cfg)
         rows, last = self._store.poll(cfg, now_ns, limit, after, created, floor_ns, skip_keys)
         room = limit - len(rows)
         table, loaded = self._table(), self._loaded()
@@ -171,6 +170,7 @@ class LazyStore:
         window = self._open(cfg)
         if window is None:
             return rows, last
+        now = self._clock.now_ns()
         with self._lock:
             every_ns = round(cfg.poller_interval_s * 1e9)
             rewind = after is None and (
@@ -183,7 +183,7 @@ class LazyStore:
             self._floored = floor_ns is not None
             start = window.cursor if rewind else window.scan_after
         scanned = self._subs.unsent_rows(table, cfg, loaded.filter, start, room)
-        fresh, later = self._read(window, scanned, now_ns, created, floor_ns, now)
+        fresh, later = self._read(window, scanned, now_ns, created, floor_ns)
         for time_next, ids in later.items():
             self._hold(cfg, ids, time_next, 0)
         return [*rows, *fresh], last
@@ -195,7 +195,6 @@ class LazyStore:
         horizon_ns: int,
         created: bool,
         floor_ns: int | None = None,
-        read_ns: int = 0,
     ) -> tuple[list[PolledRow], dict[int, list[Hashable]]]:
         """The scan's rows into the window: those for the cache, and those due later than
         ``horizon_ns`` (by their time_next) to park; those an old sender may have sent
@@ -209,7 +208,7 @@ class LazyStore:
             stale = window.settled_of([row[3] for row, _ in scanned])
             cursor, rows = window.cursor, self._rows
             scanned = [(r, n) for r, n in scanned if n > cursor and r[3] not in stale]
-            window.read_all([(n, r[3]) for r, n in scanned], read_ns)
+            window.read_all([(n, r[3]) for r, n in scanned])
             for row, _ in scanned:
                 rid = row[3]
                 rows[rid] = (row[0] or 0, row[-1])
@@ -461,20 +460,8 @@ class LazyStore:
             self._rows.clear()
             self._rewound_ns = None
 
-    def flush(self, cfg: TableConfig, now_ns: int | None = None) -> None:
-        """Move the cursor over the window's settled prefix (nothing to do: no statement).
-        At a poll (``now_ns``: the clock's now), first, what was read and not sent for
-        vt_postpone_after (no subscriber's stream filter passes it, its subscriber gone) is
-        parked, due now: its state row lets the cursor pass it, and the acks behind it with
-        it (not while a takeover's hold keeps back what the old sender may have sent)."""
-        if now_ns is not None:
-            with self._lock:
-                w = self._window
-                stale = []
-                if w is not None and not self._floored:
-                    stale = w.unsent_since(now_ns - cfg.postpone_after_ns)
-            if stale:
-                self._hold(cfg, stale, now_ns, 0)
+    def flush(self, cfg: TableConfig) -> None:
+        """Move the cursor over the window's settled prefix (nothing to do: no statement)."""
         with self._lock:
             w = self._window
             if w is None or self._flushing:

@@ -24,8 +24,8 @@ from collections.abc import Collection, Hashable, Iterable
 # An entry is a list, not an object, so that a batch of them costs no call each (the cost
 # guard counts calls): [its number in the table's fan-out sequence, when it was first sent
 # (None: read by the scan, not sent yet: in the cache), settled (acked or held: the cursor
-# may pass it), when the scan read it].
-_NUMBER, _SENT, _SETTLED, _READ = 0, 1, 2, 3
+# may pass it)].
+_NUMBER, _SENT, _SETTLED = 0, 1, 2
 
 
 class Window:
@@ -46,15 +46,15 @@ class Window:
         and settled. False: it is in the window already (a scan again after unread)."""
         return bool(self.read_all([(number, id)]))
 
-    def read_all(self, rows: Iterable[tuple[int, Hashable]], read_ns: int = 0) -> list[Hashable]:
-        """``read`` of each (number, id) at ``read_ns``; returns the ids new to the window."""
+    def read_all(self, rows: Iterable[tuple[int, Hashable]]) -> list[Hashable]:
+        """``read`` of each (number, id); returns the ids new to the window."""
         by_id, ids, top = self._by_id, self._ids, self.scan_after
         new = []
         for number, id in rows:
             if number > top:
                 top = number
             if id not in by_id:
-                by_id[id] = [number, None, False, read_ns]
+                by_id[id] = [number, None, False]
                 ids[number] = id
                 new.append(id)
         self.scan_after = top
@@ -166,15 +166,6 @@ class Window:
             if now_ns - sent >= postpone_after_ns:
                 out.append(i)
         return out
-
-    def unsent_since(self, before_ns: int) -> list[Hashable]:
-        """The ids read at or before ``before_ns`` and neither sent nor settled since: each
-        holds the cursor back (and every ack behind it in memory) until it is parked."""
-        return [
-            i
-            for i, e in self._by_id.items()
-            if e[_SENT] is None and not e[_SETTLED] and e[_READ] <= before_ns  # type: ignore[operator]
-        ]
 
     def advance(self) -> int | None:
         """Where the cursor can go now: past the longest settled prefix in sequence order

@@ -219,31 +219,6 @@ def test_an_ack_of_a_message_another_sender_sent_writes_its_acked_state_row(engi
     assert sorted(r[3] for r, _ in scanned) == [2, 3], "the scan skips the acked one"
 
 
-def test_a_message_read_and_not_sent_for_the_postpone_wait_gets_its_state_row(engine):
-    """A message no subscriber's stream filter passes waits in the cache, read and not
-    sent: the cursor cannot pass it, so every ack behind it lives only in the window (lost
-    with it in a crash: sent again). After vt_postpone_after it is parked in its state row,
-    due now, and the cursor passes it; the state table serves it from then on."""
-    enqueue(engine, 1, 2, 3)
-    m, _ = served(engine)
-    sub = engine.subscribe("q", subscription="lazy", filter="NOT (message = 'm1')")
-    m.poll_once()
-    m.send_once()
-    assert sorted(v[0] for v in drain(sub)) == [2, 3]
-    engine.ack("q", "", [2, 3], subscription="lazy")
-    m.poll_once()
-    assert cursor(engine) == 0, "1, read and not sent, holds the cursor"
-    engine.clock.advance(m.config.postpone_after_s)  # type: ignore[attr-defined]
-    m.poll_once()
-    state = memory(engine).rows[STATE]
-    assert list(state) == [1] and state[1]["epoch"] == 0 and state[1]["time_acked"] is None
-    assert cursor(engine) == 3, "parked in its state row: passed with the acks behind it"
-    other = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    assert [v[0] for v in drain(other)] == [1], "the state table serves it"
-
-
 def test_a_sender_that_lets_go_flushes_what_was_acked_since_its_last_poll(engine):
     """A clean close (or a lost lease) moves the cursor over the acks since the last poll:
     the next sender does not send them again."""

@@ -56,8 +56,10 @@ from msgtable.core.window import Window, check_limit, window_size
 from msgtable.engine import dispatch, flow, postpone
 from msgtable.engine.acks import AckCombiner
 from msgtable.engine.cache import MessageCache, Sending
+from msgtable.engine.due import lookahead_ns
 from msgtable.engine.ordered import KeyPass, OrderedDue, whole_keys
 from msgtable.engine.purger import Purger
+from msgtable.engine.redeliveries import Redeliveries
 from msgtable.engine.subscriber import Subscriber
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
@@ -118,8 +120,9 @@ class MessageManager:
         self.rng = rng
         self._lock = threading.Lock()
         self.cache = MessageCache(
-            config.cache_size, self._lock, config.ordered, _lookahead_ns(config)
+            config.cache_size, self._lock, config.ordered, lookahead_ns(config)
         )
+        self._redeliveries = Redeliveries(store, self.cache, self._lock, self._timed_ok)
         self._on_fatal = on_fatal
         self._subscribers: list[Subscriber] = []
         self._next = 0
@@ -273,7 +276,7 @@ class MessageManager:
             self.config = config
             self.cache.due.size = config.cache_size
             if self.cache.ordered is not None:
-                self.cache.ordered.lookahead_ns = _lookahead_ns(config)
+                self.cache.ordered.lookahead_ns = lookahead_ns(config)
             self._backoff.max_s = min(config.poller_interval_s, RETRY_MAX_S)
             self._limiter = flow.attach(
                 config, self.cache, self.clock.now_ns(), self.wake_sender, self._limiter
@@ -641,16 +644,12 @@ class MessageManager:
 
     # -- one step of each loop (unit tests call these directly) --------------------------
     def poll_once(self, restart: bool = True) -> int:
-        """Read the rows due now or before the next poll into the cache's free room; returns
-        how many were new.
-
-        A poll reads at most as many rows as the cache has room for. ``restart`` begins a
-        new pass at the best due row (so new and re-prioritised rows are seen); otherwise
-        the poll continues the pass after the last row read, so a backlog larger than the
-        cache is read once, not again with every refill. Rows due within the next
-        vt_poller_interval wait in the cache and go out at their time (future time_next,
-        backoff redeliveries), not a poll late.
-        """
+        """Read the rows due now or before the next poll into the cache's free room (while
+        the pass lags, the due redeliveries too: msgtable.engine.redeliveries); returns how
+        many were new. ``restart`` begins a new pass at the best due row (new and
+        re-prioritised rows are seen); otherwise the poll continues the pass after the last
+        row read (a backlog larger than the cache is read once). Rows due within the next
+        vt_poller_interval wait in the cache and go out at their time, not a poll late."""
         if self._tracing is None:
             return self._poll(restart)
         span = self._tracing.start("poll")
@@ -667,6 +666,15 @@ class MessageManager:
     def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
             return self._poll_ordered(self.cache.ordered, restart)
+        added = self._poll_pass(restart) + self._redeliveries.poll(self.config, self.clock.now_ns())
+        if added:
+            self._send_wake.set()
+        return added
+
+    def _timed_ok(self) -> bool:  # whether the redelivery poll reads (under the lock)
+        return bool(self._subscribers) and self._hold_floor_ns is None  # no takeover's floor
+
+    def _poll_pass(self, restart: bool) -> int:
         now = self.clock.now_ns()
         with self._lock:
             if not self._subscribers:
@@ -682,7 +690,7 @@ class MessageManager:
             limit = room + (min(unclaimed, cfg.cache_size) if after is None else 0)
         if room == 0:
             return 0
-        lookahead = _lookahead_ns(cfg)
+        lookahead = lookahead_ns(cfg)
         with self.cache.poll() as poll:
             rows, last = self.store.poll(
                 cfg, now + lookahead, limit, after, created=True, floor_ns=floor
@@ -700,8 +708,6 @@ class MessageManager:
                     if not full and flow.follows_tail(self.cache.due):
                         self._cursor = last or after  # the next poll reads on from here
                 self.cache.due.pending = full
-        if added:
-            self._send_wake.set()
         return added
 
     def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:
@@ -726,7 +732,7 @@ class MessageManager:
             at = self._pass if ordered.pending else None
         if room == 0:
             return 0
-        horizon = began + _lookahead_ns(cfg)
+        horizon = began + lookahead_ns(cfg)
         with self.cache.poll() as poll:
             rows, then = KeyPass.read(
                 self.store, cfg, ordered, self._lock, wanted, at, room, horizon
@@ -747,7 +753,7 @@ class MessageManager:
     def _next_pass_ns(self) -> int:
         """When an ordered table's next pass begins, unless asked sooner: a poll interval
         after the last began, or sooner after an INSERT (binlog_insert)."""
-        return min(self._pass_began_ns + _lookahead_ns(self.config), self._pass_due_ns)
+        return min(self._pass_began_ns + lookahead_ns(self.config), self._pass_due_ns)
 
     def send_once(self) -> int:
         """Claim one batch for each subscriber with room, in turn, and hand them over.
@@ -908,7 +914,7 @@ class MessageManager:
         with self._lock:
             if not self._subscribers:
                 return
-            horizon = now_ns + _lookahead_ns(self.config)
+            horizon = now_ns + lookahead_ns(self.config)
             woken = False
             for row, epoch, time_next in rows:
                 if time_next <= horizon and self.cache.reschedule(row, epoch, time_next):
@@ -992,8 +998,3 @@ class MessageManager:
                 continue
             if not taken:
                 self._send_wake.wait(self._idle_wait_s())
-
-
-def _lookahead_ns(cfg: TableConfig) -> int:
-    """How far ahead a poll reads: rows due before the next poll wait in the cache."""
-    return round(cfg.poller_interval_s * 1e9)

@@ -175,6 +175,29 @@ class InMemoryStore:
             ]
             return rows, (self._key(cfg, picked[-1]) if picked else None)
 
+    def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
+        if cfg.layout is not Layout.CURRENT:
+            return []
+        with self.lock:  # (not one of ``polls``: those count a pass's reads)
+            due = [
+                r
+                for r in self._table(cfg.name).values()
+                if self._due(cfg, r, now_ns) and (r["time_next"] or 0) > 0
+            ]
+            due.sort(key=lambda r: self._order(self._key(cfg, r)))
+            picked = due[:limit]
+            self.rows_read += len(picked)
+            return [
+                (
+                    self._key(cfg, r)[0],
+                    self._key(cfg, r)[1],
+                    r["epoch"],
+                    *(r[c.name] for c in cfg.message_columns),
+                    r.get("time_created"),
+                )
+                for r in picked
+            ]
+
     def claim(
         self,
         cfg: TableConfig,

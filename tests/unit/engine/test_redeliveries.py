@@ -1,0 +1,106 @@
+"""A redelivery in a group that lags its producer (issue 42, item 4): a pass reads a priority's
+fresh rows (time_next 0 or NULL) before its rows given a time, so a due redelivery waited for
+the whole backlog of fresh rows; the redelivery poll reads it apart and the cache sends it
+before the fresh rows (msgtable.engine.manager._poll_timed, msgtable.engine.due)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from msgtable.core.clock import FakeClock
+from msgtable.core.tables import DEMO_COMMENT
+from msgtable.engine.engine import MessageEngine
+from msgtable.engine.manager import MessageManager
+from msgtable.engine.redeliveries import TIMED_POLL_GAP_NS
+from msgtable.engine.subscriber import Subscriber
+from msgtable.testing import InMemoryStore
+
+BACKLOG = 200
+COMMENT = (
+    DEMO_COMMENT.replace("vt_batch_size=10", "vt_batch_size=2")
+    .replace("vt_cache_size=10000", "vt_cache_size=8")
+    .replace("vt_poller_interval=30", "vt_poller_interval=1")
+    + ",vt_min_backoff=0.5,vt_max_backoff=0.5"
+)
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def store():
+    s = InMemoryStore()
+    s.create_table("q", COMMENT)
+    for i in range(1, BACKLOG + 1):
+        s.insert("q", i, message=str(i))
+    return s
+
+
+@pytest.fixture
+def engine(store, clock):
+    e = MessageEngine(
+        store, clock=clock, rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    e.refresh()
+    yield e
+    e.close()
+
+
+def step(m: MessageManager, sub: Subscriber, clock: FakeClock, ack: bool = True) -> list:
+    """One round of a slow group: a poll, a send, the subscriber takes its batch and acks it;
+    then 0.1 s passes. Returns the ids it got."""
+    m.poll_once(restart=False)
+    m.send_once()
+    batch = sub.next_batch(0)
+    ids = [v[0] for v in batch]
+    if ack and ids:
+        m.ack(ids)
+    clock.advance(0.1)
+    return ids
+
+
+@pytest.mark.parametrize("how", ["release", "ack wait"])
+def test_a_due_redelivery_does_not_wait_for_the_backlog_of_fresh_rows(engine, store, clock, how):
+    m = engine._manager("q", "")
+    sub = m.subscribe(max_in_flight=2)
+    first = step(m, sub, clock, ack=False)
+    assert first == [1, 2]
+    if how == "release":  # due again in 0.5 s
+        assert m.release([1], 0.5, None) == 1
+        m.ack([2])
+        due_s = 0.5
+    else:  # row 2 acked; row 1's ack wait ends, its postpone written: due after its backoff
+        m.ack([2])
+        clock.advance(m.config.ack_wait_s)
+        m.postpone_once(everything=True)
+        due_s = (store.rows["q"][1]["time_next"] - clock.now_ns()) / 1e9
+        assert due_s > 0
+    got: list = []
+    rounds = round((due_s + 1.0) / 0.1) + 1  # by its due time + 1 s
+    for _ in range(rounds):
+        got += step(m, sub, clock)
+        if 1 in got:
+            break
+    assert 1 in got, f"row 1 not redelivered within its due time + 1 s: got {got[-6:]}"
+    assert len(got) < BACKLOG - 2, "the fresh backlog was not what held it"
+
+
+def test_the_redelivery_poll_runs_only_while_the_pass_lags(engine, store, clock):
+    m = engine._manager("q", "")
+    sub = m.subscribe(max_in_flight=BACKLOG)
+    m.poll_once()
+    assert m.cache.due.pending  # 8 of 200 read: the pass lags
+    before = m._redeliveries._at_ns
+    clock.advance(TIMED_POLL_GAP_NS / 1e9)
+    m.poll_once(restart=False)
+    assert m._redeliveries._at_ns > before
+    while drained := step(m, sub, clock):  # the backlog goes, the pass catches up
+        assert drained
+    at = m._redeliveries._at_ns
+    clock.advance(1.0)
+    m.poll_once()
+    assert not m.cache.due.pending and m._redeliveries._at_ns == at  # caught up: no redelivery poll

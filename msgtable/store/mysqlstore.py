@@ -331,15 +331,10 @@ class MySQLStore:
         sent: list[CachedRow] = []
         with self._errors(cfg.name, "send"), self._tx.connection() as conn:
             with conn.cursor() as cur:
-                for epoch, rows in group_by_epoch(batch).items():
-                    in_ids, id_params = in_list([r.id for r in rows])
-                    cur.execute(s.lock.format(ids=in_ids), [*id_params, epoch, now_ns])
-                    found = cur.fetchall()
-                    if len(found) == len(rows):
-                        sent.extend(rows)
-                    elif found:
-                        ours = {r[0] for r in found}
-                        sent.extend(r for r in rows if r.id in ours)
+                in_ids, id_params = in_list([r.id for r in batch])
+                cur.execute(s.lock.format(ids=in_ids), [*id_params, now_ns])
+                at = dict(cur.fetchall())  # id -> epoch now: the row's, unless it changed
+                sent = [r for r in batch if r.id in at and at[r.id] == r.epoch]
             if keep is not None and len(sent) < len(batch):
                 sent = keep(batch, {r.id for r in sent})
             if sent:

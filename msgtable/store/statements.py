@@ -222,8 +222,12 @@ class TableStatements:
             f"AND {acked} IS NULL AND {due} FOR UPDATE"
         )
         # The send's locking read: rows a concurrent ack by DML has not reached (it waits).
+        # One read of the whole batch, whatever the epochs its rows were read at (the caller
+        # compares them), so it locks in id order: one read per epoch locked a later epoch's
+        # lower ids after an earlier's higher ones, and deadlocked with a renew or a release
+        # (an UPDATE by id, in id order) that held one and wanted the other.
         self.lock = (
-            f"SELECT {rid} FROM {tf} {BY_ID} WHERE {rid} IN ({{ids}}) AND {epoch} <=> %s "
+            f"SELECT {rid}, {epoch} FROM {tf} {BY_ID} WHERE {rid} IN ({{ids}}) "
             f"AND {acked} IS NULL AND {due} LOCK IN SHARE MODE"
         )
         # The postpone of rows sent (at epoch, at time) and not acked through us: it counts

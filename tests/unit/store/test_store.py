@@ -79,7 +79,7 @@ def test_the_statements_of_the_deferred_postpone():
     s = TableStatements(load_table("q", GOOD, CURRENT_COLUMNS, (("id",),)))
     due = "(`time_next` IS NULL OR `time_next` <= %s)"
     assert s.lock == (
-        "SELECT `id` FROM `q` FORCE INDEX (PRIMARY) WHERE `id` IN ({ids}) AND `epoch` <=> %s "
+        "SELECT `id`, `epoch` FROM `q` FORCE INDEX (PRIMARY) WHERE `id` IN ({ids}) "
         f"AND `time_acked` IS NULL AND {due} LOCK IN SHARE MODE"
     )
     assert s.postpone == (

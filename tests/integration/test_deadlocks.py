@@ -1,0 +1,113 @@
+"""Deadlocks the fault suite's database logged (issue 42, item 5), each reproduced on a real
+MySQL-family server by holding one transaction's locks in the order the other's statement
+meets them: the statement must take its locks so that no cycle can form (in id order, or
+only the rows it changes)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import sqlalchemy as sa
+
+from msgtable.core.rows import CachedRow
+from msgtable.core.tables import current_layout_ddl, load_table
+from msgtable.store.mysqlstore import MySQLStore
+from msgtable.testing import CURRENT_COLUMNS
+
+from ..waiting import wait_until
+from .helpers import comment
+
+WAIT_S = 10.0
+
+
+def deadlocks(db: sa.Engine) -> int:
+    """How many deadlocks the server has detected so far (its InnoDB counter)."""
+    with db.connect() as conn:
+        got = conn.execute(
+            sa.text(
+                "SELECT `count` FROM information_schema.INNODB_METRICS "
+                "WHERE name = 'lock_deadlocks'"
+            )
+        ).scalar()
+    return int(got or 0)
+
+
+def running(db: sa.Engine, like: str) -> int:
+    """Statements running now (waiting for a lock, in these tests) whose text is ``like``
+    (the process list: MariaDB reads a row it finds by primary key while it plans the
+    statement, which INNODB_TRX does not always show as a lock wait)."""
+    with db.connect() as conn:
+        got = conn.execute(
+            sa.text(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST "
+                "WHERE command = 'Query' AND info LIKE :like"
+            ),
+            {"like": like},
+        ).scalar()
+    return int(got or 0)
+
+
+def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run ``call`` on a thread; the list gets its result or the exception it raised."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:
+            out.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def test_the_sends_locking_read_locks_its_rows_in_id_order_whatever_their_epochs(
+    db_dsn: str,
+):
+    """The send's check read one epoch's rows, then the next epoch's: rows 1 and 3 (epoch 0)
+    before row 2 (epoch 1). A renew (an UPDATE by id, in id order) that held row 2 and then
+    wanted row 3 deadlocked with it. One read of every row, in id order, cannot."""
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    store = MySQLStore.from_dsn(db_dsn)
+    try:
+        with db.connect() as conn:
+            conn.execute(sa.text(current_layout_ddl("q", comment())))
+            conn.execute(
+                sa.text("insert into q(id, message, epoch) values (1,'a',0),(2,'b',1),(3,'c',0)")
+            )
+        cfg = load_table("q", comment(), CURRENT_COLUMNS, (("id",),))
+        batch = [
+            CachedRow(0, 0, 0, (1, "a")),
+            CachedRow(0, 0, 1, (2, "b")),
+            CachedRow(0, 0, 0, (3, "c")),
+        ]
+        before = deadlocks(db)
+        renew = sa.create_engine(db_dsn).connect()
+        try:
+            tx = renew.begin()
+            renew.execute(sa.text("update q set message = concat(message, 2) where id = 2"))
+            delivered: list[list[Any]] = []
+            t, sent = in_thread(
+                lambda: store.send(cfg, batch, time.time_ns(), lambda rows: delivered.append(rows))
+            )
+            wait_until(
+                lambda: running(db, "%LOCK IN SHARE MODE") or not t.is_alive(),
+                what="the send waiting for row 2's lock",
+            )
+            assert t.is_alive(), f"the send did not wait for row 2's lock: {sent}"
+            renew.execute(sa.text("update q set message = concat(message, 3) where id = 3"))
+            tx.commit()
+        finally:
+            renew.close()
+        t.join(WAIT_S)
+        assert not t.is_alive(), "the send never ended"
+        assert not isinstance(sent[0], Exception), f"the send failed: {sent[0]!r}"
+        assert [r.id for r in sent[0]] == [1, 2, 3], f"the send: {sent}"
+        assert deadlocks(db) == before, "the send and the renew deadlocked"
+    finally:
+        store.close()
+        db.dispose()

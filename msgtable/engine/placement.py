@@ -349,7 +349,7 @@ class Placement:
                 self._valid_until.pop(u, None)
             try:
                 with self._timed("lease_release"), self._cursor() as cur:
-                    for u in units:
+                    for u in sorted(units, key=lambda u: (kind_of(u), u)):  # in key order
                         self._give_back(cur, u, released(u))
                     cur.execute(
                         f"UPDATE {PLACEMENT_TABLE} SET expires = UTC_TIMESTAMP(6) "
@@ -474,11 +474,11 @@ class Placement:
         held = list(self._valid_until)
         with self._cursor() as cur:
             if held:
+                where, keys = _by_key(held)
                 cur.execute(
                     f"UPDATE {PLACEMENT_TABLE} SET expires = UTC_TIMESTAMP(6) + INTERVAL %s "
-                    "MICROSECOND WHERE kind <> %s AND holder = %s AND released = 0 AND name IN "
-                    f"({', '.join(['%s'] * len(held))})",
-                    (period_us, SERVER, self.holder, *held),
+                    f"MICROSECOND WHERE ({where}) AND holder = %s AND released = 0",
+                    (period_us, *keys, self.holder),
                 )
             cur.execute(
                 f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, released) "
@@ -524,11 +524,16 @@ class Placement:
                     old = str(got[0])
             self._steps += 1
             if self._steps % FORGET_EVERY == 0:
-                cur.execute(
-                    f"DELETE FROM {PLACEMENT_TABLE} WHERE "
-                    "expires < UTC_TIMESTAMP(6) - INTERVAL %s SECOND",
-                    (round(FORGET_AFTER_S),),
-                )
+                # rows picked by the plain read above, deleted by primary key: a DELETE by
+                # ``expires`` would lock every row of the table, other servers' too
+                gone = [r for r in rows if r.over_us > FORGET_AFTER_S * 1e6]
+                if gone:
+                    where, keys = _by_key([r.name for r in gone], [r.kind for r in gone])
+                    cur.execute(
+                        f"DELETE FROM {PLACEMENT_TABLE} WHERE ({where}) "
+                        "AND expires < UTC_TIMESTAMP(6) - INTERVAL %s SECOND",
+                        (*keys, round(FORGET_AFTER_S)),
+                    )
             self._conn.commit()
         for r in rows:
             if r.kind != SERVER and r.holder == self.holder and not r.released and r.name in held:
@@ -686,6 +691,16 @@ class Placement:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _by_key(names: Collection[str], kinds: Collection[str] | None = None) -> tuple[str, list[str]]:
+    """A condition on the primary key matching these units alone (kinds by :func:`kind_of`
+    unless given), and its parameters: ``kind <> 'server'`` locked every server's leases."""
+    by_kind: dict[str, list[str]] = {}
+    for name, kind in zip(names, kinds if kinds is not None else map(kind_of, names), strict=True):
+        by_kind.setdefault(kind, []).append(name)
+    parts = [f"(kind = %s AND name IN ({', '.join(['%s'] * len(n))}))" for n in by_kind.values()]
+    return " OR ".join(parts), [v for k, n in by_kind.items() for v in (k, *n)]
 
 
 def _unknown(rows: list[Row], mine: set[str], period_s: float) -> set[str]:

@@ -14,6 +14,8 @@ import sqlalchemy as sa
 
 from msgtable.core.rows import CachedRow
 from msgtable.core.tables import current_layout_ddl, load_table
+from msgtable.engine.lease import connector
+from msgtable.engine.placement import PLACEMENT_TABLE, Placement
 from msgtable.store.mysqlstore import MySQLStore
 from msgtable.testing import CURRENT_COLUMNS
 
@@ -109,5 +111,61 @@ def test_the_sends_locking_read_locks_its_rows_in_id_order_whatever_their_epochs
         assert [r.id for r in sent[0]] == [1, 2, 3], f"the send: {sent}"
         assert deadlocks(db) == before, "the send and the renew deadlocked"
     finally:
+        store.close()
+        db.dispose()
+
+
+def test_a_renewal_of_the_placement_locks_only_its_own_rows(db_dsn: str):
+    """A server's renewal updated its leases with ``kind <> 'server'``: a range of the
+    primary key that locked every other server's lease row too, in key order, while another
+    server gave its tables back at SIGTERM in its own order: they deadlocked. The renewal
+    locks its own rows alone (by primary key)."""
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    store = MySQLStore.from_dsn(db_dsn)
+    gained = threading.Event()
+    a = Placement(
+        connector(store.url, store.database),
+        "a:1",
+        0.6,
+        units=lambda: {"t1"},
+        on_gain=lambda _unit, _takeover: gained.set(),
+        on_loss=lambda _unit, _sender: True,
+    )
+    try:
+        a.prepare()
+        a.start()
+        assert gained.wait(WAIT_S), "server a never took its table"
+        with db.connect() as conn:  # server b's live leases of t0 and t2
+            conn.execute(
+                sa.text(
+                    f"insert into {PLACEMENT_TABLE} (kind, name, holder, address, expires) "
+                    "values ('table', 't0', 'b', 'b:1', utc_timestamp(6) + interval 1 hour), "
+                    "('table', 't2', 'b', 'b:1', utc_timestamp(6) + interval 1 hour)"
+                )
+            )
+        before = deadlocks(db)
+        give_back = (
+            f"update {PLACEMENT_TABLE} set expires = utc_timestamp(6), released = 1 "
+            "where kind = 'table' and name = :n and holder = 'b'"
+        )
+        b = sa.create_engine(db_dsn).connect()  # b at SIGTERM: t2 given back, then t0
+        try:
+            tx = b.begin()
+            b.execute(sa.text(give_back), {"n": "t2"})
+            stepped, _ = in_thread(lambda: a.await_step(WAIT_S, wake=True))
+            # a's renewal either waits for t2 (the range) or is done (its own row alone)
+            wait_until(
+                lambda: running(db, "UPDATE msgtable_placement%") or not stepped.is_alive(),
+                what="server a's renewal",
+            )
+            b.execute(sa.text(give_back), {"n": "t0"})
+            tx.commit()
+        finally:
+            b.close()
+        stepped.join(WAIT_S)
+        assert deadlocks(db) == before, "the renewal and the give-back deadlocked"
+        assert a.held() == ["t1"]
+    finally:
+        a.close()
         store.close()
         db.dispose()

@@ -473,12 +473,14 @@ class Placement:
         period_us = round(self.period_s * 1e6)
         held = list(self._valid_until)
         with self._cursor() as cur:
-            if held:
-                where, keys = _by_key(held)
+            # each of its rows by its whole primary key, in key order: it locks those rows
+            # alone (``kind <> 'server'``, a range, locked every server's leases; a range per
+            # kind locks the row past its end in REPEATABLE READ: another server's)
+            for kind, name in sorted((kind_of(u), u) for u in held):
                 cur.execute(
                     f"UPDATE {PLACEMENT_TABLE} SET expires = UTC_TIMESTAMP(6) + INTERVAL %s "
-                    f"MICROSECOND WHERE ({where}) AND holder = %s AND released = 0",
-                    (period_us, *keys, self.holder),
+                    "MICROSECOND WHERE kind = %s AND name = %s AND holder = %s AND released = 0",
+                    (period_us, kind, name, self.holder),
                 )
             cur.execute(
                 f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, released) "
@@ -526,13 +528,11 @@ class Placement:
             if self._steps % FORGET_EVERY == 0:
                 # rows picked by the plain read above, deleted by primary key: a DELETE by
                 # ``expires`` would lock every row of the table, other servers' too
-                gone = [r for r in rows if r.over_us > FORGET_AFTER_S * 1e6]
-                if gone:
-                    where, keys = _by_key([r.name for r in gone], [r.kind for r in gone])
+                for r in sorted((r for r in rows if r.over_us > FORGET_AFTER_S * 1e6), key=_key):
                     cur.execute(
-                        f"DELETE FROM {PLACEMENT_TABLE} WHERE ({where}) "
+                        f"DELETE FROM {PLACEMENT_TABLE} WHERE kind = %s AND name = %s "
                         "AND expires < UTC_TIMESTAMP(6) - INTERVAL %s SECOND",
-                        (*keys, round(FORGET_AFTER_S)),
+                        (r.kind, r.name, round(FORGET_AFTER_S)),
                     )
             self._conn.commit()
         for r in rows:
@@ -693,14 +693,8 @@ class Placement:
                 conn.close()
 
 
-def _by_key(names: Collection[str], kinds: Collection[str] | None = None) -> tuple[str, list[str]]:
-    """A condition on the primary key matching these units alone (kinds by :func:`kind_of`
-    unless given), and its parameters: ``kind <> 'server'`` locked every server's leases."""
-    by_kind: dict[str, list[str]] = {}
-    for name, kind in zip(names, kinds if kinds is not None else map(kind_of, names), strict=True):
-        by_kind.setdefault(kind, []).append(name)
-    parts = [f"(kind = %s AND name IN ({', '.join(['%s'] * len(n))}))" for n in by_kind.values()]
-    return " OR ".join(parts), [v for k, n in by_kind.items() for v in (k, *n)]
+def _key(r: Row) -> tuple[str, str]:
+    return r.kind, r.name
 
 
 def _unknown(rows: list[Row], mine: set[str], period_s: float) -> set[str]:

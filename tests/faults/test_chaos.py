@@ -74,8 +74,9 @@ reads the tables with its own SQL (a subscription's state table ``<table>__<name
 purge rule across groups: no row leaves the table while a subscription holds it. Set
 MSGTABLE_CHAOS_MESSAGES for a longer (or quicker) run. The database logs every deadlock with
 both transactions' statements (innodb_print_all_deadlocks): the summary lists them, one line
-each, and ``deadlocks.log`` in the test's directory keeps them whole; the run has none in the
-purge (it picks its rows without a lock: msgtable.store.statements).
+each, and ``deadlocks.log`` in the test's directory keeps them whole; the run has none (the
+purge picks its rows without a lock: msgtable.store.statements; the send's check locks in id
+order; the placement locks its own rows by key).
 """
 
 from __future__ import annotations
@@ -1183,10 +1184,11 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
         pytest.fail("\n".join(verdicts) + f"\n{summary}", pytrace=False)
     assert pending == {}, summary
     # no deadlock of the purge (issue 42, item 5: 2-6 a run before it picked its rows with a
-    # plain read). Others the database logs are listed above and not judged yet: a
-    # settlement's UPDATE against an ack or a send's locking read (about one a run), the
-    # placement's (msgtable_placement: a server giving its tables back at SIGTERM).
+    # plain read), nor any other: the send's check read its rows one epoch at a time against
+    # a renew (tests/integration/test_deadlocks.py), the placement's renewal locked a range
+    # of msgtable_placement against a server giving its tables back at SIGTERM
     assert [d for d in found if is_purge(d)] == [], summary
+    assert found == [], f"deadlocks the database logged:\n{summary}"
     assert extra.counts_ok(push_report, capture_report) == [], summary
     assert extra.errors() == [], summary
     for g in run.groups:  # each stream filter's subscribers were sent messages

@@ -5,6 +5,8 @@
 -- out and returns 0). A NULL key never collides. The server's purger clears a key to NULL once
 -- its window has passed, so the key may be used again, and purges an acked row only once its
 -- key is cleared.
+-- dedup_key is varbinary so that keys differing only in case, accents or a trailing blank
+-- are different keys (a case-insensitive collation would refuse the second as a duplicate).
 -- Required (the table does not load without them): dedup_key takes NULL, a unique index on
 -- dedup_key alone, time_created (the window runs from it), and an index that begins with
 -- time_created (the purger finds the keys to clear through it).
@@ -15,7 +17,7 @@ create table if not exists order_jobs(
   epoch bigint not null default 0,
   time_acked bigint,
   time_created bigint default (unix_timestamp(now(6)) * 1000000000),
-  dedup_key varchar(128),
+  dedup_key varbinary(128),
   message varchar(128),
   primary key(id),
   unique index dedup_idx(dedup_key),

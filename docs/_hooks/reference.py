@@ -128,7 +128,7 @@ class ProtoBlock:
 
 
 RPC = re.compile(r"rpc\s+(\w+)\s*\((stream\s+)?([\w.]+)\)\s*returns\s*\((stream\s+)?([\w.]+)\)")
-FIELD = re.compile(r"(?:(repeated|optional)\s+)?([\w.]+)\s+(\w+)\s*=\s*(\d+)")
+FIELD = re.compile(r"(?:(repeated|optional)\s+)?(map<[\w.]+,\s*[\w.]+>|[\w.]+)\s+(\w+)\s*=\s*(\d+)")
 ENUM_VALUE = re.compile(r"(\w+)\s*=\s*(-?\d+)")
 TRAILING = re.compile(r"\s*//\s?(.*)$")
 
@@ -225,7 +225,7 @@ def proto_markdown(text: str) -> str:
                 m = FIELD.match(item.text)
                 assert m is not None
                 label = f"{m.group(1)} " if m.group(1) else ""
-                kind = label + _link_types(m.group(2), names)
+                kind = label + _link_types(m.group(2), names).replace("<", "&lt;")
                 out.append(f"| `{item.name}` | {kind} | {m.group(4)} | {_cell(item.comment)} |")
         else:
             out.append("No fields.")

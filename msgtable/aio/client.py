@@ -172,6 +172,7 @@ class Client:
         expire_after_s: float | None = None,
         from_start: bool = False,
         keyspace: str = "",
+        limits: Mapping[str, str | int] | None = None,
     ) -> int:
         """Create subscription ``name`` of ``table`` (as the sync client's)."""
         request = requests.create_subscription_request(
@@ -185,6 +186,7 @@ class Client:
             expire_after_s,
             from_start,
             keyspace,
+            limits,
         )
         count: int = (await self._router.unary("CreateSubscription", request)).count
         return count

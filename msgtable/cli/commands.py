@@ -10,10 +10,12 @@ import sys
 import time
 from typing import Any, TextIO
 
+from msgtable.cli.flags import LIMIT_FLAGS
 from msgtable.cli.output import (
     format_dead,
     format_endpoints,
     format_message,
+    format_sqs,
     format_subscriptions,
     format_tables,
     subscription_json,
@@ -45,6 +47,8 @@ def tables(args: argparse.Namespace, out: TextIO | None = None) -> int:
             print(f"msgtable: database: {status.database_error}", file=sys.stderr)
         return EXIT_OK
     print(format_tables(status.tables, wide=args.wide), file=out)
+    if status.sqs_listen or status.sqs_calls:  # calls without an address: a gateway's sum
+        print(format_sqs(status.sqs_listen, status.sqs_calls), file=out)
     if status.database_error:
         print(f"database: {status.database_error}", file=out)
     return EXIT_OK
@@ -102,7 +106,11 @@ SETTINGS = (
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line (a flag left out is not a change)."""
     given = {key: getattr(args, attr) for key, attr in SETTINGS}
-    return {key: value for key, value in given.items() if value is not None}
+    out = {key: value for key, value in given.items() if value is not None}
+    limits = {n: getattr(args, n) for n, _, _ in LIMIT_FLAGS if getattr(args, n) is not None}
+    if limits:
+        out["limits"] = limits
+    return out
 
 
 def subscription_create(args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -127,7 +135,8 @@ def subscription_create(args: argparse.Namespace, out: TextIO | None = None) -> 
 def subscription_alter(args: argparse.Namespace, out: TextIO | None = None) -> int:
     settings = _settings(args)
     if not settings:
-        flags = ", ".join("--" + attr.replace("_", "-") for _, attr in SETTINGS)
+        names = [attr for _, attr in SETTINGS] + [name for name, _, _ in LIMIT_FLAGS]
+        flags = ", ".join("--" + attr.replace("_", "-") for attr in names)
         raise InvalidArgument(f"nothing to change: give one of {flags}")
     with _client(args) as client:
         client.alter_subscription(args.table, args.name, keyspace=args.keyspace, **settings)
@@ -145,6 +154,9 @@ def _change(key: str, value: object) -> str:
         return f"filter {value!r} (for the messages handed over from now on)"
     if key == "columns":
         return f"columns {','.join(value)}" if isinstance(value, tuple) and value else "all columns"
+    if key == "limits" and isinstance(value, dict):
+        table = "the table's"
+        return ", ".join(f"{k.replace('_', ' ')} {v or table}" for k, v in value.items())
     if value == 0:
         return {
             "ack_wait_s": "ack wait: the table's",

@@ -107,8 +107,8 @@ class Flag:
         text, env = self.help, self.env
         if not env:
             return text
-        if self.switch:  # on by default: what the variable is set to, to turn it off
-            return f"{text} (env {env}=0)"
+        if self.switch:  # what the variable is set to, to turn it from its default
+            return f"{text} (env {env}={0 if self.default else 1})"
         at = text.rfind("(default ")
         if at >= 0 and text.endswith(")"):
             return f"{text[:at]}(env {env}; {text[at + 1 :]}"
@@ -315,6 +315,14 @@ SERVE = Command(
             default="262144",
             type=positive_int,
             metavar="BYTES",
+        ),
+        Flag(
+            "--sqs-manage",
+            "let the SQS API's CreateQueue, DeleteQueue and PurgeQueue create, drop and empty "
+            "message tables: DDL in your database (default off; with --auth, the manage right)",
+            env="MSGTABLE_SQS_MANAGE",
+            default=False,
+            switch=True,
         ),
         Flag(
             "--advertise",
@@ -569,6 +577,29 @@ REDRIVE = Command(
 
 
 # -- subscriptions -------------------------------------------------------------------------------
+# Flow control of its own (docs/how-to/flow-control.md): each flag is the comment's vt_<name>
+LIMIT_FLAGS = (
+    ("rate", "N/s", "at most N messages a second (N/m, N/h) sent to its subscribers"),
+    ("rate_burst", "N", "bursts of at most N messages (default a tenth of a second's worth)"),
+    ("max_in_flight", "N", "at most N messages in flight (sent, not settled nor expired)"),
+    ("key_rate", "N/s", "at most N messages a second per value of the table's vt_limit_key"),
+    ("key_burst", "N", "bursts of at most N per key (default a tenth of a second's worth)"),
+    ("key_concurrency", "N", "at most N in flight per value of the table's vt_limit_key"),
+)
+
+
+def _limit_flags(alter: bool) -> tuple[Flag, ...]:
+    way = "; '' puts the table's back" if alter else " (default the table's)"
+    return tuple(
+        Flag(
+            f"--{name.replace('_', '-')}",
+            f"{text}, in place of the table's vt_{name}; off: none for this subscription{way}",
+            metavar=metavar,
+        )
+        for name, metavar, text in LIMIT_FLAGS
+    )
+
+
 def _settings_flags(alter: bool) -> tuple[Flag, ...]:
     """A subscription's settings as create and alter take them. Left out: create takes the
     default, alter keeps the current value (so no flag has a default of its own)."""
@@ -625,6 +656,7 @@ def _settings_flags(alter: bool) -> tuple[Flag, ...]:
             type=duration,
             metavar="S",
         ),
+        *_limit_flags(alter),
     )
 
 

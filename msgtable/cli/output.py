@@ -9,7 +9,7 @@ import datetime
 import decimal
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from msgtable.client import Field, Message, TableInfo
@@ -88,6 +88,14 @@ def format_tables(
     return "\n".join(lines)
 
 
+def format_sqs(listen: str, calls: Mapping[str, int]) -> str:
+    """The SQS API's line under the tables: where it listens, its calls by action (at a
+    gateway, which serves none: the shards' servers' calls)."""
+    shown = ", ".join(f"{action} {n}" for action, n in sorted(calls.items())) or "none yet"
+    where = f"http://{listen}" if listen else "at the shards' servers"
+    return f"sqs: {where} (calls: {shown})"
+
+
 def _table_row(t: TableInfo) -> tuple[str, ...]:
     c = t.config
     return (
@@ -162,6 +170,10 @@ def _notes(tables: list[TableInfo], subs: list[TableInfo]) -> list[tuple[str, li
             [_ordered(t) for t in tables if t.config is not None and t.config.order_key],
         ),
         (
+            "deduplicated by (vt_dedup):",
+            [_deduplicated(t) for t in tables if t.config is not None and t.config.dedup],
+        ),
+        (
             "flow control (held back: the sends a limit held messages back in):",
             [_limited(t) for t in by_name if t.limits],
         ),
@@ -211,6 +223,12 @@ def _ordered(t: TableInfo) -> str:
         f"  {t.name}: by {c.order_key} in {c.order_by} order; keys in flight "
         f"{t.keys_in_flight}, keys waiting {t.keys_waiting}"
     )
+
+
+def _deduplicated(t: TableInfo) -> str:
+    c = t.config
+    assert c is not None
+    return f"  {t.name}: key {c.dedup}, window {_seconds(c.dedup_window_s)}"
 
 
 def _limited(t: TableInfo) -> str:
@@ -401,6 +419,7 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "hold_s": s.hold_s,
         "hold_whole": s.hold_whole,
         "sender": s.sender,
+        "limits": s.limits,  # its flow control: its table's, or its own (msgtable.core.flow)
         "load_error": s.load_error,
     }
     return json.dumps(out, ensure_ascii=False)

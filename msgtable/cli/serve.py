@@ -194,6 +194,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
 
             sqs = open_sqs(engine, dsn, args, authorizer, out)  # before gRPC, as the dashboard
             server = _messaging_server(engine, args, authorizer)
+            server.servicer.sqs = sqs  # ListTables names it
+            if dashboard is not None:
+                dashboard.api.sqs = sqs
             server.start()
             if args.metrics_listen:
                 from msgtable.observe.metrics import MetricsServer
@@ -203,7 +206,10 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 )
                 open_metrics(metrics, server, out)
             advertised = args.advertise or advertised_address(args.listen, server.address)
-            engine.campaign(advertised)
+            services = {}
+            if sqs is not None:  # calls at this server for a table another sends go there
+                services["sqs"] = advertised_address(args.sqs_listen, sqs.address)
+            engine.campaign(advertised, services)
             _announce(args, server, advertised, dsn, sharded, local, out)
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:

@@ -252,10 +252,15 @@ class Client:
         expire_after_s: float | None = None,
         from_start: bool = False,
         keyspace: str = "",
+        limits: Mapping[str, str | int] | None = None,
     ) -> int:
         """Create subscription ``name`` of ``table``: it gets every message enqueued from now
         on that matches ``filter`` (with ``from_start``, also every retained one the default
-        group has not acked: returns how many). Settings left None take the table's."""
+        group has not acked: returns how many). Settings left None take the table's.
+        ``limits``: flow control of its own, in place of the table's for this subscription
+        only, by name (rate, rate_burst, max_in_flight, key_rate, key_burst,
+        key_concurrency: the comment's vt_<name>) with values as the comment's ("100/s",
+        5); "off" turns the table's off for it."""
         request = requests.create_subscription_request(
             table,
             name,
@@ -267,13 +272,16 @@ class Client:
             expire_after_s,
             from_start,
             keyspace,
+            limits,
         )
         count: int = self._router.unary("CreateSubscription", request).count
         return count
 
     def alter_subscription(self, table: str, name: str, keyspace: str = "", **changes: Any) -> None:
         """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
-        max_lag, expire_after_s); 0 or "" clears one (back to the table's, or no limit)."""
+        max_lag, expire_after_s, limits); 0 or "" clears one (back to the table's, or no
+        limit). ``limits={"rate": "50/s"}`` changes the limits named, the others stay; a
+        value "" puts one back to the table's."""
         request = requests.alter_subscription_request(table, name, keyspace, **changes)
         self._router.unary("AlterSubscription", request)
 

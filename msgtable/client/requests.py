@@ -203,7 +203,10 @@ def ack_wait_s(
 
 def status_from_proto(response: pb.ListTablesResponse) -> codec.ServerStatus:
     return codec.ServerStatus(
-        [codec.table_info_from_proto(t) for t in response.tables], response.database_error
+        [codec.table_info_from_proto(t) for t in response.tables],
+        response.database_error,
+        response.sqs_listen,
+        dict(response.sqs_calls),
     )
 
 
@@ -267,6 +270,7 @@ def create_subscription_request(
     expire_after_s: float | None = None,
     from_start: bool = False,
     keyspace: str = "",
+    limits: Mapping[str, str | int] | None = None,
 ) -> pb.CreateSubscriptionRequest:
     settings = codec.settings_to_proto(
         filter=filter,
@@ -275,6 +279,7 @@ def create_subscription_request(
         max_attempts=max_attempts,
         max_lag=max_lag,
         expire_after_s=expire_after_s,
+        limits=limits,
     )
     return pb.CreateSubscriptionRequest(
         table=table, keyspace=keyspace, name=name, settings=settings, from_start=from_start
@@ -288,6 +293,7 @@ SUBSCRIPTION_SETTINGS = (
     "max_attempts",
     "max_lag",
     "expire_after_s",
+    "limits",
 )
 
 

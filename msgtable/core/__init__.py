@@ -2,11 +2,13 @@
 rows, backoff, settlement rules, filters, ids, the codec of the wire types.
 
 Modules:
+    assignment     Which server sends which unit of a database
     backoff        When an unacked message comes back
     clock          Time as a dependency
     codec          Pure conversions between Python values and the wire types of msgtable.v1
     deadletters    What dead means, and what a dead-letter table must be
     dedup          Idempotent enqueue, the pure part
+    endpoints      Push endpoints, the pure part
     events         Table events, the pure part
     filters        Subscription filters
     flow           Flow control, the pure part

@@ -26,10 +26,11 @@ from typing import Any
 
 from msgtable.core import sqltypes as mysql
 from msgtable.core.deadletters import DeadLetter
-from msgtable.core.flow import REASONS
+from msgtable.core.flow import OWN_LIMITS, REASONS
 from msgtable.core.schedules import Missed, Schedule
 from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.tables import Column
+from msgtable.errors import InvalidArgument
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 
 INT64_MIN = -(2**63)
@@ -324,6 +325,8 @@ _SETTINGS = (
     "dead_letter",
     "order_key",
     "order_by",
+    "dedup",
+    "dedup_window_s",
 )
 _COUNTERS = (
     "cached",
@@ -485,6 +488,8 @@ class TableSettings:
     order_by: str = ""  # vt_order_by (id by default when ordered)
     capture: tuple[str, ...] = ()  # vt_capture (): not a capture table)
     capture_kinds: tuple[str, ...] = ()  # vt_capture_kinds
+    dedup: str = ""  # vt_dedup, the key column ("": the table does not deduplicate)
+    dedup_window_s: float = 0.0  # vt_dedup_window (msgtable.core.dedup)
 
 
 @dataclass(frozen=True)
@@ -546,10 +551,13 @@ class TableInfo:
 @dataclass(frozen=True)
 class ServerStatus:
     """What a server says of itself (ListTables): its tables, and why it cannot reach its
-    database now ("" while it can)."""
+    database now ("" while it can); its SQS API's address ("": not served) and calls by
+    action."""
 
     tables: list[TableInfo]
     database_error: str
+    sqs_listen: str = ""
+    sqs_calls: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def field_from_proto(message: pb.Field) -> Field:
@@ -628,6 +636,10 @@ def settings_from_proto(settings: pb.SubscriptionSettings, alter: bool = False) 
         out["max_lag"] = settings.max_lag or None
     if settings.HasField("expire_after_s"):
         out["expire_after_s"] = settings.expire_after_s or None
+    given = {f.name for f, _ in settings.ListFields()}  # set, "" included (optional fields)
+    limits = tuple((k, getattr(settings, k)) for k in OWN_LIMITS if k in given)
+    if limits or not alter:  # alter: "" puts one back to the table's
+        out["limits"] = limits
     return out
 
 
@@ -640,4 +652,8 @@ def settings_to_proto(**fields: Any) -> pb.SubscriptionSettings:
     if fields.get("columns") is not None:
         message.columns.extend(fields["columns"])
         message.set_columns = True
+    for name, value in dict(fields.get("limits") or {}).items():
+        if name not in OWN_LIMITS:
+            raise InvalidArgument(f"unknown limit {name!r} (one of {', '.join(OWN_LIMITS)})")
+        setattr(message, name, str(value))
     return message

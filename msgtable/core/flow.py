@@ -28,8 +28,9 @@ A NULL vt_limit_key is no key (not limited per key); a NULL vt_fair_key is one t
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -72,6 +73,9 @@ class FlowControl:
     max_in_flight: int = 0
     key_concurrency: int = 0
     fair_key: str = ""
+    # an index that begins (time_acked, fair key): a poll skipping the keys at their share
+    # reads the others' rows by it, not through the skipped keys' backlog ("": none)
+    fair_index: str = ""
 
     @property
     def per_key(self) -> bool:
@@ -114,10 +118,12 @@ def parse_flow(
     message_columns: Sequence[str],
     order_key: str,
     problems: Found,
+    indexes: Iterable[tuple[str, Sequence[str]]] = (),
 ) -> FlowControl | None:
     """The limits of a comment's fields (None: it sets none), or the problems noted.
     ``columns``: the table's; ``message_columns``: those its sender sees of each row;
-    ``order_key``: vt_order_key ("": an unordered table)."""
+    ``order_key``: vt_order_key ("": an unordered table); ``indexes``: the table's, by name
+    with their columns (a fair table's index: :func:`fair_index_columns`)."""
     if not any(k in fields for k in FLOW_KEYS):
         return None
     rate = _rate(fields, "vt_rate", problems)
@@ -154,7 +160,102 @@ def parse_flow(
         max_in_flight=max_in_flight,
         key_concurrency=key_concurrency,
         fair_key=fair,
+        fair_index=_fair_index(fair, indexes),
     )
+
+
+# A subscription's own limits (msgtable.core.subscriptions), by name: each the comment's
+# vt_<name>, for its group only, in place of its table's
+OWN_LIMITS = ("rate", "rate_burst", "max_in_flight", "key_rate", "key_burst", "key_concurrency")
+OFF = "off"  # a subscription's value that turns its table's limit off for it
+
+
+def own_flow(
+    base: FlowControl | None, own: Mapping[str, str], ordered: bool, problems: Found
+) -> FlowControl | None:
+    """A subscription's limits: its table's (``base``), each limit it sets in ``own`` (by
+    OWN_LIMITS' names, values as the comment's; "off": none for it) in place of the table's.
+    A rate it sets comes with its own burst (the field, or the default), never the table's.
+    The per-key limits count on the table's vt_limit_key (the subscription has no other)."""
+    if not own:
+        return base
+    for key in own:
+        if key not in OWN_LIMITS:
+            problems.add(f"unknown limit {key!r} (one of {', '.join(OWN_LIMITS)})")
+    b = base or FlowControl()
+    rate, burst = _own_rate(own, "rate", "rate_burst", (b.rate_per_s, b.burst), problems)
+    key_rate, key_burst = _own_rate(
+        own, "key_rate", "key_burst", (b.key_rate_per_s, b.key_burst), problems
+    )
+    keyed = [k for k in ("key_rate", "key_concurrency") if own.get(k, OFF).strip().lower() != OFF]
+    if keyed and ordered:
+        problems.add(f"{keyed[0]} needs an unordered table (not with vt_order_key)")
+    elif keyed and not b.key_column:
+        problems.add(f"{keyed[0]} needs the table's vt_limit_key (the column of the keys)")
+    flow = dataclasses.replace(
+        b,
+        rate_per_s=rate,
+        burst=burst,
+        key_rate_per_s=key_rate,
+        key_burst=key_burst,
+        max_in_flight=_own_whole(own, "max_in_flight", b.max_in_flight, problems),
+        key_concurrency=_own_whole(own, "key_concurrency", b.key_concurrency, problems),
+    )
+    if not (flow.rate_per_s or flow.max_in_flight or flow.per_key or flow.fair_key):
+        return None  # every limit off: the sender pays nothing
+    return flow
+
+
+def _own_rate(
+    own: Mapping[str, str], key: str, burst_key: str, table: tuple[float, int], problems: Found
+) -> tuple[float, int]:
+    """A subscription's rate and burst (``table``: its table's)."""
+    rate, burst = table
+    raw = own.get(key)
+    if raw is not None and raw.strip().lower() == OFF:
+        rate, burst = 0.0, 0
+    elif raw is not None:
+        rate = _rate(own, key, problems)
+        burst = max(1, math.ceil(rate * DEFAULT_BURST_S)) if rate else 0
+    if burst_key in own:
+        if not rate:
+            problems.add(f"{burst_key} needs {key} (the subscription's or the table's)")
+            return rate, 0
+        burst = _whole(own, burst_key, problems, MAX_BURST)
+    return rate, burst
+
+
+def _own_whole(own: Mapping[str, str], key: str, base: int, problems: Found) -> int:
+    raw = own.get(key)
+    if raw is None:
+        return base
+    return 0 if raw.strip().lower() == OFF else _whole(own, key, problems)
+
+
+def fair_index_columns(fair_key: str) -> tuple[str, ...]:
+    """The columns a fair table's index begins with: time_acked (unsettled rows first), the
+    fairness key, then the poll's order (priority, time_next)."""
+    return ("time_acked", fair_key, "priority", "time_next")
+
+
+def fair_index_hint(table: str, flow: FlowControl | None) -> str:
+    """One line for a fair table without its index (logged at load), "" otherwise."""
+    if flow is None or not flow.fair_key or flow.fair_index:
+        return ""
+    cols = ", ".join(fair_index_columns(flow.fair_key))
+    return (
+        f"vt_fair_key={flow.fair_key} without an index on (time_acked, {flow.fair_key}, ...): "
+        "a poll past a noisy key's backlog reads through it row by row; add one: "
+        f"ALTER TABLE {table} ADD INDEX fair_idx ({cols})"
+    )
+
+
+def _fair_index(fair: str, indexes: Iterable[tuple[str, Sequence[str]]]) -> str:
+    """The name of the table's index that begins (time_acked, fair key), "" for none."""
+    if not fair:
+        return ""
+    want = fair_index_columns(fair)[:2]
+    return next((name for name, cols in indexes if tuple(cols[:2]) == want), "")
 
 
 def _rate(fields: Mapping[str, str], key: str, problems: Found) -> float:

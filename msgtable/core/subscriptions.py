@@ -39,10 +39,11 @@ import dataclasses
 import enum
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from msgtable.core.filters import Filter, parse_filter
+from msgtable.core.flow import OWN_LIMITS, FlowControl, own_flow
 from msgtable.core.tables import Column, Layout, TableConfig, order_index_columns
 from msgtable.errors import InvalidArgument, TableLoadError
 
@@ -56,6 +57,7 @@ STATE_ORDER_INDEX = "order_idx"  # an ordered table's state tables' (msgtable.en
 _NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 MAX_LAG_LIMIT = 10**12
 MAX_EXPIRE_S = 10 * 365 * 86400.0
+MAX_LIMIT_TEXT = 64  # a limit's value as written ("100/s"): longer is no limit of ours
 
 
 class SubscriptionState(enum.Enum):
@@ -75,6 +77,9 @@ class Subscription:
     max_attempts: int | None = None  # None: the table's (vt_max_attempts); 0: no limit
     max_lag: int | None = None  # unsettled messages past which it no longer holds the table
     expire_after_s: float | None = None  # no subscriber this long: expired
+    # flow control of its own (msgtable.core.flow.own_flow): (name, value) pairs in
+    # OWN_LIMITS' order, each in place of its table's; (): the table's limits
+    limits: tuple[tuple[str, str], ...] = ()
     state: SubscriptionState = SubscriptionState.ACTIVE
     time_created_ns: int = 0
     time_active_ns: int = 0  # when it last had a subscriber (or was created)
@@ -130,7 +135,44 @@ def check_settings(sub: Subscription) -> Subscription:
         raise InvalidArgument(f"{where}: expire_after must be 1 second to 10 years")
     if len(sub.filter) > 4000:
         raise InvalidArgument(f"{where}: a filter of {len(sub.filter):,} characters; at most 4,000")
+    for key, value in sub.limits:
+        if len(key) > MAX_LIMIT_TEXT or len(value) > MAX_LIMIT_TEXT:
+            raise InvalidArgument(
+                f"{where}: limit {key[:32]!r} is over {MAX_LIMIT_TEXT} characters long"
+            )
     return sub
+
+
+def merge_limits(
+    current: Sequence[tuple[str, str]], changes: Mapping[str, str] | Sequence[tuple[str, str]]
+) -> tuple[tuple[str, str], ...]:
+    """A subscription's own limits with ``changes`` made (a value "": back to the table's),
+    in OWN_LIMITS' order (a name not among them last, for the check to name it). A burst
+    goes with the rate it was set with: a new rate without a burst has the default one."""
+    out = dict(current)
+    changes = dict(changes)
+    for rate, burst in (("rate", "rate_burst"), ("key_rate", "key_burst")):
+        if rate in changes and burst not in changes:
+            out.pop(burst, None)
+    for key, value in changes.items():
+        text = str(value).strip()
+        if text:
+            out[key] = text
+        else:
+            out.pop(key, None)
+    rank = {k: i for i, k in enumerate(OWN_LIMITS)}
+    return tuple(sorted(out.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+
+
+def limits_text(limits: Sequence[tuple[str, str]]) -> str:
+    """Own limits as the definitions table keeps them: ``rate=100/s,max_in_flight=5``."""
+    return ",".join(f"{k}={v}" for k, v in limits)
+
+
+def parse_limits(text: str) -> tuple[tuple[str, str], ...]:
+    """The definitions table's text of own limits (limits_text) as pairs."""
+    pairs = (part.partition("=") for part in (text or "").split(",") if part.strip())
+    return merge_limits((), [(k.strip(), v) for k, _, v in pairs])
 
 
 def parse_columns(text: str) -> tuple[str, ...]:
@@ -190,7 +232,8 @@ def load_subscription(
         cols = projection(table, sub.columns, where)
     except InvalidArgument as exc:
         raise TableLoadError(str(exc)) from None
-    _check_flow_columns(table, cols, where)
+    flow = _own_flow(table, sub, where)
+    _check_flow_columns(flow, cols, where)
     ack_wait = sub.ack_wait_s if sub.ack_wait_s is not None else table.ack_wait_s
     config = dataclasses.replace(
         table,
@@ -207,14 +250,29 @@ def load_subscription(
         subscription=sub.name,
         # an ordered table's subscription orders on its own: its state rows carry the key
         order_index=STATE_ORDER_INDEX if table.ordered else "",
+        flow=flow,
     )
     return LoadedSubscription(sub, config, flt)
 
 
-def _check_flow_columns(table: TableConfig, cols: Sequence[Column], where: str) -> None:
-    """A subscription has its table's limits (msgtable.core.flow): the columns they key on
-    must be among those its projection streams (the sender reads them there)."""
-    flow = table.flow
+class _Problems(list[str]):
+    def add(self, problem: str) -> None:
+        self.append(problem)
+
+
+def _own_flow(table: TableConfig, sub: Subscription, where: str) -> FlowControl | None:
+    """The subscription's limits: its table's, with those it sets of its own in their
+    place (msgtable.core.flow.own_flow), or TableLoadError naming the first wrong one."""
+    problems = _Problems()
+    flow = own_flow(table.flow, dict(sub.limits), table.ordered, problems)
+    if problems:
+        raise TableLoadError(f"{where}: {problems[0]}")
+    return flow
+
+
+def _check_flow_columns(flow: FlowControl | None, cols: Sequence[Column], where: str) -> None:
+    """A subscription's limits (its table's, or its own: msgtable.core.flow): the columns
+    they key on must be among those its projection streams (the sender reads them there)."""
     if flow is None:
         return
     names = {c.name for c in cols}

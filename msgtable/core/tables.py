@@ -353,6 +353,7 @@ def load_table(
         [c.name for c in message_columns],
         order_key,
         problems,
+        indexes,
     )
     dedup = dedup_fields(fields, by_name, ENGINE_COLUMNS[layout], unique_indexes, indexes, problems)
     problems.raise_any()

@@ -20,6 +20,7 @@ Modules:
     placement    Which server sends which table
     postpone     The postpone of a sent message
     purger       The purger of one table
+    rechecks     Passes again soon after an INSERT the binlog showed that a pass missed
     redeliveries  The redelivery poll: the due rows given a time, read apart while a pass lags
     routes       Which due rows each filtered stream of a table may take
     subscriber   A subscriber

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from msgtable.core.clock import Clock
+from msgtable.core.endpoints import Endpoint
 from msgtable.core.schedules import Schedule
 from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.subscriptions import Subscription
@@ -143,7 +144,7 @@ class PushComponent(Component, Protocol):
     """Push endpoints (msgtable.features.push.pushers)."""
 
     # msgtable.features.push.endpoints.Endpoint: the engine passes it on from the servicer
-    def set_endpoint(self, endpoint: Any) -> None: ...
+    def set_endpoint(self, endpoint: Endpoint) -> None: ...
 
     def drop_endpoint(self, table: str, subscription: str) -> None: ...
 

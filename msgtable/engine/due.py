@@ -29,12 +29,6 @@ from msgtable.core.rows import CachedRow, PolledRow, Values
 from msgtable.core.tables import TableConfig
 from msgtable.engine.routes import Routes
 
-
-def lookahead_ns(cfg: TableConfig) -> int:
-    """How far ahead a poll reads: rows due before the next poll wait in the cache."""
-    return round(cfg.poller_interval_s * 1e9)
-
-
 # A queued row's rank within its priority is ``row.time_next or FRESH`` (written inline: no
 # call per row): a row with no time (time_next 0 or NULL) goes after every timed one.
 FRESH = 2**63
@@ -256,3 +250,8 @@ class DueRows:
         if len(self._scheduled) > 2 * len(queued) + 64:
             self._scheduled = [e for e in self._scheduled if queued.get(e[2].id) is e[2]]
             heapq.heapify(self._scheduled)
+
+
+def lookahead_ns(cfg: TableConfig) -> int:
+    """How far ahead a poll reads: rows due before the next poll wait in the cache."""
+    return round(cfg.poller_interval_s * 1e9)

@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 from msgtable.core import tracing
 from msgtable.core.clock import Clock, SystemClock
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
+from msgtable.core.endpoints import Endpoint
 from msgtable.core.filters import parse_filter
+from msgtable.core.flow import fair_index_hint
 from msgtable.core.keyspace import KeyRange
 from msgtable.core.latency import LatencySnapshot
 from msgtable.core.retry import Backoff, Retry
@@ -128,10 +130,9 @@ class MessageEngine:
         )
         self.binlog: BinlogFollower | None = None
         self._binlog_columns: dict[str, Sequence[str]] = {}
-        if follow_binlog and isinstance(store, MySQLStore):
-            self.binlog = BinlogFollower(
-                pymysql_args(store.url), store.database, self, outage=store.outage
-            )
+        db = store.connections() if follow_binlog else None
+        if db is not None:  # the binlog of a MySQL-family server
+            self.binlog = BinlogFollower(pymysql_args(db.url), db.database, self, outage=db.outage)
         self._init_features(features or Features())
 
     def _init_placement(self, lease_period_s: float | None) -> None:
@@ -183,27 +184,30 @@ class MessageEngine:
         if self.binlog is not None:
             self.binlog.open()
 
-    def campaign(self, address: str) -> None:
+    def campaign(self, address: str, services: Mapping[str, str] | None = None) -> None:
         """Start sharing the database's tables with the other servers on it, as the server
-        clients reach at ``address`` (msgtable.engine.placement).
+        clients reach at ``address`` (msgtable.engine.placement), telling them the address
+        of each of its other ``services`` (name -> address: the SQS API's).
 
         Creates the placement table if it is missing (raises MsgtableError if it cannot; if
         the database is down, the placement's thread does it once it answers). A server
         without a lease period sends every table already: nothing to do."""
         if self.lease_period_s is None or self._tenure.lease is not None:
             return
-        if not isinstance(self.store, MySQLStore):
+        db = self.store.connections()
+        if db is None:
             raise InvalidArgument("a lease needs a MySQL-family database")
         lease = Placement(
-            connector(self.store.url, self.store.database),
+            connector(db.url, db.database),
             address,
             self.lease_period_s,
             units=self._units,
             on_gain=self._gain,
             on_loss=self._lose,
             on_unknown=lambda _tables: self._wake.set(),  # discover them now
-            outage=self.store.outage,
-            timed=self.store.timed,
+            outage=db.outage,
+            timed=db.timed,
+            services=services,
         )
         try:
             lease.prepare()
@@ -237,6 +241,16 @@ class MessageEngine:
         placement ("": unknown, or no server sends it now); "this server" when it has no
         lease to share."""
         return self._tenure.sender(self._unit(table))
+
+    def service_of_sender(self, table: str, service: str) -> str:
+        """The address of service ``service`` (e.g. "sqs") of the other server that sends
+        ``table`` now, as this one last read the placement ("": this server sends it, or no
+        server does, or its sender does not serve it)."""
+        lease = self._tenure.lease
+        if lease is None or self.sends(table):
+            return ""
+        sender = lease.sender(self._unit(table))
+        return lease.service(service, sender) if sender else ""
 
     def _unit(self, table: str) -> str:
         """The placement's unit of ``table`` (a table, a subscription's state table, or
@@ -431,6 +445,8 @@ class MessageEngine:
             m.close(e)
         for m in to_open:
             log.info("%s: serving", _what(m.config))
+            if hint := fair_index_hint(m.config.name, m.config.flow):
+                log.warning("%s: %s", _what(m.config), hint)
             self._start(m)
 
     def _replace(
@@ -846,8 +862,8 @@ class MessageEngine:
             raise InvalidArgument("this server serves no subscriptions")
         return self._subscriptions
 
-    def set_endpoint(self, endpoint: Any) -> None:
-        """Define (or replace) the push endpoint (msgtable.features.push.endpoints.Endpoint)
+    def set_endpoint(self, endpoint: Endpoint) -> None:
+        """Define (or replace) the push endpoint (msgtable.core.endpoints.Endpoint)
         of a table's default group or subscription."""
         self._pushing().set_endpoint(endpoint)
 

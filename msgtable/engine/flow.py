@@ -321,12 +321,23 @@ def attach(
     return limiter
 
 
+def skip_keys(due: object) -> tuple[Hashable, ...]:
+    """The keys a fair table's next poll leaves in the table (KeyedDue.skip_keys); none for
+    another table."""
+    return due.skip_keys() if isinstance(due, KeyedDue) and due.fair else ()
+
+
 def follows_tail(due: object) -> bool:
     """Whether a table's next poll reads on from where its pass ended (an INSERT the binlog
     showed), the new rows only, not the sent rows at the table's head again: a table with a
     fairness key whose pass left nothing behind. A new pass begins from the head as for any
     table (the poll interval, a release)."""
     return isinstance(due, KeyedDue) and due.fair and not due.left_behind
+
+
+def _share(size: int) -> int:
+    """A fair table's key's share of its cache: half (the others always find room)."""
+    return max(1, size // 2)
 
 
 def _both(
@@ -339,6 +350,59 @@ def _both(
     return landed
 
 
+class KeyCounts(dict[Hashable, CachedRow]):
+    """A fair table's queued rows by id, counted per key as they come and go, and the keys
+    that hold their ``share`` of the cache (``full``): the poll skips those."""
+
+    def __init__(self, key_index: int, share: int) -> None:
+        super().__init__()
+        self._at = key_index
+        self.share = share
+        self.per_key: dict[Hashable, int] = {}
+        self.full: set[Hashable] = set()
+
+    def __setitem__(self, rid: Hashable, row: CachedRow) -> None:
+        old = dict.get(self, rid)
+        if old is not None:
+            self._less(old.values[self._at])
+        dict.__setitem__(self, rid, row)
+        key = row.values[self._at]
+        n = self.per_key.get(key, 0) + 1
+        self.per_key[key] = n
+        if n >= self.share:
+            self.full.add(key)
+
+    def __delitem__(self, rid: Hashable) -> None:
+        self._less(dict.pop(self, rid).values[self._at])
+
+    def pop(self, rid: Hashable, default: Any = None) -> Any:
+        row = dict.pop(self, rid, None)
+        if row is None:
+            return default
+        self._less(row.values[self._at])
+        return row
+
+    def clear(self) -> None:
+        dict.clear(self)
+        self.per_key.clear()
+        self.full.clear()
+
+    def reshare(self, share: int) -> None:
+        """The cache's size changed (a new comment): so did a key's share of it."""
+        if share != self.share:
+            self.share = share
+            self.full = {k for k, n in self.per_key.items() if n >= share}
+
+    def _less(self, key: Hashable) -> None:
+        n = self.per_key[key] - 1
+        if n:
+            self.per_key[key] = n
+        else:
+            del self.per_key[key]
+        if n < self.share:
+            self.full.discard(key)
+
+
 class KeyedDue(DueRows):
     """Due rows kept by the value of one column (see the module docstring): a heap per key.
     ``key_index``: the column's place in a row's values; ``fair``: the keys take turns
@@ -349,6 +413,10 @@ class KeyedDue(DueRows):
         super().__init__(size)
         self._key_index = key_index
         self._fair = fair
+        if fair:  # counted per key: a key holds at most its share (half) of the cache
+            self._queued = self._counts = KeyCounts(key_index, _share(size))
+        self._behind: set[Hashable] = set()  # the keys whose rows the pass left behind
+        self._skipping: tuple[Hashable, ...] = ()  # the keys the running poll skips
         self.limiter = limiter
         self._heaps: dict[Hashable, list[Entry]] = {}
         self._turns: deque[Hashable] = deque()  # fair: the keys with rows, in turn
@@ -373,6 +441,31 @@ class KeyedDue(DueRows):
     def pending(self, value: bool) -> None:
         self._pending = value
 
+    def skip_keys(self) -> tuple[Hashable, ...]:
+        """The keys holding their share of the cache: the next poll leaves their rows in the
+        table and reads the others' (a quiet key's rows are found past a noisy key's
+        backlog at once, not when the pass has read through it). Under the lock, before the
+        poll's read; its :meth:`add` notes them as left behind. A key already left behind
+        is skipped until it has sent half its share (wants_refill), not read a row at a
+        time past its backlog."""
+        counts = self._counts
+        half = counts.share // 2
+        more = [k for k in self._behind if k not in counts.full and counts.per_key.get(k, 0) > half]
+        self._skipping = (*counts.full, *more)
+        return self._skipping
+
+    def wants_refill(self) -> bool:
+        """As DueRows': the last page was full; or a key whose rows a pass left behind has
+        sent half its share (not at each send: a poll that skips it would read nothing)."""
+        if len(self._queued) > self.size // 2 or not self._fair:
+            return super().wants_refill()
+        if self._pending:
+            return True
+        if not self._left_behind:
+            return False
+        per_key, half = self._counts.per_key, self._counts.share // 2
+        return any(per_key.get(k, 0) <= half for k in self._behind)
+
     # -- filling -------------------------------------------------------------------------
     def add(
         self,
@@ -390,8 +483,14 @@ class KeyedDue(DueRows):
         at = 3 + self._key_index
         if not self._pending:  # the pass before ended: this poll begins a new one
             self._left_behind = False
-        self._drain()  # the keys' heaps hold every due row (and some stale ones: at most 2x)
-        share = max(1, self.size // 2)
+            self._behind.clear()
+        if self._skipping:  # the poll read past these keys' rows
+            self._left_behind = True
+            self._behind.update(self._skipping)
+            self._skipping = ()
+        share = _share(self.size)
+        self._counts.reshare(share)
+        per_key = self._counts.per_key
         counts: dict[Hashable, int] = {}
         kept: list[PolledRow] = []
         where: list[int] = []  # the place in ``rows`` of each kept row
@@ -402,10 +501,10 @@ class KeyedDue(DueRows):
             if not out and rid not in queued:  # a new row (the others are skipped or refreshed)
                 n = counts.get(key)
                 if n is None:
-                    heap = self._heaps.get(key)
-                    n = len(heap) if heap is not None else 0
+                    n = per_key.get(key, 0)
                 if n >= share:
                     self._left_behind = True
+                    self._behind.add(key)
                     continue
                 counts[key] = n + 1
             kept.append(r)

@@ -53,11 +53,11 @@ from msgtable.core.rows import (
 from msgtable.core.status import TableStatus
 from msgtable.core.tables import TableConfig
 from msgtable.core.window import Window, check_limit, window_size
-from msgtable.engine import dispatch, flow, postpone
+from msgtable.engine import dispatch, flow, postpone, rechecks
 from msgtable.engine.acks import AckCombiner
 from msgtable.engine.cache import MessageCache, Sending
 from msgtable.engine.due import lookahead_ns
-from msgtable.engine.ordered import KeyPass, OrderedDue, whole_keys
+from msgtable.engine.ordered import KeyPass, OrderedDue, pass_gap_ns, whole_keys
 from msgtable.engine.purger import Purger
 from msgtable.engine.redeliveries import Redeliveries
 from msgtable.engine.subscriber import Subscriber
@@ -74,11 +74,6 @@ RETRY_MIN_S = 0.2  # a loop's first wait after a failure; doubling up to the pol
 RETRY_MAX_S = 100.0
 IDLE_WAIT_S = 1.0
 CLOSE_TIMEOUT_S = 10.0
-# An ordered table's new pass after an INSERT the binlog showed: not sooner than this after
-# the last began, nor than PASS_SHARE times the last one took (passes cost at most a tenth of
-# the time, whatever the number of keys)
-MIN_PASS_GAP_NS = 100_000_000
-PASS_SHARE = 10
 
 
 class MessageManager:
@@ -133,6 +128,7 @@ class MessageManager:
         )
         self._cursor: PollKey | None = None  # where the current pass of polls got to
         self._restart = True  # the next poll starts a new pass from the best due row
+        self._rechecks = rechecks.Rechecks()  # a hinted pass that read nothing goes again soon
         self._pass = KeyPass()  # where an ordered table's pass got to (msgtable.engine.ordered)
         self._pass_began_ns = 0  # when it began (a pass begins at least every poll interval)
         self._pass_cost_ns = 0  # how long the last whole pass took
@@ -163,25 +159,26 @@ class MessageManager:
 
     # -- lifecycle -----------------------------------------------------------------------
     def open(self) -> None:
+        """Start the loops (under the lock: a close from another thread joins them all)."""
         with self._lock:
-            if self._opened:
+            if self._opened or self._stop.is_set():
                 return
             self._opened = True
             if self._limiter is not None:
                 self._limiter.restart(self.clock.now_ns())  # a new sender: rates start empty
-        for name, loop in (
-            ("poller", self._poll_loop),
-            ("sender", self._send_loop),
-            ("purger", self.purger.run),
-        ):
-            t = threading.Thread(
-                target=self._guard,
-                args=(name, loop),
-                daemon=True,
-                name=f"msgtable-{self.config.name}-{name}",
-            )
-            self._threads.append(t)
-            t.start()
+            for name, loop in (
+                ("poller", self._poll_loop),
+                ("sender", self._send_loop),
+                ("purger", self.purger.run),
+            ):
+                t = threading.Thread(
+                    target=self._guard,
+                    args=(name, loop),
+                    daemon=True,
+                    name=f"msgtable-{self.config.name}-{name}",
+                )
+                t.start()
+                self._threads.append(t)
 
     def hold(self, seconds: float, floor_ns: int | None = None) -> None:
         """Send nothing for ``seconds`` (a new lease holder waits out the ack waits of what
@@ -227,7 +224,9 @@ class MessageManager:
         for s in subs:
             s.end(err)
         current = threading.current_thread()
-        for t in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
             if t is not current:
                 t.join(timeout_s)
         with self._lock:
@@ -551,7 +550,7 @@ class MessageManager:
         when the cache is half empty or with the next poll: a pass from the head per INSERT
         would read the whole queued page again each time. An ordered table's keys cycle
         through its cache, which seldom runs dry: its next pass (which finds new keys)
-        begins as soon as one may (MIN_PASS_GAP_NS, PASS_SHARE). A fair table reads new rows
+        begins as soon as one may (ordered.pass_gap_ns). A fair table reads new rows
         at once: a quiet key's must not wait behind a noisy one's (flow.follows_tail)."""
         with self._lock:
             self.enqueued += rows  # rows the binlog showed, when it counts them
@@ -559,10 +558,11 @@ class MessageManager:
             if not self._subscribers:
                 return
             if isinstance(due, flow.KeyedDue) and due.fair:
-                pass  # a poll now, on from where the pass is (flow.follows_tail)
+                self._rechecks.hint()  # a poll now, on from where the pass is (follows_tail)
             elif self.cache.ordered is not None:
-                gap = max(MIN_PASS_GAP_NS, PASS_SHARE * self._pass_cost_ns)
+                gap = pass_gap_ns(self._pass_cost_ns)
                 due_ns = self._pass_began_ns + gap
+                self._rechecks.hint(min(due_ns, self._next_pass_ns()))  # that pass's
                 if due_ns >= self._pass_due_ns:
                     return  # a pass is due by then already
                 self._pass_due_ns = due_ns
@@ -574,6 +574,7 @@ class MessageManager:
                 return
             else:
                 self._restart = True
+                self._rechecks.hint()
         self._poll_wake.set()
 
     def binlog_changes(self, changes: Sequence[RowChange]) -> None:
@@ -646,10 +647,9 @@ class MessageManager:
     def poll_once(self, restart: bool = True) -> int:
         """Read the rows due now or before the next poll into the cache's free room (while
         the pass lags, the due redeliveries too: msgtable.engine.redeliveries); returns how
-        many were new. ``restart`` begins a new pass at the best due row (new and
-        re-prioritised rows are seen); otherwise the poll continues the pass after the last
-        row read (a backlog larger than the cache is read once). Rows due within the next
-        vt_poller_interval wait in the cache and go out at their time, not a poll late."""
+        many were new. ``restart`` begins a new pass at the best due row; otherwise the poll
+        continues the pass after the last row read (a backlog larger than the cache is read
+        once). Rows due within the next vt_poller_interval wait in the cache until then."""
         if self._tracing is None:
             return self._poll(restart)
         span = self._tracing.start("poll")
@@ -688,13 +688,12 @@ class MessageManager:
             # cache skips.
             unclaimed = self.cache.inflight.unclaimed
             limit = room + (min(unclaimed, cfg.cache_size) if after is None else 0)
+            skip = flow.skip_keys(self.cache.due) if room else ()  # a fair table's full keys
         if room == 0:
             return 0
-        lookahead = lookahead_ns(cfg)
         with self.cache.poll() as poll:
-            rows, last = self.store.poll(
-                cfg, now + lookahead, limit, after, created=True, floor_ns=floor
-            )
+            ahead = now + lookahead_ns(cfg)
+            rows, last = self.store.poll(cfg, ahead, limit, after, True, floor, skip_keys=skip)
             with self._lock:
                 if not self._subscribers:  # the last one left during the poll
                     return 0
@@ -960,10 +959,11 @@ class MessageManager:
             self._poll_wake.clear()
             with self._lock:
                 restart, self._restart = self._restart, False
+                hinted = self._rechecks.take(self.clock.now_ns())
             try:
-                self.poll_once(restart)
+                added = self.poll_once(restart)
                 retry.succeeded()
-                delay = self.config.poller_interval_s
+                delay = self._rechecks.wait_s(hinted, added, self.config.poller_interval_s)
             except Exception as exc:
                 delay = retry.failed(exc)
             if self.cache.ordered is not None:  # woken all the time: a pass begins on time

@@ -359,6 +359,16 @@ def _by_key(rows: Sequence[PolledRow]) -> list[tuple[Hashable, list[PolledRow]]]
 
 # A pass reads at most this many keys per poll.
 MAX_KEYS_PER_PAGE = 1000
+# An ordered table's new pass after an INSERT the binlog showed: not sooner than this after
+# the last began, nor than PASS_SHARE times the last one took (passes cost at most a tenth of
+# the time, whatever the number of keys)
+MIN_PASS_GAP_NS = 100_000_000
+PASS_SHARE = 10
+
+
+def pass_gap_ns(last_pass_cost_ns: int) -> int:
+    """How long after the last pass began an INSERT's pass may begin (see above)."""
+    return max(MIN_PASS_GAP_NS, PASS_SHARE * last_pass_cost_ns)
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,17 @@ use), all in the database's own clock (UTC_TIMESTAMP), so the servers' clocks ne
 - its presence (kind ``server``, named by its id): its address and when it ends;
 - a lease per unit it sends (kind ``table``, named by the table; kind ``capture``, named
   ``''``: the table-event follower, one per database): its id, its address, when the lease
-  ends, and whether it was given back cleanly.
+  ends, and whether it was given back cleanly;
+- the address of each other service it serves (kind ``service:NAME``, named by its id,
+  renewed with its presence and written released, which no step counts as a unit: the SQS
+  API's, so that a server forwards a call to the API of the table's sender).
 
 Each step (a third of the period) renews the server's presence and its leases in one
 transaction and reads every row. From what it read every server works out the same
-assignment (:func:`assign`): the live servers share the units, each unit going to the server
-that ranks it highest (rendezvous hashing of server and unit) among those below their share
-(every server has the units over the servers, rounded down, or one more), units in name
-order, except that a unit stays with the live server that holds it while that server is
+assignment (msgtable.core.assignment): the live servers share the units, each unit going to
+the server that ranks it highest (rendezvous hashing of server and unit) among those below
+their share (every server has the units over the servers, rounded down, or one more), units
+in name order, except that a unit stays with the live server that holds it while that server is
 below its share. So a server that joins takes its share and nothing else moves, and the
 tables of one that leaves or dies are spread over the others. Then it takes each unit
 assigned to it that is free (no row, its lease ended or given back), hands over each unit
@@ -41,15 +44,22 @@ every table. Upgrade by stopping the old servers; the new ones take over within 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from msgtable.core.assignment import (
+    SERVER,
+    TABLE,
+    assign,
+    kind_of,
+    unit_names,
+    what,
+)
 from msgtable.core.latency import Timed, untimed
 from msgtable.core.retry import Backoff, Outage, Retry
 from msgtable.engine.lease import (
@@ -77,67 +87,11 @@ PLACEMENT_DDL = f"""CREATE TABLE IF NOT EXISTS {PLACEMENT_TABLE} (
   released TINYINT NOT NULL DEFAULT 0,
   PRIMARY KEY (kind, name)
 ) COMMENT='msgtable: which server sends which message table of this database'"""
-# the unit of the table-event follower (msgtable.features.capture.follower): no table is named ''
-CAPTURE = ""
-# the unit of every schedule (msgtable.features.schedules): the name of their own table, which
-# is no message table's
-SCHEDULES = "msgtable_schedules"
-SERVER, TABLE, CAPTURE_KIND, SCHEDULES_KIND = "server", "table", "capture", "schedules"
+SERVICE = "service:"  # the kinds of a server's other services' rows: service:NAME
 # Rows of units whose lease ended this long ago, and of servers gone this long, are deleted
 # (by whichever server notices; nobody holds them): dropped tables, restarted servers.
 FORGET_AFTER_S = 3600.0
 FORGET_EVERY = 100  # steps between two such deletions
-
-
-def kind_of(unit: str) -> str:
-    if unit == CAPTURE:
-        return CAPTURE_KIND
-    return SCHEDULES_KIND if unit == SCHEDULES else TABLE
-
-
-def rank(server: str, unit: str) -> int:
-    """How much ``server`` (its id) wants ``unit``: the rendezvous hash of the two."""
-    digest = hashlib.blake2b(f"{server}\0{unit}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big")
-
-
-def assign(
-    units: Iterable[str], servers: Iterable[str], holders: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """Which server (by id) sends each unit. Of U units over N servers each server's share is
-    U // N, and U % N of them (the first to reach it) take one more: every server has U // N
-    or one more. First each unit held by a live server (``holders``: unit -> server id)
-    stays there while that server is below its share, in name order; then each of the
-    others, in name order, goes to the server that ranks it highest among those below their
-    share. The same on every server that read the same rows; a server that joins takes its
-    share from the others and nothing else moves, and the units of one that leaves go to
-    the others, the rest staying where they are (tests.unit.test_placement)."""
-    members = sorted(set(servers))
-    names = sorted(set(units))
-    if not members:
-        return {}
-    share, extra = divmod(len(names), len(members))
-    load = dict.fromkeys(members, 0)
-    out: dict[str, str] = {}
-
-    def place(u: str, s: str) -> bool:
-        nonlocal extra
-        if load[s] < share or (load[s] == share and extra > 0):
-            if load[s] == share:
-                extra -= 1
-            out[u] = s
-            load[s] += 1
-            return True
-        return False
-
-    held = holders or {}
-    for u in names:
-        if held.get(u) in load:
-            place(u, held[u])
-    for u in names:
-        if u not in out:
-            any(place(u, s) for s in sorted(members, key=lambda s: rank(s, u), reverse=True))
-    return out
 
 
 @dataclass(frozen=True)
@@ -184,6 +138,7 @@ class Placement:
         holder: str | None = None,
         outage: Outage | None = None,
         timed: Timed = untimed,
+        services: Mapping[str, str] | None = None,
     ) -> None:
         if period_s < MIN_LEASE_PERIOD_S:
             raise MsgtableError(f"the lease period must be at least {MIN_LEASE_PERIOD_S}s")
@@ -206,6 +161,8 @@ class Placement:
         self._holders: dict[str, tuple[str, float]] = {}
         self._assigned: dict[str, str] = {}  # unit -> its server's id, as the last step decided
         self._servers: dict[str, str] = {}  # live server id -> address, as last read
+        self.services = dict(services or {})  # this server's other services: name -> address
+        self._services: dict[tuple[str, str], str] = {}  # (name, server address) -> address
         self.late_renewals = 0
         self.old_lease_holder = ""  # an old server's address while it holds msgtable_lease
         self._old_lease = False  # msgtable_lease exists: read its row each step
@@ -282,6 +239,11 @@ class Placement:
         """The live servers (id -> address) as the last step read them, this one included."""
         return dict(self._servers)
 
+    def service(self, name: str, server: str) -> str:
+        """The address of service ``name`` of the live server at ``server`` (its address),
+        as the last step read it ("": none)."""
+        return self._services.get((name, server), "")
+
     def wake(self) -> None:
         """Step soon (the units changed)."""
         self._wake.set()
@@ -351,10 +313,11 @@ class Placement:
                 with self._timed("lease_release"), self._cursor() as cur:
                     for u in sorted(units, key=lambda u: (kind_of(u), u)):  # in key order
                         self._give_back(cur, u, released(u))
+                    kinds = [SERVER, *(SERVICE + n for n in self.services)]
                     cur.execute(
-                        f"UPDATE {PLACEMENT_TABLE} SET expires = UTC_TIMESTAMP(6) "
-                        "WHERE kind = %s AND name = %s",
-                        (SERVER, self.holder),
+                        f"UPDATE {PLACEMENT_TABLE} SET expires = UTC_TIMESTAMP(6) WHERE name = "
+                        f"%s AND kind IN ({', '.join(['%s'] * len(kinds))})",
+                        (self.holder, *kinds),
                     )
                     self._conn.commit()
             except Exception as exc:
@@ -404,7 +367,7 @@ class Placement:
             if handovers:
                 log.info(
                     "placement: this server hands over %s (to %s)",
-                    _names([u for u, _ in handovers]),
+                    unit_names([u for u, _ in handovers]),
                     ", ".join(sorted({s or "another server" for _, s in handovers})),
                 )
             for unit, sender in handovers:
@@ -416,7 +379,7 @@ class Placement:
                 log.info(
                     "placement: this server (%s) now sends %s",
                     self.address,
-                    _names([u for u, _ in took]),
+                    unit_names([u for u, _ in took]),
                 )
             for unit, takeover in took:
                 self._on_gain(unit, takeover)
@@ -460,7 +423,7 @@ class Placement:
         if lost:
             log.warning(
                 "placement: lost %s (not renewed within %gs); this server stops sending them",
-                _names(lost),
+                unit_names(lost),
                 self.period_s,
             )
         for unit in lost:
@@ -482,21 +445,7 @@ class Placement:
                     "MICROSECOND WHERE kind = %s AND name = %s AND holder = %s AND released = 0",
                     (period_us, kind, name, self.holder),
                 )
-            cur.execute(
-                f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, released) "
-                "VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND, 0) "
-                "ON DUPLICATE KEY UPDATE address = %s, "
-                "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND",
-                (
-                    SERVER,
-                    self.holder,
-                    self.holder,
-                    self.address,
-                    period_us,
-                    self.address,
-                    period_us,
-                ),
-            )
+            self._renew_presence(cur, period_us)
             cur.execute(
                 "SELECT kind, name, holder, address, released, "
                 "TIMESTAMPDIFF(MICROSECOND, expires, UTC_TIMESTAMP(6)) "
@@ -514,16 +463,7 @@ class Placement:
                     + ", ".join(["(%s, %s, '', '', UTC_TIMESTAMP(6), 0)"] * len(new)),
                     [v for unit in new for v in (kind_of(unit), unit)],
                 )
-            old = ""
-            if self._old_lease:
-                cur.execute(
-                    f"SELECT address, released, TIMESTAMPDIFF(MICROSECOND, expires, "
-                    f"UTC_TIMESTAMP(6)) FROM {LEASE_TABLE} WHERE name = %s",
-                    (LEASE_NAME,),
-                )
-                got = cur.fetchone()
-                if got is not None and not got[1] and int(got[2]) < 0:
-                    old = str(got[0])
+            old = self._old_lease_address(cur) if self._old_lease else ""
             self._steps += 1
             if self._steps % FORGET_EVERY == 0:
                 # rows picked by the plain read above, deleted by primary key: a DELETE by
@@ -549,6 +489,44 @@ class Placement:
         self.old_lease_holder = old
         return rows
 
+    def _renew_presence(self, cur: Any, period_us: int) -> None:
+        """This server's row (its presence and address) and its services' rows, renewed."""
+        cur.execute(
+            f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, released) "
+            "VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND, 0) "
+            "ON DUPLICATE KEY UPDATE address = %s, "
+            "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND",
+            (
+                SERVER,
+                self.holder,
+                self.holder,
+                self.address,
+                period_us,
+                self.address,
+                period_us,
+            ),
+        )
+        for name, address in self.services.items():
+            cur.execute(
+                f"INSERT INTO {PLACEMENT_TABLE} (kind, name, holder, address, expires, "
+                "released) VALUES (%s, %s, %s, %s, UTC_TIMESTAMP(6) + INTERVAL %s "
+                "MICROSECOND, 1) ON DUPLICATE KEY UPDATE address = %s, "
+                "expires = UTC_TIMESTAMP(6) + INTERVAL %s MICROSECOND",
+                (SERVICE + name, self.holder, self.holder, *(address, period_us) * 2),
+            )
+
+    def _old_lease_address(self, cur: Any) -> str:
+        """The address of a live holder of the old single lease ("" none)."""
+        cur.execute(
+            f"SELECT address, released, TIMESTAMPDIFF(MICROSECOND, expires, "
+            f"UTC_TIMESTAMP(6)) FROM {LEASE_TABLE} WHERE name = %s",
+            (LEASE_NAME,),
+        )
+        got = cur.fetchone()
+        if got is not None and not got[1] and int(got[2]) < 0:
+            return str(got[0])
+        return ""
+
     def _decide(
         self, rows: list[Row], mine: set[str], began: float
     ) -> tuple[list[str], list[tuple[str, str]]]:
@@ -557,7 +535,12 @@ class Placement:
         servers = {r.name: r.address for r in rows if r.kind == SERVER and r.over_us < 0}
         servers[self.holder] = self.address
         self._servers = servers
-        leases = {r.name: r for r in rows if r.kind != SERVER}
+        self._services = {
+            (r.kind[len(SERVICE) :], servers[r.name]): r.address
+            for r in rows
+            if r.kind.startswith(SERVICE) and r.over_us < 0 and r.name in servers
+        }
+        leases = {r.name: r for r in rows if r.kind != SERVER and not r.kind.startswith(SERVICE)}
         # a lease read as ending in d ends at began + d at the latest on this clock
         self._holders = {
             n: (r.address, began - r.over_us / 1e6)
@@ -644,7 +627,7 @@ class Placement:
                 self._conn.commit()
         except Exception as exc:
             log.warning(
-                "placement: could not give %s back (it ends by itself): %s", _what(unit), exc
+                "placement: could not give %s back (it ends by itself): %s", what(unit), exc
             )
             self._drop_connection()
 
@@ -706,30 +689,3 @@ def _unknown(rows: list[Row], mine: set[str], period_s: float) -> set[str]:
         for r in rows
         if r.kind == TABLE and r.name not in mine and (r.live or r.over_us < recent_us)
     }
-
-
-LOGGED_NAMES = 10  # a log line names this many units at most, then counts the rest
-
-
-def _names(units: list[str]) -> str:
-    """Units for a log line: "table a, table b and the table events", or "N tables: a,
-    b, ... and K more"."""
-    tables = sorted(u for u in units if u not in (CAPTURE, SCHEDULES))
-    shown = tables[:LOGGED_NAMES]
-    text = (
-        (f"table {shown[0]}" if len(tables) == 1 else f"{len(tables)} tables: {', '.join(shown)}")
-        if tables
-        else ""
-    )
-    if len(tables) > LOGGED_NAMES:
-        text += f" and {len(tables) - LOGGED_NAMES} more"
-    for unit in (CAPTURE, SCHEDULES):
-        if unit in units:
-            text = f"{text} and {_what(unit)}" if text else _what(unit)
-    return text
-
-
-def _what(unit: str) -> str:
-    if unit in (CAPTURE, SCHEDULES):
-        return "the table events" if unit == CAPTURE else "the schedules"
-    return f"table {unit}"

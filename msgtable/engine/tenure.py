@@ -14,10 +14,11 @@ from __future__ import annotations
 import threading
 import time
 
+from msgtable.core.assignment import CAPTURE
 from msgtable.core.clock import Clock
 from msgtable.core.tables import TableConfig
 from msgtable.engine.lease import Takeover
-from msgtable.engine.placement import CAPTURE, Placement
+from msgtable.engine.placement import Placement
 from msgtable.errors import NotLeader
 
 # After an unclean takeover: how far the old holder's clock may have been ahead of this

@@ -35,12 +35,15 @@ def assemble(
     (msgtable.features.capture) while this server sends them; they need a MySQL-family
     database. ``schedule_store``: where schedules are on a store other than MySQL's (tests:
     msgtable.testing.schedules)."""
-    events = store if capture and isinstance(store, MySQLStore) else None
+    # each feature's store, as the store offers it (None: a store without that feature)
+    subscriptions = store.subscription_store
+    endpoints = store.endpoint_store
+    events = store.connections() if capture else None
     # schedules (msgtable.features.schedules): in the database's msgtable_schedules table
     schedules = ScheduleSQL(store) if isinstance(store, MySQLStore) else schedule_store
     features = Features(
-        subscriptions=Registry,
-        push=lambda host: Pushers(host, push_allow, push_ca_file),
+        subscriptions=lambda host: Registry(host, subscriptions),
+        push=lambda host: Pushers(host, endpoints, push_allow, push_ca_file),
         capture=lambda host: Capture(host, events),
         schedules=lambda host: Schedules(host, schedules),
     )

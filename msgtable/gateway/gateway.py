@@ -11,7 +11,9 @@ The gateway holds no state and no database connection: it reads the keyspace fil
   call a shard, at once; the count is their sum. An id that is not an integer 0 to 2**64-1
   has no shard: INVALID_ARGUMENT.
 * ListTables and ListSubscriptions list every shard's entries, each naming its ``shard``; a
-  shard that does not answer is named in ``database_error``.
+  shard that does not answer is named in ``database_error``. ListTables' ``sqs_calls`` are the
+  shards' servers' that answered (one a shard), summed by action; its ``sqs_listen`` is ""
+  (the gateway serves no SQS API: a queue is one shard's table, at that shard's servers).
 * ListDeadLetters merges the shards' dead letters by id; Redrive by ids goes to their shards,
   a batch by ``after`` / ``limit`` to every shard (``last`` is where every shard's next batch
   starts).
@@ -309,6 +311,8 @@ class GatewayServicer(MessagingServicer):
                 continue
             if answer.database_error:
                 problems.append(f"shard {name}: {answer.database_error}")
+            for action, n in answer.sqs_calls.items():
+                response.sqs_calls[action] += n
             for t in answer.tables:
                 if self._may_list(context, t.name, t.subscription):
                     t.shard = t.shard or name

@@ -37,6 +37,7 @@ from msgtable.observe.exposition import CONTENT_TYPE, COUNTER, GAUGE, HISTOGRAM,
 from msgtable.server import webserver
 from msgtable.server.webserver import WebServer
 from msgtable.store.backlog import DEFAULT_MAX_AGE_S, SCRAPE_WAIT_S, Backlog
+from msgtable.store.protocol import Store
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class MetricsSource(Protocol):
     postpones_skipped: int  # postpones a demotion noticed too late did not write
     binlog: Any  # msgtable.engine.binlog.BinlogFollower | None
     capture: Any  # msgtable.features.capture.follower.CaptureFollower | None
-    store: Any  # msgtable.store.mysqlstore.MySQLStore counts its failed statements
+    store: Store  # its statement_stats: failed statements and latencies (MySQL only)
 
     @property
     def leading(self) -> bool: ...
@@ -362,26 +363,24 @@ class EngineCollector(Collector):
         )
         up.add(ks, 0 if engine.database_error() else 1)
         out.append(up)
-        latency = getattr(engine.store, "statement_latency_snapshot", None)
-        if latency is not None:
+        stats = engine.store.statement_stats()
+        if stats is not None:
             h = Family(
                 PREFIX + "database_statement_duration_seconds",
                 HISTOGRAM,
                 "How long the server's database statements took, by kind (poll, claim, ack...).",
                 ("keyspace", "kind"),
             )
-            for kind, snapshot in sorted(latency().items()):
+            for kind, snapshot in sorted(stats.statement_latency_snapshot().items()):
                 h.add_histogram((engine.keyspace, kind), snapshot)
             out.append(h)
-        failed = getattr(engine.store, "database_errors", None)
-        if failed is not None:
             errors = Family(
                 PREFIX + "database_errors",
                 COUNTER,
                 "Statements that failed: the database away, a deadlock, a lock wait timeout...",
                 ("keyspace",),
             )
-            errors.add(ks, failed)
+            errors.add(ks, stats.database_errors)
             out.append(errors)
         if self.streams is not None:
             streams = Family(

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -62,6 +62,9 @@ from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server import wire
 from msgtable.server.auth import ANONYMOUS, Authorizer
 from msgtable.server.listen import cannot_listen
+
+if TYPE_CHECKING:
+    from msgtable.server.sqs.app import SqsServer
 
 log = logging.getLogger(__name__)
 
@@ -251,6 +254,7 @@ class MessagingServicer(pb_grpc.MessagingServicer):
         self._lock = threading.Lock()
         self._active: set[Subscriber] = set()
         self._stopping = threading.Event()
+        self.sqs: SqsServer | None = None  # the SQS API beside it (ListTables names it)
 
     def streams(self) -> int:
         """MessageStream calls open now (msgtable.observe.metrics)."""
@@ -523,6 +527,8 @@ class MessagingServicer(pb_grpc.MessagingServicer):
             return pb.ListTablesResponse(
                 tables=[codec.table_status_to_proto(t) for t in tables],
                 database_error=self._engine.database_error(),
+                sqs_listen=self.sqs.address if self.sqs is not None else "",
+                sqs_calls=self.sqs.calls_by_action() if self.sqs is not None else {},
             )
         except Exception as exc:
             _fail(context, "ListTables", exc)

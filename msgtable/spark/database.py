@@ -166,7 +166,7 @@ def subscription(dsn: str, cfg: TableConfig, name: str) -> SubscriptionView:
     state_table = state_table_name(cfg.name, name)  # InvalidArgument for a bad name
     store = MySQLStore.from_dsn(dsn)
     try:
-        subs, state_columns = store.subscriptions()
+        subs, state_columns = store.subscription_store.subscriptions()
     finally:
         store.close()
     columns = state_columns.get(state_table)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from msgtable.spark import register
 from msgtable.spark.errors import SparkError
@@ -90,7 +91,7 @@ def session(
             builder = builder.config("spark.jars", jar)
     if local_jvm:
         java_command()
-    with _output_to(jvm_output):
+    with _output_to(jvm_output), _jvm_started_without_python_in_the_child():
         try:
             spark = builder.getOrCreate()
         except Exception as exc:
@@ -100,6 +101,33 @@ def session(
             raise SparkError(f"Spark did not start: {said}") from exc
     register(spark)
     return spark
+
+
+@contextmanager
+def _jvm_started_without_python_in_the_child() -> Iterator[None]:
+    """Within the block, PySpark starts its JVM with no Python code between fork and exec.
+
+    PySpark passes a ``preexec_fn`` (to ignore SIGINT in the JVM), and a child with one runs
+    every handler registered for fork: gRPC's, in a process whose gRPC threads are busy, can
+    kill that child before it execs java, and PySpark then says only that the gateway exited.
+    Without ``preexec_fn`` the child execs at once; a session of its own keeps the JVM out of
+    the terminal's Ctrl-C as PySpark meant (it still ends with this process, when its stdin
+    pipe closes)."""
+    from pyspark import java_gateway
+
+    names = vars(java_gateway)  # PySpark's module calls its own name Popen
+    started = names["Popen"]
+
+    def popen(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        kwargs.pop("preexec_fn", None)
+        child: subprocess.Popen[bytes] = subprocess.Popen(command, start_new_session=True, **kwargs)
+        return child
+
+    names["Popen"] = popen
+    try:
+        yield
+    finally:
+        names["Popen"] = started
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""The store wing: the Store Protocol, the MySQL store and every SQL statement, each
+"""The store wing: the Store Protocols, the MySQL store and every SQL statement, each
 feature's in a module of its own (an object the MySQL store composes), and the connections to
 the database.
 
@@ -9,11 +9,13 @@ Modules:
     dbpool         A small pool of DBAPI connections to one MySQL-family database
     deadletters    Every SQL statement of dead letters
     discovery      What information_schema says of the message tables
+    endpoints      Every SQL statement of push endpoints
     mysql          What msgtable knows of MySQL and MariaDB, in one place
     mysqlstore     The Store on MySQL and MariaDB: the statements of each table run on its pools
     ordering       The SQL of ordering per key (msgtable.engine.ordered)
-    protocol       The Store Protocol: what the engine asks of a database
+    protocol       The Store Protocols: what the engine and each feature ask of a database
     schedules      Every SQL statement of schedules (msgtable.features.schedules)
+    sqsqueues      The SQS API's managed queues' SQL: CREATE TABLE, DROP TABLE, a purge
     statements     The SQL of one message table, written once per TableConfig
     subscriptions  Every SQL statement of subscriptions
 """

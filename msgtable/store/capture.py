@@ -1,6 +1,6 @@
 """The capture follower's SQL (msgtable.features.capture.follower): its position table, and the
-multi-row
-INSERTs of events into capture tables, written with the position in one transaction.
+multi-row INSERTs of events into capture tables, written with the position in one
+transaction (msgtable.store.protocol.CaptureStore on MySQL).
 
 The position row is updated only WHERE it still holds the position this follower started
 from or last wrote: a second server that follows the binlog too (a lease moving, a clock
@@ -52,8 +52,9 @@ def insert_statement(table: str) -> str:
     return f"INSERT INTO {quote(table)} ({columns}) VALUES ({values})"
 
 
-class CaptureStore:
-    """One connection of the follower's own (pymysql ``settings``, ``database``)."""
+class CaptureSQL:
+    """The CaptureStore on one connection of the follower's own (pymysql ``settings``,
+    ``database``)."""
 
     def __init__(self, settings: dict[str, Any], database: str, timed: Timed = untimed) -> None:
         self._settings = {**settings, "database": database, "autocommit": False}

@@ -1,13 +1,14 @@
 """The Store on MySQL 8 and MariaDB 10.6+: :class:`MySQLStore` runs the statements of each table
 (msgtable.store.statements.TableStatements, written once per TableConfig) on plain DBAPI
 connections (msgtable.store.dbpool), and composes each feature's SQL object, run on the same
-pools: subscriptions' (msgtable.store.subscriptions.SubscriptionSQL) and ordering per key's
-(msgtable.store.ordering.OrderSQL). Database failures surface as
-:class:`~msgtable.errors.Unavailable` (retry later) or :class:`~msgtable.errors.TableNotFound`
-(the table went away). The store's SQL is in the store wing (msgtable.store's docstring lists
-its modules); the lease's is in msgtable.engine.lease, the binlog follower's one in
-msgtable.engine.binlog, the demo table's DDL in msgtable.core.tables, and the throwaway
-server's own set-up in msgtable.testing.devdb.
+pools: subscriptions' (msgtable.store.subscriptions.SubscriptionSQL), push endpoints'
+(msgtable.store.endpoints.EndpointSQL) and ordering per key's (msgtable.store.ordering.OrderSQL);
+the capture follower's runs on a connection of its own (msgtable.store.capture.CaptureSQL).
+Database failures surface as :class:`~msgtable.errors.Unavailable` (retry later) or
+:class:`~msgtable.errors.TableNotFound` (the table went away). The store's SQL is in the
+store wing (msgtable.store's docstring lists its modules); the lease's is in
+msgtable.engine.lease, the binlog follower's one in msgtable.engine.binlog, the demo table's
+DDL in msgtable.core.tables, and the throwaway server's own set-up in msgtable.testing.devdb.
 
 The send is the heart of "never a send after an ack has committed": a locking read (or, with
 vt_postpone_after=0, the postpone UPDATE itself) that only matches rows still unacked, still
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,13 +35,14 @@ from msgtable.core.latency import STATEMENT_BUCKETS_S, LatencyHistogram, Latency
 from msgtable.core.retry import Outage
 from msgtable.core.rows import CachedRow, PolledRow, PollKey, group_by_epoch, poll_key
 from msgtable.core.sql import in_list
-from msgtable.core.subscriptions import LoadedSubscription, Subscription, SubscriptionState
-from msgtable.core.tables import Column, TableConfig
+from msgtable.core.tables import TableConfig
 from msgtable.errors import DatabaseUnavailable, InvalidArgument, MsgtableError
 from msgtable.store.backlog import AGE_BOUNDS_S, BacklogCounts
+from msgtable.store.capture import CaptureSQL
 from msgtable.store.dbpool import ConnectionPool
 from msgtable.store.deadletters import DeadStatements, RedriveStatements, delivery_expr, first_expr
 from msgtable.store.discovery import TableDefinition, read_definitions
+from msgtable.store.endpoints import EndpointSQL
 from msgtable.store.mysql import (
     CONNECT_TIMEOUT_S,
     IO_TIMEOUT_S,
@@ -51,6 +53,7 @@ from msgtable.store.mysql import (
     database_error,
     error_code,
     parse_url,
+    pymysql_args,
     server_text,
     with_driver,
 )
@@ -110,8 +113,10 @@ class MySQLStore:
             tuple[int, int], tuple[TableConfig, TableConfig | None, DeadStatements]
         ] = {}
         # Each feature's SQL is an object of its own, run on these pools (composed, not
-        # inherited): the verbs below hand their calls to it.
-        self.subscription_sql = SubscriptionSQL(self)
+        # inherited): ordering's verbs below hand their calls to it; subscriptions' and
+        # push endpoints' are the capabilities of msgtable.store.protocol.Store.
+        self.subscription_store = SubscriptionSQL(self)
+        self.endpoint_store = EndpointSQL(self)
         self.order_sql = OrderSQL(self)
 
     @classmethod
@@ -243,13 +248,16 @@ class MySQLStore:
         after: PollKey | None = None,
         created: bool = False,
         floor_ns: int | None = None,
+        skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]:
         """Up to ``limit`` due, unacked rows, best first, after the key ``after`` if given,
         as read: (priority, time_next, epoch, id, other message columns...); and the key
         of the last row read (None when there was none). ``created``: each row ends with its
         time_created (None for a table without the column). ``floor_ns``: only rows whose
-        time_next or time_created (where the table has it) is after it."""
-        sql, params = self.statements(cfg).poll_query(now_ns, limit, after, created, floor_ns)
+        time_next or time_created (where the table has it) is after it. ``skip_keys``: not
+        the rows of these values of the vt_fair_key column (msgtable.engine.flow)."""
+        statements = self.statements(cfg)
+        sql, params = statements.poll_query(now_ns, limit, after, created, floor_ns, skip_keys)
         with self._errors(cfg.name, "poll"), self._auto.connection() as conn, conn.cursor() as cur:
             cur.execute(sql, params)
             rows = list(cur.fetchall())
@@ -555,50 +563,17 @@ class MySQLStore:
             conn.commit()
         return batch
 
-    # -- subscriptions (msgtable.store.subscriptions.SubscriptionSQL) ------------------------
-    def subscriptions(self) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
-        return self.subscription_sql.subscriptions()
+    # -- capabilities (msgtable.store.protocol.Store) --------------------------------------
+    def connections(self) -> MySQLStore:
+        """Itself: its URL, database, outage and timing (msgtable.store.protocol.Connections)."""
+        return self
 
-    def create_subscription(
-        self, table: TableConfig, loaded: LoadedSubscription, from_start: bool, now_ns: int
-    ) -> int:
-        return self.subscription_sql.create_subscription(table, loaded, from_start, now_ns)
+    def statement_stats(self) -> MySQLStore:
+        return self
 
-    def alter_subscription(self, sub: Subscription) -> None:
-        self.subscription_sql.alter_subscription(sub)
-
-    def drop_subscription(self, table: str, name: str, state_table: str) -> None:
-        self.subscription_sql.drop_subscription(table, name, state_table)
-
-    def set_subscription_state(
-        self, sub: Subscription, state: SubscriptionState, now_ns: int
-    ) -> None:
-        self.subscription_sql.set_subscription_state(sub, state, now_ns)
-
-    def touch_subscriptions(self, subs: Sequence[Subscription], now_ns: int) -> None:
-        self.subscription_sql.touch_subscriptions(subs, now_ns)
-
-    def subscription_lag(
-        self, state_tables: Mapping[str, str], cap: int
-    ) -> dict[str, tuple[int, int | None]]:
-        return self.subscription_sql.subscription_lag(state_tables, cap)
-
-    def delete_orphans(
-        self, state_table: str, source: str, after: Hashable | None, limit: int
-    ) -> tuple[int, Hashable | None]:
-        return self.subscription_sql.delete_orphans(state_table, source, after, limit)
-
-    def pending_fanout(self, table: str, cap: int) -> int:
-        return self.subscription_sql.pending_fanout(table, cap)
-
-    def fanout(
-        self,
-        table: TableConfig,
-        loaded: Mapping[str, LoadedSubscription],
-        now_ns: int,
-        limit: int,
-    ) -> tuple[dict[str, int], set[str]]:
-        return self.subscription_sql.fanout(table, loaded, now_ns, limit)
+    def capture_store(self) -> CaptureSQL:
+        """The capture follower's connection of its own (msgtable.store.capture)."""
+        return CaptureSQL(pymysql_args(self.url), self.database, self.timed)
 
     # -- ordering per key (msgtable.store.ordering.OrderSQL) ---------------------------------
     def order_keys(

@@ -1,19 +1,36 @@
-"""The Store Protocol: what the engine asks of a database (discovery, a message's life,
-settlement, dead letters, an ordered table's reads, the backlog). Implementations:
-msgtable.store.mysqlstore.MySQLStore (MySQL 8 and MariaDB 10.6+) and
-msgtable.testing.memory.InMemoryStore; tests/integration/test_store_contract.py runs the same
-cases on both.
+"""The Store Protocols: what the engine and each feature ask of a database.
+
+:class:`Store` is the engine's (discovery, a message's life, settlement, the backlog), with
+dead letters' (:class:`DeadLetterStore`) and an ordered table's reads (:class:`OrderStore`).
+Each feature's store is a Protocol of its own, which a Store offers as a capability (None: the
+store has no such feature; the assembly point, msgtable.features.assembly, hands it to the
+feature): :class:`SubscriptionStore`, :class:`EndpointStore`; and what only a MySQL-family
+server has: connections of one's own for the lease and the binlog readers
+(:class:`Connections`, whose capture follower writes through a :class:`CaptureStore`), and
+its statements' counts (:class:`StatementStats`).
+
+Implementations: msgtable.store.mysqlstore.MySQLStore (MySQL 8 and MariaDB 10.6+, composing
+msgtable.store.subscriptions.SubscriptionSQL, msgtable.store.endpoints.EndpointSQL and
+msgtable.store.capture.CaptureSQL) and msgtable.testing.memory.InMemoryStore (composing the
+fakes of msgtable.testing); tests/integration/test_*store_contract.py run the same cases on
+both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+import sqlalchemy as sa
 
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
+from msgtable.core.endpoints import Endpoint
+from msgtable.core.latency import LatencySnapshot
 from msgtable.core.retry import Outage
 from msgtable.core.rows import CachedRow, PolledRow, PollKey
-from msgtable.core.tables import TableConfig
+from msgtable.core.subscriptions import LoadedSubscription, Subscription, SubscriptionState
+from msgtable.core.tables import Column, TableConfig
 from msgtable.store.backlog import BacklogCounts
 from msgtable.store.discovery import TableDefinition
 
@@ -24,8 +41,59 @@ Deliver = Callable[[list[CachedRow]], None]
 Keep = Callable[[Sequence[CachedRow], Collection[Hashable]], list[CachedRow]]
 
 
-class Store(Protocol):
-    """What the engine asks of a database. Implementations: MySQLStore, InMemoryStore."""
+class DeadLetterStore(Protocol):
+    """Dead letters (msgtable.core.deadletters): bury, list, count, redrive."""
+
+    def bury(
+        self,
+        cfg: TableConfig,
+        dead: TableConfig | None,
+        ids: Sequence[Hashable],
+        now_ns: int,
+        reason: str | None,
+        first: Collection[Hashable] = (),
+        due_at_epoch: tuple[int | None] | None = None,
+    ) -> list[Hashable]: ...
+
+    def dead_letters(
+        self, cfg: TableConfig, dead: TableConfig | None, after: Hashable | None, limit: int
+    ) -> list[DeadLetter]: ...
+
+    def count_dead(
+        self, tables: Sequence[tuple[TableConfig, TableConfig | None]]
+    ) -> dict[str, int]: ...
+
+    def redrive(
+        self,
+        dead: TableConfig,
+        target: TableConfig,
+        ids: Sequence[Hashable] | None,
+        after: Hashable | None,
+        limit: int,
+        now_ns: int,
+    ) -> RedriveBatch: ...
+
+
+class OrderStore(Protocol):
+    """An ordered table's reads (msgtable.engine.ordered): its keys, each key's run, the
+    rows of no key."""
+
+    def order_keys(
+        self, cfg: TableConfig, after: object | None, limit: int
+    ) -> list[tuple[object, Hashable]]: ...
+
+    def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]: ...
+
+    def unkeyed(
+        self, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
+    ) -> list[PolledRow]: ...
+
+
+class Store(DeadLetterStore, OrderStore, Protocol):
+    """What the engine asks of a database. Implementations: MySQLStore, InMemoryStore.
+
+    Its capabilities (each None where the store has no such feature) are decided once, where
+    the server is assembled: never by asking a store what it is."""
 
     database: str
     outage: Outage  # whether the database answers (msgtable.core.retry)
@@ -40,6 +108,7 @@ class Store(Protocol):
         after: PollKey | None = None,
         created: bool = False,
         floor_ns: int | None = None,
+        skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]: ...
 
     def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
@@ -119,45 +188,164 @@ class Store(Protocol):
         attempts: Sequence[int] | None = None,
     ) -> int: ...
 
-    def bury(
-        self,
-        cfg: TableConfig,
-        dead: TableConfig | None,
-        ids: Sequence[Hashable],
-        now_ns: int,
-        reason: str | None,
-        first: Collection[Hashable] = (),
-        due_at_epoch: tuple[int | None] | None = None,
-    ) -> list[Hashable]: ...
-
-    def dead_letters(
-        self, cfg: TableConfig, dead: TableConfig | None, after: Hashable | None, limit: int
-    ) -> list[DeadLetter]: ...
-
-    def count_dead(
-        self, tables: Sequence[tuple[TableConfig, TableConfig | None]]
-    ) -> dict[str, int]: ...
-
-    def redrive(
-        self,
-        dead: TableConfig,
-        target: TableConfig,
-        ids: Sequence[Hashable] | None,
-        after: Hashable | None,
-        limit: int,
-        now_ns: int,
-    ) -> RedriveBatch: ...
-
-    def order_keys(
-        self, cfg: TableConfig, after: object | None, limit: int
-    ) -> list[tuple[object, Hashable]]: ...
-
-    def runs(self, cfg: TableConfig, keys: Sequence[object], per_key: int) -> list[PolledRow]: ...
-
-    def unkeyed(
-        self, cfg: TableConfig, now_ns: int, after: Hashable | None, limit: int
-    ) -> list[PolledRow]: ...
-
     def backlog(self, cfgs: Sequence[TableConfig], now_ns: int) -> dict[str, BacklogCounts]: ...
 
     def close(self) -> None: ...
+
+    @property
+    def subscription_store(self) -> SubscriptionStore | None:
+        """Subscriptions' definitions, state tables and fan-out."""
+        ...
+
+    @property
+    def endpoint_store(self) -> EndpointStore | None:
+        """Push endpoints' definitions."""
+        ...
+
+    def connections(self) -> Connections | None:
+        """The database's own connections (a lease, the binlog readers): MySQL only."""
+        ...
+
+    def statement_stats(self) -> StatementStats | None:
+        """Its statements' failures and latencies (msgtable.observe.metrics)."""
+        ...
+
+
+class SubscriptionStore(Protocol):
+    """Subscriptions (msgtable.core.subscriptions; msgtable.features.subscriptions): the
+    definitions, a state table per subscription (served by the Store like a table), the
+    fan-out of new rows into them, lag and the clean-up of orphans."""
+
+    def subscriptions(self) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
+        """Every definition, and the columns of every state table (by name)."""
+        ...
+
+    def create_subscription(
+        self, table: TableConfig, loaded: LoadedSubscription, from_start: bool, now_ns: int
+    ) -> int:
+        """The definition and state table (on a table's first: the rows before it seen by
+        none); with ``from_start`` every retained unacked row the filter passes too (returns
+        how many). InvalidArgument if it exists."""
+        ...
+
+    def alter_subscription(self, sub: Subscription) -> None:
+        """Store ``sub``'s settings; TableNotFound if there is no such subscription."""
+        ...
+
+    def drop_subscription(self, table: str, name: str, state_table: str) -> None:
+        """The definition and its state table gone; TableNotFound if there is none."""
+        ...
+
+    def set_subscription_state(
+        self, sub: Subscription, state: SubscriptionState, now_ns: int
+    ) -> None: ...
+
+    def touch_subscriptions(self, subs: Sequence[Subscription], now_ns: int) -> None:
+        """These have subscribers now (their expiry starts again)."""
+        ...
+
+    def subscription_lag(
+        self, state_tables: Mapping[str, str], cap: int
+    ) -> dict[str, tuple[int, int | None]]:
+        """By state table (mapped to its message table): unsettled messages whose row is
+        still there (up to ``cap``) and the oldest one's time_created; a state table that is
+        gone is left out."""
+        ...
+
+    def delete_orphans(
+        self, state_table: str, source: str, after: Hashable | None, limit: int
+    ) -> tuple[int, Hashable | None]:
+        """One step over ``limit`` unsettled state rows after ``after``: delete those whose
+        message row is gone. How many, and where the next step starts (None: the end)."""
+        ...
+
+    def pending_fanout(self, table: str, cap: int) -> int:
+        """Rows of ``table`` not handed to its subscriptions yet (up to ``cap``)."""
+        ...
+
+    def fanout(
+        self,
+        table: TableConfig,
+        loaded: Mapping[str, LoadedSubscription],
+        now_ns: int,
+        limit: int,
+    ) -> tuple[dict[str, int], set[str]]:
+        """Hand up to ``limit`` unseen rows (by id) to the active subscriptions, at once:
+        rows each got (key "": rows handed over), and the active ones ``loaded`` lacks (then
+        nothing is handed over)."""
+        ...
+
+
+class EndpointStore(Protocol):
+    """Push endpoints' definitions (msgtable.features.push), one per (table, subscription)."""
+
+    def endpoints(self) -> list[Endpoint]:
+        """Every definition, by table and subscription."""
+        ...
+
+    def set_endpoint(self, ep: Endpoint, now_ns: int) -> None:
+        """Define, or replace, ``ep``'s (table, subscription)'s endpoint."""
+        ...
+
+    def drop_endpoint(self, table: str, subscription: str) -> int:
+        """How many definitions were dropped (0 or 1)."""
+        ...
+
+
+class CaptureStore(Protocol):
+    """What the capture follower (msgtable.features.capture.follower) writes through: the
+    stored binlog position and the events, moved and written together or not at all."""
+
+    def row_metadata(self) -> str:
+        """@@binlog_row_metadata ("" where the server has no such setting)."""
+        ...
+
+    def comment(self, table: str) -> str | None:
+        """The table's COMMENT now (None: no such table now)."""
+        ...
+
+    def start(self, position: str, now_ns: int) -> str:
+        """The stored position; ``position`` is stored first when there is none."""
+        ...
+
+    def stored(self) -> str | None: ...
+
+    def write(
+        self,
+        events: Mapping[str, Sequence[tuple[Any, ...]]],
+        old: str,
+        new: str,
+        now_ns: int,
+    ) -> None:
+        """Insert ``events`` (rows of EVENT_COLUMNS, by capture table) and move the position
+        from ``old`` to ``new`` at once; msgtable.store.capture.PositionMoved (nothing
+        written) when the stored position is not ``old``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Connections(Protocol):
+    """A MySQL-family server's connections of one's own, besides the store's: the lease's
+    (msgtable.engine.placement) and the binlog readers' (msgtable.engine.binlog,
+    msgtable.features.capture)."""
+
+    url: sa.URL
+    database: str
+    outage: Outage
+
+    def timed(self, kind: str) -> AbstractContextManager[None]:
+        """A statement on such a connection, timed as ``kind`` with the store's."""
+        ...
+
+    def capture_store(self) -> CaptureStore:
+        """A connection of its own for the capture follower's writes."""
+        ...
+
+
+class StatementStats(Protocol):
+    """A store's statements, counted (msgtable.observe.metrics)."""
+
+    database_errors: int
+
+    def statement_latency_snapshot(self) -> dict[str, LatencySnapshot]: ...

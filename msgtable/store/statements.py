@@ -138,6 +138,8 @@ class TableStatements:
     purge: str
     purge_holders: int
     expire_dedup: str  # "" without vt_dedup (msgtable.core.dedup)
+    fair_column: str  # the vt_fair_key column as the poll reads it ("": none)
+    fair_from: tuple[str, str]  # a skipping poll's FROM: by the fair index (("", ""): none)
     # settlement (_write_settlement)
     alive: str
     release: str
@@ -168,6 +170,18 @@ class TableStatements:
         body = f" FROM {source} WHERE {n.s}{n.acked} IS NULL AND {n.p_due}"
         select = head + body
         tail = f" ORDER BY {n.order} LIMIT %s"
+        # vt_fair_key: a poll may skip the keys holding their share of the cache (poll_query)
+        fair = cfg.flow.fair_key if cfg.flow is not None else ""
+        self.fair_column = ("m." if cfg.source else "") + quote(fair) if fair else ""
+        # ... by the index on (time_acked, fair key) where the table has one: the others'
+        # rows are read, not the skipped keys' backlog row by row (the optimizer prefers
+        # poller_idx while the skipped keys are few)
+        index = cfg.flow.fair_index if cfg.flow is not None and not cfg.source else ""
+        self.fair_from = (
+            (f" FROM {source} WHERE", f" FROM {source} FORCE INDEX ({quote(index)}) WHERE")
+            if index
+            else ("", "")
+        )
         self.poll = select + tail
         self.poll_after = select + n.after + tail
         self.poll_after_null = select + n.after_null + tail
@@ -324,6 +338,33 @@ class TableStatements:
         after: PollKey | None,
         created: bool = False,
         floor_ns: int | None = None,
+        skip_keys: Sequence[Hashable] = (),
+    ) -> tuple[str, list[Any]]:
+        """A poll's statement and parameters; ``skip_keys``: values of the vt_fair_key column
+        whose rows it leaves out (None among them: the NULL key's)."""
+        sql, params = self._poll_query(now_ns, limit, after, created, floor_ns)
+        if not skip_keys:
+            return sql, params
+        head, order, tail = sql.rpartition(" ORDER BY ")
+        keys = [k for k in skip_keys if k is not None]
+        col = self.fair_column
+        if len(keys) == len(skip_keys):  # the NULL key has room: its rows are read
+            cond = f" AND ({col} NOT IN ({', '.join(['%s'] * len(keys))}) OR {col} IS NULL)"
+        elif keys:  # NOT IN leaves out the NULL key's rows too
+            cond = f" AND {col} NOT IN ({', '.join(['%s'] * len(keys))})"
+        else:
+            cond = f" AND {col} IS NOT NULL"
+        if self.fair_from[0]:
+            head = head.replace(*self.fair_from, 1)
+        return head + cond + order + tail, [*params[:-1], *keys, params[-1]]
+
+    def _poll_query(
+        self,
+        now_ns: int,
+        limit: int,
+        after: PollKey | None,
+        created: bool,
+        floor_ns: int | None,
     ) -> tuple[str, list[Any]]:
         if floor_ns is None:
             plain = (self.poll, self.poll_after, self.poll_after_null)

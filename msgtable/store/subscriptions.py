@@ -29,8 +29,10 @@ from msgtable.core.subscriptions import (
     LoadedSubscription,
     Subscription,
     SubscriptionState,
+    limits_text,
     order_columns,
     parse_columns,
+    parse_limits,
     state_order_index,
 )
 from msgtable.core.tables import DEAD_TIME_NEXT, Column, TableConfig
@@ -56,21 +58,27 @@ REGISTRY_DDL = f"""CREATE TABLE IF NOT EXISTS {REGISTRY} (
   state VARCHAR(16) NOT NULL DEFAULT 'active',
   time_created BIGINT NOT NULL,
   time_active BIGINT NULL,
+  limits TEXT NULL,
   PRIMARY KEY (table_name, name)
 ) ENGINE=InnoDB COMMENT 'msgtable subscriptions'"""
 
 _FIELDS = (
     "table_name, name, filter, columns, ack_wait_s, max_attempts, max_lag, expire_after_s, "
-    "state, time_created, time_active"
+    "state, time_created, time_active, limits"
 )
 SELECT_ALL = f"SELECT {_FIELDS} FROM {REGISTRY} ORDER BY table_name, name"
+# a definitions table made before subscriptions had limits of their own lacks the column
+# (added by the first create or alter: REGISTRY_UPGRADE); read as if each had none
+SELECT_ALL_BEFORE_LIMITS = SELECT_ALL.replace(", limits FROM", ", NULL FROM")
+REGISTRY_UPGRADE = f"ALTER TABLE {REGISTRY} ADD COLUMN limits TEXT NULL"
 # read after the fan-out picked its rows: a row committed after a definition is picked
 # after it, so the read sees the definition (READ COMMITTED reads the latest commit)
 SELECT_TABLE = f"SELECT name, state FROM {REGISTRY} WHERE table_name = %s"
-INSERT = f"INSERT INTO {REGISTRY} ({_FIELDS}) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+INSERT = f"INSERT INTO {REGISTRY} ({_FIELDS}) VALUES ({', '.join(['%s'] * 12)})"
 UPDATE = (
     f"UPDATE {REGISTRY} SET filter = %s, columns = %s, ack_wait_s = %s, max_attempts = %s, "
-    "max_lag = %s, expire_after_s = %s, state = %s WHERE table_name = %s AND name = %s"
+    "max_lag = %s, expire_after_s = %s, state = %s, limits = %s "
+    "WHERE table_name = %s AND name = %s"
 )
 DELETE = f"DELETE FROM {REGISTRY} WHERE table_name = %s AND name = %s"
 # ``{pairs}``: one "(%s, %s)" per (table_name, name)
@@ -84,8 +92,8 @@ STATE_COLUMNS_QUERY = (
     "ON t.TABLE_SCHEMA = c.TABLE_SCHEMA AND t.TABLE_NAME = c.TABLE_NAME "
     "WHERE c.TABLE_SCHEMA = %s AND t.TABLE_COMMENT = %s ORDER BY c.TABLE_NAME, c.ORDINAL_POSITION"
 )
-REGISTRY_EXISTS = (
-    "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
+REGISTRY_COLUMNS = (
+    "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s"
 )
 
 
@@ -132,7 +140,8 @@ def mark_all_seen(table: TableConfig) -> str:
 
 
 def row_to_subscription(row: Sequence[Any]) -> Subscription:
-    table, name, flt, cols, ack_wait, max_att, max_lag, expire, state, created, active = row
+    table, name, flt, cols, ack_wait, max_att, max_lag, expire, state, created, active = row[:11]
+    limits = row[11] if len(row) > 11 else None
     try:
         st = SubscriptionState(str(state))
     except ValueError:
@@ -149,6 +158,7 @@ def row_to_subscription(row: Sequence[Any]) -> Subscription:
         state=st,
         time_created_ns=int(created or 0),
         time_active_ns=int(active or 0),
+        limits=parse_limits(_text(limits or "")),
     )
 
 
@@ -165,6 +175,7 @@ def subscription_params(sub: Subscription) -> list[Any]:
         sub.state.value,
         sub.time_created_ns,
         sub.time_active_ns or None,
+        limits_text(sub.limits) or None,
     ]
 
 
@@ -378,16 +389,32 @@ class SubscriptionSQL:
         with self._pools._errors(table, kind=kind), self._pools._auto_cursor() as cur:
             yield cur
 
+    def _registry_columns(self, cur: Any) -> set[str]:
+        """The definitions table's columns (none: there is no such table yet)."""
+        cur.execute(REGISTRY_COLUMNS, [self._pools.database, REGISTRY_TABLE])
+        return {server_text(r[0]).lower() for r in cur.fetchall()}
+
     def _has_registry(self, cur: Any) -> bool:
-        cur.execute(REGISTRY_EXISTS, [self._pools.database, REGISTRY_TABLE])
-        return bool(cur.fetchone()[0])
+        return bool(self._registry_columns(cur))
+
+    def _upgrade_registry(self, cur: Any) -> None:
+        """Give a definitions table made before own limits their column (concurrent
+        upgrades: the loser's duplicate column is the winner's)."""
+        if "limits" in self._registry_columns(cur):
+            return
+        try:
+            cur.execute(REGISTRY_UPGRADE)
+        except Exception as exc:
+            if error_code(exc) != 1060:  # duplicate column name
+                raise
 
     def subscriptions(self) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
         """Every definition, and the columns of every state table (by name)."""
         with self._cursor(kind="subscriptions") as cur:
-            if not self._has_registry(cur):
+            have = self._registry_columns(cur)
+            if not have:
                 return [], {}
-            cur.execute(SELECT_ALL)
+            cur.execute(SELECT_ALL if "limits" in have else SELECT_ALL_BEFORE_LIMITS)
             subs = [row_to_subscription(r) for r in cur.fetchall()]
             cur.execute(STATE_COLUMNS_QUERY, [self._pools.database, STATE_COMMENT])
             cols: dict[str, list[Column]] = {}
@@ -406,6 +433,7 @@ class SubscriptionSQL:
         sub = loaded.sub
         with self._cursor(table.name, kind="subscription_create") as cur:
             cur.execute(REGISTRY_DDL)
+            self._upgrade_registry(cur)
             if not table.has_column(FANOUT_COLUMN):
                 log.info("table %s: adding column %s for subscriptions", table.name, FANOUT_COLUMN)
                 cur.execute(add_fanout_ddl(table.name))
@@ -451,8 +479,9 @@ class SubscriptionSQL:
         with self._cursor(kind="subscription_alter") as cur:
             if not self._has_registry(cur):
                 raise TableNotFound(f"subscription {sub.label} not found")
+            self._upgrade_registry(cur)
             p = subscription_params(sub)
-            cur.execute(UPDATE, [*p[2:9], sub.table, sub.name])
+            cur.execute(UPDATE, [*p[2:9], p[11], sub.table, sub.name])
             cur.execute(
                 f"SELECT COUNT(*) FROM {REGISTRY} WHERE table_name = %s AND name = %s",
                 [sub.table, sub.name],

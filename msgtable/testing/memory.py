@@ -24,6 +24,7 @@ from msgtable.core.deadletters import (
 )
 from msgtable.core.retry import Outage
 from msgtable.core.rows import CachedRow, PolledRow, PollKey, group_by_epoch
+from msgtable.core.subscriptions import FANOUT_COLUMN
 from msgtable.core.tables import (
     DEAD_TIME_NEXT,
     DEMO_COMMENT,
@@ -42,6 +43,8 @@ from msgtable.store.backlog import AGE_BOUNDS_S, BacklogCounts
 from msgtable.store.deadletters import REJECTED_REASON
 from msgtable.store.discovery import TableDefinition
 from msgtable.store.protocol import Deliver, Keep
+from msgtable.testing.endpoints import InMemoryEndpoints
+from msgtable.testing.subscriptions import InMemorySubscriptions
 
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
@@ -52,6 +55,11 @@ CURRENT_COLUMNS = (
     Column("time_created", "bigint", "bigint"),
     Column("message", "varchar", "varchar(128)"),
 )
+
+
+class DuplicateEntry(Exception):
+    """An INSERT's duplicate of a unique key other than the primary key (a vt_dedup key), as
+    the driver raises MySQL's error 1062: ``args`` are (1062, "Duplicate entry ...")."""
 
 
 class InMemoryStore:
@@ -66,6 +74,9 @@ class InMemoryStore:
         self.polls = 0
         self.rows_read = 0
         self.lock = threading.Lock()
+        # each feature's store, composed (msgtable.store.protocol.Store's capabilities)
+        self.subscription_store = InMemorySubscriptions(self)
+        self.endpoint_store = InMemoryEndpoints(self)
 
     # -- test helpers --------------------------------------------------------------------
     def create_table(
@@ -94,7 +105,23 @@ class InMemoryStore:
             if "time_created" in row:
                 row["time_created"] = time.time_ns()
         row.update(values, id=id)
+        self._refuse_duplicate(table, id, row)
         self.rows[table][id] = row
+
+    def _refuse_duplicate(self, table: str, id: Hashable, row: dict[str, Any]) -> None:
+        """MySQL's unique indexes but the primary key (an insert of a taken id replaces
+        its row here): a key another row holds is refused, NULL keys never collide."""
+        d = self.definitions[table]
+        names = {cols: name for name, cols in d.indexes}
+        for cols in d.unique_indexes:
+            key = tuple(row.get(c) for c in cols)
+            if "id" in cols or any(v is None for v in key):
+                continue
+            for other_id, other in self.rows[table].items():
+                if other_id != id and tuple(other.get(c) for c in cols) == key:
+                    entry = "-".join(str(v) for v in key)
+                    name = names.get(tuple(cols), "_".join(cols))
+                    raise DuplicateEntry(1062, f"Duplicate entry '{entry}' for key '{name}'")
 
     def update(self, table: str, id: Hashable, **values: Any) -> None:
         self.rows[table][id].update(values)
@@ -148,10 +175,15 @@ class InMemoryStore:
         after: PollKey | None = None,
         created: bool = False,
         floor_ns: int | None = None,
+        skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]:
         with self.lock:
             self.polls += 1
             due = [r for r in self._table(cfg.name).values() if self._due(cfg, r, now_ns)]
+            values = self._joined(cfg, due)
+            if skip_keys:  # MySQLStore's: not the rows of these vt_fair_key values
+                fair = cfg.flow.fair_key if cfg.flow is not None else ""
+                due = [r for r in due if values(r).get(fair) not in skip_keys]
             if floor_ns is not None:  # MySQLStore's: time_next or time_created after it
                 due = [
                     r
@@ -162,41 +194,45 @@ class InMemoryStore:
             if after is not None:
                 due = [r for r in due if self._order(self._key(cfg, r)) > self._order(after)]
             picked = due[:limit]
-            self.rows_read += len(picked)
-            rows: list[PolledRow] = [
-                (
-                    self._key(cfg, r)[0],
-                    self._key(cfg, r)[1],
-                    r["epoch"],
-                    *(r[c.name] for c in cfg.message_columns),
-                    *((r.get("time_created"),) if created else ()),
-                )
-                for r in picked
-            ]
+            rows = self._polled(cfg, picked, values, created)
             return rows, (self._key(cfg, picked[-1]) if picked else None)
 
     def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
         if cfg.layout is not Layout.CURRENT:
             return []
         with self.lock:  # (not one of ``polls``: those count a pass's reads)
-            due = [
-                r
-                for r in self._table(cfg.name).values()
-                if self._due(cfg, r, now_ns) and (r["time_next"] or 0) > 0
-            ]
+            table = self._table(cfg.name).values()
+            due = [r for r in table if self._due(cfg, r, now_ns) and (r["time_next"] or 0) > 0]
+            values = self._joined(cfg, due)
             due.sort(key=lambda r: self._order(self._key(cfg, r)))
-            picked = due[:limit]
-            self.rows_read += len(picked)
-            return [
-                (
-                    self._key(cfg, r)[0],
-                    self._key(cfg, r)[1],
-                    r["epoch"],
-                    *(r[c.name] for c in cfg.message_columns),
-                    r.get("time_created"),
-                )
-                for r in picked
-            ]
+            return self._polled(cfg, due[:limit], values, True)
+
+    def _polled(
+        self,
+        cfg: TableConfig,
+        picked: list[dict[str, Any]],
+        values: Callable[[dict[str, Any]], dict[str, Any]],
+        created: bool,
+    ) -> list[PolledRow]:
+        """The rows a poll returns (``values``: where each row's message values are)."""
+        self.rows_read += len(picked)
+        names = [c.name for c in cfg.message_columns]
+        return [
+            (*self._key(cfg, r)[:2], r["epoch"], *(values(r)[c] for c in names))
+            + ((r.get("time_created"),) if created else ())
+            for r in picked
+        ]
+
+    def _joined(
+        self, cfg: TableConfig, due: list[dict[str, Any]]
+    ) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        """Where a polled row's values are: itself, or for a subscription's state row its
+        message row (MySQLStore's JOIN: ``due`` loses state rows whose message row is gone)."""
+        if not cfg.source:
+            return lambda r: r
+        messages = self._table(cfg.source)
+        due[:] = [r for r in due if r["id"] in messages]
+        return lambda r: messages[r["id"]]
 
     def claim(
         self,
@@ -322,10 +358,23 @@ class InMemoryStore:
                 if r["time_acked"] is not None
                 and r["time_acked"] < cutoff_ns
                 and (not cfg.dedup or r.get(cfg.dedup) is None)
+                and (not cfg.fanout or r.get(FANOUT_COLUMN) is not None)
+                and self._settled_by_holders(cfg, i, cutoff_ns)
             ][:limit]
             for i in old:
                 del table[i]
             return len(old)
+
+    def _settled_by_holders(self, cfg: TableConfig, id: Hashable, cutoff_ns: int) -> bool:
+        """Whether each subscription that holds the table settled the row before the cutoff
+        (or never got it): TableStatements' purge pick."""
+        for h in cfg.holders:
+            state = self.rows.get(h, {}).get(id)
+            if state is not None and (
+                state["time_acked"] is None or state["time_acked"] >= cutoff_ns
+            ):
+                return False
+        return True
 
     def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
         if not cfg.dedup:
@@ -634,6 +683,14 @@ class InMemoryStore:
             ]
             due.sort(key=lambda r: r["id"])
             return [self._ordered_row(cfg, r) for r in due[:limit]]
+
+    # -- capabilities (msgtable.store.protocol.Store) --------------------------------------
+    def connections(self) -> None:
+        """None: no connections of its own, so no lease and no binlog."""
+        return None
+
+    def statement_stats(self) -> None:
+        return None
 
     def close(self) -> None:
         pass

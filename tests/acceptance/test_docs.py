@@ -333,11 +333,20 @@ def settlement(r: Reader) -> None:
 
 def subscriptions(r: Reader) -> None:
     with r.client() as client:
-        names = sorted(s.subscription for s in client.list_subscriptions("notifications"))
+        subs = client.list_subscriptions("notifications")
+    names = sorted(s.subscription for s in subs)
     assert names == ["audit", "billing", "shipping"]
+    (shipping,) = [s for s in subs if s.subscription == "shipping"]
+    assert shipping.limits == "rate 100/s (burst 10), max in flight 50"  # its own limits
     assert r.sql("select count(*) from notifications__shipping where time_acked is not null") == [
         (1,)
     ]
+
+
+def flow_control(r: Reader) -> None:
+    with r.client() as client:
+        limits = {s.subscription: s.limits for s in client.list_subscriptions("api_calls")}
+    assert limits == {"crm": "rate 10/s (burst 3), customer: at most 2 in flight", "report": ""}
 
 
 def ordering(r: Reader) -> None:
@@ -358,6 +367,7 @@ AFTER: dict[str, Callable[[Reader], None]] = {
     "tutorial/python-app.md": python_app,
     "how-to/settlement.md": settlement,
     "how-to/subscriptions.md": subscriptions,
+    "how-to/flow-control.md": flow_control,
     "how-to/ordering.md": ordering,
     "how-to/table-events.md": table_events,
     "how-to/keyspaces.md": keyspaces,

@@ -78,3 +78,14 @@ def test_the_javascript_sdks_signatures_are_checked(
     _, endpoint = scenario.serve_sqs(cli, db_dsn, "--auth", str(auth))
     assert run_script(endpoint, "auth").splitlines()[-1] == "OK"
     assert sql.scalar("select count(*) from jobs") == 1
+
+
+def test_the_javascript_sdk_creates_purges_and_deletes_queues_with_sqs_manage(
+    cli: Cli, sql: Sql, db_dsn: str
+):
+    _, endpoint = scenario.serve_sqs(cli, db_dsn, "--sqs-manage")
+    assert run_script(endpoint, "manage").splitlines()[-1] == "OK"
+    assert not sql.scalar(
+        "select count(*) from information_schema.tables where table_schema = database() "
+        "and table_name = 'made_by_js'"
+    )

@@ -282,6 +282,9 @@ class Checker:
         self.stream_filters = dict(stream_filters or {"": lambda i: True})
         self.stranded_limit = stranded_limit
         self.readiness: list[Readiness] = []
+        # (began, over) of each change of the group's table's sender the scrapes saw
+        # (scrapecheck.sender_changes): a filter's check excuses it as it does a fault
+        self.moves: list[tuple[float, float]] = []
         self.inserted_at: dict[int, float] = {}  # id -> when the producer committed it
         self.max_attempts = max_attempts  # vt_max_attempts (0: none)
         self.group = group  # "": the table's default group; else the subscription's name
@@ -490,6 +493,13 @@ class Checker:
         with self._lock:
             return bool(self.inserted) and self.inserted <= self.first_ack.keys()
 
+    def not_acked(self) -> tuple[set[int], set[int]]:
+        """The ids no returned ack named, and those of them no failed ack named either (an
+        ack whose answer a fault lost may have committed: the table says)."""
+        with self._lock:
+            missing = self.inserted - self.first_ack.keys()
+            return missing, missing - self.failed_acks
+
     def missing(self) -> int:
         with self._lock:
             return len(self.inserted - self.first_ack.keys())
@@ -577,7 +587,7 @@ class Checker:
                     self.readiness,
                     self.inserted_at,
                     self.deliveries,
-                    [(e.began, e.at) for e in self.events if e.what in CALL_FAULTS],
+                    [(e.began, e.at) for e in self.events if e.what in CALL_FAULTS] + self.moves,
                     self.ack_wait_s,
                     time.monotonic(),
                     self.stranded_limit,

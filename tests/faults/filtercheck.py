@@ -19,7 +19,12 @@ in which
 - no fault of a server, the database or the network was under way, nor over less than
   SETTLE_S ago or without a message the key passes delivered since (its recovery: a
   takeover, its hold, the database answering the servers again, the streams' reconnects; at
-  most RECOVERY_S), and
+  most RECOVERY_S), nor a change of the table's sender that no fault caused, judged as such
+  a fault is (a lease that ran out on a busy machine, taken over by the other server; the
+  scrapes see when: a subscriber is ready from its subscribe on, wherever its stream is, and
+  one still on the old sender, which cannot send and has not noticed its loss yet, gets
+  nothing until that sender ends its stream and it follows the table, while one that
+  connected meanwhile, a new subscriber, is served by the new sender already), and
 - fewer than ``stranded_limit`` messages waited that no ready subscriber's key passes (those
   wait in the server's cache and may fill it, as the README says; then the others wait in the
   table: not this fault),
@@ -84,7 +89,8 @@ def stalls(
 ) -> list[Stall]:
     """The stalls (see the module docstring). ``keys``: each stream filter's test of an id
     (one of the group's); ``blackouts``: (began, over) of each server's, database's or
-    network's fault; ``stranded_limit``: 0 for none."""
+    network's fault and of each change of the table's sender; ``stranded_limit``: 0 for
+    none."""
     if not inserted_at or not keys or not readiness:
         return []  # (a suite whose subscribers do not say when they are ready: not judged)
     limit_s = ack_wait_s + SLACK_S

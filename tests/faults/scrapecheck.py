@@ -403,6 +403,29 @@ def judge(
     return r
 
 
+def sender_changes(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[float, float]]:
+    """When the scrapes saw ``table``'s sender change (each server's msgtable_table_sender):
+    (began, over) of each change, from the last scrape that saw the server as before to the
+    end of the one that saw it changed (a takeover, a hand-over, a lease lost on a busy
+    machine). A failed scrape saw nothing; a server's first scrape is where it starts."""
+    seen: dict[str, tuple[float, float]] = {}  # server -> (its gauge, when last read)
+    out: list[tuple[float, float]] = []
+    for found in rounds:
+        began = over = None
+        for s in found:
+            if s.kind != "metrics" or s.error is not None:
+                continue
+            value = s.senders.get(table, 0.0)
+            before, last = seen.get(s.server, (value, s.began))
+            seen[s.server] = (value, s.began)
+            if value != before:
+                began = last if began is None else min(began, last)
+                over = max(over or 0.0, round(s.began + s.took_s, 6))
+        if began is not None and over is not None:
+            out.append((began, over))
+    return out
+
+
 def _senders_of(state: dict[str, Any] | None) -> dict[str, object]:
     """The sender a server's /api/state answer names of each table (subscriptions go with
     their table)."""

@@ -1,11 +1,13 @@
 """Flow control through server kills and hand-overs (issue 45): three real `msgtable serve`
-processes on one database share a table with a rate, a group cap and a cap per key;
+processes on one database share a table with a rate, a group cap, a cap and a rate per key
+and a fairness key (the same column: the fair cache under every limit);
 subscribers spread over the servers take every message while the sender is SIGKILLed,
 another server joins, and the next sender shuts down cleanly (a hand-over).
 
 Judged by the independent flow checker (tests/flowcheck.py) from what the subscribers saw:
 no cap exceeded at any instant (the group's, each key's), no rate window overshot (the
-server's send times: one sender at a time, each starting with an empty bucket), every
+group's, each key's; the server's send times: one sender at a time, each starting with
+empty buckets), every
 message delivered and acked, none lost. A kill may lose a send's count (the documented
 at-least-once), so attempts are not judged here; the chaos suite judges them.
 """
@@ -32,6 +34,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.timeout(240)]
 
 RATE, BURST = 40, 4
 MAX_IN_FLIGHT, KEY_CAP = 8, 2
+KEY_RATE, KEY_BURST = 9, 1  # six keys at 9/s: above the group's 40/s, a key's holds when uneven
 ACK_WAIT_S = 3.0
 LEASE_PERIOD_S = 1.0
 MESSAGES, KEYS = 600, 6
@@ -106,6 +109,9 @@ def test_no_cap_exceeded_and_no_rate_window_overshot_through_kills_and_hand_over
         vt_max_in_flight=MAX_IN_FLIGHT,
         vt_limit_key="tenant",
         vt_key_concurrency=KEY_CAP,
+        vt_key_rate=KEY_RATE,
+        vt_key_burst=KEY_BURST,
+        vt_fair_key="tenant",
     )
     ddl = current_layout_ddl("jobs", comment(**fields)).replace(
         "  primary key(id)", "  tenant varchar(64),\n  primary key(id)"
@@ -161,6 +167,7 @@ def test_no_cap_exceeded_and_no_rate_window_overshot_through_kills_and_hand_over
     ds = log.deliveries
     problems = [
         *rate_overshoots(ds, RATE, BURST),
+        *rate_overshoots(ds, KEY_RATE, KEY_BURST, by_key=True),
         *cap_violations(ds, MAX_IN_FLIGHT, ACK_WAIT_S),
         *cap_violations(ds, KEY_CAP, ACK_WAIT_S, by_key=True),
     ]
@@ -170,5 +177,6 @@ def test_no_cap_exceeded_and_no_rate_window_overshot_through_kills_and_hand_over
     print(
         f"\nflow control through a SIGKILL, a join and a clean hand-over: {len(ds)} deliveries "
         f"of {MESSAGES} messages in {took_s:.1f} s (rate {RATE}/s, burst {BURST}), "
-        f"no cap exceeded (group {MAX_IN_FLIGHT}, per key {KEY_CAP}), no window overshot"
+        f"no cap exceeded (group {MAX_IN_FLIGHT}, per key {KEY_CAP}), no window overshot "
+        f"(per key {KEY_RATE}/s, burst {KEY_BURST}; fair share by the key)"
     )

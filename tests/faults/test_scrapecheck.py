@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .scrapecheck import BOUND_S, NOTICE_S, QUIET_S, Scrape, judge
+from .scrapecheck import BOUND_S, NOTICE_S, QUIET_S, Scrape, judge, sender_changes
 
 SENT = ("msgtable_messages_sent_total", (("table", "chaos"),))
 GAINS = ("msgtable_lease_gains_total", (("keyspace", "app"),))
@@ -244,3 +244,16 @@ def test_tables_sent_by_different_servers_pass_and_a_table_with_no_sender_is_nam
         "(c) the servers name different senders of a table",
     }
     assert all("mail" in v for vs in report.violations.values() for v in vs), report.violations
+
+
+def test_the_changes_of_a_tables_sender_are_when_the_scrapes_saw_them():
+    r = healthy()  # server1 sends chaos from 0 to 9.5
+    assert sender_changes(r.rounds, "chaos") == []
+    r.round(10.0, holders=(0, 0), error="URLError: timed out")  # server1's: not seen
+    r.round(10.5, holders=(1, 1), took_s=0.2)  # server2 took it over; server1 not told yet
+    r.round(11.0, holders=(1, 1))
+    r.round(11.5, holders=(0, 1))  # server1 noticed its loss
+    # from the last scrape that saw the server as before to the end of the one that saw it
+    # changed
+    assert sender_changes(r.rounds, "chaos") == [(10.0, 10.7), (11.0, 11.51)]
+    assert sender_changes(r.rounds, "other") == []

@@ -19,11 +19,11 @@ import pytest
 import sqlalchemy as sa
 
 from msgtable.cli.output import format_tables
+from msgtable.core.assignment import CAPTURE
 from msgtable.core.events import KINDS, Capture, capture_table_ddl
-from msgtable.engine.placement import CAPTURE
 from msgtable.features.capture import follower as capture
 from msgtable.features.capture.follower import CaptureFollower, CaptureTarget
-from msgtable.store.capture import POSITION_TABLE, CaptureStore
+from msgtable.store.capture import POSITION_TABLE, CaptureSQL
 from msgtable.store.mysql import pymysql_args
 
 from ..waiting import wait_until
@@ -557,17 +557,17 @@ def test_a_failure_inside_create_table_select_loses_none_of_its_rows(
     s = captured
     s.sql("create table seed(id int primary key, v int)")
     s.sql("insert into seed values (1, 10), (2, 20)")
-    real = CaptureStore.write
+    real = CaptureSQL.write
     failed: list[str] = []
 
-    def write_failing_once_on_rows(self: CaptureStore, events: Any, *args: Any) -> None:
+    def write_failing_once_on_rows(self: CaptureSQL, events: Any, *args: Any) -> None:
         kinds = {row[1] for rows in events.values() for row in rows}
         if "insert" in kinds and not failed:
             failed.append("once")
             raise ConnectionError("the connection broke (test)")
         real(self, events, *args)
 
-    monkeypatch.setattr(CaptureStore, "write", write_failing_once_on_rows)
+    monkeypatch.setattr(CaptureSQL, "write", write_failing_once_on_rows)
     monkeypatch.setattr(capture, "FLUSH_S", 0.0)  # every commit is written at once
     s.sql("create table orders_cs2 (primary key(id)) select id, v from seed")
     s.sql("insert into orders_cs2 values (3, 30)")

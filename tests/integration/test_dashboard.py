@@ -198,3 +198,43 @@ def test_a_subscription_has_its_own_entry_rates_and_dead_letters(served: Served)
     finally:
         c.close()
         d.close()
+
+
+KEYED = (
+    "dedup_key varchar(64), unique index dedup_idx(dedup_key), "
+    "index dedup_created_idx(time_created, dedup_key), schedule_tick bigint"
+)
+
+
+def test_a_table_shows_its_dedup_and_its_schedules_last_and_next_tick(served: Served):
+    served.create_table("jobs", KEYED, vt_dedup="dedup_key", vt_dedup_window=30)
+    served.create_table("plain")
+    wait_until(
+        lambda: {t.name for t in served.engine.list_tables()} >= {"jobs", "plain"},
+        what="both tables loaded",
+    )
+    served.engine.schedules.create_schedule(
+        "beat", "jobs", "* * * * * *", {"message": "beat"}, timezone="Europe/Paris"
+    )
+    d = dashboard(served)
+    try:
+        jobs = wait_until(
+            lambda: (j := entry(d, "jobs"))["schedules"] and j["schedules"][0]["ticks"] >= 2 and j,
+            timeout_s=15,
+            what="the schedule beat shown with two ticks enqueued",
+        )
+        assert jobs["dedup"] == {"column": "dedup_key", "window_s": 30.0}
+        (beat,) = jobs["schedules"]
+        assert (beat["name"], beat["cron"], beat["timezone"], beat["missed"]) == (
+            "beat",
+            "* * * * * *",
+            "Europe/Paris",
+            "skip",
+        )
+        assert beat["next_tick_s"] == beat["last_tick_s"] + 1.0, beat
+        ticks = {r[0] for r in served.sql("select schedule_tick from jobs")}
+        assert round(beat["last_tick_s"]) * 10**9 in ticks, (beat, ticks)
+        plain = entry(d, "plain")
+        assert (plain["dedup"], plain["schedules"]) == (None, [])
+    finally:
+        d.close()

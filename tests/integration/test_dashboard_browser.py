@@ -315,3 +315,78 @@ def test_with_auth_the_page_asks_for_the_token_once(served: Served, browser):
         screenshot(browser, "dashboard-with-token.png")
     finally:
         d.close()
+
+
+def test_a_card_shows_its_dedup_and_its_schedules_last_and_next_tick(served: Served, browser):
+    served.create_table(
+        "jobs",
+        "dedup_key varchar(64), unique index dedup_idx(dedup_key), "
+        "index dedup_created_idx(time_created, dedup_key)",
+        vt_dedup="dedup_key",
+        vt_dedup_window=30,
+    )
+    wait_until(lambda: "jobs" in {t.name for t in served.engine.list_tables()}, what="jobs loaded")
+    served.engine.schedules.create_schedule(
+        "beat", "jobs", "* * * * * *", {"message": "beat"}, timezone="Europe/Paris"
+    )
+    d = open_dashboard(served)
+    try:
+        browser.get(d.url)
+        card = '[data-key="jobs"]'
+        wait_until(
+            lambda: text(browser, card + " .dedup") == "dedup: key dedup_key, window 30.0 s",
+            what=lambda: f"the dedup line (shows {text(browser, card + ' .dedup')!r})",
+        )
+        beat = card + ' .schedules li[data-schedule="beat"]'
+        line = re.compile(
+            r"schedule beat \('\* \* \* \* \* \*' in Europe/Paris, missed: skip\): last tick "
+            r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ), next (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ), "
+            r"[1-9]\d* enqueued"
+        )
+        shown = wait_until(
+            lambda: line.fullmatch(text(browser, beat)),
+            timeout_s=15,
+            what=lambda: f"the schedule's line with a tick (shows {text(browser, beat)!r})",
+        )
+        assert shown.group(1) < shown.group(2), shown.group(0)
+        screenshot(browser, "dashboard-schedules.png")
+    finally:
+        d.close()
+
+
+def test_the_header_shows_the_sqs_api_and_its_calls(served: Served, browser):
+    import boto3
+    from botocore.config import Config
+
+    from msgtable.server.sqs.app import SqsServer
+
+    served.create_table("jobs")
+    sqs = SqsServer(
+        served.engine, served.db.url.render_as_string(hide_password=False), "127.0.0.1:0"
+    )
+    sqs.open()
+    d = open_dashboard(served)
+    try:
+        browser.get(d.url)
+        wait_until(lambda: text(browser, '[data-key="jobs"] h2'), what="the jobs table shown")
+        assert not browser.find_element("id", "sqs").is_displayed()  # not served: no pill
+        d.api.sqs = sqs
+        wait_until(
+            lambda: text(browser, "#sqs") == f"sqs on {sqs.address} · 0 calls",
+            what=lambda: f"the SQS pill with no call (shows {text(browser, '#sqs')!r})",
+        )
+        c = boto3.client(
+            "sqs", endpoint_url=sqs.url, region_name="local", aws_access_key_id="a",
+            aws_secret_access_key="b", config=Config(retries={"total_max_attempts": 1}),
+        )  # fmt: skip
+        url = c.get_queue_url(QueueName="jobs")["QueueUrl"]
+        c.send_message(QueueUrl=url, MessageBody="hello")
+        wait_until(
+            lambda: text(browser, "#sqs") == f"sqs on {sqs.address} · 2 calls",
+            what=lambda: f"the SQS pill with 2 calls (shows {text(browser, '#sqs')!r})",
+        )
+        assert attr(browser, "#sqs", "title") == "GetQueueUrl 1\nSendMessage 1"
+        screenshot(browser, "dashboard-sqs.png")
+    finally:
+        d.close()
+        sqs.close()

@@ -8,10 +8,14 @@ import random
 import threading
 from pathlib import Path
 
+import grpc
 import pytest
 import sqlalchemy as sa
 
+from msgtable.cli.output import format_tables
 from msgtable.enqueue import enqueue, enqueue_many
+from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
+from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 
 from ..waiting import wait_until
 from .helpers import Served, serve
@@ -51,6 +55,46 @@ def test_the_schema_file_loads_and_the_database_refuses_a_duplicate_to_plain_sql
     served.sql("insert into order_jobs(id, dedup_key, message) values (5, NULL, 'no key')")
     served.sql("insert into order_jobs(id, dedup_key, message) values (6, NULL, 'no key')")
     assert [r[0] for r in served.sql("select id from order_jobs order by id")] == [1, 5, 6]
+
+
+def test_the_schema_files_keys_are_exact_strings_not_their_collation(served: Served):
+    """Keys that differ only in case, accents or a trailing blank are different keys (an SQS
+    MessageDeduplicationId is case-sensitive): a case-insensitive collation would refuse the
+    second as a duplicate and its message would be lost."""
+    served.sql(SCHEMA.read_text())
+    keys = ["Order-A", "order-a", "ORDER-A", "\u00f3rder-a", "order-a "]
+    with served.transaction() as conn:
+        went_in = enqueue_many(
+            conn, "order_jobs", [{"id": i, "dedup_key": k} for i, k in enumerate(keys, 1)]
+        )
+    assert went_in == len(keys), served.sql("select id, dedup_key from order_jobs order by id")
+    with served.transaction() as conn:
+        assert enqueue(conn, "order_jobs", {"id": 9, "dedup_key": "order-a"}) == 0
+
+
+def test_list_tables_says_each_tables_dedup_column_and_window(served: Served):
+    _keyed(served, vt_dedup_window=42.5)
+    served.create_table("plain")
+    # a generated stub over a real socket: what any gRPC client reads
+    with grpc.insecure_channel(served.server.address) as channel:
+        stub = pb_grpc.MessagingStub(channel)
+
+        def configs() -> dict[str, pb.TableConfig]:
+            got = stub.ListTables(pb.ListTablesRequest(), timeout=10)
+            return {t.name: t.config for t in got.tables if not t.subscription}
+
+        by_name = wait_until(
+            lambda: (c := configs()).keys() >= {"jobs", "plain"} and c,
+            what="ListTables lists jobs and plain",
+        )
+    assert (by_name["jobs"].dedup, by_name["jobs"].dedup_window_s) == ("dedup_key", 42.5)
+    assert (by_name["plain"].dedup, by_name["plain"].dedup_window_s) == ("", 0.0)
+    infos = {t.name: t for t in served.client.list_tables() if not t.subscription}
+    jobs = infos["jobs"].config
+    assert jobs is not None and (jobs.dedup, jobs.dedup_window_s) == ("dedup_key", 42.5)
+    text = format_tables(list(infos.values()))
+    assert "deduplicated by (vt_dedup):\n  jobs: key dedup_key, window 42.5s" in text, text
+    assert "plain:" not in text.partition("deduplicated by")[2], text
 
 
 def test_a_table_without_its_indexes_is_a_load_error_naming_the_ddl(served: Served):

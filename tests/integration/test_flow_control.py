@@ -199,6 +199,44 @@ def test_fair_share_serves_the_quiet_tenants_before_the_noisy_ones_backlog(
             w.close()
 
 
+@pytest.mark.parametrize("binlog", [True, False], ids=["binlog", "poll-only"])
+def test_fair_share_reaches_the_quiet_tenants_past_a_noisy_backlog_larger_than_the_cache(
+    db_dsn: str, binlog: bool
+):
+    """A noisy tenant's backlog 25 times the cache, the quiet tenants' messages behind it:
+    they are read past it and go out at once, as if it were not there (a few noisy batches
+    first, not the noisy tenant's share of the cache, nor a pass through its backlog), and
+    the noisy tenant gets the rest."""
+    with serve(db_dsn, follow_binlog=binlog) as s:
+        s.create_table(
+            "jobs",
+            TENANT,
+            vt_fair_key="tenant",
+            vt_batch_size=5,
+            vt_cache_size=200,
+            vt_poller_interval=30 if binlog else 0.5,
+        )
+        noisy = [(i, "noisy") for i in range(1, 5001)]
+        quiet = [(9000 + i, f"quiet{i % 5}") for i in range(10)]
+        quiet_ids = {rid for rid, _ in quiet}
+        enqueue(s.db, "jobs", noisy + quiet)
+        w = Workers(s.client, "jobs", 2, hold_s=0.05, max_in_flight=5)
+        try:
+            wait_until(lambda: quiet_ids <= w.acked, timeout_s=30, what="the quiet messages")
+            ds = sorted(w.log.deliveries, key=lambda d: d.sent_ns)
+            last_quiet = max(d.sent_ns for d in ds if d.id in quiet_ids)
+            noisy_first = sum(1 for d in ds if d.key == "noisy" and d.sent_ns < last_quiet)
+            # the first page's batches and one turn each, not a pass through the backlog
+            assert noisy_first <= 30, (
+                f"{noisy_first} noisy messages went out before the last quiet one (at most "
+                "30): the quiet ones waited for a pass through the noisy backlog"
+            )
+            w.wait_for(len(noisy) + len(quiet), timeout_s=120)  # the noisy one got the rest
+        finally:
+            w.close()
+    assert first_attempts(w.log.deliveries)
+
+
 @contextmanager
 def _server(dsn: str) -> Iterator[tuple[MessageEngine, MessagingServer]]:
     engine = assemble_dsn(dsn, discovery_interval_s=0.3, lease_period_s=PERIOD_S)
@@ -213,26 +251,73 @@ def _server(dsn: str) -> Iterator[tuple[MessageEngine, MessagingServer]]:
         engine.close()
 
 
-def test_limits_hold_on_two_servers_through_a_hand_over(db_dsn: str):
-    """A rate and a key cap, four subscribers spread over two servers; the sender shuts
-    down in the middle and the other takes the table over: no window overshot, no cap
-    exceeded, before, across and after the hand-over, and every message delivered."""
+def _rate_and_key_cap(ds: list[Delivery]) -> list[str]:
+    return rate_overshoots(ds, 30, 3) + cap_violations(ds, 1, 2, by_key=True)
+
+
+def _max_in_flight(ds: list[Delivery]) -> list[str]:
+    return cap_violations(ds, 2, 2)
+
+
+def _key_rate(ds: list[Delivery]) -> list[str]:
+    return rate_overshoots(ds, 6, 1, by_key=True)
+
+
+def _fair(ds: list[Delivery]) -> list[str]:
+    """The quiet tenants' rows, enqueued behind the noisy backlog after the hand-over, went
+    out in turns with it, not after it."""
+    quiet = [d for d in ds if d.key != "noisy"]
+    last = max(d.sent_ns for d in quiet)
+    first = min(d.sent_ns for d in quiet)
+    before = sum(1 for d in ds if d.key == "noisy" and first <= d.sent_ns < last)
+    after = sum(1 for d in ds if d.key == "noisy" and d.sent_ns > last)
+    out = rate_overshoots(ds, 30, 3)
+    if before > 25 or after < 20:
+        out.append(f"{before} noisy sent among the quiet ones, {after} after them: no turns")
+    return out
+
+
+# each limit: its comment fields, the rows (id, tenant) and what its deliveries must show
+LIMITS: dict[str, tuple[dict[str, Any], list[tuple[int, str]], Any]] = {
+    "rate+key_concurrency": (
+        {"vt_rate": 30, "vt_rate_burst": 3, "vt_limit_key": "tenant", "vt_key_concurrency": 1},
+        [(i, f"k{i % 5}") for i in range(1, 121)],
+        _rate_and_key_cap,
+    ),
+    "max_in_flight": (
+        {"vt_max_in_flight": 2},
+        [(i, f"k{i % 5}") for i in range(1, 121)],
+        _max_in_flight,
+    ),
+    "key_rate": (
+        {"vt_limit_key": "tenant", "vt_key_rate": 6, "vt_key_burst": 1},
+        [(i, f"k{i % 5}") for i in range(1, 121)],
+        _key_rate,
+    ),
+    "fair_key": (
+        {"vt_fair_key": "tenant", "vt_rate": 30, "vt_rate_burst": 3},
+        [(i, "noisy") for i in range(1, 151)],
+        _fair,
+    ),
+}
+QUIET = [(1000 + i, f"quiet{i % 5}") for i in range(10)]  # the fair case's, after the hand-over
+
+
+@pytest.mark.parametrize("limit", list(LIMITS))
+def test_limits_hold_on_two_servers_through_a_hand_over(db_dsn: str, limit: str):
+    """Each limit, four subscribers spread over two servers; the sender shuts down in the
+    middle and the other takes the table over: no window overshot, no cap exceeded, the
+    quiet tenants served in turns, before, across and after the hand-over, and every
+    message delivered once."""
+    fields, rows, check = LIMITS[limit]
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
     ddl = current_layout_ddl(
-        "jobs",
-        comment(
-            vt_rate=30,
-            vt_rate_burst=3,
-            vt_limit_key="tenant",
-            vt_key_concurrency=1,
-            vt_ack_wait=2,
-            vt_poller_interval=0.2,
-        ),
+        "jobs", comment(**fields, vt_ack_wait=2, vt_poller_interval=0.2)
     ).replace("  primary key(id)", f"  {TENANT},\n  primary key(id)")
     with db.connect() as conn:
         conn.exec_driver_sql(ddl)
-    rows = [(i, f"k{i % 5}") for i in range(1, 121)]
     enqueue(db, "jobs", rows)
+    fair = limit == "fair_key"
     with ExitStack() as stack:
         first = stack.enter_context(_server(db_dsn))
         second = stack.enter_context(_server(db_dsn))
@@ -248,11 +333,54 @@ def test_limits_hold_on_two_servers_through_a_hand_over(db_dsn: str):
             engines[sender].stop(0.5)
             sender.close()  # a clean hand-over: the other takes over at once
             wait_until(lambda: other.sends("jobs"), timeout_s=4 * PERIOD_S + 5, what="takeover")
-            w.wait_for(len(rows), timeout_s=60)
+            if fair:  # behind what is left of the noisy backlog
+                enqueue(db, "jobs", QUIET)
+            w.wait_for(len(rows) + (len(QUIET) if fair else 0), timeout_s=60)
         finally:
             w.close()
     db.dispose()
     ds = w.log.deliveries
-    assert rate_overshoots(ds, 30, 3) == []
-    assert cap_violations(ds, 1, 2, by_key=True) == []
-    assert {d.id for d in ds} == {rid for rid, _ in rows}
+    assert check(ds) == []
+    assert sorted(d.id for d in ds) == sorted(rid for rid, _ in rows + (QUIET if fair else []))
+
+
+def _handler_reads(db: sa.Engine) -> int:
+    with db.connect() as conn:
+        rows = conn.exec_driver_sql("show global status like 'Handler_read_next'").all()
+    return int(rows[0][1])
+
+
+def test_a_fair_tables_skipping_poll_reads_the_other_tenants_rows_by_its_index(db_dsn: str):
+    """With an index on (time_acked, tenant, priority, time_next), a poll that leaves out a
+    noisy tenant's 5,000-row backlog reads the quiet tenants' rows behind it by the index,
+    not through the noisy rows one by one (the optimizer alone takes poller_idx when the
+    others' rows are a tenth of the table)."""
+    from msgtable.core.tables import load_table
+    from msgtable.store.mysqlstore import MySQLStore
+
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    ddl = current_layout_ddl("jobs", comment(vt_fair_key="tenant", vt_cache_size=200)).replace(
+        "  primary key(id)",
+        f"  {TENANT},\n  index fair_idx(time_acked, tenant, priority, time_next),\n"
+        "  primary key(id)",
+    )
+    with db.connect() as conn:
+        conn.exec_driver_sql(ddl)
+    noisy = [(i, "noisy") for i in range(1, 5001)]
+    quiet = [(9000 + i, f"quiet{i % 5}") for i in range(500)]
+    enqueue(db, "jobs", noisy + quiet)
+    store = MySQLStore.from_dsn(db_dsn)
+    try:
+        (d,) = [d for d in store.discover() if d.name == "jobs"]
+        cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes, d.indexes)
+        assert cfg.flow is not None and cfg.flow.fair_index == "fair_idx"
+        before = _handler_reads(db)
+        rows, _ = store.poll(cfg, time.time_ns(), 100, None, True, None, skip_keys=("noisy",))
+        read = _handler_reads(db) - before
+    finally:
+        store.close()
+    assert [r[3] for r in rows] == [rid for rid, _ in quiet[:100]]
+    assert read < 1500, (
+        f"the poll leaving out the noisy tenant read {read} index entries for 100 rows: it "
+        "went through the noisy backlog instead of the fair index"
+    )

@@ -219,3 +219,65 @@ def test_forged_signatures_change_nothing(api, authorization, amz_date):
     assert 400 <= status < 500, (status, answer[:300])
     check_clean(status, answer, got)
     assert s.sql("select count(*) from jobs")[0][0] == before
+
+
+@pytest.fixture(scope="module")
+def manage_api(api: tuple[Served, SqsServer, SqsServer]) -> Iterator[tuple[Served, SqsServer]]:
+    """An API with --sqs-manage on the same engine: CreateQueue writes DDL."""
+    s = api[0]
+    managing = SqsServer(
+        s.engine, s.db.url.render_as_string(hide_password=False), "127.0.0.1:0", manage=True
+    )
+    managing.open()
+    try:
+        yield s, managing
+    finally:
+        managing.close()
+
+
+def tables_of(s: Served) -> set[str]:
+    rows = s.sql("select table_name from information_schema.tables where table_schema = database()")
+    return {str(r[0]) for r in rows}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    name=HOSTILE_TEXT | st.from_regex(r"[A-Za-z0-9_]{1,12}(\.fifo)?", fullmatch=True),
+    attributes=st.dictionaries(
+        st.sampled_from(
+            [
+                "VisibilityTimeout",
+                "MessageRetentionPeriod",
+                "RedrivePolicy",
+                "FifoQueue",
+                "DelaySeconds",
+                "ContentBasedDeduplication",
+            ]
+        )
+        | HOSTILE_TEXT,
+        JSON_VALUES,
+        max_size=4,
+    ),
+)
+def test_hostile_create_queue_with_manage_creates_only_the_table_it_names(
+    manage_api, name, attributes
+):
+    s, managing = manage_api
+    before = tables_of(s)
+    status, body, headers = post(
+        managing,
+        json.dumps({"QueueName": name, "Attributes": attributes}).encode(),
+        {"X-Amz-Target": "AmazonSQS.CreateQueue", "Content-Type": "application/x-amz-json-1.0"},
+    )
+    check_clean(status, body, headers)
+    made = tables_of(s) - before
+    try:
+        if status == 200:
+            assert made <= {name.removesuffix(".fifo")}, (name, made)
+            assert json.loads(body)["QueueUrl"].rsplit("/", 1)[1] in (name, name + ".fifo")
+        else:
+            assert not made, (name, attributes, made, body[:300])
+        assert "jobs" in tables_of(s)
+    finally:
+        for table in made:  # names the check above let through: letters, digits, _
+            s.sql(f"drop table `{table}`")

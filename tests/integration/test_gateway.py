@@ -529,3 +529,46 @@ def test_a_keyspace_stream_with_a_limit_hands_out_no_more_and_strands_nothing(
             assert sorted(m.id for m in got + taken) == ids
         finally:
             rest.close()
+
+
+def test_list_tables_at_the_gateway_sums_the_shards_sqs_calls_and_names_no_sqs_api(
+    mysql_server, db_name: str
+):
+    """Each shard's server serves the SQS API; calls at each are summed by action in the
+    gateway's ListTables; its sqs_listen is "" (the gateway serves no SQS API: a queue is
+    one shard's table, reached at that shard's server)."""
+    boto3 = pytest.importorskip("boto3")
+    from botocore.config import Config
+
+    from msgtable.server.sqs.app import SqsServer
+
+    with keyspace_of(mysql_server, db_name, 2) as c:
+        apis = []
+        try:
+            for s in c.shards.values():
+                assert s.engine is not None and s.server is not None
+                api = SqsServer(s.engine, s.dsn, "127.0.0.1:0")
+                api.open()
+                apis.append(api)
+                s.server.servicer.sqs = api
+            for n, api in enumerate(apis, start=1):
+                sqs = boto3.client(
+                    "sqs",
+                    endpoint_url=api.url,
+                    region_name="eu-test-1",
+                    aws_access_key_id="any",
+                    aws_secret_access_key="anything-at-all",
+                    config=Config(retries={"max_attempts": 1}),
+                )
+                url = sqs.get_queue_url(QueueName="q")["QueueUrl"]
+                for _ in range(n):
+                    sqs.send_message(QueueUrl=url, MessageBody="x")
+            status = c.client.status()
+            assert status.sqs_listen == "", status
+            assert status.sqs_calls == {"GetQueueUrl": 2, "SendMessage": 3}, status
+        finally:
+            for s in c.shards.values():
+                if s.server is not None:
+                    s.server.servicer.sqs = None
+            for api in apis:
+                api.close()

@@ -643,9 +643,9 @@ def test_rows_beyond_the_cache_size_are_fetched_as_soon_as_room_frees(served: Se
 class CountingStore(MySQLStore):
     polls = 0
 
-    def poll(self, cfg, now_ns, limit, after=None, created=False, floor_ns=None):  # type: ignore[no-untyped-def]
+    def poll(self, cfg, now_ns, limit, after=None, created=False, floor_ns=None, **kw):  # type: ignore[no-untyped-def]
         CountingStore.polls += 1
-        return super().poll(cfg, now_ns, limit, after, created, floor_ns)
+        return super().poll(cfg, now_ns, limit, after, created, floor_ns, **kw)
 
 
 def test_no_poll_runs_and_nothing_is_cached_without_a_subscriber(db_dsn):

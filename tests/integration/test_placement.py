@@ -20,10 +20,11 @@ import sqlalchemy as sa
 
 from msgtable import aio
 from msgtable.client import Client
+from msgtable.core.assignment import CAPTURE, rank
 from msgtable.core.tables import current_layout_ddl
 from msgtable.engine.engine import MessageEngine
 from msgtable.engine.lease import LEASE_DDL, Takeover, connector, session_wait_timeout_s
-from msgtable.engine.placement import CAPTURE, FORGET_AFTER_S, FORGET_EVERY, Placement, rank
+from msgtable.engine.placement import FORGET_AFTER_S, FORGET_EVERY, Placement
 from msgtable.errors import LEADER_METADATA_KEY
 from msgtable.features.assembly import assemble_dsn
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb

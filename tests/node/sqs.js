@@ -2,6 +2,7 @@
 // `msgtable serve --sqs-listen` (tests/acceptance/test_sqs_node.py runs it):
 //   node sqs.js ENDPOINT open   the scenario, no auth
 //   node sqs.js ENDPOINT auth   signatures checked against the auth file's access keys
+//   node sqs.js ENDPOINT manage CreateQueue, PurgeQueue, DeleteQueue (serve --sqs-manage)
 // At the long poll it prints "LONGPOLL" and the test INSERTs a row by SQL. It prints "OK" at
 // the end; a failed check throws (exit 1, the assertion on stderr).
 "use strict";
@@ -256,7 +257,34 @@ async function signatures() {
   assert.deepEqual([denied.code, denied.status], ["AccessDenied", 403]);
 }
 
-(mode === "auth" ? signatures() : scenario()).then(
+async function manage() {
+  const c = client();
+  const { QueueUrl: url } = await c.send(
+    new sqs.CreateQueueCommand({ QueueName: "made_by_js", Attributes: { VisibilityTimeout: "7" } }),
+  );
+  assert.match(url, /\/made_by_js$/);
+  const attrs = (await c.send(new sqs.GetQueueAttributesCommand({ QueueUrl: url, AttributeNames: ["All"] })))
+    .Attributes;
+  assert.equal(attrs.VisibilityTimeout, "7");
+  await c.send(new sqs.SendMessageCommand({ QueueUrl: url, MessageBody: "to be purged" }));
+  await c.send(new sqs.PurgeQueueCommand({ QueueUrl: url }));
+  assert.deepEqual(await errorOf(c.send(new sqs.PurgeQueueCommand({ QueueUrl: url }))), {
+    name: "PurgeQueueInProgress",
+    code: "AWS.SimpleQueueService.PurgeQueueInProgress",
+    status: 400,
+  });
+  const exists = await errorOf(
+    c.send(new sqs.CreateQueueCommand({ QueueName: "made_by_js", Attributes: { VisibilityTimeout: "8" } })),
+  );
+  assert.deepEqual([exists.name, exists.status], ["QueueNameExists", 400]);
+  await c.send(new sqs.DeleteQueueCommand({ QueueUrl: url }));
+  assert.equal(
+    (await errorOf(c.send(new sqs.GetQueueUrlCommand({ QueueName: "made_by_js" })))).name,
+    "QueueDoesNotExist",
+  );
+}
+
+({ auth: signatures, manage }[mode] || scenario)().then(
   () => {
     console.log("OK");
     process.exit(0); // the SDK's keep-alive sockets and stdin would hold the loop open

@@ -1,6 +1,7 @@
 """One local Spark session for the whole test session (it costs several seconds to start),
 with the MariaDB JDBC driver and the msgtable data source. A missing pyspark, Java or JDBC jar
-is a broken setup (`make test` installs them), not a reason to skip."""
+is a broken setup (`make test` installs them), not a reason to skip. The JVM writes to a file
+of the session's, whose tail a JVM that does not start is reported with."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ SPARK_SETUP = "make test installs it (pip install -e '.[spark]'; apt-get install
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     try:
         import pyspark  # noqa: F401
     except ImportError:
@@ -27,7 +28,12 @@ def spark() -> Iterator[Any]:
         pytest.fail(f"no MariaDB JDBC jar: {SPARK_SETUP}", pytrace=False)
     from msgtable.spark.session import session
 
-    s = session("local[2]", "msgtable-tests")
+    jvm_output = tmp_path_factory.mktemp("spark") / "jvm.log"
+    try:
+        s = session("local[2]", "msgtable-tests", jvm_output=jvm_output)
+    except Exception as exc:
+        said = jvm_output.read_text(errors="replace") if jvm_output.exists() else ""
+        pytest.fail(f"Spark did not start: {exc}\nthe JVM said: {said[-3000:]}", pytrace=False)
     s.conf.set("spark.sql.shuffle.partitions", "4")
     yield s
     s.stop()

@@ -59,3 +59,29 @@ def test_importing_the_clients_brings_no_database_driver_and_no_server_module():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+MODULE_LINES_AT_MOST = 1000
+LONG_MODULE_LINES = 700
+LONG_MODULES_AT_MOST = 4
+FUNCTION_LINES_AT_MOST = 80
+
+
+def sources() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "proto" not in p.relative_to(PACKAGE).parts)
+
+
+def test_modules_and_functions_are_sizes_that_read() -> None:
+    """No module over 1,000 lines and at most four over 700; no function over 80 lines."""
+    lines = {p.relative_to(PACKAGE): len(p.read_text().splitlines()) for p in sources()}
+    assert {str(p): n for p, n in lines.items() if n > MODULE_LINES_AT_MOST} == {}
+    long = sorted(str(p) for p, n in lines.items() if n > LONG_MODULE_LINES)
+    assert len(long) <= LONG_MODULES_AT_MOST, f"over {LONG_MODULE_LINES} lines: {long}"
+    functions = [
+        f"{p.relative_to(PACKAGE)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)"
+        for p in sources()
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (node.end_lineno or node.lineno) - node.lineno + 1 > FUNCTION_LINES_AT_MOST
+    ]
+    assert functions == []

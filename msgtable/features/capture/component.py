@@ -9,20 +9,20 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from msgtable.core.assignment import CAPTURE
 from msgtable.core.status import TableStatus
 from msgtable.engine.components import Discovery, Host
-from msgtable.engine.placement import CAPTURE
 from msgtable.features.capture.follower import CaptureFollower, CaptureTarget
 from msgtable.store.mysql import pymysql_args
-from msgtable.store.mysqlstore import MySQLStore
+from msgtable.store.protocol import Connections
 
 
 class Capture:
     """Table events as the engine serves them (see the module docstring):
-    msgtable.engine.components.CaptureComponent. ``store``: the MySQL store the follower
-    reads the binlog of and writes events through (None: no events are captured)."""
+    msgtable.engine.components.CaptureComponent. ``store``: the database's connections the
+    follower reads the binlog on and writes events through (None: no events are captured)."""
 
-    def __init__(self, host: Host, store: MySQLStore | None) -> None:
+    def __init__(self, host: Host, store: Connections | None) -> None:
         self.host = host
         # read by the follower for every event: replaced whole, never changed
         self._targets: tuple[CaptureTarget, ...] = ()
@@ -38,6 +38,7 @@ class Capture:
                 written=self._written,
                 outage=store.outage,
                 timed=store.timed,
+                store=store.capture_store(),
             )
 
     def reconcile(self, found: Discovery) -> None:

@@ -47,8 +47,9 @@ from msgtable.core.latency import Timed, untimed
 from msgtable.core.retry import Backoff, Outage, Retry
 from msgtable.core.tables import is_message_comment
 from msgtable.engine.binlog import close_stream, gtid_state, read_status, reading_again
-from msgtable.store.capture import CaptureStore, PositionMoved
+from msgtable.store.capture import CaptureSQL, PositionMoved
 from msgtable.store.mysql import replication_refused, sorted_error
+from msgtable.store.protocol import CaptureStore
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class CaptureFollower:
         outage: Outage | None = None,
         server_id: int | None = None,
         timed: Timed = untimed,
+        store: CaptureStore | None = None,
     ) -> None:
         self._settings = settings
         self._database = database
@@ -98,7 +100,8 @@ class CaptureFollower:
         self._written = written
         self._outage = outage
         self._server_id = server_id or random.randrange(2**30, 2**31)
-        self._store = CaptureStore(settings, database, timed)
+        # what it writes through (None: a connection of its own, CaptureSQL)
+        self._store: CaptureStore = store or CaptureSQL(settings, database, timed)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._stream: Any = None

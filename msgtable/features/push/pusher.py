@@ -32,7 +32,7 @@ from msgtable.engine.subscriber import Subscriber
 from msgtable.errors import MsgtableError
 from msgtable.features.push.allow import AllowList, Target
 from msgtable.features.push.body import BatchEncoder, headers, secret_bytes
-from msgtable.features.push.endpoints import Endpoint
+from msgtable.features.push.endpoints import Endpoint, check
 from msgtable.features.push.outcome import Outcome, Verdict, for_answer, for_failure
 from msgtable.features.push.transport import Transport, failure_text
 from msgtable.limits import MAX_SETTLE_DELAY_S
@@ -107,7 +107,7 @@ class Pusher:
         self._problem = ""
         self._key = b""
         try:
-            self.target = endpoint.check()
+            self.target = check(endpoint)
             self._key = secret_bytes(endpoint.secret)
             self._problem = allow.url_problem(self.target)
             if self._problem:

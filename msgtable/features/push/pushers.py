@@ -20,13 +20,9 @@ from msgtable.core.tables import TableConfig
 from msgtable.engine.components import Discovery, Host
 from msgtable.errors import InvalidArgument, MsgtableError, TableNotFound
 from msgtable.features.push.allow import AllowList
-from msgtable.features.push.endpoints import (
-    Endpoint,
-    delete_endpoint,
-    read_endpoints,
-    write_endpoint,
-)
+from msgtable.features.push.endpoints import Endpoint, check
 from msgtable.features.push.pusher import PushEngine, Pusher
+from msgtable.store.protocol import EndpointStore
 
 log = logging.getLogger("msgtable.engine.engine")
 
@@ -37,13 +33,19 @@ class PushHost(Host, PushEngine, Protocol):
 
 class Pushers:
     """Push endpoints as the engine serves them (see the module docstring):
-    msgtable.engine.components.PushComponent. ``allow``: the URLs endpoints may have (None:
-    none); ``ca_file``: the CAs their certificates are checked against (None: the system's)."""
+    msgtable.engine.components.PushComponent. ``endpoints``: where the definitions are (None:
+    a store without push endpoints); ``allow``: the URLs endpoints may have (None: none);
+    ``ca_file``: the CAs their certificates are checked against (None: the system's)."""
 
     def __init__(
-        self, host: PushHost, allow: AllowList | None = None, ca_file: str | None = None
+        self,
+        host: PushHost,
+        endpoints: EndpointStore | None,
+        allow: AllowList | None = None,
+        ca_file: str | None = None,
     ) -> None:
         self.host = host
+        self._endpoints = endpoints
         self.push_allow = allow or AllowList()
         self.push_ca_file = ca_file
         self._pushers: dict[tuple[str, str], Pusher] = {}
@@ -75,10 +77,10 @@ class Pushers:
     # -- the pushers -----------------------------------------------------------------------
     def _sync_pushers(self) -> None:
         """Start, restart (a changed definition) and stop pushers to match the database."""
-        if not hasattr(self.host.store, "_auto_cursor"):  # the in-memory store: none
+        if self._endpoints is None:
             return
         try:
-            defs = {(e.table, e.subscription): e for e in read_endpoints(self.host.store)}
+            defs = {(e.table, e.subscription): e for e in self._endpoints.endpoints()}
         except MsgtableError as exc:
             log.warning("push endpoints: cannot read them: %s", exc)
             return
@@ -134,6 +136,11 @@ class Pushers:
         for t in threads:
             t.join()
 
+    def _store(self) -> EndpointStore:
+        if self._endpoints is None:
+            raise InvalidArgument("push endpoints need a MySQL-family database")
+        return self._endpoints
+
     def push_status(self, table: str, subscription: str) -> PushStatus | None:
         p = self._pushers.get((table, subscription))
         return p.status() if p is not None else None
@@ -141,9 +148,8 @@ class Pushers:
     def set_endpoint(self, endpoint: Endpoint) -> None:
         """Define (or replace) the endpoint of a table's default group or subscription;
         InvalidArgument for a URL outside the allow-list (this server would not call it)."""
-        if not hasattr(self.host.store, "_auto_cursor"):
-            raise InvalidArgument("push endpoints need a MySQL-family database")
-        problem = self.push_allow.url_problem(endpoint.check())
+        endpoints = self._store()
+        problem = self.push_allow.url_problem(check(endpoint))
         if problem:  # refused here, not stored to wait: the caller learns it now
             raise InvalidArgument(
                 f"the server will not call {endpoint.url}: {problem} "
@@ -152,16 +158,15 @@ class Pushers:
         m = self.host.find(endpoint.table, endpoint.subscription)  # it exists
         if not endpoint.subscription:
             self.host.default_group(m)  # vt_default_group=off: name a subscription
-        write_endpoint(self.host.store, endpoint, self.host.clock.now_ns())
+        endpoints.set_endpoint(endpoint, self.host.clock.now_ns())
         log.info("push %s: endpoint set to %s", endpoint.label, endpoint.url)
         self.host.refresh()
         self._sync_pushers()
 
     def drop_endpoint(self, table: str, subscription: str = "") -> None:
-        if not hasattr(self.host.store, "_auto_cursor"):
-            raise InvalidArgument("push endpoints need a MySQL-family database")
+        endpoints = self._store()
         label = f"{table}/{subscription}" if subscription else table
-        if not delete_endpoint(self.host.store, table, subscription):
+        if not endpoints.drop_endpoint(table, subscription):
             raise TableNotFound(f"no push endpoint for {label}")
         log.info("push %s: endpoint dropped", label)
         self._sync_pushers()

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from msgtable.core.assignment import SCHEDULES
 from msgtable.core.schedules import (
     Missed,
     Schedule,
@@ -25,7 +26,6 @@ from msgtable.core.schedules import (
 from msgtable.core.status import TableStatus
 from msgtable.core.tables import TableConfig
 from msgtable.engine.components import Discovery, Host
-from msgtable.engine.placement import SCHEDULES
 from msgtable.errors import InvalidArgument, TableNotFound, Unavailable
 from msgtable.features.schedules.ticker import Ticker
 from msgtable.store.schedules import ScheduleStore, check_columns

@@ -20,6 +20,7 @@ from msgtable.core.clock import Clock
 from msgtable.core.retry import Backoff, Outage, Retry
 from msgtable.core.subscriptions import LoadedSubscription
 from msgtable.core.tables import TableConfig
+from msgtable.store.protocol import SubscriptionStore
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class Fanout:
 
     def __init__(
         self,
-        store: object,
+        store: SubscriptionStore,
         config: Callable[[], TableConfig],
         subscriptions: Callable[[], Mapping[str, LoadedSubscription]],
         clock: Clock,
@@ -81,9 +82,7 @@ class Fanout:
         while not self._stop.is_set() and self._may_send():
             cfg = self._config()
             loaded = self._subscriptions()
-            got, unknown = self._store.fanout(  # type: ignore[attr-defined]
-                cfg, loaded, self._clock.now_ns(), FANOUT_BATCH_ROWS
-            )
+            got, unknown = self._store.fanout(cfg, loaded, self._clock.now_ns(), FANOUT_BATCH_ROWS)
             if unknown:
                 self._unknown(unknown)
                 if unknown - self._subscriptions().keys():

@@ -26,6 +26,7 @@ from msgtable.core.subscriptions import (
     check_settings,
     holding,
     load_subscription,
+    merge_limits,
     order_columns,
     state_table_name,
 )
@@ -40,16 +41,19 @@ from msgtable.errors import (
 )
 from msgtable.features.subscriptions.fanout import Fanout
 from msgtable.limits import LAG_CAP, ORPHAN_STEP_ROWS
+from msgtable.store.protocol import SubscriptionStore
 
 log = logging.getLogger("msgtable.engine.engine")
 
 
 class Registry:
     """The subscriptions of one database, as the engine serves them (see the module
-    docstring): msgtable.engine.components.SubscriptionsComponent."""
+    docstring): msgtable.engine.components.SubscriptionsComponent. ``store``: where the
+    subscriptions are (None: a store without subscriptions, whose tables have none)."""
 
-    def __init__(self, host: Host) -> None:
+    def __init__(self, host: Host, store: SubscriptionStore | None) -> None:
         self.host = host
+        self._store = store
         # loaded ones by state table (replaced whole at each discovery), the fan-out loops by
         # table, lags by state table, why some do not hold their table's purge, and where
         # each state table's clean-up of orphans goes on
@@ -110,7 +114,7 @@ class Registry:
         if ls is None or ls.sub.state is not SubscriptionState.EXPIRED:
             return
         log.warning("subscription %s: a subscriber came; active again", ls.sub.label)
-        self.host.store.set_subscription_state(  # type: ignore[attr-defined]
+        self._need().set_subscription_state(
             ls.sub, SubscriptionState.ACTIVE, self.host.clock.now_ns()
         )
         self.host.refresh()
@@ -118,10 +122,9 @@ class Registry:
     def load(self, configs: dict[str, TableConfig]) -> Loaded:
         """The subscriptions of the database, loaded onto their tables' configs (which get
         fanout and holders here), and those that failed to load (by label)."""
-        read = getattr(self.host.store, "subscriptions", None)
-        if read is None:  # a store without subscriptions (the in-memory one)
+        if self._store is None:  # a store without subscriptions: no table has any
             return Loaded()
-        defs, state_columns = read()
+        defs, state_columns = self._store.subscriptions()
         loaded: dict[str, LoadedSubscription] = {}
         errors: dict[str, str] = {}
         by_table: dict[str, list[Subscription]] = {}
@@ -193,7 +196,7 @@ class Registry:
                 host.refresh()
 
         fan = Fanout(
-            host.store,
+            self._need(),
             config,
             subscriptions,
             host.clock,
@@ -208,8 +211,8 @@ class Registry:
     def upkeep(self) -> None:
         """Each discovery: subscriptions with subscribers are active now; those without for
         longer than their expire_after expire; the lag of those with a max_lag is counted."""
-        store: Any = self.host.store
-        if not hasattr(store, "touch_subscriptions"):
+        store = self._store
+        if store is None:
             return
         now = self.host.clock.now_ns()
         loaded = list(self._subs.values())
@@ -240,11 +243,17 @@ class Registry:
         if changed:
             self.host.refresh()
 
+    def _need(self) -> SubscriptionStore:
+        """The store's subscriptions; InvalidArgument on a store without them."""
+        if self._store is None:
+            raise InvalidArgument("subscriptions need a MySQL-family database")
+        return self._store
+
     def _clean_orphans(self, sources: dict[str, str]) -> None:
         """One bounded step for each state table that may hold rows whose message row is
         gone: a subscription not holding its table (the purge does not wait for it), and one
         that held again, until a whole pass is done after that."""
-        store: Any = self.host.store
+        store = self._need()
         for name, after in list(self._orphan_pass.items()):
             source = sources.get(name)
             if source is None:  # dropped, or not loaded
@@ -266,17 +275,17 @@ class Registry:
         """Create a subscription of a loaded message table; with ``from_start`` it gets every
         retained unacked message too (returns how many). Filter, projection and settings are
         checked first: nothing is written for a bad one."""
-        store: Any = self.host.store
-        if not hasattr(store, "create_subscription"):
-            raise InvalidArgument("subscriptions need a MySQL-family database")
-        sub = check_settings(dataclasses.replace(sub, time_created_ns=self.host.clock.now_ns()))
+        store = self._need()
+        now = self.host.clock.now_ns()
+        sub = dataclasses.replace(sub, time_created_ns=now, limits=merge_limits((), sub.limits))
+        sub = check_settings(sub)
         table = self.host.find(sub.table).config
         if table.source:
             raise InvalidArgument(
                 f"{sub.table} is a subscription's state table, not a message table"
             )
         ls = self._check_subscription(table, sub)
-        n = int(store.create_subscription(table, ls, from_start, self.host.clock.now_ns()))
+        n = store.create_subscription(table, ls, from_start, self.host.clock.now_ns())
         log.info("subscription %s created%s", sub.label, f" with {n:,} messages" if n else "")
         self.host.refresh()
         f = self._fanouts.get(sub.table)
@@ -299,10 +308,13 @@ class Registry:
 
     def alter_subscription(self, table: str, name: str, **changes: Any) -> Subscription:
         """Change a subscription's settings (filter, columns, ack_wait_s, max_attempts,
-        max_lag, expire_after_s; None clears one): live at the next discovery, which this
-        runs now. A new filter applies to messages handed over from then on."""
-        store: Any = self.host.store
+        max_lag, expire_after_s; None clears one; limits: those named change, "" puts one
+        back to the table's): live at the next discovery, which this runs now. A new filter
+        applies to messages handed over from then on."""
+        store = self._need()
         current = self._definition(table, name)
+        if "limits" in changes:
+            changes = {**changes, "limits": merge_limits(current.limits, changes["limits"])}
         sub = check_settings(dataclasses.replace(current, **changes))
         if "expire_after_s" in changes:  # a new expiry starts from now
             sub = dataclasses.replace(sub, state=SubscriptionState.ACTIVE)
@@ -314,28 +326,22 @@ class Registry:
 
     def drop_subscription(self, table: str, name: str) -> None:
         """Drop a subscription and its state table; its subscribers end (NOT_FOUND)."""
-        store: Any = self.host.store
-        if not hasattr(store, "drop_subscription"):
-            raise InvalidArgument("subscriptions need a MySQL-family database")
-        store.drop_subscription(table, name, state_table_name(table, name))
+        self._need().drop_subscription(table, name, state_table_name(table, name))
         log.info("subscription %s/%s dropped", table, name)
         self.host.refresh()
 
     def _definition(self, table: str, name: str) -> Subscription:
-        store: Any = self.host.store
-        if not hasattr(store, "subscriptions"):
-            raise InvalidArgument("subscriptions need a MySQL-family database")
-        for sub in store.subscriptions()[0]:
+        for sub in self._need().subscriptions()[0]:
             if sub.table == table and sub.name == name:
-                return sub  # type: ignore[no-any-return]
+                return sub
         raise TableNotFound(f"subscription {table}/{name} not found")
 
     def _subscription_statuses(self) -> list[TableStatus]:
         """An entry for each loaded subscription (the engine lists those that failed)."""
-        store: Any = self.host.store
         subs, not_holding = self._subs, self._not_holding
-        if not subs:
+        if not subs or self._store is None:
             return []
+        store = self._store
         try:
             lag = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
         except MsgtableError:
@@ -368,8 +374,8 @@ class Registry:
 
     def _with_unseen(self, status: TableStatus) -> TableStatus:
         """A table with subscriptions: how many of its rows they have not been handed yet."""
-        store: Any = self.host.store
-        if status.config is None or not status.config.fanout:
+        store = self._store
+        if store is None or status.config is None or not status.config.fanout:
             return status
         try:
             unseen = store.pending_fanout(status.name, LAG_CAP)

@@ -17,10 +17,11 @@ import math
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.core.latency import LatencySnapshot
+from msgtable.core.schedules import Schedule
 from msgtable.core.status import TableStatus
 from msgtable.core.words import counted
 from msgtable.errors import (
@@ -37,6 +38,9 @@ from msgtable.server.auth import Authorizer
 from msgtable.store.backlog import Backlog
 
 from .history import FIELDS, RateHistory
+
+if TYPE_CHECKING:
+    from msgtable.server.sqs.app import SqsServer
 
 log = logging.getLogger("msgtable.observe.dashboard")
 
@@ -136,6 +140,7 @@ class DashboardApi:
         self._now = clock
         self._snapshot: Snapshot | None = None
         self._refreshing = threading.Lock()  # one refresh at a time
+        self.sqs: SqsServer | None = None  # the SQS API beside it (msgtable serve --sqs-listen)
 
     # -- auth ----------------------------------------------------------------------------
     def principal(self, authorization: str | None) -> str:
@@ -212,6 +217,7 @@ class DashboardApi:
                 "binlog": None
                 if binlog is None
                 else {"following": binlog.following.is_set(), "events": int(binlog.events)},
+                "sqs": self._sqs(),
             },
             "history": {
                 "interval_s": self.history.interval_s,
@@ -224,6 +230,12 @@ class DashboardApi:
                 for s in statuses
             ],
         }
+
+    def _sqs(self) -> dict[str, Any] | None:
+        """The SQS API's address and calls since the server started, by action (None: not
+        served)."""
+        sqs = self.sqs
+        return None if sqs is None else {"listen": sqs.address, "calls": sqs.calls_by_action()}
 
     def _table(
         self, s: TableStatus, now_s: float, series: Series, n: int, backlog: Backlog | None
@@ -269,6 +281,9 @@ class DashboardApi:
             },
             "backlog": _backlog(s, backlog, oldest_age_s),
             "rates": _rates(series, s, n) if s.config else None,
+            # idempotent enqueue (msgtable.core.dedup) and schedules (msgtable.core.schedules)
+            "dedup": _dedup(s),
+            "schedules": [_schedule(x) for x in s.schedules],
         }
 
     def dead(self, principal: str, query: Mapping[str, str]) -> dict[str, Any]:
@@ -383,6 +398,28 @@ def _backlog(s: TableStatus, b: Backlog | None, oldest_age_s: float | None) -> d
         "oldest_unacked_age_s": b.oldest_unacked_age_s,
         # JSON has no infinity: the last bucket (every unacked message) has bound null
         "by_age": [[None if math.isinf(u) else u, n] for u, n in b.by_age],
+    }
+
+
+def _dedup(s: TableStatus) -> dict[str, Any] | None:
+    """A table's vt_dedup column and window (None: it does not deduplicate)."""
+    c = s.config
+    if c is None or s.subscription or not c.dedup:
+        return None
+    return {"column": c.dedup, "window_s": c.dedup_window_s}
+
+
+def _schedule(x: Schedule) -> dict[str, Any]:
+    """A schedule of the table: its definition, its last and next tick (unix s; None: none
+    yet) and how many messages it enqueued."""
+    return {
+        "name": x.name,
+        "cron": x.cron,
+        "timezone": x.timezone,
+        "missed": x.missed.value,
+        "last_tick_s": x.last_tick_ns / 1e9 if x.last_tick_ns else None,
+        "next_tick_s": x.next_tick_ns / 1e9 if x.next_tick_ns else None,
+        "ticks": x.ticks,
     }
 
 

@@ -9,7 +9,9 @@ Modules:
     app        The WSGI app of the API and the server that runs it
     consumer   msgtable's push streams as SQS's pull receive
     digest     The MD5 digests of a body and of message attributes, as SQS computes them
+    forward    Calls for a table another server sends, forwarded to that server's API
     handles    Receipt handles, each naming one delivery
+    manage     CreateQueue, DeleteQueue and PurgeQueue, behind --sqs-manage
     messages   An SQS message as a row of a message table, and back
     protocol   SQS's JSON protocol: parameters, error shapes, msgtable's errors as SQS's
     queues     Which table or subscription a queue is, its URL and its attributes

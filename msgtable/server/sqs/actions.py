@@ -4,7 +4,8 @@ Which right of the auth file (msgtable.server.auth) each needs, on the queue's t
 ``table/subscription``): SendMessage(Batch) ``send``; ReceiveMessage ``subscribe``;
 DeleteMessage(Batch) and ChangeMessageVisibility(Batch) ``ack``; GetQueueUrl and
 GetQueueAttributes any right on the queue; ListQueues lists the queues the caller has any
-right on; CreateQueue, DeleteQueue and PurgeQueue ``manage``.
+right on; CreateQueue, DeleteQueue and PurgeQueue ``manage`` (and ``msgtable serve
+--sqs-manage``: msgtable.server.sqs.manage).
 
 Visibility: a message received is in flight for the table's vt_ack_wait (the queue's
 VisibilityTimeout) from its send; a receive's VisibilityTimeout renews it to that many
@@ -29,11 +30,14 @@ from msgtable.server.auth import Authorizer
 from msgtable.server.sqs import handles, messages
 from msgtable.server.sqs.consumer import IN_FLIGHT_LIMIT, Consumer, Puller, Received
 from msgtable.server.sqs.digest import md5_of_attributes, md5_of_body
+from msgtable.server.sqs.forward import Elsewhere
 from msgtable.server.sqs.handles import Deliveries, Handle
+from msgtable.server.sqs.manage import Manager
 from msgtable.server.sqs.protocol import Params, SqsError, invalid, sqs_error
 from msgtable.server.sqs.queues import Counts, Directory, Queue, attributes
 from msgtable.server.sqs.sender import Sender
 from msgtable.store.backlog import Backlog
+from msgtable.store.sqsqueues import QueueTables
 
 DEFAULT_MAX_MESSAGE_BYTES = 262_144  # SQS's default, 256 KiB
 MAX_DELAY_S = 900
@@ -104,6 +108,8 @@ class Engine(Protocol):
 
     def refresh(self) -> None: ...
 
+    def service_of_sender(self, table: str, service: str) -> str: ...
+
     def backlog(self, max_age_s: float = ..., wait_s: float | None = None) -> list[Backlog]: ...
 
     def binlog_insert(self, table: str, rows: int = 0) -> None: ...
@@ -115,6 +121,7 @@ class Caller:
 
     principal: str
     host: str
+    forwarded: bool = False  # forwarded by another server (msgtable.server.sqs.forward)
 
 
 class Actions:
@@ -127,6 +134,7 @@ class Actions:
         authorizer: Authorizer | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         in_flight_limit: int = IN_FLIGHT_LIMIT,
+        tables: QueueTables | None = None,
     ) -> None:
         self.engine = engine
         self.sender = sender
@@ -134,6 +142,8 @@ class Actions:
         self.max_message_bytes = max_message_bytes
         self.in_flight_limit = in_flight_limit
         self.directory = Directory(engine.keyspace, engine.live_statuses, engine.refresh)
+        # CreateQueue, DeleteQueue, PurgeQueue (tables: None without --sqs-manage)
+        self.manager = Manager(tables, self.directory, self.directory.reload, authorizer)
         self.consumer = Consumer()
         self.deliveries = Deliveries()
         self._lock = threading.Lock()
@@ -148,9 +158,9 @@ class Actions:
             "DeleteMessageBatch": self.delete_message_batch,
             "ChangeMessageVisibility": self.change_message_visibility,
             "ChangeMessageVisibilityBatch": self.change_message_visibility_batch,
-            "PurgeQueue": self.unsupported,
+            "PurgeQueue": self.purge_queue,
             "CreateQueue": self.create_queue,
-            "DeleteQueue": self.unsupported,
+            "DeleteQueue": self.delete_queue,
         }
 
     def open(self) -> None:
@@ -180,6 +190,16 @@ class Actions:
     def _queue(self, p: Params, caller: Caller, action: str) -> Queue:
         q = self.directory.from_url(p.text("QueueUrl", required=True))
         self._allowed(caller, action, q)
+        return q
+
+    def _sent_here(self, p: Params, caller: Caller, action: str) -> Queue:
+        """The queue of a receive or a settle: Elsewhere when another server sends its
+        table (the call goes to that server's API, msgtable.server.sqs.forward)."""
+        q = self._queue(p, caller, action)
+        if not caller.forwarded:
+            address = self.engine.service_of_sender(q.table, "sqs")
+            if address:
+                raise Elsewhere(address, q.table)
         return q
 
     # -- queues --------------------------------------------------------------------------
@@ -231,22 +251,17 @@ class Actions:
         return Counts(None, None, in_flight)
 
     def create_queue(self, p: Params, caller: Caller) -> dict[str, Any]:
-        """An existing queue's URL (creating a table is DDL in the user's database: not
-        done here)."""
-        name = p.text("QueueName", required=True)
-        try:
-            q = self.directory.find(name)
-        except SqsError:
-            raise SqsError(
-                "UnsupportedOperation",
-                f"queue {name} does not exist, and msgtable does not create tables: create "
-                "the message table (schema/current.sql), then use its queue",
-            ) from None
-        self._allowed(caller, "CreateQueue", q)
-        return {"QueueUrl": q.url(caller.host)}
+        return {"QueueUrl": self.manager.create(p, caller.principal).url(caller.host)}
 
-    def unsupported(self, p: Params, caller: Caller) -> dict[str, Any]:
-        raise SqsError("UnsupportedOperation", "this action is not supported by msgtable")
+    def delete_queue(self, p: Params, caller: Caller) -> dict[str, Any]:
+        q = self.directory.from_url(p.text("QueueUrl", required=True))
+        self.manager.delete(q, caller.principal)
+        return {}
+
+    def purge_queue(self, p: Params, caller: Caller) -> dict[str, Any]:
+        q = self.directory.from_url(p.text("QueueUrl", required=True))
+        self.manager.purge(q, caller.principal)
+        return {}
 
     # -- sending -------------------------------------------------------------------------
     def _outgoing(self, p: Params, q: Queue) -> messages.Outgoing:
@@ -356,7 +371,7 @@ class Actions:
 
     # -- receiving -----------------------------------------------------------------------
     def receive_message(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "ReceiveMessage")
+        q = self._sent_here(p, caller, "ReceiveMessage")
         most = p.integer("MaxNumberOfMessages", 1, 10, 1) or 1
         wait = p.integer("WaitTimeSeconds", 0, MAX_WAIT_S, 0) or 0
         visibility = p.integer("VisibilityTimeout", 0, MAX_VISIBILITY_S)
@@ -462,13 +477,13 @@ class Actions:
 
     # -- settling ------------------------------------------------------------------------
     def delete_message(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "DeleteMessage")
+        q = self._sent_here(p, caller, "DeleteMessage")
         h = handles.decode(p.text("ReceiptHandle", required=True), handles.tag_of(q.label))
         self._delete(q, [h])
         return {}
 
     def delete_message_batch(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "DeleteMessageBatch")
+        q = self._sent_here(p, caller, "DeleteMessageBatch")
         tag = handles.tag_of(q.label)
         good: list[tuple[str, Handle]] = []
         failed = []
@@ -509,7 +524,7 @@ class Actions:
             self.deliveries.forget(h)
 
     def change_message_visibility(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "ChangeMessageVisibility")
+        q = self._sent_here(p, caller, "ChangeMessageVisibility")
         h = handles.decode(p.text("ReceiptHandle", required=True), handles.tag_of(q.label))
         seconds = p.integer("VisibilityTimeout", 0, MAX_VISIBILITY_S)
         if seconds is None:
@@ -520,7 +535,7 @@ class Actions:
         return {}
 
     def change_message_visibility_batch(self, p: Params, caller: Caller) -> dict[str, Any]:
-        q = self._queue(p, caller, "ChangeMessageVisibilityBatch")
+        q = self._sent_here(p, caller, "ChangeMessageVisibilityBatch")
         tag = handles.tag_of(q.label)
         successful, failed = [], []
         for e in p.entries():

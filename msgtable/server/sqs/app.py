@@ -2,7 +2,8 @@
 server that runs it beside the gRPC server.
 
 Every request is answered in SQS's JSON (errors in SQS's shape, msgtable.server.sqs.protocol)
-and counted by action and outcome (``ok`` or the error code) for /metrics, ``msgtable
+and counted by action and outcome (``ok`` or the error code; ``forwarded`` for a call
+answered by the table's sender, msgtable.server.sqs.forward) for /metrics, ``msgtable
 tables`` and the dashboard. With an auth file (``--auth``), each request must be signed
 (SigV4) by an access key of its ``[access_keys]``; without one every caller is anonymous and
 allowed everything, as over gRPC.
@@ -19,10 +20,13 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import sqlalchemy as sa
+
 from msgtable.errors import MsgtableError
 from msgtable.server.auth import ANONYMOUS, Authorizer
 from msgtable.server.sqs import signature
 from msgtable.server.sqs.actions import DEFAULT_MAX_MESSAGE_BYTES, Actions, Caller, Engine
+from msgtable.server.sqs.forward import Answer, Elsewhere, forward, forwarded
 from msgtable.server.sqs.protocol import (
     JSON_CONTENT_TYPE,
     MAX_REQUEST_BODY_BYTES,
@@ -34,6 +38,7 @@ from msgtable.server.sqs.protocol import (
 )
 from msgtable.server.sqs.sender import Sender
 from msgtable.server.webserver import Served, WebServer, parse_listen
+from msgtable.store.sqsqueues import QueueTables
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +72,15 @@ class SqsApp:
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
         action = self._action(environ)
+        content: list[tuple[str, str]] = [("Content-Type", JSON_CONTENT_TYPE)]
         try:
             body = self._answer(environ, action)
-            status, payload, extra = 200, json.dumps(body).encode(), []
-            outcome = "ok"
+            if isinstance(body, Answer):
+                status, payload, extra, content = body.status, body.body, body.headers, []
+                outcome = "forwarded"
+            else:
+                status, payload, extra = 200, json.dumps(body).encode(), []
+                outcome = "ok"
         except SqsError as exc:
             status, payload, extra, outcome = exc.status, exc.body(), exc.headers(), exc.code
         except MsgtableError as exc:
@@ -84,12 +94,9 @@ class SqsApp:
             status, payload, extra, outcome = err.status, err.body(), err.headers(), err.code
         with self._lock:
             self.calls[(action, outcome)] += 1
-        headers = [
-            ("Content-Type", JSON_CONTENT_TYPE),
-            ("Content-Length", str(len(payload))),
-            ("x-amzn-RequestId", str(uuid.uuid4())),
-            *extra,
-        ]
+        headers = [*content, ("Content-Length", str(len(payload))), *extra]
+        if not any(k.lower() == "x-amzn-requestid" for k, _ in extra):
+            headers.append(("x-amzn-RequestId", str(uuid.uuid4())))
         start_response(_STATUS_TEXT.get(status, f"{status} Error"), headers)
         return [payload]
 
@@ -99,7 +106,7 @@ class SqsApp:
         action = target[len(TARGET_PREFIX) :] if target.startswith(TARGET_PREFIX) else ""
         return action if action in self.actions.handlers else "unknown"
 
-    def _answer(self, environ: dict[str, Any], action: str) -> dict[str, Any]:
+    def _answer(self, environ: dict[str, Any], action: str) -> dict[str, Any] | Answer:
         target = str(environ.get("HTTP_X_AMZ_TARGET", ""))
         known = action != "unknown"
         if environ.get("REQUEST_METHOD") != "POST":
@@ -115,7 +122,11 @@ class SqsApp:
             environ.get("HTTP_HOST") or f"{environ.get('SERVER_NAME')}:{environ.get('SERVER_PORT')}"
         )
         params = Params(parse_body(body))
-        return self.actions.handlers[action](params, Caller(principal, host))
+        caller = Caller(principal, host, forwarded(environ))
+        try:
+            return self.actions.handlers[action](params, caller)
+        except Elsewhere as to:  # the table's sender answers it
+            return forward(to, environ, body)
 
     def _principal(self, environ: dict[str, Any], body: bytes) -> str:
         if self.authorizer is None:
@@ -170,10 +181,15 @@ class SqsServer(Served):
         authorizer: Authorizer | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         threads: int = THREADS,
+        manage: bool = False,
     ) -> None:
         host, port = parse_listen(listen, FLAG, "127.0.0.1:9324")
         self.sender = Sender(dsn, lambda table: engine.binlog_insert(table, 0))
-        self.actions = Actions(engine, self.sender, authorizer, max_message_bytes)
+        # CreateQueue, DeleteQueue, PurgeQueue: only with --sqs-manage (DDL in the database)
+        self.tables = QueueTables(sa.create_engine(dsn, pool_pre_ping=True)) if manage else None
+        self.actions = Actions(
+            engine, self.sender, authorizer, max_message_bytes, tables=self.tables
+        )
         self.app = SqsApp(self.actions, authorizer)
         self.web = WebServer(self.app, host, port, FLAG, threads, "msgtable-sqs")
 
@@ -184,6 +200,13 @@ class SqsServer(Served):
     def calls(self) -> dict[tuple[str, str], int]:
         """Requests answered, by (action, outcome): "ok" or the SQS error code."""
         return self.app.counts()
+
+    def calls_by_action(self) -> dict[str, int]:
+        """Requests answered since the server started, by action (every outcome)."""
+        out: Counter[str] = Counter()
+        for (action, _), n in self.app.counts().items():
+            out[action] += n
+        return dict(out)
 
     def receives_waiting(self) -> int:
         return self.actions.consumer.receivers()
@@ -200,6 +223,8 @@ class SqsServer(Served):
         self.actions.close()  # waiting receives end first, then the server stops
         self.web.close()
         self.sender.close()
+        if self.tables is not None:
+            self.tables.close()
 
 
 def open_sqs(
@@ -210,7 +235,14 @@ def open_sqs(
     listen = getattr(args, "sqs_listen", None)
     if not listen:
         return None
-    server = SqsServer(engine, dsn, listen, authorizer, args.sqs_max_message_bytes)
+    server = SqsServer(
+        engine,
+        dsn,
+        listen,
+        authorizer,
+        args.sqs_max_message_bytes,
+        manage=getattr(args, "sqs_manage", False),
+    )
     server.open()
     print(f"sqs on {server.url}", file=out, flush=True)
     if authorizer is None and not _loopback(server.host):

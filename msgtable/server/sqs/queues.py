@@ -99,6 +99,11 @@ class Directory:
             raise SqsError("QueueDoesNotExist", NO_QUEUE)
         return self.find(name)
 
+    def reload(self) -> None:
+        """Discover the tables now and read them afresh (after this server's own DDL)."""
+        self._refresh()
+        self._read(fresh=True)
+
     def _read(self, fresh: bool = False) -> dict[str, Queue]:
         now = time.monotonic()
         with self._lock:

@@ -8,12 +8,19 @@ call's transaction, and one the index refuses as a duplicate is answered as sent
 the same within its five minutes; here for as long as the earlier row is in the table).
 After the commit this server's sender of the table is woken, so a long-polling receive has
 the message at once even without the binlog.
+
+A connection taken from the pool is pinged only when it was idle longer than IDLE_PING_S
+(one dropped by the database, or a server restarted, is replaced before it is used): a
+ping on every checkout was one round trip of a send's four (ping, SELECT DATABASE(),
+INSERT, COMMIT). A connection lost within that second fails its send as Unavailable (503:
+SDKs retry it), with nothing written.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -25,6 +32,7 @@ from msgtable.server.sqs.messages import Outgoing, shape_of
 from msgtable.server.sqs.queues import Queue
 
 POOL_SIZE = 8
+IDLE_PING_S = 1.0  # a connection idle longer is pinged when taken from the pool
 MAX_OVERFLOW = 24
 DUPLICATE_KEY = 1062  # MySQL's ER_DUP_ENTRY
 
@@ -32,14 +40,17 @@ DUPLICATE_KEY = 1062  # MySQL's ER_DUP_ENTRY
 class Sender:
     """Writes messages into their tables (see the module docstring)."""
 
-    def __init__(self, dsn: str, woken: Callable[[str], None]) -> None:
+    def __init__(
+        self, dsn: str, woken: Callable[[str], None], idle_ping_s: float = IDLE_PING_S
+    ) -> None:
         self._engine = sa.create_engine(
             dsn,
             pool_size=POOL_SIZE,
             max_overflow=MAX_OVERFLOW,
-            pool_pre_ping=True,
             pool_recycle=3600,
         )
+        sa.event.listen(self._engine, "checkin", _idle_from)
+        sa.event.listen(self._engine, "checkout", lambda c, r, p: _ping_if_idle(c, r, idle_ping_s))
         self._woken = woken
         self._rng = random.Random()
         self._rng_lock = threading.Lock()
@@ -70,6 +81,21 @@ class Sender:
             raise InvalidArgument(f"table {table}: {_why(exc)}") from None
         self._woken(table)
         return ids
+
+
+def _idle_from(dbapi_connection: Any, record: Any) -> None:
+    record.info["idle_since"] = time.monotonic()
+
+
+def _ping_if_idle(dbapi_connection: Any, record: Any, idle_ping_s: float) -> None:
+    """A connection idle past ``idle_ping_s`` answers a ping, or the pool replaces it."""
+    since = record.info.get("idle_since")
+    if since is None or time.monotonic() - since <= idle_ping_s:
+        return
+    try:
+        dbapi_connection.ping(False)
+    except Exception:
+        raise sa.exc.DisconnectionError("the connection did not answer a ping") from None
 
 
 def _groups(

@@ -9,7 +9,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -40,12 +40,14 @@ class ServableEngine(FakeEngine):
         self.fatal_reason = ""
         self.opened = self.closed = False
         self.campaigned_as: str | None = None
+        self.services: dict[str, str] = {}
 
     def open(self) -> None:
         self.opened = True
 
-    def campaign(self, address: str) -> None:
+    def campaign(self, address: str, services: Mapping[str, str] | None = None) -> None:
         self.campaigned_as = address
+        self.services = dict(services or {})
 
     def close(self) -> None:
         self.closed = True
@@ -700,7 +702,13 @@ def test_no_subscriptions_says_so_and_a_broken_one_shows_its_error_once():
 def test_a_subscription_as_json_has_its_numbers_and_settings():
     info = sub_info("billing", filter="kind=order", lag=3, oldest_ns=NOW_NS - 1_500_000_000)
     info = dataclasses.replace(
-        info, due=2, scheduled=1, oldest_unacked_age_s=1.5, hold_s=4.5, hold_whole=True
+        info,
+        due=2,
+        scheduled=1,
+        oldest_unacked_age_s=1.5,
+        hold_s=4.5,
+        hold_whole=True,
+        limits="rate 5/s (burst 1)",
     )
     assert json.loads(output.subscription_json(info, NOW_NS)) == {
         "table": "orders",
@@ -727,6 +735,7 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         "hold_s": 4.5,
         "hold_whole": True,
         "sender": "",
+        "limits": "rate 5/s (burst 1)",
         "load_error": "",
     }
 
@@ -883,3 +892,10 @@ def test_counts_of_one_are_singular_in_what_msgtable_dead_prints():
     one = DeadLetter(7, 0, 5, "no ack after 5 attempts")
     assert output.format_dead([one], 1, "jobs").endswith("\n1 shown of 1 dead letter in jobs")
     assert output.format_dead([one], 2, "jobs").endswith("\n1 shown of 2 dead letters in jobs")
+
+
+def test_the_sqs_line_names_the_api_or_at_a_gateway_the_shards_servers():
+    assert output.format_sqs("127.0.0.1:9324", {}) == "sqs: http://127.0.0.1:9324 (calls: none yet)"
+    assert output.format_sqs("", {"SendMessage": 3, "GetQueueUrl": 2}) == (
+        "sqs: at the shards' servers (calls: GetQueueUrl 2, SendMessage 3)"
+    )

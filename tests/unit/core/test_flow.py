@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from msgtable.core.flow import FlowControl, TokenBucket, rate_violations
+from msgtable.core.flow import FlowControl, TokenBucket, fair_index_hint, rate_violations
 from msgtable.core.tables import Column, load_table
 from msgtable.errors import TableLoadError
 from msgtable.testing import CURRENT_COLUMNS
@@ -136,3 +136,23 @@ def test_a_subscription_has_its_tables_limits_and_its_projection_must_carry_thei
     assert kept.flow == table.flow and kept.label == "q/all"
     with pytest.raises(TableLoadError, match="its columns must include tenant"):
         load_subscription(table, Subscription("q", "narrow", columns=("message",)), state)
+
+
+def test_a_fair_table_finds_its_index_on_time_acked_and_the_key_and_hints_at_it_if_missing():
+    fair_idx = ("fair_idx", ("time_acked", "tenant", "priority", "time_next"))
+    other = ("other_idx", ("tenant", "time_acked"))
+    cfg = load("vt_fair_key=tenant", indexes=(other, fair_idx))
+    assert cfg.flow is not None and cfg.flow.fair_index == "fair_idx"
+    assert fair_index_hint("q", cfg.flow) == ""
+    short = load("vt_fair_key=tenant", indexes=(("t_idx", ("time_acked", "tenant")),))
+    assert short.flow is not None and short.flow.fair_index == "t_idx"
+    bare = load("vt_fair_key=tenant", indexes=(other,))
+    assert bare.flow is not None and bare.flow.fair_index == ""
+    hint = fair_index_hint("q", bare.flow)
+    assert hint.startswith("vt_fair_key=tenant without an index on (time_acked, tenant")
+    assert hint.endswith(
+        "ALTER TABLE q ADD INDEX fair_idx (time_acked, tenant, priority, time_next)"
+    )
+    assert "\n" not in hint
+    assert fair_index_hint("q", load("vt_rate=5/s").flow) == ""
+    assert fair_index_hint("q", None) == ""

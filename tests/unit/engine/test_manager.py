@@ -1011,3 +1011,33 @@ def test_the_ack_wait_counts_from_the_hand_over_not_from_before_a_slow_send_chec
     deadline, _, sent_ns, _ = m.cache.inflight._flight[1]
     assert sent_ns == handed, "the send's time is not the hand-over's"
     assert deadline == handed + round(m.config.ack_wait_s * 1e9)
+
+
+def test_a_close_while_the_loops_start_stops_them_and_joins_none_unstarted(engine, monkeypatch):
+    """A table lost (a hand-over, a drop) while it opens: close() from another thread, between
+    open()'s threads being made and started, ends every loop and raises nothing."""
+    m = manager(engine)
+    start = threading.Thread.start
+    closing: list[threading.Thread] = []
+    failures: list[BaseException] = []
+
+    def close_now() -> None:
+        try:
+            m.close(timeout_s=5)
+        except BaseException as exc:  # what close raised, reported below
+            failures.append(exc)
+
+    def start_after_a_close(thread: threading.Thread) -> None:
+        if thread.name.startswith("msgtable-q-") and not closing:
+            closing.append(threading.Thread(target=close_now))
+            start(closing[0])
+            closing[0].join(0.3)  # a close that waits for open() to finish goes on below
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start_after_a_close)
+    m.open()
+    monkeypatch.undo()
+    closing[0].join(10)
+    assert not closing[0].is_alive(), "close() did not return"
+    assert failures == []
+    assert all(not t.is_alive() for t in m._threads), "a loop outlived close()"

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from msgtable.engine.placement import CAPTURE, assign, rank
+from msgtable.core.assignment import CAPTURE, assign, rank
 
 SIZES = [(u, n) for u in (1, 4, 5, 12, 50) for n in (1, 2, 3, 5)]
 
@@ -72,7 +72,7 @@ def test_the_rank_is_a_stable_hash_of_server_and_unit():
 
 
 def test_a_log_line_names_ten_units_at_most_and_counts_the_rest():
-    from msgtable.engine.placement import _names
+    from msgtable.core.assignment import unit_names as _names
 
     assert _names(["a"]) == "table a"
     assert _names(["b", "a", CAPTURE]) == "2 tables: a, b and the table events"

@@ -102,6 +102,7 @@ def test_state_shows_every_table_with_its_counts_and_the_server(engine):
         "lease_holder": "this server",
         "database": {"up": True, "error": ""},
         "binlog": None,
+        "sqs": None,
     }
     by_name = {t["name"]: t for t in state["tables"]}
     assert sorted(by_name) == ["q", "secret"]

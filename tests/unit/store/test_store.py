@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 
 from msgtable.core.sql import in_list, placeholders, quote
-from msgtable.core.tables import load_table
+from msgtable.core.tables import Column, load_table
 from msgtable.store.mysql import fastest_driver, without_driver
 from msgtable.store.mysqlstore import MySQLStore
 from msgtable.store.statements import TableStatements
@@ -156,3 +156,55 @@ def test_a_table_name_with_braces_survives_the_id_list_template():
     assert "`we{ids}r{d`" in s.ack_mixed.format(ids="1,2", first="1")
     assert "`we{ids}r{d`" in s.poll and "`we{ids}r{d`" in s.purge_pick
     assert "`we{ids}r{d`" in s.purge.format(ids="1,2")
+
+
+def test_a_fair_tables_skipping_poll_goes_by_its_fair_index_and_its_other_polls_do_not():
+    cols = (*CURRENT_COLUMNS, Column("tenant", "varchar", "varchar(64)"))
+    index = (("fair_idx", ("time_acked", "tenant", "priority", "time_next")),)
+    cfg = load_table("q", GOOD + ",vt_fair_key=tenant", cols, (("id",),), index)
+    s = TableStatements(cfg)
+    assert "FORCE INDEX" not in s.poll_query(9, 10, None)[0]
+    sql, params = s.poll_query(9, 10, None, skip_keys=("a",))
+    assert sql.startswith("SELECT ") and " FROM `q` FORCE INDEX (`fair_idx`) WHERE " in sql
+    assert sql.endswith(" AND (`tenant` NOT IN (%s) OR `tenant` IS NULL)" + ORDER) and params == [
+        9,
+        "a",
+        10,
+    ]
+    bare = TableStatements(load_table("q", GOOD + ",vt_fair_key=tenant", cols, (("id",),)))
+    assert "FORCE INDEX" not in bare.poll_query(9, 10, None, skip_keys=("a",))[0]
+
+
+ORDER = " ORDER BY `priority`, `time_next`, `id` LIMIT %s"
+
+
+def test_a_fair_poll_skips_the_keys_holding_their_share_and_keeps_the_null_key_apart():
+    cols = (*CURRENT_COLUMNS, Column("tenant", "varchar", "varchar(64)"))
+    s = TableStatements(load_table("q", GOOD + ",vt_fair_key=tenant", cols, (("id",),)))
+    order = " ORDER BY `priority`, `time_next`, `id` LIMIT %s"
+    head = s.poll.removesuffix(order)
+    assert s.poll_query(9, 10, None, skip_keys=()) == (s.poll, [9, 10])
+    assert s.poll_query(9, 10, None, skip_keys=("a", "b")) == (
+        head + " AND (`tenant` NOT IN (%s, %s) OR `tenant` IS NULL)" + order,
+        [9, "a", "b", 10],
+    )
+    assert s.poll_query(9, 10, None, skip_keys=("a", None)) == (
+        head + " AND `tenant` NOT IN (%s)" + order,
+        [9, "a", 10],
+    )
+    assert s.poll_query(9, 10, None, skip_keys=(None,)) == (
+        head + " AND `tenant` IS NOT NULL" + order,
+        [9, 10],
+    )
+    # continued after a key: the skip's parameters after the key's, before the limit
+    sql, params = s.poll_query(9, 10, (1, 5, 7), skip_keys=("a",))
+    assert sql.startswith(s.poll_after.removesuffix(order)) and params == [
+        9,
+        1,
+        1,
+        5,
+        5,
+        7,
+        "a",
+        10,
+    ]

@@ -135,6 +135,8 @@ function newCard(t) {
     el("div", { class: "backlog" }),
     el("div", { class: "push" }),
     el("div", { class: "flow" }),
+    el("div", { class: "dedup" }),
+    el("ul", { class: "schedules" }),
     el("div", { class: "rate-plot", "data-samples": "0" }),
     el("div", { class: "dead" })
   );
@@ -293,6 +295,35 @@ function drawFlow(card, t) {
   box.textContent = "limits: " + t.limits + "; held back: " + (held || "never") + capped;
 }
 
+// Idempotent enqueue (msgtable.core.dedup): the key column and its window.
+function drawDedup(card, t) {
+  const d = t.dedup;
+  card.el.querySelector(".dedup").textContent = d
+    ? "dedup: key " + d.column + ", window " + age(d.window_s)
+    : "";
+}
+
+// A tick's time as `msgtable tables` shows it: UTC, to the second.
+function tickTime(unixS) {
+  if (unixS === null || unixS === undefined) return "none yet";
+  return new Date(unixS * 1000).toISOString().slice(0, 19) + "Z";
+}
+
+// Schedules (msgtable.core.schedules) that enqueue into the table: last and next tick.
+function drawSchedules(card, t) {
+  const list = card.el.querySelector(".schedules");
+  const items = (t.schedules || []).map((s) =>
+    el(
+      "li",
+      { "data-schedule": s.name },
+      "schedule " + s.name + " ('" + s.cron + "' in " + s.timezone + ", missed: " + s.missed +
+        "): last tick " + tickTime(s.last_tick_s) + ", next " + tickTime(s.next_tick_s) +
+        ", " + fmt(s.ticks) + " enqueued"
+    )
+  );
+  list.replaceChildren(...items);
+}
+
 async function drawDead(card, t) {
   const box = card.el.querySelector(".dead");
   const has = (t.dead || 0) > 0 || (t.subscription && t.totals.dead_lettered > 0);
@@ -375,7 +406,19 @@ function drawServer(state) {
     binlog.textContent = s.binlog.following ? "binlog following" : "binlog not following (polling)";
     binlog.className = "pill" + (s.binlog.following ? "" : " bad");
   }
+  drawSqs(s.sqs);
   document.getElementById("updated").textContent = "updated " + clock(state.now_s, true);
+}
+
+// The SQS API (msgtable serve --sqs-listen): its address, its calls by action since the start
+function drawSqs(sqs) {
+  const pill = document.getElementById("sqs");
+  pill.hidden = !sqs;
+  if (!sqs) return;
+  const calls = Object.entries(sqs.calls).sort();
+  const total = calls.reduce((n, [, c]) => n + c, 0);
+  pill.textContent = "sqs on " + sqs.listen + " · " + counted(total, "call");
+  pill.title = calls.map(([action, c]) => action + " " + c).join("\n") || "no calls yet";
 }
 
 function render(state) {
@@ -402,6 +445,8 @@ function render(state) {
     drawBacklog(card, t);
     drawPush(card, t);
     drawFlow(card, t);
+    drawDedup(card, t);
+    drawSchedules(card, t);
     mergeRates(card, t, merged);
     drawPlot(card, state);
     drawDead(card, t);

@@ -979,11 +979,37 @@ class ListTablesResponse(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class SqsCallsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     TABLES_FIELD_NUMBER: _builtins.int
     DATABASE_ERROR_FIELD_NUMBER: _builtins.int
+    SQS_LISTEN_FIELD_NUMBER: _builtins.int
+    SQS_CALLS_FIELD_NUMBER: _builtins.int
     database_error: _builtins.str
     """Why the server cannot reach its database now ("" while it can): the server answers
     ListTables at once either way.
+    """
+    sqs_listen: _builtins.str
+    """The SQS-compatible API's address, HOST:PORT, when this server serves it (msgtable serve
+    --sqs-listen; "" when it does not).
     """
     @_builtins.property
     def tables(self) -> _containers.RepeatedCompositeFieldContainer[Global___TableStatus]:
@@ -991,15 +1017,23 @@ class ListTablesResponse(_message.Message):
         database is away).
         """
 
+    @_builtins.property
+    def sqs_calls(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The SQS API's calls since the server started, by action (every outcome: /metrics has
+        them by outcome too).
+        """
+
     def __init__(
         self,
         *,
         tables: _abc.Iterable[Global___TableStatus] | None = ...,
         database_error: _builtins.str = ...,
+        sqs_listen: _builtins.str = ...,
+        sqs_calls: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["database_error", b"database_error", "tables", b"tables"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["database_error", b"database_error", "sqs_calls", b"sqs_calls", "sqs_listen", b"sqs_listen", "tables", b"tables"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1377,6 +1411,12 @@ class SubscriptionSettings(_message.Message):
     MAX_ATTEMPTS_FIELD_NUMBER: _builtins.int
     MAX_LAG_FIELD_NUMBER: _builtins.int
     EXPIRE_AFTER_S_FIELD_NUMBER: _builtins.int
+    RATE_FIELD_NUMBER: _builtins.int
+    RATE_BURST_FIELD_NUMBER: _builtins.int
+    MAX_IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    KEY_RATE_FIELD_NUMBER: _builtins.int
+    KEY_BURST_FIELD_NUMBER: _builtins.int
+    KEY_CONCURRENCY_FIELD_NUMBER: _builtins.int
     filter: _builtins.str
     """Selector (`region IN ('eu','us') AND amount > 10`) or ODPS matcher (`region=eu|us`)."""
     set_columns: _builtins.bool
@@ -1387,6 +1427,18 @@ class SubscriptionSettings(_message.Message):
     """Unsettled messages past which it no longer holds its table's purge; 0: clear."""
     expire_after_s: _builtins.float
     """No subscriber this long: expired (gets nothing, holds nothing until one comes); 0: clear."""
+    rate: _builtins.str
+    """Flow control of its own (docs/how-to/flow-control.md), each replacing its table's limit
+    (the comment's vt_<field>) for this subscription's group only; unset: the table's. Values
+    as in the comment ("100/s", "5"); "off": that limit off for this subscription. Alter:
+    "" puts one back to the table's. vt_key_rate and vt_key_concurrency count per value of
+    the table's vt_limit_key.
+    """
+    rate_burst: _builtins.str
+    max_in_flight: _builtins.str
+    key_rate: _builtins.str
+    key_burst: _builtins.str
+    key_concurrency: _builtins.str
     @_builtins.property
     def columns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The projection: columns the subscription's messages carry, `id` first."""
@@ -1401,10 +1453,16 @@ class SubscriptionSettings(_message.Message):
         max_attempts: _builtins.int | None = ...,
         max_lag: _builtins.int | None = ...,
         expire_after_s: _builtins.float | None = ...,
+        rate: _builtins.str | None = ...,
+        rate_burst: _builtins.str | None = ...,
+        max_in_flight: _builtins.str | None = ...,
+        key_rate: _builtins.str | None = ...,
+        key_burst: _builtins.str | None = ...,
+        key_concurrency: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_max_attempts", b"_max_attempts", "_max_lag", b"_max_lag", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "max_attempts", b"max_attempts", "max_lag", b"max_lag"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_max_attempts", b"_max_attempts", "_max_lag", b"_max_lag", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "max_attempts", b"max_attempts", "max_lag", b"max_lag", "set_columns", b"set_columns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst", "set_columns", b"set_columns"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ack_wait_s: _TypeAlias = _typing.Literal["ack_wait_s"]  # noqa: Y015
     _WhichOneofArgType__ack_wait_s: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s"]  # noqa: Y015
@@ -1412,10 +1470,22 @@ class SubscriptionSettings(_message.Message):
     _WhichOneofArgType__expire_after_s: _TypeAlias = _typing.Literal["_expire_after_s", b"_expire_after_s"]  # noqa: Y015
     _WhichOneofReturnType__filter: _TypeAlias = _typing.Literal["filter"]  # noqa: Y015
     _WhichOneofArgType__filter: _TypeAlias = _typing.Literal["_filter", b"_filter"]  # noqa: Y015
+    _WhichOneofReturnType__key_burst: _TypeAlias = _typing.Literal["key_burst"]  # noqa: Y015
+    _WhichOneofArgType__key_burst: _TypeAlias = _typing.Literal["_key_burst", b"_key_burst"]  # noqa: Y015
+    _WhichOneofReturnType__key_concurrency: _TypeAlias = _typing.Literal["key_concurrency"]  # noqa: Y015
+    _WhichOneofArgType__key_concurrency: _TypeAlias = _typing.Literal["_key_concurrency", b"_key_concurrency"]  # noqa: Y015
+    _WhichOneofReturnType__key_rate: _TypeAlias = _typing.Literal["key_rate"]  # noqa: Y015
+    _WhichOneofArgType__key_rate: _TypeAlias = _typing.Literal["_key_rate", b"_key_rate"]  # noqa: Y015
     _WhichOneofReturnType__max_attempts: _TypeAlias = _typing.Literal["max_attempts"]  # noqa: Y015
     _WhichOneofArgType__max_attempts: _TypeAlias = _typing.Literal["_max_attempts", b"_max_attempts"]  # noqa: Y015
+    _WhichOneofReturnType__max_in_flight: _TypeAlias = _typing.Literal["max_in_flight"]  # noqa: Y015
+    _WhichOneofArgType__max_in_flight: _TypeAlias = _typing.Literal["_max_in_flight", b"_max_in_flight"]  # noqa: Y015
     _WhichOneofReturnType__max_lag: _TypeAlias = _typing.Literal["max_lag"]  # noqa: Y015
     _WhichOneofArgType__max_lag: _TypeAlias = _typing.Literal["_max_lag", b"_max_lag"]  # noqa: Y015
+    _WhichOneofReturnType__rate: _TypeAlias = _typing.Literal["rate"]  # noqa: Y015
+    _WhichOneofArgType__rate: _TypeAlias = _typing.Literal["_rate", b"_rate"]  # noqa: Y015
+    _WhichOneofReturnType__rate_burst: _TypeAlias = _typing.Literal["rate_burst"]  # noqa: Y015
+    _WhichOneofArgType__rate_burst: _TypeAlias = _typing.Literal["_rate_burst", b"_rate_burst"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ack_wait_s) -> _WhichOneofReturnType__ack_wait_s | None: ...
     @_typing.overload
@@ -1423,9 +1493,21 @@ class SubscriptionSettings(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__filter) -> _WhichOneofReturnType__filter | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key_burst) -> _WhichOneofReturnType__key_burst | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key_concurrency) -> _WhichOneofReturnType__key_concurrency | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__key_rate) -> _WhichOneofReturnType__key_rate | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_attempts) -> _WhichOneofReturnType__max_attempts | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__max_in_flight) -> _WhichOneofReturnType__max_in_flight | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_lag) -> _WhichOneofReturnType__max_lag | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rate) -> _WhichOneofReturnType__rate | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_burst) -> _WhichOneofReturnType__rate_burst | None: ...
 
 Global___SubscriptionSettings: _TypeAlias = SubscriptionSettings  # noqa: Y015
 
@@ -1601,6 +1683,8 @@ class TableConfig(_message.Message):
     ORDER_BY_FIELD_NUMBER: _builtins.int
     CAPTURE_FIELD_NUMBER: _builtins.int
     CAPTURE_KINDS_FIELD_NUMBER: _builtins.int
+    DEDUP_FIELD_NUMBER: _builtins.int
+    DEDUP_WINDOW_S_FIELD_NUMBER: _builtins.int
     ack_wait_s: _builtins.float
     """vt_ack_wait: how long a sent message waits for its ack before it is due again."""
     purge_after_s: _builtins.float
@@ -1633,6 +1717,11 @@ class TableConfig(_message.Message):
     empty: the table is not ordered. vt_order_by: the column that orders a key's messages.
     """
     order_by: _builtins.str
+    dedup: _builtins.str
+    """vt_dedup: the column whose key refuses a duplicate enqueue within the window; empty: the
+    table does not deduplicate. vt_dedup_window: how long a key refuses its duplicates.
+    """
+    dedup_window_s: _builtins.float
     @_builtins.property
     def message_columns(self) -> _containers.RepeatedCompositeFieldContainer[Global___Field]:
         """The columns streamed to subscribers, `id` first (vt_message_cols, or every application
@@ -1667,10 +1756,12 @@ class TableConfig(_message.Message):
         order_by: _builtins.str = ...,
         capture: _abc.Iterable[_builtins.str] | None = ...,
         capture_kinds: _abc.Iterable[_builtins.str] | None = ...,
+        dedup: _builtins.str = ...,
+        dedup_window_s: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "capture", b"capture", "capture_kinds", b"capture_kinds", "dead_letter", b"dead_letter", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "order_by", b"order_by", "order_key", b"order_key", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_wait_s", b"ack_wait_s", "batch_size", b"batch_size", "cache_size", b"cache_size", "capture", b"capture", "capture_kinds", b"capture_kinds", "dead_letter", b"dead_letter", "dedup", b"dedup", "dedup_window_s", b"dedup_window_s", "layout", b"layout", "max_attempts", b"max_attempts", "max_backoff_s", b"max_backoff_s", "message_columns", b"message_columns", "min_backoff_s", b"min_backoff_s", "order_by", b"order_by", "order_key", b"order_key", "poller_interval_s", b"poller_interval_s", "postpone_after_s", b"postpone_after_s", "purge_after_s", b"purge_after_s"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,259 @@
+"""Subscriptions in memory: msgtable.store.protocol.SubscriptionStore over an InMemoryStore's
+tables, for unit tests of the registry and the fan-out, with SubscriptionSQL's rules
+(msgtable.store.subscriptions): a state table per subscription among the store's tables
+(served by the store like any table), rows enqueued before a table's first subscription seen
+by none, a fan-out that hands rows over by id and marks them seen at once (a row a state
+table has already is kept), lag and orphans counted against the message rows still there.
+tests/integration/test_subscription_store_contract.py runs the same cases on both.
+
+What it does not mirror: the locks (an ordered table's rows skipped while another
+transaction holds them; there are no other transactions here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from msgtable.core.subscriptions import (
+    FANOUT_COLUMN,
+    STATE_COMMENT,
+    LoadedSubscription,
+    Subscription,
+    SubscriptionState,
+    order_columns,
+)
+from msgtable.core.tables import DEAD_TIME_NEXT, Column, TableConfig
+from msgtable.errors import DatabaseUnavailable, InvalidArgument, TableNotFound
+
+if TYPE_CHECKING:
+    from msgtable.testing.memory import InMemoryStore
+
+FANOUT = Column(FANOUT_COLUMN, "bigint", "bigint")
+_BIGINT = Column("", "bigint", "bigint")
+
+
+def state_columns(table: TableConfig) -> tuple[Column, ...]:
+    """A state table's columns as msgtable.store.subscriptions.state_table_ddl makes them."""
+    big = [dataclasses.replace(_BIGINT, name=n) for n in ("priority", "time_next", "epoch")]
+    tail = [dataclasses.replace(_BIGINT, name=n) for n in ("time_acked", "time_created")]
+    return (
+        table.id_column,
+        *big,
+        *tail,
+        Column("last_error", "varchar", "varchar(1000)"),
+        dataclasses.replace(_BIGINT, name="time_dead"),
+        *order_columns(table),
+    )
+
+
+class InMemorySubscriptions:
+    """The subscriptions of one InMemoryStore (``down`` is the store's)."""
+
+    def __init__(self, store: InMemoryStore) -> None:
+        self.store = store
+        self.definitions: dict[tuple[str, str], Subscription] = {}
+        self.state_tables: set[str] = set()
+
+    def _up(self) -> None:
+        if self.store.down:
+            raise DatabaseUnavailable("database unavailable: (2003) test outage")
+
+    def subscriptions(self) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
+        self._up()
+        with self.store.lock:
+            subs = [self.definitions[k] for k in sorted(self.definitions)]
+            defs = self.store.definitions
+            cols = {n: defs[n].columns for n in sorted(self.state_tables) if n in defs}
+        return subs, cols
+
+    def create_subscription(
+        self, table: TableConfig, loaded: LoadedSubscription, from_start: bool, now_ns: int
+    ) -> int:
+        self._up()
+        sub, store = loaded.sub, self.store
+        rows = store._table(table.name)
+        with store.lock:
+            d = store.definitions[table.name]
+            if not any(c.name == FANOUT_COLUMN for c in d.columns):
+                store.definitions[table.name] = dataclasses.replace(d, columns=(*d.columns, FANOUT))
+                for r in rows.values():
+                    r[FANOUT_COLUMN] = None
+            if not any(t == table.name for t, _ in self.definitions):
+                for r in rows.values():  # seen by none, and to be seen by none
+                    if r[FANOUT_COLUMN] is None:
+                        self._mark(table, r, now_ns)
+            if sub.state_table in store.rows:
+                raise InvalidArgument(
+                    f"subscription {sub.label}: table {sub.state_table} exists already"
+                )
+            if (sub.table, sub.name) in self.definitions:
+                raise InvalidArgument(f"subscription {sub.label} exists already")
+            store.create_table(sub.state_table, STATE_COMMENT, state_columns(table))
+            self.state_tables.add(sub.state_table)
+            self.definitions[(sub.table, sub.name)] = sub
+            if not from_start:
+                return 0
+            retained = [
+                r
+                for _, r in sorted(rows.items())
+                if r[FANOUT_COLUMN] is not None
+                and (not table.default_group or r["time_acked"] is None)
+                and (loaded.filter is None or loaded.filter.matches(r))
+            ]
+            return self._hand(table, sub.state_table, retained, now_ns)
+
+    @staticmethod
+    def _mark(table: TableConfig, row: dict[str, Any], now_ns: int) -> None:
+        """Seen by the subscriptions; without a default group, acked for it."""
+        row[FANOUT_COLUMN] = now_ns
+        if not table.default_group and row["time_acked"] is None:
+            row["time_acked"] = now_ns
+
+    def _hand(
+        self, table: TableConfig, state_table: str, rows: Sequence[dict[str, Any]], now_ns: int
+    ) -> int:
+        """Write ``rows`` into a state table as the fan-out's INSERT does (epoch 0; a row it
+        has already is kept); returns how many it wrote."""
+        state = self.store.rows[state_table]
+        order = [c.name for c in order_columns(table)]
+        n = 0
+        for r in rows:
+            if r["id"] in state:
+                continue
+            created = r.get("time_created")
+            state[r["id"]] = {
+                "id": r["id"],
+                "priority": r["priority"],
+                "time_next": r["time_next"] if (r["epoch"] or 0) == 0 else None,
+                "epoch": 0,
+                "time_acked": None,
+                "time_created": now_ns if created is None else created,
+                "last_error": None,
+                "time_dead": None,
+                **{c: r[c] for c in order},
+            }
+            n += 1
+        return n
+
+    def alter_subscription(self, sub: Subscription) -> None:
+        self._up()
+        with self.store.lock:
+            old = self.definitions.get((sub.table, sub.name))
+            if old is None:
+                raise TableNotFound(f"subscription {sub.label} not found")
+            self.definitions[(sub.table, sub.name)] = dataclasses.replace(
+                sub, time_created_ns=old.time_created_ns, time_active_ns=old.time_active_ns
+            )
+
+    def drop_subscription(self, table: str, name: str, state_table: str) -> None:
+        self._up()
+        with self.store.lock:
+            if self.definitions.pop((table, name), None) is None:
+                raise TableNotFound(f"subscription {table}/{name} not found")
+            self.state_tables.discard(state_table)
+        self.store.drop_table(state_table)
+
+    def set_subscription_state(
+        self, sub: Subscription, state: SubscriptionState, now_ns: int
+    ) -> None:
+        self._up()
+        with self.store.lock:
+            old = self.definitions.get((sub.table, sub.name))
+            if old is not None:
+                self.definitions[(sub.table, sub.name)] = dataclasses.replace(
+                    old, state=state, time_active_ns=now_ns
+                )
+
+    def touch_subscriptions(self, subs: Sequence[Subscription], now_ns: int) -> None:
+        if not subs:
+            return
+        self._up()
+        with self.store.lock:
+            for sub in subs:
+                old = self.definitions.get((sub.table, sub.name))
+                if old is not None:
+                    self.definitions[(sub.table, sub.name)] = dataclasses.replace(
+                        old, time_active_ns=now_ns
+                    )
+
+    def subscription_lag(
+        self, state_tables: Mapping[str, str], cap: int
+    ) -> dict[str, tuple[int, int | None]]:
+        self._up()
+        out: dict[str, tuple[int, int | None]] = {}
+        with self.store.lock:
+            for name, source in state_tables.items():
+                state, rows = self.store.rows.get(name), self.store.rows.get(source)
+                if state is None or rows is None:
+                    continue
+                lag = [
+                    s["time_created"]
+                    for i, s in sorted(state.items())
+                    if s["time_acked"] is None and s["time_next"] != DEAD_TIME_NEXT and i in rows
+                ][:cap]
+                created = [c for c in lag if c is not None]
+                out[name] = (len(lag), min(created) if created else None)
+        return out
+
+    def delete_orphans(
+        self, state_table: str, source: str, after: Hashable | None, limit: int
+    ) -> tuple[int, Hashable | None]:
+        self._up()
+        with self.store.lock:
+            state, rows = self.store.rows.get(state_table), self.store.rows.get(source)
+            if state is None or rows is None:
+                return 0, None
+            ids: list[Any] = sorted(i for i, s in state.items() if s["time_acked"] is None)
+            if after is not None:
+                ids = [i for i in ids if i > after]
+            step = ids[:limit]
+            orphans = [i for i in step if i not in rows]
+            for i in orphans:
+                del state[i]
+        return len(orphans), (step[-1] if len(step) == limit else None)
+
+    def pending_fanout(self, table: str, cap: int) -> int:
+        self._up()
+        rows = self.store._table(table)
+        with self.store.lock:
+            return min(cap, sum(1 for r in rows.values() if r.get(FANOUT_COLUMN) is None))
+
+    def fanout(
+        self,
+        table: TableConfig,
+        loaded: Mapping[str, LoadedSubscription],
+        now_ns: int,
+        limit: int,
+    ) -> tuple[dict[str, int], set[str]]:
+        self._up()
+        rows = self.store._table(table.name)
+        with self.store.lock:
+            unseen = sorted((i, r) for i, r in rows.items() if r.get(FANOUT_COLUMN) is None)
+            picked = [r for _, r in unseen[:limit]]
+            if not picked:
+                return {"": 0}, set()
+            active = sorted(
+                n
+                for (t, n), sub in self.definitions.items()
+                if t == table.name and sub.state is SubscriptionState.ACTIVE
+            )
+            unknown = {n for n in active if n not in loaded}
+            if unknown:
+                return {"": 0}, unknown
+            gone = [n for n in active if loaded[n].sub.state_table not in self.store.rows]
+            if gone:  # the transaction rolls back whole
+                state = loaded[gone[0]].sub.state_table
+                raise TableNotFound(f"message table {state!r} no longer exists")
+            got: dict[str, int] = {}
+            for name in active:
+                flt = loaded[name].filter
+                passed = [r for r in picked if flt is None or flt.matches(r)]
+                if passed:
+                    state = loaded[name].sub.state_table
+                    got[name] = self._hand(table, state, passed, now_ns)
+            for r in picked:
+                self._mark(table, r, now_ns)
+        got[""] = len(picked)
+        return got, set()

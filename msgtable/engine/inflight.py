@@ -88,13 +88,21 @@ class InFlight:
         return rid in self._flight
 
     def sent_again(self, ids: Sequence[Hashable], attempts: Sequence[int]) -> set[Hashable]:
-        """Those of ``ids`` in flight from a later send than the attempt given for each (0:
-        any): a late settlement of an earlier delivery, which must leave this one alone."""
-        flight = self._flight
+        """Those of ``ids`` sent by this server since the attempt given for each (0: any): a
+        late settlement of an earlier delivery, which must leave the later one alone. That
+        send is in flight, or its ack wait is over and its postpone not written yet: still
+        unclaimed, its count is this server's to write (taken for a statement that cannot
+        match the row, it would be let go uncounted)."""
+        flight, unclaimed = self._flight, self._unclaimed
         out: set[Hashable] = set()
         for rid, attempt in zip(ids, attempts, strict=True):
+            if not attempt:
+                continue
             entry = flight.get(rid)
-            if attempt and entry is not None and entry[3] != attempt:
+            if entry is not None:
+                if entry[3] != attempt:
+                    out.add(rid)
+            elif (sent := unclaimed.get(rid)) is not None and (sent[0] or 0) + 1 != attempt:
                 out.add(rid)
         return out
 

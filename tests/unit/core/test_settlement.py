@@ -174,6 +174,34 @@ def test_a_late_release_or_renew_of_an_earlier_delivery_changes_nothing(engine, 
     assert m.release([1, 1], 0.0, None, attempts=[3, 2]) == 1
 
 
+def test_a_late_release_or_renew_leaves_a_later_send_counted_after_its_ack_wait(
+    engine, store, clock
+):
+    """As above, but attempt 2's postpone is not written by the end of its ack wait (a slow
+    database held the postpone back): out of flight, its send is still this server's to count.
+    A late verb about attempt 1 took it for its statement, which matched nothing (the row
+    answers attempt 2), and then let it go as counted: the table kept epoch 1, the row was
+    due again while attempt 2 was out, a later release of attempt 1 changed it, and a reject
+    buried it with 1 attempt of 2 (the chaos run's findings, issue 42 item 4)."""
+    store.insert("q", 1, message="a")
+    m = engine._manager("q", "")
+    sub = m.subscribe()
+    assert [r[0] for r in deliver(m, sub)] == [1]
+    postponed(m, clock)
+    clock.advance(10.1 + 40)  # its ack wait and backoff over
+    assert [r[0] for r in deliver(m, sub)] == [1]  # attempt 2
+    clock.advance(10.1)  # attempt 2's ack wait over, its postpone not written yet
+    assert m.cache.inflight.count(clock.now_ns()) == 0
+    assert m.release([1], 0.0, "late", attempts=[1]) == 0
+    assert m.renew([1], 60.0, "late", attempts=[1]) == 0
+    m.postpone_once()
+    assert store.rows["q"][1]["epoch"] == 2, "attempt 2's send was not counted"
+    assert m.release([1], 0.0, "late", attempts=[1]) == 0
+    assert m.reject([1], "poison") == 1
+    (dead,), _ = engine.dead_letters("q", "", None, 10)
+    assert dead.attempts == 2
+
+
 def test_release_and_renew_validate_before_they_change_anything(engine, store):
     store.insert("q", 1, message="a", epoch=1, time_next=NS)
     m = engine._manager("q", "")

@@ -104,3 +104,34 @@ def test_the_redelivery_poll_runs_only_while_the_pass_lags(engine, store, clock)
     clock.advance(1.0)
     m.poll_once()
     assert not m.cache.due.pending and m._redeliveries._at_ns == at  # caught up: no redelivery poll
+
+
+def test_the_redelivery_poll_reads_nothing_a_takeovers_floor_holds_back(engine, store, clock):
+    """After an unclean takeover, until the hold ends, only the rows the old sender cannot
+    have sent are read (due or there after the floor). A redelivery due before the floor and
+    made before it (the old sender may have it in flight, its postpone unwritten) waits for
+    the hold's end, even while the pass lags; then it goes before the fresh rows."""
+    now = clock.now_ns()
+    for i in range(1, BACKLOG + 1):  # made before the floor: held back
+        store.rows["q"][i]["time_created"] = now - 10**9
+    row = store.rows["q"][BACKLOG]
+    row.update(epoch=1, time_next=now - 10**6)  # due again (the old sender's attempt 1)
+    for i in range(BACKLOG + 1, 2 * BACKLOG + 1):  # made after the floor: read at once
+        store.insert("q", i, message=str(i), time_created=now + 10**9)
+    m = engine._manager("q", "")
+    m.hold(5.0, floor_ns=now)
+    sub = m.subscribe(max_in_flight=2)
+    m.poll_once()
+    assert m.cache.due.pending  # the pass lags: the redelivery poll would read now
+    got: list = []
+    while clock.now_ns() < now + 4 * 10**9:  # within the hold
+        clock.advance(TIMED_POLL_GAP_NS / 1e9)
+        got += step(m, sub, clock)
+        assert BACKLOG not in got, "a redelivery the takeover's floor holds back went out"
+    assert got and min(got) > BACKLOG  # the rows after the floor went out meanwhile
+    clock.advance(1.5)  # the hold is over: a new pass, and the redelivery poll reads it
+    for _ in range(20):
+        got += step(m, sub, clock)
+        if BACKLOG in got:
+            break
+    assert BACKLOG in got, "the held-back redelivery did not come after the hold"

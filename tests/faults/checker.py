@@ -30,7 +30,11 @@ and its dead-letter table with its own SQL (:func:`read_tables`) and judges:
   and exactly vt_max_attempts when nobody rejected it; it may be below the highest attempt
   seen only by as many deliveries (at an attempt above it) as were followed, before it died,
   by a fault that can lose a send's count: a SIGKILL or SIGTERM of the server that sent it
-  (any server's, if the sender is not known), or a database restart. With vt_postpone_after
+  (any server's, if the sender is not known), or a database restart, or that server's loss
+  of the table noticed too late to write its postpones (a lease that ran out on a busy
+  machine: msgtable.engine.tenure.may_postpone; the server counts them in
+  msgtable_postpones_skipped_total, which the scrapes see rise as it stops sending the table:
+  scrapecheck.count_losses). With vt_postpone_after
   > 0 a send is counted only by its deferred postpone or by its own server's ack or
   settlement, so a server that dies (or cannot reach the database as it closes) before
   writing either loses that count, as README "How delivery works" documents, and a reject
@@ -285,6 +289,9 @@ class Checker:
         # (began, over) of each change of the group's table's sender the scrapes saw
         # (scrapecheck.sender_changes): a filter's check excuses it as it does a fault
         self.moves: list[tuple[float, float]] = []
+        # (server, began, over) of each loss of the table by a server that could not write
+        # the postpones of its sends then (scrapecheck.count_losses): their counts are lost
+        self.count_losses: list[tuple[str, float, float]] = []
         self.inserted_at: dict[int, float] = {}  # id -> when the producer committed it
         self.max_attempts = max_attempts  # vt_max_attempts (0: none)
         self.group = group  # "": the table's default group; else the subscription's name
@@ -950,14 +957,21 @@ class Checker:
     def _maybe_uncounted(self, i: int, attempts: int, died: float | None) -> int:
         """How many of ``i``'s deliveries at an attempt above its dead letter's ``attempts``
         may have gone uncounted: a fault that can lose the count of a send by their server
-        came after them and before ``i`` died."""
+        came after them and before ``i`` died, or that server lost the table then without
+        writing its postpones (``count_losses``: it says so)."""
         end = float("inf") if died is None else died
         n = 0
         for t, _, a in self.deliveries.get(i, []):
             server = self.senders.get((i, t), "")
-            if a > attempts and any(
-                e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= end
-                for e in self.events
+            if a > attempts and (
+                any(
+                    e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= end
+                    for e in self.events
+                )
+                or any(
+                    at == server and over + WIRE_SLACK_S >= t and began <= end
+                    for at, began, over in self.count_losses
+                )
             ):
                 n += 1
         return n

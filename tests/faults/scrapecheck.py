@@ -426,6 +426,39 @@ def sender_changes(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple
     return out
 
 
+# A server's postpones skipped on a loss count for the table it stopped sending this long
+# before (its close notices the loss after the lease ran out: a renewal late on a busy machine)
+LOSS_LOOKBACK_S = 5.0
+
+
+def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[str, float, float]]:
+    """When a server lost ``table`` without writing the postpones of its sends
+    (msgtable_postpones_skipped_total rose: its lease ended too long before its close, as
+    msgtable.engine.tenure.may_postpone says, and the counts of those sends are lost): (the
+    server, began, over), from the scrape before the rise to the end of the one that saw it,
+    where a scrape of the same process saw the server stop sending ``table`` within
+    LOSS_LOOKBACK_S before the rise (a restart starts the counter again)."""
+    last: dict[str, Scrape] = {}  # server -> its previous metrics scrape
+    lost_at: dict[str, float] = {}  # server -> when a scrape last saw it stop sending it
+    out: list[tuple[str, float, float]] = []
+    for found in rounds:
+        for s in found:
+            if s.kind != "metrics" or s.error is not None:
+                continue
+            before = last.get(s.server)
+            last[s.server] = s
+            if before is None or before.pid != s.pid:
+                continue
+            if before.senders.get(table) == 1.0 and s.senders.get(table, 0.0) != 1.0:
+                lost_at[s.server] = s.began
+            skipped = _total(s, "msgtable_postpones_skipped_total")
+            if skipped > _total(before, "msgtable_postpones_skipped_total") and (
+                before.began - lost_at.get(s.server, float("-inf")) <= LOSS_LOOKBACK_S
+            ):
+                out.append((s.server, before.began, round(s.began + s.took_s, 6)))
+    return out
+
+
 def _senders_of(state: dict[str, Any] | None) -> dict[str, object]:
     """The sender a server's /api/state answer names of each table (subscriptions go with
     their table)."""

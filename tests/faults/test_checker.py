@@ -308,6 +308,30 @@ def test_a_dead_letters_attempts_below_what_was_seen_pass_after_its_senders_link
         assert report.attempts_uncounted == [(7, 1, 2)]
 
 
+def test_a_dead_letters_attempts_below_what_was_seen_pass_after_its_sender_lost_them() -> None:
+    """Its sender lost the table after the send at attempt 2 (a lease run out on a busy
+    machine, no fault) and could not write its postpones any more (it counts them: the
+    scrapes saw them rise); the other server's such loss, or one before the send, does not
+    explain it."""
+
+    def lost(server: str, ago_s: float) -> Report:
+        c = Checker(ack_wait_s=0.0, max_attempts=MAX)
+        c.insert([7], poison=[7])
+        now = time.monotonic()
+        c.deliveries[7] = [(now - 10, "s1", 1), (now - 6, "s2", 2)]
+        c.senders.update({(7, now - 10): A, (7, now - 6): A})
+        c.settlements[7] = [Settled("reject", "s2", now - 3.0, now - 2.9, True, 0.0)]
+        c.count_losses = [(server, now - ago_s - 0.5, now - ago_s)]
+        return c.judge(Tables({}, [dead(7, attempts=1, error="poison", ago_s=2.9)]))
+
+    report = lost(A, 4.0)
+    assert report.violations() == {}
+    assert report.attempts_uncounted == [(7, 1, 2)]
+    assert short(lost(B, 4.0)) == [(7, 1, 2)]
+    assert short(lost(A, 7.5)) == [(7, 1, 2)]  # before the send
+    assert short(lost(A, 1.0)) == [(7, 1, 2)]  # after the reject
+
+
 def test_a_fault_of_the_other_servers_or_the_clients_links_loses_no_count() -> None:
     """The other server's database link cut, or the clients' connections reset (the server
     writes its counts over its own database link), explain no undercount."""

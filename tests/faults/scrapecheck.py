@@ -435,11 +435,13 @@ def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[s
     """When a server lost ``table`` without writing the postpones of its sends
     (msgtable_postpones_skipped_total rose: its lease ended too long before its close, as
     msgtable.engine.tenure.may_postpone says, and the counts of those sends are lost): (the
-    server, began, over), from the scrape before the rise to the end of the one that saw it,
-    where a scrape of the same process saw the server stop sending ``table`` within
-    LOSS_LOOKBACK_S before the rise (a restart starts the counter again)."""
+    server, began, over), from the last scrape that saw it send ``table`` before the loss
+    (its lease may have ended any time after: another server may settle its messages from
+    then on) to the end of the one that saw the rise, where the loss was seen within
+    LOSS_LOOKBACK_S before the rise, in the same process (a restart starts the counter
+    again)."""
     last: dict[str, Scrape] = {}  # server -> its previous metrics scrape
-    lost_at: dict[str, float] = {}  # server -> when a scrape last saw it stop sending it
+    lost: dict[str, tuple[float, float]] = {}  # server -> (last seen sending, seen not) it
     out: list[tuple[str, float, float]] = []
     for found in rounds:
         for s in found:
@@ -450,12 +452,14 @@ def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[s
             if before is None or before.pid != s.pid:
                 continue
             if before.senders.get(table) == 1.0 and s.senders.get(table, 0.0) != 1.0:
-                lost_at[s.server] = s.began
+                lost[s.server] = (before.began, s.began)
+            sending, lost_at = lost.get(s.server, (0.0, float("-inf")))
             skipped = _total(s, "msgtable_postpones_skipped_total")
-            if skipped > _total(before, "msgtable_postpones_skipped_total") and (
-                before.began - lost_at.get(s.server, float("-inf")) <= LOSS_LOOKBACK_S
+            if (
+                skipped > _total(before, "msgtable_postpones_skipped_total")
+                and before.began - lost_at <= LOSS_LOOKBACK_S
             ):
-                out.append((s.server, before.began, round(s.began + s.took_s, 6)))
+                out.append((s.server, sending, round(s.began + s.took_s, 6)))
     return out
 
 

@@ -271,18 +271,19 @@ def test_the_changes_of_a_tables_sender_are_when_the_scrapes_saw_them():
 
 
 def test_a_loss_without_its_postpones_is_when_the_scrapes_saw_the_skipped_ones_rise():
-    """server1 sends chaos until 10.0, noticed its loss (a lease run out) at 10.5, and closed
-    it at 11.5 without writing 40 postpones: their sends' counts are lost from then. A rise
-    without a loss of the table near it (another table's), or across a restart, is not."""
+    """server1 sends chaos until 10.0 (as last seen), noticed its loss (a lease run out) at
+    10.5, and closed it at 11.5 without writing 40 postpones: their sends' counts are lost,
+    from when its lease may have ended on. A rise without a loss of the table near it
+    (another table's), or across a restart, is not."""
     r = healthy()
     r.round(10.0)
     r.round(10.5, holders=(0, 1))  # the loss
     r.round(11.0, holders=(0, 1))
     r.round(11.5, holders=(0, 1), skipped=(40, 0), took_s=0.2)  # the close
     r.round(12.0, holders=(0, 1), skipped=(40, 0))
-    assert count_losses(r.rounds, "chaos") == [("server1", 11.0, 11.7)]
+    assert count_losses(r.rounds, "chaos") == [("server1", 10.0, 11.7)]
     assert count_losses(r.rounds, "other") == []
     r.round(12.0 + LOSS_LOOKBACK_S, holders=(0, 1), skipped=(40, 0))
     r.round(12.5 + LOSS_LOOKBACK_S, holders=(0, 1), skipped=(45, 0))  # long after the loss
     r.round(30.0, holders=(0, 1), skipped=(50, 0), pids=(33, 22))  # a new process
-    assert count_losses(r.rounds, "chaos") == [("server1", 11.0, 11.7)]
+    assert count_losses(r.rounds, "chaos") == [("server1", 10.0, 11.7)]

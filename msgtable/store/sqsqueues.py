@@ -63,7 +63,7 @@ def create_ddl(name: str, fields: Mapping[str, str], fifo: bool) -> str:
         fields = {**fields, "vt_order_key": GROUP_COLUMN}
         ordered = (
             f"  {GROUP_COLUMN} varchar(128),\n"
-            "  message_deduplication_id varchar(128),\n"
+            "  message_deduplication_id varbinary(128),\n"
             "  unique key dedup_idx(message_deduplication_id),\n"
             f"  index order_idx({GROUP_COLUMN}, time_acked, id),\n"
         )

@@ -122,6 +122,12 @@ def test_with_the_flag_queues_are_created_used_purged_and_deleted(cli: Cli, sql:
     sqs.send_message(QueueUrl=fifo, MessageBody="a", MessageGroupId="g1")
     sqs.send_message(QueueUrl=fifo, MessageBody="a", MessageGroupId="g1")  # content-based
     assert sql.scalar("select count(*) from steps where message_group_id = 'g1'") == 1
+    # deduplication ids are exact (SQS's are case-sensitive): ids differing in case are two
+    for dedup in ("Order-7", "order-7", "ORDER-7"):
+        sqs.send_message(
+            QueueUrl=fifo, MessageBody=dedup, MessageGroupId="g2", MessageDeduplicationId=dedup
+        )
+    assert sql.scalar("select count(*) from steps where message_group_id = 'g2'") == 3
 
     # a purge deletes what is not acked; another within 60 s is PurgeQueueInProgress
     sqs.send_message_batch(

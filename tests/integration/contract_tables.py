@@ -4,10 +4,11 @@ InMemoryStore's own helpers."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from msgtable.core.tables import (
@@ -204,3 +205,15 @@ class MySQLTables(Tables):
 
     def unreachable(self) -> Store:
         return MySQLStore.from_dsn(f"mysql://nobody@127.0.0.1:{free_port()}/nothing")
+
+
+@pytest.fixture(params=["memory", "mysql"], name="tables")
+def both_stores(request: pytest.FixtureRequest) -> Iterator[Tables]:
+    """The same cases on InMemoryStore and on MySQLStore (a fresh database per test): the
+    contract suites' ``tables``."""
+    if request.param == "memory":
+        yield MemoryTables()
+        return
+    t = MySQLTables(request.getfixturevalue("sql"), request.getfixturevalue("db_dsn"))
+    yield t
+    t.store.close()

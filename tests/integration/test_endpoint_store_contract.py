@@ -5,28 +5,18 @@ fix the fake, never the case."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from msgtable.core.endpoints import Endpoint
 from msgtable.errors import Unavailable
 from msgtable.store.protocol import EndpointStore, Store
 
-from .contract_tables import MemoryTables, MySQLTables, Tables
+from .contract_tables import (
+    Tables,
+    both_stores,  # noqa: F401 (the tables fixture)
+)
 
 NOW = 1_700_000_000 * 10**9
-
-
-@pytest.fixture(params=["memory", "mysql"])
-def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
-    """The same cases on InMemoryStore and on MySQLStore (a fresh database per test)."""
-    if request.param == "memory":
-        yield MemoryTables()
-        return
-    t = MySQLTables(request.getfixturevalue("sql"), request.getfixturevalue("db_dsn"))
-    yield t
-    t.store.close()
 
 
 def endpoints_of(store: Store) -> EndpointStore:

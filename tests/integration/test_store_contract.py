@@ -10,7 +10,7 @@ is a drift: fix the fake (or the real store), never the case.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable
 from typing import Any
 
 import pytest
@@ -29,23 +29,17 @@ from msgtable.store.backlog import BacklogCounts
 from msgtable.store.protocol import Store
 from msgtable.testing import CURRENT_COLUMNS
 
-from .contract_tables import V2018_COLUMNS, V2018_UNIQUE, MemoryTables, MySQLTables, Tables
+from .contract_tables import (
+    V2018_COLUMNS,
+    V2018_UNIQUE,
+    Tables,
+    both_stores,  # noqa: F401 (the tables fixture)
+)
 
 NS = 10**9
 NOW = 1_700_000_000 * NS
 LATER = NOW + 600 * NS  # a new time_next the cases write
 CREATED = NOW - 90 * NS  # a time_created the cases write
-
-
-@pytest.fixture(params=["memory", "mysql"])
-def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
-    """The same cases on InMemoryStore and on MySQLStore (a fresh database per test)."""
-    if request.param == "memory":
-        yield MemoryTables()
-        return
-    t = MySQLTables(request.getfixturevalue("sql"), request.getfixturevalue("db_dsn"))
-    yield t
-    t.store.close()
 
 
 # -- helpers of the cases -------------------------------------------------------------------

@@ -8,7 +8,6 @@ test_store_contract.py); a case failing on one side is a drift: fix the fake, ne
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,22 +24,14 @@ from msgtable.core.tables import DEAD_TIME_NEXT, DEMO_COMMENT, Column, TableConf
 from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.store.protocol import SubscriptionStore
 
-from .contract_tables import MemoryTables, MySQLTables, Tables
+from .contract_tables import (
+    Tables,
+    both_stores,  # noqa: F401 (the tables fixture)
+)
 
 NS = 10**9
 NOW = 1_700_000_000 * NS
 LATER = NOW + 60 * NS
-
-
-@pytest.fixture(params=["memory", "mysql"])
-def tables(request: pytest.FixtureRequest) -> Iterator[Tables]:
-    """The same cases on InMemoryStore and on MySQLStore (a fresh database per test)."""
-    if request.param == "memory":
-        yield MemoryTables()
-        return
-    t = MySQLTables(request.getfixturevalue("sql"), request.getfixturevalue("db_dsn"))
-    yield t
-    t.store.close()
 
 
 def subs_of(t: Tables) -> SubscriptionStore:

@@ -23,7 +23,7 @@ def test_a_fifo_queue_is_an_ordered_table_with_the_sqs_columns():
         "  time_dead bigint,\n"
         "  attempts bigint,\n"
         "  message_group_id varchar(128),\n"
-        "  message_deduplication_id varchar(128),\n"
+        "  message_deduplication_id varbinary(128),\n"
         "  unique key dedup_idx(message_deduplication_id),\n"
         "  index order_idx(message_group_id, time_acked, id),\n"
         "  primary key(id),\n"

@@ -813,8 +813,9 @@ class Checker:
     def _judge_late_settlements(self, r: Report) -> None:
         """A release or renew naming a delivery that a later one had replaced before the call
         began (a later attempt came off some stream first) must not change the id: it belongs
-        to that delivery, which its handler gave up by its ack wait. Unless a fault may have
-        lost the count of the later send (the table then cannot tell the two apart)."""
+        to that delivery, which its handler gave up by its ack wait. Unless a fault, or its
+        sender's loss of the table too late to postpone (``count_losses``), may have lost the
+        count of the later send (the table then cannot tell the two apart)."""
         for i, settlements in self.settlements.items():
             ds = self.deliveries.get(i, [])
             for st in settlements:
@@ -827,11 +828,7 @@ class Checker:
                 if not st.ok:
                     continue
                 t, a = max(later, key=lambda d: d[1])
-                server = self.senders.get((i, t), "")
-                if any(
-                    e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= st.end
-                    for e in self.events
-                ):
+                if self._count_lost(self.senders.get((i, t), ""), t, st.end):
                     continue
                 r.late_settled.append((i, st.verb, st.attempt, a))
 
@@ -962,19 +959,21 @@ class Checker:
         end = float("inf") if died is None else died
         n = 0
         for t, _, a in self.deliveries.get(i, []):
-            server = self.senders.get((i, t), "")
-            if a > attempts and (
-                any(
-                    e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= end
-                    for e in self.events
-                )
-                or any(
-                    at == server and over + WIRE_SLACK_S >= t and began <= end
-                    for at, began, over in self.count_losses
-                )
-            ):
+            if a > attempts and self._count_lost(self.senders.get((i, t), ""), t, end):
                 n += 1
         return n
+
+    def _count_lost(self, server: str, t: float, end: float) -> bool:
+        """Whether the count of a send by ``server`` at ``t`` may have been lost by ``end``:
+        a fault that can lose it came after the send and began by then, or that server lost
+        the table then without writing its postpones (``count_losses``: it says so)."""
+        return any(
+            e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= end
+            for e in self.events
+        ) or any(
+            at == server and over + WIRE_SLACK_S >= t and began <= end
+            for at, began, over in self.count_losses
+        )
 
     def _why_dead(self, i: int, died: float | None) -> str | None:
         """Why an ordinary id died, as the checker's own log shows it (None: it does not)."""

@@ -463,6 +463,24 @@ def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[s
     return out
 
 
+def loss_evidence(rounds: Sequence[Sequence[Scrape]], table: str) -> list[list[object]]:
+    """What count_losses reads, kept in the run's report: each metrics scrape's server, pid,
+    began, took_s, whether it sent ``table`` and its msgtable_postpones_skipped_total."""
+    return [
+        [
+            s.server,
+            s.pid,
+            round(s.began, 3),
+            round(s.took_s, 3),
+            s.senders.get(table),
+            _total(s, "msgtable_postpones_skipped_total"),
+        ]
+        for found in rounds
+        for s in found
+        if s.kind == "metrics" and s.error is None
+    ]
+
+
 def _senders_of(state: dict[str, Any] | None) -> dict[str, object]:
     """The sender a server's /api/state answer names of each table (subscriptions go with
     their table)."""

@@ -116,7 +116,7 @@ from .checker import (
 )
 from .drain import DRAIN_SAMPLE_S, Drain
 from .push_and_capture import PushAndCapture
-from .scrapecheck import Scrape, Scraper, count_losses, judge, sender_changes
+from .scrapecheck import Scrape, Scraper, count_losses, judge, loss_evidence, sender_changes
 from .tracecheck import SpanLedger, Traced, TraceReport
 from .tracecheck import judge as judge_traces
 
@@ -1159,6 +1159,13 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                     r.group: g.stall_story(scraper.scrapes)
                     for g, r in zip(run.groups, reports.values(), strict=True)
                 },
+                # the excuses' evidence: each group's losses of its table without their
+                # postpones, and the scrapes they were read from (scrapecheck.count_losses)
+                "count_losses": {
+                    r.group: g.checker.count_losses
+                    for g, r in zip(run.groups, reports.values(), strict=True)
+                },
+                "loss_scrapes": {t: loss_evidence(scraper.rounds, t) for t in (TABLE, ORDERED)},
             },
             indent=2,
         )

@@ -13,6 +13,7 @@ from .scrapecheck import (
     Scrape,
     count_losses,
     judge,
+    loss_evidence,
     sender_changes,
 )
 
@@ -287,3 +288,15 @@ def test_a_loss_without_its_postpones_is_when_the_scrapes_saw_the_skipped_ones_r
     r.round(12.5 + LOSS_LOOKBACK_S, holders=(0, 1), skipped=(45, 0))  # long after the loss
     r.round(30.0, holders=(0, 1), skipped=(50, 0), pids=(33, 22))  # a new process
     assert count_losses(r.rounds, "chaos") == [("server1", 10.0, 11.7)]
+
+
+def test_the_loss_evidence_is_each_metrics_scrape_of_the_sender_and_its_skipped_postpones():
+    r = healthy()
+    r.round(10.0)
+    r.round(10.5, holders=(0, 1), skipped=(40, 0), took_s=0.2)
+    rows = loss_evidence(r.rounds, "chaos")
+    assert [row for row in rows if row[2] == 10.5] == [
+        ["server1", 11, 10.5, 0.2, 0, 40],
+        ["server2", 22, 10.5, 0.2, 1, 0],
+    ]
+    assert all(row[4] is None for row in loss_evidence(r.rounds, "other"))

@@ -439,7 +439,9 @@ def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[s
     (its lease may have ended any time after: another server may settle its messages from
     then on) to the end of the one that saw the rise, where the loss was seen within
     LOSS_LOOKBACK_S before the rise, in the same process (a restart starts the counter
-    again)."""
+    again); or, a rise between two scrapes that both saw it send ``table`` (it lost the
+    table and took it again between them, or the loss shows a scrape later), from the
+    first of them. The counter is the keyspace's: another table's loss counts too."""
     last: dict[str, Scrape] = {}  # server -> its previous metrics scrape
     lost: dict[str, tuple[float, float]] = {}  # server -> (last seen sending, seen not) it
     out: list[tuple[str, float, float]] = []
@@ -454,12 +456,16 @@ def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[s
             if before.senders.get(table) == 1.0 and s.senders.get(table, 0.0) != 1.0:
                 lost[s.server] = (before.began, s.began)
             sending, lost_at = lost.get(s.server, (0.0, float("-inf")))
-            skipped = _total(s, "msgtable_postpones_skipped_total")
-            if (
-                skipped > _total(before, "msgtable_postpones_skipped_total")
-                and before.began - lost_at <= LOSS_LOOKBACK_S
+            if _total(s, "msgtable_postpones_skipped_total") <= _total(
+                before, "msgtable_postpones_skipped_total"
             ):
-                out.append((s.server, sending, round(s.began + s.took_s, 6)))
+                continue
+            over = round(s.began + s.took_s, 6)
+            if before.senders.get(table) == 1.0 and s.senders.get(table) == 1.0:
+                # lost and taken again between the scrapes, or its loss seen only later
+                out.append((s.server, before.began, over))
+            elif before.began - lost_at <= LOSS_LOOKBACK_S:
+                out.append((s.server, sending, over))
     return out
 
 

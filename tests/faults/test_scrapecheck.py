@@ -300,3 +300,16 @@ def test_the_loss_evidence_is_each_metrics_scrape_of_the_sender_and_its_skipped_
         ["server2", 22, 10.5, 0.2, 1, 0],
     ]
     assert all(row[4] is None for row in loss_evidence(r.rounds, "other"))
+
+
+def test_a_rise_of_the_skipped_postpones_while_the_scrapes_still_see_the_server_send_is_a_loss():
+    """server1 lost chaos too late and took it again (or its loss shows only in the next
+    scrape) between two scrapes that both see it send chaos; the skipped postpones rose in
+    the second: their sends' counts are lost from the first on (as the 100,000-message run
+    of /tmp/redeliver-runs/bt-100k-d saw: 544 -> 731 with the sender gauge at 1 in both)."""
+    r = healthy()
+    r.round(10.0)
+    r.round(10.5, skipped=(40, 0), took_s=0.2)
+    r.round(11.0, holders=(0, 1), skipped=(40, 0))
+    assert count_losses(r.rounds, "chaos") == [("server1", 10.0, 10.7)]
+    assert count_losses(r.rounds, "other") == []

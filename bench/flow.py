@@ -20,17 +20,25 @@ their hand-over times (first to last), so that a subscribe's cost is not in it.
   subscribers that hold each batch a moment: the most messages of a key in flight at any
   instant (a delivery's hand-over to its ack's start, inside the server's in flight), and
   the keys that ever exceeded the cap, in both runs.
-* **Fair share** (``fair_dwell_ratio``, target <= 2; ``fair_ratio``, target >= 0.9): live,
-  for SIZES["live_s"] seconds, quiet tenants enqueue QUIET_PER_S messages a second in all
-  while a noisy tenant enqueues NOISY_FACTOR times that, in bursts (a burst every
-  BURST_EVERY_S), into a table with ``vt_fair_key=tenant``; the quiet messages' p99 time
-  from commit to send against the same quiet traffic alone (``fair_dwell_p99_ms``,
-  ``fair_base_dwell_p99_ms``; LIVE_ROUNDS rounds alternated, the medians). ``unfair_dwell_p99_ms``
-  is the quiet messages' p99 with the noisy tenant on the same table without the fairness
-  key, for comparison. A fair table has the index on (time_acked, tenant, priority,
-  time_next) the docs give it. And a backlog
-  (90 % the noisy tenant's) drained with the fairness key and without: the ratio of their
-  rates.
+* **Fair share** (``fair_dwell_ratio``, target <= 2; ``fair_ratio``, target >= 0.9), in
+  SIZES["fair_rounds"] rounds (3 quick, 5 full), each a pair run side by side, every other
+  round in the other order; each figure is the median round's ratio, with its spread
+  (``fair_ratio_spread``/``fair_dwell_ratio_spread``: [min, max]) and every round's
+  (``..._rounds``): a machine busy with other work moves a single run by a third. A backlog
+  (SIZES["fair_rows"], 90 % the noisy tenant's) drained with the fairness key and without:
+  the ratio of their rates (``fair_ratio``). Live, for SIZES["live_s"] seconds, quiet
+  tenants enqueue QUIET_PER_S messages a second in all while a noisy tenant enqueues
+  NOISY_FACTOR times that, in bursts (a burst every BURST_EVERY_S), into a table with
+  ``vt_fair_key=tenant``: the quiet messages' p99 time from commit to send against the same
+  quiet traffic alone (``fair_dwell_ratio``; ``fair_dwell_p99_ms`` and
+  ``fair_base_dwell_p99_ms`` are the median round's). ``unfair_dwell_p99_ms`` is the quiet
+  messages' p99 with the noisy tenant on the same table without the fairness key, for
+  comparison (the first round only). A fair table has the index on (time_acked, tenant,
+  priority, time_next) the docs give it; the drain's table without the fairness key has the
+  same index (the same table, its comment without ``vt_fair_key``: what the key itself costs).
+  What the index costs on its own is ``fair_index_ratio`` (no target; the first round only):
+  that table's rate over the same table without the index (each ack, postpone and purge
+  writes one more index entry).
 """
 
 from __future__ import annotations
@@ -58,7 +66,6 @@ NOISY_FACTOR = 100
 QUIET_PER_S = 20
 QUIET_TENANTS = 10
 BURST_EVERY_S = 0.25
-LIVE_ROUNDS = 2  # of each live fair-share run; the figures are the medians
 SUBSCRIBERS = 4
 BATCH_SIZE = 50
 HOLD_S = 0.002  # the small-cap run's subscribers hold each batch this long
@@ -72,9 +79,9 @@ TARGETS = {
 }
 SIZES: dict[str, dict[str, Any]] = {
     "quick": {"rate_s": 30.0, "caps_rows": 40_000, "caps_keys": 1_000, "cap_rows": 2_000,
-              "cap_keys": 20, "fair_rows": 40_000, "live_s": 10.0},
+              "cap_keys": 20, "fair_rows": 30_000, "live_s": 8.0, "fair_rounds": 3},
     "full": {"rate_s": 60.0, "caps_rows": 200_000, "caps_keys": 10_000, "cap_rows": 10_000,
-             "cap_keys": 100, "fair_rows": 200_000, "live_s": 30.0},
+             "cap_keys": 100, "fair_rows": 200_000, "live_s": 30.0, "fair_rounds": 5},
     "smoke": smoke.FLOW,
 }  # fmt: skip
 TENANT = "tenant varchar(64)"
@@ -104,6 +111,11 @@ class FlowResult:
     fair_dwell_p99_ms: float | None = None
     fair_base_dwell_p99_ms: float | None = None
     unfair_dwell_p99_ms: float | None = None
+    plain_msgs_s: float | None = None  # no fairness key, no fair index (the first round's)
+    fair_ratio_rounds: list[float] = field(default_factory=list)  # each round's, in order
+    # each round's drain (fair msgs/s, without the key msgs/s)
+    fair_drain_rounds: list[tuple[float, float]] = field(default_factory=list)
+    fair_dwell_ratio_rounds: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -117,16 +129,43 @@ class FlowResult:
 
     @property
     def fair_ratio(self) -> float | None:
+        """The median round's (one run: its own ratio)."""
+        rounds = self.fair_ratio_rounds
+        if rounds:
+            return statistics.median(rounds)
         return _ratio(self.fair_msgs_s, self.unfair_msgs_s)
 
     @property
+    def fair_index_ratio(self) -> float | None:
+        """The fair index's own cost: the first round's table without the key, with the
+        index over without it."""
+        first = self.fair_drain_rounds[0] if self.fair_drain_rounds else None
+        return _ratio(first[1] if first else None, self.plain_msgs_s)
+
+    @property
     def fair_dwell_ratio(self) -> float | None:
+        rounds = self.fair_dwell_ratio_rounds
+        if rounds:
+            return statistics.median(rounds)
         return _ratio(self.fair_dwell_p99_ms, self.fair_base_dwell_p99_ms)
 
-    def as_dict(self) -> dict[str, Any]:
-        def rnd(v: float | None, digits: int = 3) -> float | None:
-            return None if v is None else round(v, digits)
+    def headline(self) -> dict[str, Any]:
+        """The section's figures at the JSON line's top level (bench.report)."""
+        return {
+            "rate_limit_error": _rnd(self.rate_limit_error, 4),
+            "key_cap_violations": self.key_cap_violations,
+            "caps_ratio": _rnd(self.caps_ratio, 3),
+            "fair_dwell_ratio": _rnd(self.fair_dwell_ratio, 3),
+            "fair_dwell_ratio_spread": _spread(self.fair_dwell_ratio_rounds),
+            "fair_dwell_ratio_rounds": [round(r, 3) for r in self.fair_dwell_ratio_rounds],
+            "fair_ratio": _rnd(self.fair_ratio, 3),
+            "fair_ratio_spread": _spread(self.fair_ratio_rounds),
+            "fair_ratio_rounds": [round(r, 3) for r in self.fair_ratio_rounds],
+            "fair_index_ratio": _rnd(self.fair_index_ratio, 3),
+        }
 
+    def as_dict(self) -> dict[str, Any]:
+        rnd = _rnd
         return {
             "rate_per_s": self.rate_per_s,
             "rate_measured": rnd(self.rate_measured, 1),
@@ -136,6 +175,7 @@ class FlowResult:
             "most_in_flight_per_key": self.most_in_flight_per_key,
             "fair_msgs_s": rnd(self.fair_msgs_s, 0),
             "unfair_msgs_s": rnd(self.unfair_msgs_s, 0),
+            "plain_msgs_s": rnd(self.plain_msgs_s, 0),
             "fair_dwell_p99_ms": rnd(self.fair_dwell_p99_ms, 1),
             "fair_base_dwell_p99_ms": rnd(self.fair_base_dwell_p99_ms, 1),
             "unfair_dwell_p99_ms": rnd(self.unfair_dwell_p99_ms, 1),
@@ -147,15 +187,30 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
+def _rnd(v: float | None, digits: int = 3) -> float | None:
+    return None if v is None else round(v, digits)
+
+
+def _spread(rounds: list[float]) -> list[float] | None:
+    """[min, max] of the rounds (None: none ran)."""
+    return [round(min(rounds), 3), round(max(rounds), 3)] if rounds else None
+
+
 # -- tables and rows ------------------------------------------------------------------------------
-def make_table(dsn: str, table: str, poller_interval_s: float, limits: str, **kw: Any) -> None:
+def make_table(
+    dsn: str,
+    table: str,
+    poller_interval_s: float,
+    limits: str,
+    fair_index: bool | None = None,
+    **kw: Any,
+) -> None:
     comment = message_comment(BATCH_SIZE, poller_interval_s, postpone_after_s=kw.get("postpone"))
-    # a fair table has the index the docs' DDL gives it (msgtable.core.flow.fair_index_columns)
-    index = (
-        f"  index fair_idx({', '.join(fair_index_columns('tenant'))}),\n"
-        if "vt_fair_key" in limits
-        else ""
-    )
+    # a fair table has the index the docs' DDL gives it (msgtable.core.flow.fair_index_columns);
+    # ``fair_index``: with it or without it whatever the comment
+    if fair_index is None:
+        fair_index = "vt_fair_key" in limits
+    index = f"  index fair_idx({', '.join(fair_index_columns('tenant'))}),\n" if fair_index else ""
     ddl = current_layout_ddl(table, comment + (f",{limits}" if limits else "")).replace(
         "  primary key(id)", f"  {TENANT},\n{index}  primary key(id)"
     )
@@ -281,16 +336,7 @@ def run(
     with contextlib.closing(connect(dsn)) as conn, conn.cursor() as cur:
         _rate(server, dsn, cur, sizes, poller_interval_s, kw, out)
         _caps(server, dsn, cur, sizes, poller_interval_s, kw, out)
-        _fair_backlog(server, dsn, cur, sizes, poller_interval_s, kw, out)
-    live: dict[tuple[bool, bool], list[float]] = {}
-    for _ in range(LIVE_ROUNDS):  # alternated: a machine's load drifts over seconds
-        for with_noisy, fair in ((False, True), (True, True), (True, False)):
-            p99 = _fair_live(server, dsn, sizes["live_s"], poller_interval_s, kw, with_noisy, fair)
-            live.setdefault((with_noisy, fair), []).append(p99)
-    out.fair_base_dwell_p99_ms = statistics.median(live[(False, True)])
-    out.fair_dwell_p99_ms = statistics.median(live[(True, True)])
-    out.unfair_dwell_p99_ms = statistics.median(live[(True, False)])
-    out.notes.append(f"live p99 rounds (ms): {[[round(v, 1) for v in r] for r in live.values()]}")
+        fair_rounds(server, dsn, cur, sizes, poller_interval_s, kw, out)
     return out
 
 
@@ -346,20 +392,54 @@ def _caps(server, dsn, cur, sizes, poller_interval_s, kw, out) -> None:  # type:
         out.notes.append(f"keys over their cap: {over[:5]}")
 
 
-def _fair_backlog(server, dsn, cur, sizes, poller_interval_s, kw, out) -> None:  # type: ignore[no-untyped-def]
+def fair_rounds(server, dsn, cur, sizes, poller_interval_s, kw, out) -> None:  # type: ignore[no-untyped-def]
+    """The fair-share figures (see the module docstring): SIZES["fair_rounds"] rounds of a
+    backlog drained with the fairness key and without, and the quiet tenants' live p99
+    beside the noisy tenant and alone; each pair side by side, every other round the other
+    way round (a machine's load drifts over seconds). The median round's runs are kept."""
     rows = sizes["fair_rows"]
     backlog = [(i, "noisy" if i % 10 else f"q{i // 10 % 100}") for i in range(1, rows + 1)]
-    rates: dict[bool, list[float]] = {True: [], False: []}
-    for rnd in range(2):
-        for fair in (True, False):
-            table = f"flow_{'fair' if fair else 'unfair'}_{rnd}"
-            make_table(dsn, table, poller_interval_s, "vt_fair_key=tenant" if fair else "", **kw)
-            insert(cur, table, backlog)
-            wait_loaded(server, table)
-            rates[fair].append(msgs_s(Drain(server, table, rows).wait(120)))
-            execute(dsn, f"drop table {table}")
-    out.fair_msgs_s = statistics.median(rates[True])
-    out.unfair_msgs_s = statistics.median(rates[False])
+    drains: list[tuple[float, float, float]] = []  # (ratio, fair msgs/s, unfair msgs/s)
+    lives: list[tuple[float, float, float]] = []  # (ratio, beside the noisy one, alone)
+
+    def drain(name: str, limits: str, index: bool) -> float:
+        table = f"flow_{name}"
+        make_table(dsn, table, poller_interval_s, limits, index, **kw)
+        insert(cur, table, backlog)
+        wait_loaded(server, table)
+        got = msgs_s(Drain(server, table, rows).wait(120))
+        execute(dsn, f"drop table {table}")
+        return got
+
+    for rnd in range(sizes["fair_rounds"]):
+        order = (True, False) if rnd % 2 == 0 else (False, True)
+        rate: dict[bool, float] = {}
+        for fair in order:  # the same table (fair index and all), with the key and without
+            name = "fair" if fair else "unfair"
+            rate[fair] = drain(f"{name}_{rnd}", "vt_fair_key=tenant" if fair else "", True)
+        drains.append((rate[True] / rate[False], rate[True], rate[False]))
+        out.fair_drain_rounds.append((rate[True], rate[False]))
+        if rnd == 0:  # the fair index's own cost: the same table without it
+            out.plain_msgs_s = drain(f"plain_{rnd}", "", False)
+        p99: dict[bool, float] = {}
+        for with_noisy in (True, False) if rnd % 2 == 0 else (False, True):
+            live_s = sizes["live_s"]
+            p99[with_noisy] = _fair_live(
+                server, dsn, live_s, poller_interval_s, kw, with_noisy, True
+            )
+        lives.append((p99[True] / p99[False], p99[True], p99[False]))
+        if rnd == 0:  # for comparison: the noisy tenant without the fairness key
+            out.unfair_dwell_p99_ms = _fair_live(
+                server, dsn, sizes["live_s"], poller_interval_s, kw, True, False
+            )
+    out.fair_ratio_rounds = [r for r, _, _ in drains]
+    out.fair_dwell_ratio_rounds = [r for r, _, _ in lives]
+    _, out.fair_msgs_s, out.unfair_msgs_s = sorted(drains)[len(drains) // 2]
+    _, out.fair_dwell_p99_ms, out.fair_base_dwell_p99_ms = sorted(lives)[len(lives) // 2]
+    out.notes.append(
+        "live p99 rounds (ms, beside the noisy tenant / alone): "
+        f"{[(round(a, 1), round(b, 1)) for _, a, b in lives]}"
+    )
 
 
 def _fair_live(  # type: ignore[no-untyped-def]
@@ -423,7 +503,8 @@ def summary(r: FlowResult) -> str:
         f"flow: rate {f(r.rate_measured, ',.0f')}/s for {r.rate_per_s:g}/s "
         f"(error {f(r.rate_limit_error, '.3f')}, {r.rate_windows_overshot} windows overshot); "
         f"caps {f(r.caps_ratio, '.2f')} ({r.key_cap_violations} keys over their cap); "
-        f"fair share {f(r.fair_ratio, '.2f')}, quiet p99 {f(r.fair_dwell_p99_ms, '.0f')} ms "
-        f"vs {f(r.fair_base_dwell_p99_ms, '.0f')} ms alone ({f(r.fair_dwell_ratio, '.2f')}; "
+        f"fair share {f(r.fair_ratio, '.2f')} {_spread(r.fair_ratio_rounds)}, quiet p99 "
+        f"{f(r.fair_dwell_p99_ms, '.0f')} ms vs {f(r.fair_base_dwell_p99_ms, '.0f')} ms alone "
+        f"({f(r.fair_dwell_ratio, '.2f')} {_spread(r.fair_dwell_ratio_rounds)}; "
         f"{f(r.unfair_dwell_p99_ms, '.0f')} ms without the fairness key)"
     )

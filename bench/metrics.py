@@ -2,14 +2,17 @@
 subscribers on a server with ``--metrics-listen``, scraped every SCRAPE_INTERVAL_S over
 HTTP, against the same run on a server without (the ``metrics`` section of
 ``python -m bench.run``; JSON keys ``metrics_off_msgs_s``, ``metrics_on_msgs_s`` and
-``metrics_cost_ratio`` = on / off, target >= TARGET_RATIO). And the cost of tracing on top:
-the same server with metrics and an SDK tracer provider (BatchSpanProcessor, an exporter that
-drops the spans: bench.traced) on both the server and the subscribers' side (JSON keys
-``tracing_on_msgs_s`` and ``tracing_cost_ratio`` = metrics and tracing on / off, target >=
-TARGET_RATIO). A fourth side listens (``--metrics-listen``) and is never scraped: what the
-metrics cost by themselves, without the scrapes (JSON ``metrics_listening_ratio``). A fifth
-traces one root span in ten (``ParentBased(TraceIdRatioBased(SAMPLE))`` in the server and the
-subscribers, as a production deployment would sample; JSON ``sampled_tracing_cost_ratio``).
+``metrics_cost_ratio`` = on / off, target >= TARGET_RATIO). And the cost of tracing on top of
+the metrics, each tracing side against the ``on`` side of the same round (metrics scraped, no
+tracing): an SDK tracer provider (BatchSpanProcessor, an exporter that drops the spans:
+bench.traced) in the server and in the subscribers' processes, sampling with the documented
+default, ``msgtable.core.tracing.default_sampler()`` (one root span in ten, parent-based), the
+configuration whose cost is judged (JSON ``sampled_tracing_cost_ratio`` = sampled / on,
+target >= TARGET_RATIO, with ``sampled_tracing_cost_spread``; the rounds in
+``metrics.tracing_vs_on``); the same with
+every span recorded, reported without a target (``tracing_cost_ratio`` = traced / on). A
+fourth side listens (``--metrics-listen``) and is never scraped: what the metrics cost by
+themselves, without the scrapes (JSON ``metrics_listening_ratio``).
 With --full each run delivers FULL_MESSAGES messages.
 
 All are measured in the same run, in rounds of the sides (SIDES), on fresh servers (no lease
@@ -19,9 +22,10 @@ a round equally often: a run's place (after a run that left the database purging
 after a pause) weighs alike on every side. A sixth side, ``control``, is the off side once
 more: its ratio to off (JSON ``control_ratio``, and its rounds) is what the method itself
 shows for no difference at all, the yardstick for the others' distance from 1. Each ratio is
-the median over the rounds of that round's ratio (on / off, traced / off of the same round):
+the median over the rounds of that round's ratio (on / off, sampled / on of the same round):
 a round's runs follow each other, and the median leaves out a round that other work on the
-machine disturbed; ``ratio_runs`` and ``tracing_ratio_runs`` keep each round's, the spread.
+machine disturbed; ``ratio_runs``, ``tracing_ratio_runs`` and ``sampled_ratio_runs`` keep
+each round's, the spread.
 The ``*_msgs_s`` figures are each side's best run. The scrapes are checked: every one answered
 200 with the server's families, and some had the run's table (a scrape before the server
 discovered it has none).
@@ -57,10 +61,11 @@ from bench import engine
 from bench.errors import BenchError
 from bench.measure import Throughput
 from bench.processes import ServerProcess
+from msgtable.core.tracing import DEFAULT_SAMPLE_RATIO
 
 ROUNDS = 6  # a multiple of len(SIDES): each side in each place of a round equally often
 FULL_ROUNDS = 18
-SAMPLE = 0.1  # the sampled side's ParentBased(TraceIdRatioBased(SAMPLE)), both processes
+SAMPLE = DEFAULT_SAMPLE_RATIO  # the sampled side: tracing.default_sampler(), both processes
 # The sides of a round: no metrics; --metrics-listen and nobody scrapes (what metrics cost
 # by themselves: the counters, the binlog's row counting); scraped every SCRAPE_INTERVAL_S;
 # scraped, and tracing on (server and subscribers)
@@ -69,9 +74,10 @@ SIDES = {
     "listening": "on, not scraped",
     "on": "on",
     "traced": "metrics and tracing on",
-    "sampled": f"metrics and tracing on, {SAMPLE:.0%} sampled",
+    "sampled": f"metrics and tracing on, the default sampler ({SAMPLE:.0%} of roots)",
     "control": "off, again",  # the same as off: what the method shows for no difference
 }
+TRACING_SIDES = ("traced", "sampled")  # each against on (metrics, no tracing)
 # With --full each run delivers this many messages (quick: the throughput runs' size): runs
 # of several seconds, at the rate the engine keeps up, not its first second.
 FULL_MESSAGES = 200_000
@@ -118,7 +124,7 @@ class Side:
 
 @dataclass
 class MetricsCost:
-    sides: dict[str, Side]
+    sides: dict[str, Side]  # each against off
     scrapes: int
     normalized: bool  # ratios of the database's busy time (else of throughput)
     server_spans: dict[str, int] = field(default_factory=dict)  # by operation, traced runs
@@ -127,9 +133,15 @@ class MetricsCost:
     # CPU microseconds a message by process class (database, server, subscribers, ...) per
     # side: the median of its runs (each moves with the machine's speed, see the docstring)
     cpu_us_per_msg: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the tracing sides (traced, sampled) against the on side of the same rounds: tracing's
+    # own cost, beside the metrics
+    tracing: dict[str, Side] = field(default_factory=dict)
 
     def _side(self, name: str) -> Side:
         return self.sides.get(name) or Side()
+
+    def _tracing(self, name: str) -> Side:
+        return self.tracing.get(name) or Side()
 
     # the figures the report names: each side's ratio to off (judged), its rounds, its best run
     @property
@@ -157,20 +169,25 @@ class MetricsCost:
         return self._side("listening").ratio
 
     @property
-    def tracing_ratio(self) -> float:
-        return self._side("traced").ratio
+    def tracing_ratio(self) -> float:  # every span recorded / metrics alone (no target)
+        return self._tracing("traced").ratio
 
     @property
     def tracing_ratio_runs(self) -> list[float]:
-        return self._side("traced").runs
+        return self._tracing("traced").runs
 
     @property
-    def sampled_ratio(self) -> float:
-        return self._side("sampled").ratio
+    def sampled_ratio(self) -> float:  # the default sampler / metrics alone (judged)
+        return self._tracing("sampled").ratio
 
     @property
     def sampled_ratio_runs(self) -> list[float]:
-        return self._side("sampled").runs
+        return self._tracing("sampled").runs
+
+    def raw_ratio(self, name: str) -> float | None:
+        """A side's median ratio of throughput: a tracing side's to on, another's to off."""
+        side = self.tracing.get(name) or self.sides.get(name)
+        return side.raw if side is not None else None
 
     @property
     def control_ratio(self) -> float:
@@ -181,6 +198,7 @@ class MetricsCost:
             "normalized": self.normalized,
             "scrapes": self.scrapes,
             "sides": {name: side.as_dict() for name, side in self.sides.items()},
+            "tracing_vs_on": {name: side.as_dict() for name, side in self.tracing.items()},
             "server_spans": self.server_spans,
             "client_spans": self.client_spans,
             "traced_messages": self.traced_messages,
@@ -286,7 +304,7 @@ def run(
             f"subscribers {client_spans})"
         )
     normalized = all(db_busy(r) is not None for side in runs.values() for r in side)
-    return MetricsCost(
+    cost = MetricsCost(
         sides={
             side: compared(side_runs, runs["off"], normalized) for side, side_runs in runs.items()
         },
@@ -296,7 +314,15 @@ def run(
         client_spans=client_spans,
         traced_messages=traced_messages,
         cpu_us_per_msg={side: _median([r.cpu_per_msg() for r in rs]) for side, rs in runs.items()},
+        tracing={side: compared(runs[side], runs["on"], normalized) for side in TRACING_SIDES},
     )
+    for side, what in (("sampled", f"target >= {TARGET_RATIO}"), ("traced", "no target")):
+        t = cost.tracing[side]
+        progress(
+            f"metrics: {SIDES[side]} / metrics alone: median {t.ratio:.3f} "
+            f"(rounds {min(t.runs):.3f} to {max(t.runs):.3f}; throughput {t.raw:.3f}), {what}"
+        )
+    return cost
 
 
 def db_busy(r: Throughput) -> float | None:

@@ -130,7 +130,10 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "key_cap_violations",
         "caps_ratio",
         "fair_dwell_ratio",
+        "fair_dwell_ratio_spread",
         "fair_ratio",
+        "fair_ratio_spread",
+        "fair_index_ratio",
         "flow",
         "targets.rate_limit_error",
         "targets.key_cap_violations",
@@ -145,7 +148,9 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "metrics_listening_ratio",
         "tracing_on_msgs_s",
         "tracing_cost_ratio",
+        "tracing_cost_spread",
         "sampled_tracing_cost_ratio",
+        "sampled_tracing_cost_spread",
         "metrics_control_ratio",
         "metrics_ratios_normalized",
         "metrics_cost_ratio_raw",
@@ -340,14 +345,9 @@ class Report:
 
     def _flow_json(self) -> dict[str, Any]:
         f = self.flow
-        return {
-            "rate_limit_error": rnd(f.rate_limit_error if f else None, 4),
-            "key_cap_violations": f.key_cap_violations if f else None,
-            "caps_ratio": rnd(f.caps_ratio if f else None, 3),
-            "fair_dwell_ratio": rnd(f.fair_dwell_ratio if f else None, 3),
-            "fair_ratio": rnd(f.fair_ratio if f else None, 3),
-            "flow": f.as_dict() if f else None,
-        }
+        if f is None:
+            return {k: None for k in SECTION_KEYS["flow"] if "." not in k}
+        return {**f.headline(), "flow": f.as_dict()}
 
     def targets(self) -> list[Target]:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
@@ -599,16 +599,9 @@ class Report:
                 TARGET_EXPOSITION_SPEEDUP,
             ),
             Target(
-                "tracing_cost_ratio",
-                "msgtable with metrics and tracing, every span recorded (SDK, spans dropped) / "
-                "without, batch 100, 4 subscribers",
-                self.metrics.tracing_ratio if self.metrics else None,
-                TARGET_METRICS_RATIO,
-                spread=_spread(self.metrics.tracing_ratio_runs if self.metrics else None),
-            ),
-            Target(
                 "sampled_tracing_cost_ratio",
-                "the same with one root span in ten sampled (ParentBased(TraceIdRatioBased(0.1)))",
+                "metrics and tracing, the default sampler (1 root span in 10, parent-based) / "
+                "metrics alone, same rounds",
                 self.metrics.sampled_ratio if self.metrics else None,
                 TARGET_METRICS_RATIO,
                 spread=_spread(self.metrics.sampled_ratio_runs if self.metrics else None),
@@ -957,9 +950,9 @@ class Report:
         return out
 
     def _raw_ratio(self, side: str) -> float | None:
-        """bench.metrics: a side's median ratio to off of throughput (None: not run)."""
-        m = self.metrics
-        return m.sides[side].raw if m is not None and side in m.sides else None
+        """bench.metrics: a side's median ratio of throughput, a tracing side's to on, any
+        other's to off (None: not run)."""
+        return self.metrics.raw_ratio(side) if self.metrics is not None else None
 
     def json_line(self) -> str:
         k, b, lo = self.subscribers, self.batch_size, self.low_batch_size
@@ -1049,9 +1042,16 @@ class Report:
                 self.metrics.listening_ratio if self.metrics else None, 3
             ),
             "tracing_on_msgs_s": rnd(self.metrics.traced_msgs_s if self.metrics else None, 0),
+            # tracing / metrics alone, same rounds: every span (no target), the default sampler
             "tracing_cost_ratio": rnd(self.metrics.tracing_ratio if self.metrics else None, 3),
+            "tracing_cost_spread": _spread(
+                self.metrics.tracing_ratio_runs if self.metrics else None
+            ),
             "sampled_tracing_cost_ratio": rnd(
                 self.metrics.sampled_ratio if self.metrics else None, 3
+            ),
+            "sampled_tracing_cost_spread": _spread(
+                self.metrics.sampled_ratio_runs if self.metrics else None
             ),
             # the off side run once more: what the method shows for no difference
             "metrics_control_ratio": rnd(self.metrics.control_ratio if self.metrics else None, 3),

@@ -65,6 +65,6 @@ SQS_LONGPOLLS = 5
 DEDUP_MESSAGES = 1_000
 SCHEDULE_SECONDS = 2.0
 # flow: seconds the rate is measured; backlogs of the caps, small-cap and fair-share drains
-# (and their keys); seconds of each live fair-share run
+# (and their keys); seconds of each live fair-share run; rounds of the fair-share pairs
 FLOW = {"rate_s": 1.0, "caps_rows": 1_000, "caps_keys": 50, "cap_rows": 200, "cap_keys": 5,
-        "fair_rows": 1_000, "live_s": 1.0}  # fmt: skip
+        "fair_rows": 1_000, "live_s": 1.0, "fair_rounds": 1}  # fmt: skip

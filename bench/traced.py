@@ -4,7 +4,8 @@ is msgtable's spans and the SDK's batching, not an exporter's network.
 
 ``python -m bench.traced serve ... --spans-file PATH [--sample RATIO]`` is ``msgtable serve
 ...`` with that provider set first (the server side; with RATIO it samples that share of its
-root spans); at exit it writes the spans it exported to PATH, by operation, as JSON.
+root spans, parent-based: msgtable.core.tracing.default_sampler() when RATIO is its ratio); at
+exit it writes the spans it exported to PATH, by operation, as JSON.
 ``install()`` sets it in a subscriber's process (the client side).
 """
 
@@ -20,7 +21,9 @@ from pathlib import Path
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+
+from msgtable.core import tracing
 
 
 class DroppingExporter(SpanExporter):
@@ -37,13 +40,16 @@ class DroppingExporter(SpanExporter):
 
 def install(sample: float | None = None) -> tuple[TracerProvider, DroppingExporter]:
     """Set the global tracer provider of this process (once). ``sample``: trace that share of
-    the root spans (ParentBased(TraceIdRatioBased)); None: all of them (the SDK's default)."""
+    the root spans (ParentBased(TraceIdRatioBased); the product's default_sampler() at its
+    ratio); None: all of them (ParentBased(ALWAYS_ON))."""
     exporter = DroppingExporter()
-    provider = (
-        TracerProvider()
-        if sample is None
-        else TracerProvider(sampler=ParentBased(TraceIdRatioBased(sample)))
-    )
+    if sample is None:
+        sampler: Sampler = ParentBased(ALWAYS_ON)
+    elif sample == tracing.DEFAULT_SAMPLE_RATIO:
+        sampler = tracing.default_sampler()
+    else:
+        sampler = ParentBased(TraceIdRatioBased(sample))
+    provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
     return provider, exporter

@@ -10,13 +10,17 @@ message whose ack never came (a killed subscriber) is in flight until its ack wa
 which the judge takes as its end (``open_until_s``). Rates are judged on the hand-over
 times themselves, against the token bucket's bound ``burst + rate * T`` in every interval
 (msgtable.core.flow.rate_violations).
+
+Each group (the default one, a subscription) is judged by its OWN limits
+(:class:`GroupLimits`, :func:`group_violations`): a subscription with limits of its own
+holds those, not its table's, and the others hold the table's.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from msgtable.core.flow import rate_violations
@@ -30,6 +34,7 @@ class Delivery:
     attempt: int
     subscriber: str
     end_ns: int | None = None  # when its settlement began (None: never)
+    group: str = ""  # the subscription it was sent to ("": the default group)
 
 
 @dataclass
@@ -40,7 +45,7 @@ class FlowLog:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def received(
-        self, subscriber: str, messages: Iterable[object], key: str = ""
+        self, subscriber: str, messages: Iterable[object], key: str = "", group: str = ""
     ) -> list[Delivery]:
         out = [
             Delivery(
@@ -49,6 +54,7 @@ class FlowLog:
                 m.sent_ns,  # type: ignore[attr-defined]
                 m.attempt,  # type: ignore[attr-defined]
                 subscriber,
+                group=group,
             )
             for m in messages
         ]
@@ -119,4 +125,46 @@ def rate_overshoots(
                 f"{'key ' + repr(key) if by_key else 'the group'}: {n} sent in "
                 f"{(last - first) / 1e9:.3f}s (at most {burst} + {rate_per_s:g}/s)"
             )
+    return out
+
+
+@dataclass(frozen=True)
+class GroupLimits:
+    """One group's limits as the checker judges them (0: none): its table's, or a
+    subscription's own (msgtable.core.flow.own_flow)."""
+
+    rate_per_s: float = 0.0
+    burst: int = 0
+    max_in_flight: int = 0
+    key_rate_per_s: float = 0.0
+    key_burst: int = 0
+    key_concurrency: int = 0
+
+
+def group_violations(
+    deliveries: Iterable[Delivery], limits: Mapping[str, GroupLimits], open_until_s: float
+) -> list[str]:
+    """What exceeded a group's OWN limits (``limits`` by group name, "": the default group),
+    each group judged on its own deliveries, one line each, named by its group. A delivery
+    to a group the mapping does not name is a problem too (its limits were not judged)."""
+    by_group: dict[str, list[Delivery]] = {}
+    for d in deliveries:
+        by_group.setdefault(d.group, []).append(d)
+    out = []
+    for group, ds in sorted(by_group.items()):
+        name = f"subscription {group!r}" if group else "the default group"
+        lim = limits.get(group)
+        if lim is None:
+            out.append(f"{name}: {len(ds)} deliveries, but no limits to judge them by")
+            continue
+        problems = []
+        if lim.rate_per_s:
+            problems += rate_overshoots(ds, lim.rate_per_s, lim.burst)
+        if lim.key_rate_per_s:
+            problems += rate_overshoots(ds, lim.key_rate_per_s, lim.key_burst, by_key=True)
+        if lim.max_in_flight:
+            problems += cap_violations(ds, lim.max_in_flight, open_until_s)
+        if lim.key_concurrency:
+            problems += cap_violations(ds, lim.key_concurrency, open_until_s, by_key=True)
+        out += [f"{name}: {p}" for p in problems]
     return out

@@ -22,7 +22,6 @@ from msgtable.cli.output import (
     table_json,
 )
 from msgtable.client import Client
-from msgtable.core.subscriptions import state_table_name
 from msgtable.core.words import counted
 from msgtable.errors import InvalidArgument
 from msgtable.limits import MAX_IN_FLIGHT, MAX_REDRIVE_BATCH
@@ -168,6 +167,8 @@ def _change(key: str, value: object) -> str:
 
 
 def subscription_drop(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    from msgtable.core.subscriptions import state_table_name  # (the filter language: lazily)
+
     state = state_table_name(args.table, args.name)
     with _client(args) as client:
         client.drop_subscription(args.table, args.name, keyspace=args.keyspace)

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from msgtable import __version__
-from msgtable.core.subscriptions import parse_columns
 from msgtable.core.tables import DEFAULT_DISCOVERY_INTERVAL_S
 from msgtable.limits import (
     DEFAULT_ADDRESS,
@@ -136,6 +135,14 @@ class Flag:
             if self.choices:
                 options["choices"] = self.choices
         parser.add_argument(self.name, **options)
+
+
+def parse_columns(text: str) -> tuple[str, ...]:
+    """--columns: core.subscriptions' parse_columns, imported when a command gets the flag
+    (that module brings the filter language, which the other commands do without)."""
+    from msgtable.core import subscriptions
+
+    return subscriptions.parse_columns(text)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from msgtable.core.keyspace import load as load_keyspace
 from msgtable.core.tables import DEFAULT_DISCOVERY_INTERVAL_S
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS, SHUTDOWN_DATABASE_S
+from msgtable.server import heap
 from msgtable.server.auth import Authorizer
 from msgtable.server.servicer import MessagingServer, TlsFiles, is_loopback
 
@@ -211,6 +212,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
                 services["sqs"] = advertised_address(args.sqs_listen, sqs.address)
             engine.campaign(advertised, services)
             _announce(args, server, advertised, dsn, sharded, local, out)
+            log.debug("server: froze %d objects of its startup heap", heap.settle())
             return _serve_until_stopped(engine, server, args.grace_s)
         finally:
             if sqs is not None:

@@ -129,8 +129,16 @@ NUMBER: /[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?/
 STRING: /'(?:[^']|'')*'/
 %ignore /\s+/
 """
-# the basic lexer reserves keywords everywhere (the contextual one reads `a = null` as a name)
-_PARSER = lark.Lark(_GRAMMAR, parser="lalr", lexer="basic")
+
+
+@functools.cache
+def _parser() -> lark.Lark:
+    """The filter parser, built the first time a filter is parsed (building it takes a
+    tenth of a second, which every ``msgtable`` command would pay at start-up otherwise)."""
+    # the basic lexer reserves keywords everywhere (the contextual one reads `a = null` as a name)
+    return lark.Lark(_GRAMMAR, parser="lalr", lexer="basic")
+
+
 _BOOLS = ("TRUE", "FALSE")
 _KEYWORDS = {"and", "or", "not", "in", "between", "like", "escape", "is", "null", "true", "false"}
 _SAY = {
@@ -461,7 +469,7 @@ class _Checker:
 
     def selector(self) -> _Node:
         try:
-            tree = _PARSER.parse(self.text)
+            tree = _parser().parse(self.text)
         except lark.exceptions.UnexpectedCharacters as e:
             raise self.fail(
                 e.pos_in_stream or 0, self.bad_character(e.pos_in_stream or 0)

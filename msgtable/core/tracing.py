@@ -18,6 +18,13 @@ never per message. With a provider configured (an SDK's, or one passed in):
 * the server (``ServerTracing``): INTERNAL spans "poll TABLE", "send TABLE" (a batch) and
   "ack TABLE".
 
+A span the sampler leaves out costs its sampling decision and no more: one a batch (and one
+a message handed out by iteration, whose producer's context a parent-based sampler follows).
+No attributes beyond the fixed ones, no links (no traceparent parsed for a batch), nothing to
+end when it is settled; its context is still made current, so a handler's spans follow the
+decision. ``default_sampler()`` is the documented default: one root span in ten,
+parent-based; ``msgtable serve`` samples with it unless OTEL_TRACES_SAMPLER says otherwise.
+
 A traceparent column with a value that is not W3C trace context never breaks a delivery: the
 span has no parent, and the table gets one warning in the log (once per process).
 """
@@ -44,6 +51,7 @@ except ImportError:  # pragma: no cover - exercised by the no-otel test in a sub
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
+    from opentelemetry.sdk.trace.sampling import Sampler
     from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
 
 log = logging.getLogger(__name__)
@@ -65,6 +73,9 @@ MESSAGE_ID: Final = "messaging.message.id"
 CONSUMER_GROUP: Final = "messaging.consumer.group.name"
 BATCH_COUNT: Final = "messaging.batch.message_count"
 DEFAULT_GROUP: Final = "default"  # the consumer group of a table's own subscribers
+# The documented default sampler: one root span in ten, and a span with a parent does as the
+# parent did (ParentBased(TraceIdRatioBased(DEFAULT_SAMPLE_RATIO)))
+DEFAULT_SAMPLE_RATIO: Final = 0.1
 
 
 class Current:
@@ -230,48 +241,46 @@ class ConsumerTracing:
         """Hand ``message`` out: end the last span, start its own (parent: its producer's
         context) and make it current until the next hand-out."""
         self.release_context()
-        producer = self._context_of(message.row)
-        parent = None
-        links = []
+        producer = self._context_of(message.row)  # the parent decides a parent-based sampler
+        parent = _ROOT
         if producer is not None:
             parent = trace.set_span_in_context(trace.NonRecordingSpan(producer))
-            links.append(trace.Link(producer))
-        attributes = dict(self._attributes)
-        attributes[MESSAGE_ID] = str(message.id)
-        self._start(parent, links, attributes, (message,))
+        span = self._start(parent, (message,))
+        if span is not None:
+            span.set_attribute(MESSAGE_ID, str(message.id))
+            if producer is not None:
+                span.add_link(producer)
 
     def batch(self, messages: Sequence[Any]) -> None:
-        """Hand a batch out: one span linked to each message's producer context."""
+        """Hand a batch out: one span (a root) linked to each message's producer context;
+        the links are read only once the span is sampled (none of the work per message
+        when it is not)."""
         self.release_context()
         if not messages:
             return
-        links = []
-        if self._tp is not None:
-            for m in messages:
-                producer = self._context_of(m.row)
-                if producer is not None:
-                    links.append(trace.Link(producer))
-        attributes = dict(self._attributes)
-        attributes[BATCH_COUNT] = len(messages)
-        self._start(None, links, attributes, messages)
+        span = self._start(_ROOT, messages)
+        if span is not None:
+            span.set_attribute(BATCH_COUNT, len(messages))
+            if self._tp is not None:
+                for m in messages:
+                    producer = self._context_of(m.row)
+                    if producer is not None:
+                        span.add_link(producer)
 
-    def _start(
-        self,
-        parent: Context | None,
-        links: list[trace.Link],
-        attributes: dict[str, Any],
-        covers: Sequence[object],
-    ) -> None:
+    def _start(self, parent: Context | None, covers: Sequence[object]) -> Span | None:
+        """Start the span of ``covers`` with the attributes every span of this subscriber
+        has (what a sampler is given) and make it current; the span if it records, else
+        None: a span not sampled has nothing to end or to add, and its context is still
+        made current, so the handler's spans follow its decision (parent-based)."""
         span = self._tracer.start_span(
-            self._name,
-            context=parent if parent is not None else _ROOT,
-            kind=trace.SpanKind.CONSUMER,
-            attributes=attributes,
-            links=links,
+            self._name, context=parent, kind=trace.SpanKind.CONSUMER, attributes=self._attributes
         )
-        self._span, self._covers, self._left = span, covers, None
         self._attached = trace.set_span_in_context(span)
         self._token = otel_context.attach(self._attached)
+        if not span.is_recording():
+            return None
+        self._span, self._covers, self._left = span, covers, None
+        return span
 
     def settled(self, messages: Sequence[object]) -> None:
         """Messages were acked, released or rejected: the span covering them ends (it stays
@@ -342,15 +351,17 @@ class ServerTracing:
     def start(self, operation: str, count: int | None = None) -> Span:
         """A started span for one poll / send / ack (a root: it serves many producers'
         messages), not made current (it has no children); the caller ends it. Not a
-        context manager: start_span and end cost a third of start_as_current_span."""
-        return self._tracer.start_span(
+        context manager: start_span and end cost a third of start_as_current_span. The
+        batch's size is set only on a span that records (no dict made per call)."""
+        span = self._tracer.start_span(
             self._names[operation],
             context=_ROOT,
             kind=trace.SpanKind.INTERNAL,
-            attributes=self._attributes[operation]
-            if count is None
-            else {**self._attributes[operation], BATCH_COUNT: count},
+            attributes=self._attributes[operation],
         )
+        if count is not None and span.is_recording():
+            span.set_attribute(BATCH_COUNT, count)
+        return span
 
     def failed(self, span: Span, exc: BaseException) -> None:
         """Mark ``span`` failed by ``exc`` (then the caller ends it)."""
@@ -363,12 +374,24 @@ def server(table: str, provider: TracerProvider | None = None) -> ServerTracing 
     return ServerTracing(t, table) if t is not None else None
 
 
+def default_sampler() -> Sampler:
+    """The documented default sampler (needs opentelemetry-sdk): one root span in ten, a span
+    with a parent sampled as its parent was: ``ParentBased(TraceIdRatioBased(0.1))``. What
+    ``msgtable serve`` samples with unless OTEL_TRACES_SAMPLER says otherwise, and what an
+    application's tracer provider should use for the subscribers' spans to cost what
+    docs/performance.md says (``TracerProvider(sampler=tracing.default_sampler())``)."""
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    return ParentBased(TraceIdRatioBased(DEFAULT_SAMPLE_RATIO))
+
+
 def configure_from_env() -> bool:
     """For ``msgtable serve``: when opentelemetry-sdk is installed and OTEL_TRACES_EXPORTER
     names exporters (other than ``none``) and no provider is set yet, set a global SDK tracer
     provider (its resource from OTEL_SERVICE_NAME / OTEL_RESOURCE_ATTRIBUTES) exporting in
     batches to those exporters (the ``opentelemetry_traces_exporter`` entry points, e.g.
-    ``otlp`` with opentelemetry-exporter-otlp, ``console``). Returns whether it did."""
+    ``otlp`` with opentelemetry-exporter-otlp, ``console``), sampling with
+    ``default_sampler()`` unless OTEL_TRACES_SAMPLER names another. Returns whether it did."""
     names = [n.strip() for n in os.environ.get("OTEL_TRACES_EXPORTER", "").split(",")]
     names = [n for n in names if n and n != "none"]
     if not names or _PROPAGATOR is None or tracer() is not None:
@@ -389,7 +412,9 @@ def configure_from_env() -> bool:
     exporters = [found[n].load()() for n in names if n in found]
     if not exporters:  # nothing would leave the process: trace nothing
         return False
-    provider = SdkTracerProvider(resource=Resource.create())
+    # the SDK reads OTEL_TRACES_SAMPLER (and _ARG) itself when given no sampler
+    sampler = None if os.environ.get("OTEL_TRACES_SAMPLER") else default_sampler()
+    provider = SdkTracerProvider(resource=Resource.create(), sampler=sampler)
     for exporter in exporters:
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)

@@ -677,8 +677,10 @@ class MessageEngine:
         reason: str | None,
         subscription: str = "",
         attempts: Sequence[int] = (),
+        exact: bool = False,
     ) -> int:
-        return self._verb(name, keyspace, subscription).renew(ids, extend_s, reason, attempts)
+        m = self._verb(name, keyspace, subscription)
+        return m.renew(ids, extend_s, reason, attempts, exact)
 
     def _settling(self, name: str, keyspace: str, subscription: str = "") -> MessageManager:
         if self._stop.is_set():

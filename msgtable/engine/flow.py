@@ -363,23 +363,26 @@ class KeyCounts(dict[Hashable, CachedRow]):
 
     def __setitem__(self, rid: Hashable, row: CachedRow) -> None:
         old = dict.get(self, rid)
-        if old is not None:
-            self._less(old.values[self._at])
-        dict.__setitem__(self, rid, row)
         key = row.values[self._at]
+        if old is not None:
+            if old.values[self._at] == key:  # refreshed under its key: counted already
+                dict.__setitem__(self, rid, row)
+                return
+            self.less(old.values[self._at], 1)
+        dict.__setitem__(self, rid, row)
         n = self.per_key.get(key, 0) + 1
         self.per_key[key] = n
         if n >= self.share:
             self.full.add(key)
 
     def __delitem__(self, rid: Hashable) -> None:
-        self._less(dict.pop(self, rid).values[self._at])
+        self.less(dict.pop(self, rid).values[self._at], 1)
 
     def pop(self, rid: Hashable, default: Any = None) -> Any:
         row = dict.pop(self, rid, None)
         if row is None:
             return default
-        self._less(row.values[self._at])
+        self.less(row.values[self._at], 1)
         return row
 
     def clear(self) -> None:
@@ -393,8 +396,10 @@ class KeyCounts(dict[Hashable, CachedRow]):
             self.share = share
             self.full = {k for k, n in self.per_key.items() if n >= share}
 
-    def _less(self, key: Hashable) -> None:
-        n = self.per_key[key] - 1
+    def less(self, key: Hashable, gone: int) -> None:
+        """``gone`` rows of ``key`` were taken out: count them (a fair send's turn takes a
+        key's rows in a run by dict.__delitem__, uncounted, and counts them once)."""
+        n = self.per_key[key] - gone
         if n:
             self.per_key[key] = n
         else:
@@ -530,26 +535,29 @@ class KeyedDue(DueRows):
         return batch
 
     def _pop_turns(self, n: int, batch: list[CachedRow]) -> None:
-        turns, heaps, queued = self._turns, self._heaps, self._queued
+        turns, heaps, counts = self._turns, self._heaps, self._counts
         admit = self.limiter.admit if self.limiter.counts_rows else None
         blocked: list[Hashable] = []
+        get, remove = counts.get, dict.__delitem__  # the key's count drops once per turn
         while turns and len(batch) < n:
             key = turns.popleft()
             heap = heaps[key]
             # one row a turn; a key alone takes all it may in one (work-conserving)
-            take = n - len(batch) if not turns else 1
+            take = want = n - len(batch) if not turns else 1
             while take and heap:
                 row = heap[0][3]
-                if queued.get(row.id) is not row:
+                if get(row.id) is not row:
                     heapq.heappop(heap)  # stale: sent, acked or re-keyed meanwhile
                     continue
                 if admit is not None and not admit(row):
                     blocked.append(key)
                     break
                 heapq.heappop(heap)
-                del queued[row.id]
+                remove(counts, row.id)
                 batch.append(row)
                 take -= 1
+            if take < want:
+                counts.less(key, want - take)
             if not heap:
                 del heaps[key]
             elif not blocked or blocked[-1] is not key:

@@ -126,14 +126,16 @@ class InFlight:
         for window, n in windows.items():
             window.give_back(n)
 
-    def extend(self, ids: Iterable[Hashable], until_ns: int) -> None:
+    def extend(self, ids: Iterable[Hashable], until_ns: int, exact: bool = False) -> None:
         """Renewed: those of ``ids`` in flight stay so (their window's credit kept) until
-        ``until_ns`` at least. They move to the end (the set stays roughly by deadline)."""
+        ``until_ns`` at least (``exact``: until then, sooner or later). They move to the end
+        (the set stays roughly by deadline)."""
         flight = self._flight
         for rid in ids:
             entry = flight.pop(rid, None)
             if entry is not None:
-                flight[rid] = (max(entry[0], until_ns), entry[1], entry[2], entry[3])
+                deadline = until_ns if exact else max(entry[0], until_ns)
+                flight[rid] = (deadline, entry[1], entry[2], entry[3])
 
     def ids_of(self, window: Window) -> list[Hashable]:
         """The ids in flight to ``window``'s subscriber."""

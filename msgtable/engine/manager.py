@@ -444,9 +444,10 @@ class MessageManager:
         extend_s: float,
         reason: str | None,
         attempts: Sequence[int] = (),
+        exact: bool = False,
     ) -> int:
-        """Not due again before ``extend_s`` from now (0: vt_ack_wait); ``attempts`` as
-        release's. Returns how many were renewed."""
+        """Not due again before ``extend_s`` from now (0: vt_ack_wait; ``exact``: due then,
+        sooner or later); ``attempts`` as release's. Returns how many were renewed."""
         cfg = self.config
         extend_s = settlement.check_delay(cfg.name, "a renew's extension", extend_s)
         reason = settlement.check_reason(cfg.name, reason)
@@ -455,9 +456,11 @@ class MessageManager:
         until = now + round((extend_s or cfg.ack_wait_s) * 1e9)
         with self.cache.holding_acks(clean, wait=True, attempts=bound) as hold:
             ids, named = self._current(clean, bound, hold.skipped)
-            n = self.store.renew(cfg, ids, now, until, reason, hold.rows, named) if ids else 0
+            jitter = draw_jitter(self.rng)
+            rows = (ids, named, now, until, reason, hold.rows)
+            n = postpone.renew(self.store, cfg, *rows, jitter, exact)
         with self._lock:
-            self.cache.inflight.extend(ids, until)
+            self.cache.inflight.extend(ids, until, exact)
             self.renewed += n
         return n
 

@@ -13,7 +13,7 @@ a redelivery after a short backoff goes out at its time, not a poll later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from msgtable.core.backoff import next_delivery_ns
@@ -22,6 +22,7 @@ from msgtable.core.tables import TableConfig
 
 if TYPE_CHECKING:
     from msgtable.engine.cache import Hold
+    from msgtable.engine.inflight import Sent
     from msgtable.store.protocol import Store
 
 # A row just postponed: the row, the epoch written, the time_next written.
@@ -75,3 +76,47 @@ def write(store: Store, cfg: TableConfig, hold: Hold, jitter: float) -> list[Pos
         hold.written(ids)
         written.extend((hold.rows[i][2], (epoch or 0) + 1, nxt) for i in ids)
     return written
+
+
+def renew(
+    store: Store,
+    cfg: TableConfig,
+    ids: Sequence[Hashable],
+    attempts: Sequence[int] | None,
+    now_ns: int,
+    until_ns: int,
+    reason: str | None,
+    first: Mapping[Hashable, Sent],
+    jitter: float,
+    exact: bool = False,
+) -> int:
+    """A renew's UPDATEs; returns how many rows it renewed. A renew never brings a due time
+    in: the ``first`` rows (sent, not postponed: the renew counts their send) are due at the
+    later of ``until_ns`` and what their postpone would write, as a row postponed already keeps
+    its later time_next. One statement unless the first rows come from several sends (then
+    one for each, and one for the others). ``exact`` (SQS's visibility timeout): every row
+    due at ``until_ns``, sooner or later."""
+    if not ids:
+        return 0
+    if exact:
+        return store.renew(cfg, ids, now_ns, until_ns, reason, first.keys(), attempts, None, True)
+    groups: dict[tuple[int | None, int], set[Hashable]] = {}
+    for rid in ids:
+        if rid in first:
+            epoch, sent_ns, _ = first[rid]
+            groups.setdefault((epoch, sent_ns), set()).add(rid)
+    dues = [
+        (rids, max(until_ns, next_delivery(cfg, sent_ns, jitter)(epoch or 0)))
+        for (epoch, sent_ns), rids in groups.items()
+    ]
+    if len(dues) <= 1:
+        rids, due = dues[0] if dues else (set(), until_ns)
+        return store.renew(cfg, ids, now_ns, until_ns, reason, rids, attempts, due)
+    n = 0
+    for rids, due in [*dues, (set(), until_ns)]:
+        part = [k for k, rid in enumerate(ids) if (rid in rids if rids else rid not in first)]
+        if part:
+            named = [attempts[k] for k in part] if attempts is not None else None
+            some = [ids[k] for k in part]
+            n += store.renew(cfg, some, now_ns, until_ns, reason, rids, named, due)
+    return n

@@ -478,18 +478,24 @@ class MySQLStore:
         reason: str | None,
         first: Collection[Hashable] = (),
         attempts: Sequence[int] | None = None,
+        first_until_ns: int | None = None,
+        exact: bool = False,
     ) -> int:
         """Keep sent, unacked rows that are not due again yet from falling due before
-        ``until_ns`` (``attempts`` as release's); returns how many."""
+        ``until_ns`` (``exact``: due at it, sooner or later), the ``first`` ones due at
+        ``first_until_ns`` (``attempts`` as release's); returns how many."""
         s = self.statements(cfg)
         in_ids, id_params = in_list(ids)
         first_sql, first_params = first_expr(first)
         bound_sql, bound_params = delivery_expr(ids, attempts, first_sql, first_params)
-        params: list[Any] = [*first_params, *first_params, until_ns, until_ns]
+        first_until = until_ns if first_until_ns is None else first_until_ns
+        params: list[Any] = [*first_params, *first_params, first_until, until_ns]
         if cfg.keeps_errors:
             params.append(reason)
         params += [*id_params, *bound_params, *first_params, now_ns]
-        sql = s.renew.format(ids=in_ids, first=first_sql, bound=bound_sql)
+        sql = (s.renew_exact if exact else s.renew).format(
+            ids=in_ids, first=first_sql, bound=bound_sql
+        )
         with self._errors(cfg.name, "renew"), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
 

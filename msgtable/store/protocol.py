@@ -186,7 +186,13 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         reason: str | None,
         first: Collection[Hashable] = (),
         attempts: Sequence[int] | None = None,
-    ) -> int: ...
+        first_until_ns: int | None = None,
+        exact: bool = False,
+    ) -> int:
+        """Keep sent, unacked rows not due again yet from falling due before ``until_ns``
+        (``exact``: due at it, sooner or later); the ``first`` rows (sent, not postponed: the
+        renew counts their send) are due at ``first_until_ns`` (default ``until_ns``)."""
+        ...
 
     def backlog(self, cfgs: Sequence[TableConfig], now_ns: int) -> dict[str, BacklogCounts]: ...
 

@@ -144,6 +144,7 @@ class TableStatements:
     alive: str
     release: str
     renew: str
+    renew_exact: str
 
     def __init__(self, cfg: TableConfig) -> None:
         n = _Names.of(cfg)
@@ -314,12 +315,15 @@ class TableStatements:
             f"AND (COALESCE({epoch}, 0) > 0 OR {{first}})"
         )
         # renew: sent and not due again yet (so not sent since): due no sooner than ``until``
-        self.renew = (
+        # (the first rows: at their own time, given); exact (SQS's visibility): at ``until``
+        renew = (
             f"{MARK}UPDATE {tf} {BY_ID} SET {count_first}, "
             f"{raw_next} = IF({{first}}, %s, GREATEST(COALESCE({raw_next}, 0), %s)){error} "
             f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
             f"AND ({{first}} OR (COALESCE({epoch}, 0) > 0 AND {raw_next} > %s))"
         )
+        self.renew = renew
+        self.renew_exact = renew.replace(f"GREATEST(COALESCE({raw_next}, 0), %s)", "%s", 1)
 
     @staticmethod
     def set_error(cfg: TableConfig) -> str:

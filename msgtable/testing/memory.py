@@ -450,7 +450,10 @@ class InMemoryStore:
         reason: str | None,
         first: Collection[Hashable] = (),
         attempts: Sequence[int] | None = None,
+        first_until_ns: int | None = None,
+        exact: bool = False,
     ) -> int:
+        first_until = until_ns if first_until_ns is None else first_until_ns
         with self.lock:
             table, n = self._table(cfg.name), 0
             for k, i in enumerate(ids):
@@ -464,9 +467,9 @@ class InMemoryStore:
                 sent = (row["epoch"] or 0) > 0 and (row["time_next"] or 0) > now_ns
                 if i in first:
                     row["epoch"] = (row["epoch"] or 0) + 1
-                    row["time_next"] = until_ns
+                    row["time_next"] = first_until
                 elif sent:
-                    row["time_next"] = max(row["time_next"] or 0, until_ns)
+                    row["time_next"] = until_ns if exact else max(row["time_next"] or 0, until_ns)
                 else:
                     continue
                 self._set_error(cfg, row, reason)

@@ -279,3 +279,16 @@ def test_serve_with_a_wrong_password_waits_for_the_database_and_says_why(cli: Cl
     assert listed.returncode == 0 and "Access denied" in listed.stdout, describe(listed)
     serve.send_signal(signal.SIGTERM)
     assert serve.wait(timeout_s=15) == 0, serve.describe()
+
+
+def test_serve_freezes_its_startup_heap_once_it_serves(cli: Cli, db_dsn: str):
+    """The collector does not rescan every module's objects in each full collection while
+    the server runs (msgtable.server.heap; issue 42): serve freezes them once it started."""
+    serve = cli.serve("--dsn", db_dsn, "--log-level", "debug")
+    wait_until(
+        lambda: "objects of its startup heap" in serve.stderr,
+        timeout_s=20,
+        what=lambda: f"serve to say it froze its startup heap:\n{serve.describe()}",
+    )
+    said = [line for line in serve.stderr.splitlines() if "objects of its startup heap" in line]
+    assert len(said) == 1, serve.describe()

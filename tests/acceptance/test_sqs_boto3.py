@@ -272,6 +272,37 @@ def test_boto3_sends_receives_and_settles_as_sqs_answers(cli: Cli, sql: Sql, db_
     assert [(e["Id"], e["Code"]) for e in mixed["Failed"]] == [("bad", "InvalidMessageContents")]
 
 
+def test_a_visibility_timeout_shorter_than_what_is_left_brings_the_message_back_sooner(
+    cli: Cli, sql: Sql, db_dsn: str
+):
+    """SQS's ChangeMessageVisibility counts its timeout from the call, shorter or longer than
+    what was left; so does a receive's VisibilityTimeout. Both before and after the server
+    wrote the send's postpone (vt_postpone_after, 1 s): a postponed message kept its 30 s."""
+    scenario.create_tables(sql)
+    _, endpoint = scenario.serve_sqs(cli, db_dsn)
+    sqs = client(endpoint)
+    url = sqs.get_queue_url(QueueName="jobs")["QueueUrl"]
+    for n, body in enumerate(["not postponed yet", "postponed"]):
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+        (m,) = receive_all(sqs, url, 1)
+        assert m["Body"] == body
+        if n:  # wait for the postpone (epoch 1, due after the 30 s ack wait)
+            deadline = time.monotonic() + 20
+            while sql.scalar("select epoch from jobs where message = :b", {"b": body}) != 1:
+                assert time.monotonic() < deadline, "the send's postpone was never written"
+                time.sleep(0.1)
+        sqs.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=m["ReceiptHandle"], VisibilityTimeout=1
+        )
+        (again,) = receive(sqs, url, wait_s=10, VisibilityTimeout=1) or [None]
+        assert again is not None, f"{body!r}: not back within 10 s of a 1 s visibility"
+        assert again["Body"] == body and again["Attributes"]["ApproximateReceiveCount"] == "2"
+        (third,) = receive(sqs, url, wait_s=10) or [None]  # the receive's own 1 s is over
+        assert third is not None, f"{body!r}: not back within 10 s of a receive's 1 s"
+        assert third["Attributes"]["ApproximateReceiveCount"] == "3"
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=third["ReceiptHandle"])
+
+
 def test_boto3_signatures_are_checked_against_the_auth_files_access_keys(
     cli: Cli, sql: Sql, db_dsn: str, tmp_path: Path
 ):

@@ -1,15 +1,18 @@
 """Flow control through server kills and hand-overs (issue 45): three real `msgtable serve`
 processes on one database share a table with a rate, a group cap, a cap and a rate per key
-and a fairness key (the same column: the fair cache under every limit);
-subscribers spread over the servers take every message while the sender is SIGKILLed,
-another server joins, and the next sender shuts down cleanly (a hand-over).
+and a fairness key (the same column: the fair cache under every limit), and a subscription
+of it with limits of its own (a lower rate, a smaller cap in all and per key; the table's
+rate per key); subscribers of both groups spread over the servers take every message while
+the sender is SIGKILLed, another server joins, and the next sender shuts down cleanly (a
+hand-over).
 
-Judged by the independent flow checker (tests/flowcheck.py) from what the subscribers saw:
-no cap exceeded at any instant (the group's, each key's), no rate window overshot (the
+Judged by the independent flow checker (tests/flowcheck.py) from what the subscribers saw,
+each group by its OWN limits (the default group by the table's, the subscription by its
+own): no cap exceeded at any instant (the group's, each key's), no rate window overshot (the
 group's, each key's; the server's send times: one sender at a time, each starting with
-empty buckets), every
-message delivered and acked, none lost. A kill may lose a send's count (the documented
-at-least-once), so attempts are not judged here; the chaos suite judges them.
+empty buckets), every message delivered and acked in both groups, none lost. A kill may
+lose a send's count (the documented at-least-once), so attempts are not judged here; the
+chaos suite judges them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from msgtable.client import Client
 from msgtable.core.tables import current_layout_ddl
 
 from ..acceptance.helpers import Cli
-from ..flowcheck import FlowLog, cap_violations, rate_overshoots
+from ..flowcheck import FlowLog, GroupLimits, group_violations
 from ..integration.helpers import comment
 from ..waiting import wait_until
 from .test_failover import leases, live_servers
@@ -39,6 +42,10 @@ ACK_WAIT_S = 3.0
 LEASE_PERIOD_S = 1.0
 MESSAGES, KEYS = 600, 6
 HOLD_S = 0.05  # each subscriber works on a batch this long before it acks it
+TABLE_LIMITS = GroupLimits(RATE, BURST, MAX_IN_FLIGHT, KEY_RATE, KEY_BURST, KEY_CAP)
+# the subscription's own: every limit below the table's, the rate per key the table's
+OWN = "own"
+OWN_LIMITS = GroupLimits(25, 2, 4, KEY_RATE, KEY_BURST, 1)
 
 
 @pytest.fixture
@@ -63,8 +70,9 @@ class Worker:
     """A subscriber on its own thread, through a client given every server's address: it
     records each delivery, works HOLD_S, records the settlement's start, and acks."""
 
-    def __init__(self, addresses: str, log: FlowLog, name: str) -> None:
+    def __init__(self, addresses: str, log: FlowLog, name: str, group: str = "") -> None:
         self.acked: set[int] = set()
+        self.group = group
         self.errors: list[str] = []
         self._client = Client(addresses)
         self._log, self._name = log, name
@@ -74,12 +82,12 @@ class Worker:
 
     def _run(self) -> None:
         try:
-            with self._client.subscribe("jobs") as sub:
+            with self._client.subscribe("jobs", subscription=self.group) as sub:
                 while not self._stop.is_set():
                     batch = sub.next_batch()
                     if not batch:
                         continue
-                    ds = self._log.received(self._name, batch, "tenant")
+                    ds = self._log.received(self._name, batch, "tenant", self.group)
                     time.sleep(HOLD_S)
                     FlowLog.settling(ds)
                     try:
@@ -123,11 +131,27 @@ def test_no_cap_exceeded_and_no_rate_window_overshot_through_kills_and_hand_over
     wait_until(lambda: sender_of(sql, "jobs"), what="a sender of jobs")
     log = FlowLog()
     addresses = ",".join(s.address for s in servers)
+    with Client(addresses) as admin:
+        admin.create_subscription(
+            "jobs",
+            OWN,
+            limits={
+                "rate": f"{OWN_LIMITS.rate_per_s:g}/s",
+                "rate_burst": OWN_LIMITS.burst,
+                "max_in_flight": OWN_LIMITS.max_in_flight,
+                "key_concurrency": OWN_LIMITS.key_concurrency,
+            },
+        )
     workers = [Worker(addresses, log, f"w{i}") for i in range(4)]
+    workers += [Worker(addresses, log, f"s{i}", OWN) for i in range(3)]
     everything = set(range(1, MESSAGES + 1))
 
-    def acked() -> set[int]:
-        return set().union(*(w.acked for w in workers))
+    def acked(group: str | None = None) -> set[int]:
+        """The messages acked in every group (``group``: in that one)."""
+        groups = ("", OWN) if group is None else (group,)
+        return set.intersection(
+            *(set().union(*(w.acked for w in workers if w.group == g)) for g in groups)
+        )
 
     def produce(first: int, last: int) -> None:
         sql.execute(
@@ -157,26 +181,24 @@ def test_no_cap_exceeded_and_no_rate_window_overshot_through_kills_and_hand_over
             lambda: acked() >= everything,
             timeout_s=120,
             what=lambda: (
-                f"every message acked ({len(acked())} of {MESSAGES}): "
-                f"{[w.errors[-3:] for w in workers]}"
+                f"every message acked in both groups (default {len(acked(''))}, "
+                f"{OWN} {len(acked(OWN))} of {MESSAGES}): {[w.errors[-3:] for w in workers]}"
             ),
         )
     finally:
         for w in workers:
             w.close()
     ds = log.deliveries
-    problems = [
-        *rate_overshoots(ds, RATE, BURST),
-        *rate_overshoots(ds, KEY_RATE, KEY_BURST, by_key=True),
-        *cap_violations(ds, MAX_IN_FLIGHT, ACK_WAIT_S),
-        *cap_violations(ds, KEY_CAP, ACK_WAIT_S, by_key=True),
-    ]
+    problems = group_violations(ds, {"": TABLE_LIMITS, OWN: OWN_LIMITS}, ACK_WAIT_S)
     assert not problems, "\n".join(problems[:20])
-    assert {int(d.id) for d in ds} >= everything
+    for group in ("", OWN):
+        got = {int(d.id) for d in ds if d.group == group}
+        assert got >= everything, f"group {group!r}: {len(everything - got)} never delivered"
     took_s = (max(d.sent_ns for d in ds) - min(d.sent_ns for d in ds)) / 1e9
     print(
         f"\nflow control through a SIGKILL, a join and a clean hand-over: {len(ds)} deliveries "
         f"of {MESSAGES} messages in {took_s:.1f} s (rate {RATE}/s, burst {BURST}), "
         f"no cap exceeded (group {MAX_IN_FLIGHT}, per key {KEY_CAP}), no window overshot "
-        f"(per key {KEY_RATE}/s, burst {KEY_BURST}; fair share by the key)"
+        f"(per key {KEY_RATE}/s, burst {KEY_BURST}; fair share by the key); subscription "
+        f"{OWN!r} held its own {OWN_LIMITS}"
     )

@@ -317,6 +317,27 @@ def test_a_renewed_message_is_not_redelivered_while_it_is_renewed(served: Served
         b.close()
 
 
+def test_a_renew_shorter_than_the_ack_wait_left_does_not_bring_the_message_back_early(
+    served: Served,
+):
+    """'Not due again before extend_s from now; a later due time is kept': a renew of 0.2 s
+    just after the send (not postponed yet: vt_postpone_after 5 s) leaves the ack wait of 4 s.
+    It came back 0.2 s later (the renew wrote its time for the uncounted send)."""
+    served.create_table(
+        "jobs", vt_ack_wait=4, vt_postpone_after=5, vt_min_backoff=0.05, vt_poller_interval=0.2
+    )
+    enqueue(served, "jobs", [1])
+    c = Collector(served.client, "jobs")
+    try:
+        (m,) = c.take(1)
+        assert m.renew(extend_s=0.2) == 1
+        c.nothing_for(2.0)  # ten renews' worth, half the ack wait
+        (row,) = served.sql("select epoch, time_next - time_created from jobs")
+        assert row[0] == 1 and row[1] >= 4 * 10**9, f"due too soon: epoch, due - created {row}"
+    finally:
+        c.close()
+
+
 def test_auto_renew_keeps_a_slow_handlers_message(served: Served):
     served.create_table("jobs", vt_ack_wait=0.6, vt_min_backoff=0.05, vt_poller_interval=0.2)
     enqueue(served, "jobs", [1])

@@ -571,6 +571,26 @@ def test_renew_keeps_rows_in_their_wait_and_never_shortens_it(tables: Tables):
     assert tables.row("s", 2)["time_next"] == LATER + 7  # type: ignore[index]
 
 
+def test_a_renew_writes_its_first_rows_due_time_apart_from_the_others(tables: Tables):
+    """first_until_ns: the due time of the sends the renew counts (the engine passes the
+    later of the renew's and their postpone's), the others keep the GREATEST rule."""
+    cfg, _ = settled_pair(tables, dead=False)
+    n = tables.store.renew(cfg, [2, 6], NOW, NOW + 10, None, [6], None, NOW + 99)
+    assert n == 2
+    assert (tables.row("s", 6)["time_next"], tables.row("s", 6)["epoch"]) == (NOW + 99, 1)  # type: ignore[index]
+    assert tables.row("s", 2)["time_next"] == LATER  # type: ignore[index]
+
+
+def test_an_exact_renew_brings_a_due_time_in_as_well_as_out(tables: Tables):
+    """exact (SQS's visibility timeout, counted from the call): every row renewed is due at
+    the time given, sooner than it was or later."""
+    cfg, _ = settled_pair(tables, dead=False)
+    n = tables.store.renew(cfg, [2, 6], NOW, NOW + 10, None, [6], None, None, True)
+    assert n == 2
+    assert tables.row("s", 2)["time_next"] == NOW + 10  # type: ignore[index]  # was LATER
+    assert (tables.row("s", 6)["time_next"], tables.row("s", 6)["epoch"]) == (NOW + 10, 1)  # type: ignore[index]
+
+
 def test_a_reject_moves_live_rows_to_the_dead_letter_table_in_one_piece(tables: Tables):
     cfg, dead = settled_pair(tables)
     tables.update("s", 3, last_error="timeout")

@@ -1,7 +1,8 @@
 """OpenTelemetry through messages against the real server and MariaDB: a trace started by a
 producer is the parent of the consumer's span, in the sync and the asyncio client, through a
 plain INSERT of ``msgtable.core.tracing.traceparent()`` and through ``enqueue(...,
-traceparent=CURRENT)``; the server's poll / send / ack spans; a bad traceparent delivers."""
+traceparent=CURRENT)``; the server's poll / send / ack spans; a bad traceparent delivers; a
+parent-based sampler that leaves the roots out still traces a sampled producer's message."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, Sampler
 
 from msgtable import aio
 from msgtable.client import Client
@@ -28,9 +30,9 @@ TRACE_COLUMNS = "traceparent varchar(55), tracestate varchar(512)"
 class Spans:
     """A tracer provider whose spans end up in memory."""
 
-    def __init__(self) -> None:
+    def __init__(self, sampler: Sampler | None = None) -> None:
         self.exporter = InMemorySpanExporter()
-        self.provider = TracerProvider()
+        self.provider = TracerProvider(sampler=sampler)
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
         self.tracer = self.provider.get_tracer("test")
 
@@ -217,3 +219,43 @@ def test_a_batch_is_one_span_linked_to_each_producer_in_both_clients(served: Ser
 
     asyncio.run(consume())
     check(app.one("process bulk_aio"))
+
+
+def test_a_sampled_producer_is_traced_where_roots_are_not_and_nothing_else_is(db_dsn: str):
+    """ParentBased(ALWAYS_OFF) in the server and the subscriber: what the default one root in
+    ten is for nine roots in ten. The message a sampled producer sent gets its span (and the
+    handler's under it); an unsampled producer's, the batches and the server's roots none."""
+    server_spans = Spans(ParentBased(ALWAYS_OFF))
+    app = Spans(ParentBased(ALWAYS_OFF))
+    shop = Spans()  # the producer samples everything
+    unsampled = "00-" + "1" * 32 + "-" + "2" * 16 + "-00"
+    with serve(db_dsn, tracer_provider=server_spans.provider) as served:
+        served.create_table("sampled", TRACE_COLUMNS, vt_poller_interval=0.1, vt_batch_size=10)
+        with shop.tracer.start_as_current_span("checkout"):
+            sampled = tracing.traceparent()
+        insert = "insert into sampled (id, message, traceparent) values (:i, 'm', :tp)"
+        served.sql(insert, i=1, tp=sampled)
+        served.sql(insert, i=2, tp=unsampled)
+        with (
+            Client(served.server.address, tracer_provider=app.provider) as client,
+            client.subscribe("sampled") as sub,
+        ):
+            got = []
+            for message in sub:
+                with app.tracer.start_as_current_span(f"handle {message.id}"):
+                    got.append(message.id)
+                message.ack()
+                if len(got) == 2:
+                    break
+            served.sql(insert, i=3, tp=sampled)
+            batch = sub.next_batch()
+            assert [m.id for m in batch] == [3], f"the third message alone, not {batch}"
+            sub.ack(batch)
+    assert sorted(got) == [1, 2]  # type: ignore[type-var]
+    process = app.one("process sampled")  # the sampled producer's message only
+    assert_child(process, shop.one("checkout"))
+    assert (process.attributes or {})["messaging.message.id"] == "1"
+    assert [s.name for s in app.named("handle 1")] == ["handle 1"]
+    assert_child(app.one("handle 1"), process)
+    assert len(app.exporter.get_finished_spans()) == 2, app.exporter.get_finished_spans()
+    assert server_spans.exporter.get_finished_spans() == ()

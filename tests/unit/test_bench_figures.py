@@ -185,21 +185,31 @@ def test_the_metrics_ratios_are_of_the_databases_busy_time_when_it_was_measured(
     elsewhere = metrics.compared([run(16_000)] * 3, [run(20_000)] * 3, normalized=False)
     assert elsewhere.db is None and round(elsewhere.ratio, 3) == 0.8
 
+    # tracing against metrics alone (on), same rounds: the default sampler judged, every
+    # span reported without a target
+    on, sampled, traced = costly, [measured(19_000, 0.855)] * 3, [measured(18_000, 0.81)] * 3
+    sides = {"off": off, "on": on, "traced": traced, "sampled": sampled}
     mc = metrics.MetricsCost(
-        sides={"off": metrics.compared(off, off, True), "traced": c, "sampled": s},
+        sides={k: metrics.compared(v, off, True) for k, v in sides.items()},
         scrapes=10,
         normalized=True,
+        tracing={k: metrics.compared(sides[k], on, True) for k in metrics.TRACING_SIDES},
     )
-    assert round(mc.tracing_ratio, 3) == 0.95 and mc.tracing_ratio_runs == c.db_runs
+    assert round(mc.tracing_ratio, 3) == 0.947 and mc.tracing_ratio_runs == [0.81 / 0.855] * 3
+    assert round(mc.sampled_ratio, 3) == 1.0 and round(mc.ratio, 3) == 0.95
     r = Report("quick", "mariadb", 4, 100, 10, poller_interval_s=0.1)
     r.metrics = mc
     targets = {t.key: t for t in r.targets()}
-    assert targets["tracing_cost_ratio"].met is False
+    assert "tracing_cost_ratio" not in targets
     assert targets["sampled_tracing_cost_ratio"].met is True
+    assert targets["sampled_tracing_cost_ratio"].spread == [1.0, 1.0]
     doc = json.loads(r.json_line())
-    assert doc["tracing_cost_ratio"] == 0.95 and doc["sampled_tracing_cost_ratio"] == 1.0
-    assert doc["sampled_tracing_cost_ratio_raw"] == 0.8 and doc["metrics_ratios_normalized"]
-    assert doc["metrics"]["sides"]["sampled"]["raw_runs"] == [0.8, 1.0, 0.8]
+    assert doc["tracing_cost_ratio"] == 0.947 and doc["sampled_tracing_cost_ratio"] == 1.0
+    assert doc["sampled_tracing_cost_spread"] == [1.0, 1.0]
+    assert doc["tracing_cost_spread"] == [0.947, 0.947]
+    assert doc["sampled_tracing_cost_ratio_raw"] == 1.0 and doc["metrics_ratios_normalized"]
+    assert doc["tracing_cost_ratio_raw"] == round(18_000 / 19_000, 3)
+    assert doc["metrics"]["tracing_vs_on"]["sampled"]["raw_runs"] == [1.0, 1.0, 1.0]
 
 
 def test_every_bench_section_says_the_figures_it_fills():

@@ -102,6 +102,7 @@ class Engine(Protocol):
         reason: str | None,
         subscription: str = "",
         attempts: Sequence[int] = (),
+        exact: bool = False,
     ) -> int: ...
 
     def live_statuses(self) -> list[tuple[TableStatus, LatencySnapshot]]: ...
@@ -424,7 +425,9 @@ class Actions:
             if visibility is None and not stale:
                 return lambda r: r.sent_ns + ack_wait_ns
             extend_s = float(visibility) if visibility is not None else q.config.ack_wait_s
-            self.engine.renew(q.table, q.keyspace, ids, extend_s, None, q.subscription, attempts)
+            self.engine.renew(  # SQS's visibility counts from now, sooner or later: exact
+                q.table, q.keyspace, ids, extend_s, None, q.subscription, attempts, exact=True
+            )
         except MsgtableError as exc:
             raise sqs_error(exc) from None
         until = now + round(extend_s * 1e9)
@@ -567,7 +570,14 @@ class Actions:
                 )
             else:
                 n = self.engine.renew(
-                    q.table, q.keyspace, [h.id], float(seconds), None, q.subscription, [h.attempt]
+                    q.table,
+                    q.keyspace,
+                    [h.id],
+                    float(seconds),
+                    None,
+                    q.subscription,
+                    [h.attempt],
+                    exact=True,
                 )
         except MsgtableError as exc:
             raise sqs_error(exc) from None

@@ -146,6 +146,47 @@ def test_renew_keeps_a_message_in_flight_past_its_ack_wait(engine, store, clock)
     assert [r[0] for r in deliver(m, sub)] == [1]
 
 
+def test_a_renew_shorter_than_the_ack_wait_left_keeps_the_later_due_time(engine, store, clock):
+    """A renew is a heartbeat: 'not due again before extend_s from now, a later due time is
+    kept'. Renewed 1 s after its send with extend_s=1, a message whose ack wait (10 s) is not
+    over is not sent again before that ack wait ends, whether its send was postponed yet or
+    not (the renew then counts the send and writes its due time)."""
+    store.insert("q", 1, message="a")
+    m = engine._manager("q", "")
+    sub = m.subscribe()
+    assert [r[0] for r in deliver(m, sub)] == [1]
+    sent = clock.now_ns()
+    clock.advance(0.5)
+    assert m.renew([1], 1.0, None) == 1
+    assert store.rows["q"][1]["time_next"] >= sent + 10 * NS, "the renew brought the due time in"
+    clock.advance(5)  # past the renew's 1 s, inside the ack wait
+    m.postpone_once()
+    assert deliver(m, sub) == [], "sent again before its ack wait ended"
+    clock.advance(5)  # the ack wait over: back (after its backoff where postponed)
+    m.postpone_once()
+    clock.advance(40 * 4 / 3)
+    assert [r[0] for r in deliver(m, sub)] == [1]
+
+
+def test_a_renew_of_messages_from_two_sends_keeps_each_sends_own_due_time(engine, store, clock):
+    """Each uncounted send's rows get its own later due time (one UPDATE a send), the rows
+    already postponed keep theirs."""
+    store.insert("q", 1, message="a")
+    m = engine._manager("q", "")
+    sub = m.subscribe()
+    assert [r[0] for r in deliver(m, sub)] == [1]
+    first_sent = clock.now_ns()
+    clock.advance(0.4)
+    store.insert("q", 2, message="b")
+    assert [r[0] for r in deliver(m, sub)] == [2]
+    second_sent = clock.now_ns()
+    clock.advance(0.1)
+    assert m.renew([1, 2], 0.5, None) == 2
+    due = {i: store.rows["q"][i]["time_next"] for i in (1, 2)}
+    assert due[1] >= first_sent + 10 * NS and due[2] >= second_sent + 10 * NS, due
+    assert {store.rows["q"][i]["epoch"] for i in (1, 2)} == {1}
+
+
 def test_a_late_release_or_renew_of_an_earlier_delivery_changes_nothing(engine, store, clock):
     """Attempt 1's handler settles after its ack wait, once attempt 2 is out (its send not
     counted in the table yet with vt_postpone_after): neither verb touches attempt 2, which

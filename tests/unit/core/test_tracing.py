@@ -5,11 +5,13 @@ runs without opentelemetry installed."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
@@ -17,6 +19,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased, TraceIdRatioBased
 
 from msgtable.core import tracing
 
@@ -217,6 +220,7 @@ def run_configure(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         print("records", tracing.tracer() is not None)
         if tracing.tracer() is not None:
             print("service", provider.resource.attributes["service.name"])
+            print("sampler", provider.sampler.get_description())
         """
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
@@ -227,6 +231,15 @@ def run_configure(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         timeout=120,
         env={**clean, **env},
     )
+
+
+def test_serve_samples_one_root_span_in_ten_parent_based_unless_told_otherwise():
+    done = run_configure({"OTEL_TRACES_EXPORTER": "console"})
+    sampler = ParentBased(TraceIdRatioBased(0.1)).get_description()
+    assert done.stdout.split("\n")[3] == f"sampler {sampler}", done.stdout + done.stderr
+    # the standard variables still choose another
+    told = run_configure({"OTEL_TRACES_EXPORTER": "console", "OTEL_TRACES_SAMPLER": "always_on"})
+    assert told.stdout.split("\n")[3] == "sampler AlwaysOnSampler", told.stdout + told.stderr
 
 
 def test_serve_takes_its_tracer_provider_from_the_standard_variables():
@@ -267,3 +280,103 @@ def test_the_producer_context_is_read_as_the_w3c_propagator_reads_it(value, vali
         assert theirs.is_valid == valid
         if valid:
             assert ours == theirs
+
+
+@pytest.fixture
+def roots_off() -> tuple[TracerProvider, InMemorySpanExporter]:
+    """A provider that samples no root span and follows a parent's decision (what one root
+    in ten is for nine roots in ten)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def calls_made(work: Callable[[], object]) -> int:
+    """The Python and C function calls ``work`` makes (a counting profiler, not a clock).
+    The collector is off meanwhile: a collection that happens to fall inside ``work`` runs
+    the gc callbacks a process has registered, calls that are not ``work``'s."""
+    count = 0
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        nonlocal count
+        count += event in ("call", "c_call")
+
+    enabled = gc.isenabled()
+    gc.disable()
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+        if enabled:
+            gc.enable()
+    return count
+
+
+def test_an_unsampled_batch_makes_no_span_and_does_no_work_per_message(roots_off):
+    provider, exporter = roots_off
+    with provider.get_tracer("test").start_as_current_span("checkout"):
+        header = tracing.traceparent()  # not sampled either: no producer is traced
+    assert header is not None and not int(header[-2:], 16) & 1  # the sampled flag: off
+    consumer = tracing.consumer("orders", "", provider)
+    assert consumer is not None
+    consumer.adopt(("id", "traceparent", "tracestate"))
+
+    def one_batch(size: int) -> Callable[[], None]:
+        batch = [FakeMessage((i, header, "k=v")) for i in range(size)]
+
+        def work() -> None:
+            consumer.batch(batch)
+            consumer.settled(batch)
+            consumer.release_context()
+
+        return work
+
+    one_batch(3)()  # the first batch's one-time work (lazy imports, caches)
+    one, hundred = calls_made(one_batch(1)), calls_made(one_batch(100))
+    assert hundred == one, f"a batch of 100 made {hundred} calls, of 1 {one}: work per message"
+    assert exporter.get_finished_spans() == ()
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_a_sampled_producer_is_still_traced_when_roots_are_not(roots_off):
+    provider, exporter = roots_off
+    app = TracerProvider()  # the producer samples everything
+    app_spans = InMemorySpanExporter()
+    app.add_span_processor(SimpleSpanProcessor(app_spans))
+    with app.get_tracer("shop").start_as_current_span("checkout") as checkout:
+        sampled = tracing.traceparent()
+    unsampled = "00-" + "1" * 32 + "-" + "2" * 16 + "-00"
+    consumer = tracing.consumer("orders", "", provider)
+    assert consumer is not None
+    consumer.adopt(("id", "traceparent"))
+    handler = provider.get_tracer("handler")
+    for i, header in enumerate([sampled, unsampled, None]):
+        message = FakeMessage((i, header))
+        consumer.message(message)
+        with handler.start_as_current_span(f"handle {i}"):  # follows the consumer span
+            pass
+        consumer.settled([message])
+    consumer.batch([FakeMessage((3, sampled))])  # a batch is a root: not sampled
+    consumer.release_context()
+    (process,) = by_name(exporter, "process orders")
+    assert process.parent is not None
+    assert process.parent.span_id == checkout.get_span_context().span_id
+    assert [link.context.span_id for link in process.links] == [process.parent.span_id]
+    assert dict(process.attributes or {})["messaging.message.id"] == "0"
+    (handle,) = [s for s in exporter.get_finished_spans() if s.name.startswith("handle")]
+    assert handle.name == "handle 0"
+    assert handle.parent is not None and handle.parent.span_id == process.context.span_id
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_unsampled_server_spans_record_nothing_and_sampled_ones_their_batch(roots_off):
+    provider, exporter = roots_off
+    server = tracing.server("orders", provider)
+    assert server is not None
+    span = server.start("send", 100)
+    assert not span.is_recording()
+    server.failed(span, TimeoutError("lock wait"))
+    span.end()
+    assert exporter.get_finished_spans() == ()

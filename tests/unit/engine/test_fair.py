@@ -106,3 +106,17 @@ def test_a_table_that_is_not_fair_skips_no_keys():
     limiter = Limiter(FlowControl(key_column="tenant", key_concurrency=1), 1, NOW)
     assert skip_keys(KeyedDue(8, 1, False, limiter)) == ()
     assert skip_keys(DueRows(8)) == () and not follows_tail(DueRows(8))
+
+
+def test_a_send_counts_each_keys_rows_out_once_per_turn_and_a_refresh_counts_nothing():
+    due = fair_due(8)  # share 4
+    poll(due, [polled(i, "noisy") for i in range(1, 5)] + [polled(5, "quiet")], False)
+    assert due._counts.per_key == {"noisy": 4, "quiet": 1} and due._counts.full == {"noisy"}
+    poll(due, [polled(2, "noisy"), polled(5, "quiet")], False)  # read again, same keys
+    assert due._counts.per_key == {"noisy": 4, "quiet": 1}
+    assert sorted(r.id for r in send(due, 2)) == [1, 5]  # a turn each
+    assert due._counts.per_key == {"noisy": 3} and due._counts.full == set()
+    assert [r.id for r in send(due, 8)] == [2, 3, 4]  # a key alone takes all in one turn
+    assert due._counts.per_key == {} and len(due._counts) == 0
+    poll(due, [polled(9, "quiet")], False)
+    assert due._counts.per_key == {"quiet": 1}

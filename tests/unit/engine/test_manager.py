@@ -14,7 +14,12 @@ from msgtable.engine.manager import MessageManager
 from msgtable.engine.purger import PURGE_DUTY_BUSY, PURGE_DUTY_IDLE
 from msgtable.engine.subscriber import Subscriber, select_subscribers
 from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
-from msgtable.limits import DEFAULT_MAX_IN_FLIGHT, MAX_IN_FLIGHT, MAX_MESSAGES
+from msgtable.limits import (
+    DEFAULT_MAX_IN_FLIGHT,
+    MAX_IN_FLIGHT,
+    MAX_MESSAGES,
+    SUBSCRIBER_BUFFER_BATCHES,
+)
 from msgtable.testing import InMemoryStore
 from tests.waiting import wait_until
 
@@ -113,6 +118,29 @@ def test_batches_go_round_robin_and_each_row_to_one_subscriber(engine, store):
     got_a, got_b = drain(a), drain(b)
     assert len(got_a) == 2 and len(got_b) == 2
     assert sorted(r[0] for r in got_a + got_b) == [0, 1, 2, 3]
+
+
+def test_a_stream_whose_batches_back_up_is_skipped_and_the_others_get_the_rest(
+    engine, store, clock
+):
+    """A subscriber that does not take its batches (a slow reader: its gRPC writes block)
+    is queued at most SUBSCRIBER_BUFFER_BATCHES batches; the sender never waits on it and the
+    round-robin gives the rest to the others, though its window has room."""
+    for i in range(20):
+        store.insert("q", i, message=str(i))
+    m = manager(engine)
+    slow, fast = m.subscribe(), m.subscribe()
+    got_fast: list = []
+    for _ in range(30):  # the cache holds 4 rows: several polls
+        m.poll_once()
+        while m.send_once():
+            got_fast += drain(fast)
+        got_fast += drain(fast)
+        postponed(m, clock)
+    got_slow = drain(slow)
+    assert slow.window.room > 0
+    assert len(got_slow) == SUBSCRIBER_BUFFER_BATCHES * 2  # vt_batch_size=2
+    assert sorted(r[0] for r in got_fast + got_slow) == list(range(20))
 
 
 def test_select_subscribers_takes_those_with_room_in_turn():

@@ -46,6 +46,7 @@ from msgtable.store.protocol import Deliver, Keep
 from msgtable.testing.endpoints import InMemoryEndpoints
 from msgtable.testing.subscriptions import InMemorySubscriptions
 
+Row = dict[str, Any]  # a row of a table, by column
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
     Column("priority", "bigint", "bigint"),
@@ -208,11 +209,7 @@ class InMemoryStore:
             return self._polled(cfg, due[:limit], values, True)
 
     def _polled(
-        self,
-        cfg: TableConfig,
-        picked: list[dict[str, Any]],
-        values: Callable[[dict[str, Any]], dict[str, Any]],
-        created: bool,
+        self, cfg: TableConfig, picked: list[Row], values: Callable[[Row], Row], created: bool
     ) -> list[PolledRow]:
         """The rows a poll returns (``values``: where each row's message values are)."""
         self.rows_read += len(picked)

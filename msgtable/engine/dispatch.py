@@ -48,6 +48,8 @@ class Plan:
     next: int  # where the next send's round-robin starts
     batches: list[tuple[Subscriber, list[CachedRow]]] = field(default_factory=list)
     expired: list[CachedRow] = field(default_factory=list)  # dead, not sent
+    # the filters of streams with room that found no row they pass (unordered, not keyed)
+    dry: list[Callable[[Values], bool]] = field(default_factory=list)
 
 
 def plan(
@@ -74,6 +76,8 @@ def plan(
             batch = sending.pop(want)
         elif owners is None and sub.accepts is not None and not keyed:  # msgtable.engine.routes
             batch = sending.pop_for(sub.accepts, want)  # the rows it passes only
+            if not batch:
+                out.dry.append(sub.accepts)
         else:
             if owners is not None:
                 owners.start(i)

@@ -8,7 +8,8 @@ window has room for:
 
 * a stream without a filter pops the best due rows;
 * an unordered table's filtered stream pops only the rows its filter passes
-  (msgtable.engine.routes);
+  (msgtable.engine.routes); one with room that finds none is named in the plan (``dry``:
+  while the pass lags, msgtable.engine.redeliveries reads on for it);
 * otherwise (an ordered table, or rows an earlier stream's filter refused in this send) rows
   are taken from those refused first, then popped, looking at most FILTER_LOOKAHEAD batches
   ahead; an ordered table's key goes to one subscriber, from its head

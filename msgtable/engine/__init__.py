@@ -24,5 +24,6 @@ Modules:
     redeliveries  The redelivery poll: the due rows given a time, read apart while a pass lags
     routes       Which due rows each filtered stream of a table may take
     subscriber   A subscriber
+    tail         Where a plain table's passes got to
     tenure       What this server sends, as the placement last said
 """

@@ -31,6 +31,7 @@ however many times it is hinted or read.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import random
@@ -41,9 +42,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from msgtable.core.retry import Backoff, Outage, Retry
-from msgtable.core.rows import RowChange
+from msgtable.core.rows import PollKey, RowChange
 from msgtable.core.sql import STATEMENT_MARK
-from msgtable.engine.binlogrows import Shape, count_rows, table_shape
+from msgtable.engine.binlogrows import Shape, count_rows, row_keys, table_shape
+from msgtable.engine.tail import InsertKeys
 from msgtable.store.mysql import (
     ANNOTATIONS_VARIABLE,
     PARSE_MAX_BYTES,
@@ -68,9 +70,10 @@ class BinlogSink(Protocol):
         """The message tables served now, with their column names in table order."""
         ...
 
-    def binlog_insert(self, table: str, rows: int = 0) -> None:
+    def binlog_insert(self, table: str, rows: int = 0, keys: InsertKeys | None = None) -> None:
         """Another client inserted into ``table``: ``rows`` of them when the follower counts
-        them (``count_rows``), else 0 (a hint only)."""
+        them (``count_rows``), else 0 (a hint only); ``keys``: their poll keys, read
+        from the event when asked (msgtable.engine.tail)."""
         ...
 
     def binlog_changes(self, table: str, changes: list[RowChange]) -> None: ...
@@ -341,7 +344,9 @@ class BinlogFollower:
             ours = self._ours
             if columns is not None and not ours:
                 if isinstance(event, WriteRowsEvent):
-                    self._sink.binlog_insert(event.table, len(event.rows) if self.count_rows else 0)
+                    keys = functools.partial(library_keys, event.rows, columns)
+                    n = len(event.rows) if self.count_rows else 0
+                    self._sink.binlog_insert(event.table, n, keys)
                 elif ours is False or event.event_size <= PARSE_MAX_BYTES:
                     update = isinstance(event, UpdateRowsEvent)
                     changes = row_changes(event.rows, columns, update, theirs=ours is False)
@@ -386,8 +391,12 @@ class BinlogFollower:
                     rows = counted
                     self.counted_fast += 1
                 self.events += 1
-                if not ours and kind in _WRITE_EVENTS and table[1] in self._sink.binlog_tables():
-                    self._sink.binlog_insert(table[1], rows)
+                if not ours and kind in _WRITE_EVENTS:
+                    columns = self._sink.binlog_tables().get(table[1])
+                    if columns is not None:
+                        shape = self._shapes.get(data[20:26])
+                        keys = functools.partial(fast_keys, data, shape, self.checksum, columns)
+                        self._sink.binlog_insert(table[1], rows, keys)
             if data[26] & STMT_END_F:
                 self._ours = None
         elif kind == _TABLE_MAP_EVENT:
@@ -397,12 +406,12 @@ class BinlogFollower:
             name = data[31 + n : 31 + n + m].decode("utf-8", "replace")
             self._table_ids[data[20:26]] = (schema, name)
             if schema == self._database and not self._ours:
-                if self.count_rows:  # the columns its INSERTs' rows are counted by
-                    shape = table_shape(data)
-                    if shape is None:
-                        self._shapes.pop(data[20:26], None)
-                    else:
-                        self._shapes[data[20:26]] = shape
+                # the columns its INSERTs' rows are counted and read the keys of by
+                shape = table_shape(data)
+                if shape is None:
+                    self._shapes.pop(data[20:26], None)
+                else:
+                    self._shapes[data[20:26]] = shape
                 return False  # the library maps it too, for the rows it may have to parse
         elif kind == _MARIADB_ANNOTATE_ROWS_EVENT:
             self._ours = data[20 : 20 + len(_MARK)] == _MARK
@@ -537,6 +546,38 @@ def row_changes(
         if acked or moved:
             out.append(RowChange(after["id"], acked, moved and not acked, acked and theirs))
     return out
+
+
+def key_columns(columns: Sequence[str]) -> tuple[int, int, int] | None:
+    """Where a table's priority, time_next and id are among its columns (None: it has not
+    all three, the 2018 layout)."""
+    try:
+        return columns.index("priority"), columns.index("time_next"), columns.index("id")
+    except ValueError:
+        return None
+
+
+def fast_keys(
+    data: bytes, shape: Shape | None, checksum: bool, columns: Sequence[str]
+) -> list[PollKey] | None:
+    """The poll keys of an INSERT's rows from its raw packet (None: not known here)."""
+    at = key_columns(columns)
+    if shape is None or at is None:
+        return None
+    return row_keys(data, shape, checksum, at)
+
+
+def library_keys(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> list[PollKey] | None:
+    """The poll keys of an INSERT's rows as the library parsed them (None: not known)."""
+    if key_columns(columns) is None:
+        return None
+    keys: list[PollKey] = []
+    for row in rows:
+        values = _named(row["values"], columns)
+        if values is None or not isinstance(values.get("id"), int) or values["priority"] is None:
+            return None
+        keys.append((values["priority"], values["time_next"], values["id"]))
+    return keys
 
 
 def _named(values: dict[str, Any], columns: Sequence[str]) -> dict[str, Any] | None:

@@ -10,6 +10,8 @@ not made here. The sizes are the binlog's row format (MySQL's log_event.cc
 
 from __future__ import annotations
 
+from msgtable.core.rows import PollKey
+
 # Column types (MySQL's enum_field_types)
 TINY, SHORT, LONG, FLOAT, DOUBLE, NULL, TIMESTAMP, LONGLONG, INT24 = 1, 2, 3, 4, 5, 6, 7, 8, 9
 DATE, TIME, DATETIME, YEAR, NEWDATE, VARCHAR, BIT = 10, 11, 12, 13, 14, 15, 16
@@ -204,3 +206,50 @@ def _plan(columns: list[int], nulls: int, null_bytes: int) -> _Plan:
         at = (null_bytes + before) * (1 if width == 1 else -1)
         skip = null_bytes + before + width + run
     return tuple(steps), run, at, skip
+
+
+def row_keys(
+    data: bytes, shape: Shape, checksum: bool, at: tuple[int, int, int]
+) -> list[PollKey] | None:
+    """The (priority, time_next, id) of each row of a WRITE_ROWS packet (v1 or v2) of a table
+    of ``shape``, whose columns ``at`` hold them (signed integers of 8 bytes; a NULL is
+    None): what a hinted poll compares with where its pass got to (msgtable.engine.tail).
+    None when the event is not one this reads to its exact end, or a key is NULL where
+    it may not be (an id or a priority)."""
+    try:
+        if any(shape[i] != 8 for i in at):
+            return None
+        p = 28 if data[5] == WRITE_ROWS_V1 else 28 + int.from_bytes(data[28:30], "little")
+        count, p = lenenc(data, p)
+        if count != len(shape):
+            return None
+        present_bytes = (count + 7) // 8
+        present = int.from_bytes(data[p : p + present_bytes], "little")
+        p += present_bytes
+        columns = [i for i in range(count) if present >> i & 1]
+        null_bytes = (len(columns) + 7) // 8
+        end = len(data) - (4 if checksum else 0)
+        keys: list[PollKey] = []
+        while p < end:
+            nulls = int.from_bytes(data[p : p + null_bytes], "little")
+            p += null_bytes
+            found: dict[int, int | None] = dict.fromkeys(at)
+            for i in columns:
+                if nulls & 1:
+                    nulls >>= 1
+                    continue
+                nulls >>= 1
+                size = shape[i]
+                if i in found:
+                    found[i] = int.from_bytes(data[p : p + 8], "little", signed=True)
+                if size >= 0:
+                    p += size
+                else:
+                    p += -size + int.from_bytes(data[p : p - size], "little")
+            priority, time_next, rid = (found[i] for i in at)
+            if rid is None or priority is None:
+                return None
+            keys.append((priority, time_next, rid))
+        return keys if p == end else None
+    except (IndexError, ValueError):
+        return None

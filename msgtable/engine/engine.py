@@ -49,6 +49,7 @@ from msgtable.engine.lease import Takeover, connector
 from msgtable.engine.manager import MessageManager
 from msgtable.engine.placement import Placement
 from msgtable.engine.subscriber import Subscriber
+from msgtable.engine.tail import InsertKeys
 from msgtable.engine.tenure import Tenure, unit_of
 from msgtable.errors import (
     DatabaseUnavailable,
@@ -384,10 +385,10 @@ class MessageEngine:
     def binlog_tables(self) -> dict[str, Sequence[str]]:
         return self._binlog_columns
 
-    def binlog_insert(self, table: str, rows: int = 0) -> None:
+    def binlog_insert(self, table: str, rows: int = 0, keys: InsertKeys | None = None) -> None:
         m = self._managers.get(table)
         if m is not None:
-            m.binlog_insert(rows)
+            m.binlog_insert(rows, keys)
         if self._subscriptions is not None:
             self._subscriptions.inserted(table)
 

@@ -48,7 +48,6 @@ from msgtable.core.rows import (
     RowChange,
     Values,
     group_by_epoch,
-    poll_key,
 )
 from msgtable.core.status import TableStatus
 from msgtable.core.tables import TableConfig
@@ -61,6 +60,7 @@ from msgtable.engine.ordered import KeyPass, OrderedDue, pass_gap_ns, whole_keys
 from msgtable.engine.purger import Purger
 from msgtable.engine.redeliveries import Redeliveries
 from msgtable.engine.subscriber import Subscriber
+from msgtable.engine.tail import InsertKeys, Tail, cursor
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
 from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 
@@ -125,6 +125,7 @@ class MessageManager:
         self._cursor: PollKey | None = None  # where the current pass of polls got to
         self._restart = True  # the next poll starts a new pass from the best due row
         self._rechecks = rechecks.Rechecks()  # a hinted pass that read nothing goes again soon
+        self._tail = Tail()  # where a plain table's passes got to (a hinted poll reads on)
         self._pass = KeyPass()  # where an ordered table's pass got to (msgtable.engine.ordered)
         self._pass_began_ns = 0  # when it began (a pass begins at least every poll interval)
         self._pass_cost_ns = 0  # how long the last whole pass took
@@ -542,14 +543,12 @@ class MessageManager:
         return len(died)
 
     # -- hints from the binlog (msgtable.engine.binlog) -------------------------------------------
-    def binlog_insert(self, rows: int = 0) -> None:
-        """Another client inserted rows: a new pass now if the sender is about to run dry
-        (at most one batch queued). Otherwise it has work, and the rows come with the refill
-        when the cache is half empty or with the next poll: a pass from the head per INSERT
-        would read the whole queued page again each time. An ordered table's keys cycle
-        through its cache, which seldom runs dry: its next pass (which finds new keys)
-        begins as soon as one may (ordered.pass_gap_ns). A fair table reads new rows
-        at once: a quiet key's must not wait behind a noisy one's (flow.follows_tail)."""
+    def binlog_insert(self, rows: int = 0, keys: InsertKeys | None = None) -> None:
+        """Another client inserted rows (``keys``: theirs): a poll now if the sender is
+        about to run dry, after the tail if they all sort after it (msgtable.engine.tail).
+        Otherwise the refill or the next poll reads them. An ordered table's next pass
+        begins as soon as one may (ordered.pass_gap_ns); a fair table reads on at once
+        (flow.follows_tail)."""
         with self._lock:
             self.enqueued += rows  # rows the binlog showed, when it counts them
             due = self.cache.due
@@ -569,9 +568,10 @@ class MessageManager:
                 or due.room() == 0
                 or due.queued - self.cache.stranded > self.config.batch_size  # none passes those
             ):
+                self._tail.ignored(self.clock.now_ns())
                 return
             else:
-                self._restart = True
+                self._restart = self._restart or not self._tail.hint(keys)  # (tail.py)
                 self._rechecks.hint()
         self._poll_wake.set()
 
@@ -680,7 +680,8 @@ class MessageManager:
             cfg = self.config
             floor, lifted = self._poll_floor(now)
             room = self.cache.due.room()
-            after = None if restart or lifted else self._cursor
+            every = lookahead_ns(cfg)  # (the poll interval)
+            after = None if restart or lifted else self._cursor or self._tail.after(now, every)
             # Rows sent but not postponed yet are still due in the table, at its head: a
             # pass from the head reads past them, rather than fill its page with rows the
             # cache skips.
@@ -696,15 +697,12 @@ class MessageManager:
                 if not self._subscribers:  # the last one left during the poll
                     return 0
                 added, taken = poll.add(rows, now, created=True)
-                if taken < len(rows):  # the cache filled up: continue after the last row taken
-                    full = True
-                    self._cursor = poll_key(rows[taken - 1]) if taken else after
-                else:
-                    full = len(rows) >= limit
-                    self._cursor = last if full else None
-                    if not full and flow.follows_tail(self.cache.due):
-                        self._cursor = last or after  # the next poll reads on from here
+                follows = flow.follows_tail(self.cache.due)
+                full, self._cursor = cursor(rows, taken, limit, last, after, follows)
                 self.cache.due.pending = full
+                if self._tail.read(rows, after, not full, now):  # a hinted row passed unseen
+                    self._restart = True
+                    self._poll_wake.set()
         return added
 
     def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:
@@ -964,8 +962,10 @@ class MessageManager:
                 added = self.poll_once(restart)
                 retry.succeeded()
                 delay = self._rechecks.wait_s(hinted, added, self.config.poller_interval_s)
+                # a plain table's recheck goes on where the last poll was (tail.py)
+                recheck = delay < self.config.poller_interval_s and self.cache.ordered is None
             except Exception as exc:
-                delay = retry.failed(exc)
+                delay, recheck = retry.failed(exc), False
             if self.cache.ordered is not None:  # woken all the time: a pass begins on time
                 with self._lock:
                     until = (self._next_pass_ns() - self.clock.now_ns()) / 1e9
@@ -975,9 +975,9 @@ class MessageManager:
                     until = (self._hold_until_ns - self.clock.now_ns()) / 1e9
                     if until > 0:  # (past it: the next poll lifts it, at its own pace)
                         delay = min(delay, until)
-            if not self._poll_wake.wait(delay):  # the poll interval is over: a new pass
+            if not self._poll_wake.wait(delay) and not recheck:  # the interval is over
                 with self._lock:
-                    self._restart = True
+                    self._restart = True  # a new pass
 
     def _send_loop(self) -> None:
         """Sends, and writes the deferred postpones as they fall due."""

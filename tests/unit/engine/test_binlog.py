@@ -9,6 +9,7 @@ from msgtable.engine.binlog import (
     BinlogFollower,
     gtid_state,
     install_fast_path,
+    library_keys,
     row_changes,
 )
 from msgtable.store.mysql import BinlogStatus
@@ -85,9 +86,10 @@ class Sink:
     def binlog_tables(self):
         return self.tables
 
-    def binlog_insert(self, table, rows=0):
+    def binlog_insert(self, table, rows=0, keys=None):
         self.inserts.append(table)
         self.rows.append(rows)
+        self.keys = keys  # the last INSERT's poll keys, read when asked
 
     def binlog_changes(self, table, changes):  # pragma: no cover - the library's path
         raise AssertionError("parsed by the library, not here")
@@ -221,3 +223,10 @@ def test_the_lag_is_now_minus_the_last_events_time_until_a_heartbeat_says_caught
     assert f.lag_s == 0.0
     f.fast(rows(WRITE, 7))
     assert f.lag_s and f.lag_s > 0
+
+
+def test_the_poll_keys_of_an_insert_the_library_parsed():
+    inserted = [{"values": row(1)}, {"values": row(2, time_next=None, priority=-1, unnamed=True)}]
+    assert library_keys(inserted, COLUMNS) == [(0, 0, 1), (-1, None, 2)]
+    assert library_keys(inserted, ("id", "time_next", "message")) is None  # 2018 layout
+    assert library_keys([{"values": row(3, priority=None)}], COLUMNS) is None

@@ -11,6 +11,7 @@ from msgtable.engine.binlogrows import (
     TIMESTAMP2,
     VARCHAR,
     count_rows,
+    row_keys,
     table_shape,
 )
 
@@ -152,3 +153,30 @@ def test_rows_of_any_shape_are_counted_as_stepping_over_each_value_would(columns
     assert count_rows(packet, shape, checksum=False) == len(rows)
     if rows and len(rows[-1]) > null_bytes:  # one byte short: never a count
         assert count_rows(packet[:-1], shape, checksum=False) is None
+
+
+def test_the_poll_keys_of_an_insert_s_rows_are_read_from_its_bytes():
+    """(priority, time_next, id) as msgtable.engine.tail compares them: read where the table
+    map says, a NULL time_next as None; not read when a key column is not a bigint."""
+    # id, priority, time_next bigint, message varchar(300), note text
+    types = bytes([LONGLONG, LONGLONG, LONGLONG, VARCHAR, BLOB])
+    shape = table_shape(table_map(types, (300).to_bytes(2, "little") + bytes([2])))
+    assert shape == (8, 8, 8, -2, -2)
+
+    def keyed(rid: int, priority: int, time_next: int | None, message: bytes) -> bytes:
+        out = bytes([0 if time_next is not None else 0b100])
+        out += rid.to_bytes(8, "little") + priority.to_bytes(8, "little", signed=True)
+        if time_next is not None:
+            out += time_next.to_bytes(8, "little")
+        return out + len(message).to_bytes(2, "little") + message + (1).to_bytes(2, "little") + b"n"
+
+    header = bytearray(HEADER)
+    header[5] = 0x1E
+    body = (7).to_bytes(6, "little") + b"\x01\x00" + (2).to_bytes(2, "little")
+    body += bytes([5, 0b11111])
+    rows = [keyed(7, 0, 0, b"a"), keyed(8, -3, None, b"bb" * 200), keyed(9, 2, 5, b"")]
+    packet = bytes(header) + body + b"".join(rows)
+    at = (1, 2, 0)
+    assert row_keys(packet, shape, False, at) == [(0, 0, 7), (-3, None, 8), (2, 5, 9)]
+    assert row_keys(packet + b"\x00", shape, False, at) is None  # a row cut short
+    assert row_keys(packet, shape, False, (1, 3, 0)) is None  # time_next is no bigint here

@@ -26,12 +26,13 @@ from msgtable.store.ordering import OrderStatements
 from msgtable.store.protocol import Keep
 
 Polls = tuple[str, str, str]  # a poll from the start, after a key, after a key with no time_next
-# Every UPDATE or locking read of rows by id goes by the primary key, locking its rows in id
-# order: on a table
-# (or a state table) with few unacked rows the optimizer may prefer poller_idx for
-# ``time_acked IS NULL``, and an UPDATE that locks the index's entry before the row deadlocks
-# with one that locks the row first (an ack against a release, a renew against a send's
-# locking read: the fault suite saw both)
+# Every UPDATE, DELETE or locking read of rows by id goes by the primary key, locking its rows
+# alone, in id order: on a table (or a state table) with few unacked rows the optimizer may
+# prefer poller_idx for ``time_acked IS NULL``, and an UPDATE that locks the index's entry
+# before the row deadlocks with one that locks the row first (an ack against a release, a
+# renew against a send's locking read: the fault suite saw both); with many ids of a small
+# table it scans the whole table, locking rows it does not change (the purge against the
+# fan-out's mark: tests/integration/test_deadlocks.py)
 BY_ID = "FORCE INDEX (PRIMARY)"
 
 
@@ -289,7 +290,10 @@ class TableStatements:
         # holds (an acked row stays acked; a row handed over stays handed over; a settled
         # state row stays settled), so the DELETE checks the ack alone.
         self.purge_pick = f"SELECT {rid} FROM {t} WHERE {acked} < %s{fanned}{holds}{keyed} LIMIT %s"
-        self.purge = f"{MARK}DELETE FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} < %s"
+        # (DELETE t FROM t: the single-table DELETE takes no index hint)
+        self.purge = (
+            f"{MARK}DELETE {tf} FROM {tf} {BY_ID} WHERE {rid} IN ({{ids}}) AND {acked} < %s"
+        )
         self.expire_dedup = ""
         if cfg.dedup:
             key, created = quote(cfg.dedup), quote(CREATED_COLUMN)

@@ -62,7 +62,10 @@ def test_the_statements_of_the_current_layout():
     )
     # the purge: a plain read picks the rows, the DELETE takes exactly those by primary key
     assert s.purge_pick == "SELECT `id` FROM `q` WHERE `time_acked` < %s LIMIT %s"
-    assert s.purge == "/* msgtable */ DELETE FROM `q` WHERE `id` IN ({ids}) AND `time_acked` < %s"
+    assert (
+        s.purge == "/* msgtable */ DELETE `q` FROM `q` FORCE INDEX (PRIMARY) "
+        "WHERE `id` IN ({ids}) AND `time_acked` < %s"
+    )
     # the manager's polls read time_created last (the created -> sent delay)
     created = select.replace("`message` FROM", "`message`, `time_created` FROM")
     assert s.polls_created == (

@@ -628,6 +628,7 @@ class MessageManager:
                 sent=self.sent,
                 enqueued=self.enqueued,
                 redelivered=self.redelivered,
+                filter_reads=self._redeliveries.dry_reads,
                 acked=self.acked,
                 acked_dml=self.acked_dml,
                 released=self.released,
@@ -682,9 +683,8 @@ class MessageManager:
             room = self.cache.due.room()
             every = lookahead_ns(cfg)  # (the poll interval)
             after = None if restart or lifted else self._cursor or self._tail.after(now, every)
-            # Rows sent but not postponed yet are still due in the table, at its head: a
-            # pass from the head reads past them, rather than fill its page with rows the
-            # cache skips.
+            # Rows sent and not postponed yet are still due in the table, at its head: a pass
+            # from the head reads past them, rather than fill its page with rows the cache skips.
             unclaimed = self.cache.inflight.unclaimed
             limit = room + (min(unclaimed, cfg.cache_size) if after is None else 0)
             skip = flow.skip_keys(self.cache.due) if room else ()  # a fair table's full keys

@@ -60,6 +60,7 @@ class Redeliveries:
         self._dry: list[Accepts] = []  # the filters the last send found nothing for
         self._dry_at_ns = 0  # when the read for dry filters last read
         self._dry_after: PollKey | None = None  # where it got to
+        self.dry_reads = 0  # reads for dry filters made (msgtable_filter_reads_total)
 
     def poll(self, cfg: TableConfig, now_ns: int, cursor: PollKey | None) -> int:
         """After a pass's poll (which left its cursor at ``cursor``): the redelivery poll,
@@ -107,6 +108,7 @@ class Redeliveries:
             if not dry or not pending or late or not may():
                 return 0
             self._dry_at_ns = now_ns
+            self.dry_reads += 1
         over = over_size(cfg)
         with self._cache.poll() as poll:
             rows, _ = self._store.poll(cfg, now_ns + lookahead_ns(cfg), over, start, True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from msgtable.core.clock import FakeClock
 from msgtable.core.tables import DEMO_COMMENT
@@ -15,6 +17,7 @@ from msgtable.engine.engine import MessageEngine
 from msgtable.engine.manager import MessageManager
 from msgtable.engine.redeliveries import TIMED_POLL_GAP_NS
 from msgtable.engine.subscriber import Subscriber
+from msgtable.observe.metrics import registry_for
 from msgtable.testing import InMemoryStore
 
 BACKLOG = 200
@@ -178,6 +181,14 @@ def test_a_filtered_stream_is_not_starved_while_redeliveries_keep_the_others_bus
             f"A's stream got nothing for {longest / 1e9:.1f} s while {waiting} of its rows "
             "waited in the table (its ack wait + 1 s is the chaos run's bound)"
         )
+        # the reads for A's dry stream are counted (msgtable_filter_reads_total), at most
+        # one every TIMED_POLL_GAP_NS: 10 s of it
+        text = generate_latest(registry_for(e)).decode()
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert "msgtable_filter_reads" in families, "no msgtable_filter_reads_total served"
+        reads = [s.value for s in families["msgtable_filter_reads"].samples]
+        assert reads == [m.status("").filter_reads], f"the counter's samples: {reads}"
+        assert 0 < reads[0] <= 10e9 / TIMED_POLL_GAP_NS + 1, f"reads for dry filters: {reads}"
     finally:
         e.close()
 

@@ -39,6 +39,7 @@ from msgtable.core.tables import DEAD_TIME_NEXT, Column, TableConfig
 from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.store.mysql import DUPLICATE_KEY, error_code, server_text
 from msgtable.store.ordering import key_identity
+from msgtable.store.statements import BY_ID
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,8 @@ class FanoutStatements:
         acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
         self._acked_param = not table.default_group
         self.mark = (
-            f"{MARK}UPDATE {self._t} SET {quote(FANOUT_COLUMN)} = %s{acked} WHERE `id` IN ({{ids}})"
+            f"{MARK}UPDATE {self._t} {BY_ID} SET {quote(FANOUT_COLUMN)} = %s{acked} "
+            "WHERE `id` IN ({ids})"
         )
 
     def _select(self, filters: Sequence[Filter | None]) -> tuple[str, list[Any]]:

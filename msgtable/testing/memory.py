@@ -46,6 +46,7 @@ from msgtable.store.protocol import Deliver, Keep
 from msgtable.testing.endpoints import InMemoryEndpoints
 from msgtable.testing.subscriptions import InMemorySubscriptions
 
+Row = dict[str, Any]  # a row of a table, by column
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
     Column("priority", "bigint", "bigint"),
@@ -194,18 +195,30 @@ class InMemoryStore:
             if after is not None:
                 due = [r for r in due if self._order(self._key(cfg, r)) > self._order(after)]
             picked = due[:limit]
-            self.rows_read += len(picked)
-            rows: list[PolledRow] = [
-                (
-                    self._key(cfg, r)[0],
-                    self._key(cfg, r)[1],
-                    r["epoch"],
-                    *(values(r)[c.name] for c in cfg.message_columns),
-                    *((r.get("time_created"),) if created else ()),
-                )
-                for r in picked
-            ]
+            rows = self._polled(cfg, picked, values, created)
             return rows, (self._key(cfg, picked[-1]) if picked else None)
+
+    def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
+        if cfg.layout is not Layout.CURRENT:
+            return []
+        with self.lock:  # (not one of ``polls``: those count a pass's reads)
+            table = self._table(cfg.name).values()
+            due = [r for r in table if self._due(cfg, r, now_ns) and (r["time_next"] or 0) > 0]
+            values = self._joined(cfg, due)
+            due.sort(key=lambda r: self._order(self._key(cfg, r)))
+            return self._polled(cfg, due[:limit], values, True)
+
+    def _polled(
+        self, cfg: TableConfig, picked: list[Row], values: Callable[[Row], Row], created: bool
+    ) -> list[PolledRow]:
+        """The rows a poll returns (``values``: where each row's message values are)."""
+        self.rows_read += len(picked)
+        names = [c.name for c in cfg.message_columns]
+        return [
+            (*self._key(cfg, r)[:2], r["epoch"], *(values(r)[c] for c in names))
+            + ((r.get("time_created"),) if created else ())
+            for r in picked
+        ]
 
     def _joined(
         self, cfg: TableConfig, due: list[dict[str, Any]]

@@ -165,7 +165,8 @@ def test_the_fanout_reads_each_row_once_with_each_filters_verdict():
     )
     assert params == ["x'y"]
     assert f.mark_sql([3, 4], 7) == (
-        "/* msgtable */ UPDATE `orders` SET `time_fanout` = %s WHERE `id` IN (3,4)",
+        "/* msgtable */ UPDATE `orders` FORCE INDEX (PRIMARY) SET `time_fanout` = %s "
+        "WHERE `id` IN (3,4)",
         [7],
     )
     assert f.retained(ls.filter, 9, 10) == (
@@ -196,7 +197,8 @@ def test_a_subscriptions_poll_joins_the_table_for_its_columns():
     )
     assert s.purge_pick == "SELECT `id` FROM `orders__s` WHERE `time_acked` < %s LIMIT %s"
     assert s.purge == (
-        "/* msgtable */ DELETE FROM `orders__s` WHERE `id` IN ({ids}) AND `time_acked` < %s"
+        "/* msgtable */ DELETE `orders__s` FROM `orders__s` FORCE INDEX (PRIMARY) "
+        "WHERE `id` IN ({ids}) AND `time_acked` < %s"
     )
 
 
@@ -212,7 +214,8 @@ def test_a_tables_purge_waits_for_every_subscription_that_holds_it():
         "h.`time_acked` >= %s)) LIMIT %s"
     )
     assert s.purge == (
-        "/* msgtable */ DELETE FROM `orders` WHERE `id` IN ({ids}) AND `time_acked` < %s"
+        "/* msgtable */ DELETE `orders` FROM `orders` FORCE INDEX (PRIMARY) "
+        "WHERE `id` IN ({ids}) AND `time_acked` < %s"
     )
     assert s.purge_holders == 2
 

@@ -429,6 +429,7 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served, postpon
         )
     assert unsent
     received: list[int] = []
+
     def read() -> None:  # acks each: the window opens again for whatever is still cached
         for m in sub:
             received.append(m.id)

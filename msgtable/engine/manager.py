@@ -664,8 +664,8 @@ class MessageManager:
     def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
             return self._poll_ordered(self.cache.ordered, restart)
-        now = self.clock.now_ns()  # (the cursor is this thread's: where the pass left it)
-        added = self._poll_pass(restart) + self._redeliveries.poll(self.config, now, self._cursor)
+        added = self._poll_pass(restart)  # (the cursor is this thread's: where it left it)
+        added += self._redeliveries.poll(self.config, self.clock.now_ns, self._cursor)
         if added:
             self._send_wake.set()
         return added
@@ -775,7 +775,7 @@ class MessageManager:
                         limiter.end_plan(self.cache.due.due(now))
                     self._next = planned.next
                     plan, expired = planned.batches, planned.expired
-                    if self._redeliveries.starved(planned.dry, now):  # msgtable.engine.redeliveries
+                    if planned.dry and self._redeliveries.starved(planned.dry, now):  # (lagging)
                         self._poll_wake.set()
                 if not plan and not expired:
                     return 0

@@ -62,9 +62,14 @@ class Redeliveries:
         self._dry_after: PollKey | None = None  # where it got to
         self.dry_reads = 0  # reads for dry filters made (msgtable_filter_reads_total)
 
-    def poll(self, cfg: TableConfig, now_ns: int, cursor: PollKey | None) -> int:
+    def poll(self, cfg: TableConfig, now: Callable[[], int], cursor: PollKey | None) -> int:
         """After a pass's poll (which left its cursor at ``cursor``): the redelivery poll,
-        then the read for dry filters, each if it is time; returns how many rows are new."""
+        then the read for dry filters, each if it is time; returns how many rows are new.
+        A pass that does not lag costs this one call (``now``: the clock, read only then)."""
+        if not self._cache.due.pending:  # (a stale read: the next poll's look is soon)
+            self._dry_after = None  # the pass caught up
+            return 0
+        now_ns = now()
         return self._poll_timed(cfg, now_ns) + self._poll_dry(cfg, now_ns, cursor)
 
     def _poll_timed(self, cfg: TableConfig, now_ns: int) -> int:

@@ -38,6 +38,9 @@ class TableStatus:
     # (only while it counts: with the metrics server on)
     enqueued: int = 0
     redelivered: int = 0  # of those, sends of messages sent before (epoch > 0 when read)
+    # reads on past the cache for filtered streams that found nothing while the group lagged
+    # (msgtable.engine.redeliveries: the read for dry filters)
+    filter_reads: int = 0
     acked: int = 0  # acked since the table was opened: MessageAck, and DML the binlog showed
     acked_dml: int = 0  # of those, by DML (the rest: MessageAck)
     released: int = 0  # since the table was opened (msgtable.core.settlement)

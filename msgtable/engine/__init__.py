@@ -21,6 +21,7 @@ Modules:
     postpone     The postpone of a sent message
     purger       The purger of one table
     rechecks     Passes again soon after an INSERT the binlog showed that a pass missed
+    redeliveries  The redelivery poll: the due rows given a time, read apart while a pass lags
     routes       Which due rows each filtered stream of a table may take
     subscriber   A subscriber
     tail         Where a plain table's passes got to

@@ -119,18 +119,27 @@ def column_size(t: int, a: int, b: int) -> int | None:
     return -2 if max_length > 255 else -1
 
 
+def _rows_head(data: bytes, shape: Shape) -> tuple[int, list[int]] | None:
+    """Where a WRITE_ROWS packet's (v1 or v2) rows begin, and the places in ``shape`` of the
+    columns they carry; None when the packet's column count is not the shape's."""
+    p = 28 if data[5] == WRITE_ROWS_V1 else 28 + int.from_bytes(data[28:30], "little")
+    count, p = lenenc(data, p)
+    if count != len(shape):
+        return None
+    present_bytes = (count + 7) // 8
+    present = int.from_bytes(data[p : p + present_bytes], "little")
+    return p + present_bytes, [i for i in range(count) if present >> i & 1]
+
+
 def count_rows(data: bytes, shape: Shape, checksum: bool) -> int | None:
     """The rows of a WRITE_ROWS packet (v1 or v2) of a table of ``shape``; None when the
     event is not one this reads to its exact end."""
     try:
-        p = 28 if data[5] == WRITE_ROWS_V1 else 28 + int.from_bytes(data[28:30], "little")
-        count, p = lenenc(data, p)
-        if count != len(shape):
+        head = _rows_head(data, shape)
+        if head is None:
             return None
-        present_bytes = (count + 7) // 8
-        present = int.from_bytes(data[p : p + present_bytes], "little")
-        p += present_bytes
-        columns = [c for i, c in enumerate(shape) if present >> i & 1]
+        p, present = head
+        columns = [shape[i] for i in present]
         null_bytes = (len(columns) + 7) // 8
         end = len(data) - (4 if checksum else 0)
         plans: dict[int, _Plan] = {}
@@ -219,14 +228,10 @@ def row_keys(
     try:
         if any(shape[i] != 8 for i in at):
             return None
-        p = 28 if data[5] == WRITE_ROWS_V1 else 28 + int.from_bytes(data[28:30], "little")
-        count, p = lenenc(data, p)
-        if count != len(shape):
+        head = _rows_head(data, shape)
+        if head is None:
             return None
-        present_bytes = (count + 7) // 8
-        present = int.from_bytes(data[p : p + present_bytes], "little")
-        p += present_bytes
-        columns = [i for i in range(count) if present >> i & 1]
+        p, columns = head
         null_bytes = (len(columns) + 7) // 8
         end = len(data) - (4 if checksum else 0)
         keys: list[PollKey] = []

@@ -58,20 +58,30 @@ class Poll:
                 self._cache.polls.remove(self)
 
     def add(
-        self, rows: Sequence[PolledRow], now_ns: int | None = None, created: bool = False
+        self,
+        rows: Sequence[PolledRow],
+        now_ns: int | None = None,
+        created: bool = False,
+        over: int = 0,
     ) -> tuple[int, int]:
         """Queue the rows the read returned (under the lock; ``created``: each ends with its
-        time_created). Returns how many are new, and how many of ``rows`` were taken in
-        (all, unless the cache filled up first)."""
+        time_created; ``over``: new rows may fill the cache that many past its size, as a
+        redelivery poll's do while fresh rows fill it). Returns how many are new, and how
+        many of ``rows`` were taken in (all, unless the cache filled up first)."""
         if self.added:
             raise RuntimeError("a poll's rows are added once")
         self.added = True
         cache = self._cache
         cache.polls.remove(self)
         inflight = cache.inflight
-        new, taken = cache.due.add(
-            rows, now_ns, inflight.unclaimed_ids, inflight.held, self.changed, created
-        )
+        due = cache.due
+        due.size += over
+        try:
+            new, taken = due.add(
+                rows, now_ns, inflight.unclaimed_ids, inflight.held, self.changed, created
+            )
+        finally:
+            due.size -= over
         if now_ns is None or not new:
             inflight.land_all(new)  # the database says they are due again
         else:  # those due only later (scheduled here) stay in flight until then: renewed

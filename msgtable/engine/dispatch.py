@@ -8,7 +8,8 @@ window has room for:
 
 * a stream without a filter pops the best due rows;
 * an unordered table's filtered stream pops only the rows its filter passes
-  (msgtable.engine.routes);
+  (msgtable.engine.routes); one with room that finds none is named in the plan (``dry``:
+  while the pass lags, msgtable.engine.redeliveries reads on for it);
 * otherwise (an ordered table, or rows an earlier stream's filter refused in this send) rows
   are taken from those refused first, then popped, looking at most FILTER_LOOKAHEAD batches
   ahead; an ordered table's key goes to one subscriber, from its head
@@ -48,6 +49,8 @@ class Plan:
     next: int  # where the next send's round-robin starts
     batches: list[tuple[Subscriber, list[CachedRow]]] = field(default_factory=list)
     expired: list[CachedRow] = field(default_factory=list)  # dead, not sent
+    # the filters of streams with room that found no row they pass (unordered, not keyed)
+    dry: list[Callable[[Values], bool]] = field(default_factory=list)
 
 
 def plan(
@@ -74,6 +77,8 @@ def plan(
             batch = sending.pop(want)
         elif owners is None and sub.accepts is not None and not keyed:  # msgtable.engine.routes
             batch = sending.pop_for(sub.accepts, want)  # the rows it passes only
+            if not batch:
+                out.dry.append(sub.accepts)
         else:
             if owners is not None:
                 owners.start(i)

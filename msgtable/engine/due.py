@@ -2,7 +2,10 @@
 
 Rows read by the poller wait here, keyed by id, in one of three places:
 
-* **queued**, once due, in a heap by (priority, time_next): the best row goes first;
+* **queued**, once due, in a heap by (priority, rank): the best row goes first. The rank puts
+  the rows given a time first (a redelivery, a release, a delayed message: time_next > 0),
+  in time order, then the fresh ones (time_next 0 or NULL) in the order read, so that a
+  redelivery never waits behind a backlog of fresh rows (the poll's order would make it);
 * **scheduled**, until due (a poll also reads the rows due before the next poll), in a second
   heap by time_next, so that each goes out at its time, not at the next poll;
 * **sending**: popped by the sender, being checked in the database and handed to a
@@ -25,6 +28,10 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from msgtable.core.rows import CachedRow, PolledRow, Values
 from msgtable.core.tables import TableConfig
 from msgtable.engine.routes import Routes
+
+# A queued row's rank within its priority is ``row.time_next or FRESH`` (written inline: no
+# call per row): a row with no time (time_next 0 or NULL) goes after every timed one.
+FRESH = 2**63
 
 
 class DueRows:
@@ -89,7 +96,7 @@ class DueRows:
             if now_ns is not None and row.time_next > now_ns:
                 heapq.heappush(self._scheduled, (row.time_next, next(self._seq), row))
             else:
-                entry = (row.priority, row.time_next, next(self._seq), row)
+                entry = (row.priority, row.time_next or FRESH, next(self._seq), row)
                 heapq.heappush(self._heap, entry)
                 if routes is not None:
                     routes.push(entry)
@@ -167,7 +174,7 @@ class DueRows:
             self.sending.discard(row.id)
             if row.id not in self._queued:
                 self._queued[row.id] = row
-                entry = (row.priority, row.time_next, next(self._back), row)
+                entry = (row.priority, row.time_next or FRESH, next(self._back), row)
                 heapq.heappush(self._heap, entry)
                 if self._routes is not None:
                     self._routes.push(entry)
@@ -195,7 +202,7 @@ class DueRows:
         while scheduled and (now_ns is None or scheduled[0][0] <= now_ns):
             row = heapq.heappop(scheduled)[2]
             if queued.get(row.id) is row:
-                entry = (row.priority, row.time_next, next(self._seq), row)
+                entry = (row.priority, row.time_next or FRESH, next(self._seq), row)
                 heapq.heappush(self._heap, entry)
                 if routes is not None:
                     routes.push(entry)

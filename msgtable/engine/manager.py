@@ -21,10 +21,10 @@ Vitess. Nothing here is the only copy of anything: a crash at any point leaves e
 row in the table, due again after its backoff, or at once if its postpone was not written yet.
 
 An ordered table (vt_order_key) keeps runs of free keys instead of due rows
-(msgtable.engine.ordered):
-its poll reads first the keys freed since their last read, then pages through the keys; a
-send pops whole runs (a key's rows go to one subscriber, never past a gap its check or a
-filter left); a key is busy from its pop until every row popped left flight.
+(msgtable.engine.ordered): its poll reads first the keys freed since their last read, then
+pages through the keys; a send pops whole runs (a key's rows go to one subscriber, never
+past a gap its check or a filter left); a key is busy from its pop until every row popped
+left flight.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from msgtable.engine.cache import MessageCache, Sending
 from msgtable.engine.due import lookahead_ns
 from msgtable.engine.ordered import KeyPass, OrderedDue, pass_gap_ns, whole_keys
 from msgtable.engine.purger import Purger
+from msgtable.engine.redeliveries import Redeliveries
 from msgtable.engine.subscriber import Subscriber
 from msgtable.engine.tail import InsertKeys, Tail, cursor
 from msgtable.errors import MsgtableError, NotLeader, TableLoadError, TableNotFound, Unavailable
@@ -94,21 +95,17 @@ class MessageManager:
     ) -> None:
         self.store = store
         self._tracing = tracing  # poll / send / ack spans (None: nothing records)
-        # The config of a table's vt_dead_letter table (None: not loaded), and what to tell
-        # when messages were moved there (its manager polls).
+        # a vt_dead_letter table's config (None: not loaded); what to tell of moves there
         self._dead_letter = dead_letter or (lambda cfg: None)
         self._buried = buried or (lambda table: None)
         self._outage = outage  # the database's: it tells of an outage, not each loop
-        # Whether this server may hand messages over now (msgtable.engine.lease: it holds the
-        # lease); checked after each claim, before the hand-over.
+        # whether this server may hand messages over now (msgtable.engine.lease): per claim
         self._may_send = may_send or (lambda: True)
         # whether postpones may still be written (given the ack wait): msgtable.engine.engine
         self._may_postpone = may_postpone or (lambda _ack_wait_s: True)
-        # sent rows whose postpone a late close did not write (msgtable.engine.engine counts them)
-        self.postpones_skipped = 0
+        self.postpones_skipped = 0  # sent rows whose postpone a late close did not write
         self._hold_until_ns = 0  # after a takeover: no send before this (see hold())
-        # ... or only rows the old holder cannot have sent: due, and there, after this
-        self._hold_floor_ns: int | None = None
+        self._hold_floor_ns: int | None = None  # ... or the rows due and there after this
         self.config = config
         self.clock = clock
         self.rng = rng
@@ -116,6 +113,7 @@ class MessageManager:
         self.cache = MessageCache(
             config.cache_size, self._lock, config.ordered, lookahead_ns(config)
         )
+        self._redeliveries = Redeliveries(store, self.cache, self._lock, self._timed_ok)
         self._on_fatal = on_fatal
         self._subscribers: list[Subscriber] = []
         self._next = 0
@@ -147,8 +145,7 @@ class MessageManager:
         self.enqueued = 0  # rows other clients inserted, as the binlog counted them
         self.redelivered = 0  # sends of rows read with epoch > 0 (sent before)
         self.ack_latency = LatencyHistogram()  # send -> ack, of acks through us and DML
-        # time_created -> first send (epoch 0 when read), of the rows the poll read it of
-        self.delivery_delay = LatencyHistogram(DELAY_BUCKETS_S)
+        self.delivery_delay = LatencyHistogram(DELAY_BUCKETS_S)  # made -> first send (epoch 0)
         self.acked = 0
         self.acked_dml = 0  # of those, acks by another client's DML (the binlog showed them)
         self.released = 0
@@ -631,6 +628,7 @@ class MessageManager:
                 sent=self.sent,
                 enqueued=self.enqueued,
                 redelivered=self.redelivered,
+                filter_reads=self._redeliveries.dry_reads,
                 acked=self.acked,
                 acked_dml=self.acked_dml,
                 released=self.released,
@@ -646,16 +644,10 @@ class MessageManager:
 
     # -- one step of each loop (unit tests call these directly) --------------------------
     def poll_once(self, restart: bool = True) -> int:
-        """Read the rows due now or before the next poll into the cache's free room; returns
-        how many were new.
-
-        A poll reads at most as many rows as the cache has room for. ``restart`` begins a
-        new pass at the best due row (so new and re-prioritised rows are seen); otherwise
-        the poll continues the pass after the last row read, so a backlog larger than the
-        cache is read once, not again with every refill. Rows due within the next
-        vt_poller_interval wait in the cache and go out at their time (future time_next,
-        backoff redeliveries), not a poll late.
-        """
+        """Read the rows due by the next poll into the cache's free room (while the pass
+        lags, the due redeliveries too: msgtable.engine.redeliveries); returns how many were
+        new. ``restart`` begins a new pass at the best due row; else the pass goes on after
+        the last row read (a backlog larger than the cache is read once)."""
         if self._tracing is None:
             return self._poll(restart)
         span = self._tracing.start("poll")
@@ -672,6 +664,16 @@ class MessageManager:
     def _poll(self, restart: bool) -> int:
         if self.cache.ordered is not None:
             return self._poll_ordered(self.cache.ordered, restart)
+        added = self._poll_pass(restart)  # (the cursor is this thread's: where it left it)
+        added += self._redeliveries.poll(self.config, self.clock.now_ns, self._cursor)
+        if added:
+            self._send_wake.set()
+        return added
+
+    def _timed_ok(self) -> bool:  # whether the redelivery poll reads (under the lock)
+        return bool(self._subscribers) and self._hold_floor_ns is None  # no takeover's floor
+
+    def _poll_pass(self, restart: bool) -> int:
         now = self.clock.now_ns()
         with self._lock:
             if not self._subscribers:
@@ -681,9 +683,8 @@ class MessageManager:
             room = self.cache.due.room()
             every = lookahead_ns(cfg)  # (the poll interval)
             after = None if restart or lifted else self._cursor or self._tail.after(now, every)
-            # Rows sent but not postponed yet are still due in the table, at its head: a
-            # pass from the head reads past them, rather than fill its page with rows the
-            # cache skips.
+            # Rows sent and not postponed yet are still due in the table, at its head: a pass
+            # from the head reads past them, rather than fill its page with rows the cache skips.
             unclaimed = self.cache.inflight.unclaimed
             limit = room + (min(unclaimed, cfg.cache_size) if after is None else 0)
             skip = flow.skip_keys(self.cache.due) if room else ()  # a fair table's full keys
@@ -702,8 +703,6 @@ class MessageManager:
                 if self._tail.read(rows, after, not full, now):  # a hinted row passed unseen
                     self._restart = True
                     self._poll_wake.set()
-        if added:
-            self._send_wake.set()
         return added
 
     def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:
@@ -776,6 +775,8 @@ class MessageManager:
                         limiter.end_plan(self.cache.due.due(now))
                     self._next = planned.next
                     plan, expired = planned.batches, planned.expired
+                    if planned.dry and self._redeliveries.starved(planned.dry, now):  # (lagging)
+                        self._poll_wake.set()
                 if not plan and not expired:
                     return 0
                 rows = sending.rows

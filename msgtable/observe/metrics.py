@@ -54,6 +54,12 @@ COUNTERS = (
     ("messages_rejected", "rejected", "Messages rejected by a subscriber."),
     ("messages_renewed", "renewed", "Messages whose ack wait a subscriber renewed."),
     ("messages_dead_lettered", "dead_lettered", "Messages that died: rejected or out of attempts."),
+    (
+        "filter_reads",
+        "filter_reads",
+        "Reads on past the cache for filtered streams that found nothing while the group "
+        "lagged (at most one every 250 ms).",
+    ),
 )
 GAUGES = (
     ("messages_in_flight", "in_flight", "Messages sent here and not acked, ack wait not over."),

@@ -16,6 +16,7 @@ from msgtable.core.sql import MARK, in_list, quote
 from msgtable.core.subscriptions import FANOUT_COLUMN, order_columns
 from msgtable.core.tables import TableConfig
 from msgtable.store.ordering import key_identity
+from msgtable.store.statements import BY_ID
 
 
 class FanoutStatements:
@@ -55,8 +56,8 @@ class FanoutStatements:
         # each row its own number of the sequence (msgtable.store.sequences): the
         # batch's first less one + its place among the ids, which come in id (key) order
         self.mark = (
-            f"{MARK}UPDATE {self._t} SET {quote(FANOUT_COLUMN)} = %s + FIELD(`id`, {{ids}})"
-            f"{acked} WHERE `id` IN ({{ids}})"
+            f"{MARK}UPDATE {self._t} {BY_ID} SET {quote(FANOUT_COLUMN)} = "
+            f"%s + FIELD(`id`, {{ids}}){acked} WHERE `id` IN ({{ids}})"
         )
 
     def _select(self, filters: Sequence[Filter | None]) -> tuple[str, list[Any]]:

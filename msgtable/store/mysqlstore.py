@@ -68,6 +68,10 @@ __all__ = ["MySQLStore", "Store", "TableDefinition"]
 
 log = logging.getLogger(__name__)
 
+# The redelivery poll reads the rows of this many priorities at most (the best): a table with
+# more has its worse priorities' redeliveries read by the passes alone.
+MAX_TIMED_PRIORITIES = 16
+
 MAX_CONNECTIONS = 50
 MAX_IDLE_CONNECTIONS = 10
 
@@ -260,6 +264,27 @@ class MySQLStore:
         if not rows:
             return [], None
         return rows, poll_key(rows[-1])
+
+    def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
+        """See Store.poll_timed: the unacked priorities by a loose scan (one index dive
+        each, the MAX_TIMED_PRIORITIES best), then one range of poller_idx each."""
+        s = self.statements(cfg)
+        if not s.poll_timed:
+            return []
+        with self._errors(cfg.name, "poll"), self._auto.connection() as conn, conn.cursor() as cur:
+            priorities: list[int] = []
+            cur.execute(s.first_priority)
+            while len(priorities) < MAX_TIMED_PRIORITIES:
+                (p,) = cur.fetchone()
+                if p is None:
+                    break
+                priorities.append(int(p))
+                cur.execute(s.next_priority, [p])
+            if not priorities:
+                return []
+            sql = s.poll_timed.format(ps=",".join(["%s"] * len(priorities)))
+            cur.execute(sql, [now_ns, *priorities, limit])
+            return list(cur.fetchall())
 
     def claim(
         self,

@@ -117,6 +117,13 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]: ...
 
+    def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
+        """Up to ``limit`` due, unacked rows given a time (time_next > 0: a redelivery, a
+        release, a delayed message), best first, as ``poll`` reads them with ``created``:
+        what a pass reaches only after every fresh row (msgtable.engine.manager's redelivery
+        poll). [] for a 2018-layout table (a pass reads its rows in time order)."""
+        ...
+
     def claim(
         self,
         cfg: TableConfig,

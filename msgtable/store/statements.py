@@ -27,12 +27,13 @@ from msgtable.store.protocol import Keep
 from msgtable.store.sequences import CURSORS
 
 Polls = tuple[str, str, str]  # a poll from the start, after a key, after a key with no time_next
-# Every UPDATE or locking read of rows by id goes by the primary key, locking its rows in id
-# order: on a table
-# (or a state table) with few unacked rows the optimizer may prefer poller_idx for
-# ``time_acked IS NULL``, and an UPDATE that locks the index's entry before the row deadlocks
-# with one that locks the row first (an ack against a release, a renew against a send's
-# locking read: the fault suite saw both)
+# Every UPDATE, DELETE or locking read of rows by id goes by the primary key, locking its rows
+# alone, in id order: on a table (or a state table) with few unacked rows the optimizer may
+# prefer poller_idx for ``time_acked IS NULL``, and an UPDATE that locks the index's entry
+# before the row deadlocks with one that locks the row first (an ack against a release, a
+# renew against a send's locking read: the fault suite saw both); with many ids of a small
+# table it scans the whole table, locking rows it does not change (the purge against the
+# fan-out's mark: tests/integration/test_deadlocks.py)
 BY_ID = "FORCE INDEX (PRIMARY)"
 
 
@@ -120,6 +121,10 @@ class TableStatements:
     polls_floor: Polls  # after an unclean takeover: only rows the old holder cannot have sent
     polls_created_floor: Polls
     floor_params: int
+    # the redelivery poll (current layout; "" in the 2018 one)
+    first_priority: str
+    next_priority: str
+    poll_timed: str
     # the send and its postpone (_write_sends)
     claim: str
     claimable: str
@@ -202,6 +207,24 @@ class TableStatements:
         self.polls_created_floor = cast(
             "Polls", tuple(q.replace(body, body + floor, 1) for q in self.polls_created)
         )
+        self._write_timed(cfg, n, with_created, tail)
+
+    def _write_timed(self, cfg: TableConfig, n: _Names, with_created: str, tail: str) -> None:
+        """The redelivery poll: the due rows given a time (time_next > 0: a redelivery, a
+        release, a delayed message) of the priorities ``{ps}`` (with time_created last), which
+        a pass reaches only after every fresh row; each priority is one range of poller_idx,
+        so it reads those rows alone. The priorities come from a loose scan of the index:
+        the lowest unacked one, then the next above %s. The 2018 layout has none: its rows
+        all have a time (time_scheduled), and a pass reads them in time order."""
+        self.first_priority = self.next_priority = self.poll_timed = ""
+        if cfg.layout is not Layout.CURRENT:
+            return
+        priority, acked = quote("priority"), n.acked
+        lowest = f"SELECT MIN({priority}) FROM {n.t} WHERE {acked} IS NULL"
+        self.first_priority = lowest
+        self.next_priority = f"{lowest} AND {priority} > %s"
+        head = with_created.replace("{", "{{").replace("}", "}}")
+        self.poll_timed = f"{head} AND {n.time_next} > 0 AND {n.priority} IN ({{ps}}){tail}"
 
     def _write_sends(self, n: _Names) -> None:
         tf, rid, epoch, acked, due = n.tf, n.rid, n.epoch, n.acked, n.due
@@ -283,7 +306,10 @@ class TableStatements:
         # holds (an acked row stays acked; a row handed over stays handed over; a settled
         # state row stays settled), so the DELETE checks the ack alone.
         self.purge_pick = f"SELECT {rid} FROM {t} WHERE {acked} < %s{fanned}{holds}{keyed} LIMIT %s"
-        self.purge = f"{MARK}DELETE FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} < %s"
+        # (DELETE t FROM t: the single-table DELETE takes no index hint)
+        self.purge = (
+            f"{MARK}DELETE {tf} FROM {tf} {BY_ID} WHERE {rid} IN ({{ids}}) AND {acked} < %s"
+        )
         self.expire_dedup = ""
         if cfg.dedup:
             key, created = quote(cfg.dedup), quote(CREATED_COLUMN)

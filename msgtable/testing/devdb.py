@@ -32,8 +32,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -85,6 +86,30 @@ def _short_tmp() -> str:
     tmp = tempfile.gettempdir()
     room = MAX_SOCKET_PATH - len("/msgtable-sock-XXXXXXXX/mysqld.sock")
     return tmp if len(os.fsencode(tmp)) <= room or not os.path.isdir("/tmp") else "/tmp"
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then run their handlers.
+
+    Between making a thing (the data directory, the server's process) and recording it, a
+    KeyboardInterrupt (Ctrl-C, or SIGTERM while `msgtable serve` starts its database) would lose
+    it: stop() would not know to delete or stop it. The block is short (a mkdtemp, two
+    launches). Only the main thread can set handlers; elsewhere the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    stops = (signal.SIGINT, signal.SIGTERM)
+    previous = {s: signal.signal(s, lambda signum, frame: held.append(signum)) for s in stops}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)  # the handler in effect again runs now
 
 
 class _PortInUse(MsgtableError):
@@ -280,16 +305,22 @@ class LocalServer:
 
     def _prepare_dirs(self) -> None:
         if self._requested_datadir is None:
-            self._datadir = Path(tempfile.mkdtemp(prefix="msgtable-db-"))
+            with _signals_held():
+                self._datadir = Path(tempfile.mkdtemp(prefix="msgtable-db-"))
         else:
             self._datadir = self._requested_datadir.absolute()
             self._datadir.mkdir(parents=True, exist_ok=True)
         self._socket = self._datadir / "mysqld.sock"
         if len(os.fsencode(self._socket)) > MAX_SOCKET_PATH:
-            self._socket_dir = Path(tempfile.mkdtemp(prefix="msgtable-sock-", dir=_short_tmp()))
+            with _signals_held():
+                self._socket_dir = Path(tempfile.mkdtemp(prefix="msgtable-sock-", dir=_short_tmp()))
             self._socket = self._socket_dir / "mysqld.sock"
 
     def _launch(self, command: list[str]) -> None:
+        with _signals_held():  # the process and its watchdog recorded before an interrupt
+            self._launch_recorded(command)
+
+    def _launch_recorded(self, command: list[str]) -> None:
         # What a server prints before it opens its error log ("how to run as root") lands here.
         with open(self.datadir / "server.out", "ab") as out:
             self._process = subprocess.Popen(

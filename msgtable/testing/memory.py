@@ -46,6 +46,7 @@ from msgtable.store.protocol import Deliver, Keep
 from msgtable.testing.endpoints import InMemoryEndpoints
 from msgtable.testing.subscriptions import InMemorySubscriptions
 
+Row = dict[str, Any]  # a row of a table, by column
 CURRENT_COLUMNS = (
     Column("id", "bigint", "bigint"),
     Column("priority", "bigint", "bigint"),
@@ -194,18 +195,30 @@ class InMemoryStore:
             if after is not None:
                 due = [r for r in due if self._order(self._key(cfg, r)) > self._order(after)]
             picked = due[:limit]
-            self.rows_read += len(picked)
-            rows: list[PolledRow] = [
-                (
-                    self._key(cfg, r)[0],
-                    self._key(cfg, r)[1],
-                    r["epoch"],
-                    *(values(r)[c.name] for c in cfg.message_columns),
-                    *((r.get("time_created"),) if created else ()),
-                )
-                for r in picked
-            ]
+            rows = self._polled(cfg, picked, values, created)
             return rows, (self._key(cfg, picked[-1]) if picked else None)
+
+    def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
+        if cfg.layout is not Layout.CURRENT:
+            return []
+        with self.lock:  # (not one of ``polls``: those count a pass's reads)
+            table = self._table(cfg.name).values()
+            due = [r for r in table if self._due(cfg, r, now_ns) and (r["time_next"] or 0) > 0]
+            values = self._joined(cfg, due)
+            due.sort(key=lambda r: self._order(self._key(cfg, r)))
+            return self._polled(cfg, due[:limit], values, True)
+
+    def _polled(
+        self, cfg: TableConfig, picked: list[Row], values: Callable[[Row], Row], created: bool
+    ) -> list[PolledRow]:
+        """The rows a poll returns (``values``: where each row's message values are)."""
+        self.rows_read += len(picked)
+        names = [c.name for c in cfg.message_columns]
+        return [
+            (*self._key(cfg, r)[:2], r["epoch"], *(values(r)[c] for c in names))
+            + ((r.get("time_created"),) if created else ())
+            for r in picked
+        ]
 
     def _joined(
         self, cfg: TableConfig, due: list[dict[str, Any]]
@@ -343,32 +356,11 @@ class InMemoryStore:
                 and r["time_acked"] < cutoff_ns
                 and (not cfg.dedup or r.get(cfg.dedup) is None)
                 and (not cfg.fanout or r.get(FANOUT_COLUMN) is not None)
-                and self._settled_by_holders(cfg, i, cutoff_ns)
+                and self.subscription_store.settled_by_holders(cfg, i, cutoff_ns)
             ][:limit]
             for i in old:
                 del table[i]
             return len(old)
-
-    def _settled_by_holders(self, cfg: TableConfig, id: Hashable, cutoff_ns: int) -> bool:
-        """Whether each subscription that holds the table settled the row before the cutoff
-        (or never got it): TableStatements' purge pick."""
-        for h in cfg.holders:
-            state = self.rows.get(h, {}).get(id)
-            if state is not None and (
-                state["time_acked"] is None or state["time_acked"] >= cutoff_ns
-            ):
-                return False
-        cursors = self.subscription_store.cursors  # a lazy one's: what it passed only
-        if cfg.source:  # its state table: a settled row of a message it has not passed stays
-            message = self.rows.get(cfg.source, {}).get(id)
-            if message is None:
-                return True
-            number = message.get(FANOUT_COLUMN) or 0
-            table = cfg.source
-        else:
-            number = self.rows[cfg.name][id].get(FANOUT_COLUMN) or 0
-            table = cfg.name
-        return all(number <= cursors.get((table, n), -1) for n in cfg.cursored)
 
     def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
         if not cfg.dedup:

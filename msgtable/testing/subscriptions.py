@@ -63,6 +63,27 @@ class InMemorySubscriptions:
         self.sequences: dict[str, int] = {}  # a table's fan-out sequence: its last number
         self.cursors: dict[tuple[str, str], int] = {}  # a subscription's (design.md (b))
 
+    def settled_by_holders(self, cfg: TableConfig, id: Hashable, cutoff_ns: int) -> bool:
+        """Whether each subscription that holds the table settled the row before the cutoff
+        (or never got it): TableStatements' purge pick, for InMemoryStore.purge; the lock held."""
+        for h in cfg.holders:
+            state = self.store.rows.get(h, {}).get(id)
+            if state is not None and (
+                state["time_acked"] is None or state["time_acked"] >= cutoff_ns
+            ):
+                return False
+        cursors = self.cursors  # a lazy one's: what it passed only
+        if cfg.source:  # its state table: a settled row of a message it has not passed stays
+            message = self.store.rows.get(cfg.source, {}).get(id)
+            if message is None:
+                return True
+            number = message.get(FANOUT_COLUMN) or 0
+            table = cfg.source
+        else:
+            number = self.store.rows[cfg.name][id].get(FANOUT_COLUMN) or 0
+            table = cfg.name
+        return all(number <= cursors.get((table, n), -1) for n in cfg.cursored)
+
     def _up(self) -> None:
         if self.store.down:
             raise DatabaseUnavailable("database unavailable: (2003) test outage")

@@ -30,7 +30,11 @@ and its dead-letter table with its own SQL (:func:`read_tables`) and judges:
   and exactly vt_max_attempts when nobody rejected it; it may be below the highest attempt
   seen only by as many deliveries (at an attempt above it) as were followed, before it died,
   by a fault that can lose a send's count: a SIGKILL or SIGTERM of the server that sent it
-  (any server's, if the sender is not known), or a database restart. With vt_postpone_after
+  (any server's, if the sender is not known), or a database restart, or that server's loss
+  of the table noticed too late to write its postpones (a lease that ran out on a busy
+  machine: msgtable.engine.tenure.may_postpone; the server counts them in
+  msgtable_postpones_skipped_total, which the scrapes see rise as it stops sending the table:
+  scrapecheck.count_losses). With vt_postpone_after
   > 0 a send is counted only by its deferred postpone or by its own server's ack or
   settlement, so a server that dies (or cannot reach the database as it closes) before
   writing either loses that count, as README "How delivery works" documents, and a reject
@@ -293,6 +297,9 @@ class Checker:
         # (began, over) of each change of the group's table's sender the scrapes saw
         # (scrapecheck.sender_changes): a filter's check excuses it as it does a fault
         self.moves: list[tuple[float, float]] = []
+        # (server, began, over) of each loss of the table by a server that could not write
+        # the postpones of its sends then (scrapecheck.count_losses): their counts are lost
+        self.count_losses: list[tuple[str, float, float]] = []
         self.inserted_at: dict[int, float] = {}  # id -> when the producer committed it
         self.max_attempts = max_attempts  # vt_max_attempts (0: none)
         self.group = group  # "": the table's default group; else the subscription's name
@@ -825,8 +832,9 @@ class Checker:
     def _judge_late_settlements(self, r: Report) -> None:
         """A release or renew naming a delivery that a later one had replaced before the call
         began (a later attempt came off some stream first) must not change the id: it belongs
-        to that delivery, which its handler gave up by its ack wait. Unless a fault may have
-        lost the count of the later send (the table then cannot tell the two apart)."""
+        to that delivery, which its handler gave up by its ack wait. Unless a fault, or its
+        sender's loss of the table too late to postpone (``count_losses``), may have lost the
+        count of the later send (the table then cannot tell the two apart)."""
         for i, settlements in self.settlements.items():
             ds = self.deliveries.get(i, [])
             for st in settlements:
@@ -839,11 +847,7 @@ class Checker:
                 if not st.ok:
                     continue
                 t, a = max(later, key=lambda d: d[1])
-                server = self.senders.get((i, t), "")
-                if any(
-                    e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= st.end
-                    for e in self.events
-                ):
+                if self._count_lost(self.senders.get((i, t), ""), t, st.end):
                     continue
                 r.late_settled.append((i, st.verb, st.attempt, a))
 
@@ -969,17 +973,26 @@ class Checker:
     def _maybe_uncounted(self, i: int, attempts: int, died: float | None) -> int:
         """How many of ``i``'s deliveries at an attempt above its dead letter's ``attempts``
         may have gone uncounted: a fault that can lose the count of a send by their server
-        came after them and before ``i`` died."""
+        came after them and before ``i`` died, or that server lost the table then without
+        writing its postpones (``count_losses``: it says so)."""
         end = float("inf") if died is None else died
         n = 0
         for t, _, a in self.deliveries.get(i, []):
-            server = self.senders.get((i, t), "")
-            if a > attempts and any(
-                e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= end
-                for e in self.events
-            ):
+            if a > attempts and self._count_lost(self.senders.get((i, t), ""), t, end):
                 n += 1
         return n
+
+    def _count_lost(self, server: str, t: float, end: float) -> bool:
+        """Whether the count of a send by ``server`` at ``t`` may have been lost by ``end``:
+        a fault that can lose it came after the send and began by then, or that server lost
+        the table then without writing its postpones (``count_losses``: it says so)."""
+        return any(
+            e.loses_counts_of(server) and e.at + WIRE_SLACK_S >= t and e.began <= end
+            for e in self.events
+        ) or any(
+            at == server and over + WIRE_SLACK_S >= t and began <= end
+            for at, began, over in self.count_losses
+        )
 
     def _why_dead(self, i: int, died: float | None) -> str | None:
         """Why an ordinary id died, as the checker's own log shows it (None: it does not)."""

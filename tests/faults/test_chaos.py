@@ -116,7 +116,7 @@ from .checker import (
 )
 from .drain import DRAIN_SAMPLE_S, Drain
 from .push_and_capture import PushAndCapture
-from .scrapecheck import Scrape, Scraper, judge, sender_changes
+from .scrapecheck import Scrape, Scraper, count_losses, judge, loss_evidence, sender_changes
 from .tracecheck import SpanLedger, Traced, TraceReport
 from .tracecheck import judge as judge_traces
 
@@ -1090,6 +1090,11 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
     reports: dict[str, Report] = {}  # by group label
     for g in run.groups:
         g.checker.moves = sender_changes(scraper.rounds, g.table)  # (its filters' check)
+        address = {s.name: s.advertised for s in run.servers}
+        g.checker.count_losses = [
+            (address[name], began, over)
+            for name, began, over in count_losses(scraper.rounds, g.table)
+        ]
         if g.name:
             message_ids = set(tables[g.table].source)
             r = g.checker.judge(read_state_table(db, g.state_table), message_ids)
@@ -1165,6 +1170,13 @@ def test_no_message_is_lost_or_in_flight_twice_and_poison_dies_under_faults(
                     r.group: g.stall_story(scraper.scrapes)
                     for g, r in zip(run.groups, reports.values(), strict=True)
                 },
+                # the excuses' evidence: each group's losses of its table without their
+                # postpones, and the scrapes they were read from (scrapecheck.count_losses)
+                "count_losses": {
+                    r.group: g.checker.count_losses
+                    for g, r in zip(run.groups, reports.values(), strict=True)
+                },
+                "loss_scrapes": {t: loss_evidence(scraper.rounds, t) for t in (TABLE, ORDERED)},
             },
             indent=2,
         )

@@ -308,6 +308,30 @@ def test_a_dead_letters_attempts_below_what_was_seen_pass_after_its_senders_link
         assert report.attempts_uncounted == [(7, 1, 2)]
 
 
+def test_a_dead_letters_attempts_below_what_was_seen_pass_after_its_sender_lost_them() -> None:
+    """Its sender lost the table after the send at attempt 2 (a lease run out on a busy
+    machine, no fault) and could not write its postpones any more (it counts them: the
+    scrapes saw them rise); the other server's such loss, or one before the send, does not
+    explain it."""
+
+    def lost(server: str, ago_s: float) -> Report:
+        c = Checker(ack_wait_s=0.0, max_attempts=MAX)
+        c.insert([7], poison=[7])
+        now = time.monotonic()
+        c.deliveries[7] = [(now - 10, "s1", 1), (now - 6, "s2", 2)]
+        c.senders.update({(7, now - 10): A, (7, now - 6): A})
+        c.settlements[7] = [Settled("reject", "s2", now - 3.0, now - 2.9, True, 0.0)]
+        c.count_losses = [(server, now - ago_s - 0.5, now - ago_s)]
+        return c.judge(Tables({}, [dead(7, attempts=1, error="poison", ago_s=2.9)]))
+
+    report = lost(A, 4.0)
+    assert report.violations() == {}
+    assert report.attempts_uncounted == [(7, 1, 2)]
+    assert short(lost(B, 4.0)) == [(7, 1, 2)]
+    assert short(lost(A, 7.5)) == [(7, 1, 2)]  # before the send
+    assert short(lost(A, 1.0)) == [(7, 1, 2)]  # after the reject
+
+
 def test_a_fault_of_the_other_servers_or_the_clients_links_loses_no_count() -> None:
     """The other server's database link cut, or the clients' connections reset (the server
     writes its counts over its own database link), explain no undercount."""
@@ -760,6 +784,27 @@ def test_a_late_release_may_change_a_later_delivery_whose_count_a_fault_lost() -
     c.settlements[7] = [Settled("release", "s1", now - 3, now - 2.9, True, 0.0, None, 1)]
     report = c.judge()
     assert (report.late_settlements, report.late_settled) == (1, [])
+
+
+def test_a_late_release_may_change_a_later_delivery_whose_sender_lost_its_count() -> None:
+    """Attempt 2's sender lost the table too late to write its postpones (a lease run out on
+    a busy machine, no fault: the scrapes saw its skipped postpones rise): the table still
+    says one send, so a release naming attempt 1 matches it, as after a kill. The other
+    server's such loss, or one before the send or after the release, does not explain it."""
+
+    def lost(server: str, began_ago_s: float, over_ago_s: float) -> list[object]:
+        c = settling()
+        now = time.monotonic()
+        c.deliveries[7] = [(now - 9, "s1", 1), (now - 5, "s2", 2)]
+        c.senders[(7, now - 5)] = A
+        c.count_losses = [(server, now - began_ago_s, now - over_ago_s)]
+        c.settlements[7] = [Settled("release", "s1", now - 3, now - 2.9, True, 0.0, None, 1)]
+        return list(c.judge().late_settled)
+
+    assert lost(A, 4.5, 4.0) == []
+    assert lost(B, 4.5, 4.0) == [(7, "release", 1, 2)]
+    assert lost(A, 8.0, 7.5) == [(7, "release", 1, 2)]  # before the send
+    assert lost(A, 2.0, 1.5) == [(7, "release", 1, 2)]  # after the release
 
 
 def test_a_close_whose_unhanded_messages_the_table_does_not_show_released_is_reported() -> None:

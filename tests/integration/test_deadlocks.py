@@ -5,6 +5,7 @@ only the rows it changes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -17,12 +18,18 @@ from msgtable.core.tables import current_layout_ddl, load_table
 from msgtable.engine.lease import connector
 from msgtable.engine.placement import PLACEMENT_TABLE, Placement
 from msgtable.store.mysqlstore import MySQLStore
+from msgtable.store.subscriptions import FanoutStatements, add_fanout_ddl
 from msgtable.testing import CURRENT_COLUMNS
 
 from ..waiting import wait_until
 from .helpers import comment
 
 WAIT_S = 10.0
+
+
+def run_sql(conn: sa.Connection, sql: str, params: list[Any]) -> Any:
+    """A store's statement (``%s`` parameters) on a connection; returns its cursor."""
+    return conn.exec_driver_sql(sql, tuple(params))
 
 
 def deadlocks(db: sa.Engine) -> int:
@@ -167,5 +174,61 @@ def test_a_renewal_of_the_placement_locks_only_its_own_rows(db_dsn: str):
         assert a.held() == ["t1"]
     finally:
         a.close()
+        store.close()
+        db.dispose()
+
+
+def test_the_purge_and_the_fanout_lock_only_the_rows_they_change(db_dsn: str):
+    """The chaos run's deadlock: the purge's DELETE of acked, handed-over rows by id and
+    the fan-out's UPDATE of time_fanout by id were each planned as a scan of the whole
+    table (EXPLAIN: type ALL and index, rows 400, for 200 and 150 ids of 400), so the
+    DELETE waited for the unseen rows the fan-out's pick had locked while the UPDATE waited
+    for the rows the DELETE had deleted. Each takes its own rows alone (by primary key), and
+    the two sets never meet: the purge takes only rows handed over, the fan-out only rows
+    not handed over yet."""
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    store = MySQLStore.from_dsn(db_dsn)
+    text = comment(vt_default_group=False)
+    try:
+        with db.connect() as conn:
+            conn.execute(sa.text(current_layout_ddl("q", text)))
+            conn.execute(sa.text(add_fanout_ddl("q")))
+            old = time.time_ns() - 10**12  # acked and handed over long ago: purgeable
+            done = ",".join(f"({i}, 'm{i}', {old}, {old})" for i in range(1, 201))
+            conn.execute(
+                sa.text(f"insert into q(id, message, time_acked, time_fanout) values {done}")
+            )
+            fresh = ",".join(f"({i}, 'm{i}')" for i in range(201, 401))
+            conn.execute(sa.text(f"insert into q(id, message) values {fresh}"))
+            conn.execute(sa.text("analyze table q"))
+        cfg = dataclasses.replace(load_table("q", text, CURRENT_COLUMNS, (("id",),)), fanout=True)
+        fan = FanoutStatements(cfg)
+        before = deadlocks(db)
+        fanout = sa.create_engine(db_dsn).connect()
+        try:
+            tx = fanout.begin()
+            picked = run_sql(fanout, *fan.pick([], 150)).fetchall()  # rows 201-350
+            assert [r[0] for r in picked] == list(range(201, 351)), "the pick"
+            t, purged = in_thread(lambda: store.purge(cfg, time.time_ns(), 1_000))
+            # the purge either waits for a picked row (a scan) or is done (its rows alone)
+            wait_until(
+                lambda: running(db, "/* msgtable */ DELETE%") or not t.is_alive(),
+                what="the purge's DELETE",
+            )
+            marked: list[Any] = []
+            try:
+                ids = [r[0] for r in picked]  # numbered 201-350 of the sequence
+                marked.append(run_sql(fanout, *fan.mark_sql(ids, 350, time.time_ns() + 10**12)))
+                tx.commit()
+            except Exception as exc:
+                marked.append(exc)
+        finally:
+            fanout.close()
+        t.join(WAIT_S)
+        assert not t.is_alive(), "the purge never ended"
+        assert deadlocks(db) == before, f"the purge and the fan-out deadlocked: {purged} {marked}"
+        assert purged == [200], f"the purge: {purged}"
+        assert marked[0].rowcount == 150, f"the fan-out's mark: {marked}"
+    finally:
         store.close()
         db.dispose()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -253,4 +255,49 @@ def test_a_long_temporary_directory_still_gives_a_socket_the_server_can_bind(
         assert len(os.fsencode(server.socket)) <= MAX_SOCKET_PATH
         assert server.execute("SELECT 1") == [(1,)]
     finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("moment", ["data directory made", "server launched"])
+def test_a_stop_signal_at_any_moment_of_start_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, moment: str
+) -> None:
+    """`msgtable serve` turns SIGTERM into KeyboardInterrupt while its throwaway database
+    starts, and start() cleans up what it made. A signal between making a thing and recording
+    it (the data directory, the server's process) lost it: CI's embedded SIGTERM test found
+    the data directory left behind. The signal is raised here at exactly those moments."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    launched: list[int] = []
+    real_mkdtemp, real_popen = tempfile.mkdtemp, subprocess.Popen
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        made = real_mkdtemp(*args, **kwargs)
+        if moment == "data directory made" and kwargs.get("prefix") == "msgtable-db-":
+            signal.raise_signal(signal.SIGTERM)
+        return made
+
+    def popen(argv: Any, *args: Any, **kwargs: Any) -> Any:
+        process = real_popen(argv, *args, **kwargs)
+        if "msgtable.testing.watchdog" not in argv:
+            launched.append(process.pid)
+            if moment == "server launched":
+                signal.raise_signal(signal.SIGTERM)
+        return process
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    server = LocalServer(binlog=False)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            server.start()
+        assert [p for p in launched if alive(p)] == [], f"a server left running after {moment}"
+        assert list(scratch.iterdir()) == [], f"left behind after {moment}"
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for pid in launched:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         server.stop()

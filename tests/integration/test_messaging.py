@@ -391,17 +391,17 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served, postpon
         vt_poller_interval=0.1,
         vt_postpone_after=postpone_after,
     )
-    # Large rows: gRPC takes about 4 MB for a subscriber that does not read (its flow-control
-    # window), so of 6 MB some rows stay in the cache, unsent.
-    big = "x" * 100_000
+    # A subscriber whose window holds 20: of 60 rows, 40 stay in the cache, unsent. (Not a
+    # transport that fills: gRPC and the kernel take megabytes for a subscriber that does not
+    # read, more or less as its flow-control window grows, so how many stay was a race.)
     for i in range(60):
-        served.sql("insert into dml(id, message, payload) values (:i, 'm', :p)", i=i, p=big)
-    sub = served.client.subscribe("dml")
+        served.sql("insert into dml(id, message, payload) values (:i, 'm', :p)", i=i, p="x")
+    sub = served.client.subscribe("dml", max_in_flight=20)
 
     seen: list[int] = []
 
     def settled() -> bool:
-        """Sending stopped (the subscriber's buffers are full: the count of messages handed
+        """Sending stopped (the subscriber's window is full: the count of messages handed
         to it, in flight, stayed the same for 0.2 s) and every one of them has been
         postponed (epoch 1), so epoch 0 means "not sent". (In flight, not sent: a send
         counts once the stream takes its batch, and the last two wait in its buffer.)"""
@@ -412,7 +412,7 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served, postpon
         stopped = len(seen) >= 2 and seen[-2] == t.in_flight > 0
         return stopped and t.cached >= 1 and t.in_flight == postponed
 
-    wait_until(settled, what="the subscriber's buffers to fill and its rows to be postponed")
+    wait_until(settled, what="the subscriber's window to fill and its rows to be postponed")
     # The application acks every message not sent yet, by DML in its own transaction.
     with served.transaction() as conn:
         unsent = list(
@@ -429,7 +429,13 @@ def test_a_dml_ack_of_a_cached_message_prevents_its_send(served: Served, postpon
         )
     assert unsent
     received: list[int] = []
-    reader = threading.Thread(target=lambda: [received.append(m.id) for m in sub], daemon=True)
+
+    def read() -> None:  # acks each: the window opens again for whatever is still cached
+        for m in sub:
+            received.append(m.id)
+            m.ack()
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     wait_until(lambda: len(received) >= 60 - len(unsent), what="the messages sent before the ack")
     time.sleep(0.5)

@@ -216,6 +216,20 @@ def test_a_pass_of_limited_polls_reads_each_due_row_once(tables: Tables):
     assert [r[3] for r in rows] == [7]
 
 
+def test_the_redelivery_poll_reads_the_due_rows_given_a_time_of_each_priority(tables: Tables):
+    cfg = insert_order_case(tables)  # given a time: 2 and 5 (priority 0, at 5), 8 (not due)
+    tables.insert("q", 9, priority=3, time_next=NOW - NS, time_created=NOW - 2 * NS)
+    tables.insert("q", 10, priority=2, time_next=NOW - NS, time_acked=NOW)  # acked: never
+    rows = tables.store.poll_timed(cfg, NOW, 10)
+    assert [r[3] for r in rows] == [2, 5, 9]  # as a poll reads them, best first
+    assert tuple(rows[-1]) == (3, NOW - NS, 0, 9, None, NOW - 2 * NS)  # time_created last
+    assert [r[3] for r in tables.store.poll_timed(cfg, NOW + NS, 10)] == [2, 5, 8, 9]
+    assert [r[3] for r in tables.store.poll_timed(cfg, NOW + NS, 2)] == [2, 5]
+    old = tables.create("old", Layout.V2018)  # its passes read every row in time order
+    tables.insert("old", 1, time_scheduled=NOW - 2, time_next=NOW - 1, epoch=1)
+    assert tables.store.poll_timed(old, NOW, 10) == []
+
+
 def test_the_2018_layout_polls_time_scheduled_where_time_next_is_null(tables: Tables):
     cfg = tables.create("old", Layout.V2018)
     tables.insert("old", 1, time_scheduled=NOW - 2, time_next=None, epoch=1, message="a")

@@ -167,8 +167,8 @@ def test_the_fanout_reads_each_row_once_with_each_filters_verdict():
     # each row its own number of the table's fan-out sequence: 41 and 42 of a batch whose
     # last number is 42 (msgtable.store.sequences)
     assert f.mark_sql([3, 4], 42, 7) == (
-        "/* msgtable */ UPDATE `orders` SET `time_fanout` = %s + FIELD(`id`, 3,4) "
-        "WHERE `id` IN (3,4)",
+        "/* msgtable */ UPDATE `orders` FORCE INDEX (PRIMARY) SET `time_fanout` = "
+        "%s + FIELD(`id`, 3,4) WHERE `id` IN (3,4)",
         [40],
     )
     assert f.mark_sql(["a", "b"], 42, 7)[1] == [40, "a", "b", "a", "b"]
@@ -200,7 +200,8 @@ def test_a_subscriptions_poll_joins_the_table_for_its_columns():
     )
     assert s.purge_pick == "SELECT `id` FROM `orders__s` WHERE `time_acked` < %s LIMIT %s"
     assert s.purge == (
-        "/* msgtable */ DELETE FROM `orders__s` WHERE `id` IN ({ids}) AND `time_acked` < %s"
+        "/* msgtable */ DELETE `orders__s` FROM `orders__s` FORCE INDEX (PRIMARY) "
+        "WHERE `id` IN ({ids}) AND `time_acked` < %s"
     )
 
 
@@ -216,7 +217,8 @@ def test_a_tables_purge_waits_for_every_subscription_that_holds_it():
         "h.`time_acked` >= %s)) LIMIT %s"
     )
     assert s.purge == (
-        "/* msgtable */ DELETE FROM `orders` WHERE `id` IN ({ids}) AND `time_acked` < %s"
+        "/* msgtable */ DELETE `orders` FROM `orders` FORCE INDEX (PRIMARY) "
+        "WHERE `id` IN ({ids}) AND `time_acked` < %s"
     )
     assert s.purge_holders == 2
 

@@ -122,6 +122,7 @@ def test_counters_after_known_traffic_are_exact(engine):
     assert value(f, "msgtable_messages_rejected") == 1
     assert value(f, "msgtable_messages_dead_lettered") == 1
     assert value(f, "msgtable_messages_renewed") == 0
+    assert value(f, "msgtable_filter_reads") == 0  # no filter, no lag: no read for one
     assert value(f, "msgtable_messages_in_flight") == 0
     assert value(f, "msgtable_messages_cached") == 0
     assert value(f, "msgtable_subscribers") == 1

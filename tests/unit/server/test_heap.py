@@ -30,7 +30,9 @@ def test_settle_freezes_the_objects_alive_now_so_no_collection_scans_them_again(
     kept = Node()
     assert any(o is kept for o in gc.get_objects()), "a new object is not tracked"
     frozen = heap.settle()
-    assert frozen == gc.get_freeze_count() > 0
+    # a frozen object another thread lets go of leaves the permanent generation: the count
+    # read after settle() returned may be lower (never higher: nothing froze since)
+    assert 0 < gc.get_freeze_count() <= frozen
     assert not any(o is kept for o in gc.get_objects()), "an object alive then was not frozen"
 
 

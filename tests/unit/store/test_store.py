@@ -51,9 +51,21 @@ def test_the_statements_of_the_current_layout():
         "WHERE `id` IN ({ids}) AND `time_acked` IS NULL "
         "AND NOT (`time_next` <=> 9223372036854775807)"  # a dead one stays dead
     )
+    # the redelivery poll: the unacked priorities one index dive each, then the rows given a
+    # time of those priorities (one range of poller_idx each), time_created last
+    assert s.first_priority == "SELECT MIN(`priority`) FROM `q` WHERE `time_acked` IS NULL"
+    assert s.next_priority == s.first_priority + " AND `priority` > %s"
+    assert s.poll_timed == (
+        select.replace("`message` FROM", "`message`, `time_created` FROM")
+        + " AND `time_next` > 0 AND `priority` IN ({ps})"
+        + order
+    )
     # the purge: a plain read picks the rows, the DELETE takes exactly those by primary key
     assert s.purge_pick == "SELECT `id` FROM `q` WHERE `time_acked` < %s LIMIT %s"
-    assert s.purge == "/* msgtable */ DELETE FROM `q` WHERE `id` IN ({ids}) AND `time_acked` < %s"
+    assert (
+        s.purge == "/* msgtable */ DELETE `q` FROM `q` FORCE INDEX (PRIMARY) "
+        "WHERE `id` IN ({ids}) AND `time_acked` < %s"
+    )
     # the manager's polls read time_created last (the created -> sent delay)
     created = select.replace("`message` FROM", "`message`, `time_created` FROM")
     assert s.polls_created == (

@@ -397,3 +397,96 @@ def test_a_lazy_subscription_shows_its_mode_cursor_lag_and_cursor_flushes(served
         c.close()
         m.close()
         d.close()
+
+
+def acked_rows(s: Any, name: str = "orders__lazy") -> int:
+    return int(s.sql(f"select count(*) from {name} where time_acked is not null")[0][0])
+
+
+def take_all(c: Collector, ids: set[int], timeout_s: float = 30.0) -> set[int]:
+    """Take and ack (in batches, as they come) until every one of ``ids`` came."""
+    got: set[int] = set()
+    deadline = time.monotonic() + timeout_s
+    while not ids <= got and time.monotonic() < deadline:
+        try:
+            msgs = c.take(1, max(0.1, deadline - time.monotonic()))
+        except AssertionError:
+            break  # nothing more comes: the caller says what is missing
+        msgs += [c.messages.get() for _ in range(c.messages.qsize())]
+        c.subscription.ack(msgs)
+        got |= {int(m.id) for m in msgs}
+    return got
+
+
+@pytest.mark.parametrize("end", ["kill", "sigterm"])
+def test_acks_behind_a_message_no_stream_takes_survive_their_sender(
+    db_dsn: str, tmp_path: Path, end: str
+):
+    """test_chaos's lazy group: message 1, which no subscriber's stream filter passes, is read
+    and never sent, so the cursor cannot pass it, and the acks of the 200 messages behind it
+    lived in the sender's window alone: a sender killed then had its successor send all 200
+    again. kill: once the cursor is held longer than vt_postpone_after, the acks behind it
+    are written (acked state rows, one upsert a flush) and the sender is killed after that;
+    sigterm: a sender that lets go writes them at once (no postpone wait in between). Either
+    way the next sender sends message 1 only."""
+    cli = Cli(tmp_path)
+    args = ("--dsn", db_dsn, "--no-lease", "--discovery-interval", "0.5")
+    timing = dict(vt_postpone_after=0.5) if end == "kill" else dict(vt_ack_wait=60)
+    try:
+        first = cli.serve(*args)
+        with Client(first.address) as client, application(db_dsn) as app:
+            make_orders(app, **timing)
+            wait_until(
+                lambda: any(t.name == "orders" for t in client.list_tables()),
+                15,
+                "the server found the table",
+            )
+            client.create_subscription("orders", "lazy", state_rows="lazy")
+            enqueue(app, range(1, 202))
+            c = Collector(client, "orders", subscription="lazy", filter="id > 1")
+            behind = set(range(2, 202))
+            got = take_all(c, behind)
+            assert got == behind, f"the stream filter's messages: missing {sorted(behind - got)}"
+            ((held,),) = app.sql("select time_fanout from orders where id = 1")
+            assert cursor(app) < int(held), "message 1, never sent, holds the cursor"
+            if end == "kill":
+                wait_until(
+                    lambda: acked_rows(app) == 200,
+                    20,
+                    lambda: (
+                        f"the acks of the 200 messages behind the held cursor written before "
+                        f"the kill ({acked_rows(app)} acked state rows: the rest live in the "
+                        "sender's window only)"
+                    ),
+                )
+                first.popen.send_signal(signal.SIGKILL)
+                first.popen.wait(10)
+            else:
+                first.stop()  # SIGTERM: the sender lets go
+            c.close()
+            second = cli.serve(*args)
+            with Client(second.address) as client2:
+                c2 = Collector(client2, "orders", subscription="lazy")
+                again = take_all(c2, {1}, 20)
+                again |= take_all(c2, set(range(1, 202)), 3.0)  # and what else comes in 3 s
+                assert again == {1}, (
+                    f"the next sender sent message 1 and {len(again - {1})} acked before "
+                    f"their sender ended again: {sorted(again - {1})[:20]}"
+                )
+                # the scan does not read rows with a state row: the cursor passes them with
+                # the next message it reads
+                enqueue(app, [202])
+                assert take_all(c2, {202}) == {202}, "the message enqueued after the kill"
+                wait_until(
+                    lambda: cursor(app) == last_number(app),
+                    20,
+                    lambda: f"the cursor ({cursor(app)}) passed all (to {last_number(app)})",
+                )
+                wait_until(
+                    lambda: state_rows(app) == 0,
+                    20,
+                    "the acked state rows purged once the cursor passed them (vt_purge_after=0)",
+                )
+                c2.close()
+    finally:
+        cli.stop_all()

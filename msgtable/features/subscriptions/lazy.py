@@ -24,10 +24,18 @@ state row):
   verb as on any state row, counting the send;
 * the flush: the cursor moved over the window's settled prefix, one conditional UPDATE
   (SubscriptionStore.advance_cursor), at each poll, after postpones, and every FLUSH_ACKS
-  acks; a cursor another sender moved drops the window.
+  acks; a cursor another sender moved drops the window;
+* a cursor held: a message read and never sent (no subscriber's stream filter passes it, its
+  subscriber gone) keeps the cursor below it, and the acks behind it would live in the window
+  alone. Once the same message has held the cursor vt_postpone_after, each flush writes the
+  acks behind it that the window alone knows as acked state rows (one multi-row upsert: an
+  ack already there is kept, a dead row stays dead), as does a sender that lets go; only
+  messages sent and acked get one, so no state row races a send.
 
 A crash loses the window and nothing else: the cursor passes only messages acked here or
-held by a committed state row; the next sender scans from it and sends the rest again.
+held by a committed state row; the next sender scans from it and sends the rest again (what
+was sent and not acked, and the acks of the last flush interval, or of the last
+vt_postpone_after while the cursor is held).
 Besides: a settled state row stays until the cursor passed its message (the purge waits: the
 scan tells a message never sent only by its missing state row); a sender that lets go
 (``let_go``: close, a lost lease) flushes; an expired subscription active again starts from the
@@ -87,6 +95,7 @@ class LazyStore:
         self._settled = 0  # acks settled in the window since the last flush
         self._flushing = False
         self._rewound_ns: int | None = None  # when a scan last began from the cursor
+        self._held: tuple[int, int] | None = None  # where the cursor is held, since when
         self._floored = False  # the last poll held back what an old sender may have sent
         self._cfg: TableConfig | None = None  # the state table's, as last polled
         self.cursor_writes = 0
@@ -161,7 +170,7 @@ class LazyStore:
         (the cursor may not pass them) and not sent; the first poll after the hold reads
         again from the cursor."""
         self._cfg = cfg
-        self.flush(cfg)
+        self.flush(cfg, now_ns)
         rows, last = self._store.poll(cfg, now_ns, limit, after, created, floor_ns, skip_keys)
         room = limit - len(rows)
         table, loaded = self._table(), self._loaded()
@@ -326,7 +335,7 @@ class LazyStore:
                 if flying:
                     quiet = [i for i in ids if i in flying and i in first]
                     loud = [i for i in ids if i in flying and i not in first]
-                    w.settle_all(quiet)
+                    w.settle_all(quiet, written=False)
             self._acked = (now_ns, {*quiet, *loud})
             self._settled += len(quiet)
             flush = self._settled >= FLUSH_ACKS
@@ -342,7 +351,7 @@ class LazyStore:
         if rest:
             n += self._ack_rows(cfg, rest, now_ns, first)
         if flush:
-            self.flush(cfg)
+            self.flush(cfg, now_ns)
         return n
 
     def _ack_rows(
@@ -442,7 +451,7 @@ class LazyStore:
         if cfg is None:
             return
         try:
-            self.flush(cfg)
+            self.flush(cfg, self._clock.now_ns(), durable=True)
         except MsgtableError as exc:
             log.warning(
                 "subscription %s/%s: its cursor not moved on letting go (%s); the next sender "
@@ -458,21 +467,37 @@ class LazyStore:
         with self._lock:
             self._window = None
             self._rows.clear()
-            self._rewound_ns = None
+            self._rewound_ns = self._held = None
 
-    def flush(self, cfg: TableConfig) -> None:
-        """Move the cursor over the window's settled prefix (nothing to do: no statement)."""
+    def flush(self, cfg: TableConfig, now_ns: int | None = None, durable: bool = False) -> None:
+        """Move the cursor over the window's settled prefix (nothing to do: no statement).
+        With ``now_ns``: if the cursor has been held by the same message vt_postpone_after or
+        longer (read and never sent: no subscriber's stream filter passes it, its subscriber
+        is gone), or with ``durable`` (letting go), the acks behind it that live in the
+        window alone are written (``_write_acked``)."""
         with self._lock:
             w = self._window
             if w is None or self._flushing:
                 return
             new = w.advance()
-            if new is None:
+            held, since = w.held_at, self._held
+            if now_ns is not None and (held is None or since is None or since[0] != held):
+                self._held = since = None if held is None else (held, now_ns)
+            durable = durable or (
+                since is not None
+                and now_ns is not None
+                and now_ns - since[1] >= cfg.postpone_after_ns
+            )
+            if new is None and not durable:
                 return
-            old, self._flushing, self._settled = w.cursor, True, 0
+            old, self._flushing = w.cursor, True
+            if new is not None:
+                self._settled = 0
         cursor: int | None = new
         try:
-            if not self._subs.advance_cursor(cfg.source, cfg.subscription, old, new):
+            if new is not None and not self._subs.advance_cursor(
+                cfg.source, cfg.subscription, old, new
+            ):
                 cursor = self._subs.subscription_cursor(cfg.source, cfg.subscription)
                 log.warning(
                     "subscription %s/%s: another server moved its cursor (to %s); its window "
@@ -481,16 +506,34 @@ class LazyStore:
                     cfg.subscription,
                     cursor,
                 )
+            with self._lock:
+                if new is not None and self._window is w:
+                    self.cursor_writes += 1
+                    if cursor == new:
+                        w.moved(new)
+                    else:
+                        w.lost(old if cursor is None else cursor)
+                    keep = w.ids()  # (an acked one's too: its state row, _write_acked)
+                    self._rows = {i: v for i, v in self._rows.items() if i in keep}
+            if durable and now_ns is not None:
+                self._write_acked(cfg, w, now_ns)
         finally:
             with self._lock:
                 self._flushing = False
+
+    def _write_acked(self, cfg: TableConfig, w: Window, now_ns: int) -> None:
+        """The acks the window alone knows (behind the message holding the cursor) written
+        as acked state rows, one multi-row upsert (a row there keeps its ack; a dead one
+        stays dead): a crash no longer loses them. Only messages sent and acked: no state
+        row for one still to send, so no race with a send."""
         with self._lock:
             if self._window is not w:
                 return
-            self.cursor_writes += 1
-            if cursor == new:
-                w.moved(new)
-            else:
-                w.lost(old if cursor is None else cursor)
-            keep = w.open_of(self._rows)
-            self._rows = {i: v for i, v in self._rows.items() if i in keep}
+            ids = w.acked_only()
+            rows = [self._state_row(i, None, 1) for i in ids]
+        if not rows:
+            return
+        self._subs.write_state_rows(cfg, rows, now_ns)
+        with self._lock:
+            if self._window is w:
+                w.written(ids)

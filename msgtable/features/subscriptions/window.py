@@ -11,7 +11,9 @@ serves it). So the durable cursor never passes an unsettled message without a st
 and a crash, which loses the window, loses no message: the next sender scans above the
 durable cursor and sends the rest again (at least once). ``advance`` says where the cursor
 can go, ``moved`` that it went there (one conditional UPDATE per flush, msgtable.store:
-advance_cursor), ``lost`` that another sender moved it (the window is dropped).
+advance_cursor), ``lost`` that another sender moved it (the window is dropped). While a
+message not settled holds the cursor (``held_at``), ``acked_only`` names the acks behind it
+that live in the window alone, to write as acked state rows (``written``: held from then on).
 
 Pure bookkeeping, no clock and no I/O: the caller passes the times and writes what it says
 (msgtable.features.subscriptions.lazy serves a lazy subscription through it).
@@ -23,9 +25,10 @@ from collections.abc import Collection, Hashable, Iterable
 
 # An entry is a list, not an object, so that a batch of them costs no call each (the cost
 # guard counts calls): [its number in the table's fan-out sequence, when it was first sent
-# (None: read by the scan, not sent yet: in the cache), settled (acked or held: the cursor
-# may pass it)].
+# (None: read by the scan, not sent yet: in the cache), settled (0: no; ACKED: acked here,
+# nothing written; HELD: its state row written; either way the cursor may pass it)].
 _NUMBER, _SENT, _SETTLED = 0, 1, 2
+ACKED, HELD = 1, 2
 
 
 class Window:
@@ -37,6 +40,7 @@ class Window:
         self.scan_after = cursor  # the next scan reads the rows numbered above this
         self._by_id: dict[Hashable, list[object]] = {}
         self._ids: dict[int, Hashable] = {}  # number -> id
+        self.held_at: int | None = None  # the first unsettled number, as ``advance`` saw it
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -54,7 +58,7 @@ class Window:
             if number > top:
                 top = number
             if id not in by_id:
-                by_id[id] = [number, None, False]
+                by_id[id] = [number, None, 0]
                 ids[number] = id
                 new.append(id)
         self.scan_after = top
@@ -89,25 +93,28 @@ class Window:
     def acked(self, id: Hashable) -> bool:
         """Its ack came (gRPC): settled here, nothing written. False: not in the window, or
         not sent (its state row, if any, is the one to settle)."""
-        return bool(self.settle_all([id]))
+        return bool(self.settle_all([id], written=False))
 
     def held(self, id: Hashable) -> bool:
         """Its state row was written (postponed, released, rejected, dead, acked by DML):
         the state table has it now. False: not in the window, or not sent."""
         return bool(self.settle_all([id]))
 
-    def settle_all(self, ids: Iterable[Hashable], unsent: bool = False) -> list[Hashable]:
-        """``acked`` (or ``held``) of each; returns those settled now. ``unsent``: those
-        read and not sent too (``parked``)."""
+    def settle_all(
+        self, ids: Iterable[Hashable], unsent: bool = False, written: bool = True
+    ) -> list[Hashable]:
+        """``held`` (``written`` False: ``acked``) of each; returns those settled now.
+        ``unsent``: those read and not sent too (``parked``)."""
         by_id = self._by_id
         out = []
+        how = HELD if written else ACKED
         for id in ids:
             entry = by_id.get(id)
             if entry is None or entry[_SETTLED]:
                 continue
             if entry[_SENT] is None and not unsent:
                 continue
-            entry[_SETTLED] = True
+            entry[_SETTLED] = how
             out.append(id)
         return out
 
@@ -169,14 +176,32 @@ class Window:
 
     def advance(self) -> int | None:
         """Where the cursor can go now: past the longest settled prefix in sequence order
-        (None: not past its place; nothing to write)."""
+        (None: not past its place; nothing to write). ``held_at``: where that prefix ends
+        (the first unsettled number; None: every one in the window is settled)."""
         by_id, ids = self._by_id, self._ids
-        top = None
+        top = held = None
         for number in sorted(ids):
             if not by_id[ids[number]][_SETTLED]:
+                held = number
                 break
             top = number
+        self.held_at = held
         return top if top is not None and top > self.cursor else None
+
+    def acked_only(self) -> list[Hashable]:
+        """The ids acked here with nothing written (behind ``held_at``, once the cursor
+        moved over the settled prefix), in sequence order: while the cursor is held, their
+        acks live in this window alone."""
+        by_id, ids = self._by_id, self._ids
+        return [ids[n] for n in sorted(ids) if by_id[ids[n]][_SETTLED] == ACKED]
+
+    def written(self, ids: Iterable[Hashable]) -> None:
+        """Their acked state rows were written (``acked_only``): held from now on."""
+        by_id = self._by_id
+        for id in ids:
+            entry = by_id.get(id)
+            if entry is not None and entry[_SETTLED]:
+                entry[_SETTLED] = HELD
 
     def moved(self, new: int) -> None:
         """The cursor was written at ``new``: what it passed leaves the window."""
@@ -192,6 +217,7 @@ class Window:
         self._by_id.clear()
         self._ids.clear()
         self.cursor = self.scan_after = cursor
+        self.held_at = None
 
     def ids(self) -> Collection[Hashable]:
         """Every id in the window."""

@@ -234,6 +234,41 @@ def test_a_sender_that_lets_go_flushes_what_was_acked_since_its_last_poll(engine
     assert cursor(engine) == 3
 
 
+def test_acks_behind_a_message_never_sent_are_written_once_it_held_the_cursor_long_enough(
+    engine,
+):
+    """Message 1, which no stream filter passes, is read and never sent: the cursor stays
+    below it and the acks of 2-5 live in the window alone. Once the same message held the
+    cursor vt_postpone_after, a flush writes them (acked state rows, one upsert); none for 1
+    (still to send); nothing again at the next flush; the cursor passes all once 1 is acked."""
+    enqueue(engine, 1, 2, 3, 4, 5)
+    m, lazy = served(engine)
+    sub = engine.subscribe("q", subscription="lazy", filter="id > 1")
+    m.poll_once()
+    m.send_once()
+    assert [v[0] for v in drain(sub)] == [2, 3, 4, 5]
+    engine.ack("q", "", [2, 3, 4, 5], subscription="lazy")
+    state = memory(engine).rows[STATE]
+    m.poll_once()
+    assert (cursor(engine), state) == (0, {}), "held just now: nothing written yet"
+    engine.clock.advance(m.config.postpone_after_s)  # type: ignore[attr-defined]
+    m.poll_once()
+    assert sorted(state) == [2, 3, 4, 5], "the acks behind the held cursor written"
+    assert all(r["time_acked"] is not None and r["time_next"] is None for r in state.values())
+    assert cursor(engine) == 0, "1 still holds it"
+    written = {i: dict(r) for i, r in state.items()}
+    engine.clock.advance(m.config.postpone_after_s)  # type: ignore[attr-defined]
+    m.poll_once()
+    assert state == written, "nothing acked since: nothing written again"
+    everyone = engine.subscribe("q", subscription="lazy")
+    assert m.send_once() == 1
+    assert [v[0] for v in drain(everyone)] == [1]
+    engine.ack("q", "", [1], subscription="lazy")
+    m.poll_once()
+    assert cursor(engine) == 5
+    assert lazy.cursor_writes == 1
+
+
 def test_an_expired_lazy_subscription_active_again_gets_what_is_handed_over_from_then_on():
     """As an eager one: nothing of its expiry (its cursor moves to the sequence's last when
     a subscriber comes back), everything after."""

@@ -63,6 +63,26 @@ def test_a_message_read_and_not_sent_holds_the_cursor_back():
     assert w.advance() == 3
 
 
+def test_the_acks_behind_a_held_cursor_are_named_until_written():
+    """``held_at`` says where the settled prefix ends; ``acked_only`` the acks behind it that
+    live in the window alone (not those held by a state row), until ``written``."""
+    w = Window(cursor=0)
+    for n in (1, 2, 3, 4):
+        assert w.read(n, n)
+    for n in (2, 3, 4):
+        assert w.sent(n, 0)
+    w.acked(2)
+    w.held(3)  # its state row written (a release, say)
+    w.acked(4)
+    assert (w.advance(), w.held_at) == (None, 1), "1, read and not sent, holds the cursor"
+    assert w.acked_only() == [2, 4]
+    w.written([2, 4])
+    assert w.acked_only() == [], "written: held from now on"
+    assert w.settled_of([1, 2, 3, 4]) == {2, 3, 4}, "still the window's (a stale scan)"
+    assert w.sent(1, 0) and w.acked(1)
+    assert (w.advance(), w.held_at) == (4, None)
+
+
 def test_a_message_with_a_state_row_is_passed_while_unsettled():
     """One not acked by vt_postpone_after gets its state row (the postpone): from then on it
     is the state table's, and the cursor may pass it."""

@@ -785,6 +785,11 @@ class MessageEngine:
         subs = self._subscriptions
         return {} if subs is None else subs.cursor_flushes()
 
+    def held_acks_written(self) -> dict[tuple[str, str], int]:
+        """Each lazy subscription's acks written behind its held cursor here."""
+        subs = self._subscriptions
+        return {} if subs is None else subs.held_acks_written()
+
     def delivery_delays(self) -> dict[tuple[str, str], LatencySnapshot]:
         """Each loaded table's and subscription's time_created -> first send delays, by
         (table, subscription): no statement (msgtable.observe.metrics)."""

@@ -111,6 +111,8 @@ class MetricsSource(Protocol):
 
     def cursor_flushes(self) -> dict[tuple[str, str], int]: ...
 
+    def held_acks_written(self) -> dict[tuple[str, str], int]: ...
+
 
 def _flow_families(statuses: list[TableStatus], labels: list[tuple[str, str, str]]) -> list[Family]:
     """Flow control's (msgtable.engine.flow): the sends each limit held messages back
@@ -183,6 +185,16 @@ class EngineCollector(Collector):
         for (table, sub), n in sorted(self.engine.cursor_flushes().items()):
             c.add((self.engine.keyspace, table, sub), n)
         out.append(c)
+        h = Family(
+            PREFIX + "subscription_held_acks_written",
+            COUNTER,
+            "A lazy subscription's acks written as acked state rows behind a cursor held by "
+            "a message never sent.",
+            LABELS,
+        )
+        for (table, sub), n in sorted(self.engine.held_acks_written().items()):
+            h.add((self.engine.keyspace, table, sub), n)
+        out.append(h)
         g = Family(
             PREFIX + "table_sender",
             GAUGE,

@@ -490,3 +490,30 @@ def test_acks_behind_a_message_no_stream_takes_survive_their_sender(
                 c2.close()
     finally:
         cli.stop_all()
+
+
+def test_acks_written_behind_a_held_cursor_are_counted(served: Served):
+    """/metrics counts the acks written as acked state rows behind a cursor held by a message
+    never sent (msgtable_subscription_held_acks_written_total), one each, once."""
+    make_orders(served, vt_postpone_after=0.5)
+    served.client.create_subscription("orders", "lazy", state_rows="lazy")
+    enqueue(served, range(1, 12))
+    m = MetricsServer(served.engine, "127.0.0.1:0", served.server.servicer.streams)
+    m.open()
+    c = Collector(served.client, "orders", subscription="lazy", filter="id > 1")
+    written = ("msgtable_subscription_held_acks_written_total", "orders", "lazy")
+    try:
+        assert take_all(c, set(range(2, 12))) == set(range(2, 12))
+        wait_until(
+            lambda: acked_rows(served) == 10,
+            20,
+            lambda: f"the 10 acks behind message 1 written ({acked_rows(served)})",
+        )
+        wait_until(
+            lambda: scrape(m).get(written) == 10,
+            10,
+            lambda: f"the 10 acks written counted ({scrape(m).get(written)})",
+        )
+    finally:
+        c.close()
+        m.close()

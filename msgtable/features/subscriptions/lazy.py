@@ -99,6 +99,7 @@ class LazyStore:
         self._floored = False  # the last poll held back what an old sender may have sent
         self._cfg: TableConfig | None = None  # the state table's, as last polled
         self.cursor_writes = 0
+        self.acks_written = 0  # acked state rows written behind a held cursor
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -535,5 +536,6 @@ class LazyStore:
             return
         self._subs.write_state_rows(cfg, rows, now_ns)
         with self._lock:
+            self.acks_written += len(rows)
             if self._window is w:
                 w.written(ids)

@@ -213,9 +213,15 @@ class Registry:
         return cast("Store", lazy)
 
     def cursor_flushes(self) -> dict[tuple[str, str], int]:
+        return {k: v.cursor_writes for k, v in self._lazy_stores().items()}
+
+    def held_acks_written(self) -> dict[tuple[str, str], int]:
+        return {k: v.acks_written for k, v in self._lazy_stores().items()}
+
+    def _lazy_stores(self) -> dict[tuple[str, str], LazyStore]:
         subs, now = self._subs, dict(self._lazy_now)
         return {
-            (ls.sub.table, ls.sub.name): now[n].cursor_writes
+            (ls.sub.table, ls.sub.name): now[n]
             for n, ls in list(subs.items())
             if n in now and ls.sub.lazy
         }

@@ -796,8 +796,10 @@ class Checker:
             r.deliveries += 1
             r.attempts[attempt] += 1
             if acked_at is not None and t > acked_at + WIRE_SLACK_S:
-                if self._window_lost(acked_at, t):
+                age = self._window_lost(acked_at, t)
+                if age is not None:
                     r.after_ack_window_lost += 1
+                    r.window_lost_ack_age_s = max(r.window_lost_ack_age_s, age)
                 else:
                     r.after_ack.append((i, sub, round(t - acked_at, 3)))
             if died is not None and t > died + WIRE_SLACK_S:
@@ -821,12 +823,19 @@ class Checker:
                 r.in_flight_twice.append((i, round(t2 - t1, 3)))
             r.reasons[self._unacked_why(i, s1, released)] += 1
 
-    def _window_lost(self, acked_at: float, t: float) -> bool:
+    def _window_lost(self, acked_at: float, t: float) -> float | None:
         """A lazy group's: a fault that can lose its sender's window came between an ack
-        (at ``acked_at``) and a delivery again (at ``t``)."""
-        return self.lazy and any(
-            e.what in WINDOW_FAULTS and e.at + WIRE_SLACK_S >= acked_at and e.began <= t
-            for e in self.events
+        (at ``acked_at``) and a delivery again (at ``t``): how long after the ack the
+        first such fault began (0: during it); None: none came."""
+        if not self.lazy:
+            return None
+        return min(
+            (
+                max(0.0, e.began - acked_at)
+                for e in self.events
+                if e.what in WINDOW_FAULTS and e.at + WIRE_SLACK_S >= acked_at and e.began <= t
+            ),
+            default=None,
         )
 
     def _judge_late_settlements(self, r: Report) -> None:
@@ -1055,6 +1064,7 @@ class Report:
     after_ack: list[tuple[int, str, float]] = field(default_factory=list)
     # a lazy group's deliveries after an ack that a fault lost with its sender's window
     after_ack_window_lost: int = 0
+    window_lost_ack_age_s: float = 0.0  # the longest from such an ack to its fault
     after_dead: list[tuple[int, str, float]] = field(default_factory=list)
     # (id, "release" / "renew", how long before the delay / extension ended)
     early: list[tuple[int, str, float]] = field(default_factory=list)
@@ -1162,7 +1172,8 @@ class Report:
             f"{len(self.never_acked)} (acks in doubt found committed "
             f"{self.acks_in_doubt_committed}); purged {self.purged:,} (acks in doubt "
             f"{self.acks_in_doubt_purged}); delivered after their ack {len(self.after_ack)} "
-            f"(after a fault lost the lazy window's ack: {self.after_ack_window_lost}), "
+            f"(after a fault lost the lazy window's ack: {self.after_ack_window_lost}, made "
+            f"up to {self.window_lost_ack_age_s:.1f} s before it), "
             f"after they died {len(self.after_dead)}, early {len(self.early)}, "
             f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
             f"late releases or renewals of a replaced delivery {self.late_settlements} "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable
 
+import pytest
 import sqlalchemy as sa
 
 from ..ordering import Delivery, OrderLog
@@ -479,6 +480,8 @@ def test_a_lazy_subscriptions_ack_lost_with_its_senders_window_is_counted_not_a_
         assert ("delivered after their ack (id, sub, s)" in report.violations()) == bool(
             expected[0]
         )
+        # how long before the fault the lost ack was made: acked 10 s ago, the fault 5 s ago
+        assert report.window_lost_ack_age_s == pytest.approx(5.0 if expected[1] else 0.0)
 
 
 def test_a_delivery_or_a_state_row_outside_the_filter_is_reported() -> None:

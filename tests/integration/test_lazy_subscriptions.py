@@ -431,7 +431,9 @@ def test_acks_behind_a_message_no_stream_takes_survive_their_sender(
     way the next sender sends message 1 only."""
     cli = Cli(tmp_path)
     args = ("--dsn", db_dsn, "--no-lease", "--discovery-interval", "0.5")
-    timing = dict(vt_postpone_after=0.5) if end == "kill" else dict(vt_ack_wait=60)
+    timing = (
+        dict(vt_postpone_after=0.5) if end == "kill" else dict(vt_ack_wait=60, vt_postpone_after=30)
+    )
     try:
         first = cli.serve(*args)
         with Client(first.address) as client, application(db_dsn) as app:

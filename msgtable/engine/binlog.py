@@ -287,6 +287,7 @@ class BinlogFollower:
             annotate_rows_event=mariadb,
             slave_heartbeat=1.0,
             freeze_schema=True,  # a table id's columns never change: ALTER TABLE gets a new id
+            pymysql_wrapper=dump_connection(),
             **where,
         )
         with self._lock:
@@ -428,7 +429,9 @@ class BinlogFollower:
             return False
         stream = self._stream
         if stream is not None:
-            self._position = (stream.log_file, int.from_bytes(data[14:18], "little"))
+            position = int.from_bytes(data[14:18], "little")
+            self._position = (stream.log_file, position)
+            stream.log_pos = position  # the library's, as its own loop would set it
         return True
 
     def _read_to_end(self) -> None:
@@ -474,7 +477,8 @@ def install_fast_path() -> bool:
                 # use_checksum, ... (BinLogStreamReader passes them by position)
                 follower.checksum = bool(args[3]) if len(args) > 3 else False
                 data = from_packet.get_all_data()
-                if len(data) >= 28 and follower.fast(data):
+                left = getattr(from_packet, "msgtable_left", False)  # fast() said no already
+                if not left and len(data) >= 28 and follower.fast(data):
                     self.event = None  # the library skips it
                     self.event_type = data[5]
                     self.timestamp = int.from_bytes(data[1:5], "little")
@@ -484,6 +488,83 @@ def install_fast_path() -> bool:
 
     binlogstream.BinLogPacketWrapper = FastPathPacket
     return True
+
+
+# COM_BINLOG_DUMP and COM_BINLOG_DUMP_GTID: the command byte after a packet's 4-byte header
+_DUMP_COMMANDS = frozenset({0x12, 0x1E})
+
+
+@functools.cache
+def dump_connection() -> type:
+    """pymysql's Connection for the binlog stream (BinLogStreamReader's ``pymysql_wrapper``):
+    once it has sent the dump command on a following thread, each packet it reads goes to the
+    follower's fast path first (:meth:`BinlogFollower.fast`), and only the events it leaves
+    reach the library, as packets the hook does not look at again. An event the fast path
+    takes costs no packet object, no library wrapper and no turn of the library's loop:
+    about half of what following a busy table cost (most of its events are msgtable's own
+    statements and the INSERTs). Without a following thread it is pymysql's Connection."""
+    from pymysql import connections, err
+    from pymysql.constants import CR
+    from pymysql.protocol import MysqlPacket
+
+    class LeftPacket(MysqlPacket):  # type: ignore[misc]
+        __slots__ = ()
+        msgtable_left = True  # the fast path saw it and left it to the library
+
+    class DumpConnection(connections.Connection):  # type: ignore[misc]
+        _follower: BinlogFollower | None = None
+        _primed = False  # a packet went to the library: its wrapper told the checksum
+        _next_seq_id: int  # pymysql's own state, as its reader keeps it
+        _current_timeout: float | None
+
+        def _write_bytes(self, data: bytes) -> None:
+            super()._write_bytes(data)
+            if len(data) > 4 and data[4] in _DUMP_COMMANDS:
+                self._follower = getattr(_reader, "follower", None)
+                self._primed = False
+
+        def _read_packet(self, packet_type: Any = MysqlPacket) -> Any:
+            follower = self._follower
+            if follower is None or packet_type is not MysqlPacket:
+                return super()._read_packet(packet_type)
+            if self._current_timeout != self._read_timeout:
+                self._sock.settimeout(self._read_timeout)
+                self._current_timeout = self._read_timeout
+            while True:
+                data = self._read_whole()
+                if self._primed and data[0] == 0 and len(data) >= 28 and follower.fast(data):
+                    continue
+                packet = LeftPacket(data, self.encoding)
+                if packet.is_error_packet():
+                    packet.raise_for_error()
+                self._primed = True
+                return packet
+
+        def _read_whole(self) -> bytes:
+            """One packet's payload (a payload of 16 MB or more comes in several)."""
+            parts: list[bytes] = []
+            while True:
+                header = self._read_bytes(4)
+                if header[3] != self._next_seq_id:  # as pymysql's own reader
+                    self._force_close()
+                    if header[3] == 0:  # MariaDB's error packet when it shuts down
+                        raise err.OperationalError(
+                            CR.CR_SERVER_LOST, "Lost connection to MySQL server during query"
+                        )
+                    raise err.InternalError(
+                        f"Packet sequence number wrong - got {header[3]}"
+                        f" expected {self._next_seq_id}"
+                    )
+                self._next_seq_id = (self._next_seq_id + 1) % 256
+                size = header[0] | header[1] << 8 | header[2] << 16
+                part = self._read_bytes(size)
+                if size < connections.MAX_PACKET_LEN and not parts:
+                    return part  # type: ignore[no-any-return]
+                parts.append(part)
+                if size < connections.MAX_PACKET_LEN:
+                    return b"".join(parts)
+
+    return DumpConnection
 
 
 def reading_again(retry: Retry) -> None:

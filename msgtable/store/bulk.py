@@ -22,6 +22,7 @@ from msgtable.core.deadletters import holds_dead_letters
 from msgtable.core.sql import MARK, placeholders, quote
 from msgtable.core.tables import DEAD_TIME_NEXT, Layout, TableConfig
 from msgtable.errors import InvalidArgument
+from msgtable.store.statements import BY_ID
 
 
 class RowState(enum.Enum):
@@ -126,7 +127,8 @@ class BulkStatements:
         """Delete acked rows by id (the archive's rows, exactly: an id that is not acked, or
         no longer there, is left alone)."""
         return (
-            f"{MARK}DELETE FROM {self.table} WHERE {self._id} IN ({placeholders(ids)}) "
+            f"{MARK}DELETE {self.table} FROM {self.table} {BY_ID} "
+            f"WHERE {self._id} IN ({placeholders(ids)}) "
             f"AND {quote('time_acked')} IS NOT NULL"
         )
 

@@ -34,6 +34,7 @@ from msgtable.core.tables import (
     text_limit,
 )
 from msgtable.limits import COUNT_DEAD_CAP
+from msgtable.store.statements import BY_ID
 
 # The last error of a message rejected without a reason (and none of its own).
 REJECTED_REASON = "rejected"
@@ -106,7 +107,7 @@ class DeadStatements:
         else:
             due = f"COALESCE({raw_next}, {quote('time_scheduled')}, 0) <= %s"
         # the rows a burial takes: by id (a reject), or also at an epoch and due (an expiry)
-        self.pick = f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) AND {alive}"
+        self.pick = f"SELECT {rid} FROM {t} {BY_ID} WHERE {rid} IN ({{ids}}) AND {alive}"
         self.pick_expired = f"{self.pick} AND {epoch} <=> %s AND {due}"
         lock = " FOR UPDATE"
         self.pick += lock
@@ -121,7 +122,9 @@ class DeadStatements:
                 sets.append(f"{_q(LAST_ERROR_COLUMN)} = {_error_expr(cfg, own_error)}")
             if cfg.has_column(TIME_DEAD_COLUMN):
                 sets.append(f"{_q(TIME_DEAD_COLUMN)} = %s")
-            self.in_place = f"{MARK}UPDATE {t} SET {', '.join(sets)} WHERE {rid} IN ({{ids}})"
+            self.in_place = (
+                f"{MARK}UPDATE {t} {BY_ID} SET {', '.join(sets)} WHERE {rid} IN ({{ids}})"
+            )
             where_dead = f"{acked} IS NULL AND {raw_next} = {DEAD_TIME_NEXT}"
             time_dead = _q(TIME_DEAD_COLUMN) if cfg.has_column(TIME_DEAD_COLUMN) else "NULL"
             error = own_error
@@ -150,16 +153,19 @@ class DeadStatements:
             # A dead letter of the same id already there (a message enqueued again under an
             # id that died before): the newer death replaces it, rather than block the move.
             self.copy = (
-                f"INSERT INTO {d} ({', '.join(into)}) SELECT {', '.join(values)} FROM {t} "
+                f"INSERT INTO {d} ({', '.join(into)}) SELECT {', '.join(values)} FROM {t} {BY_ID} "
                 f"WHERE {rid} IN ({{ids}}) ON DUPLICATE KEY UPDATE {update}"
             )
             # With subscriptions the row is theirs too (msgtable.core.subscriptions): it stays,
             # settled for the default group, until each of them settled it (then the purge
             # takes it); a row not handed to them yet still will be.
             self.remove = (
-                f"{MARK}UPDATE {t} SET {acked} = %s, {raw_next} = NULL WHERE {rid} IN ({{ids}})"
+                f"{MARK}UPDATE {t} {BY_ID} SET {acked} = %s, {raw_next} = NULL "
+                f"WHERE {rid} IN ({{ids}})"
                 if cfg.fanout
-                else f"{MARK}DELETE FROM {t} WHERE {rid} IN ({{ids}})"
+                # the rows it picked alive (naming time_acked keeps MariaDB on the key)
+                else f"{MARK}DELETE {t} FROM {t} {BY_ID} WHERE {rid} IN ({{ids}}) "
+                f"AND {acked} IS NULL"
             )
             where_dead = f"{acked} IS NULL"
             time_dead, attempts = _q(TIME_DEAD_COLUMN), _q(ATTEMPTS_COLUMN)
@@ -265,9 +271,9 @@ class RedriveStatements:
             sets = [f"{quote('epoch')} = 0", f"{raw_next} = %s"]
             if dead.has_column(TIME_DEAD_COLUMN):
                 sets.append(f"{_q(TIME_DEAD_COLUMN)} = NULL")
-            self.revive = f"{MARK}UPDATE {d} SET {', '.join(sets)} WHERE {rid} IN ({{ids}})"
+            self.revive = f"{MARK}UPDATE {d} {BY_ID} SET {', '.join(sets)} WHERE {rid} IN ({{ids}})"
             return
-        self.taken = f"SELECT {rid} FROM {t} WHERE {rid} IN ({{ids}}) FOR UPDATE"
+        self.taken = f"SELECT {rid}, {acked} FROM {t} {BY_ID} WHERE {rid} IN ({{ids}}) FOR UPDATE"
         move = Move.between(dead, target)
         names = [n for n in move.values if n not in (TIME_DEAD_COLUMN, ATTEMPTS_COLUMN)]
         have = {c.name for c in dead.columns}
@@ -278,8 +284,12 @@ class RedriveStatements:
         engine = _fresh_columns(target)
         into = ", ".join([*cols, *(_q(c) for c, _ in engine)])
         values = ", ".join([*cols, *(v for _, v in engine)])
-        self.copy = f"INSERT INTO {t} ({into}) SELECT {values} FROM {d} WHERE {rid} IN ({{ids}})"
-        self.remove = f"{MARK}DELETE FROM {d} WHERE {rid} IN ({{ids}})"
+        self.copy = (
+            f"INSERT INTO {t} ({into}) SELECT {values} FROM {d} {BY_ID} WHERE {rid} IN ({{ids}})"
+        )
+        self.remove = (
+            f"{MARK}DELETE {d} FROM {d} {BY_ID} WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
+        )
 
     def batch(
         self,

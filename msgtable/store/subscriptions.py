@@ -44,6 +44,7 @@ from msgtable.errors import InvalidArgument, TableNotFound
 from msgtable.store import sequences as sequence
 from msgtable.store.fanout import FanoutStatements
 from msgtable.store.mysql import DUPLICATE_KEY, error_code, server_text
+from msgtable.store.statements import BY_ID
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +237,7 @@ def orphans_delete_sql(state_table: str, source: str) -> str:
     s = quote(state_table).replace("{", "{{").replace("}", "}}")
     m = quote(source).replace("{", "{{").replace("}", "}}")
     return (
-        f"{MARK}DELETE FROM {s} WHERE `id` IN ({{ids}}) AND `time_acked` IS NULL "
+        f"{MARK}DELETE {s} FROM {s} {BY_ID} WHERE `id` IN ({{ids}}) AND `time_acked` IS NULL "
         f"AND NOT EXISTS (SELECT 1 FROM {m} m WHERE m.`id` = {s}.`id`)"
     )
 

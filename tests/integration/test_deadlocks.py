@@ -14,9 +14,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from msgtable.core.rows import CachedRow
-from msgtable.core.tables import current_layout_ddl, load_table
+from msgtable.core.tables import Column, current_layout_ddl, load_table
 from msgtable.engine.lease import connector
 from msgtable.engine.placement import PLACEMENT_TABLE, Placement
+from msgtable.store.bulk import BulkStatements
+from msgtable.store.deadletters import DeadStatements
 from msgtable.store.mysqlstore import MySQLStore
 from msgtable.store.subscriptions import FanoutStatements, add_fanout_ddl
 from msgtable.testing import CURRENT_COLUMNS
@@ -231,4 +233,96 @@ def test_the_purge_and_the_fanout_lock_only_the_rows_they_change(db_dsn: str):
         assert marked[0].rowcount == 150, f"the fan-out's mark: {marked}"
     finally:
         store.close()
+        db.dispose()
+
+
+def test_statements_by_id_wait_for_no_row_they_do_not_name(db_dsn: str):
+    """The archive's DELETE of acked rows and a dead letter's removal from its table name
+    100 ids of a 400-row table: planned as a scan of the whole table they locked every row
+    (a transaction holding row 2, named by neither, made them wait). By primary key they
+    take their own rows alone (tests/unit/store/test_by_id.py: every such statement)."""
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    text = comment(vt_dead_letter="q_dead")
+    old = time.time_ns() - 10**12
+    named = list(range(100, 400, 3))
+    try:
+        with db.connect() as conn:
+            conn.execute(sa.text(current_layout_ddl("q", text)))
+            rows = ",".join(f"({i}, 'm{i}', {old})" for i in range(1, 401))
+            conn.execute(sa.text(f"insert into q(id, message, time_acked) values {rows}"))
+            conn.execute(sa.text("analyze table q"))
+        cfg = load_table("q", text, CURRENT_COLUMNS, (("id",),))
+        dead_columns = (("time_dead", "bigint"), ("attempts", "bigint"), ("last_error", "text"))
+        dead = load_table(
+            "q_dead",
+            comment(),
+            CURRENT_COLUMNS + tuple(Column(c, t, t) for c, t in dead_columns),
+            (("id",),),
+        )
+        statements = {
+            "the archive's delete": BulkStatements(cfg).delete_acked(len(named)),
+            "a dead letter's removal": DeadStatements(cfg, dead).remove.format(
+                ids=", ".join(["%s"] * len(named))
+            ),
+        }
+        holder = sa.create_engine(db_dsn).connect()
+        try:
+            tx = holder.begin()
+            holder.exec_driver_sql("SELECT id FROM q WHERE id = 2 FOR UPDATE").fetchall()
+            for what, sql in statements.items():
+                with sa.create_engine(db_dsn).connect() as conn:
+                    conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 2")
+                    try:
+                        conn.exec_driver_sql(sql, tuple(named))
+                    except sa.exc.OperationalError as exc:
+                        raise AssertionError(f"{what} waited for row 2: {exc}") from None
+                    finally:
+                        conn.rollback()
+            tx.rollback()
+        finally:
+            holder.close()
+    finally:
+        db.dispose()
+
+
+def test_every_statement_by_id_reads_its_rows_by_the_primary_key(db_dsn: str):
+    """EXPLAIN of each locking statement by id (tests/unit/store/test_by_id.py lists them)
+    naming 100 ids of a 400-row table: a range of the primary key, never a scan of the
+    table (ALL) or of a whole index (index). MariaDB 10.11 ignores FORCE INDEX where the
+    statement names no column but the key."""
+    from ..unit.store.test_by_id import by_id_statements
+
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    ids = ", ".join(str(i) for i in range(100, 400, 3))
+    dead_columns = "time_dead BIGINT, attempts BIGINT, last_error TEXT"
+    try:
+        with db.connect() as conn:
+            conn.execute(sa.text(current_layout_ddl("q", comment())))
+            conn.execute(sa.text("create table q_dead like q"))
+            conn.execute(sa.text(f"alter table q_dead add column ({dead_columns})"))
+            conn.execute(sa.text(current_layout_ddl("q__s", comment())))
+            for table in ("q", "q_dead", "q__s"):
+                rows = ",".join(f"({i}, 'm{i}')" for i in range(1, 401))
+                conn.execute(sa.text(f"insert into {table}(id, message) values {rows}"))
+                conn.execute(sa.text(f"analyze table {table}"))
+            version = conn.exec_driver_sql("select version()").scalar_one().lower()
+            mysql = "mariadb" not in version
+            plans = {}
+            for name, template in by_id_statements().items():
+                sql = template.replace("{ids}", ids).replace("{first}", "0")
+                sql = sql.replace("%s", "1")
+                explain = "EXPLAIN FORMAT=TRADITIONAL " if mysql else "EXPLAIN "
+                result = conn.exec_driver_sql(explain + sql.replace("%", "%%"))
+                keys = list(result.keys())
+                plans[name] = [
+                    (row[keys.index("table")], row[keys.index("type")], row[keys.index("key")])
+                    for row in result
+                    if row[keys.index("table")] in ("q", "q_dead", "q__s")
+                    and row[keys.index("select_type")] != "INSERT"  # (MySQL: the target's row)
+                ]
+        scans = {n: p for n, p in plans.items() if any(t in ("ALL", "index") for _, t, _ in p)}
+        assert not scans, f"statements by id that scan a whole table or index: {scans}"
+        off_key = {n: p for n, p in plans.items() if any(k != "PRIMARY" for _, _, k in p)}
+        assert not off_key, f"statements by id off the primary key: {off_key}"
+    finally:
         db.dispose()

@@ -1,6 +1,11 @@
 from __future__ import annotations
 
+import io
 import time
+import types
+
+import pymysql
+import pytest
 
 from msgtable.core.rows import RowChange
 from msgtable.core.sql import STATEMENT_MARK
@@ -230,3 +235,88 @@ def test_the_poll_keys_of_an_insert_the_library_parsed():
     assert library_keys(inserted, COLUMNS) == [(0, 0, 1), (-1, None, 2)]
     assert library_keys(inserted, ("id", "time_next", "message")) is None  # 2018 layout
     assert library_keys([{"values": row(3, priority=None)}], COLUMNS) is None
+
+
+class DumpSocket:
+    """What DumpConnection touches of its socket: the dump command goes out, no timeouts."""
+
+    def __init__(self):
+        self.sent = b""
+
+    def sendall(self, data):
+        self.sent += data
+
+    def settimeout(self, timeout):
+        pass
+
+
+def wire(payloads, first_seq=1):
+    """Payloads as the server sends them: a 4-byte header (length, sequence number) each."""
+    out, seq = b"", first_seq
+    for p in payloads:
+        out += len(p).to_bytes(3, "little") + bytes([seq % 256]) + p
+        seq += 1
+    return out
+
+
+def dumping(payloads):
+    from msgtable.engine import binlog
+
+    sink = Sink()
+    f = follower(sink)
+    f._stream = types.SimpleNamespace(log_file="b.000001", log_pos=4)
+    conn = binlog.dump_connection()(defer_connect=True)
+    conn._sock, conn._current_timeout = DumpSocket(), None  # (connect() sets them)
+    conn._rfile = io.BytesIO(wire(payloads))
+    conn._next_seq_id = 0
+    binlog._reader.follower = f
+    try:
+        conn._write_bytes(b"\x0b\x00\x00\x00\x1e" + b"\x00" * 10)  # COM_BINLOG_DUMP_GTID
+    finally:
+        binlog._reader.follower = None
+    conn._next_seq_id = 1
+    return conn, f, sink
+
+
+def test_the_dump_connection_hands_the_library_only_what_the_fast_path_leaves():
+    rotate = packet(0x04, b"\x04\x00\x00\x00\x00\x00\x00\x00b.000001")
+    theirs = packet(0xA0, b"UPDATE jobs SET time_acked = 5 WHERE id = 1")
+    update = rows(UPDATE, 7)
+    insert = rows(WRITE, 7)
+    elsewhere = [table_map(9, "elsewhere", "x"), rows(WRITE, 9)]
+    ours = [table_map(7, "app", "jobs"), theirs, update]
+    conn, f, sink = dumping(
+        [rotate, *elsewhere, *ours, packet(0xA0, b"INSERT INTO jobs VALUES (2)"), insert]
+    )
+    first = conn._read_packet()
+    assert first.get_all_data() == rotate and first.msgtable_left  # the library's kind
+    mapped = conn._read_packet()  # another schema's map and rows: taken here, unseen
+    assert mapped.get_all_data() == table_map(7, "app", "jobs")  # ours: the library maps too
+    assert (9).to_bytes(6, "little") in f._table_ids
+    assert conn._read_packet().get_all_data() == update  # after the annotation, taken here
+    assert f._ours is False and sink.inserts == []
+    with pytest.raises(pymysql.err.OperationalError):
+        conn._read_packet()  # the INSERT taken here as a hint; then the stream ends
+    assert sink.inserts == ["jobs"]
+    assert f._stream.log_pos == 1234  # the library's position moved as its loop would
+
+
+def test_the_dump_connection_reads_a_payload_split_in_parts(monkeypatch):
+    from pymysql import connections
+
+    monkeypatch.setattr(connections, "MAX_PACKET_LEN", 16)
+    rotate = packet(0x04, b"\x04\x00\x00\x00\x00\x00\x00\x00b.000001")  # 44 bytes
+    parts = [rotate[:16], rotate[16:32], rotate[32:]]
+    conn, _, _ = dumping(parts)
+    assert conn._read_packet().get_all_data() == rotate
+
+
+def test_the_dump_connection_is_pymysqls_until_a_dump_command_on_a_following_thread():
+    from msgtable.engine import binlog
+
+    conn = binlog.dump_connection()(defer_connect=True)
+    conn._sock, conn._current_timeout = DumpSocket(), None
+    conn._rfile = io.BytesIO(wire([b"\x00\x00\x00\x02\x00\x00\x00"]))  # an OK packet
+    conn._next_seq_id = 1
+    packet_read = conn._read_packet()
+    assert packet_read.is_ok_packet() and not getattr(packet_read, "msgtable_left", False)

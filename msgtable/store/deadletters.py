@@ -108,10 +108,8 @@ class DeadStatements:
             due = f"COALESCE({raw_next}, {quote('time_scheduled')}, 0) <= %s"
         # the rows a burial takes: by id (a reject), or also at an epoch and due (an expiry)
         self.pick = f"SELECT {rid} FROM {t} {BY_ID} WHERE {rid} IN ({{ids}}) AND {alive}"
-        self.pick_expired = f"{self.pick} AND {epoch} <=> %s AND {due}"
-        lock = " FOR UPDATE"
-        self.pick += lock
-        self.pick_expired += lock
+        self.pick_expired = f"{self.pick} AND {epoch} <=> %s AND {due} FOR UPDATE"
+        self.pick += " FOR UPDATE"
         own_error = _q(LAST_ERROR_COLUMN) if cfg.keeps_errors else "NULL"
         if dead is None:
             sets = [

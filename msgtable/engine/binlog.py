@@ -500,9 +500,10 @@ def dump_connection() -> type:
     once it has sent the dump command on a following thread, each packet it reads goes to the
     follower's fast path first (:meth:`BinlogFollower.fast`), and only the events it leaves
     reach the library, as packets the hook does not look at again. An event the fast path
-    takes costs no packet object, no library wrapper and no turn of the library's loop:
-    about half of what following a busy table cost (most of its events are msgtable's own
-    statements and the INSERTs). Without a following thread it is pymysql's Connection."""
+    takes costs no packet object, no library wrapper and no turn of the library's loop (most
+    of a busy table's events are msgtable's own statements and the INSERTs: the follower's
+    CPU for a batch-10 mix fell by about a seventh, 233 -> 200 us for an INSERT of 10 rows
+    and their send, ack and purge). Without a following thread it is pymysql's Connection."""
     from pymysql import connections, err
     from pymysql.constants import CR
     from pymysql.protocol import MysqlPacket

@@ -271,6 +271,7 @@ class RedriveStatements:
                 sets.append(f"{_q(TIME_DEAD_COLUMN)} = NULL")
             self.revive = f"{MARK}UPDATE {d} {BY_ID} SET {', '.join(sets)} WHERE {rid} IN ({{ids}})"
             return
+        # (time_acked selected too: with the key alone MariaDB scans the whole index: BY_ID)
         self.taken = f"SELECT {rid}, {acked} FROM {t} {BY_ID} WHERE {rid} IN ({{ids}}) FOR UPDATE"
         move = Move.between(dead, target)
         names = [n for n in move.values if n not in (TIME_DEAD_COLUMN, ATTEMPTS_COLUMN)]

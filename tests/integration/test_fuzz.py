@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -173,82 +174,83 @@ secrets = st.one_of(
     ),
     st.text(max_size=100),
 )
-requests = kinds.flatmap(
-    lambda kind: {
-        "stream": st.tuples(
-            st.just("stream"), names, names, st.sampled_from(["", "0", "-", "-80", "'"])
-        ),
-        "ack": st.tuples(st.just("ack"), names, st.lists(values, max_size=5)),
-        "ack_canary": st.tuples(
-            st.just("ack_canary"), st.lists(values.filter(_not_a_canary_id), max_size=5)
-        ),
-        "huge_ack": st.just(("huge_ack",)),
-        "settle": st.tuples(
-            st.just("settle"), verbs, names, st.lists(values, max_size=5), delays, reasons
-        ),
-        "settle_canary": st.tuples(
-            st.just("settle"),
-            verbs,
-            st.just("canary"),
-            st.lists(values.filter(_not_a_canary_id), max_size=5),
-            delays,
-            reasons,
-        ),
-        "settle_keyed": st.tuples(
-            st.just("settle"),
-            verbs,
-            st.just("keyed"),
-            st.lists(values.filter(_not_a_canary_id), max_size=5),
-            delays,
-            reasons,
-        ),
-        # the canary's own (never sent) ids and others, each with any delivery named, or
-        # attempts that are not one per id: nothing of the canary may change
-        "settle_bound": st.tuples(
-            st.just("settle"),
-            st.sampled_from(["release", "renew"]),
-            st.just("canary"),
-            st.lists(
-                st.one_of(st.sampled_from([1, 2]), st.integers(3, 2**40)).map(
-                    lambda i: pb.Value(int_value=i)
-                ),
-                min_size=1,
-                max_size=5,
+# Each kind's strategy built once: a strategy made anew for every example (a flatmap
+# building the dict) cost hypothesis most of the test's time in checking it again.
+REQUESTS_BY_KIND = {
+    "stream": st.tuples(
+        st.just("stream"), names, names, st.sampled_from(["", "0", "-", "-80", "'"])
+    ),
+    "ack": st.tuples(st.just("ack"), names, st.lists(values, max_size=5)),
+    "ack_canary": st.tuples(
+        st.just("ack_canary"), st.lists(values.filter(_not_a_canary_id), max_size=5)
+    ),
+    "huge_ack": st.just(("huge_ack",)),
+    "settle": st.tuples(
+        st.just("settle"), verbs, names, st.lists(values, max_size=5), delays, reasons
+    ),
+    "settle_canary": st.tuples(
+        st.just("settle"),
+        verbs,
+        st.just("canary"),
+        st.lists(values.filter(_not_a_canary_id), max_size=5),
+        delays,
+        reasons,
+    ),
+    "settle_keyed": st.tuples(
+        st.just("settle"),
+        verbs,
+        st.just("keyed"),
+        st.lists(values.filter(_not_a_canary_id), max_size=5),
+        delays,
+        reasons,
+    ),
+    # the canary's own (never sent) ids and others, each with any delivery named, or
+    # attempts that are not one per id: nothing of the canary may change
+    "settle_bound": st.tuples(
+        st.just("settle"),
+        st.sampled_from(["release", "renew"]),
+        st.just("canary"),
+        st.lists(
+            st.one_of(st.sampled_from([1, 2]), st.integers(3, 2**40)).map(
+                lambda i: pb.Value(int_value=i)
             ),
-            delays,
-            reasons,
-            attempts,
+            min_size=1,
+            max_size=5,
         ),
-        "dead": st.tuples(
-            st.just("dead"), st.one_of(names, st.just("canary")), limits, st.none() | values
-        ),
-        "create_sub": st.tuples(st.just("create_sub"), filters, columns),
-        "stream_sub": st.tuples(
-            st.just("stream_sub"), st.one_of(names, st.just("")), filters | st.just(""), columns
-        ),
-        "manage_sub": st.tuples(
-            st.just("manage_sub"), st.sampled_from(["alter", "drop", "list"]), names, names
-        ),
-        "endpoint": st.tuples(
-            st.just("endpoint"),
-            st.one_of(names, st.just("canary")),
-            st.one_of(st.just(""), names),
-            urls,
-            secrets,
-            st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, 1, 64, 65]),
-            st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, 300.0, 301.0]),
-        ),
-        "redrive": st.tuples(
-            st.just("redrive"),
-            st.one_of(names, st.just("canary")),
-            st.one_of(names, st.just("canary"), st.just("")),
-            st.lists(values.filter(_not_a_canary_id), max_size=3),
-            limits,
-            st.none() | values,
-            st.one_of(st.just(""), names),  # a subscription (none exists on the canary)
-        ),
-    }[kind]
-)
+        delays,
+        reasons,
+        attempts,
+    ),
+    "dead": st.tuples(
+        st.just("dead"), st.one_of(names, st.just("canary")), limits, st.none() | values
+    ),
+    "create_sub": st.tuples(st.just("create_sub"), filters, columns),
+    "stream_sub": st.tuples(
+        st.just("stream_sub"), st.one_of(names, st.just("")), filters | st.just(""), columns
+    ),
+    "manage_sub": st.tuples(
+        st.just("manage_sub"), st.sampled_from(["alter", "drop", "list"]), names, names
+    ),
+    "endpoint": st.tuples(
+        st.just("endpoint"),
+        st.one_of(names, st.just("canary")),
+        st.one_of(st.just(""), names),
+        urls,
+        secrets,
+        st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, 1, 64, 65]),
+        st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([0.0, 300.0, 301.0]),
+    ),
+    "redrive": st.tuples(
+        st.just("redrive"),
+        st.one_of(names, st.just("canary")),
+        st.one_of(names, st.just("canary"), st.just("")),
+        st.lists(values.filter(_not_a_canary_id), max_size=3),
+        limits,
+        st.none() | values,
+        st.one_of(st.just(""), names),  # a subscription (none exists on the canary)
+    ),
+}
+requests = kinds.flatmap(REQUESTS_BY_KIND.__getitem__)
 
 
 def test_hostile_requests_get_clean_statuses_and_touch_nothing(db_dsn):
@@ -847,6 +849,7 @@ def _big(value: object) -> object:
     return "x" * 1_000_000 if value == BIG else value
 
 
+@functools.cache  # built once a kind (see REQUESTS_BY_KIND)
 def _enqueue_case(kind: str) -> st.SearchStrategy[tuple]:
     big = BIG
     hostile_numbers = st.one_of(  # none of them a delay (0 to MAX_ENQUEUE_DELAY_S seconds)

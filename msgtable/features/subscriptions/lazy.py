@@ -24,7 +24,8 @@ state row):
   verb as on any state row, counting the send;
 * the flush: the cursor moved over the window's settled prefix, one conditional UPDATE
   (SubscriptionStore.advance_cursor), at each poll, after postpones, and every FLUSH_ACKS
-  acks; a cursor another sender moved drops the window;
+  acks; a cursor another sender moved drops the window, its acks beyond that cursor
+  written first as acked state rows;
 * a cursor held: a message read and never sent (no subscriber's stream filter passes it, its
   subscriber gone) keeps the cursor below it, and the acks behind it would live in the window
   alone. Once the same message has held the cursor vt_postpone_after, each flush writes the
@@ -93,7 +94,7 @@ class LazyStore:
         self._rows: dict[Hashable, tuple[int, int | None]] = {}  # priority, time_created
         self._acked: tuple[int, set[Hashable]] = (0, set())  # the last ack's, by its time
         self._settled = 0  # acks settled in the window since the last flush
-        self._flushing = False
+        self._flush_lock = threading.Lock()  # one flush at a time; statements under it
         self._rewound_ns: int | None = None  # when a scan last began from the cursor
         self._held: tuple[int, int] | None = None  # where the cursor is held, since when
         self._floored = False  # the last poll held back what an old sender may have sent
@@ -474,11 +475,21 @@ class LazyStore:
         """Move the cursor over the window's settled prefix (nothing to do: no statement).
         With ``now_ns``: if the cursor has been held by the same message vt_postpone_after or
         longer (read and never sent: no subscriber's stream filter passes it, its subscriber
-        is gone), or with ``durable`` (letting go), the acks behind it that live in the
-        window alone are written (``_write_acked``)."""
+        is gone), or with ``durable`` (letting go, which waits for a flush under way), the
+        acks behind it that live in the window alone are written (``_write_acked``). A
+        cursor another sender moved drops the window, its acks beyond that cursor written
+        first (``_write_lost``)."""
+        if not self._flush_lock.acquire(blocking=durable):
+            return  # a flush under way (the poll's, an ack's): it moves the cursor
+        try:
+            self._flush(cfg, now_ns, durable)
+        finally:
+            self._flush_lock.release()
+
+    def _flush(self, cfg: TableConfig, now_ns: int | None, durable: bool) -> None:
         with self._lock:
             w = self._window
-            if w is None or self._flushing:
+            if w is None:
                 return
             new = w.advance()
             held, since = w.held_at, self._held
@@ -491,36 +502,46 @@ class LazyStore:
             )
             if new is None and not durable:
                 return
-            old, self._flushing = w.cursor, True
+            old = w.cursor
             if new is not None:
                 self._settled = 0
         cursor: int | None = new
-        try:
-            if new is not None and not self._subs.advance_cursor(
-                cfg.source, cfg.subscription, old, new
-            ):
-                cursor = self._subs.subscription_cursor(cfg.source, cfg.subscription)
-                log.warning(
-                    "subscription %s/%s: another server moved its cursor (to %s); its window "
-                    "here is dropped",
-                    cfg.source,
-                    cfg.subscription,
-                    cursor,
-                )
-            with self._lock:
-                if new is not None and self._window is w:
-                    self.cursor_writes += 1
-                    if cursor == new:
-                        w.moved(new)
-                    else:
-                        w.lost(old if cursor is None else cursor)
-                    keep = w.ids()  # (an acked one's too: its state row, _write_acked)
-                    self._rows = {i: v for i, v in self._rows.items() if i in keep}
-            if durable and now_ns is not None:
-                self._write_acked(cfg, w, now_ns)
-        finally:
-            with self._lock:
-                self._flushing = False
+        if new is not None and not self._subs.advance_cursor(
+            cfg.source, cfg.subscription, old, new
+        ):
+            cursor = self._subs.subscription_cursor(cfg.source, cfg.subscription)
+            log.warning(
+                "subscription %s/%s: another server moved its cursor (to %s); its window "
+                "here is dropped, its acks beyond that written",
+                cfg.source,
+                cfg.subscription,
+                cursor,
+            )
+        lost: list[StateRow] = []
+        with self._lock:
+            if new is not None and self._window is w:
+                self.cursor_writes += 1
+                if cursor == new:
+                    w.moved(new)
+                else:
+                    if cursor is not None:  # (None: the subscription is gone)
+                        lost = [self._state_row(i, None, 1) for i in w.acked_only(cursor)]
+                    w.lost(old if cursor is None else cursor)
+                keep = w.ids()  # (an acked one's too: its state row, _write_acked)
+                self._rows = {i: v for i, v in self._rows.items() if i in keep}
+        if lost:
+            self._write_lost(cfg, lost, now_ns)
+        elif durable and now_ns is not None:
+            self._write_acked(cfg, w, now_ns)
+
+    def _write_lost(self, cfg: TableConfig, rows: list[StateRow], now_ns: int | None) -> None:
+        """The acks of a window dropped for a cursor another sender moved, beyond that
+        cursor, written as acked state rows (as ``_write_acked``): the other sender's scan
+        skips them, the next one here too."""
+        at = self._clock.now_ns() if now_ns is None else now_ns
+        self._subs.write_state_rows(cfg, rows, at)
+        with self._lock:
+            self.acks_written += len(rows)
 
     def _write_acked(self, cfg: TableConfig, w: Window, now_ns: int) -> None:
         """The acks the window alone knows (behind the message holding the cursor) written

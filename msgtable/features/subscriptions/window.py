@@ -188,12 +188,13 @@ class Window:
         self.held_at = held
         return top if top is not None and top > self.cursor else None
 
-    def acked_only(self) -> list[Hashable]:
+    def acked_only(self, after: int = -1) -> list[Hashable]:
         """The ids acked here with nothing written (behind ``held_at``, once the cursor
         moved over the settled prefix), in sequence order: while the cursor is held, their
-        acks live in this window alone."""
+        acks live in this window alone. ``after``: only those numbered above it (beyond
+        where another sender moved the cursor)."""
         by_id, ids = self._by_id, self._ids
-        return [ids[n] for n in sorted(ids) if by_id[ids[n]][_SETTLED] == ACKED]
+        return [ids[n] for n in sorted(ids) if n > after and by_id[ids[n]][_SETTLED] == ACKED]
 
     def written(self, ids: Iterable[Hashable]) -> None:
         """Their acked state rows were written (``acked_only``): held from now on."""

@@ -8,6 +8,7 @@ tests/integration/test_lazy_subscriptions.py and the store contract."""
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -194,6 +195,73 @@ def test_a_cursor_another_sender_moved_drops_the_window(engine):
     engine.ack("q", "", [1, 2, 3], subscription="lazy")
     m.poll_once()  # its flush finds the cursor moved: the window goes
     assert cursor(engine) == 2, "moved only by the sender that knew where it was"
+
+
+@pytest.mark.parametrize("how", ["poll", "let go"])
+def test_acks_of_a_window_dropped_for_a_cursor_another_sender_moved_are_written(engine, how):
+    """The window's own acks beyond where another sender moved the cursor are written as
+    acked state rows before the window goes: 3 (no stream filter passes it) holds the cursor,
+    1, 2, 4, 5, 6 are acked here, another server moved the cursor to 1 meanwhile. Without the
+    write, the next scan (from 1) sent 2, 4, 5 and 6 again after their ack (the chaos run's
+    "delivered after their ack" of a lazy subscription after two servers swapped its table)."""
+    enqueue(engine, 1, 2, 3, 4, 5, 6)
+    m, lazy = served(engine)
+    sub = engine.subscribe("q", subscription="lazy", filter="id != 3")
+    m.poll_once()
+    m.send_once()
+    assert [v[0] for v in drain(sub)] == [1, 2, 4, 5, 6]
+    engine.ack("q", "", [1, 2, 4, 5, 6], subscription="lazy")
+    subs = memory(engine).subscription_store
+    assert subs.advance_cursor("q", "lazy", 0, 1)  # another server's flush
+    if how == "poll":
+        m.poll_once()  # its flush finds the cursor moved: the window goes
+    else:
+        lazy.let_go()  # a lost lease: the same, on letting go
+    assert cursor(engine) == 1, "moved only by the sender that knew where it was"
+    state = memory(engine).rows[STATE]
+    assert sorted(state) == [2, 4, 5, 6], "the acks beyond the other's cursor written"
+    assert all(r["time_acked"] is not None and r["time_next"] is None for r in state.values())
+    table = engine.loaded("q")
+    assert table is not None
+    loaded = engine._subscriptions._subs[STATE]  # type: ignore[union-attr]
+    scanned = subs.unsent_rows(table.config, m.config, loaded.filter, 1, 10)
+    assert sorted(r[3] for r, _ in scanned) == [3], "the next scan sends 3 alone"
+
+
+def test_letting_go_during_a_flush_writes_the_acks_behind_a_held_cursor(engine):
+    """A lost lease lets go while the poll's flush is moving the cursor: the letting go
+    waits for that flush and writes the acks the window alone knows (before, it found a
+    flush under way and returned: the acks went with the window)."""
+    enqueue(engine, 1, 2, 3, 4)
+    m, lazy = served(engine)
+    sub = engine.subscribe("q", subscription="lazy", filter="id != 2")
+    m.poll_once()
+    m.send_once()
+    assert [v[0] for v in drain(sub)] == [1, 3, 4]
+    engine.ack("q", "", [1, 3, 4], subscription="lazy")
+    subs = memory(engine).subscription_store
+    moving, go_on = threading.Event(), threading.Event()
+    advance = subs.advance_cursor
+
+    def slow_advance(*args: object) -> bool:
+        moving.set()
+        assert go_on.wait(10), "the test let the flush go on"
+        return advance(*args)  # type: ignore[arg-type]
+
+    subs.advance_cursor = slow_advance  # type: ignore[method-assign]
+    poller = threading.Thread(target=m.poll_once)
+    poller.start()
+    assert moving.wait(10), "the poll's flush moves the cursor (1 is settled)"
+    letting_go = threading.Thread(target=lazy.let_go)
+    letting_go.start()
+    letting_go.join(0.2)
+    go_on.set()
+    poller.join(10)
+    letting_go.join(10)
+    assert not poller.is_alive() and not letting_go.is_alive()
+    assert cursor(engine) == 1
+    state = memory(engine).rows[STATE]
+    assert sorted(state) == [3, 4], "the acks behind 2 written on letting go"
 
 
 def test_an_ack_of_a_message_another_sender_sent_writes_its_acked_state_row(engine):

@@ -16,7 +16,8 @@ state row):
 * send: handed over with no statement (the state table's rows are checked as before, in the
   same transaction); marked sent in the window before the hand-over, so its ack finds it;
 * ack (gRPC): acked in the window, no statement; while its postpone is being written (the
-  cache holds it) an acked state row is upserted instead, whichever commits first;
+  cache holds it), or once this server no longer sends the table (its lease ended: no
+  flush here moves the cursor any more), an acked state row is upserted instead;
 * postpone (vt_postpone_after after the send, unacked): its state row INSERTed, epoch 1,
   time_next by the backoff: held; with vt_postpone_after=0 the claim writes it before the
   hand-over;
@@ -82,8 +83,10 @@ class LazyStore:
         loaded: Callable[[], LoadedSubscription | None],
         clock: Clock,
         state_table: str = "",
+        may_send: Callable[[], bool] = lambda: True,
     ) -> None:
         self.state_table = state_table
+        self._may_send = may_send  # whether this server sends the table now (its lease)
         self._store = store
         self._subs = subs
         self._table = table
@@ -327,7 +330,10 @@ class LazyStore:
         first: Collection[Hashable] = (),
     ) -> int:
         """The window's rows sent and not postponed: acked there, nothing written; those
-        being postponed now: an acked state row upserted; the others' UPDATE."""
+        being postponed now, or all the window's once this server no longer sends the table
+        (no flush here moves the cursor over them any more; the next sender scans from it):
+        an acked state row upserted; the others' UPDATE."""
+        sending = self._may_send()  # (not under the lock: the lease's letting go takes it)
         with self._lock:
             w = self._window
             quiet: list[Hashable] = []
@@ -335,8 +341,9 @@ class LazyStore:
             if w is not None:
                 flying = w.flying_of(ids)
                 if flying:
-                    quiet = [i for i in ids if i in flying and i in first]
-                    loud = [i for i in ids if i in flying and i not in first]
+                    if sending:
+                        quiet = [i for i in ids if i in flying and i in first]
+                    loud = [i for i in ids if i in flying and i not in quiet]
                     w.settle_all(quiet, written=False)
             self._acked = (now_ns, {*quiet, *loud})
             self._settled += len(quiet)

@@ -206,7 +206,13 @@ class Registry:
             return None if m is None else m.config
 
         lazy = LazyStore(
-            host.store, self._store, table, lambda: self._subs.get(name), host.clock, name
+            host.store,
+            self._store,
+            table,
+            lambda: self._subs.get(name),
+            host.clock,
+            name,
+            lambda: host.may_send(source),
         )
         self._lazy.add(lazy)
         self._lazy_now[name] = lazy

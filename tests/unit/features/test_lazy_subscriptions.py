@@ -264,6 +264,29 @@ def test_letting_go_during_a_flush_writes_the_acks_behind_a_held_cursor(engine):
     assert sorted(state) == [3, 4], "the acks behind 2 written on letting go"
 
 
+@pytest.mark.parametrize("let_go", [False, True])
+def test_an_ack_after_the_lease_ended_writes_its_acked_state_row(engine, monkeypatch, let_go):
+    """This server no longer sends the table (its lease ended; its letting go already ran
+    or not yet): an ack of a message it sent is written at once as an acked state row, not
+    kept in the window, which no flush here moves any more; the next sender, which scans
+    from the cursor after its hold, skips it. Before, the ack lived in this window alone and
+    the next sender sent the message again (the chaos run: a database link cut ended the
+    lease, the ack came 0.8 s after the link was back, the next sender sent it 1.7 s later)."""
+    enqueue(engine, 1, 2, 3)
+    m, lazy = served(engine)
+    sub = engine.subscribe("q", subscription="lazy")
+    m.poll_once()
+    m.send_once()
+    assert [v[0] for v in drain(sub)] == [1, 2, 3]
+    monkeypatch.setattr(engine, "may_send", lambda unit: False)
+    if let_go:
+        lazy.let_go()
+    assert engine.ack("q", "", [1, 3], subscription="lazy") == 2
+    state = memory(engine).rows[STATE]
+    assert sorted(state) == [1, 3], "acked state rows, written at once"
+    assert all(r["time_acked"] is not None for r in state.values())
+
+
 def test_an_ack_of_a_message_another_sender_sent_writes_its_acked_state_row(engine):
     """The sender that sent it crashed (its window lost); the subscriber's ack comes to the
     next sender, whose window does not have it and which finds no state row to UPDATE: an

@@ -305,6 +305,10 @@ class MessageEngine:
         """Whether this server may send ``unit`` at this instant (its lease is valid)."""
         return self._tenure.may_send(unit)
 
+    def others_sent_before_ns(self, unit: str) -> int:
+        """Rows of ``unit`` created after this were never another server's to send."""
+        return self._tenure.others_sent_before_ns(unit)
+
     def _gain(self, unit: str, takeover: Takeover) -> None:
         """This server now sends ``unit``: serve its tables, holding back the sends the old
         sender may have messages in flight for."""

@@ -330,6 +330,10 @@ class SubscriptionStore(Protocol):
         there already is kept (``acked_ns``: acked then, unless acked or dead)."""
         ...
 
+    def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
+        """Which of ``ids`` have a state row in ``cfg``'s state table (a plain read)."""
+        ...
+
 
 class EndpointStore(Protocol):
     """Push endpoints' definitions (msgtable.features.push), one per (table, subscription)."""

@@ -234,6 +234,13 @@ def unsent_rows_sql(table: TableConfig, cfg: TableConfig, where: str) -> str:
     )
 
 
+def written_sql(state_table: str) -> str:
+    """Which ids (``{ids}``: an IN list) have a state row: a plain read by primary key."""
+    return (
+        f"{MARK}SELECT `id` FROM {quote(state_table)} FORCE INDEX (PRIMARY) WHERE `id` IN ({{ids}})"
+    )
+
+
 def state_rows_sql(state_table: str, n: int, acked: bool) -> str:
     """``n`` state rows of a lazy subscription, written when its window can no longer hold
     them alone (postponed, settled by a verb, due later, acked while being postponed):

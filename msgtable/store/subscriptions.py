@@ -467,6 +467,15 @@ class SubscriptionSQL:
             cur.execute(sql, params)
         return len(rows)
 
+    def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
+        """Which of ``ids`` have a state row in ``cfg``'s state table (by primary key)."""
+        if not ids:
+            return set()
+        in_ids, params = in_list(ids)
+        with self._cursor(cfg.name, kind="subscription_state_rows") as cur:
+            cur.execute(sequence.written_sql(cfg.name).format(ids=in_ids), params)
+            return {r[0] for r in cur.fetchall()}
+
     def set_subscription_state(
         self, sub: Subscription, state: SubscriptionState, now_ns: int
     ) -> None:

@@ -293,6 +293,14 @@ class InMemorySubscriptions:
                     row["time_next"] = None
         return len(rows)
 
+    def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
+        self._up()
+        with self.store.lock:
+            state = self.store.rows.get(cfg.name)
+            if state is None:
+                raise TableNotFound(f"message table {cfg.name!r} no longer exists")
+            return {i for i in ids if i in state}
+
     @staticmethod
     def _highest(rows: Mapping[Hashable, dict[str, Any]]) -> int:
         """The highest time_fanout of a table's rows (0: none): where its sequence starts."""

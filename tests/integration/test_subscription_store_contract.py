@@ -458,6 +458,8 @@ def test_lazy_state_rows_keep_a_row_there_and_ack_unless_dead(tables: Tables):
         (None, DEAD_TIME_NEXT),
     ], "acked where there was a row or none; a dead one stays dead"
     assert [n for _, n in store.unsent_rows(cfg, state, None, 0, 100)] == [4]
+    assert store.written_of(state, [1, 2, 3, 4, 5]) == {1, 2, 3}, "the ids with a state row"
+    assert store.written_of(state, []) == set()
 
 
 def test_the_purge_waits_for_a_lazy_subscriptions_cursor(tables: Tables):

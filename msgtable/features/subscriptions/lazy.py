@@ -13,8 +13,11 @@ state row):
   cursor again (what the cache let go of unsent is read again; what the window settled is
   skipped). A message due later than the poll reads (a delayed one) gets its state row now
   (parked) and is served by the state table from then on;
-* send: handed over with no statement (the state table's rows are checked as before, in the
-  same transaction); marked sent in the window before the hand-over, so its ack finds it;
+* send: the window's rows that another server may have sent (created before this server
+  gained the table) read by primary key in the state table first (one plain read: a row
+  another server wrote since the scan, such as the last sender's late ack, makes the
+  message the state table's, not sent from the window); the state table's rows are checked
+  as before; marked sent in the window before the hand-over, so its ack finds it;
 * ack (gRPC): acked in the window, no statement; while its postpone is being written (the
   cache holds it), or once this server no longer sends the table (its lease ended: no
   flush here moves the cursor any more), an acked state row is upserted instead;
@@ -84,9 +87,12 @@ class LazyStore:
         clock: Clock,
         state_table: str = "",
         may_send: Callable[[], bool] = lambda: True,
+        others_before: Callable[[], int] = lambda: 0,
     ) -> None:
         self.state_table = state_table
         self._may_send = may_send  # whether this server sends the table now (its lease)
+        # rows created up to then (ns) may have been sent by another server (Tenure)
+        self._others_before = others_before
         self._store = store
         self._subs = subs
         self._table = table
@@ -244,8 +250,9 @@ class LazyStore:
         keep: Keep | None = None,
     ) -> list[CachedRow]:
         mine, others = self._split(batch)
+        mine = self._unwritten(cfg, mine)
         if not mine:
-            return self._store.send(cfg, batch, now_ns, deliver, keep)
+            return self._store.send(cfg, others, now_ns, deliver, keep)
         return self._hand(
             mine, others, now_ns, deliver, lambda d: self._store.send(cfg, others, now_ns, d, keep)
         )
@@ -262,8 +269,9 @@ class LazyStore:
         """vt_postpone_after=0: the window's rows get their state rows (the postpone)
         before the hand-over, as the claim UPDATE is the others' postpone."""
         mine, others = self._split(batch)
+        mine = self._unwritten(cfg, mine)
         if not mine:
-            return self._store.claim(cfg, batch, now_ns, next_ns, deliver, keep)
+            return self._store.claim(cfg, others, now_ns, next_ns, deliver, keep)
         self._mark_sent(mine, now_ns)
         self._hold(cfg, [r.id for r in mine], next_ns(0), 1)
         return self._hand(
@@ -273,6 +281,29 @@ class LazyStore:
             deliver,
             lambda d: self._store.claim(cfg, others, now_ns, next_ns, d, keep),
         )
+
+    def _unwritten(self, cfg: TableConfig, rows: list[CachedRow]) -> list[CachedRow]:
+        """Those of the window's rows that still have no state row. A row another server
+        may have sent (one created before this server gained the table, or of unknown
+        age) is looked up by primary key (one plain read): one written since the scan read
+        it (by the last sender: a late ack of what it sent, its letting go, its postpone)
+        is the state table's from now on, held in the window, not sent from it. A row
+        created since this server sends the table was never another's: no read."""
+        if not rows:
+            return rows
+        before = self._others_before()
+        with self._lock:  # (each row's time_created as the scan read it; 0: unknown)
+            made = self._rows
+            old = [r.id for r in rows if (made.get(r.id, (0, None))[1] or 0) <= before]
+        if not old:
+            return rows
+        written = self._subs.written_of(cfg, old)
+        if not written:
+            return rows
+        with self._lock:
+            if self._window is not None:
+                self._window.settle_all(list(written), unsent=True)
+        return [r for r in rows if r.id not in written]
 
     def _mark_sent(self, rows: Sequence[CachedRow], now_ns: int) -> None:
         with self._lock:

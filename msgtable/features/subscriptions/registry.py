@@ -213,6 +213,7 @@ class Registry:
             host.clock,
             name,
             lambda: host.may_send(source),
+            lambda: host.others_sent_before_ns(source),
         )
         self._lazy.add(lazy)
         self._lazy_now[name] = lazy

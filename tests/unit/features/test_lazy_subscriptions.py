@@ -287,6 +287,58 @@ def test_an_ack_after_the_lease_ended_writes_its_acked_state_row(engine, monkeyp
     assert all(r["time_acked"] is not None for r in state.values())
 
 
+@pytest.mark.parametrize("postpone_after", [None, 0])
+def test_a_message_another_server_wrote_a_state_row_for_since_the_scan_is_not_sent(
+    postpone_after, monkeypatch
+):
+    """The scan read 1-3 into the window (a takeover's hold keeps them back); the last
+    sender, which sent 2 before its lease ended, writes its acked state row (its
+    subscriber's late ack); the send hands over 1 and 3 only, and 2 is the state table's
+    from then on (an acked row: never sent again). Before, the window's rows were sent with
+    no look at the state table, and 2 went out again after its ack."""
+    store = InMemoryStore()
+    extra = "" if postpone_after is None else f",vt_postpone_after={postpone_after}"
+    store.create_table("q", DEMO_COMMENT + extra)
+    e = assemble(
+        store, clock=FakeClock(), rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    try:
+        e.refresh()
+        e.create_subscription(Subscription("q", "lazy", state_rows="lazy"))
+        enqueue(e, 1, 2, 3)
+        m, _ = served(e)
+        assert (m.config.postpone_after_ns == 0) is (postpone_after == 0)
+        sub = e.subscribe("q", subscription="lazy")
+        m.poll_once()
+        subs = memory(e).subscription_store
+        subs.write_state_rows(m.config, [(2, 0, None, 1, None)], e.clock.now_ns())
+        # this server gained the table after 1-3 were made (the last sender may have sent them)
+        monkeypatch.setattr(e, "others_sent_before_ns", lambda unit: 2**63 - 1)
+        m.send_once()
+        assert [v[0] for v in drain(sub)] == [1, 3]
+        row = memory(e).rows[STATE][2]
+        assert row["time_acked"] is not None, "2's acked row as the other server wrote it"
+        assert m.send_once() == 0 and drain(sub) == []
+    finally:
+        e.close()
+
+
+def test_messages_made_since_this_server_sends_the_table_are_sent_with_no_read(engine, monkeypatch):
+    """The look at the state table is for rows another server may have sent: rows created
+    after this server gained the table go from the window with no statement."""
+    enqueue(engine, 1, 2)
+    m, _ = served(engine)
+    sub = engine.subscribe("q", subscription="lazy")
+    m.poll_once()
+    subs = memory(engine).subscription_store
+    looked: list[object] = []
+    written_of = subs.written_of
+    monkeypatch.setattr(subs, "written_of", lambda *a: looked.append(a[1]) or written_of(*a))
+    monkeypatch.setattr(engine, "others_sent_before_ns", lambda unit: 0)
+    assert m.send_once() == 2 and [v[0] for v in drain(sub)] == [1, 2]
+    assert looked == [], "no read for rows made since this server sends the table"
+
+
 def test_an_ack_of_a_message_another_sender_sent_writes_its_acked_state_row(engine):
     """The sender that sent it crashed (its window lost); the subscriber's ack comes to the
     next sender, whose window does not have it and which finds no state row to UPDATE: an

@@ -72,6 +72,18 @@ log = logging.getLogger(__name__)
 FLUSH_ACKS = 1_000  # acks settled in the window since the last flush: the cursor moves now
 
 
+class LazyCounts:
+    """A lazy subscription's counters over its server process's life: its store is made
+    anew each time its table is loaded again, its counters are not (the registry keeps
+    them by state table)."""
+
+    __slots__ = ("acks_written", "cursor_writes")
+
+    def __init__(self) -> None:
+        self.cursor_writes = 0  # cursor moves written (flushes)
+        self.acks_written = 0  # acked state rows written behind a held cursor or a lost window
+
+
 class LazyStore:
     """The Store of one lazy subscription's manager (see the module docstring): the
     database's store, with the scan, the window and the cursor in front of its state-row
@@ -88,6 +100,7 @@ class LazyStore:
         state_table: str = "",
         may_send: Callable[[], bool] = lambda: True,
         others_before: Callable[[], int] = lambda: 0,
+        counts: LazyCounts | None = None,
     ) -> None:
         self.state_table = state_table
         self._may_send = may_send  # whether this server sends the table now (its lease)
@@ -108,8 +121,15 @@ class LazyStore:
         self._held: tuple[int, int] | None = None  # where the cursor is held, since when
         self._floored = False  # the last poll held back what an old sender may have sent
         self._cfg: TableConfig | None = None  # the state table's, as last polled
-        self.cursor_writes = 0
-        self.acks_written = 0  # acked state rows written behind a held cursor
+        self.counts = counts if counts is not None else LazyCounts()
+
+    @property
+    def cursor_writes(self) -> int:
+        return self.counts.cursor_writes
+
+    @property
+    def acks_written(self) -> int:
+        return self.counts.acks_written
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
@@ -558,7 +578,7 @@ class LazyStore:
         lost: list[StateRow] = []
         with self._lock:
             if new is not None and self._window is w:
-                self.cursor_writes += 1
+                self.counts.cursor_writes += 1
                 if cursor == new:
                     w.moved(new)
                 else:
@@ -579,7 +599,7 @@ class LazyStore:
         at = self._clock.now_ns() if now_ns is None else now_ns
         self._subs.write_state_rows(cfg, rows, at)
         with self._lock:
-            self.acks_written += len(rows)
+            self.counts.acks_written += len(rows)
 
     def _write_acked(self, cfg: TableConfig, w: Window, now_ns: int) -> None:
         """The acks the window alone knows (behind the message holding the cursor) written
@@ -595,6 +615,6 @@ class LazyStore:
             return
         self._subs.write_state_rows(cfg, rows, now_ns)
         with self._lock:
-            self.acks_written += len(rows)
+            self.counts.acks_written += len(rows)
             if self._window is w:
                 w.written(ids)

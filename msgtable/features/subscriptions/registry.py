@@ -42,7 +42,7 @@ from msgtable.errors import (
     Unavailable,
 )
 from msgtable.features.subscriptions.fanout import Fanout
-from msgtable.features.subscriptions.lazy import LazyStore
+from msgtable.features.subscriptions.lazy import LazyCounts, LazyStore
 from msgtable.limits import LAG_CAP, ORPHAN_STEP_ROWS
 from msgtable.store.protocol import Store, SubscriptionStore
 
@@ -69,6 +69,7 @@ class Registry:
         self._closed = False
         self._lazy: weakref.WeakSet[LazyStore] = weakref.WeakSet()  # lazy subscriptions' stores
         self._lazy_now: dict[str, LazyStore] = {}  # by state table: its manager's now
+        self._lazy_counts: dict[str, LazyCounts] = {}  # by state table: the process's
 
     # -- msgtable.engine.components.Component ----------------------------------------------
     def reconcile(self, found: Discovery) -> None:
@@ -214,6 +215,7 @@ class Registry:
             name,
             lambda: host.may_send(source),
             lambda: host.others_sent_before_ns(source),
+            self._lazy_counts.setdefault(name, LazyCounts()),
         )
         self._lazy.add(lazy)
         self._lazy_now[name] = lazy

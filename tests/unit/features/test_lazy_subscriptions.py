@@ -339,6 +339,26 @@ def test_messages_made_since_this_server_sends_the_table_are_sent_with_no_read(e
     assert looked == [], "no read for rows made since this server sends the table"
 
 
+def test_the_counters_go_on_when_the_store_is_made_anew(engine):
+    """A lazy subscription's store is made anew when its table is loaded again; its
+    counters (cursor flushes, held acks written) are the process's and go on from where
+    they were (the chaos run's scrape saw msgtable_subscription_cursor_flushes_total go
+    from 80 to 0 in one server process)."""
+    enqueue(engine, 1, 2, 3)
+    m, _ = served(engine)
+    sub = engine.subscribe("q", subscription="lazy")
+    m.poll_once()
+    m.send_once()
+    drain(sub)
+    engine.ack("q", "", [1, 2, 3], subscription="lazy")
+    m.poll_once()
+    registry = engine._subscriptions
+    assert isinstance(registry, Registry)
+    assert registry.cursor_flushes() == {("q", "lazy"): 1}
+    registry.store_for(m.config)  # its table loaded again: a new store for its manager
+    assert registry.cursor_flushes() == {("q", "lazy"): 1}
+
+
 def test_an_ack_of_a_message_another_sender_sent_writes_its_acked_state_row(engine):
     """The sender that sent it crashed (its window lost); the subscriber's ack comes to the
     next sender, whose window does not have it and which finds no state row to UPDATE: an

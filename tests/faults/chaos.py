@@ -610,16 +610,17 @@ class Subscriber(threading.Thread):
         if not ids:
             return
         ds = self._settling(ids, "ack")
+        start = time.monotonic()
         try:
             count = self.sub.ack(messages)
         except MsgtableError as exc:
             OrderLog.settled(ds)
-            self.checker.ack_failed(ids)
+            self.checker.ack_failed(ids, start)
             if late:
                 self.late_log.append(f"{time.monotonic():.3f} late ack failed: {exc}")
             return
         OrderLog.settled(ds)
-        self.checker.acked(ids)
+        self.checker.acked(ids, start)
         if late:
             self.checker.late_acks.append((count, len(ids)))
             self.late_log.append(f"{time.monotonic():.3f} late ack: {count} of {len(ids)}")
@@ -631,19 +632,20 @@ class Subscriber(threading.Thread):
         assert self.sub is not None
         ids = [int(m.id) for m in batch]  # type: ignore[call-overload]
         ds = self._settling(ids, "ack")
+        start = time.monotonic()
         try:
             future = self.sub.ack_async(batch)
         except MsgtableError:  # the subscription is closed
             OrderLog.settled(ds)
-            self.checker.ack_failed(ids)
+            self.checker.ack_failed(ids, start)
             return
 
         def done(f: Future[None]) -> None:
             OrderLog.settled(ds)
             if f.exception() is None:
-                self.checker.acked(ids)
+                self.checker.acked(ids, start)
             else:
-                self.checker.ack_failed(ids)
+                self.checker.ack_failed(ids, start)
 
         future.add_done_callback(done)
 

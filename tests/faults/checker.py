@@ -327,6 +327,9 @@ class Checker:
         self.unacked_on_purpose: dict[tuple[int, str], str] = {}  # (id, sub) -> why
         self.slow: set[tuple[int, str]] = set()  # held by a slow handler, renewed
         self.failed_acks: set[int] = set()
+        # id -> (began, returned) of each ack call naming it whose start is known, answered
+        # or failed: its UPDATE committed in between (see _acked_at)
+        self.ack_spans: dict[int, list[tuple[float, float]]] = defaultdict(list)
         self.late_acks: list[tuple[int, int]] = []  # (acked by the late call, ids in it)
         self.ack_calls = 0
         self.settlements: dict[int, list[Settled]] = defaultdict(list)
@@ -399,12 +402,15 @@ class Checker:
         with self._lock:
             self.slow.update((i, sub) for i in ids)
 
-    def acked(self, ids: Sequence[int]) -> None:
+    def acked(self, ids: Sequence[int], start: float | None = None) -> None:
+        """An ack call naming ``ids`` (begun at ``start``, when known) returned now."""
         now = time.monotonic()
         with self._lock:
             self.ack_calls += 1
             for i in ids:
                 self.first_ack.setdefault(i, now)
+                if start is not None:
+                    self.ack_spans[i].append((start, now))
 
     def settle_began(self, ids: Sequence[int], verb: str) -> None:
         """An ordered table's subscriber begins to ``verb`` ``ids`` now (this machine's unix
@@ -421,9 +427,13 @@ class Checker:
         with self._lock:
             return any(i in self.first_ack for i in ids)
 
-    def ack_failed(self, ids: Sequence[int]) -> None:
+    def ack_failed(self, ids: Sequence[int], start: float | None = None) -> None:
+        now = time.monotonic()
         with self._lock:
             self.failed_acks.update(ids)
+            if start is not None:
+                for i in ids:
+                    self.ack_spans[i].append((start, now))
 
     def settled(
         self,
@@ -760,12 +770,17 @@ class Checker:
     def _acked_at(self, tables: Tables | None, dead: Collection[int]) -> dict[int, float]:
         """When each id was acked at the latest, on this clock: the first ack call that
         returned, or its time_acked in the table, whichever came first (a dead letter's row
-        kept for subscriptions was settled by its death, not acked)."""
+        kept for subscriptions was settled by its death, not acked). time_acked is the ack's
+        own stamp, taken as its call began and before its UPDATE waited for the row (a send
+        of the same message holding its lock): when an ack call naming the id was in flight
+        then, the ack committed by that call's return at the latest, and that is when."""
         out = dict(self.first_ack)
         if tables is not None:
             for i, acked_ns in tables.source.items():
                 if acked_ns is not None and i not in dead:
                     t = acked_ns / 1e9 - self.wall_offset_s
+                    ends = [e for b, e in self.ack_spans.get(i, ()) if b - WIRE_SLACK_S <= t <= e]
+                    t = min(ends, default=t)
                     out[i] = min(out.get(i, t), t)
         return out
 

@@ -399,6 +399,29 @@ def test_an_ack_in_doubt_that_committed_counts_as_acked_and_one_never_sent_does_
     assert report.never_acked == [9]
 
 
+def test_a_delivery_while_the_ack_that_wrote_time_acked_was_in_flight_is_not_after_it() -> None:
+    """time_acked is the ack's own timestamp, taken before its UPDATE waited for the row's
+    lock (a send of the same message held it): the ack committed somewhere between that
+    and its call's return. A delivery in between is not after the ack; one after the call
+    returned is (the chaos run's false "delivered after their ack" 0.617 s after a time_acked
+    whose call returned 0.79 s after it)."""
+    c = settling()
+    c.delivered([(8, 1)], "s1")
+    start = time.monotonic()
+    acked_ns = time.time_ns()  # the server's stamp as the call began
+    c.delivered([(8, 2)], "s2")  # sent before the ack's UPDATE got the row
+    time.sleep(0.6)  # past WIRE_SLACK_S: the call waited for the lock
+    c.delivered([(8, 3)], "s3")
+    c.acked([8], start)
+    report = c.judge(Tables({8: acked_ns}, []))
+    assert report.after_ack == []
+    c.delivered([(8, 4)], "s4")  # and one after the call returned: after the ack
+    time.sleep(0.6)
+    c.delivered([(8, 5)], "s5")
+    report = c.judge(Tables({8: acked_ns}, []))
+    assert [(i, sub) for i, sub, _ in report.after_ack] == [(8, "s5")]
+
+
 def test_a_delivery_after_the_tables_time_acked_is_after_its_ack() -> None:
     c = settling()
     poison_released_to_death(c)

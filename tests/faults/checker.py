@@ -2,8 +2,8 @@
 
 It records every id the producer committed (and which are poison), every delivery (id,
 subscriber, the attempt the message said, when it came off the stream, the server whose
-stream it came off), every ack call (ids, and when it returned: by then the ack was
-committed), every settlement call (release, reject, renew: ids, when it started and
+stream it came off), every ack call (ids, when it began and when it returned: by then the
+ack was committed), every settlement call (release, reject, renew: ids, when it started and
 returned, what it answered, the reason given) and every fault (when it began and ended, the
 server it hit), all on this process's monotonic clock. At the end it reads the message table
 and its dead-letter table with its own SQL (:func:`read_tables`) and judges:
@@ -14,7 +14,8 @@ and its dead-letter table with its own SQL (:func:`read_tables`) and judges:
   dead-letter table exactly once and not in the table; no id is in both tables or in neither
   (but with ``subscribed``, the default group of a table with subscriptions, a dead letter's
   row stays in the table, acked, until every subscription settled it too);
-- no id was delivered after it was acked (an ack call returned, or its time_acked), nor
+- no id was delivered after it was acked (an ack call returned, or its time_acked: the ack's
+  stamp as its call began, so the return of an ack call in flight then), nor
   after it died (a reject that answered 1, or the dead letter's time_dead), nor before a
   release's delay or a renew's extension (that answered 1) ended, nor at an attempt past
   vt_max_attempts;

@@ -91,7 +91,7 @@ bench-full: $(BENCH_STAMP) mysql-server spark-deps $(if $(filter --mysql,$(BENCH
 	$(BENCH_ENV) $(PY) -m bench.run --full $(BENCH_RUN_ARGS)
 
 # Every section, the full-only ones too, at the smallest sizes that run its code (bench.smoke):
-# whether each still runs, its figures mean nothing. `make test` runs each section so
+# whether each still runs, its figures mean nothing. `make test` runs it
 # (tests/acceptance/test_bench_smoke.py).
 bench-smoke: $(BENCH_STAMP) mysql-server spark-deps
 	$(PY) -m bench.run --smoke $(BENCH_ARGS)

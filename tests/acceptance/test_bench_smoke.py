@@ -1,9 +1,16 @@
-"""The bench still runs: every section of ``python -m bench.run`` (bench.run.SECTIONS, the
-full-only ones too) runs in smoke mode (``--smoke``: bench.smoke's sizes, seconds each), each by
-itself as a user runs it (a subprocess with its own throwaway database server), exits 0 and
-prints a JSON line holding the figures the section fills (bench.report.SECTION_KEYS). The
-figures are not judged, nor are the targets met or not; a section that no longer runs, or
-whose keys vanish, fails here with what it printed."""
+"""The bench still runs: ``python -m bench.run --smoke`` (what ``make bench-smoke`` runs: every
+section of bench.run.SECTIONS, the full-only ones too, at bench.smoke's sizes, seconds each) runs
+once, in a subprocess with its own throwaway database server as a user runs it, exits 0 and
+prints a JSON line holding the figures each section fills (bench.report.SECTION_KEYS) and the
+headline ratios of the sections run side by side (JOINT_KEYS). One test a section judges that
+section's keys in the run's line. The figures are not judged, nor are the targets met or not; a
+section that no longer runs, or whose keys vanish, fails here with what the run printed (a
+section that raises ends the run: every test then fails, each with the run's last lines, which
+name the section).
+
+One run, not one a section: each section's run paid a Python start, its imports and a
+database server's start and stop, about a quarter of this module's time (209 s one a section,
+159 s one run, MariaDB on a quiet machine)."""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +32,20 @@ from bench.run import SECTIONS
 from .helpers import USER_SETTINGS
 
 ROOT = Path(__file__).parents[2]
-RUN_TIMEOUT_S = 240.0  # a section at smoke size takes seconds; Spark's session about a minute
-TAIL_LINES = 40  # of what a failing section printed
+# every section at smoke size: about 160 s on a quiet machine (Spark's session about 20 s),
+# twice that or more on a busy one
+RUN_TIMEOUT_S = 900.0
+TAIL_LINES = 40  # of what a failing run printed
 
 
-def bench(only: str, tmp_path: Path) -> tuple[int | None, str, str]:
-    """``python -m bench.run --smoke --only ONLY``: its exit status (None: killed at the time
-    limit, with every process it started), stdout and stderr."""
+def bench(tmp_path: Path) -> tuple[int | None, str, str]:
+    """``python -m bench.run --smoke``: its exit status (None: killed at the time limit, with
+    every process it started), stdout and stderr."""
     env = {k: v for k, v in os.environ.items() if k not in USER_SETTINGS}
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     with out.open("w") as stdout, err.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.run", "--smoke", "--only", only],
+            [sys.executable, "-m", "bench.run", "--smoke"],
             cwd=ROOT,
             env=env,
             stdout=stdout,
@@ -64,39 +74,62 @@ def figure(doc: dict[str, Any], key: str) -> Any:
     return doc.get(key)
 
 
-def check(only: str, keys: tuple[str, ...], tmp_path: Path) -> None:
-    code, out, err = bench(only, tmp_path)
-    printed = f"stderr:\n{tail(err)}\nstdout:\n{tail(out)}"
-    assert code is not None, (
-        f"bench section {only}: still running after {RUN_TIMEOUT_S:g} s (killed); {printed}"
-    )
-    assert code == 0, f"bench section {only}: exited {code}; {printed}"
-    lines = out.strip().splitlines()
-    try:
-        doc = json.loads(lines[-1]) if lines else None
-    except json.JSONDecodeError:
-        doc = None
-    assert isinstance(doc, dict), f"bench section {only}: no JSON line last; {printed}"
-    assert doc["mode"] == "smoke"
+@dataclass(frozen=True)
+class SmokeRun:
+    code: int | None
+    out: str
+    err: str
+
+    def printed(self) -> str:
+        return f"stderr:\n{tail(self.err)}\nstdout:\n{tail(self.out)}"
+
+    def doc(self) -> dict[str, Any]:
+        """The run's JSON line; fails the test when the run did not end well with one."""
+        printed = self.printed()
+        assert self.code is not None, (
+            f"bench --smoke: still running after {RUN_TIMEOUT_S:g} s (killed); {printed}"
+        )
+        assert self.code == 0, f"bench --smoke: exited {self.code}; {printed}"
+        lines = self.out.strip().splitlines()
+        try:
+            doc = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            doc = None
+        assert isinstance(doc, dict), f"bench --smoke: no JSON line last; {printed}"
+        assert doc["mode"] == "smoke"
+        return doc
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> SmokeRun:
+    """``python -m bench.run --smoke``: every section, once for the module."""
+    code, out, err = bench(tmp_path_factory.mktemp("bench-smoke"))
+    return SmokeRun(code, out, err)
+
+
+def check(run: SmokeRun, what: str, keys: tuple[str, ...]) -> None:
+    doc = run.doc()
     missing = [k for k in keys if figure(doc, k) is None]
     assert not missing, (
-        f"bench section {only}: ran, but its JSON line has no figure for {missing}; {printed}"
+        f"bench --smoke: {what} ran, but the JSON line has no figure for {missing}; {run.printed()}"
     )
 
 
+# (the run is the first test's set-up: its time limit counts it)
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
 @pytest.mark.parametrize("section", SECTIONS)
-def test_each_bench_section_runs_and_prints_its_figures(section: str, tmp_path: Path) -> None:
+def test_each_bench_section_runs_and_prints_its_figures(section: str, smoke_run: SmokeRun) -> None:
     keys = SECTION_KEYS.get(section)
     assert keys, f"bench section {section}: bench.report.SECTION_KEYS names none of its figures"
-    check(section, keys, tmp_path)
+    check(smoke_run, f"section {section}", keys)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 60)
-def test_the_sections_side_by_side_print_their_ratios(tmp_path: Path) -> None:
+def test_the_sections_side_by_side_print_their_ratios(smoke_run: SmokeRun) -> None:
     """raw, msgtable and peer together: the headline ratios, from rounds run side by side."""
     sections = sorted({s for joint in JOINT_KEYS for s in joint}, key=SECTIONS.index)
-    check(",".join(sections), tuple(k for keys in JOINT_KEYS.values() for k in keys), tmp_path)
+    keys = tuple(k for keys in JOINT_KEYS.values() for k in keys)
+    check(smoke_run, "side by side, " + ",".join(sections), keys)
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="no make")

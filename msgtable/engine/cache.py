@@ -23,6 +23,7 @@ managers are entered outside it, and take it themselves where they must.
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from types import TracebackType
@@ -36,6 +37,7 @@ from msgtable.engine.ordered import OrderedDue
 # How long a settlement verb waits for another statement holding the count of its rows' sends
 # (a postpone or another verb: milliseconds, unless the database hangs) before it goes on.
 HOLD_WAIT_S = 10.0
+_SENT_EPOCH = operator.itemgetter(0)  # a Sent's epoch, as its send read it
 
 
 class Poll:
@@ -216,6 +218,11 @@ class Hold:
     def written(self, ids: Iterable[Hashable]) -> None:
         """Some of the rows are written, whatever becomes of the others."""
         self._written.extend(ids)
+
+    def first(self) -> dict[Hashable, int | None]:
+        """The rows as a verb's ``first`` (msgtable.store.protocol.Uncounted): each one's
+        epoch as its send read it. (No comprehension: the cost guard counts Python calls.)"""
+        return dict(zip(self.rows, map(_SENT_EPOCH, self.rows.values()), strict=True))
 
 
 class MessageCache:

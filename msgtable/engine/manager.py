@@ -403,7 +403,7 @@ class MessageManager:
     def _write_acks(self, ids: list[Hashable], now_ns: int) -> int:
         """The ack UPDATE for merged ids; those sent and not postponed yet count their send."""
         with self.cache.holding_acks(ids) as hold:
-            return self.store.ack(self.config, ids, now_ns, hold.rows)
+            return self.store.ack(self.config, ids, now_ns, hold.first())
 
     # -- settlement (msgtable.core.settlement)
     # ------------------------------------------------------
@@ -424,7 +424,7 @@ class MessageManager:
         next_ns = self.clock.now_ns() + round(delay_s * 1e9)
         with self.cache.holding_acks(clean, wait=True, attempts=bound) as hold:
             ids, named = self._current(clean, bound, hold.skipped)
-            n = self.store.release(cfg, ids, next_ns, reason, hold.rows, named) if ids else 0
+            n = self.store.release(cfg, ids, next_ns, reason, hold.first(), named) if ids else 0
         with self._lock:
             self.cache.forget(ids)
             self.released += n
@@ -501,7 +501,7 @@ class MessageManager:
         clean = coerce_ids(cfg.name, cfg.id_column, ids, "reject")
         dead = self._dead_table(cfg)
         with self.cache.holding_acks(clean, wait=True) as hold:
-            buried = self.store.bury(cfg, dead, clean, self.clock.now_ns(), reason, hold.rows)
+            buried = self.store.bury(cfg, dead, clean, self.clock.now_ns(), reason, hold.first())
         with self._lock:
             self.cache.forget(clean)
             self.rejected += len(buried)
@@ -531,7 +531,7 @@ class MessageManager:
             dead = self._dead_table(cfg)
             for epoch, group in group_by_epoch(rows).items():
                 ids = [r.id for r in group]
-                died += self.store.bury(cfg, dead, ids, now_ns, None, (), (epoch,))
+                died += self.store.bury(cfg, dead, ids, now_ns, None, {}, (epoch,))
         finally:
             with self._lock:
                 self.cache.forget(died)

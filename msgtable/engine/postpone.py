@@ -99,21 +99,22 @@ def renew(
     if not ids:
         return 0
     if exact:
-        return store.renew(cfg, ids, now_ns, until_ns, reason, first.keys(), attempts, None, True)
-    groups: dict[tuple[int | None, int], set[Hashable]] = {}
+        counts = {rid: sent[0] for rid, sent in first.items()}
+        return store.renew(cfg, ids, now_ns, until_ns, reason, counts, attempts, None, True)
+    groups: dict[tuple[int | None, int], dict[Hashable, int | None]] = {}
     for rid in ids:
         if rid in first:
             epoch, sent_ns, _ = first[rid]
-            groups.setdefault((epoch, sent_ns), set()).add(rid)
+            groups.setdefault((epoch, sent_ns), {})[rid] = epoch
     dues = [
         (rids, max(until_ns, next_delivery(cfg, sent_ns, jitter)(epoch or 0)))
         for (epoch, sent_ns), rids in groups.items()
     ]
     if len(dues) <= 1:
-        rids, due = dues[0] if dues else (set(), until_ns)
+        rids, due = dues[0] if dues else ({}, until_ns)
         return store.renew(cfg, ids, now_ns, until_ns, reason, rids, attempts, due)
     n = 0
-    for rids, due in [*dues, (set(), until_ns)]:
+    for rids, due in [*dues, ({}, until_ns)]:
         part = [k for k, rid in enumerate(ids) if (rid in rids if rids else rid not in first)]
         if part:
             named = [attempts[k] for k in part] if attempts is not None else None

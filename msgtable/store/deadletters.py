@@ -14,7 +14,7 @@ table at once).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 from msgtable.core.deadletters import (
@@ -34,6 +34,7 @@ from msgtable.core.tables import (
     text_limit,
 )
 from msgtable.limits import COUNT_DEAD_CAP
+from msgtable.store.protocol import Uncounted
 from msgtable.store.statements import BY_ID
 
 # The last error of a message rejected without a reason (and none of its own).
@@ -52,12 +53,21 @@ def _error_expr(cfg: TableConfig, source: str) -> str:
     return f"LEFT(COALESCE(%s, {source}, %s), {text_limit(col)})"
 
 
-def first_expr(first: Collection[Hashable]) -> tuple[str, list[Any]]:
-    """An SQL expression true for the ids of ``first`` (rows whose send is not counted yet)."""
+def first_expr(first: Uncounted) -> tuple[str, list[Any]]:
+    """An SQL expression true for the rows of ``first`` (sent, their send not counted yet)
+    still at the epoch their send read: a row whose postpone committed unheard was counted."""
     if not first:
         return "FALSE", []
-    in_first, params = in_list(list(first))
-    return f"`id` IN ({in_first})", params
+    by_epoch: dict[int | None, list[Hashable]] = {}
+    for rid, epoch in first.items():
+        by_epoch.setdefault(epoch, []).append(rid)
+    terms: list[str] = []
+    params: list[Any] = []
+    for epoch, group in by_epoch.items():
+        in_group, group_params = in_list(group)
+        terms.append(f"(`id` IN ({in_group}) AND `epoch` <=> %s)")
+        params += [*group_params, epoch]
+    return terms[0] if len(terms) == 1 else "(" + " OR ".join(terms) + ")", params
 
 
 def delivery_expr(
@@ -183,7 +193,7 @@ class DeadStatements:
         ids: Sequence[Hashable],
         now_ns: int,
         reason: str | None,
-        first: Collection[Hashable],
+        first: Uncounted,
         due_at_epoch: tuple[int | None] | None,
     ) -> list[Hashable]:
         """Bury those of ``ids`` still alive (and, with ``due_at_epoch``, at that epoch and
@@ -198,7 +208,7 @@ class DeadStatements:
             return []
         in_ids, id_params = in_list(picked)
         chosen = set(picked)
-        first_sql, first_params = first_expr([i for i in first if i in chosen])
+        first_sql, first_params = first_expr({i: e for i, e in first.items() if i in chosen})
         if due_at_epoch is None:
             default = REJECTED_REASON
         else:

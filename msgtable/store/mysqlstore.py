@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -58,7 +58,7 @@ from msgtable.store.mysql import (
     with_driver,
 )
 from msgtable.store.ordering import OrderSQL
-from msgtable.store.protocol import Deliver, Keep, Store
+from msgtable.store.protocol import NONE_UNCOUNTED, Deliver, Keep, Store, Uncounted
 from msgtable.store.statements import TableStatements, claim_rows
 from msgtable.store.subscriptions import SubscriptionSQL
 
@@ -374,19 +374,21 @@ class MySQLStore:
         cfg: TableConfig,
         ids: Sequence[Hashable],
         now_ns: int,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
     ) -> int:
-        """Mark rows acked; returns how many were unacked before. ``first`` (a subset of
-        ``ids``): rows sent but not postponed yet, whose send this ack counts (epoch + 1)."""
+        """Mark rows acked; returns how many were unacked before. ``first`` (of ``ids``):
+        rows sent but not postponed yet, whose send this ack counts (epoch + 1) where the row
+        is still at the epoch the send read (msgtable.store.protocol.Uncounted)."""
         s = self.statements(cfg)
         in_ids, id_params = in_list(ids)
+        epochs = set(first.values())
         if not first:
             sql, params = s.ack.format(ids=in_ids), [now_ns, *id_params]
-        elif len(first) == len(ids):
-            sql, params = s.ack_first.format(ids=in_ids), [now_ns, *id_params]
+        elif len(first) == len(ids) and len(epochs) == 1:  # a batch of one send: one IN list
+            sql, params = s.ack_first.format(ids=in_ids), [now_ns, *epochs, *id_params]
         else:
-            in_first, first_params = in_list(list(first))
-            sql = s.ack_mixed.format(first=in_first, ids=in_ids)
+            first_sql, first_params = first_expr(first)
+            sql = s.ack_mixed.format(first=first_sql, ids=in_ids)
             params = [now_ns, *first_params, *id_params]
         with self._errors(cfg.name, "ack"), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
@@ -448,7 +450,7 @@ class MySQLStore:
         ids: Sequence[Hashable],
         next_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         attempts: Sequence[int] | None = None,
     ) -> int:
         """Make sent, unacked, live rows due at ``next_ns`` (``first``: their send is
@@ -458,9 +460,10 @@ class MySQLStore:
         in_ids, id_params = in_list(ids)
         first_sql, first_params = first_expr(first)
         bound_sql, bound_params = delivery_expr(ids, attempts, first_sql, first_params)
-        params: list[Any] = [*first_params, next_ns]
+        params: list[Any] = [next_ns]
         if cfg.keeps_errors:
             params.append(reason)
+        params += first_params  # (the epoch's count last: TableStatements._write_settlement)
         sql = s.release.format(ids=in_ids, first=first_sql, bound=bound_sql)
         with (
             self._errors(cfg.name, "release"),
@@ -476,7 +479,7 @@ class MySQLStore:
         now_ns: int,
         until_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         attempts: Sequence[int] | None = None,
         first_until_ns: int | None = None,
         exact: bool = False,
@@ -489,10 +492,11 @@ class MySQLStore:
         first_sql, first_params = first_expr(first)
         bound_sql, bound_params = delivery_expr(ids, attempts, first_sql, first_params)
         first_until = until_ns if first_until_ns is None else first_until_ns
-        params: list[Any] = [*first_params, *first_params, first_until, until_ns]
+        params: list[Any] = [*first_params, first_until, until_ns]
         if cfg.keeps_errors:
             params.append(reason)
-        params += [*id_params, *bound_params, *first_params, now_ns]
+        # (the epoch's count last: TableStatements._write_settlement)
+        params += [*first_params, *id_params, *bound_params, *first_params, now_ns]
         sql = (s.renew_exact if exact else s.renew).format(
             ids=in_ids, first=first_sql, bound=bound_sql
         )
@@ -513,7 +517,7 @@ class MySQLStore:
         ids: Sequence[Hashable],
         now_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         due_at_epoch: tuple[int | None] | None = None,
     ) -> list[Hashable]:
         """Bury those of ``ids`` alive (with ``due_at_epoch``: also at that epoch and due) in

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -39,6 +40,11 @@ Deliver = Callable[[list[CachedRow]], None]
 # Which of a send's rows may go, given the ids the database found due and unchanged (an
 # ordered table's: only whole keys, msgtable.engine.ordered.whole_keys); None: all of those.
 Keep = Callable[[Sequence[CachedRow], Collection[Hashable]], list[CachedRow]]
+# The rows an ack or settlement counts the send of (sent, their postpone not heard written):
+# id -> the epoch that send read. A row counts only while it is still at that epoch: a
+# postpone that committed while its answer was lost (a database link cut) counted it already.
+Uncounted = Mapping[Hashable, int | None]
+NONE_UNCOUNTED: Uncounted = MappingProxyType({})
 
 
 class DeadLetterStore(Protocol):
@@ -51,7 +57,7 @@ class DeadLetterStore(Protocol):
         ids: Sequence[Hashable],
         now_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         due_at_epoch: tuple[int | None] | None = None,
     ) -> list[Hashable]: ...
 
@@ -151,7 +157,7 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         cfg: TableConfig,
         ids: Sequence[Hashable],
         now_ns: int,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
     ) -> int: ...
 
     def acked_ids(
@@ -173,7 +179,7 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         ids: Sequence[Hashable],
         next_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         attempts: Sequence[int] | None = None,
     ) -> int: ...
 
@@ -184,7 +190,7 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         now_ns: int,
         until_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         attempts: Sequence[int] | None = None,
         first_until_ns: int | None = None,
         exact: bool = False,

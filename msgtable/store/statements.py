@@ -268,10 +268,15 @@ class TableStatements:
             f"AND NOT ({quote('time_next')} <=> {DEAD_TIME_NEXT})"
         )
         self.ack = set_acked + where_unacked
-        # An ack of rows whose send was not postponed yet counts that send: epoch + 1.
-        self.ack_first = set_acked + f", {epoch} = COALESCE({epoch}, 0) + 1" + where_unacked
+        # An ack of rows whose send was not postponed yet counts that send, epoch + 1, where
+        # the row is still at the epoch the send read (msgtable.store.protocol.Uncounted):
+        # every row of one send (the parameter: its epoch), or ``{first}`` (deadletters.
+        # first_expr) of some.
+        self.ack_first = (
+            set_acked + f", {epoch} = COALESCE({epoch}, 0) + ({epoch} <=> %s)" + where_unacked
+        )
         self.ack_mixed = (
-            set_acked + f", {epoch} = COALESCE({epoch}, 0) + ({rid} IN ({{first}}))" + where_unacked
+            set_acked + f", {epoch} = COALESCE({epoch}, 0) + ({{first}})" + where_unacked
         )
         self.acked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} = %s"
         self.unacked = f"SELECT {rid} FROM {tf} WHERE {rid} IN ({{ids}}) AND {acked} IS NULL"
@@ -308,7 +313,9 @@ class TableStatements:
 
     def _write_settlement(self, cfg: TableConfig, n: _Names) -> None:
         """Settlement (msgtable.core.settlement). ``{first}`` stands for an expression true for
-        the rows sent and not postponed yet, whose send the statement counts (epoch + 1)."""
+        the rows sent and not postponed yet, whose send the statement counts (epoch + 1):
+        deadletters.first_expr, which reads the epoch, so the count is each SET's last (MySQL
+        and MariaDB assign left to right: a later ``{first}`` would see the new epoch)."""
         tf, rid, epoch, acked = n.tf, n.rid, n.epoch, n.acked
         raw_next = quote("time_next")
         self.alive = f"{acked} IS NULL AND NOT ({raw_next} <=> {DEAD_TIME_NEXT})"
@@ -317,15 +324,16 @@ class TableStatements:
         # release: sent at least once (or now), not acked, not dead: due at the given time.
         # ``{bound}``: the deliveries the call answers (deadstore.delivery_expr)
         self.release = (
-            f"{MARK}UPDATE {tf} {BY_ID} SET {count_first}, {raw_next} = %s{error} "
+            f"{MARK}UPDATE {tf} {BY_ID} SET {raw_next} = %s{error}, {count_first} "
             f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
             f"AND (COALESCE({epoch}, 0) > 0 OR {{first}})"
         )
         # renew: sent and not due again yet (so not sent since): due no sooner than ``until``
         # (the first rows: at their own time, given); exact (SQS's visibility): at ``until``
         renew = (
-            f"{MARK}UPDATE {tf} {BY_ID} SET {count_first}, "
-            f"{raw_next} = IF({{first}}, %s, GREATEST(COALESCE({raw_next}, 0), %s)){error} "
+            f"{MARK}UPDATE {tf} {BY_ID} SET "
+            f"{raw_next} = IF({{first}}, %s, GREATEST(COALESCE({raw_next}, 0), %s)){error}, "
+            f"{count_first} "
             f"WHERE {rid} IN ({{ids}}) AND {{bound}} AND {self.alive} "
             f"AND ({{first}} OR (COALESCE({epoch}, 0) > 0 AND {raw_next} > %s))"
         )

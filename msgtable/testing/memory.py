@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from msgtable.core.deadletters import (
@@ -42,7 +42,7 @@ from msgtable.limits import COUNT_DEAD_CAP
 from msgtable.store.backlog import AGE_BOUNDS_S, BacklogCounts
 from msgtable.store.deadletters import REJECTED_REASON
 from msgtable.store.discovery import TableDefinition
-from msgtable.store.protocol import Deliver, Keep
+from msgtable.store.protocol import NONE_UNCOUNTED, Deliver, Keep, Uncounted
 from msgtable.testing.endpoints import InMemoryEndpoints
 from msgtable.testing.subscriptions import InMemorySubscriptions
 
@@ -323,7 +323,7 @@ class InMemoryStore:
         cfg: TableConfig,
         ids: Sequence[Hashable],
         now_ns: int,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
     ) -> int:
         with self.lock:
             table, n = self._table(cfg.name), 0
@@ -331,8 +331,7 @@ class InMemoryStore:
                 row = table.get(i)
                 if row is not None and self._alive(row):  # a dead one stays dead
                     row["time_acked"], row["time_next"] = now_ns, None
-                    if i in first:
-                        row["epoch"] = (row["epoch"] or 0) + 1
+                    row["epoch"] = (row["epoch"] or 0) + _uncounted(row, i, first)
                     n += 1
             return n
 
@@ -395,17 +394,13 @@ class InMemoryStore:
 
     @staticmethod
     def _current(
-        row: dict[str, Any],
-        rid: Hashable,
-        first: Collection[Hashable],
-        attempts: Sequence[int] | None,
-        k: int,
+        row: dict[str, Any], rid: Hashable, first: Uncounted, attempts: Sequence[int] | None, k: int
     ) -> bool:
         """Whether the ``k``-th id's settlement answers the row's current delivery (its
         attempt 0, or no attempts: any)."""
         if attempts is None or not attempts[k]:
             return True
-        return (row["epoch"] or 0) + (rid in first) == attempts[k]
+        return (row["epoch"] or 0) + _uncounted(row, rid, first) == attempts[k]
 
     @staticmethod
     def _set_error(cfg: TableConfig, row: dict[str, Any], reason: str | None) -> None:
@@ -418,7 +413,7 @@ class InMemoryStore:
         ids: Sequence[Hashable],
         next_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         attempts: Sequence[int] | None = None,
     ) -> int:
         with self.lock:
@@ -428,11 +423,11 @@ class InMemoryStore:
                 if (
                     row is None
                     or not self._alive(row)
-                    or not ((row["epoch"] or 0) > 0 or i in first)
+                    or not ((row["epoch"] or 0) > 0 or _uncounted(row, i, first))
                     or not self._current(row, i, first, attempts, k)
                 ):
                     continue
-                row["epoch"] = (row["epoch"] or 0) + (i in first)
+                row["epoch"] = (row["epoch"] or 0) + _uncounted(row, i, first)
                 row["time_next"] = next_ns
                 self._set_error(cfg, row, reason)
                 n += 1
@@ -445,7 +440,7 @@ class InMemoryStore:
         now_ns: int,
         until_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         attempts: Sequence[int] | None = None,
         first_until_ns: int | None = None,
         exact: bool = False,
@@ -462,7 +457,7 @@ class InMemoryStore:
                 ):
                     continue
                 sent = (row["epoch"] or 0) > 0 and (row["time_next"] or 0) > now_ns
-                if i in first:
+                if _uncounted(row, i, first):
                     row["epoch"] = (row["epoch"] or 0) + 1
                     row["time_next"] = first_until
                 elif sent:
@@ -480,7 +475,7 @@ class InMemoryStore:
         ids: Sequence[Hashable],
         now_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         due_at_epoch: tuple[int | None] | None = None,
     ) -> list[Hashable]:
         with self.lock:
@@ -502,7 +497,7 @@ class InMemoryStore:
                 default = exhausted_reason(cfg.max_attempts or (due_at_epoch[0] or 0))
             for i in picked:
                 row = table[i]
-                attempts = (row["epoch"] or 0) + (i in first)
+                attempts = (row["epoch"] or 0) + _uncounted(row, i, first)
                 error = reason or row.get(LAST_ERROR_COLUMN) or default
                 if dead is None or target is None:
                     row["epoch"], row["time_next"] = attempts, DEAD_TIME_NEXT
@@ -698,3 +693,7 @@ class InMemoryStore:
 
 def _column(cfg: TableConfig, name: str) -> Column:
     return next(c for c in cfg.columns if c.name == name)
+
+
+def _uncounted(row: dict[str, Any], rid: Hashable, first: Uncounted) -> bool:
+    return rid in first and row["epoch"] == first[rid]  # at its send's epoch: first_expr

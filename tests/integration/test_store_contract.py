@@ -428,9 +428,13 @@ def test_ack_acks_only_rows_unacked_before_and_clears_their_time_next(tables: Ta
     assert tables.store.ack(cfg, [1, 3], NOW + 1) == 1
 
 
-@pytest.mark.parametrize("first", [(), (1, 2, 3, 4), (2, 4)], ids=["none", "all", "some"])
+@pytest.mark.parametrize(
+    "first",
+    [{}, dict.fromkeys((1, 2, 3, 4), 4), dict.fromkeys((2, 4), 4)],
+    ids=["none", "all", "some"],
+)
 def test_an_ack_counts_the_send_of_its_first_rows_that_it_acks(
-    tables: Tables, first: tuple[int, ...]
+    tables: Tables, first: dict[int, int]
 ):
     cfg = tables.create("q")
     for i in (1, 2, 3):
@@ -463,8 +467,8 @@ STATEMENTS: dict[str, Call] = {
     "send": lambda s, cfg, batch: s.send(cfg, batch, NOW, lambda r: None),
     "postpone": lambda s, cfg, batch: s.postpone(cfg, [1], 0, NOW, LATER),
     "ack": lambda s, cfg, batch: s.ack(cfg, [1], NOW),
-    "ack first": lambda s, cfg, batch: s.ack(cfg, [1], NOW, first=[1]),
-    "ack some first": lambda s, cfg, batch: s.ack(cfg, [1, 2], NOW, first=[1]),
+    "ack first": lambda s, cfg, batch: s.ack(cfg, [1], NOW, first={1: 0}),
+    "ack some first": lambda s, cfg, batch: s.ack(cfg, [1, 2], NOW, first={1: 0}),
     "acked_ids": lambda s, cfg, batch: s.acked_ids(cfg, [1], NOW),
     "unacked_ids": lambda s, cfg, batch: s.unacked_ids(cfg, [1]),
     "purge": lambda s, cfg, batch: s.purge(cfg, NOW, 10),
@@ -543,7 +547,7 @@ def settled_pair(t: Tables, dead: bool = True) -> tuple[TableConfig, TableConfig
 
 def test_release_moves_sent_live_rows_and_counts_an_uncounted_send(tables: Tables):
     cfg, _ = settled_pair(tables, dead=False)
-    n = tables.store.release(cfg, [1, 2, 3, 4, 5, 6, 99], NOW + 5, "busy", first=[6])
+    n = tables.store.release(cfg, [1, 2, 3, 4, 5, 6, 99], NOW + 5, "busy", first={6: 0})
     assert n == 3  # 2 and 3 (sent), 6 (its send counted now); not 1, 4, 5, 99
     got = {
         i: (r["epoch"], r["time_next"], r["last_error"])
@@ -562,12 +566,12 @@ def test_release_moves_sent_live_rows_and_counts_an_uncounted_send(tables: Table
 
 def test_renew_keeps_rows_in_their_wait_and_never_shortens_it(tables: Tables):
     cfg, _ = settled_pair(tables, dead=False)
-    n = tables.store.renew(cfg, [1, 2, 3, 4, 5, 6], NOW, NOW + 10, None, first=[6])
+    n = tables.store.renew(cfg, [1, 2, 3, 4, 5, 6], NOW, NOW + 10, None, first={6: 0})
     assert n == 2  # 2 (not due yet: LATER stays, the later time) and 6 (uncounted send)
     assert (tables.row("s", 2)["time_next"], tables.row("s", 2)["epoch"]) == (LATER, 1)  # type: ignore[index]
     assert (tables.row("s", 6)["time_next"], tables.row("s", 6)["epoch"]) == (NOW + 10, 1)  # type: ignore[index]
     assert tables.row("s", 3)["time_next"] == NOW - 1  # type: ignore[index]  # due again: not renewed
-    assert tables.store.renew(cfg, [2], NOW, LATER + 7, "still", ()) == 1
+    assert tables.store.renew(cfg, [2], NOW, LATER + 7, "still", {}) == 1
     assert tables.row("s", 2)["time_next"] == LATER + 7  # type: ignore[index]
 
 
@@ -575,7 +579,7 @@ def test_a_renew_writes_its_first_rows_due_time_apart_from_the_others(tables: Ta
     """first_until_ns: the due time of the sends the renew counts (the engine passes the
     later of the renew's and their postpone's), the others keep the GREATEST rule."""
     cfg, _ = settled_pair(tables, dead=False)
-    n = tables.store.renew(cfg, [2, 6], NOW, NOW + 10, None, [6], None, NOW + 99)
+    n = tables.store.renew(cfg, [2, 6], NOW, NOW + 10, None, {6: 0}, None, NOW + 99)
     assert n == 2
     assert (tables.row("s", 6)["time_next"], tables.row("s", 6)["epoch"]) == (NOW + 99, 1)  # type: ignore[index]
     assert tables.row("s", 2)["time_next"] == LATER  # type: ignore[index]
@@ -585,7 +589,7 @@ def test_an_exact_renew_brings_a_due_time_in_as_well_as_out(tables: Tables):
     """exact (SQS's visibility timeout, counted from the call): every row renewed is due at
     the time given, sooner than it was or later."""
     cfg, _ = settled_pair(tables, dead=False)
-    n = tables.store.renew(cfg, [2, 6], NOW, NOW + 10, None, [6], None, None, True)
+    n = tables.store.renew(cfg, [2, 6], NOW, NOW + 10, None, {6: 0}, None, None, True)
     assert n == 2
     assert tables.row("s", 2)["time_next"] == NOW + 10  # type: ignore[index]  # was LATER
     assert (tables.row("s", 6)["time_next"], tables.row("s", 6)["epoch"]) == (NOW + 10, 1)  # type: ignore[index]
@@ -594,7 +598,7 @@ def test_an_exact_renew_brings_a_due_time_in_as_well_as_out(tables: Tables):
 def test_a_reject_moves_live_rows_to_the_dead_letter_table_in_one_piece(tables: Tables):
     cfg, dead = settled_pair(tables)
     tables.update("s", 3, last_error="timeout")
-    buried = tables.store.bury(cfg, dead, [1, 3, 4, 5, 6], NOW, None, first=[6])
+    buried = tables.store.bury(cfg, dead, [1, 3, 4, 5, 6], NOW, None, first={6: 0})
     assert sorted(buried) == [1, 3, 6]  # 4 acked, 5 dead already
     assert [tables.row("s", i) is None for i in (1, 3, 6)] == [True] * 3
     got = {i: tables.row("s_dead", i) for i in (1, 3, 6)}
@@ -615,8 +619,8 @@ def test_a_reject_moves_live_rows_to_the_dead_letter_table_in_one_piece(tables: 
 
 def test_an_expiry_buries_only_rows_still_at_the_epoch_read_and_due(tables: Tables):
     cfg, dead = settled_pair(tables)
-    assert tables.store.bury(cfg, dead, [2, 3], NOW, None, (), (1,)) == [3]  # 2 not due
-    assert tables.store.bury(cfg, dead, [1], NOW, None, (), (1,)) == []  # 1 at epoch 0
+    assert tables.store.bury(cfg, dead, [2, 3], NOW, None, {}, (1,)) == [3]  # 2 not due
+    assert tables.store.bury(cfg, dead, [1], NOW, None, {}, (1,)) == []  # 1 at epoch 0
     # the reason, cut to fit last_error's varchar(40)
     reason = "no ack after 3 attempts (vt_max_attempts=3)"[:40]
     assert tables.row("s_dead", 3)["last_error"] == reason  # type: ignore[index]
@@ -624,7 +628,7 @@ def test_an_expiry_buries_only_rows_still_at_the_epoch_read_and_due(tables: Tabl
 
 def test_dead_in_place_is_marked_listed_counted_and_redriven(tables: Tables):
     cfg, _ = settled_pair(tables, dead=False)
-    assert tables.store.bury(cfg, None, [1, 6], NOW, "bad", first=[6]) == [1, 6]
+    assert tables.store.bury(cfg, None, [1, 6], NOW, "bad", first={6: 0}) == [1, 6]
     row = tables.row("s", 6)
     assert row is not None
     assert (row["epoch"], row["time_next"], row["last_error"], row["time_dead"]) == (
@@ -646,6 +650,48 @@ def test_dead_in_place_is_marked_listed_counted_and_redriven(tables: Tables):
     assert (tables.row("s", 5)["epoch"], tables.row("s", 5)["time_next"]) == (0, NOW + 1)  # type: ignore[index]
     assert tables.store.redrive(cfg, cfg, None, 5, 2, NOW + 1).last == 6
     assert tables.store.redrive(cfg, cfg, None, 6, 2, NOW + 1).last is None
+
+
+# A send's count must be written once: an ack or settlement counts the send of its ``first``
+# rows (sent, postpone not written) only where the row is still at the epoch that send read. A
+# postpone whose UPDATE committed but whose answer was lost (a database link cut) leaves its rows
+# in the server's hands as uncounted; the verb that comes next must not count them again (a
+# dead letter then said 6 attempts of 5, in the fault suite), nor, counting them twice, take the
+# current delivery for a later one.
+COUNTS_ONCE: dict[str, Callable[[Store, TableConfig, TableConfig | None], object]] = {
+    "ack": lambda s, cfg, dead: s.ack(cfg, [6, 7], NOW, first={6: 0, 7: 0}),
+    "release": lambda s, cfg, dead: s.release(cfg, [6, 7], NOW + 5, None, first={6: 0, 7: 0}),
+    "release of attempt 1": lambda s, cfg, dead: s.release(
+        cfg, [6, 7], NOW + 5, None, first={6: 0, 7: 0}, attempts=[1, 1]
+    ),
+    "renew": lambda s, cfg, dead: s.renew(cfg, [6, 7], NOW, NOW + 10, None, first={6: 0, 7: 0}),
+    "renew of attempt 1": lambda s, cfg, dead: s.renew(
+        cfg, [6, 7], NOW, NOW + 10, None, first={6: 0, 7: 0}, attempts=[1, 1]
+    ),
+    "exact renew": lambda s, cfg, dead: s.renew(
+        cfg, [6, 7], NOW, NOW + 10, None, {6: 0, 7: 0}, None, None, True
+    ),
+    "reject in place": lambda s, cfg, dead: len(
+        s.bury(cfg, None, [6, 7], NOW, None, first={6: 0, 7: 0})
+    ),
+    "reject": lambda s, cfg, dead: len(s.bury(cfg, dead, [6, 7], NOW, None, first={6: 0, 7: 0})),
+}
+
+
+@pytest.mark.parametrize("verb", COUNTS_ONCE)
+def test_a_send_its_postpone_counted_is_not_counted_again(tables: Tables, verb: str):
+    """6 and 7 were sent at epoch 0; 6's postpone wrote epoch 1, but its server did not hear
+    so and names it among the first rows: each verb takes both, and both end at epoch 1 (a
+    reject's dead letters with 1 attempt)."""
+    dead_table = verb == "reject"
+    cfg, dead = settled_pair(tables, dead=dead_table)
+    tables.insert("s", 7, epoch=0, time_next=0)
+    assert tables.store.postpone(cfg, [6], 0, NOW - 1, LATER) == 1
+    assert COUNTS_ONCE[verb](tables.store, cfg, dead) == 2
+    table = "s_dead" if dead_table else "s"
+    column = "attempts" if dead_table else "epoch"
+    got = {i: r[column] for i in (6, 7) if (r := tables.row(table, i))}
+    assert got == {6: 1, 7: 1}
 
 
 def test_a_redrive_moves_dead_letters_back_fresh_and_skips_ids_taken_again(tables: Tables):

@@ -13,7 +13,13 @@ from msgtable.engine.engine import MessageEngine
 from msgtable.engine.manager import MessageManager
 from msgtable.engine.purger import PURGE_DUTY_BUSY, PURGE_DUTY_IDLE
 from msgtable.engine.subscriber import Subscriber, select_subscribers
-from msgtable.errors import InvalidArgument, TableLoadError, TableNotFound, Unavailable
+from msgtable.errors import (
+    DatabaseUnavailable,
+    InvalidArgument,
+    TableLoadError,
+    TableNotFound,
+    Unavailable,
+)
 from msgtable.limits import (
     DEFAULT_MAX_IN_FLIGHT,
     MAX_IN_FLIGHT,
@@ -1069,3 +1075,51 @@ def test_a_close_while_the_loops_start_stops_them_and_joins_none_unstarted(engin
     assert not closing[0].is_alive(), "close() did not return"
     assert failures == []
     assert all(not t.is_alive() for t in m._threads), "a loop outlived close()"
+
+
+class LostAnswerStore(InMemoryStore):
+    """Its postpones commit, then fail as a database link cut before the answer would."""
+
+    lose_postpones = False
+
+    def postpone(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        n = super().postpone(*args, **kwargs)
+        if self.lose_postpones:
+            raise DatabaseUnavailable("the link was cut before the postpone's answer came")
+        return n
+
+
+@pytest.mark.parametrize("verb", ["ack", "release", "release of attempt 1", "renew", "reject"])
+def test_a_send_whose_postpone_committed_unheard_is_counted_once_by_the_next_verb(verb, clock):
+    """The postpone's UPDATE committed (epoch 1) but its answer was lost: the manager keeps
+    the send as uncounted, and the verb that comes next must not count it again (the fault
+    suite's dead letter with 6 attempts of vt_max_attempts 5), nor take the current delivery
+    for a later one (a release or renew of attempt 1 answered 0)."""
+    store = LostAnswerStore()
+    store.create_table("q", f"{COMMENT},vt_postpone_after=1")
+    engine = MessageEngine(
+        store, clock=clock, rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    engine.refresh()
+    try:
+        store.insert("q", 1, message="a")
+        m = manager(engine)
+        sub = m.subscribe()
+        m.poll_once()
+        m.send_once()
+        assert drain(sub) == [(1, "a")]
+        store.lose_postpones = True
+        with pytest.raises(DatabaseUnavailable):
+            postponed(m, clock)
+        assert store.rows["q"][1]["epoch"] == 1  # written, unheard
+        answered = {
+            "ack": lambda: m.ack([1]),
+            "release": lambda: m.release([1], 0, None),
+            "release of attempt 1": lambda: m.release([1], 0, None, [1]),
+            "renew": lambda: m.renew([1], 0, None),
+            "reject": lambda: m.reject([1], None),
+        }[verb]()
+        assert answered == 1
+        assert store.rows["q"][1]["epoch"] == 1
+    finally:
+        engine.close()

@@ -360,6 +360,7 @@ class Subscriber(threading.Thread):
             [(i, m.attempt) for i, m in zip(ids, batch, strict=True)],
             self.name,
             self.sub.target,  # the server whose stream it came off: its sender
+            [m.sent_ns for m in batch],
         )
         if self.checker.order is not None:
             recorded = self.checker.order.received(self.name, batch, ORDER_KEY)

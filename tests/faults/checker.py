@@ -316,6 +316,8 @@ class Checker:
         # id -> (when it came off the stream, subscriber, the attempt the message said)
         self.deliveries: dict[int, list[tuple[float, str, int]]] = defaultdict(list)
         self.senders: dict[tuple[int, float], str] = {}  # (id, that time) -> the server
+        # (id, that time) -> when its server sent it (the server's stamp, on this clock)
+        self.sent_at: dict[tuple[int, float], float] = {}
         self.first_ack: dict[int, float] = {}  # id -> when the first ack naming it returned
         self.unacked_on_purpose: dict[tuple[int, str], str] = {}  # (id, sub) -> why
         self.slow: set[tuple[int, str]] = set()  # held by a slow handler, renewed
@@ -364,15 +366,24 @@ class Checker:
             self.outside.update(set(ids) - set(mine))
             self.poison.update(set(poison) & set(mine))
 
-    def delivered(self, batch: Sequence[tuple[int, int]], sub: str, server: str = "") -> None:
+    def delivered(
+        self,
+        batch: Sequence[tuple[int, int]],
+        sub: str,
+        server: str = "",
+        sent_ns: Sequence[int] = (),
+    ) -> None:
         """A batch came off the stream (from ``server``, "": not known): (id, attempt) of
-        each message."""
-        now = time.monotonic()
+        each message; ``sent_ns``: when the server says it sent each (unix ns; 0 or none: not
+        said)."""
+        now, wall = time.monotonic(), time.time_ns()
         with self._lock:
-            for i, attempt in batch:
+            for k, (i, attempt) in enumerate(batch):
                 self.deliveries[i].append((now, sub, attempt))
                 if server:
                     self.senders[(i, now)] = server
+                if k < len(sent_ns) and sent_ns[k]:
+                    self.sent_at[(i, now)] = now - max(0, wall - sent_ns[k]) / 1e9
 
     def ready(self, sub: str, stream_filter: str = "") -> None:
         """``sub`` reads with ``stream_filter`` ("": none) and has room from now on."""
@@ -823,7 +834,10 @@ class Checker:
             # started before the first delivery may have landed after it)
             released = any(s.start <= t2 and s.end >= t1 - WIRE_SLACK_S for s in releases)
             if t2 - t1 < self.ack_wait_s - WIRE_SLACK_S and not released:
-                r.in_flight_twice.append((i, round(t2 - t1, 3)))
+                # (and the gap between the server's sends, as it stamped them: None, unknown)
+                s1, s2 = self.sent_at.get((i, t1)), self.sent_at.get((i, t2))
+                sent_gap = None if s1 is None or s2 is None else round(s2 - s1, 3)
+                r.in_flight_twice.append((i, round(t2 - t1, 3), sent_gap))
             r.reasons[self._unacked_why(i, s1, released)] += 1
 
     def _judge_late_settlements(self, r: Report) -> None:
@@ -1053,7 +1067,7 @@ class Report:
     after_dead: list[tuple[int, str, float]] = field(default_factory=list)
     # (id, "release" / "renew", how long before the delay / extension ended)
     early: list[tuple[int, str, float]] = field(default_factory=list)
-    in_flight_twice: list[tuple[int, float]] = field(default_factory=list)
+    in_flight_twice: list[tuple[int, float, float | None]] = field(default_factory=list)
     # a release or renew of a delivery replaced before the call began: how many were made,
     # and (id, verb, attempt named, the later attempt) those that changed the id anyway
     late_settlements: int = 0
@@ -1115,7 +1129,9 @@ class Report:
             "delivered after their ack (id, sub, s)": list(self.after_ack),
             "delivered after they died (id, sub, s)": list(self.after_dead),
             "delivered within a release's delay or a renewal (id, verb, s)": list(self.early),
-            "in flight to two subscribers at once (id, gap s)": list(self.in_flight_twice),
+            "in flight to two subscribers at once (id, gap s, between the server's sends s)": (
+                list(self.in_flight_twice)
+            ),
             "a late release or renew changed a later delivery (id, verb, named, later)": list(
                 self.late_settled
             ),

@@ -237,7 +237,7 @@ def test_a_quick_redelivery_after_a_release_is_not_in_flight_twice() -> None:
     c.settlements[7] = [Settled("release", "s1", now - 4.9, now - 4.8, True, 0.0)]
     c.delivered([(7, 2)], "s3")  # no release since s2's: in flight twice
     report = c.judge()
-    assert [i for i, _ in report.in_flight_twice] == [7]
+    assert [i for i, *_ in report.in_flight_twice] == [7]
     assert report.reasons["released by its subscriber"] == 1
 
 
@@ -472,7 +472,7 @@ def test_a_subscriptions_duplicate_in_flight_or_after_its_ack_is_reported() -> N
     tables.source[1] = time.time_ns() - 10 * 10**9
     c.delivered([(1, 2)], "odd-s2")  # after its ack, within the ack wait
     report = c.judge(tables)
-    assert [i for i, _ in report.in_flight_twice] == [1]
+    assert [i for i, *_ in report.in_flight_twice] == [1]
     assert [(i, sub) for i, sub, _ in report.after_ack] == [(1, "odd-s2")]
 
 
@@ -569,7 +569,23 @@ def test_a_release_running_when_the_next_delivery_came_explains_a_quick_redelive
     c.settlements[7] = [Settled("release", "s1", now - 1.2, now - 1.1, True, 0.0)]
     assert c.judge().in_flight_twice == []  # returned 0.1 s before: on the wire already
     c.settlements[7] = [Settled("release", "s1", now - 2.2, now - 2.1, True, 0.0)]
-    assert [i for i, _ in c.judge().in_flight_twice] == [7]
+    assert [i for i, *_ in c.judge().in_flight_twice] == [7]
+
+
+def test_a_quick_redelivery_reports_the_gap_between_the_servers_sends_too() -> None:
+    """Each delivery's send as its server stamped it (the message's sent_ns) is kept: a
+    redelivery reported in flight twice says how far apart the sends were as well as the
+    receipts (a first delivery received late makes the receipts' gap the shorter)."""
+    c = settling(ack_wait_s=30.0)
+    wall = time.time_ns()
+    c.delivered([(7, 1)], "s1", "server1", [wall - 3 * 10**9])  # sent 3 s before its receipt
+    c.delivered([(7, 2)], "s2", "server1", [wall])
+    c.delivered([(8, 1)], "s1", "server1")  # no stamp: the sends' gap is not known
+    c.delivered([(8, 2)], "s2", "server1", [wall])
+    got = {i: (gap, sent_gap) for i, gap, sent_gap in c.judge().in_flight_twice}
+    assert set(got) == {7, 8}
+    assert got[7][0] < 1 and 2.9 < (got[7][1] or 0) < 3.5
+    assert got[8][1] is None
 
 
 def test_a_reason_given_by_a_call_that_changed_nothing_is_not_expected_in_last_error() -> None:

@@ -102,6 +102,7 @@ from ..ordering import Delivery, OrderLog, check_order
 from .filtercheck import Readiness, Stall, stalls
 
 WIRE_SLACK_S = 0.5  # a delivery this soon after an ack returned was on the wire already
+LATE_RECEIPT_S = 1.0  # a delivery received this long after its send is counted as late
 FAULT_WINDOW_S = 10.0  # faults this long before an id's first delivery may have eaten a send
 LISTED = 20  # ids listed per finding in a report
 # The faults that can lose the count of a send not yet postponed (vt_postpone_after > 0): its
@@ -606,6 +607,9 @@ class Checker:
                 self._judge_deliveries(r, i, ds, died_at.get(i), acked_at.get(i))
             self._judge_late_settlements(r)
             self._judge_closes(r)
+            lags = [t - sent for (_, t), sent in self.sent_at.items()]
+            r.received_late = sum(lag >= LATE_RECEIPT_S for lag in lags)
+            r.longest_receipt_s = round(max(lags, default=0.0), 3)
             # (an ordered group's messages wait for their key: the order checker judges them)
             r.filters = len(self.stream_filters) if self.order is None else 0
             r.filter_stalls = (
@@ -1071,6 +1075,9 @@ class Report:
     # a release or renew of a delivery replaced before the call began: how many were made,
     # and (id, verb, attempt named, the later attempt) those that changed the id anyway
     late_settlements: int = 0
+    # deliveries received LATE_RECEIPT_S or more after their server's send, the longest wait
+    received_late: int = 0
+    longest_receipt_s: float = 0.0
     # subscribers closed mid-batch, the ids their close released, those back within the ack
     # wait; (closes, ids) when none was
     closes: int = 0
@@ -1175,6 +1182,8 @@ class Report:
             f"{self.acks_in_doubt_purged}); delivered after their ack {len(self.after_ack)}, "
             f"after they died {len(self.after_dead)}, early {len(self.early)}, "
             f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
+            f"received {LATE_RECEIPT_S:g} s or more after their send {self.received_late} "
+            f"(longest {self.longest_receipt_s} s), "
             f"late releases or renewals of a replaced delivery {self.late_settlements} "
             f"(changed it {len(self.late_settled)}), closed mid-batch {self.closes} "
             f"({self.closed_rest} unhanded, found released {self.closed_rest_found}, back "

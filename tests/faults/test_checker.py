@@ -586,6 +586,8 @@ def test_a_quick_redelivery_reports_the_gap_between_the_servers_sends_too() -> N
     assert set(got) == {7, 8}
     assert got[7][0] < 1 and 2.9 < (got[7][1] or 0) < 3.5
     assert got[8][1] is None
+    report = c.judge()  # and the first delivery of 7 counts as received late
+    assert report.received_late == 1 and 2.9 < report.longest_receipt_s < 3.5
 
 
 def test_a_reason_given_by_a_call_that_changed_nothing_is_not_expected_in_last_error() -> None:

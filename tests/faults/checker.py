@@ -20,7 +20,10 @@ and its dead-letter table with its own SQL (:func:`read_tables`) and judges:
   release's delay or a renew's extension (that answered 1) ended, nor at an attempt past
   vt_max_attempts;
 - two deliveries of one id are at least vt_ack_wait apart (a message is never in flight to two
-  subscribers at once, whatever was killed), unless a release of it came between them (a
+  subscribers at once, whatever was killed): their sends as the server stamped them (the
+  message's sent_ns, from which its ack wait runs and a client's renewals count; a delivery
+  received late, its subscriber slow to read, leaves its handler less of the wait), or their
+  receipts when a send is not stamped; unless a release of it came between them (a
   release call running at some moment between them: one that started, or even returned,
   shortly before the first delivery came off the stream may have landed after its send,
   releasing it);
@@ -837,10 +840,12 @@ class Checker:
             # a release came between: its call ran at some point between the two (one that
             # started before the first delivery may have landed after it)
             released = any(s.start <= t2 and s.end >= t1 - WIRE_SLACK_S for s in releases)
-            if t2 - t1 < self.ack_wait_s - WIRE_SLACK_S and not released:
-                # (and the gap between the server's sends, as it stamped them: None, unknown)
-                s1, s2 = self.sent_at.get((i, t1)), self.sent_at.get((i, t2))
-                sent_gap = None if s1 is None or s2 is None else round(s2 - s1, 3)
+            # the ack wait runs from the server's send, as it stamped it (sent_ns), when both
+            # are stamped: a delivery received late does not make the sends closer
+            s1, s2 = self.sent_at.get((i, t1)), self.sent_at.get((i, t2))
+            sent_gap = None if s1 is None or s2 is None else round(s2 - s1, 3)
+            gap = t2 - t1 if sent_gap is None else sent_gap
+            if gap < self.ack_wait_s - WIRE_SLACK_S and not released:
                 r.in_flight_twice.append((i, round(t2 - t1, 3), sent_gap))
             r.reasons[self._unacked_why(i, s1, released)] += 1
 

@@ -590,6 +590,30 @@ def test_a_quick_redelivery_reports_the_gap_between_the_servers_sends_too() -> N
     assert report.received_late == 1 and 2.9 < report.longest_receipt_s < 3.5
 
 
+def test_in_flight_twice_is_judged_by_the_servers_sends_when_they_are_stamped() -> None:
+    """The ack wait runs from the server's send (the message's sent_ns: what the client's
+    renewals count from too), not from the receipt: a first delivery received 1.4 s after
+    its send and the redelivery 2.5 s after that send (ack wait 2 s, backoff 0.5 s) are 1.1 s
+    apart as received, and no message was in flight twice. Sends closer than the ack wait
+    still are, and without stamps the receipts decide, as before."""
+    c = settling(ack_wait_s=2.0)
+    wall = time.time_ns()
+    c.delivered([(8, 1)], "s1", "server1", [wall - 1_400_000_000])  # received 1.4 s late
+    time.sleep(1.1)
+    c.delivered([(8, 2)], "s1", "server1", [time.time_ns()])
+    assert c.judge().in_flight_twice == []
+    c = settling(ack_wait_s=2.0)
+    c.delivered([(8, 1)], "s1", "server1", [time.time_ns() - 200_000_000])
+    time.sleep(1.1)
+    c.delivered([(8, 2)], "s1", "server1", [time.time_ns()])  # sent 1.3 s after the first
+    assert [i for i, *_ in c.judge().in_flight_twice] == [8]
+    c = settling(ack_wait_s=2.0)
+    c.delivered([(8, 1)], "s1", "server1")
+    time.sleep(1.1)
+    c.delivered([(8, 2)], "s1", "server1")
+    assert [i for i, *_ in c.judge().in_flight_twice] == [8]
+
+
 def test_a_reason_given_by_a_call_that_changed_nothing_is_not_expected_in_last_error() -> None:
     """Poison 7 died of its attempts before its subscriber's late release (which answered 0):
     that release's reason was never written; the default one is right."""

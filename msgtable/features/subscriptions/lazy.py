@@ -65,7 +65,14 @@ from msgtable.core.subscriptions import LoadedSubscription, StateRow
 from msgtable.core.tables import TableConfig
 from msgtable.errors import MsgtableError
 from msgtable.features.subscriptions.window import Window
-from msgtable.store.protocol import Deliver, Keep, Store, SubscriptionStore
+from msgtable.store.protocol import (
+    NONE_UNCOUNTED,
+    Deliver,
+    Keep,
+    Store,
+    SubscriptionStore,
+    Uncounted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -378,7 +385,7 @@ class LazyStore:
         cfg: TableConfig,
         ids: Sequence[Hashable],
         now_ns: int,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
     ) -> int:
         """The window's rows sent and not postponed: acked there, nothing written; those
         being postponed now, or all the window's once this server no longer sends the table
@@ -415,12 +422,12 @@ class LazyStore:
         return n
 
     def _ack_rows(
-        self, cfg: TableConfig, ids: list[Hashable], now_ns: int, first: Collection[Hashable]
+        self, cfg: TableConfig, ids: list[Hashable], now_ns: int, first: Uncounted
     ) -> int:
         """The ack UPDATE of their state rows; those it did not find (sent by a sender that
         crashed: neither in this window nor in the state table) get an acked state row, so
         the cursor's scan does not send them again (a dead or acked row is left as it is)."""
-        n = self._store.ack(cfg, ids, now_ns, [i for i in ids if i in first])
+        n = self._store.ack(cfg, ids, now_ns, {i: first[i] for i in ids if i in first})
         if n >= len(ids):
             return n
         with self._lock:
@@ -450,9 +457,7 @@ class LazyStore:
         return ours | (self._store.unacked_ids(cfg, rest) if rest else set())
 
     # -- settlement: the state row first, then the verb as on any ---------------------------
-    def _materialize(
-        self, cfg: TableConfig, ids: Sequence[Hashable], first: Collection[Hashable]
-    ) -> None:
+    def _materialize(self, cfg: TableConfig, ids: Sequence[Hashable], first: Uncounted) -> None:
         self._hold(cfg, self._flying(ids, first), None, 0)
 
     def release(
@@ -461,7 +466,7 @@ class LazyStore:
         ids: Sequence[Hashable],
         next_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         attempts: Sequence[int] | None = None,
     ) -> int:
         self._materialize(cfg, ids, first)
@@ -474,7 +479,7 @@ class LazyStore:
         now_ns: int,
         until_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         attempts: Sequence[int] | None = None,
         first_until_ns: int | None = None,
         exact: bool = False,
@@ -491,7 +496,7 @@ class LazyStore:
         ids: Sequence[Hashable],
         now_ns: int,
         reason: str | None,
-        first: Collection[Hashable] = (),
+        first: Uncounted = NONE_UNCOUNTED,
         due_at_epoch: tuple[int | None] | None = None,
     ) -> list[Hashable]:
         self._materialize(cfg, ids, first)

@@ -189,7 +189,7 @@ class EngineCollector(Collector):
             PREFIX + "subscription_held_acks_written",
             COUNTER,
             "A lazy subscription's acks written as acked state rows behind a cursor held by "
-            "a message never sent.",
+            "a message never sent, on letting go, or beyond a cursor another server moved.",
             LABELS,
         )
         for (table, sub), n in sorted(self.engine.held_acks_written().items()):

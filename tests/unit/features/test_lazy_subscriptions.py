@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -69,6 +70,21 @@ def enqueue(e: MessageEngine, *ids: int, **values: object) -> None:
     assert fan_out(e) == len(ids)
 
 
+def sent_out(
+    e: MessageEngine, *ids: int, filter: str | None = None
+) -> tuple[MessageManager, LazyStore, Any, list[object]]:
+    """``ids`` enqueued, read by the lazy subscription's scan and sent to a new subscriber
+    of it (``filter``: its stream filter): its manager, its store, the subscriber and the
+    ids it got."""
+    enqueue(e, *ids)
+    m, lazy = served(e)
+    kw = {} if filter is None else {"filter": filter}
+    sub = e.subscribe("q", subscription="lazy", **kw)
+    m.poll_once()
+    m.send_once()
+    return m, lazy, sub, [v[0] for v in drain(sub)]
+
+
 def test_messages_go_from_the_cursor_and_in_order_acks_write_no_state_row(engine):
     enqueue(engine, 1, 2, 3)
     m, _ = served(engine)
@@ -84,12 +100,7 @@ def test_messages_go_from_the_cursor_and_in_order_acks_write_no_state_row(engine
 
 
 def test_an_out_of_order_ack_holds_the_cursor_until_the_earlier_one_is_settled(engine):
-    enqueue(engine, 1, 2, 3)
-    m, _ = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    drain(sub)
+    m, _, _, _ = sent_out(engine, 1, 2, 3)
     engine.ack("q", "", [2, 3], subscription="lazy")
     m.poll_once()
     assert cursor(engine) == 0, "1 is in flight: the cursor may not pass it"
@@ -101,12 +112,7 @@ def test_an_out_of_order_ack_holds_the_cursor_until_the_earlier_one_is_settled(e
 def test_an_unacked_message_gets_its_state_row_at_its_postpone_and_the_cursor_passes_it(
     engine,
 ):
-    enqueue(engine, 1, 2)
-    m, _ = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    drain(sub)
+    m, _, _, _ = sent_out(engine, 1, 2)
     engine.ack("q", "", [2], subscription="lazy")
     engine.clock.advance(m.config.postpone_after_s)  # type: ignore[attr-defined]
     assert m.postpone_once() == 1
@@ -120,12 +126,7 @@ def test_an_unacked_message_gets_its_state_row_at_its_postpone_and_the_cursor_pa
 def test_an_ack_while_its_postpone_is_written_upserts_an_acked_state_row(engine):
     """The cache holds a message whose postpone is being written: its ack is not among the
     ack's ``first``; whichever of the two statements commits first, it ends acked."""
-    enqueue(engine, 1)
-    m, lazy = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    drain(sub)
+    m, lazy, _, _ = sent_out(engine, 1)
     now = engine.clock.now_ns()
     assert lazy.ack(m.config, [1], now, first=()) == 1
     assert lazy.acked_ids(m.config, [1], now) == {1}
@@ -136,12 +137,7 @@ def test_an_ack_while_its_postpone_is_written_upserts_an_acked_state_row(engine)
 
 
 def test_release_and_reject_write_the_state_row_then_the_verb(engine):
-    enqueue(engine, 1, 2)
-    m, _ = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    drain(sub)
+    m, _, sub, _ = sent_out(engine, 1, 2)
     assert engine.release("q", "", [1], 0.0, "later", subscription="lazy") == 1
     assert engine.reject("q", "", [2], "bad", subscription="lazy") == 1
     state = memory(engine).rows[STATE]
@@ -184,12 +180,7 @@ def test_a_delayed_message_is_parked_in_its_state_row(engine):
 
 
 def test_a_cursor_another_sender_moved_drops_the_window(engine):
-    enqueue(engine, 1, 2, 3)
-    m, _ = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    drain(sub)
+    m, _, _, _ = sent_out(engine, 1, 2, 3)
     subs = memory(engine).subscription_store
     assert subs.advance_cursor("q", "lazy", 0, 2)  # another server's flush
     engine.ack("q", "", [1, 2, 3], subscription="lazy")
@@ -204,12 +195,8 @@ def test_acks_of_a_window_dropped_for_a_cursor_another_sender_moved_are_written(
     1, 2, 4, 5, 6 are acked here, another server moved the cursor to 1 meanwhile. Without the
     write, the next scan (from 1) sent 2, 4, 5 and 6 again after their ack (the chaos run's
     "delivered after their ack" of a lazy subscription after two servers swapped its table)."""
-    enqueue(engine, 1, 2, 3, 4, 5, 6)
-    m, lazy = served(engine)
-    sub = engine.subscribe("q", subscription="lazy", filter="id != 3")
-    m.poll_once()
-    m.send_once()
-    assert [v[0] for v in drain(sub)] == [1, 2, 4, 5, 6]
+    m, lazy, _, got = sent_out(engine, 1, 2, 3, 4, 5, 6, filter="id != 3")
+    assert got == [1, 2, 4, 5, 6]
     engine.ack("q", "", [1, 2, 4, 5, 6], subscription="lazy")
     subs = memory(engine).subscription_store
     assert subs.advance_cursor("q", "lazy", 0, 1)  # another server's flush
@@ -232,12 +219,8 @@ def test_letting_go_during_a_flush_writes_the_acks_behind_a_held_cursor(engine):
     """A lost lease lets go while the poll's flush is moving the cursor: the letting go
     waits for that flush and writes the acks the window alone knows (before, it found a
     flush under way and returned: the acks went with the window)."""
-    enqueue(engine, 1, 2, 3, 4)
-    m, lazy = served(engine)
-    sub = engine.subscribe("q", subscription="lazy", filter="id != 2")
-    m.poll_once()
-    m.send_once()
-    assert [v[0] for v in drain(sub)] == [1, 3, 4]
+    m, lazy, _, got = sent_out(engine, 1, 2, 3, 4, filter="id != 2")
+    assert got == [1, 3, 4]
     engine.ack("q", "", [1, 3, 4], subscription="lazy")
     subs = memory(engine).subscription_store
     moving, go_on = threading.Event(), threading.Event()
@@ -272,12 +255,8 @@ def test_an_ack_after_the_lease_ended_writes_its_acked_state_row(engine, monkeyp
     from the cursor after its hold, skips it. Before, the ack lived in this window alone and
     the next sender sent the message again (the chaos run: a database link cut ended the
     lease, the ack came 0.8 s after the link was back, the next sender sent it 1.7 s later)."""
-    enqueue(engine, 1, 2, 3)
-    m, lazy = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    assert [v[0] for v in drain(sub)] == [1, 2, 3]
+    _, lazy, _, got = sent_out(engine, 1, 2, 3)
+    assert got == [1, 2, 3]
     monkeypatch.setattr(engine, "may_send", lambda unit: False)
     if let_go:
         lazy.let_go()
@@ -344,12 +323,7 @@ def test_the_counters_go_on_when_the_store_is_made_anew(engine):
     counters (cursor flushes, held acks written) are the process's and go on from where
     they were (the chaos run's scrape saw msgtable_subscription_cursor_flushes_total go
     from 80 to 0 in one server process)."""
-    enqueue(engine, 1, 2, 3)
-    m, _ = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    drain(sub)
+    m, _, _, _ = sent_out(engine, 1, 2, 3)
     engine.ack("q", "", [1, 2, 3], subscription="lazy")
     m.poll_once()
     registry = engine._subscriptions
@@ -363,12 +337,7 @@ def test_an_ack_of_a_message_another_sender_sent_writes_its_acked_state_row(engi
     """The sender that sent it crashed (its window lost); the subscriber's ack comes to the
     next sender, whose window does not have it and which finds no state row to UPDATE: an
     acked state row is upserted, so the cursor's scan does not send it again."""
-    enqueue(engine, 1, 2, 3)
-    m, lazy = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    drain(sub)
+    m, lazy, _, _ = sent_out(engine, 1, 2, 3)
     lazy.reset()  # the window is gone, as a new sender's after the old one crashed
     assert engine.ack("q", "", [1], subscription="lazy") == 1, "the ack counts"
     row = memory(engine).rows[STATE].get(1)
@@ -385,12 +354,7 @@ def test_an_ack_of_a_message_another_sender_sent_writes_its_acked_state_row(engi
 def test_a_sender_that_lets_go_flushes_what_was_acked_since_its_last_poll(engine):
     """A clean close (or a lost lease) moves the cursor over the acks since the last poll:
     the next sender does not send them again."""
-    enqueue(engine, 1, 2, 3)
-    m, _ = served(engine)
-    sub = engine.subscribe("q", subscription="lazy")
-    m.poll_once()
-    m.send_once()
-    drain(sub)
+    sent_out(engine, 1, 2, 3)
     engine.ack("q", "", [1, 2, 3], subscription="lazy")
     assert cursor(engine) == 0, "not flushed yet: no poll since"
     engine.close()
@@ -404,12 +368,8 @@ def test_acks_behind_a_message_never_sent_are_written_once_it_held_the_cursor_lo
     below it and the acks of 2-5 live in the window alone. Once the same message held the
     cursor vt_postpone_after, a flush writes them (acked state rows, one upsert); none for 1
     (still to send); nothing again at the next flush; the cursor passes all once 1 is acked."""
-    enqueue(engine, 1, 2, 3, 4, 5)
-    m, lazy = served(engine)
-    sub = engine.subscribe("q", subscription="lazy", filter="id > 1")
-    m.poll_once()
-    m.send_once()
-    assert [v[0] for v in drain(sub)] == [2, 3, 4, 5]
+    m, lazy, _, got = sent_out(engine, 1, 2, 3, 4, 5, filter="id > 1")
+    assert got == [2, 3, 4, 5]
     engine.ack("q", "", [2, 3, 4, 5], subscription="lazy")
     state = memory(engine).rows[STATE]
     m.poll_once()

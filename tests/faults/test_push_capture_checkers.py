@@ -167,3 +167,26 @@ def test_an_event_delivered_after_its_ack_or_never_or_unacked_is_named():
     assert [f[0] for f in found["event delivered after its ack committed"]] == [2]
     assert found["event never delivered"] == [3]
     assert found["event not acked"] == [4]
+
+
+def test_a_delivery_during_an_ack_call_that_was_in_flight_at_time_acked_is_not_after_it():
+    """time_acked is the ack's stamp as its call began; the UPDATE may wait for the row that a
+    send of the same event holds locked (its redelivery to another drainer), and commits
+    after that send: the call's return bounds the commit. A delivery after the return is
+    still named. (A fault-suite failure fits this story: an event delivered 0.537 s after its
+    time_acked, while its first drainer's late ack was under way.)"""
+    c, drained = capture_checker()
+    events = [event(n, ch) for n, ch in enumerate(LOG, 1)]
+    delivered(drained, events)
+    acked = events[1].time_acked
+    assert acked is not None
+    drained.deliveries[2].append((acked + 8 * S // 10, "drain3"))  # 0.8 s after its stamp
+    found = c.judge_events(events).findings  # (no ack call on record: the stamp it is)
+    assert [f[0] for f in found["event delivered after its ack committed"]] == [2]
+    drained.deliveries[2].pop()
+    drained.acked([2], acked - S // 100, acked + S)  # the ack call: from just before to 1 s on
+    drained.deliveries[2].append((acked + 8 * S // 10, "drain3"))  # 0.8 s into the call
+    assert "event delivered after its ack committed" not in c.judge_events(events).findings
+    drained.deliveries[2].append((acked + 2 * S, "drain2"))  # 1 s after the call returned
+    found = c.judge_events(events).findings
+    assert [f[0] for f in found["event delivered after its ack committed"]] == [2]

@@ -805,11 +805,20 @@ class Checker:
 
     def _died_at(self, dead: dict[int, DeadRow]) -> dict[int, float]:
         """When each id was dead at the latest, on this clock: its dead letter's time_dead,
-        or a reject of it that answered 1, whichever came first."""
+        or a reject of it that answered 1 (its return), whichever came first. time_dead is
+        the burial's stamp as it began; when a reject that answered 1 was in flight then,
+        the burial may have waited for a send's lock and committed after it: that call's
+        return bounds the death instead."""
         out: dict[int, float] = {}
         for i, row in dead.items():
             if row.time_dead_ns is not None:
-                out[i] = row.time_dead_ns / 1e9 - self.wall_offset_s
+                stamped = row.time_dead_ns / 1e9 - self.wall_offset_s
+                ends = [
+                    s.end
+                    for s in self.settlements.get(i, [])
+                    if s.verb == "reject" and s.ok and s.start - WIRE_SLACK_S <= stamped <= s.end
+                ]
+                out[i] = max([stamped, *ends])
         for i, settles in self.settlements.items():
             for s in settles:
                 if s.verb == "reject" and s.ok:

@@ -214,6 +214,23 @@ def test_a_delivery_after_a_reject_that_answered_one_is_reported() -> None:
     assert [(i, sub) for i, sub, _ in c.judge().after_dead] == [(7, "s2")]
 
 
+def test_a_delivery_during_the_reject_that_stamped_time_dead_is_not_after_the_death() -> None:
+    """time_dead is the burial's stamp as the reject began writing; its transaction may wait
+    for the row that a send of the same message holds locked, and commit after that send
+    (the fault suite's 71310: delivered 0.508 s after its time_dead, 0.116 s before the
+    reject returned). A reject call that answered 1 and was in flight at time_dead bounds
+    the death by its return; a delivery after that is reported still."""
+    c = settling()
+    now = time.monotonic()
+    c.deliveries[7] = [(now - 11, "s1", 1), (now - 9.2, "s2", 2)]  # 0.8 s after time_dead
+    c.settlements[7] = [Settled("reject", "s1", now - 10.1, now - 9.0, True, 0.0)]
+    row = dead(7, error="poison", ago_s=10)
+    assert c.judge(Tables({8: now_ns()}, [row])).after_dead == []
+    c.deliveries[7].append((now - 8.0, "s3", 3))  # 1 s after the reject returned
+    report = c.judge(Tables({8: now_ns()}, [row]))
+    assert [(i, sub) for i, sub, _ in report.after_dead] == [(7, "s3")]
+
+
 def test_a_delivery_past_max_attempts_is_reported() -> None:
     c = settling()
     c.delivered([(7, MAX + 1)], "s1")

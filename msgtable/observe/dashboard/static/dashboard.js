@@ -121,15 +121,11 @@ function keyOf(t) {
 function newCard(t) {
   const key = keyOf(t);
   const title = el("h2", {}, t.name);
-  const lazy = t.state_rows === "lazy"; // served from its cursor: its mode, its cursor lag
-  if (t.subscription) {
-    title.append(el("span", { class: "sub" }, " / " + t.subscription + (lazy ? " (lazy)" : "")));
-  }
+  if (t.subscription) title.append(el("span", { class: "sub" }, " / " + t.subscription));
   const stats = el("dl", { class: "stats" });
   for (const [field, label] of STATS) {
     stats.append(el("dt", {}, label), el("dd", { class: "v-" + field }, "–"));
   }
-  if (lazy) stats.append(el("dt", {}, "never sent (cursor)"), el("dd", { class: "v-cursor_lag" }, "–"));
   const card = el(
     "section",
     { class: "card", "data-key": key },
@@ -446,8 +442,6 @@ function render(state) {
       if (field === "dead" && listed && card.el.querySelector(".dead h3")) continue;
       card.el.querySelector(".v-" + field).textContent = fmt(values[field]);
     }
-    const cursorLag = card.el.querySelector(".v-cursor_lag");
-    if (cursorLag) cursorLag.textContent = fmt(t.cursor_lag);
     drawBacklog(card, t);
     drawPush(card, t);
     drawFlow(card, t);

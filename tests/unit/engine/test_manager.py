@@ -74,6 +74,17 @@ def postponed(m: MessageManager, clock: FakeClock) -> None:
     m.postpone_once()
 
 
+def sent_one(engine, store) -> tuple[MessageManager, Subscriber]:
+    """Message 1 ("a") enqueued, polled and sent to a new subscriber, which got it."""
+    store.insert("q", 1, message="a")
+    m = manager(engine)
+    sub = m.subscribe()
+    m.poll_once()
+    m.send_once()
+    assert drain(sub) == [(1, "a")]
+    return m, sub
+
+
 def drain(sub: Subscriber) -> list:
     out = []
     while batch := sub.next_batch(0):
@@ -281,12 +292,7 @@ def test_leaving_subscribers_drop_the_cache(engine, store):
 
 
 def test_a_message_stays_in_flight_after_its_subscriber_left(engine, store, clock):
-    store.insert("q", 1, message="a")
-    m = manager(engine)
-    sub = m.subscribe()
-    m.poll_once()
-    m.send_once()
-    assert drain(sub) == [(1, "a")]
+    m, sub = sent_one(engine, store)
     sub.close()
     assert m.status("memdb").in_flight == 1  # its ack wait runs on
     clock.advance(31)
@@ -1102,12 +1108,7 @@ def test_a_send_whose_postpone_committed_unheard_is_counted_once_by_the_next_ver
     )
     engine.refresh()
     try:
-        store.insert("q", 1, message="a")
-        m = manager(engine)
-        sub = m.subscribe()
-        m.poll_once()
-        m.send_once()
-        assert drain(sub) == [(1, "a")]
+        m, _ = sent_one(engine, store)
         store.lose_postpones = True
         with pytest.raises(DatabaseUnavailable):
             postponed(m, clock)

@@ -851,8 +851,8 @@ class Checker:
             released = any(s.start <= t2 and s.end >= t1 - WIRE_SLACK_S for s in releases)
             # the ack wait runs from the server's send, as it stamped it (sent_ns), when both
             # are stamped: a delivery received late does not make the sends closer
-            s1, s2 = self.sent_at.get((i, t1)), self.sent_at.get((i, t2))
-            sent_gap = None if s1 is None or s2 is None else round(s2 - s1, 3)
+            sent1, sent2 = self.sent_at.get((i, t1)), self.sent_at.get((i, t2))
+            sent_gap = None if sent1 is None or sent2 is None else round(sent2 - sent1, 3)
             gap = t2 - t1 if sent_gap is None else sent_gap
             if gap < self.ack_wait_s - WIRE_SLACK_S and not released:
                 r.in_flight_twice.append((i, round(t2 - t1, 3), sent_gap))

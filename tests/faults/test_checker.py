@@ -631,6 +631,19 @@ def test_in_flight_twice_is_judged_by_the_servers_sends_when_they_are_stamped() 
     assert [i for i, *_ in c.judge().in_flight_twice] == [8]
 
 
+def test_a_duplicate_keeps_its_first_subscribers_reason_when_the_sends_are_stamped() -> None:
+    """The reason a duplicate is counted under is its first subscriber's (here, an ack on
+    purpose too late), whether or not the server stamped the sends (a variable of the sends'
+    gap once shadowed the subscriber's name: every such duplicate fell to "ack lost in a
+    fault", and the chaos test's "ack too late" count to 0)."""
+    c = settling(ack_wait_s=0.0)
+    c.dropped([8], "s1", "ack too late")
+    wall = time.time_ns()
+    c.delivered([(8, 1)], "s1", "server1", [wall])
+    c.delivered([(8, 2)], "s2", "server1", [wall])
+    assert c.judge().reasons["ack too late"] == 1
+
+
 def test_a_reason_given_by_a_call_that_changed_nothing_is_not_expected_in_last_error() -> None:
     """Poison 7 died of its attempts before its subscriber's late release (which answered 0):
     that release's reason was never written; the default one is right."""

@@ -43,6 +43,8 @@ from msgtable.client import Client, Message, Subscription
 from msgtable.core.events import capture_table_ddl
 from msgtable.errors import MsgtableError
 
+from .checker import committed_by
+
 EVENTS = "chaos_events"
 SOURCE, SOURCE_T, TXLOG = "chaos_src", "chaos_src_t", "chaos_txlog"
 PATTERN = "chaos_src*"
@@ -396,12 +398,8 @@ class DrainLog:
         """The latest the ack that stamped ``time_acked`` committed: the stamp (taken as its
         call began), or the return of an ack call of ``i`` in flight at that stamp (its
         UPDATE may have waited for a send's lock); a call with no answer bounds nothing."""
-        ends = [
-            end
-            for began, end in self.acks.get(i, [])
-            if end is not None and began - ACK_STAMP_SLACK_NS <= time_acked <= end
-        ]
-        return max([time_acked, *ends])
+        calls = [(began, end) for began, end in self.acks.get(i, []) if end is not None]
+        return int(committed_by(time_acked, calls, ACK_STAMP_SLACK_NS))
 
 
 @dataclass

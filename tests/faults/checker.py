@@ -205,6 +205,15 @@ class Tables:
     dead: list[DeadRow]
 
 
+def committed_by(stamp: float, calls: Iterable[tuple[float, float]], slack: float) -> float:
+    """The latest a change the server stamped at ``stamp`` (as its call began) committed: a
+    statement may wait for a row that a send holds locked and commit after that send, so
+    when calls that could have made it (``calls``: (began, returned)) were in flight at the
+    stamp, the first of them to return bounds it; else the stamp itself. One rule for acks,
+    rejects and the table events' acks (any clock, ``slack`` in its unit)."""
+    return min((end for began, end in calls if began - slack <= stamp <= end), default=stamp)
+
+
 def read_tables(db: sa.Engine, source: str, dead: str) -> Tables:
     with db.connect() as conn:
         rows = conn.exec_driver_sql(f"select id, time_acked from {source}").fetchall()
@@ -790,8 +799,7 @@ class Checker:
             for i, acked_ns in tables.source.items():
                 if acked_ns is not None and i not in dead:
                     t = acked_ns / 1e9 - self.wall_offset_s
-                    ends = [e for b, e in self.ack_spans.get(i, ()) if b - WIRE_SLACK_S <= t <= e]
-                    t = min(ends, default=t)
+                    t = committed_by(t, self.ack_spans.get(i, ()), WIRE_SLACK_S)
                     out[i] = min(out.get(i, t), t)
         return out
 
@@ -805,12 +813,12 @@ class Checker:
         for i, row in dead.items():
             if row.time_dead_ns is not None:
                 stamped = row.time_dead_ns / 1e9 - self.wall_offset_s
-                ends = [
-                    s.end
+                rejects = [
+                    (s.start, s.end)
                     for s in self.settlements.get(i, [])
-                    if s.verb == "reject" and s.ok and s.start - WIRE_SLACK_S <= stamped <= s.end
+                    if s.verb == "reject" and s.ok
                 ]
-                out[i] = max([stamped, *ends])
+                out[i] = committed_by(stamped, rejects, WIRE_SLACK_S)
         for i, settles in self.settlements.items():
             for s in settles:
                 if s.verb == "reject" and s.ok:

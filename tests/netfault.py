@@ -9,7 +9,10 @@ between msgtable's server and its database, or between a client and the server.
 - ``drop_answers``: the upstream's bytes are dropped, the client's still pass on (a request
   arrives and is carried out; its answer is lost on the way back);
 - ``slow_bytes_s``: the upstream's bytes reach the client at most this fast (a slow reader,
-  seen from the upstream: its writes back up).
+  seen from the upstream: its writes back up);
+- ``hold()`` and ``release()``: the client's bytes wait in the proxy, in order, until the
+  release passes them on (a statement stuck in a slow network that reaches the database
+  late); the upstream's bytes still pass.
 
 Threads, one pair per connection; ``close()`` ends them all.
 """
@@ -33,6 +36,8 @@ class FaultProxy:
         self.blackhole = False
         self.drop_answers = False
         self.slow_bytes_s: float | None = None
+        self.holding = False  # see hold()
+        self.held_bytes = 0  # how many bytes the holds kept, all told
         self.connections = 0  # accepted so far
         self.resets = 0  # connections ended by reset()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -93,6 +98,8 @@ class FaultProxy:
                     continue  # dropped: no answer, no reset
                 if self.latency_s:
                     time.sleep(self.latency_s)
+                if not from_upstream and self._held(pair, data):
+                    continue
                 dst.sendall(data)
                 if slow:
                     time.sleep(len(data) / slow)
@@ -117,6 +124,35 @@ class FaultProxy:
             f"{self.address}->{self.upstream[1]}: {self.connections} accepted, {open_now} open, "
             f"{self.resets} reset, upstream refused {self.refused}, accepting {alive}"
         )
+
+    def hold(self) -> None:
+        """From now on the client's bytes wait in the proxy until ``release()``."""
+        self.holding = True
+
+    def release(self) -> int:
+        """Pass on every byte held, in order, and the client's bytes from now on as they
+        come. Returns how many bytes were held."""
+        self.holding = False
+        with self._lock:
+            pairs = list(self._pairs)
+        held = 0
+        for pair in pairs:
+            with pair.held_lock:
+                held += pair.flush()
+        return held
+
+    def _held(self, pair: _Pair, data: bytes) -> bool:
+        """Keep ``data`` while holding, or while bytes held before it wait to go on (a
+        release flushing them then takes it too, in order)."""
+        with pair.held_lock:
+            if not self.holding and not pair.held:
+                return False
+            pair.held.append(data)
+            if self.holding:
+                self.held_bytes += len(data)
+            else:
+                pair.flush()
+            return True
 
     def reset(self) -> int:
         """End every open connection with a reset on both sides; how many there were."""
@@ -163,6 +199,15 @@ class _Pair:
         self.reset = False
         self._pumps = 2
         self._lock = threading.Lock()
+        self.held: list[bytes] = []  # the client's bytes a hold keeps (FaultProxy.hold)
+        self.held_lock = threading.Lock()
+
+    def flush(self) -> int:
+        """Send the held bytes upstream (the caller holds ``held_lock``); how many."""
+        data, self.held = b"".join(self.held), []
+        with contextlib.suppress(OSError):  # reset meanwhile: lost, as any byte then
+            self.upstream.sendall(data)
+        return len(data)
 
     def pump_ended(self) -> bool:
         """A pump ended; whether it was the last."""

@@ -97,3 +97,32 @@ def test_a_reset_by_one_peer_reaches_the_other() -> None:
             assert ended.wait(5), "the upstream's connection stayed open after the client's RST"
     finally:
         listener.close()
+
+
+def test_held_bytes_wait_in_order_and_pass_on_at_the_release() -> None:
+    """A hold keeps what the client sends (nothing echoes); the release passes it on in
+    order, before what the client sends after it."""
+    with (
+        echo_server() as port,
+        FaultProxy("127.0.0.1", port) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as s,
+    ):
+        s.sendall(b"a")
+        assert s.recv(8) == b"a"
+        proxy.hold()
+        s.sendall(b"b")
+        s.sendall(b"c")
+        s.settimeout(0.5)
+        try:
+            leaked = s.recv(8)
+        except TimeoutError:
+            leaked = b"(nothing)"
+        assert leaked == b"(nothing)", "a byte passed during the hold"
+        wait_until(lambda: proxy.held_bytes == 2, what="both bytes held")
+        assert proxy.release() == 2
+        s.sendall(b"d")
+        s.settimeout(5)
+        got = b""
+        while len(got) < 3:
+            got += s.recv(8)
+        assert got == b"bcd"

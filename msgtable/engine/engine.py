@@ -375,6 +375,7 @@ class MessageEngine:
             self._on_fatal,
             may_send=lambda: self.may_send(unit),
             may_postpone=lambda ack_wait_s: self._tenure.may_postpone(unit, ack_wait_s),
+            fence=lambda: self._tenure.fence(unit),
             outage=self.store.outage,
             dead_letter=self._dead.dead_letter_config,
             buried=self.binlog_insert,

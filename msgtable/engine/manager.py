@@ -66,7 +66,7 @@ from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 
 if TYPE_CHECKING:
     from msgtable.core.tracing import ServerTracing
-    from msgtable.store.protocol import Keep, Store
+    from msgtable.store.protocol import Fence, Keep, Store
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,7 @@ class MessageManager:
         on_fatal: Callable[[str], None] | None = None,
         may_send: Callable[[], bool] | None = None,
         may_postpone: Callable[[float], bool] | None = None,
+        fence: Callable[[], Fence | None] | None = None,
         outage: Outage | None = None,
         dead_letter: Callable[[TableConfig], TableConfig | None] | None = None,
         buried: Callable[[str], None] | None = None,
@@ -101,8 +102,10 @@ class MessageManager:
         self._outage = outage  # the database's: it tells of an outage, not each loop
         # whether this server may hand messages over now (msgtable.engine.lease): per claim
         self._may_send = may_send or (lambda: True)
-        # whether postpones may still be written (given the ack wait): msgtable.engine.engine
+        # whether postpones may still be written (given the ack wait), and what their
+        # statements check when they run (msgtable.engine.tenure)
         self._may_postpone = may_postpone or (lambda _ack_wait_s: True)
+        self._fence = fence or (lambda: None)
         self.postpones_skipped = 0  # sent rows whose postpone a late close did not write
         self._hold_until_ns = 0  # after a takeover: no send before this (see hold())
         self._hold_floor_ns: int | None = None  # ... or the rows due and there after this
@@ -167,12 +170,8 @@ class MessageManager:
                 ("sender", self._send_loop),
                 ("purger", self.purger.run),
             ):
-                t = threading.Thread(
-                    target=self._guard,
-                    args=(name, loop),
-                    daemon=True,
-                    name=f"msgtable-{self.config.name}-{name}",
-                )
+                label = f"msgtable-{self.config.name}-{name}"
+                t = threading.Thread(target=self._guard, args=(name, loop), daemon=True, name=label)
                 t.start()
                 self._threads.append(t)
 
@@ -892,14 +891,12 @@ class MessageManager:
         now = self.clock.now_ns()
         cfg = self.config
         if not self._may_postpone(cfg.ack_wait_s):
-            return (
-                0  # the lease ended too long ago (msgtable.engine.engine): written, it could harm
-            )
+            return 0  # the lease ended too long ago (msgtable.engine.tenure)
         before = now if everything else now - cfg.postpone_after_ns
         with self.cache.holding_postpones(before, MAX_POSTPONE_IDS) as hold:
             if not hold.rows:
                 return 0
-            written = postpone.write(self.store, cfg, hold, draw_jitter(self.rng))
+            written = postpone.write(self.store, cfg, hold, draw_jitter(self.rng), self._fence())
         self._reschedule(written, now)
         return len(hold.rows)
 

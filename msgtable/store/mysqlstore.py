@@ -58,8 +58,8 @@ from msgtable.store.mysql import (
     with_driver,
 )
 from msgtable.store.ordering import OrderSQL
-from msgtable.store.protocol import NONE_UNCOUNTED, Deliver, Keep, Store, Uncounted
-from msgtable.store.statements import TableStatements, claim_rows
+from msgtable.store.protocol import NONE_UNCOUNTED, Deliver, Fence, Keep, Store, Uncounted
+from msgtable.store.statements import TableStatements, claim_rows, fenced
 from msgtable.store.subscriptions import SubscriptionSQL
 
 # msgtable.engine.engine and msgtable.features.subscriptions.registry still import these from
@@ -357,17 +357,23 @@ class MySQLStore:
         epoch: int | None,
         sent_ns: int,
         next_ns: int,
+        fence: Fence | None = None,
     ) -> int:
         """Postpone rows sent at ``epoch`` at ``sent_ns`` to ``next_ns`` (see
-        TableStatements.postpone); returns how many rows matched."""
+        TableStatements.postpone), only while ``fence`` holds; returns how many rows
+        matched."""
         in_ids, id_params = in_list(ids)
         sql = self.statements(cfg).postpone.format(ids=in_ids)
+        params = [next_ns, *id_params, epoch, sent_ns]
+        if fence is not None:
+            fence_sql, fence_params = fenced(fence)
+            sql, params = sql + fence_sql, params + fence_params
         with (
             self._errors(cfg.name, "postpone"),
             self._auto.connection() as conn,
             conn.cursor() as cur,
         ):
-            return int(cur.execute(sql, [next_ns, *id_params, epoch, sent_ns]))
+            return int(cur.execute(sql, params))
 
     def ack(
         self,

@@ -21,16 +21,23 @@ import sqlalchemy as sa
 from msgtable import aio
 from msgtable.client import Client
 from msgtable.core.assignment import CAPTURE, rank
-from msgtable.core.tables import current_layout_ddl
+from msgtable.core.tables import current_layout_ddl, load_table
 from msgtable.engine.engine import MessageEngine
 from msgtable.engine.lease import LEASE_DDL, Takeover, connector, session_wait_timeout_s
-from msgtable.engine.placement import FORGET_AFTER_S, FORGET_EVERY, Placement
+from msgtable.engine.placement import (
+    FORGET_AFTER_S,
+    FORGET_EVERY,
+    PLACEMENT_DDL,
+    PLACEMENT_TABLE,
+    Placement,
+)
 from msgtable.errors import LEADER_METADATA_KEY
 from msgtable.features.assembly import assemble_dsn
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server.servicer import MessagingServer
 from msgtable.store.mysqlstore import MySQLStore
+from msgtable.store.protocol import Fence
 
 from ..netfault import FaultProxy
 from ..waiting import wait_until
@@ -442,6 +449,66 @@ def test_a_verb_sent_to_the_other_server_goes_to_the_sender_and_counts_the_unwri
     db.dispose()
 
 
+def test_a_postpone_that_reaches_the_database_after_the_table_moved_on_writes_nothing(db_dsn):
+    """The chaos test's "in flight to two subscribers at once": a sender's postpone stuck
+    in a slow link (held in a proxy) reaches the database after the next sender took the
+    table, waited its hold and sent the row again, before writing that send's postpone. The
+    late postpone must write nothing: it would count the new send as its own (epoch 0 -> 1)
+    and make the row due at once (its time_next, from the first send, is past), so the new
+    sender would send it again while it is in flight. Fenced: the placement row must still
+    name the sender that writes it."""
+    aw = 2.0
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(
+            current_layout_ddl(
+                "jobs",
+                comment(
+                    vt_poller_interval=0.1,
+                    vt_ack_wait=aw,
+                    vt_min_backoff=0.1,
+                    vt_postpone_after=0.7,
+                ),
+            )
+        )
+        conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
+    url = sa.make_url(db_dsn)
+    with FaultProxy(url.host or "127.0.0.1", url.port or 3306) as link:
+        proxied = url.set(host="127.0.0.1", port=link.port).render_as_string(hide_password=False)
+        with _server(proxied) as (first, first_server), Client(first_server.address) as at_first:
+            wait_until(lambda: first.sends("jobs"), what="the first server sends jobs")
+            with _server(db_dsn) as (second, second_server):
+                _settled(first, second)
+                assert first.sends("jobs"), "the table moved before the test began"
+                c1 = Collector(at_first, "jobs")
+                (m,) = c1.take(1)
+                # from now on what the first server writes waits in the link: its postpone
+                # (0.7 s after the send) and its lease's renewals
+                link.hold()
+                c1.close()
+                wait_until(lambda: second.sends("jobs"), timeout_s=10, what="the takeover")
+                with Client(second_server.address) as at_second:
+                    c2 = Collector(at_second, "jobs")
+                    (again,) = c2.take(1, timeout_s=15)  # after its hold (an ack wait)
+                    held = link.release()  # the first server's postpone lands now
+                    assert again.id == m.id and held > 0
+                    time.sleep(aw - 0.5)  # within the second send's ack wait
+                    arrivals = c2.arrived_ns[again.id]
+                    with db.connect() as conn:
+                        epoch = conn.exec_driver_sql("select epoch from jobs").scalar()
+                    c2.close()
+                assert len(arrivals) == 1, (
+                    f"message 1 was sent again {(arrivals[1] - arrivals[0]) / 1e9:.2f}s after "
+                    f"the second server's send, within its ack wait ({aw}s): the first "
+                    "server's late postpone made it due"
+                )
+                assert epoch == 1, (
+                    f"epoch {epoch}: the second server's send should be counted once, by its "
+                    "own postpone, and the first server's late postpone write nothing"
+                )
+    db.dispose()
+
+
 def test_a_sender_cut_off_mid_take_does_not_keep_the_row_locked(store):
     """A server's link to the database goes silent in the middle of a take (its SELECT ...
     FOR UPDATE done, its UPDATE and COMMIT never arrive): its transaction holds the row's
@@ -849,3 +916,31 @@ def test_a_redirect_never_names_a_holder_whose_lease_ran_out(store):
         what="b to stop naming a, whose lease ran out",
     )
     b.lease.close()
+
+
+def test_a_fenced_postpone_writes_only_while_the_placement_row_names_its_server(store, db_dsn):
+    """The fence's SQL on the database (msgtable.store.protocol.Fence): the same postpone
+    matches nothing while the row names another holder, and writes once it names this one."""
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(current_layout_ddl("jobs", comment()))
+        conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
+        conn.exec_driver_sql(PLACEMENT_DDL)
+        conn.exec_driver_sql(
+            f"insert into {PLACEMENT_TABLE} (kind, name, holder, address, expires) "
+            "values ('table', 'jobs', 'b', 'b:2', utc_timestamp(6) + interval 1 hour)"
+        )
+    (d,) = [d for d in store.discover() if d.name == "jobs"]
+    cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes)
+    now = time.time_ns()
+    fence = Fence(PLACEMENT_TABLE, "table", "jobs", "a")
+    assert store.postpone(cfg, [1], 0, now, now + 10**9, fence) == 0
+    with db.connect() as conn:
+        assert conn.exec_driver_sql("select epoch from jobs").scalar() == 0
+        conn.exec_driver_sql(f"update {PLACEMENT_TABLE} set holder = 'a' where name = 'jobs'")
+    other_kind = Fence(PLACEMENT_TABLE, "capture", "jobs", "a")
+    assert store.postpone(cfg, [1], 0, now, now + 10**9, other_kind) == 0
+    assert store.postpone(cfg, [1], 0, now, now + 10**9, fence) == 1
+    with db.connect() as conn:
+        assert conn.exec_driver_sql("select epoch from jobs").scalar() == 1
+    db.dispose()

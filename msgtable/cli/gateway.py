@@ -15,6 +15,7 @@ from msgtable.core.keyspace import load
 from msgtable.errors import InvalidArgument
 from msgtable.gateway.gateway import GatewayServicer, KeyspaceGateway
 from msgtable.observe.metrics import MetricsServer, parse_listen
+from msgtable.server import gil
 from msgtable.server.auth import Authorizer
 from msgtable.server.servicer import MessagingServer, TlsFiles
 
@@ -34,6 +35,7 @@ def gateway(args: argparse.Namespace, out: TextIO | None = None) -> int:
     if not args.verbose:  # each retry of a call to a shard: its failure says enough
         logging.getLogger("msgtable.client").setLevel(logging.WARNING)
     authorizer = Authorizer.from_file(args.auth) if args.auth else None
+    gil.tune()  # before the gateway's threads start (msgtable.server.gil)
     keyspace = KeyspaceGateway(
         described,
         timeout_s=args.timeout,

@@ -21,7 +21,7 @@ from msgtable.core.keyspace import load as load_keyspace
 from msgtable.core.tables import DEFAULT_DISCOVERY_INTERVAL_S
 from msgtable.errors import InvalidArgument
 from msgtable.limits import DEFAULT_ADDRESS, SHUTDOWN_DATABASE_S
-from msgtable.server import heap
+from msgtable.server import gil, heap
 from msgtable.server.auth import Authorizer
 from msgtable.server.servicer import MessagingServer, TlsFiles, is_loopback
 
@@ -153,6 +153,7 @@ def shard_of_file(args: argparse.Namespace) -> tuple[str, Shard] | None:
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
     local: LocalServer | None = None
+    gil.tune()  # before the engine's threads start
     try:
         sharded = shard_of_file(args)
         dsn: str | None = sharded[1].dsn if sharded is not None else args.dsn

@@ -44,6 +44,8 @@ from ..waiting import wait_until
 from .helpers import Collector, comment
 
 PERIOD_S = 0.6
+# the subscriptions a test of several kinds creates, by name: their settings
+SUBSCRIPTION: dict[str, dict[str, str]] = {"eager": {}}
 
 
 class Candidate:
@@ -449,16 +451,20 @@ def test_a_verb_sent_to_the_other_server_goes_to_the_sender_and_counts_the_unwri
     db.dispose()
 
 
-def test_a_postpone_that_reaches_the_database_after_the_table_moved_on_writes_nothing(db_dsn):
+@pytest.mark.parametrize("subscription", ["", "eager"])
+def test_a_postpone_that_reaches_the_database_after_the_table_moved_on_writes_nothing(
+    db_dsn, subscription
+):
     """The chaos test's "in flight to two subscribers at once": a sender's postpone stuck
     in a slow link (held in a proxy) reaches the database after the next sender took the
     table, waited its hold and sent the row again, before writing that send's postpone. The
     late postpone must write nothing: it would count the new send as its own (epoch 0 -> 1)
     and make the row due at once (its time_next, from the first send, is past), so the new
     sender would send it again while it is in flight. Fenced: the placement row must still
-    name the sender that writes it."""
+    name the sender that writes it. For the default group and a subscription."""
     aw = 2.0
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    table = "jobs" if not subscription else f"jobs__{subscription}"
     with db.connect() as conn:
         conn.exec_driver_sql(
             current_layout_ddl(
@@ -471,16 +477,21 @@ def test_a_postpone_that_reaches_the_database_after_the_table_moved_on_writes_no
                 ),
             )
         )
-        conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
     url = sa.make_url(db_dsn)
     with FaultProxy(url.host or "127.0.0.1", url.port or 3306) as link:
         proxied = url.set(host="127.0.0.1", port=link.port).render_as_string(hide_password=False)
         with _server(proxied) as (first, first_server), Client(first_server.address) as at_first:
             wait_until(lambda: first.sends("jobs"), what="the first server sends jobs")
+            kwargs = {}
+            if subscription:
+                at_first.create_subscription("jobs", subscription, **SUBSCRIPTION[subscription])
+                kwargs = {"subscription": subscription}
+            with db.connect() as conn:
+                conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
             with _server(db_dsn) as (second, second_server):
                 _settled(first, second)
                 assert first.sends("jobs"), "the table moved before the test began"
-                c1 = Collector(at_first, "jobs")
+                c1 = Collector(at_first, "jobs", **kwargs)
                 (m,) = c1.take(1)
                 # from now on what the first server writes waits in the link: its postpone
                 # (0.7 s after the send) and its lease's renewals
@@ -488,14 +499,14 @@ def test_a_postpone_that_reaches_the_database_after_the_table_moved_on_writes_no
                 c1.close()
                 wait_until(lambda: second.sends("jobs"), timeout_s=10, what="the takeover")
                 with Client(second_server.address) as at_second:
-                    c2 = Collector(at_second, "jobs")
+                    c2 = Collector(at_second, "jobs", **kwargs)
                     (again,) = c2.take(1, timeout_s=15)  # after its hold (an ack wait)
                     held = link.release()  # the first server's postpone lands now
                     assert again.id == m.id and held > 0
                     time.sleep(aw - 0.5)  # within the second send's ack wait
                     arrivals = c2.arrived_ns[again.id]
                     with db.connect() as conn:
-                        epoch = conn.exec_driver_sql("select epoch from jobs").scalar()
+                        epoch = conn.exec_driver_sql(f"select epoch from {table}").scalar()
                     c2.close()
                 assert len(arrivals) == 1, (
                     f"message 1 was sent again {(arrivals[1] - arrivals[0]) / 1e9:.2f}s after "

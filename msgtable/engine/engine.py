@@ -210,6 +210,7 @@ class MessageEngine:
             timed=db.timed,
             services=services,
         )
+        db.fence_as(lease.holder)  # its writes on what it has in flight: see MySQLStore.fence_as
         try:
             lease.prepare()
         except Unavailable as exc:  # the placement's thread prepares it once the database answers
@@ -375,7 +376,6 @@ class MessageEngine:
             self._on_fatal,
             may_send=lambda: self.may_send(unit),
             may_postpone=lambda ack_wait_s: self._tenure.may_postpone(unit, ack_wait_s),
-            fence=lambda: self._tenure.fence(unit),
             outage=self.store.outage,
             dead_letter=self._dead.dead_letter_config,
             buried=self.binlog_insert,

@@ -66,7 +66,7 @@ from msgtable.limits import MAX_ACK_IDS, MAX_POSTPONE_IDS
 
 if TYPE_CHECKING:
     from msgtable.core.tracing import ServerTracing
-    from msgtable.store.protocol import Fence, Keep, Store
+    from msgtable.store.protocol import Keep, Store
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,6 @@ class MessageManager:
         on_fatal: Callable[[str], None] | None = None,
         may_send: Callable[[], bool] | None = None,
         may_postpone: Callable[[float], bool] | None = None,
-        fence: Callable[[], Fence | None] | None = None,
         outage: Outage | None = None,
         dead_letter: Callable[[TableConfig], TableConfig | None] | None = None,
         buried: Callable[[str], None] | None = None,
@@ -102,10 +101,8 @@ class MessageManager:
         self._outage = outage  # the database's: it tells of an outage, not each loop
         # whether this server may hand messages over now (msgtable.engine.lease): per claim
         self._may_send = may_send or (lambda: True)
-        # whether postpones may still be written (given the ack wait), and what their
-        # statements check when they run (msgtable.engine.tenure)
+        # whether postpones may still be written (given the ack wait): msgtable.engine.engine
         self._may_postpone = may_postpone or (lambda _ack_wait_s: True)
-        self._fence = fence or (lambda: None)
         self.postpones_skipped = 0  # sent rows whose postpone a late close did not write
         self._hold_until_ns = 0  # after a takeover: no send before this (see hold())
         self._hold_floor_ns: int | None = None  # ... or the rows due and there after this
@@ -891,12 +888,12 @@ class MessageManager:
         now = self.clock.now_ns()
         cfg = self.config
         if not self._may_postpone(cfg.ack_wait_s):
-            return 0  # the lease ended too long ago (msgtable.engine.tenure)
+            return 0  # the lease ended too long ago (msgtable.engine.tenure): it could harm
         before = now if everything else now - cfg.postpone_after_ns
         with self.cache.holding_postpones(before, MAX_POSTPONE_IDS) as hold:
             if not hold.rows:
                 return 0
-            written = postpone.write(self.store, cfg, hold, draw_jitter(self.rng), self._fence())
+            written = postpone.write(self.store, cfg, hold, draw_jitter(self.rng))
         self._reschedule(written, now)
         return len(hold.rows)
 

@@ -74,10 +74,10 @@ from msgtable.engine.lease import (
 from msgtable.errors import MsgtableError, Unavailable
 from msgtable.limits import DEFAULT_LEASE_PERIOD_S
 from msgtable.store.mysql import ACCESS_DENIED, database_error, error_code, sorted_error
+from msgtable.store.statements import PLACEMENT_TABLE
 
 log = logging.getLogger(__name__)
 
-PLACEMENT_TABLE = "msgtable_placement"
 PLACEMENT_DDL = f"""CREATE TABLE IF NOT EXISTS {PLACEMENT_TABLE} (
   kind VARCHAR(16) NOT NULL,
   name VARCHAR(64) NOT NULL,

@@ -23,7 +23,7 @@ from msgtable.core.tables import TableConfig
 if TYPE_CHECKING:
     from msgtable.engine.cache import Hold
     from msgtable.engine.inflight import Sent
-    from msgtable.store.protocol import Fence, Store
+    from msgtable.store.protocol import Store
 
 # A row just postponed: the row, the epoch written, the time_next written.
 Postponed = tuple[CachedRow, int, int]
@@ -63,20 +63,16 @@ def claimed(
     return [(r, (r.epoch or 0) + 1, nxt[r.epoch]) for r in rows]
 
 
-def write(
-    store: Store, cfg: TableConfig, hold: Hold, jitter: float, fence: Fence | None = None
-) -> list[Postponed]:
+def write(store: Store, cfg: TableConfig, hold: Hold, jitter: float) -> list[Postponed]:
     """Write the postpones of the held rows (sent, their ack not come): one UPDATE per
-    (epoch, send), each marked written in ``hold`` once it is (by ``fence``: a row it kept
-    from being written is marked too, its count lost as if never written; the next sender's
-    hold covers it). Returns what it wrote."""
+    (epoch, send), each marked written in ``hold`` once it is. Returns what it wrote."""
     groups: dict[tuple[int | None, int], list[Hashable]] = {}
     for rid, (epoch, sent_ns, _) in hold.rows.items():
         groups.setdefault((epoch, sent_ns), []).append(rid)
     written: list[Postponed] = []
     for (epoch, sent_ns), ids in groups.items():
         nxt = next_delivery(cfg, sent_ns, jitter)(epoch or 0)
-        store.postpone(cfg, ids, epoch, sent_ns, nxt, fence)
+        store.postpone(cfg, ids, epoch, sent_ns, nxt)
         hold.written(ids)
         written.extend((hold.rows[i][2], (epoch or 0) + 1, nxt) for i in ids)
     return written

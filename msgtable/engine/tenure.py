@@ -14,13 +14,12 @@ from __future__ import annotations
 import threading
 import time
 
-from msgtable.core.assignment import CAPTURE, kind_of
+from msgtable.core.assignment import CAPTURE
 from msgtable.core.clock import Clock
 from msgtable.core.tables import TableConfig
 from msgtable.engine.lease import Takeover
-from msgtable.engine.placement import PLACEMENT_TABLE, Placement
+from msgtable.engine.placement import Placement
 from msgtable.errors import NotLeader
-from msgtable.store.protocol import Fence
 
 # After an unclean takeover: how far the old holder's clock may have been ahead of this
 # server's (time_next and time_created are unix ns; see hold_floor_ns)
@@ -85,18 +84,6 @@ class Tenure:
         if lease is None:
             return True
         return time.monotonic() < lease.held_until_s(unit) + ack_wait_s / 2
-
-    def fence(self, unit: str) -> Fence | None:
-        """What a postpone's statement checks as it runs (msgtable.store.protocol.Fence):
-        that the placement row still names this server. ``may_postpone`` is checked before
-        the statement is sent; a statement held up in a slow link could reach the database
-        after the next sender took the unit, waited its hold and sent a row again, match the
-        epoch that send has not counted yet, and make the row due at once (its time_next,
-        from this server's send, is past) while it is in flight. None without a lease."""
-        lease = self.lease
-        if lease is None:
-            return None
-        return Fence(PLACEMENT_TABLE, kind_of(unit), unit, lease.holder)
 
     def gained(self, unit: str, takeover: Takeover) -> None:
         self.takeovers[unit] = (time.monotonic(), takeover)

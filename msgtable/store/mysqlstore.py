@@ -17,6 +17,11 @@ stays open while those rows are handed to the subscriber. An ack by DML of the s
 for that transaction, so it commits after the send, never before. The postpone of a sent row
 (time_next by backoff, epoch + 1) is written vt_postpone_after later, only if no ack came
 first; an ack that comes first counts the send (epoch + 1) in its own UPDATE.
+
+With several servers (``fence_as``), the writes a sender makes on what it has in flight (the
+postpone, release, renew, reject and burial) are fenced: each checks as it runs that the
+table's placement row still names this server, so one held up in a slow network that lands
+after another server took the table writes nothing.
 """
 
 from __future__ import annotations
@@ -58,8 +63,8 @@ from msgtable.store.mysql import (
     with_driver,
 )
 from msgtable.store.ordering import OrderSQL
-from msgtable.store.protocol import NONE_UNCOUNTED, Deliver, Fence, Keep, Store, Uncounted
-from msgtable.store.statements import TableStatements, claim_rows, fenced
+from msgtable.store.protocol import NONE_UNCOUNTED, Deliver, Keep, Store, Uncounted
+from msgtable.store.statements import FENCE, PLACEMENT_TABLE, TableStatements, claim_rows
 from msgtable.store.subscriptions import SubscriptionSQL
 
 # msgtable.engine.engine and msgtable.features.subscriptions.registry still import these from
@@ -67,6 +72,10 @@ from msgtable.store.subscriptions import SubscriptionSQL
 __all__ = ["MySQLStore", "Store", "TableDefinition"]
 
 log = logging.getLogger(__name__)
+
+# A fenced transaction's first statement (MySQLStore.fence_as): the placement row, locked
+# for its transaction, if it names this server.
+FENCED_READ = f"SELECT 1 FROM {PLACEMENT_TABLE} WHERE 1{FENCE} LOCK IN SHARE MODE"
 
 # The redelivery poll reads the rows of this many priorities at most (the best): a table with
 # more has its worse priorities' redeliveries read by the passes alone.
@@ -118,6 +127,26 @@ class MySQLStore:
         self.subscription_store = SubscriptionSQL(self)
         self.endpoint_store = EndpointSQL(self)
         self.order_sql = OrderSQL(self)
+        self.fence_holder: str | None = None  # see fence_as
+
+    def fence_as(self, holder: str) -> None:
+        """From now on this store writes as the server ``holder`` of the placement
+        (msgtable.engine.placement): a postpone, release, renew, reject or burial of a
+        table's rows changes them only while the table's placement row names ``holder``
+        as the statement runs. The sender decides what it may write before a statement
+        goes out (its lease); a statement held up in a slow link could land after the next
+        sender took the table, waited its hold and sent the rows again, and match that
+        send, not counted yet: make the rows due at once while they are in flight, or count
+        the wrong delivery. Fenced, it writes nothing (its effect, a count, is lost, as
+        when a lost lease writes no postpone)."""
+        self.fence_holder = holder
+
+    def fence(self, cfg: TableConfig) -> tuple[str, list[Any]]:
+        """What a fenced write adds to its WHERE, and its parameters (("", []): none)."""
+        holder = self.fence_holder
+        if holder is None:
+            return "", []
+        return FENCE, [cfg.source or cfg.name, holder]
 
     @classmethod
     def from_dsn(cls, dsn: str) -> MySQLStore:
@@ -357,23 +386,18 @@ class MySQLStore:
         epoch: int | None,
         sent_ns: int,
         next_ns: int,
-        fence: Fence | None = None,
     ) -> int:
         """Postpone rows sent at ``epoch`` at ``sent_ns`` to ``next_ns`` (see
-        TableStatements.postpone), only while ``fence`` holds; returns how many rows
-        matched."""
+        TableStatements.postpone); returns how many rows matched."""
         in_ids, id_params = in_list(ids)
-        sql = self.statements(cfg).postpone.format(ids=in_ids)
-        params = [next_ns, *id_params, epoch, sent_ns]
-        if fence is not None:
-            fence_sql, fence_params = fenced(fence)
-            sql, params = sql + fence_sql, params + fence_params
+        fence_sql, fence_params = self.fence(cfg)
+        sql = self.statements(cfg).postpone.format(ids=in_ids) + fence_sql
         with (
             self._errors(cfg.name, "postpone"),
             self._auto.connection() as conn,
             conn.cursor() as cur,
         ):
-            return int(cur.execute(sql, params))
+            return int(cur.execute(sql, [next_ns, *id_params, epoch, sent_ns, *fence_params]))
 
     def ack(
         self,
@@ -470,13 +494,15 @@ class MySQLStore:
         if cfg.keeps_errors:
             params.append(reason)
         params += first_params  # (the epoch's count last: TableStatements._write_settlement)
-        sql = s.release.format(ids=in_ids, first=first_sql, bound=bound_sql)
+        fence_sql, fence_params = self.fence(cfg)
+        sql = s.release.format(ids=in_ids, first=first_sql, bound=bound_sql) + fence_sql
+        params += [*id_params, *bound_params, *first_params, *fence_params]
         with (
             self._errors(cfg.name, "release"),
             self._auto.connection() as conn,
             conn.cursor() as cur,
         ):
-            return int(cur.execute(sql, [*params, *id_params, *bound_params, *first_params]))
+            return int(cur.execute(sql, params))
 
     def renew(
         self,
@@ -502,10 +528,10 @@ class MySQLStore:
         if cfg.keeps_errors:
             params.append(reason)
         # (the epoch's count last: TableStatements._write_settlement)
-        params += [*first_params, *id_params, *bound_params, *first_params, now_ns]
-        sql = (s.renew_exact if exact else s.renew).format(
-            ids=in_ids, first=first_sql, bound=bound_sql
-        )
+        fence_sql, fence_params = self.fence(cfg)
+        params += [*first_params, *id_params, *bound_params, *first_params, now_ns, *fence_params]
+        renew = s.renew_exact if exact else s.renew
+        sql = renew.format(ids=in_ids, first=first_sql, bound=bound_sql) + fence_sql
         with self._errors(cfg.name, "renew"), self._auto.connection() as conn, conn.cursor() as cur:
             return int(cur.execute(sql, params))
 
@@ -529,8 +555,13 @@ class MySQLStore:
         """Bury those of ``ids`` alive (with ``due_at_epoch``: also at that epoch and due) in
         one transaction: moved to ``dead``, or dead in place. Returns the ids buried."""
         statements = self._dead(cfg, dead)
+        fence_sql, fence_params = self.fence(cfg)
         with self._errors(cfg.name, "bury"), self._tx.connection() as conn:
             with conn.cursor() as cur:
+                # fenced: the placement row read locked (a take waits for this commit)
+                if fence_sql and not cur.execute(FENCED_READ, fence_params):
+                    conn.rollback()
+                    return []
                 buried = statements.bury(cur, ids, now_ns, reason, first, due_at_epoch)
             conn.commit()
         return buried

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
@@ -46,20 +45,6 @@ Keep = Callable[[Sequence[CachedRow], Collection[Hashable]], list[CachedRow]]
 # postpone that committed while its answer was lost (a database link cut) counted it already.
 Uncounted = Mapping[Hashable, int | None]
 NONE_UNCOUNTED: Uncounted = MappingProxyType({})
-
-
-@dataclass(frozen=True)
-class Fence:
-    """Where a sender's own write (a postpone: no client asked for it) checks, in its
-    statement, that this server still sends the table: the row ``(kind, name)`` of the
-    placement table (msgtable.engine.placement) must name ``holder`` when the statement
-    runs. A statement held up in a slow link that reaches the database after another server
-    took the table writes nothing. None: a server with no lease to share."""
-
-    table: str
-    kind: str
-    name: str
-    holder: str
 
 
 class DeadLetterStore(Protocol):
@@ -165,7 +150,6 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         epoch: int | None,
         sent_ns: int,
         next_ns: int,
-        fence: Fence | None = None,
     ) -> int: ...
 
     def ack(
@@ -368,6 +352,11 @@ class Connections(Protocol):
 
     def capture_store(self) -> CaptureStore:
         """A connection of its own for the capture follower's writes."""
+        ...
+
+    def fence_as(self, holder: str) -> None:
+        """Fence the store's writes on what a sender has in flight by the placement row
+        naming ``holder`` (msgtable.store.mysqlstore.MySQLStore.fence_as)."""
         ...
 
 

@@ -23,7 +23,17 @@ from msgtable.core.tables import (
 )
 from msgtable.store.backlog import AGE_BOUNDS_S, STATEMENT_TIMEOUT_S
 from msgtable.store.ordering import OrderStatements
-from msgtable.store.protocol import Fence, Keep
+from msgtable.store.protocol import Keep
+
+# The servers' placement (msgtable.engine.placement): which server sends which table.
+PLACEMENT_TABLE = "msgtable_placement"
+# A fenced write (MySQLStore.fence_as): it changes rows only while the placement row of its
+# table (%s: the table, or a subscription's source table) names this server (%s: its holder
+# id). Read as the statement runs: READ COMMITTED reads the latest commit.
+FENCE = (
+    f" AND EXISTS (SELECT 1 FROM {PLACEMENT_TABLE} WHERE kind = 'table' AND name = %s "
+    "AND holder = %s)"
+)
 
 Polls = tuple[str, str, str]  # a poll from the start, after a key, after a key with no time_next
 # Every UPDATE, DELETE or locking read of rows by id goes by the primary key, locking its rows
@@ -474,15 +484,3 @@ def claim_rows(
         elif done and not lock_first:
             return None
     return claimed
-
-
-def fenced(fence: Fence) -> tuple[str, list[Any]]:
-    """What a fenced statement (msgtable.store.protocol.Fence) adds to its WHERE, and its
-    parameters: the placement row, read as the statement runs (READ COMMITTED: the latest
-    commit; a take that commits while it runs is the one race left, and the next sender's
-    hold, an ack wait after this lease ended, spans it)."""
-    sql = (
-        f" AND EXISTS (SELECT 1 FROM {quote(fence.table)} "
-        "WHERE kind = %s AND name = %s AND holder = %s)"
-    )
-    return sql, [fence.kind, fence.name, fence.holder]

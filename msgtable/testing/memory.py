@@ -303,7 +303,6 @@ class InMemoryStore:
         epoch: int | None,
         sent_ns: int,
         next_ns: int,
-        fence: object = None,  # a Fence: one server here, none to fence off
     ) -> int:
         with self.lock:
             table, n = self._table(cfg.name), 0

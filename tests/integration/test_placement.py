@@ -37,7 +37,6 @@ from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server.servicer import MessagingServer
 from msgtable.store.mysqlstore import MySQLStore
-from msgtable.store.protocol import Fence
 
 from ..netfault import FaultProxy
 from ..waiting import wait_until
@@ -452,14 +451,16 @@ def test_a_verb_sent_to_the_other_server_goes_to_the_sender_and_counts_the_unwri
 
 
 @pytest.mark.parametrize("subscription", ["", "eager"])
-def test_a_postpone_that_reaches_the_database_after_the_table_moved_on_writes_nothing(
-    db_dsn, subscription
+@pytest.mark.parametrize("verb", ["postpone", "release"])
+def test_a_write_that_reaches_the_database_after_the_table_moved_on_writes_nothing(
+    db_dsn, subscription, verb
 ):
-    """The chaos test's "in flight to two subscribers at once": a sender's postpone stuck
-    in a slow link (held in a proxy) reaches the database after the next sender took the
-    table, waited its hold and sent the row again, before writing that send's postpone. The
-    late postpone must write nothing: it would count the new send as its own (epoch 0 -> 1)
-    and make the row due at once (its time_next, from the first send, is past), so the new
+    """The chaos test's "in flight to two subscribers at once": a sender's postpone (or a
+    subscriber's release it took) stuck in a slow link (held in a proxy) reaches the
+    database after the next sender took the table, waited its hold and sent the row again,
+    before writing that send's postpone. The late write must change nothing: it would
+    count the new send as its own (epoch 0 -> 1) and make the row due at once (the
+    postpone's time_next, from the first send, is past; the release's is now), so the new
     sender would send it again while it is in flight. Fenced: the placement row must still
     name the sender that writes it. For the default group and a subscription."""
     aw = 2.0
@@ -478,6 +479,7 @@ def test_a_postpone_that_reaches_the_database_after_the_table_moved_on_writes_no
             )
         )
     url = sa.make_url(db_dsn)
+    answers: list[int] = []
     with FaultProxy(url.host or "127.0.0.1", url.port or 3306) as link:
         proxied = url.set(host="127.0.0.1", port=link.port).render_as_string(hide_password=False)
         with _server(proxied) as (first, first_server), Client(first_server.address) as at_first:
@@ -494,28 +496,35 @@ def test_a_postpone_that_reaches_the_database_after_the_table_moved_on_writes_no
                 c1 = Collector(at_first, "jobs", **kwargs)
                 (m,) = c1.take(1)
                 # from now on what the first server writes waits in the link: its postpone
-                # (0.7 s after the send) and its lease's renewals
+                # (0.7 s after the send), the release, its lease's renewals
                 link.hold()
+                caller = threading.Thread(target=lambda: answers.append(m.release(0.0)))
+                if verb == "release":
+                    caller.start()
+                    time.sleep(0.3)  # at the first server, its statement held
                 c1.close()
                 wait_until(lambda: second.sends("jobs"), timeout_s=10, what="the takeover")
                 with Client(second_server.address) as at_second:
                     c2 = Collector(at_second, "jobs", **kwargs)
                     (again,) = c2.take(1, timeout_s=15)  # after its hold (an ack wait)
-                    held = link.release()  # the first server's postpone lands now
+                    held = link.release()  # the first server's writes land now
                     assert again.id == m.id and held > 0
                     time.sleep(aw - 0.5)  # within the second send's ack wait
                     arrivals = c2.arrived_ns[again.id]
                     with db.connect() as conn:
                         epoch = conn.exec_driver_sql(f"select epoch from {table}").scalar()
                     c2.close()
+                if verb == "release":
+                    caller.join(10)
+                    assert answers == [0], f"the late release answered {answers}"
                 assert len(arrivals) == 1, (
                     f"message 1 was sent again {(arrivals[1] - arrivals[0]) / 1e9:.2f}s after "
                     f"the second server's send, within its ack wait ({aw}s): the first "
-                    "server's late postpone made it due"
+                    f"server's late {verb} made it due"
                 )
                 assert epoch == 1, (
                     f"epoch {epoch}: the second server's send should be counted once, by its "
-                    "own postpone, and the first server's late postpone write nothing"
+                    f"own postpone, and the first server's late {verb} write nothing"
                 )
     db.dispose()
 
@@ -929,29 +938,45 @@ def test_a_redirect_never_names_a_holder_whose_lease_ran_out(store):
     b.lease.close()
 
 
-def test_a_fenced_postpone_writes_only_while_the_placement_row_names_its_server(store, db_dsn):
-    """The fence's SQL on the database (msgtable.store.protocol.Fence): the same postpone
-    matches nothing while the row names another holder, and writes once it names this one."""
+def test_a_fenced_store_writes_only_while_the_placement_row_names_its_server(store, db_dsn):
+    """The fence's SQL on the database (MySQLStore.fence_as): a postpone, release, renew
+    and reject change nothing while the table's placement row names another server, and
+    do once it names this one."""
     db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
     with db.connect() as conn:
         conn.exec_driver_sql(current_layout_ddl("jobs", comment()))
-        conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a')")
+        conn.exec_driver_sql("insert into jobs(id, message) values (1, 'a'), (2, 'b'), (3, 'c')")
+        conn.exec_driver_sql("insert into jobs(id, message) values (4, 'd')")
         conn.exec_driver_sql(PLACEMENT_DDL)
         conn.exec_driver_sql(
             f"insert into {PLACEMENT_TABLE} (kind, name, holder, address, expires) "
-            "values ('table', 'jobs', 'b', 'b:2', utc_timestamp(6) + interval 1 hour)"
+            "values ('table', 'jobs', 'b', 'b:2', utc_timestamp(6) + interval 1 hour), "
+            "('capture', 'jobs', 'a', 'a:1', utc_timestamp(6) + interval 1 hour)"
         )
     (d,) = [d for d in store.discover() if d.name == "jobs"]
     cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes)
     now = time.time_ns()
-    fence = Fence(PLACEMENT_TABLE, "table", "jobs", "a")
-    assert store.postpone(cfg, [1], 0, now, now + 10**9, fence) == 0
+    later = now + 10**9
+
+    def writes() -> list[object]:
+        return [
+            store.postpone(cfg, [1], 0, now, later),
+            store.release(cfg, [2], later, None, {2: 0}),
+            store.renew(cfg, [3], now, later, None, {3: 0}),
+            store.bury(cfg, None, [4], now, None, {4: 0}),
+        ]
+
+    def epochs() -> list[int]:
+        with db.connect() as conn:
+            return [r[0] for r in conn.exec_driver_sql("select epoch from jobs order by id")]
+
+    assert writes() == [1, 1, 1, [4]], "unfenced (a server alone): every write"
+    store.fence_as("a")
+    assert writes() == [0, 0, 0, []], "fenced by a row naming another server"
+    assert epochs() == [1, 1, 1, 1]
     with db.connect() as conn:
-        assert conn.exec_driver_sql("select epoch from jobs").scalar() == 0
-        conn.exec_driver_sql(f"update {PLACEMENT_TABLE} set holder = 'a' where name = 'jobs'")
-    other_kind = Fence(PLACEMENT_TABLE, "capture", "jobs", "a")
-    assert store.postpone(cfg, [1], 0, now, now + 10**9, other_kind) == 0
-    assert store.postpone(cfg, [1], 0, now, now + 10**9, fence) == 1
-    with db.connect() as conn:
-        assert conn.exec_driver_sql("select epoch from jobs").scalar() == 1
+        conn.exec_driver_sql(f"update {PLACEMENT_TABLE} set holder = 'a' where kind = 'table'")
+        conn.exec_driver_sql("update jobs set epoch = 0, time_next = 0, time_acked = null")
+    assert writes() == [1, 1, 1, [4]], "fenced by a row naming this server"
+    assert epochs() == [1, 1, 1, 1]
     db.dispose()

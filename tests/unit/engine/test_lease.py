@@ -286,7 +286,6 @@ class EndedLease:
     """A lease whose last tenure's validity ended ``ago_s`` ago (monotonic)."""
 
     address = "me:1"
-    holder = "me"  # what its postpones' fence names (in memory: one server, nothing fenced)
     leader_address = ""
 
     def __init__(self, ago_s: float) -> None:

@@ -73,9 +73,12 @@ __all__ = ["MySQLStore", "Store", "TableDefinition"]
 
 log = logging.getLogger(__name__)
 
-# A fenced transaction's first statement (MySQLStore.fence_as): the placement row, locked
-# for its transaction, if it names this server.
-FENCED_READ = f"SELECT 1 FROM {PLACEMENT_TABLE} WHERE 1{FENCE} LOCK IN SHARE MODE"
+# A fenced transaction's first statement (MySQLStore.fence_as): its table's placement row,
+# locked for its transaction (that row alone, by its primary key), if it names this server.
+FENCED_READ = (
+    f"SELECT 1 FROM {PLACEMENT_TABLE} WHERE kind = 'table' AND name = %s AND holder = %s "
+    "LOCK IN SHARE MODE"
+)
 
 # The redelivery poll reads the rows of this many priorities at most (the best): a table with
 # more has its worse priorities' redeliveries read by the passes alone.

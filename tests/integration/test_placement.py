@@ -36,7 +36,7 @@ from msgtable.features.assembly import assemble_dsn
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 from msgtable.server.servicer import MessagingServer
-from msgtable.store.mysqlstore import MySQLStore
+from msgtable.store.mysqlstore import FENCED_READ, MySQLStore
 
 from ..netfault import FaultProxy
 from ..waiting import wait_until
@@ -980,3 +980,41 @@ def test_a_fenced_store_writes_only_while_the_placement_row_names_its_server(sto
     assert writes() == [1, 1, 1, [4]], "fenced by a row naming this server"
     assert epochs() == [1, 1, 1, 1]
     db.dispose()
+
+
+def test_a_fenced_burial_locks_only_its_tables_placement_row(store, db_dsn):
+    """A fenced burial's transaction reads its table's placement row locked (a take waits
+    for it): that row alone, so a step renewing this server's presence or another table's
+    lease meanwhile neither waits nor deadlocks (the fault suite logged hundreds of
+    deadlocks when the read locked the whole placement table)."""
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(PLACEMENT_DDL)
+        conn.exec_driver_sql(
+            f"insert into {PLACEMENT_TABLE} (kind, name, holder, address, expires) values "
+            "('table', 'jobs', 'a', 'a:1', utc_timestamp(6)), "
+            "('table', 'other', 'a', 'a:1', utc_timestamp(6)), "
+            "('server', 'a', 'a', 'a:1', utc_timestamp(6))"
+        )
+    burial = db.connect()
+    stepper = db.connect()
+    try:
+        burial.exec_driver_sql("set session transaction isolation level read committed")
+        burial.exec_driver_sql("begin")
+        assert burial.exec_driver_sql(FENCED_READ, ("jobs", "a")).all() == [(1,)]
+        stepper.exec_driver_sql("set session innodb_lock_wait_timeout = 1")
+        for kind, name in (("server", "a"), ("table", "other")):
+            stepper.exec_driver_sql(
+                f"update {PLACEMENT_TABLE} set expires = utc_timestamp(6) "
+                "where kind = %s and name = %s",
+                (kind, name),
+            )
+        with pytest.raises(sa.exc.OperationalError, match="1205"):  # the table's own: waits
+            stepper.exec_driver_sql(
+                f"update {PLACEMENT_TABLE} set holder = 'b' where kind = 'table' and name = 'jobs'"
+            )
+    finally:
+        burial.exec_driver_sql("rollback")
+        burial.close()
+        stepper.close()
+        db.dispose()

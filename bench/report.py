@@ -86,6 +86,9 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "fanout_writes_per_msg",
         "fanout_aggregate_ratio",
         "filter_rows_ratio",
+        "fanout_lazy_cpu_ratio",
+        "fanout_lazy_writes_per_msg",
+        "fanout_lazy_aggregate_ratio",
         "targets.filter_ratio",
         "targets.fanout_cpu_ratio",
         "targets.fanout_writes_per_msg",
@@ -959,6 +962,7 @@ class Report:
         head_raw, head_mt = self.find("raw", b, k), self.find("msgtable", b, k)
         low_raw, low_mt = self.find("raw", lo, k), self.find("msgtable", lo, k)
         st, fo, od, fair = self.settlement, self.fanout, self.ordering, self._fairness()
+        lz = fo.lazy if fo else None  # the fan-out run with lazy state rows
         doc: dict[str, Any] = {
             "raw_msgs_s": rnd(head_raw.msgs_s if head_raw else None, 0),
             "msgtable_msgs_s": rnd(head_mt.msgs_s if head_mt else None, 0),
@@ -1009,6 +1013,9 @@ class Report:
             "fanout_writes_per_msg": rnd(fo.writes_per_msg if fo else None, 3),
             "fanout_aggregate_ratio": rnd(fo.aggregate_ratio if fo else None, 3),
             "filter_rows_ratio": rnd(fo.filter_rows_ratio if fo else None, 3),
+            "fanout_lazy_cpu_ratio": rnd(lz.fanout_cpu_ratio if lz else None, 3),
+            "fanout_lazy_writes_per_msg": rnd(lz.writes_per_msg if lz else None, 3),
+            "fanout_lazy_aggregate_ratio": rnd(lz.aggregate_ratio if lz else None, 3),
             "fanout": fo.as_dict() if fo else None,
             "redelivery_delay_p99_ms": rnd(self.redelivery.p99_ms if self.redelivery else None, 1),
             "redelivery": self.redelivery.as_dict() if self.redelivery else None,

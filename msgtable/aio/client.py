@@ -173,6 +173,7 @@ class Client:
         from_start: bool = False,
         keyspace: str = "",
         limits: Mapping[str, str | int] | None = None,
+        state_rows: str | None = None,
     ) -> int:
         """Create subscription ``name`` of ``table`` (as the sync client's)."""
         request = requests.create_subscription_request(
@@ -187,6 +188,7 @@ class Client:
             from_start,
             keyspace,
             limits,
+            state_rows,
         )
         count: int = (await self._router.unary("CreateSubscription", request)).count
         return count

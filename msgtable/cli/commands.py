@@ -114,6 +114,8 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
 
 def subscription_create(args: argparse.Namespace, out: TextIO | None = None) -> int:
     settings = _settings(args)
+    if args.state_rows:
+        settings["state_rows"] = args.state_rows
     with _client(args) as client:
         n = client.create_subscription(
             args.table, args.name, from_start=args.from_start, keyspace=args.keyspace, **settings
@@ -127,6 +129,8 @@ def subscription_create(args: argparse.Namespace, out: TextIO | None = None) -> 
     else:
         text = f"created subscription {label}: {what}"
     text += " enqueued from now on"
+    if args.state_rows == "lazy":
+        text += " (state rows lazy: only for messages sent and not settled in order)"
     print(text, file=out or sys.stdout)
     return EXIT_OK
 

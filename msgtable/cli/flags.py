@@ -705,6 +705,13 @@ SUBSCRIPTION = Command(
                     "only the messages enqueued from now on)",
                     store_true=True,
                 ),
+                Flag(
+                    "--state-rows",
+                    "lazy: a state row only for a message sent and not settled in order (the "
+                    "others read from TABLE behind the subscription's cursor; ack over gRPC, "
+                    "not by DML yet); eager (default): one for every message",
+                    choices=("eager", "lazy"),
+                ),
                 KEYSPACE_FLAG,
                 *CLIENT_FLAGS,
             ),

@@ -278,14 +278,16 @@ def _subscriptions_by_table(
 
 
 def _subscription_cells(s: TableInfo, now_ns: int) -> tuple[str, ...]:
-    """State, subscribers, lag, oldest age, holding and filter of a subscription's entry."""
+    """State, subscribers, lag, oldest age, holding and filter of a subscription's entry (a
+    lazy one's state says so, its lag how much of it is above its cursor)."""
     if s.load_error:
         return ("error", "-", "-", "-", "-", s.filter or "-")
     oldest = None if s.oldest_ns is None else max(0, now_ns - s.oldest_ns) / 1e9
+    lazy = s.state_rows == "lazy"  # its mode, and how much of its lag is above its cursor
     return (
-        s.state or "-",
+        (s.state or "-") + (" (lazy)" if lazy else ""),
         str(s.subscribers),
-        _lag(s.lag),
+        _lag(s.lag) + (f" (cursor {_lag(s.cursor_lag)})" if lazy else ""),
         age(oldest),
         "yes" if s.holding else f"no: {s.not_holding or 'unknown'}",
         s.filter or "-",
@@ -420,6 +422,8 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "hold_whole": s.hold_whole,
         "sender": s.sender,
         "limits": s.limits,  # its flow control: its table's, or its own (msgtable.core.flow)
+        "state_rows": s.state_rows,  # eager or lazy (msgtable.core.subscriptions)
+        "cursor_lag": s.cursor_lag,  # a lazy one's: above its cursor, never sent
         "load_error": s.load_error,
     }
     return json.dumps(out, ensure_ascii=False)

@@ -253,6 +253,7 @@ class Client:
         from_start: bool = False,
         keyspace: str = "",
         limits: Mapping[str, str | int] | None = None,
+        state_rows: str | None = None,
     ) -> int:
         """Create subscription ``name`` of ``table``: it gets every message enqueued from now
         on that matches ``filter`` (with ``from_start``, also every retained one the default
@@ -260,7 +261,9 @@ class Client:
         ``limits``: flow control of its own, in place of the table's for this subscription
         only, by name (rate, rate_burst, max_in_flight, key_rate, key_burst,
         key_concurrency: the comment's vt_<name>) with values as the comment's ("100/s",
-        5); "off" turns the table's off for it."""
+        5); "off" turns the table's off for it. ``state_rows="lazy"``: state rows only for
+        messages sent and not settled in order (fewer writes; acked over gRPC, not by DML
+        yet); "eager" (the default): one per message."""
         request = requests.create_subscription_request(
             table,
             name,
@@ -273,6 +276,7 @@ class Client:
             from_start,
             keyspace,
             limits,
+            state_rows,
         )
         count: int = self._router.unary("CreateSubscription", request).count
         return count

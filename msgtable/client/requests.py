@@ -271,6 +271,7 @@ def create_subscription_request(
     from_start: bool = False,
     keyspace: str = "",
     limits: Mapping[str, str | int] | None = None,
+    state_rows: str | None = None,
 ) -> pb.CreateSubscriptionRequest:
     settings = codec.settings_to_proto(
         filter=filter,
@@ -279,6 +280,7 @@ def create_subscription_request(
         max_attempts=max_attempts,
         max_lag=max_lag,
         expire_after_s=expire_after_s,
+        state_rows=state_rows,
         limits=limits,
     )
     return pb.CreateSubscriptionRequest(

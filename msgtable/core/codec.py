@@ -371,6 +371,8 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
         capture_lag_s=-1.0 if status.capture_lag_s is None else status.capture_lag_s,
         **{name: getattr(status, name) for name in _COUNTERS},
     )
+    if status.cursor_lag is not None:
+        message.cursor_lag = status.cursor_lag
     for name in _BACKLOG:
         if getattr(status, name) is not None:
             setattr(message, name, getattr(status, name))
@@ -387,6 +389,7 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
                 max_attempts=status.config.max_attempts,
                 max_lag=status.max_lag,
                 expire_after_s=status.expire_after_s,
+                state_rows=status.state_rows or None,
             )
         )
     if status.schedules:
@@ -521,6 +524,8 @@ class TableInfo:
     unseen: int | None = None  # a table's: rows not handed to its subscriptions yet
     max_lag: int | None = None  # a subscription's (None: no limit)
     expire_after_s: float | None = None
+    state_rows: str = ""  # a subscription's: eager or lazy (msgtable.core.subscriptions)
+    cursor_lag: int | None = None  # a lazy subscription's: above its cursor, never sent
     keys_in_flight: int = 0  # an ordered table's keys with a batch in flight
     keys_waiting: int = 0  # and keys whose next messages wait in the server's cache
     push: PushStatus | None = None  # its push endpoint (msgtable.features.push; never the secret)
@@ -593,6 +598,8 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         expire_after_s=(
             message.settings.expire_after_s if message.settings.HasField("expire_after_s") else None
         ),
+        state_rows=message.settings.state_rows if message.subscription else "",
+        cursor_lag=message.cursor_lag if message.HasField("cursor_lag") else None,
         push=push_status_from_proto(message.push) if message.HasField("push") else None,
         capture_lag_s=message.capture_lag_s if message.capture_lag_s >= 0 else None,
         **{name: getattr(message, name) for name in _COUNTERS},
@@ -637,6 +644,13 @@ def settings_from_proto(settings: pb.SubscriptionSettings, alter: bool = False) 
     if settings.HasField("expire_after_s"):
         out["expire_after_s"] = settings.expire_after_s or None
     given = {f.name for f, _ in settings.ListFields()}  # set, "" included (optional fields)
+    if "state_rows" in given:
+        if alter:
+            raise InvalidArgument(
+                "state_rows is chosen when a subscription is created; drop and create it "
+                "to change it"
+            )
+        out["state_rows"] = settings.state_rows.strip().lower() or "eager"
     limits = tuple((k, getattr(settings, k)) for k in OWN_LIMITS if k in given)
     if limits or not alter:  # alter: "" puts one back to the table's
         out["limits"] = limits
@@ -646,7 +660,14 @@ def settings_from_proto(settings: pb.SubscriptionSettings, alter: bool = False) 
 def settings_to_proto(**fields: Any) -> pb.SubscriptionSettings:
     """Subscription settings for a request: the fields given (None: not set)."""
     message = pb.SubscriptionSettings()
-    for name in ("filter", "ack_wait_s", "max_attempts", "max_lag", "expire_after_s"):
+    for name in (
+        "filter",
+        "ack_wait_s",
+        "max_attempts",
+        "max_lag",
+        "expire_after_s",
+        "state_rows",
+    ):
         if fields.get(name) is not None:
             setattr(message, name, fields[name])
     if fields.get("columns") is not None:

@@ -58,6 +58,9 @@ class TableStatus:
     not_holding: str = ""  # why not
     max_lag: int | None = None  # its settings beyond the config's (msgtable.core.subscriptions)
     expire_after_s: float | None = None
+    state_rows: str = ""  # eager or lazy (msgtable.core.subscriptions)
+    # a lazy subscription's: the messages above its cursor never sent (None: eager, unknown)
+    cursor_lag: int | None = None
     # A table's entry: rows not handed to its subscriptions yet (None: it has none)
     unseen: int | None = None
     # An ordered table's (msgtable.engine.ordered): keys with a batch in flight, keys whose next

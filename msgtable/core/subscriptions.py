@@ -20,8 +20,9 @@ Where things are (msgtable.store.subscriptions has the SQL):
 * the hand-over (the **fan-out**): the message table's ``time_fanout`` column is NULL for a
   row no subscription has seen yet. The server that sends (the lease holder) takes such rows
   in batches, in one transaction: it inserts a state row into each active subscription whose
-  filter matches, then sets time_fanout. A row committed late (a long transaction) is NULL
-  until then and is handed over when it commits: no commit order is assumed. A subscription
+  filter matches, then numbers the rows by the table's fan-out sequence (time_fanout: in
+  commit order, msgtable.store.sequences). A row committed late (a long transaction) is NULL
+  until then and is handed over (and numbered) when it commits. A subscription
   gets the rows handed over after its definition committed (or, created ``from_start``, also
   every retained row not acked by the default group).
 
@@ -39,7 +40,7 @@ import dataclasses
 import enum
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from msgtable.core.filters import Filter, parse_filter
@@ -58,6 +59,15 @@ _NAME = re.compile(r"[A-Za-z0-9_]{1,64}")
 MAX_LAG_LIMIT = 10**12
 MAX_EXPIRE_S = 10 * 365 * 86400.0
 MAX_LIMIT_TEXT = 64  # a limit's value as written ("100/s"): longer is no limit of ours
+# Where a subscription's delivery state lives (design.md next to
+# msgtable.features.subscriptions): "eager", a state row per message from the fan-out (the
+# default); "lazy", state rows only for messages sent and not settled in cursor order, the
+# rest read from the message table behind the subscription's cursor.
+EAGER, LAZY = "eager", "lazy"
+STATE_ROWS = (EAGER, LAZY)
+# a lazy subscription's state row as it writes one: (id, priority, time_next, epoch,
+# time_created)
+StateRow = tuple[Hashable, int, int | None, int, int | None]
 
 
 class SubscriptionState(enum.Enum):
@@ -83,6 +93,12 @@ class Subscription:
     state: SubscriptionState = SubscriptionState.ACTIVE
     time_created_ns: int = 0
     time_active_ns: int = 0  # when it last had a subscriber (or was created)
+    state_rows: str = EAGER  # EAGER or LAZY (STATE_ROWS), set when it is created
+
+    @property
+    def lazy(self) -> bool:
+        """Served from its cursor: state rows only for what is sent and not settled."""
+        return self.state_rows == LAZY
 
     @property
     def state_table(self) -> str:
@@ -133,6 +149,10 @@ def check_settings(sub: Subscription) -> Subscription:
         not math.isfinite(sub.expire_after_s) or not 0 < sub.expire_after_s <= MAX_EXPIRE_S
     ):
         raise InvalidArgument(f"{where}: expire_after must be 1 second to 10 years")
+    if sub.state_rows not in STATE_ROWS:
+        raise InvalidArgument(
+            f"{where}: state_rows must be {' or '.join(STATE_ROWS)}, not {sub.state_rows[:16]!r}"
+        )
     if len(sub.filter) > 4000:
         raise InvalidArgument(f"{where}: a filter of {len(sub.filter):,} characters; at most 4,000")
     for key, value in sub.limits:
@@ -226,6 +246,11 @@ def load_subscription(
         raise TableLoadError(
             f"{where}: state table {sub.state_table} lacks column {', '.join(missing)}"
         )
+    if sub.lazy and table.ordered:
+        raise TableLoadError(
+            f"{where}: state_rows={LAZY} does not serve an ordered table (vt_order_key) yet; "
+            f"create it with state_rows={EAGER}"
+        )
     try:
         check_settings(sub)
         flt = parse_filter(sub.filter, table.columns, table.name) if sub.filter else None
@@ -246,6 +271,9 @@ def load_subscription(
         default_group=True,
         fanout=False,
         holders=(),
+        # a lazy one's settled state rows stay until its cursor passed their messages (a
+        # message above it with no state row is read by its scan again)
+        cursored=(sub.name,) if sub.lazy else (),
         source=table.name,
         subscription=sub.name,
         # an ordered table's subscription orders on its own: its state rows carry the key

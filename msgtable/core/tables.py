@@ -160,6 +160,9 @@ class TableConfig:
     default_group: bool = True
     fanout: bool = False
     holders: tuple[str, ...] = ()
+    # of the holders, the lazy subscriptions' (by name): a row they were never sent has no
+    # state row, so it holds the purge until their cursor passes it
+    cursored: tuple[str, ...] = ()
     # Of a subscription (its state table is ``name``): the message table whose rows its poll
     # joins for the message columns, and the subscription's name.
     source: str = ""

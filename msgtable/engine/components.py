@@ -26,7 +26,7 @@ is made by msgtable.features.assembly, the one place that wires the server's fea
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -37,6 +37,7 @@ from msgtable.core.status import PushStatus, TableStatus
 from msgtable.core.subscriptions import Subscription
 from msgtable.core.tables import TableConfig
 from msgtable.engine.manager import MessageManager
+from msgtable.engine.tail import InsertKeys
 from msgtable.store.mysqlstore import Store
 
 if TYPE_CHECKING:
@@ -94,6 +95,8 @@ class Host(Protocol):
 
     def may_send(self, unit: str) -> bool: ...
 
+    def others_sent_before_ns(self, unit: str) -> int: ...
+
     def binlog_insert(self, table: str, rows: int = 0) -> None: ...
 
 
@@ -131,6 +134,26 @@ class SubscriptionsComponent(Component, Protocol):
 
     def subscribing(self, state_table: str) -> None:
         """A subscriber comes to the subscription of ``state_table``."""
+        ...
+
+    def store_for(self, cfg: TableConfig) -> Store | None:
+        """The store the manager of the state table ``cfg`` serves it through (a lazy
+        subscription's); None: the engine's."""
+        ...
+
+    def state_acked(self, state_table: str, keys: InsertKeys | None) -> list[Hashable]:
+        """Another client INSERTed rows into ``state_table`` (``keys``: theirs): the ids a
+        lazy subscription's application acked by the upsert (settled: no time_next), now
+        settled in its window; [] for any other table."""
+        ...
+
+    def cursor_flushes(self) -> dict[tuple[str, str], int]:
+        """Each lazy subscription's cursor writes (flushes) here, by (table, subscription)."""
+        ...
+
+    def held_acks_written(self) -> dict[tuple[str, str], int]:
+        """Each lazy subscription's acks written here as acked state rows behind a cursor
+        held by a message never sent, by (table, subscription)."""
         ...
 
     def create_subscription(self, sub: Subscription, from_start: bool) -> int: ...

@@ -306,6 +306,10 @@ class MessageEngine:
         """Whether this server may send ``unit`` at this instant (its lease is valid)."""
         return self._tenure.may_send(unit)
 
+    def others_sent_before_ns(self, unit: str) -> int:
+        """Rows of ``unit`` created after this were never another server's to send."""
+        return self._tenure.others_sent_before_ns(unit)
+
     def _gain(self, unit: str, takeover: Takeover) -> None:
         """This server now sends ``unit``: serve its tables, holding back the sends the old
         sender may have messages in flight for."""
@@ -368,8 +372,9 @@ class MessageEngine:
 
     def _new_manager(self, cfg: TableConfig) -> MessageManager:
         unit = unit_of(cfg)
+        subs = self._subscriptions if cfg.source else None
         return MessageManager(
-            self.store,
+            (subs.store_for(cfg) if subs is not None else None) or self.store,
             cfg,
             self.clock,
             self.rng,
@@ -392,6 +397,9 @@ class MessageEngine:
             m.binlog_insert(rows, keys)
         if self._subscriptions is not None:
             self._subscriptions.inserted(table)
+            acked = self._subscriptions.state_acked(table, keys) if m is not None else []
+            if m is not None and acked:  # a lazy subscription's upsert-acks: as an UPDATE's
+                m.binlog_changes([RowChange(i, gone=True, moved=False, acked=True) for i in acked])
 
     def binlog_changes(self, table: str, changes: list[RowChange]) -> None:
         m = self._managers.get(table)
@@ -776,6 +784,16 @@ class MessageEngine:
                 s = dataclasses.replace(s, name=m.config.source, subscription=m.config.subscription)
             out.append((s, latency))
         return out
+
+    def cursor_flushes(self) -> dict[tuple[str, str], int]:
+        """Each lazy subscription's cursor writes here, by (table, subscription)."""
+        subs = self._subscriptions
+        return {} if subs is None else subs.cursor_flushes()
+
+    def held_acks_written(self) -> dict[tuple[str, str], int]:
+        """Each lazy subscription's acks written behind its held cursor here."""
+        subs = self._subscriptions
+        return {} if subs is None else subs.held_acks_written()
 
     def delivery_delays(self) -> dict[tuple[str, str], LatencySnapshot]:
         """Each loaded table's and subscription's time_created -> first send delays, by

@@ -130,6 +130,19 @@ class Tenure:
         ended_ns = self._clock.now_ns() - round((t.ended_s_ago + time.monotonic() - at) * 1e9)
         return ended_ns + round(TAKEOVER_CLOCK_MARGIN_S * 1e9)
 
+    def others_sent_before_ns(self, unit: str) -> int:
+        """Rows created after this (this server's clock, ns) were not there while another
+        server sent ``unit``: when this server gained it, plus TAKEOVER_CLOCK_MARGIN_S. 0
+        without a lease (no other server sends); the largest bigint while it does not send
+        the unit (any row may be another's)."""
+        if self.lease is None:
+            return 0
+        taken = self.takeovers.get(unit)
+        if taken is None or unit not in self.sending:
+            return 2**63 - 1
+        gained_ns = self._clock.now_ns() - round((time.monotonic() - taken[0]) * 1e9)
+        return gained_ns + round(TAKEOVER_CLOCK_MARGIN_S * 1e9)
+
     def await_sending(self, unit: str, opened: bool) -> bool:
         """Wait until this server sends ``unit`` (True), or raise NotLeader naming the live
         server that does. A unit being placed or handed over (on its way here, or nobody's

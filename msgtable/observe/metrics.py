@@ -109,6 +109,10 @@ class MetricsSource(Protocol):
 
     def delivery_delays(self) -> dict[tuple[str, str], LatencySnapshot]: ...
 
+    def cursor_flushes(self) -> dict[tuple[str, str], int]: ...
+
+    def held_acks_written(self) -> dict[tuple[str, str], int]: ...
+
 
 def _flow_families(statuses: list[TableStatus], labels: list[tuple[str, str, str]]) -> list[Family]:
     """Flow control's (msgtable.engine.flow): the sends each limit held messages back
@@ -172,6 +176,25 @@ class EngineCollector(Collector):
         out.extend(self._push_families(statuses, labels))
         out.extend(_flow_families(statuses, labels))
         out.extend(self._backlog_families())
+        c = Family(
+            PREFIX + "subscription_cursor_flushes",
+            COUNTER,
+            "A lazy subscription's cursor writes: one UPDATE moves it over what was settled.",
+            LABELS,
+        )
+        for (table, sub), n in sorted(self.engine.cursor_flushes().items()):
+            c.add((self.engine.keyspace, table, sub), n)
+        out.append(c)
+        h = Family(
+            PREFIX + "subscription_held_acks_written",
+            COUNTER,
+            "A lazy subscription's acks written as acked state rows behind a cursor held by "
+            "a message never sent, on letting go, or beyond a cursor another server moved.",
+            LABELS,
+        )
+        for (table, sub), n in sorted(self.engine.held_acks_written().items()):
+            h.add((self.engine.keyspace, table, sub), n)
+        out.append(h)
         g = Family(
             PREFIX + "table_sender",
             GAUGE,

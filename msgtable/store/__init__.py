@@ -10,11 +10,13 @@ Modules:
     deadletters    Every SQL statement of dead letters
     discovery      What information_schema says of the message tables
     endpoints      Every SQL statement of push endpoints
+    fanout         The fan-out's SQL of one message table and its subscriptions
     mysql          What msgtable knows of MySQL and MariaDB, in one place
     mysqlstore     The Store on MySQL and MariaDB: the statements of each table run on its pools
     ordering       The SQL of ordering per key (msgtable.engine.ordered)
     protocol       The Store Protocols: what the engine and each feature ask of a database
     schedules      Every SQL statement of schedules (msgtable.features.schedules)
+    sequences      The commit-ordered fan-out sequence of each message table (time_fanout)
     sqsqueues      The SQS API's managed queues' SQL: CREATE TABLE, DROP TABLE, a purge
     statements     The SQL of one message table, written once per TableConfig
     subscriptions  Every SQL statement of subscriptions

@@ -456,7 +456,8 @@ class MySQLStore:
         (TableStatements._write_acks says why it cannot deadlock)."""
         s = self.statements(cfg)
         with self._errors(cfg.name, "purge"), self._auto.connection() as conn, conn.cursor() as cur:
-            cur.execute(s.purge_pick, [cutoff_ns, *[cutoff_ns] * s.purge_holders, limit])
+            holds = [cutoff_ns] * s.purge_holders
+            cur.execute(s.purge_pick, [cutoff_ns, *holds, *s.purge_cursors, limit])
             ids = sorted(r[0] for r in cur.fetchall())
             if not ids:
                 return 0

@@ -27,10 +27,16 @@ import sqlalchemy as sa
 
 from msgtable.core.deadletters import DeadLetter, RedriveBatch
 from msgtable.core.endpoints import Endpoint
+from msgtable.core.filters import Filter
 from msgtable.core.latency import LatencySnapshot
 from msgtable.core.retry import Outage
 from msgtable.core.rows import CachedRow, PolledRow, PollKey
-from msgtable.core.subscriptions import LoadedSubscription, Subscription, SubscriptionState
+from msgtable.core.subscriptions import (
+    LoadedSubscription,
+    StateRow,
+    Subscription,
+    SubscriptionState,
+)
 from msgtable.core.tables import Column, TableConfig
 from msgtable.store.backlog import BacklogCounts
 from msgtable.store.discovery import TableDefinition
@@ -285,6 +291,53 @@ class SubscriptionStore(Protocol):
         """Hand up to ``limit`` unseen rows (by id) to the active subscriptions, at once:
         rows each got (key "": rows handed over), and the active ones ``loaded`` lacks (then
         nothing is handed over)."""
+        ...
+
+    # the cursor of a subscription over its table's fan-out sequence (issue 42, item 3:
+    # msgtable/features/subscriptions/design.md (b); a lazy subscription is served from it)
+    def subscription_cursor(self, table: str, name: str) -> int | None:
+        """The subscription's cursor (None: it has none, made before cursors)."""
+        ...
+
+    def advance_cursor(self, table: str, name: str, old: int, new: int) -> bool:
+        """Move it from ``old`` to ``new``; False (nothing changed): it was not at ``old``."""
+        ...
+
+    def restart_cursor(self, table: str, name: str) -> None:
+        """Move it to its table's sequence's last number (what is handed over from now on)."""
+        ...
+
+    def unsent(
+        self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
+    ) -> list[tuple[Hashable, int]]:
+        """Ids and numbers of the rows numbered above ``after`` that its filter passes and
+        that have no state row, in sequence order, up to ``limit``."""
+        ...
+
+    # a lazy subscription's (msgtable.features.subscriptions.lazy)
+    def unsent_rows(
+        self, table: TableConfig, cfg: TableConfig, flt: Filter | None, after: int, limit: int
+    ) -> list[tuple[PolledRow, int]]:
+        """unsent's rows as a poll of the state table ``cfg`` returns them (with each one's
+        time_created), each with its number."""
+        ...
+
+    def unsent_lag(
+        self, table: TableConfig, loaded: LoadedSubscription, cap: int
+    ) -> tuple[int, int | None]:
+        """A lazy subscription's messages above its cursor that its filter passes and that
+        have no state row (up to ``cap``), and the oldest one's time_created."""
+        ...
+
+    def write_state_rows(
+        self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
+    ) -> int:
+        """Write these state rows (id, priority, time_next, epoch, time_created); a row
+        there already is kept (``acked_ns``: acked then, unless acked or dead)."""
+        ...
+
+    def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
+        """Which of ``ids`` have a state row in ``cfg``'s state table (a plain read)."""
         ...
 
 

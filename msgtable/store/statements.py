@@ -24,6 +24,7 @@ from msgtable.core.tables import (
 from msgtable.store.backlog import AGE_BOUNDS_S, STATEMENT_TIMEOUT_S
 from msgtable.store.ordering import OrderStatements
 from msgtable.store.protocol import Keep
+from msgtable.store.sequences import CURSORS
 
 # The servers' placement (msgtable.engine.placement): which server sends which table.
 PLACEMENT_TABLE = "msgtable_placement"
@@ -151,6 +152,7 @@ class TableStatements:
     purge_pick: str
     purge: str
     purge_holders: int
+    purge_cursors: tuple[str, ...]  # the purge pick's (table, name) of each lazy holder
     expire_dedup: str  # "" without vt_dedup (msgtable.core.dedup)
     fair_column: str  # the vt_fair_key column as the poll reads it ("": none)
     fair_from: tuple[str, str]  # a skipping poll's FROM: by the fair index (("", ""): none)
@@ -297,6 +299,20 @@ class TableStatements:
             f"AND (h.{acked} IS NULL OR h.{acked} >= %s))"
             for h in cfg.holders
         )
+        # a lazy subscription holds too what its cursor has not passed (it has no state
+        # rows for those): the table's name and its own (msgtable.features.subscriptions.lazy)
+        cursor = (
+            f"(SELECT c.`sent_upto` FROM {CURSORS} c WHERE c.`table_name` = %s AND c.`name` = %s)"
+        )
+        fanout = quote("time_fanout")
+        if cfg.source:  # its state table: a settled row stays until the cursor passed it
+            holds += "".join(
+                f" AND NOT EXISTS (SELECT 1 FROM {quote(cfg.source)} m WHERE m.{rid} = "
+                f"{t}.{rid} AND m.{fanout} > {cursor})"
+                for _ in cfg.cursored
+            )
+        else:
+            holds += "".join(f" AND {fanout} <= {cursor}" for _ in cfg.cursored)
         fanned = f" AND {quote('time_fanout')} IS NOT NULL" if cfg.fanout else ""
         # With vt_dedup: a row leaves only once its key is cleared (msgtable.core.dedup).
         keyed = f" AND {quote(cfg.dedup)} IS NULL" if cfg.dedup else ""
@@ -320,6 +336,8 @@ class TableStatements:
                 f"AND {key} IS NOT NULL LIMIT %s"
             )
         self.purge_holders = len(cfg.holders)
+        table = cfg.source or cfg.name
+        self.purge_cursors = tuple(p for n in cfg.cursored for p in (table, n))
 
     def _write_settlement(self, cfg: TableConfig, n: _Names) -> None:
         """Settlement (msgtable.core.settlement). ``{first}`` stands for an expression true for

@@ -7,8 +7,10 @@ The fan-out of a batch is one transaction: a locking read of rows no subscriptio
 (``time_fanout IS NULL``, skipping rows another transaction still holds: they come in a later
 batch once they commit), a shared read of the table's definitions (a definition committed
 while a fan-out runs waits for it, or is seen by it: never half), one INSERT ... SELECT into
-each active subscription's state table (its filter a WHERE clause with bound parameters), one
-UPDATE of time_fanout, then the commit. A crash before the commit leaves every row unseen.
+each active subscription's state table (its filter a WHERE clause with bound parameters), the
+table's counter row of the fan-out sequence (msgtable.store.sequences: its lock held from
+here to the commit only), one UPDATE of time_fanout numbering the rows in id order, then the
+commit. A crash before the commit leaves every row unseen.
 """
 
 from __future__ import annotations
@@ -19,14 +21,16 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
 from msgtable.core.filters import Filter
-from msgtable.core.rows import order_of
+from msgtable.core.rows import PolledRow
 from msgtable.core.sql import MARK, in_list, quote
 from msgtable.core.subscriptions import (
+    EAGER,
     FANOUT_COLUMN,
     REGISTRY_TABLE,
     STATE_COMMENT,
     STATE_ORDER_INDEX,
     LoadedSubscription,
+    StateRow,
     Subscription,
     SubscriptionState,
     limits_text,
@@ -37,8 +41,9 @@ from msgtable.core.subscriptions import (
 )
 from msgtable.core.tables import DEAD_TIME_NEXT, Column, TableConfig
 from msgtable.errors import InvalidArgument, TableNotFound
+from msgtable.store import sequences as sequence
+from msgtable.store.fanout import FanoutStatements
 from msgtable.store.mysql import DUPLICATE_KEY, error_code, server_text
-from msgtable.store.ordering import key_identity
 from msgtable.store.statements import BY_ID
 
 log = logging.getLogger(__name__)
@@ -60,22 +65,37 @@ REGISTRY_DDL = f"""CREATE TABLE IF NOT EXISTS {REGISTRY} (
   time_created BIGINT NOT NULL,
   time_active BIGINT NULL,
   limits TEXT NULL,
+  state_rows VARCHAR(8) NULL,
   PRIMARY KEY (table_name, name)
 ) ENGINE=InnoDB COMMENT 'msgtable subscriptions'"""
 
 _FIELDS = (
     "table_name, name, filter, columns, ack_wait_s, max_attempts, max_lag, expire_after_s, "
-    "state, time_created, time_active, limits"
+    "state, time_created, time_active, limits, state_rows"
 )
-SELECT_ALL = f"SELECT {_FIELDS} FROM {REGISTRY} ORDER BY table_name, name"
-# a definitions table made before subscriptions had limits of their own lacks the column
-# (added by the first create or alter: REGISTRY_UPGRADE); read as if each had none
-SELECT_ALL_BEFORE_LIMITS = SELECT_ALL.replace(", limits FROM", ", NULL FROM")
-REGISTRY_UPGRADE = f"ALTER TABLE {REGISTRY} ADD COLUMN limits TEXT NULL"
+# columns a definitions table made by an earlier version lacks (added by the first create or
+# alter: REGISTRY_UPGRADES); read as NULL (no limits of its own; eager state rows) till then
+LATER_COLUMNS = ("limits", "state_rows")
+REGISTRY_UPGRADES = {
+    "limits": f"ALTER TABLE {REGISTRY} ADD COLUMN limits TEXT NULL",
+    "state_rows": f"ALTER TABLE {REGISTRY} ADD COLUMN state_rows VARCHAR(8) NULL",
+}
+
+
+def select_all(have: set[str]) -> str:
+    """Every definition, from a definitions table with the columns ``have``."""
+    fields = _FIELDS
+    for col in LATER_COLUMNS:
+        if col not in have:
+            fields = fields.replace(f", {col}", ", NULL")
+    return f"SELECT {fields} FROM {REGISTRY} ORDER BY table_name, name"
+
+
+SELECT_ALL = select_all(set(LATER_COLUMNS))
 # read after the fan-out picked its rows: a row committed after a definition is picked
 # after it, so the read sees the definition (READ COMMITTED reads the latest commit)
 SELECT_TABLE = f"SELECT name, state FROM {REGISTRY} WHERE table_name = %s"
-INSERT = f"INSERT INTO {REGISTRY} ({_FIELDS}) VALUES ({', '.join(['%s'] * 12)})"
+INSERT = f"INSERT INTO {REGISTRY} ({_FIELDS}) VALUES ({', '.join(['%s'] * 13)})"
 UPDATE = (
     f"UPDATE {REGISTRY} SET filter = %s, columns = %s, ack_wait_s = %s, max_attempts = %s, "
     "max_lag = %s, expire_after_s = %s, state = %s, limits = %s "
@@ -143,6 +163,7 @@ def mark_all_seen(table: TableConfig) -> str:
 def row_to_subscription(row: Sequence[Any]) -> Subscription:
     table, name, flt, cols, ack_wait, max_att, max_lag, expire, state, created, active = row[:11]
     limits = row[11] if len(row) > 11 else None
+    state_rows = _text(row[12]) if len(row) > 12 and row[12] is not None else EAGER
     try:
         st = SubscriptionState(str(state))
     except ValueError:
@@ -160,6 +181,7 @@ def row_to_subscription(row: Sequence[Any]) -> Subscription:
         time_created_ns=int(created or 0),
         time_active_ns=int(active or 0),
         limits=parse_limits(_text(limits or "")),
+        state_rows=state_rows,
     )
 
 
@@ -177,149 +199,12 @@ def subscription_params(sub: Subscription) -> list[Any]:
         sub.time_created_ns,
         sub.time_active_ns or None,
         limits_text(sub.limits) or None,
+        sub.state_rows,
     ]
 
 
 def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes | bytearray) else str(v)
-
-
-class FanoutStatements:
-    """The fan-out SQL of one message table and its subscriptions.
-
-    The pick reads each row once, with what its state rows need and, per filtered
-    subscription, whether its filter (a WHERE fragment with bound parameters) passes it; the
-    rows are then written into each state table with a multi-row INSERT: no row of the
-    message table is read twice."""
-
-    def __init__(self, table: TableConfig) -> None:
-        self.table = table
-        self._t = quote(table.name)
-        self._created = "`time_created`" if table.has_column("time_created") else "NULL"
-        # a message not sent by the default group yet keeps its time_next (a delayed
-        # message stays delayed); one it sent is due at once
-        self._columns = f"`id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), {self._created}"
-        # an ordered table's key (and order) column: each state row carries them; a picked
-        # row has then its key's identity and its order value too (in_key_order)
-        self.order = tuple(c.name for c in order_columns(table))
-        self.width = 4 + len(self.order)  # a picked row's state values
-        self._columns += "".join(f", {quote(n)}" for n in self.order)
-        self.verdicts_at = self.width  # where the filters' verdicts begin
-        if table.ordered:
-            key, by = quote(table.order_key), quote(table.order_by)
-            self._columns += f", {key_identity(table, key)}, {by}"
-            self.verdicts_at += 2
-            # (joined with the ids and keys at each use: the names may hold braces)
-            self._skipped = (
-                f"SELECT {key_identity(table, key)}, {by}, `id` FROM {self._t} "
-                f"WHERE {quote(FANOUT_COLUMN)} IS NULL AND `id` <= %s AND `id` NOT IN (",
-                f") AND {key} IN (",
-                ")",
-            )
-        acked = "" if table.default_group else ", `time_acked` = COALESCE(`time_acked`, %s)"
-        self._acked_param = not table.default_group
-        self.mark = (
-            f"{MARK}UPDATE {self._t} {BY_ID} SET {quote(FANOUT_COLUMN)} = %s{acked} "
-            "WHERE `id` IN ({ids})"
-        )
-
-    def _select(self, filters: Sequence[Filter | None]) -> tuple[str, list[Any]]:
-        """The columns a state row needs, then one 0/1 column per filter."""
-        parts: list[str] = [self._columns]
-        params: list[Any] = []
-        for flt in filters:
-            if flt is not None:
-                frag, fparams = flt.where()
-                parts.append(f"({frag}) IS TRUE")
-                params.extend(fparams)
-        return ", ".join(parts), params
-
-    def pick(self, filters: Sequence[Filter | None], limit: int) -> tuple[str, list[Any]]:
-        """Rows no subscription has seen, a batch, locked (a row still being written by an
-        open transaction is skipped: it comes in a later batch once committed)."""
-        cols, params = self._select(filters)
-        sql = (
-            f"SELECT {cols} FROM {self._t} WHERE {quote(FANOUT_COLUMN)} IS NULL "
-            "ORDER BY `id` LIMIT %s FOR UPDATE SKIP LOCKED"
-        )
-        return sql, [*params, limit]
-
-    def skipped_sql(self, picked: Sequence[Sequence[Any]]) -> tuple[str, list[Any]]:
-        """An ordered table's rows of the picked rows' keys, among the picked ids, that the
-        pick skipped (locked by another transaction: an ack by DML not committed yet, the
-        default group's send), read without a lock: committed rows, locked or not."""
-        in_ids, id_params = in_list([r[0] for r in picked])
-        keys = list({r[4] for r in picked if r[4] is not None})
-        in_keys = ",".join(["%s"] * len(keys))
-        top = max(r[0] for r in picked)
-        head, middle, tail = self._skipped
-        return head + in_ids + middle + in_keys + tail, [top, *id_params, *keys]
-
-    def in_key_order(
-        self, picked: Sequence[Sequence[Any]], skipped: Sequence[Sequence[Any]]
-    ) -> list[Sequence[Any]]:
-        """The picked rows that come before every skipped row of their key (the others wait
-        for a later fan-out, so a subscription never gets a key's messages out of order)."""
-        first: dict[Any, tuple[Any, ...]] = {}
-        for identity, by, rid in skipped:
-            at = order_of(by, rid)
-            if identity not in first or at < first[identity]:
-                first[identity] = at
-        w = self.width
-        return [r for r in picked if r[w] not in first or order_of(r[w + 1], r[0]) < first[r[w]]]
-
-    def retained(
-        self, flt: Filter | None, after: Hashable | None, limit: int
-    ) -> tuple[str, list[Any]]:
-        """One batch (by id) of the retained rows a filter passes and the default group (if
-        the table has one) has not acked: what a subscription created from_start gets
-        besides the new ones (with an index on the filter's column, read through it)."""
-        cols, _ = self._select(())
-        sql = f"SELECT {cols} FROM {self._t} WHERE {quote(FANOUT_COLUMN)} IS NOT NULL"
-        if self.table.default_group:  # else the fan-out acked every row: all are retained
-            sql += " AND `time_acked` IS NULL"
-        params: list[Any] = []
-        if flt is not None:
-            frag, fparams = flt.where()
-            sql += f" AND {frag}"
-            params.extend(fparams)
-        if after is not None:
-            sql += " AND `id` > %s"
-            params.append(after)
-        return sql + " ORDER BY `id` LIMIT %s", [*params, limit]
-
-    def insert(
-        self, state_table: str, rows: Sequence[Sequence[Any]], now_ns: int
-    ) -> tuple[str, list[Any]]:
-        """A multi-row INSERT of (id, priority, time_next, time_created[, key, order]) rows
-        as the pick read them into a state table (epoch 0; a row it has already is kept)."""
-        values: list[str] = []
-        params: list[Any] = []
-        for row in rows:
-            rid, priority, time_next, created = row[:4]
-            one = []
-            state = (rid, priority, time_next, now_ns if created is None else created)
-            for v in (*state, *row[4 : self.width]):
-                if v is None:
-                    one.append("NULL")
-                elif type(v) is int:  # digits and a sign only: written as they are
-                    one.append(str(v))
-                else:
-                    one.append("%s")
-                    params.append(v)
-            values.append(f"({one[0]}, {one[1]}, {one[2]}, 0, {', '.join(one[3:])})")
-        s = quote(state_table)
-        extra = "".join(f", {quote(n)}" for n in self.order)
-        sql = (
-            f"{MARK}INSERT INTO {s} (`id`, `priority`, `time_next`, `epoch`, `time_created`"
-            f"{extra}) VALUES {', '.join(values)} ON DUPLICATE KEY UPDATE {s}.`id` = {s}.`id`"
-        )
-        return sql, params
-
-    def mark_sql(self, ids: Sequence[Hashable], now_ns: int) -> tuple[str, list[Any]]:
-        in_ids, params = in_list(ids)
-        extra = [now_ns] if self._acked_param else []
-        return self.mark.format(ids=in_ids), [now_ns, *extra, *params]
 
 
 def lag_sql(state_table: str, source: str, cap: int) -> str:
@@ -383,6 +268,8 @@ class SubscriptionSQL:
 
     def __init__(self, pools: _Pools) -> None:
         self._pools = pools
+        self._counters = sequence.Counters()  # the tables' fan-out sequences
+        self._scans: dict[tuple[int, int, str], str] = {}  # lazy subscriptions' scans
 
     @contextmanager
     def _cursor(self, table: str | None = None, *, kind: str) -> Iterator[Any]:
@@ -400,15 +287,17 @@ class SubscriptionSQL:
         return bool(self._registry_columns(cur))
 
     def _upgrade_registry(self, cur: Any) -> None:
-        """Give a definitions table made before own limits their column (concurrent
-        upgrades: the loser's duplicate column is the winner's)."""
-        if "limits" in self._registry_columns(cur):
-            return
-        try:
-            cur.execute(REGISTRY_UPGRADE)
-        except Exception as exc:
-            if error_code(exc) != 1060:  # duplicate column name
-                raise
+        """Give a definitions table made by an earlier version the columns it lacks
+        (concurrent upgrades: the loser's duplicate column is the winner's)."""
+        have = self._registry_columns(cur)
+        for col in LATER_COLUMNS:
+            if col in have:
+                continue
+            try:
+                cur.execute(REGISTRY_UPGRADES[col])
+            except Exception as exc:
+                if error_code(exc) != 1060:  # duplicate column name
+                    raise
 
     def subscriptions(self) -> tuple[list[Subscription], dict[str, tuple[Column, ...]]]:
         """Every definition, and the columns of every state table (by name)."""
@@ -416,7 +305,7 @@ class SubscriptionSQL:
             have = self._registry_columns(cur)
             if not have:
                 return [], {}
-            cur.execute(SELECT_ALL if "limits" in have else SELECT_ALL_BEFORE_LIMITS)
+            cur.execute(select_all(have))
             subs = [row_to_subscription(r) for r in cur.fetchall()]
             cur.execute(STATE_COLUMNS_QUERY, [self._pools.database, STATE_COMMENT])
             cols: dict[str, list[Column]] = {}
@@ -446,6 +335,7 @@ class SubscriptionSQL:
                 params = [now_ns] * (1 if table.default_group else 2) + [MARK_BATCH]
                 while cur.execute(mark, params) >= MARK_BATCH:
                     pass
+            sequence.start(cur, table.name)  # (numbers above those marks)
             try:
                 order = order_columns(table)
                 index = state_order_index(table) if table.ordered else ()
@@ -463,6 +353,8 @@ class SubscriptionSQL:
                 if error_code(exc) == DUPLICATE_KEY:
                     raise InvalidArgument(f"subscription {sub.label} exists already") from None
                 raise
+            cur.execute(sequence.CURSOR_DDL)  # at the sequence's last: what comes after it
+            cur.execute(sequence.CURSOR_START, [sub.name, table.name])
             if not from_start:
                 return 0
             statements = FanoutStatements(table)
@@ -496,6 +388,93 @@ class SubscriptionSQL:
             if not self._has_registry(cur) or not cur.execute(DELETE, [table, name]):
                 raise TableNotFound(f"subscription {table}/{name} not found")
             cur.execute(f"DROP TABLE IF EXISTS {quote(state_table)}")
+            cur.execute(sequence.CURSOR_DDL)
+            cur.execute(sequence.CURSOR_DROP, [table, name])
+
+    def subscription_cursor(self, table: str, name: str) -> int | None:
+        """The subscription's cursor (design.md (b)); None: it has none yet."""
+        with self._cursor(table, kind="subscription_cursor") as cur:
+            cur.execute(sequence.CURSOR_DDL)
+            cur.execute(sequence.CURSOR, [table, name])
+            row = cur.fetchone()
+        return None if row is None else int(row[0])
+
+    def advance_cursor(self, table: str, name: str, old: int, new: int) -> bool:
+        """Move the subscription's cursor from ``old`` to ``new``; False: it was not at
+        ``old`` (another sender moved it), and nothing changed."""
+        with self._cursor(table, kind="subscription_cursor") as cur:
+            return bool(cur.execute(sequence.ADVANCE, [new, table, name, old]))
+
+    def restart_cursor(self, table: str, name: str) -> None:
+        """Move the subscription's cursor to its table's sequence's last number."""
+        with self._cursor(table, kind="subscription_cursor") as cur:
+            cur.execute(sequence.CURSOR_RESTART, [table, name])
+
+    def unsent(
+        self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
+    ) -> list[tuple[Hashable, int]]:
+        """The subscription's messages never sent (design.md (b)): the ids and numbers of
+        the rows numbered above ``after`` that its filter passes and that have no state
+        row, in sequence order, up to ``limit``."""
+        where, params = loaded.filter.where("m") if loaded.filter else ("", ())
+        sql = sequence.unsent_sql(table.name, loaded.sub.state_table, where)
+        with self._cursor(table.name, kind="subscription_unsent") as cur:
+            cur.execute(sql, [after, *params, limit])
+            return [(r[0], int(r[1])) for r in cur.fetchall()]
+
+    def unsent_rows(
+        self, table: TableConfig, cfg: TableConfig, flt: Filter | None, after: int, limit: int
+    ) -> list[tuple[PolledRow, int]]:
+        """The cursor's scan as a poll of the state table ``cfg`` reads rows (with each
+        one's time_created), each with its number: sequences.unsent_rows_sql."""
+        where, params = flt.where("m") if flt is not None else ("", ())
+        key = (id(table), id(cfg), where)  # the configs are replaced whole when they change
+        sql = self._scans.get(key)
+        if sql is None:
+            if len(self._scans) > 256:
+                self._scans.clear()
+            sql = self._scans[key] = sequence.unsent_rows_sql(table, cfg, where)
+        with self._cursor(table.name, kind="subscription_unsent") as cur:
+            cur.execute(sql, [after, *params, limit])
+            return [(tuple(r[:-1]), int(r[-1])) for r in cur.fetchall()]
+
+    def unsent_lag(
+        self, table: TableConfig, loaded: LoadedSubscription, cap: int
+    ) -> tuple[int, int | None]:
+        """A lazy subscription's messages above its cursor never sent (up to ``cap``) and
+        the oldest one's time_created (sequences.unsent_lag_sql)."""
+        where, params = loaded.filter.where("m") if loaded.filter else ("", ())
+        sql = sequence.unsent_lag_sql(table, loaded.sub.state_table, where, cap)
+        with self._cursor(table.name, kind="subscription_lag") as cur:
+            cur.execute(sql, [table.name, loaded.sub.name, *params])
+            n, oldest = cur.fetchone()
+        return int(n), None if oldest is None else int(oldest)
+
+    def write_state_rows(
+        self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
+    ) -> int:
+        """Write a lazy subscription's state rows (sequences.state_rows_sql): a row there
+        already is kept (with ``acked_ns``: acked then, unless acked or dead). How many."""
+        if not rows:
+            return 0
+        params: list[Any] = []
+        for row in rows:
+            params.extend(row)
+            if acked_ns is not None:
+                params.append(acked_ns)
+        sql = sequence.state_rows_sql(cfg.name, len(rows), acked_ns is not None)
+        with self._cursor(cfg.name, kind="subscription_state_rows") as cur:
+            cur.execute(sql, params)
+        return len(rows)
+
+    def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
+        """Which of ``ids`` have a state row in ``cfg``'s state table (by primary key)."""
+        if not ids:
+            return set()
+        in_ids, params = in_list(ids)
+        with self._cursor(cfg.name, kind="subscription_state_rows") as cur:
+            cur.execute(sequence.written_sql(cfg.name).format(ids=in_ids), params)
+            return {r[0] for r in cur.fetchall()}
 
     def set_subscription_state(
         self, sub: Subscription, state: SubscriptionState, now_ns: int
@@ -569,9 +548,32 @@ class SubscriptionSQL:
         limit: int,
     ) -> tuple[dict[str, int], set[str]]:
         """Hand up to ``limit`` unseen rows to the table's active subscriptions, in one
-        transaction. Returns how many rows each subscription got (key "": rows handed over),
-        and the active subscriptions the database has that ``loaded`` lacks (then nothing was
-        handed over: load them first)."""
+        transaction, numbered by the table's sequence (msgtable.store.sequences).
+        Returns how many rows each subscription got (key "": rows handed over), and the
+        active subscriptions the database has that ``loaded`` lacks (then nothing was handed
+        over: load them first)."""
+        for _ in range(2):  # again once the sequence is started or a stalled holder killed
+            # no table for _errors: a missing table here is a state table dropped meanwhile
+            with self._pools._errors(kind="fanout"):
+                try:
+                    done = self._fanout_batch(table, loaded, now_ns, limit)
+                except sequence.Stalled:
+                    done = None
+                    with self._pools._auto_cursor() as cur:
+                        sequence.unstall(cur, table.name)
+                if done is not None:
+                    return done
+        return {"": 0}, set()
+
+    def _fanout_batch(
+        self,
+        table: TableConfig,
+        loaded: Mapping[str, LoadedSubscription],
+        now_ns: int,
+        limit: int,
+    ) -> tuple[dict[str, int], set[str]] | None:
+        """fanout's transaction; None: the table's sequence had no counter row (started now:
+        try again)."""
         statements = FanoutStatements(table)
         got: dict[str, int] = {}
         names = sorted(loaded)
@@ -581,8 +583,7 @@ class SubscriptionSQL:
         for n in names:
             if loaded[n].filter is not None:
                 verdict[n] = statements.verdicts_at + len(verdict)
-        # no table for _errors: a missing table here is a state table dropped meanwhile
-        with self._pools._errors(kind="fanout"), self._pools._tx_connection() as conn:
+        with self._pools._tx_connection() as conn:
             with conn.cursor() as cur:
                 cur.execute(*statements.pick(filters, limit))
                 picked = list(cur.fetchall())
@@ -610,10 +611,22 @@ class SubscriptionSQL:
                     rows = [r[: statements.width] for r in picked if col is None or r[col]]
                     if not rows:
                         continue
+                    if loaded[name].sub.lazy:  # its cursor's scan reads them: no state rows
+                        got[name] = len(rows)
+                        continue
                     sql, params = statements.insert(loaded[name].sub.state_table, rows, now_ns)
                     got[name] = max(0, cur.execute(sql, params))
-                sql, params = statements.mark_sql(ids, now_ns)
-                cur.execute(sql, params)
+                try:  # the counter row's lock: from here to the commit only
+                    last = self._counters.take(cur, table.name, len(ids))
+                except sequence.Stalled:
+                    conn.rollback()
+                    raise
+                if last is None:
+                    conn.rollback()
+                    with self._pools._auto_cursor() as auto:
+                        sequence.start(auto, table.name)
+                    return None
+                cur.execute(*statements.mark_sql(ids, last, now_ns))
             conn.commit()
         got[""] = len(ids)
         return got, set()

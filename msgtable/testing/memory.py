@@ -355,22 +355,11 @@ class InMemoryStore:
                 and r["time_acked"] < cutoff_ns
                 and (not cfg.dedup or r.get(cfg.dedup) is None)
                 and (not cfg.fanout or r.get(FANOUT_COLUMN) is not None)
-                and self._settled_by_holders(cfg, i, cutoff_ns)
+                and self.subscription_store.settled_by_holders(cfg, i, cutoff_ns)
             ][:limit]
             for i in old:
                 del table[i]
             return len(old)
-
-    def _settled_by_holders(self, cfg: TableConfig, id: Hashable, cutoff_ns: int) -> bool:
-        """Whether each subscription that holds the table settled the row before the cutoff
-        (or never got it): TableStatements' purge pick."""
-        for h in cfg.holders:
-            state = self.rows.get(h, {}).get(id)
-            if state is not None and (
-                state["time_acked"] is None or state["time_acked"] >= cutoff_ns
-            ):
-                return False
-        return True
 
     def expire_dedup(self, cfg: TableConfig, since_ns: int, cutoff_ns: int, limit: int) -> int:
         if not cfg.dedup:

@@ -2,8 +2,10 @@
 tables, for unit tests of the registry and the fan-out, with SubscriptionSQL's rules
 (msgtable.store.subscriptions): a state table per subscription among the store's tables
 (served by the store like any table), rows enqueued before a table's first subscription seen
-by none, a fan-out that hands rows over by id and marks them seen at once (a row a state
-table has already is kept), lag and orphans counted against the message rows still there.
+by none, a fan-out that hands rows over by id and numbers them by the table's sequence at
+once (msgtable.store.sequences: here a counter per table, started above every
+time_fanout there; a row a state table has already is kept), lag and orphans counted
+against the message rows still there.
 tests/integration/test_subscription_store_contract.py runs the same cases on both.
 
 What it does not mirror: the locks (an ordered table's rows skipped while another
@@ -16,10 +18,13 @@ import dataclasses
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from msgtable.core.filters import Filter
+from msgtable.core.rows import PolledRow
 from msgtable.core.subscriptions import (
     FANOUT_COLUMN,
     STATE_COMMENT,
     LoadedSubscription,
+    StateRow,
     Subscription,
     SubscriptionState,
     order_columns,
@@ -55,6 +60,29 @@ class InMemorySubscriptions:
         self.store = store
         self.definitions: dict[tuple[str, str], Subscription] = {}
         self.state_tables: set[str] = set()
+        self.sequences: dict[str, int] = {}  # a table's fan-out sequence: its last number
+        self.cursors: dict[tuple[str, str], int] = {}  # a subscription's (design.md (b))
+
+    def settled_by_holders(self, cfg: TableConfig, id: Hashable, cutoff_ns: int) -> bool:
+        """Whether each subscription that holds the table settled the row before the cutoff
+        (or never got it): TableStatements' purge pick, for InMemoryStore.purge; the lock held."""
+        for h in cfg.holders:
+            state = self.store.rows.get(h, {}).get(id)
+            if state is not None and (
+                state["time_acked"] is None or state["time_acked"] >= cutoff_ns
+            ):
+                return False
+        cursors = self.cursors  # a lazy one's: what it passed only
+        if cfg.source:  # its state table: a settled row of a message it has not passed stays
+            message = self.store.rows.get(cfg.source, {}).get(id)
+            if message is None:
+                return True
+            number = message.get(FANOUT_COLUMN) or 0
+            table = cfg.source
+        else:
+            number = self.store.rows[cfg.name][id].get(FANOUT_COLUMN) or 0
+            table = cfg.name
+        return all(number <= cursors.get((table, n), -1) for n in cfg.cursored)
 
     def _up(self) -> None:
         if self.store.down:
@@ -83,7 +111,7 @@ class InMemorySubscriptions:
             if not any(t == table.name for t, _ in self.definitions):
                 for r in rows.values():  # seen by none, and to be seen by none
                     if r[FANOUT_COLUMN] is None:
-                        self._mark(table, r, now_ns)
+                        self._mark(table, r, now_ns, now_ns)
             if sub.state_table in store.rows:
                 raise InvalidArgument(
                     f"subscription {sub.label}: table {sub.state_table} exists already"
@@ -93,6 +121,9 @@ class InMemorySubscriptions:
             store.create_table(sub.state_table, STATE_COMMENT, state_columns(table))
             self.state_tables.add(sub.state_table)
             self.definitions[(sub.table, sub.name)] = sub
+            # the sequence started above every time_fanout there; the cursor at its last
+            last = self.sequences.setdefault(table.name, self._highest(rows))
+            self.cursors[(sub.table, sub.name)] = last
             if not from_start:
                 return 0
             retained = [
@@ -105,9 +136,10 @@ class InMemorySubscriptions:
             return self._hand(table, sub.state_table, retained, now_ns)
 
     @staticmethod
-    def _mark(table: TableConfig, row: dict[str, Any], now_ns: int) -> None:
-        """Seen by the subscriptions; without a default group, acked for it."""
-        row[FANOUT_COLUMN] = now_ns
+    def _mark(table: TableConfig, row: dict[str, Any], now_ns: int, number: int) -> None:
+        """Seen by the subscriptions (``number``: of the sequence, or the time of a row seen
+        by none); without a default group, acked for it."""
+        row[FANOUT_COLUMN] = number
         if not table.default_group and row["time_acked"] is None:
             row["time_acked"] = now_ns
 
@@ -153,7 +185,126 @@ class InMemorySubscriptions:
             if self.definitions.pop((table, name), None) is None:
                 raise TableNotFound(f"subscription {table}/{name} not found")
             self.state_tables.discard(state_table)
+            self.cursors.pop((table, name), None)
         self.store.drop_table(state_table)
+
+    def subscription_cursor(self, table: str, name: str) -> int | None:
+        self._up()
+        with self.store.lock:
+            return self.cursors.get((table, name))
+
+    def advance_cursor(self, table: str, name: str, old: int, new: int) -> bool:
+        self._up()
+        with self.store.lock:
+            if self.cursors.get((table, name)) != old:
+                return False
+            self.cursors[(table, name)] = new
+            return True
+
+    def restart_cursor(self, table: str, name: str) -> None:
+        self._up()
+        with self.store.lock:
+            if (table, name) in self.cursors and table in self.sequences:
+                self.cursors[(table, name)] = self.sequences[table]
+
+    def unsent(
+        self, table: TableConfig, loaded: LoadedSubscription, after: int, limit: int
+    ) -> list[tuple[Hashable, int]]:
+        self._up()
+        rows = self.store._table(table.name)
+        flt = loaded.filter
+        with self.store.lock:
+            state = self.store.rows.get(loaded.sub.state_table, {})
+            found = sorted(
+                (r[FANOUT_COLUMN], i)
+                for i, r in rows.items()
+                if (r.get(FANOUT_COLUMN) or 0) > after
+                and i not in state
+                and (flt is None or flt.matches(r))
+            )
+        return [(i, n) for n, i in found[:limit]]
+
+    def unsent_rows(
+        self, table: TableConfig, cfg: TableConfig, flt: Filter | None, after: int, limit: int
+    ) -> list[tuple[PolledRow, int]]:
+        self._up()
+        rows = self.store._table(table.name)
+        with self.store.lock:
+            state = self.store.rows.get(cfg.name, {})
+            found = sorted(
+                (r[FANOUT_COLUMN], i)
+                for i, r in rows.items()
+                if (r.get(FANOUT_COLUMN) or 0) > after
+                and i not in state
+                and (flt is None or flt.matches(r))
+            )[:limit]
+            out = []
+            for number, i in found:
+                r = rows[i]
+                nxt = r["time_next"] if table.default_group and (r["epoch"] or 0) == 0 else None
+                values = tuple(r.get(c.name) for c in cfg.message_columns)
+                out.append(((r["priority"], nxt, 0, *values, r.get("time_created")), number))
+        return out
+
+    def unsent_lag(
+        self, table: TableConfig, loaded: LoadedSubscription, cap: int
+    ) -> tuple[int, int | None]:
+        self._up()
+        after = self.cursors.get((table.name, loaded.sub.name))
+        if after is None:
+            return 0, None
+        rows = self.store._table(table.name)
+        flt = loaded.filter
+        with self.store.lock:
+            state = self.store.rows.get(loaded.sub.state_table, {})
+            created = [
+                r.get("time_created")
+                for i, r in sorted(rows.items(), key=lambda kv: kv[1].get(FANOUT_COLUMN) or 0)
+                if (r.get(FANOUT_COLUMN) or 0) > after
+                and i not in state
+                and (flt is None or flt.matches(r))
+            ][:cap]
+        known = [c for c in created if c is not None]
+        return len(created), min(known) if known else None
+
+    def write_state_rows(
+        self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
+    ) -> int:
+        self._up()
+        with self.store.lock:
+            state = self.store.rows.get(cfg.name)
+            if state is None:
+                raise TableNotFound(f"message table {cfg.name!r} no longer exists")
+            for rid, priority, time_next, epoch, created in rows:
+                row = state.get(rid)
+                if row is None:
+                    state[rid] = {
+                        "id": rid,
+                        "priority": priority,
+                        "time_next": time_next,
+                        "epoch": epoch,
+                        "time_acked": acked_ns,
+                        "time_created": created,
+                        "last_error": None,
+                        "time_dead": None,
+                    }
+                elif acked_ns is not None and row["time_next"] != DEAD_TIME_NEXT:
+                    row["time_acked"] = row["time_acked"] or acked_ns
+                    row["time_next"] = None
+        return len(rows)
+
+    def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
+        self._up()
+        with self.store.lock:
+            state = self.store.rows.get(cfg.name)
+            if state is None:
+                raise TableNotFound(f"message table {cfg.name!r} no longer exists")
+            return {i for i in ids if i in state}
+
+    @staticmethod
+    def _highest(rows: Mapping[Hashable, dict[str, Any]]) -> int:
+        """The highest time_fanout of a table's rows (0: none): where its sequence starts."""
+        return max((r.get(FANOUT_COLUMN) or 0 for r in rows.values()), default=0)
 
     def set_subscription_state(
         self, sub: Subscription, state: SubscriptionState, now_ns: int
@@ -250,10 +401,17 @@ class InMemorySubscriptions:
             for name in active:
                 flt = loaded[name].filter
                 passed = [r for r in picked if flt is None or flt.matches(r)]
-                if passed:
+                if passed and loaded[name].sub.lazy:  # read by its cursor's scan
+                    got[name] = len(passed)
+                elif passed:
                     state = loaded[name].sub.state_table
                     got[name] = self._hand(table, state, passed, now_ns)
+            last = self.sequences.get(table.name)
+            if last is None:  # started above every number (or time) there
+                last = self._highest(rows)
             for r in picked:
-                self._mark(table, r, now_ns)
+                last += 1
+                self._mark(table, r, now_ns, last)
+            self.sequences[table.name] = last
         got[""] = len(picked)
         return got, set()

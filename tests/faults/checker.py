@@ -123,6 +123,10 @@ CLIENT_LINK_FAULTS = frozenset({"client links reset"})
 NETWORK_FAULTS = DATABASE_LINK_FAULTS | CLIENT_LINK_FAULTS
 # faults that can fail a call's one try, or lose its answer after it changed rows
 CALL_FAULTS = SERVER_FAULTS | DATABASE_FAULTS | NETWORK_FAULTS
+# faults that can lose a lazy subscription's window, where its acks live until its cursor
+# passes them (msgtable.features.subscriptions.lazy): its sender killed or stopped, or cut
+# off from the database (its lease lost, its flush on letting go failing)
+WINDOW_FAULTS = SERVER_FAULTS | DATABASE_FAULTS | DATABASE_LINK_FAULTS
 DEAD_TIME_NEXT = 9223372036854775807  # a message dead in place (the largest BIGINT)
 
 
@@ -293,8 +297,12 @@ class Checker:
         order_key: Callable[[int], Hashable] | None = None,
         stream_filters: Mapping[str, Callable[[int], bool]] | None = None,
         stranded_limit: int = 0,
+        lazy: bool = False,
     ) -> None:
         self.ack_wait_s = ack_wait_s
+        # a lazy subscription's group: an ack lives in its sender's window until the cursor
+        # passes it, so a fault that loses the window may send it again (counted apart)
+        self.lazy = lazy
         # its subscribers' stream filters, each a test of an id ("": none; tests/faults/
         # filtercheck.py), and how many messages no ready one passes may fill the cache
         self.stream_filters = dict(stream_filters or {"": lambda i: True})
@@ -839,7 +847,12 @@ class Checker:
             r.deliveries += 1
             r.attempts[attempt] += 1
             if acked_at is not None and t > acked_at + WIRE_SLACK_S:
-                r.after_ack.append((i, sub, round(t - acked_at, 3)))
+                age = self._window_lost(acked_at, t)
+                if age is not None:
+                    r.after_ack_window_lost += 1
+                    r.window_lost_ack_age_s = max(r.window_lost_ack_age_s, age)
+                else:
+                    r.after_ack.append((i, sub, round(t - acked_at, 3)))
             if died is not None and t > died + WIRE_SLACK_S:
                 r.after_dead.append((i, sub, round(t - died, 3)))
             if self.max_attempts and attempt > self.max_attempts:
@@ -865,6 +878,21 @@ class Checker:
             if gap < self.ack_wait_s - WIRE_SLACK_S and not released:
                 r.in_flight_twice.append((i, round(t2 - t1, 3), sent_gap))
             r.reasons[self._unacked_why(i, s1, released)] += 1
+
+    def _window_lost(self, acked_at: float, t: float) -> float | None:
+        """A lazy group's: a fault that can lose its sender's window came between an ack
+        (at ``acked_at``) and a delivery again (at ``t``): how long after the ack the
+        first such fault began (0: during it); None: none came."""
+        if not self.lazy:
+            return None
+        return min(
+            (
+                max(0.0, e.began - acked_at)
+                for e in self.events
+                if e.what in WINDOW_FAULTS and e.at + WIRE_SLACK_S >= acked_at and e.began <= t
+            ),
+            default=None,
+        )
 
     def _judge_late_settlements(self, r: Report) -> None:
         """A release or renew naming a delivery that a later one had replaced before the call
@@ -1090,6 +1118,9 @@ class Report:
     # (id, "unacked" / "dead" / "never handed over"): held by the group, gone from the table
     gone_while_held: list[tuple[int, str]] = field(default_factory=list)
     after_ack: list[tuple[int, str, float]] = field(default_factory=list)
+    # a lazy group's deliveries after an ack that a fault lost with its sender's window
+    after_ack_window_lost: int = 0
+    window_lost_ack_age_s: float = 0.0  # the longest from such an ack to its fault
     after_dead: list[tuple[int, str, float]] = field(default_factory=list)
     # (id, "release" / "renew", how long before the delay / extension ended)
     early: list[tuple[int, str, float]] = field(default_factory=list)
@@ -1201,7 +1232,9 @@ class Report:
             f"never delivered {len(self.never_delivered)}, never acked "
             f"{len(self.never_acked)} (acks in doubt found committed "
             f"{self.acks_in_doubt_committed}); purged {self.purged:,} (acks in doubt "
-            f"{self.acks_in_doubt_purged}); delivered after their ack {len(self.after_ack)}, "
+            f"{self.acks_in_doubt_purged}); delivered after their ack {len(self.after_ack)} "
+            f"(after a fault lost the lazy window's ack: {self.after_ack_window_lost}, made "
+            f"up to {self.window_lost_ack_age_s:.1f} s before it), "
             f"after they died {len(self.after_dead)}, early {len(self.early)}, "
             f"in flight to two subscribers at once {len(self.in_flight_twice)}, "
             f"received {LATE_RECEIPT_S:g} s or more after their send {self.received_late} "

@@ -170,6 +170,10 @@ SUBSCRIPTIONS: dict[str, tuple[str | None, Callable[[int], bool] | None, int]] =
         2,
     ),
 }
+# The subscriptions created with state_rows="lazy" (served from their cursor: state rows only
+# for what was sent and not settled in cursor order); the others are eager (a state row per
+# message). The filtered one is lazy: its scan's filter and its subscribers' stream filters.
+LAZY = frozenset({"some"})
 # Stream filters (tests/faults/filtercheck.py): each group's subscribers by their place (the
 # last, auto-renewing, included; none past the tuple's end), a pair X / NOT (X) in the default
 # group beside two without a filter, and in the filtered subscription some only such a pair
@@ -219,6 +223,7 @@ class Group:
     size: int
     filter: str | None = None
     stream_filters: tuple[str, ...] = ()  # its subscribers', by their place ("": none)
+    state_rows: str | None = None  # a subscription's ("lazy"; None: eager, the default)
     table: str = TABLE
     dead_table: str = DEAD_TABLE
     total: int = TOTAL  # the messages its producer inserts
@@ -362,10 +367,13 @@ class Run:
                     purges=True,
                     stream_filters=stream_filters(name),
                     stranded_limit=STRANDED_LIMIT,
+                    label=f"subscription {name} (lazy)" if name in LAZY else "",
+                    lazy=name in LAZY,
                 ),
                 size,
                 flt,
                 stream_filters=STREAM_FILTERS.get(name, ()),
+                state_rows="lazy" if name in LAZY else None,
             )
             for name, (flt, selects, size) in SUBSCRIPTIONS.items()
         ]
@@ -455,7 +463,9 @@ class Run:
         leader = Client(self.leader().address, timeout_s=30)
         try:
             for g in subscriptions:
-                leader.create_subscription(g.table, g.name, filter=g.filter)
+                leader.create_subscription(
+                    g.table, g.name, filter=g.filter, state_rows=g.state_rows
+                )
         finally:
             leader.close()
         wanted = {(g.table, g.name) for g in subscriptions}
@@ -495,6 +505,7 @@ class Run:
             self.dsn,
             tracer_provider=ledger.provider if ledger is not None else None,
             stream_filter=stream_filter,
+            lazy=group.state_rows == "lazy",
         )
         if ledger is not None:
             self.ledgers.append((group, s, ledger))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable
 
+import pytest
 import sqlalchemy as sa
 
 from ..ordering import Delivery, OrderLog
@@ -491,6 +492,36 @@ def test_a_subscriptions_duplicate_in_flight_or_after_its_ack_is_reported() -> N
     report = c.judge(tables)
     assert [i for i, *_ in report.in_flight_twice] == [1]
     assert [(i, sub) for i, sub, _ in report.after_ack] == [(1, "odd-s2")]
+
+
+def test_a_lazy_subscriptions_ack_lost_with_its_senders_window_is_counted_not_a_violation() -> None:
+    """A lazy subscription's ack lives in its sender's window until the cursor passes it:
+    sent again after a fault that can lose that window (a server killed or stopped, its
+    database link or the database down) came between the ack and the send, it is counted
+    apart; sent again after its ack with no such fault between, or by an eager group, it is
+    a violation as before."""
+    for lazy, fault, expected in (
+        (True, "msgtable SIGKILL", ([], 1)),
+        (True, "subscriber killed mid-batch", ([1], 0)),  # loses no window
+        (False, "msgtable SIGKILL", ([1], 0)),  # an eager group's ack is a committed row
+    ):
+        c = Checker(30.0, MAX, group="odd", selects=odd, lazy=lazy)
+        c.insert([1, 2, 3, 4, 5, 6], poison=[5, 6])
+        tables = settled_by_odd(c)
+        now = time.monotonic()  # 1 was delivered 11 s ago, acked 10 s ago, then the fault
+        c.deliveries[1] = [(now - 11, "odd-s1", 1)]
+        c.first_ack[1] = now - 10
+        tables.source.pop(1)  # no state row: acked in the window
+        c.events.append(Fault(fault, now - 5, now - 5))
+        c.delivered([(1, 1)], "odd-s2")
+        report = c.judge(tables)
+        got = ([i for i, _, _ in report.after_ack], report.after_ack_window_lost)
+        assert got == expected, (lazy, fault)
+        assert ("delivered after their ack (id, sub, s)" in report.violations()) == bool(
+            expected[0]
+        )
+        # how long before the fault the lost ack was made: acked 10 s ago, the fault 5 s ago
+        assert report.window_lost_ack_age_s == pytest.approx(5.0 if expected[1] else 0.0)
 
 
 def test_a_delivery_or_a_state_row_outside_the_filter_is_reported() -> None:

@@ -390,3 +390,25 @@ def test_the_header_shows_the_sqs_api_and_its_calls(served: Served, browser):
     finally:
         d.close()
         sqs.close()
+
+
+def test_a_lazy_subscriptions_card_shows_its_mode_and_cursor_lag(served: Served, browser):
+    served.create_table("jobs", vt_poller_interval=0.2)
+    served.client.create_subscription("jobs", "feed", state_rows="lazy")
+    served.client.create_subscription("jobs", "audit")
+    served.sql("insert into jobs (id) values (1), (2), (3)")
+    d = open_dashboard(served)
+    try:
+        browser.get(d.url)
+        lazy, eager = '[data-key="jobs/feed"]', '[data-key="jobs/audit"]'
+        wait_until(
+            lambda: text(browser, lazy + " .v-cursor_lag") == "3",
+            what=lambda: (
+                f"the lazy card's 3 never sent (shows {text(browser, lazy + ' .v-cursor_lag')!r})"
+            ),
+        )
+        assert text(browser, lazy + " h2 .sub") == "/ feed (lazy)"
+        assert text(browser, eager + " h2 .sub") == "/ audit"
+        assert text(browser, eager + " .v-cursor_lag") == "", "an eager card has no cursor lag"
+    finally:
+        d.close()

@@ -219,9 +219,8 @@ def test_the_purge_and_the_fanout_lock_only_the_rows_they_change(db_dsn: str):
             )
             marked: list[Any] = []
             try:
-                marked.append(
-                    run_sql(fanout, *fan.mark_sql([r[0] for r in picked], time.time_ns() + 10**12))
-                )
+                ids = [r[0] for r in picked]  # numbered 201-350 of the sequence
+                marked.append(run_sql(fanout, *fan.mark_sql(ids, 350, time.time_ns() + 10**12)))
                 tx.commit()
             except Exception as exc:
                 marked.append(exc)

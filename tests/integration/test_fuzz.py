@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from msgtable.errors import InvalidArgument
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
+from msgtable.store.sequences import CURSOR_TABLE, SEQUENCE_TABLE
 
 from ..waiting import wait_until
 from .helpers import Collector, serve
@@ -224,7 +225,13 @@ REQUESTS_BY_KIND = {
     "dead": st.tuples(
         st.just("dead"), st.one_of(names, st.just("canary")), limits, st.none() | values
     ),
-    "create_sub": st.tuples(st.just("create_sub"), filters, columns),
+    "create_sub": st.tuples(
+        st.just("create_sub"),
+        filters,
+        columns,
+        # how its state rows are kept (msgtable.features.subscriptions.lazy): set or not
+        st.one_of(st.none(), st.sampled_from(["lazy", "eager", "LAZY", " lazy "]), names),
+    ),
     "stream_sub": st.tuples(
         st.just("stream_sub"), st.one_of(names, st.just("")), filters | st.just(""), columns
     ),
@@ -292,7 +299,7 @@ def test_hostile_requests_get_clean_statuses_and_touch_nothing(db_dsn):
         assert sum(seen.values()) >= EXAMPLES
         # still serving, and nothing was touched (a subscription created by a valid request
         # was dropped at once; the canary's first one added its time_fanout column)
-        registries = ("msgtable_subscriptions", "msgtable_endpoints")
+        registries = ("msgtable_subscriptions", "msgtable_endpoints", SEQUENCE_TABLE, CURSOR_TABLE)
         assert [t for t in s.sql("show tables") if t[0] not in registries] == [
             t for t in tables_before if t[0] not in registries
         ]
@@ -366,9 +373,11 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
             if after is not None:
                 req.after.CopyFrom(after)
             stub.Redrive(req, timeout=10)
-        elif kind == "create_sub":  # a hostile filter or projection on the canary
-            _, text, cols = request
+        elif kind == "create_sub":  # a hostile filter, projection or state_rows on the canary
+            _, text, cols, rows = request
             settings = pb.SubscriptionSettings(filter=text, columns=cols)
+            if rows is not None:
+                settings.state_rows = rows
             stub.CreateSubscription(
                 pb.CreateSubscriptionRequest(table="canary", name="fz", settings=settings),
                 timeout=30,
@@ -388,10 +397,12 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
         elif kind == "manage_sub":
             _, what, table, name = request
             if what == "alter":
+                # (a name for state_rows too: alter refuses any, cleanly)
+                settings = pb.SubscriptionSettings(filter=name)
+                if len(name) % 2:
+                    settings.state_rows = name
                 stub.AlterSubscription(
-                    pb.AlterSubscriptionRequest(
-                        table=table, name=name, settings=pb.SubscriptionSettings(filter=name)
-                    ),
+                    pb.AlterSubscriptionRequest(table=table, name=name, settings=settings),
                     timeout=10,
                 )
             elif what == "drop":

@@ -115,6 +115,24 @@ def test_rows_before_the_first_subscription_are_seen_by_none(tables: Tables):
     assert state_ids(tables, sub) == []
 
 
+def test_the_sequence_starts_above_every_time_fanout_there(tables: Tables):
+    """The fan-out sequence (msgtable.store.sequences) numbers the first rows it hands
+    over above what the table's time_fanout holds already (here a row seen by none, marked
+    with the time of the first subscription), one number each, and goes on from there."""
+    tables.create("q")
+    tables.insert("q", 1)
+    _, sub = create(tables, "q", "s")
+    tables.insert("q", 3)
+    tables.insert("q", 2)
+    store, cfg = subs_of(tables), config(tables, "q")
+    assert store.fanout(cfg, loaded(tables, "q"), LATER, 100) == ({"s": 2, "": 2}, set())
+    tables.insert("q", 4)
+    assert store.fanout(cfg, loaded(tables, "q"), LATER, 100) == ({"s": 1, "": 1}, set())
+    numbers = [(tables.row("q", i) or {}).get(FANOUT_COLUMN) for i in (1, 2, 3, 4)]
+    assert numbers == [NOW, NOW + 1, NOW + 2, NOW + 3]
+    assert state_ids(tables, sub) == [2, 3, 4]
+
+
 def test_the_fanout_hands_new_rows_to_each_subscription_once(tables: Tables):
     tables.create("q")
     _, a = create(tables, "q", "a")
@@ -141,8 +159,11 @@ def test_the_fanout_hands_new_rows_to_each_subscription_once(tables: Tables):
         None,
     )
     assert (two["time_next"], two["epoch"]) == (None, 0)
+    # numbered by the table's sequence, in id order (no row was there before: from 1)
+    numbers = [(r or {}).get(FANOUT_COLUMN) for r in (tables.row("q", i) for i in (1, 2, 3))]
+    assert numbers == [1, 2, 3]
     seen = tables.row("q", 1)
-    assert seen is not None and (seen[FANOUT_COLUMN], seen["time_acked"]) == (LATER, None)
+    assert seen is not None and seen["time_acked"] is None
 
 
 def test_without_a_default_group_the_fanout_acks_what_it_hands_over(tables: Tables):
@@ -153,6 +174,53 @@ def test_without_a_default_group_the_fanout_acks_what_it_hands_over(tables: Tabl
     tables.insert("q", 2)
     subs_of(tables).fanout(config(tables, "q"), loaded(tables, "q"), LATER, 100)
     assert tables.row("q", 2)["time_acked"] == LATER  # type: ignore[index]
+
+
+def test_a_cursor_starts_at_the_sequences_last_and_moves_only_from_where_it_is(tables: Tables):
+    """A subscription's cursor over its table's fan-out sequence (design.md (b)): made at the
+    sequence's last number when it is created (it gets what is handed over after it), moved
+    only by a writer that names where it is, gone with the subscription."""
+    tables.create("q")
+    tables.insert("q", 1)  # seen by none: marked with the time of the first subscription
+    create(tables, "q", "a")
+    store, cfg = subs_of(tables), config(tables, "q")
+    assert store.subscription_cursor("q", "a") == NOW
+    tables.insert("q", 2)
+    tables.insert("q", 3)
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)  # numbered NOW + 1, NOW + 2
+    create(tables, "q", "late")
+    assert store.subscription_cursor("q", "late") == NOW + 2
+    assert store.advance_cursor("q", "a", NOW, NOW + 1)
+    assert not store.advance_cursor("q", "a", NOW, NOW + 2), "moved from where it is not"
+    assert store.subscription_cursor("q", "a") == NOW + 1
+    assert store.subscription_cursor("q", "nope") is None
+    store.drop_subscription("q", "late", "q__late")
+    assert store.subscription_cursor("q", "late") is None
+
+
+def test_the_cursor_scan_reads_what_was_never_sent_in_sequence_order(tables: Tables):
+    """The messages a subscription was never sent (design.md (b)): the rows numbered above
+    its cursor that its filter passes and that have no state row, in sequence order (here
+    the state rows of the fan-out's hand-over, taken away as the cursor's fan-out will not
+    write them)."""
+    tables.create_with("q", DEMO_COMMENT, {"region": "varchar(16)"})
+    _, every = create(tables, "q", "every")
+    _, eu = create(tables, "q", "eu", filter="region = 'eu'")
+    for i, region in ((4, "eu"), (2, "us"), (1, "eu"), (3, None), (5, "eu")):
+        tables.insert("q", i, region=region)
+    store, cfg = subs_of(tables), config(tables, "q")
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)  # numbered 1-5 in id order
+    for i in (2, 3, 4, 5):
+        tables.delete(every.state_table, i)
+    for i in (1, 5):
+        tables.delete(eu.state_table, i)
+    subs = loaded(tables, "q")
+    assert store.unsent(cfg, subs["every"], 0, 100) == [(2, 2), (3, 3), (4, 4), (5, 5)]
+    assert store.unsent(cfg, subs["every"], 0, 2) == [(2, 2), (3, 3)]
+    assert store.unsent(cfg, subs["every"], 3, 100) == [(4, 4), (5, 5)]
+    # the filter's (4 is eu, but has its state row: sent, or acked by DML)
+    assert store.unsent(cfg, subs["eu"], 0, 100) == [(1, 1), (5, 5)]
+    assert store.unsent(cfg, subs["eu"], 5, 100) == []
 
 
 def test_a_filter_decides_which_rows_a_subscription_gets(tables: Tables):
@@ -314,3 +382,152 @@ def test_the_purge_waits_for_every_subscription_that_holds_the_table(tables: Tab
     tables.update(sub.state_table, 1, time_acked=NOW)
     assert tables.store.purge(cfg, LATER, 100) == 1
     assert tables.row("q", 1) is None and tables.row("q", 2) is not None
+
+
+# -- a lazy subscription's verbs (msgtable.features.subscriptions.lazy) ------------------------
+def test_a_lazy_subscription_is_stored_lazy_and_gets_no_state_rows_from_the_fanout(
+    tables: Tables,
+):
+    tables.create("q")
+    _, lazy = create(tables, "q", "lazy", state_rows="lazy")
+    _, eager = create(tables, "q", "eager")
+    defs = {s.name: s for s in subs_of(tables).subscriptions()[0]}
+    assert (defs["lazy"].state_rows, defs["eager"].state_rows) == ("lazy", "eager")
+    tables.insert("q", 1)
+    tables.insert("q", 2)
+    got, _ = subs_of(tables).fanout(config(tables, "q"), loaded(tables, "q"), LATER, 100)
+    assert got == {"lazy": 2, "eager": 2, "": 2}, "the lazy one is told of its rows"
+    assert state_ids(tables, lazy) == []
+    assert state_ids(tables, eager) == [1, 2]
+
+
+def test_the_lazy_scan_reads_rows_as_the_eager_state_tables_poll_does(tables: Tables):
+    """A lazy subscription's poll reads the rows it was never sent from the message table
+    (unsent_rows) as an eager one's poll reads its state rows: priority, time_next (a
+    delayed message stays delayed, one the default group sent is due), epoch 0, the
+    projection, time_created; each with its number."""
+    tables.create_with("q", DEMO_COMMENT, {"region": "varchar(16)"})
+    create(tables, "q", "eager", columns=("id", "region"))
+    create(tables, "q", "lazy", columns=("id", "region"), state_rows="lazy")
+    create(tables, "q", "eu", filter="region = 'eu'", state_rows="lazy")
+    tables.insert("q", 1, priority=2, time_next=NOW + 5, region="eu")
+    tables.insert("q", 2, epoch=3, time_next=NOW + 7, region="us")
+    tables.insert("q", 3, region="eu")
+    store, cfg = subs_of(tables), config(tables, "q")
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)
+    subs = loaded(tables, "q")
+    polled, _ = tables.store.poll(subs["eager"].config, LATER, 100, created=True)
+    scanned = store.unsent_rows(cfg, subs["lazy"].config, None, 0, 100)
+    assert [n for _, n in scanned] == [1, 2, 3]
+    assert [r for r, _ in scanned] == sorted(polled, key=lambda r: r[3])
+    assert [r for r, _ in store.unsent_rows(cfg, subs["lazy"].config, None, 2, 100)] == [
+        scanned[2][0]
+    ]
+    eu = subs["eu"]
+    assert [(r[3], n) for r, n in store.unsent_rows(cfg, eu.config, eu.filter, 0, 100)] == [
+        (1, 1),
+        (3, 3),
+    ]
+
+
+def test_lazy_state_rows_keep_a_row_there_and_ack_unless_dead(tables: Tables):
+    tables.create("q")
+    _, lazy = create(tables, "q", "lazy", state_rows="lazy")
+    for i in (1, 2, 3, 4):
+        tables.insert("q", i)
+    store, cfg = subs_of(tables), config(tables, "q")
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)
+    state = loaded(tables, "q")["lazy"].config
+    assert store.write_state_rows(state, [(1, 0, NOW + 5, 1, NOW), (3, 0, None, 0, NOW)]) == 2
+    store.write_state_rows(state, [(1, 7, NOW + 9, 4, NOW)])  # there already: kept
+    one = tables.row(lazy.state_table, 1)
+    assert one is not None
+    assert (one["priority"], one["time_next"], one["epoch"], one["time_acked"]) == (
+        0,
+        NOW + 5,
+        1,
+        None,
+    )
+    tables.update(lazy.state_table, 3, time_next=DEAD_TIME_NEXT)  # dead in place
+    store.write_state_rows(state, [(1, 0, None, 1, NOW), (2, 0, None, 1, NOW)], LATER)
+    store.write_state_rows(state, [(3, 0, None, 1, NOW)], LATER)
+    rows = {i: tables.row(lazy.state_table, i) or {} for i in (1, 2, 3)}
+    assert [(rows[i]["time_acked"], rows[i]["time_next"]) for i in (1, 2, 3)] == [
+        (LATER, None),
+        (LATER, None),
+        (None, DEAD_TIME_NEXT),
+    ], "acked where there was a row or none; a dead one stays dead"
+    assert [n for _, n in store.unsent_rows(cfg, state, None, 0, 100)] == [4]
+    assert store.written_of(state, [1, 2, 3, 4, 5]) == {1, 2, 3}, "the ids with a state row"
+    assert store.written_of(state, []) == set()
+
+
+def test_the_purge_waits_for_a_lazy_subscriptions_cursor(tables: Tables):
+    """A lazy subscription has no state row for a message it was never sent: its cursor
+    holds the purge until it passes the row (and a state row past it, as any holder's)."""
+    tables.create("q")
+    create(tables, "q", "lazy", state_rows="lazy")
+    for i in (1, 2, 3):
+        tables.insert("q", i)
+    store = subs_of(tables)
+    cfg = dataclasses.replace(config(tables, "q"), cursored=("lazy",))
+    store.fanout(cfg, loaded(tables, "q"), NOW, 100)  # numbered 1, 2, 3
+    for i in (1, 2, 3):
+        tables.update("q", i, time_acked=NOW)
+    assert tables.store.purge(cfg, LATER, 100) == 0, "purged what the cursor did not pass"
+    state = loaded(tables, "q")["lazy"].config
+    store.write_state_rows(state, [(2, 0, NOW + 5, 1, NOW)])  # postponed: unsettled
+    assert store.advance_cursor("q", "lazy", 0, 2)
+    assert tables.store.purge(cfg, LATER, 100) == 1
+    assert [tables.row("q", i) is None for i in (1, 2, 3)] == [True, False, False]
+
+
+def test_a_lazy_subscriptions_unsent_lag_counts_above_its_cursor(tables: Tables):
+    tables.create_with("q", DEMO_COMMENT, {"region": "varchar(16)"})
+    create(tables, "q", "lazy", state_rows="lazy")
+    create(tables, "q", "eu", filter="region = 'eu'", state_rows="lazy")
+    for i, region in ((1, "eu"), (2, "us"), (3, "eu"), (4, "us")):
+        tables.insert("q", i, region=region)
+    store, cfg = subs_of(tables), config(tables, "q")
+    store.fanout(cfg, loaded(tables, "q"), LATER, 100)  # numbered 1-4
+    subs = loaded(tables, "q")
+    n, oldest = store.unsent_lag(cfg, subs["lazy"], 100)
+    assert n == 4 and oldest == min(tables.created("q", i) or 0 for i in (1, 2, 3, 4))
+    assert store.unsent_lag(cfg, subs["lazy"], 3)[0] == 3, "up to the cap"
+    assert store.unsent_lag(cfg, subs["eu"], 100)[0] == 2
+    store.write_state_rows(subs["lazy"].config, [(3, 0, None, 1, NOW)])  # held by its row
+    assert store.advance_cursor("q", "lazy", 0, 1)
+    assert store.unsent_lag(cfg, subs["lazy"], 100)[0] == 2  # 2 and 4
+
+
+def test_a_lazy_subscriptions_settled_state_rows_wait_for_its_cursor(tables: Tables):
+    """A settled state row of a message above a lazy subscription's cursor stays: purged,
+    the cursor's scan would read the message again (it skips only rows that have one)."""
+    tables.create("q")
+    create(tables, "q", "lazy", state_rows="lazy")
+    for i in (1, 2):
+        tables.insert("q", i)
+    store = subs_of(tables)
+    store.fanout(config(tables, "q"), loaded(tables, "q"), NOW, 100)  # numbered 1, 2
+    state = loaded(tables, "q")["lazy"].config
+    assert state.cursored == ("lazy",)
+    store.write_state_rows(state, [(1, 0, None, 1, NOW), (2, 0, None, 1, NOW)], NOW)
+    assert tables.store.purge(state, LATER, 100) == 0, "purged above the cursor"
+    assert [n for _, n in store.unsent_rows(config(tables, "q"), state, None, 0, 100)] == []
+    assert store.advance_cursor("q", "lazy", 0, 1)
+    assert tables.store.purge(state, LATER, 100) == 1
+    assert tables.row(state.name, 1) is None and tables.row(state.name, 2) is not None
+
+
+def test_a_cursor_restarts_at_the_sequences_last(tables: Tables):
+    tables.create("q")
+    create(tables, "q", "lazy", state_rows="lazy")
+    for i in (1, 2, 3):
+        tables.insert("q", i)
+    store = subs_of(tables)
+    store.fanout(config(tables, "q"), loaded(tables, "q"), NOW, 100)  # numbered 1-3
+    assert store.subscription_cursor("q", "lazy") == 0
+    store.restart_cursor("q", "lazy")
+    assert store.subscription_cursor("q", "lazy") == 3
+    store.restart_cursor("q", "nope")  # none: nothing made
+    assert store.subscription_cursor("q", "nope") is None

@@ -2,9 +2,9 @@
 
 While this server sends (it holds the lease), the loop hands the table's unseen rows
 (``time_fanout IS NULL``) to its active subscriptions in batches of FANOUT_BATCH_ROWS, one
-transaction each (msgtable.store.subscriptions), until a batch comes back short; then it waits for
-the
-table's poller interval, or less when woken (the binlog showed an insert, a subscription was
+transaction each (msgtable.store.subscriptions), numbered by the table's fan-out sequence
+(msgtable.store.sequences), until a batch comes back short; then it waits for the table's
+poller interval, or less when woken (the binlog showed an insert, a subscription was
 created). It tells the subscriptions that got rows, so their pollers read them at once. The
 database is the truth: a crash mid-batch leaves the rows unseen, handed over by the next
 server; a definition the engine has not loaded yet stops the batch until it is loaded.

@@ -13,8 +13,9 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Hashable
-from typing import Any
+import weakref
+from collections.abc import Hashable, Mapping
+from typing import Any, cast
 
 from msgtable.core.status import TableStatus
 from msgtable.core.subscriptions import (
@@ -32,6 +33,7 @@ from msgtable.core.subscriptions import (
 )
 from msgtable.core.tables import Column, TableConfig
 from msgtable.engine.components import Discovery, Host, Loaded
+from msgtable.engine.tail import InsertKeys
 from msgtable.errors import (
     InvalidArgument,
     MsgtableError,
@@ -40,8 +42,9 @@ from msgtable.errors import (
     Unavailable,
 )
 from msgtable.features.subscriptions.fanout import Fanout
+from msgtable.features.subscriptions.lazy import LazyCounts, LazyStore
 from msgtable.limits import LAG_CAP, ORPHAN_STEP_ROWS
-from msgtable.store.protocol import SubscriptionStore
+from msgtable.store.protocol import Store, SubscriptionStore
 
 log = logging.getLogger("msgtable.engine.engine")
 
@@ -64,6 +67,9 @@ class Registry:
         self._orphan_pass: dict[str, Hashable | None] = {}
         self._lock = threading.Lock()
         self._closed = False
+        self._lazy: weakref.WeakSet[LazyStore] = weakref.WeakSet()  # lazy subscriptions' stores
+        self._lazy_now: dict[str, LazyStore] = {}  # by state table: its manager's now
+        self._lazy_counts: dict[str, LazyCounts] = {}  # by state table: the process's
 
     # -- msgtable.engine.components.Component ----------------------------------------------
     def reconcile(self, found: Discovery) -> None:
@@ -88,7 +94,11 @@ class Registry:
         self.inserted(unit)  # what the last sender left unseen goes out now
 
     def lost(self, unit: str) -> None:
-        pass  # each loop stops handing rows over by itself (may_send)
+        """Each loop stops handing rows over by itself (may_send); a lazy subscription's
+        store moves its cursor over what was acked since its last poll."""
+        for lazy in list(self._lazy):
+            if lazy.source == unit:
+                lazy.let_go()
 
     def statuses(self, listed: list[TableStatus]) -> list[TableStatus]:
         """Tables with subscriptions say how many rows they have not handed over yet, and
@@ -101,6 +111,8 @@ class Registry:
             fanouts, self._fanouts = list(self._fanouts.values()), {}
         for f in fanouts:
             f.close()
+        for lazy in list(self._lazy):
+            lazy.let_go()
 
     # -- msgtable.engine.components.SubscriptionsComponent ---------------------------------
     def inserted(self, table: str) -> None:
@@ -114,9 +126,13 @@ class Registry:
         if ls is None or ls.sub.state is not SubscriptionState.EXPIRED:
             return
         log.warning("subscription %s: a subscriber came; active again", ls.sub.label)
-        self._need().set_subscription_state(
-            ls.sub, SubscriptionState.ACTIVE, self.host.clock.now_ns()
-        )
+        store = self._need()
+        store.set_subscription_state(ls.sub, SubscriptionState.ACTIVE, self.host.clock.now_ns())
+        if ls.sub.lazy:  # it gets what is handed over from now on, as an eager one
+            store.restart_cursor(ls.sub.table, ls.sub.name)
+            for lazy in list(self._lazy):
+                if lazy.state_table == state_table:
+                    lazy.reset()
         self.host.refresh()
 
     def load(self, configs: dict[str, TableConfig]) -> Loaded:
@@ -138,13 +154,21 @@ class Registry:
                     errors[sub.label] = f"subscription {sub.label}: table {table} is not loaded"
                 continue
             holders = []
+            cursored = []  # of those, the lazy ones: their cursors hold the purge too
             for sub in subs:
                 held, why = holding(sub, self._lag.get(sub.state_table, (0, None))[0])
                 if held:
                     holders.append(sub.state_table)
+                    if sub.lazy:
+                        cursored.append(sub.name)
                 else:
                     not_holding[sub.state_table] = why
-            configs[table] = dataclasses.replace(cfg, fanout=True, holders=tuple(sorted(holders)))
+            configs[table] = dataclasses.replace(
+                cfg,
+                fanout=True,
+                holders=tuple(sorted(holders)),
+                cursored=tuple(sorted(cursored)),
+            )
             for sub in subs:
                 try:
                     ls = load_subscription(configs[table], sub, state_columns.get(sub.state_table))
@@ -169,6 +193,59 @@ class Registry:
         self._not_holding = not_holding
         for name in not_holding:  # its rows may be purged now: clean up after them
             self._orphan_pass.setdefault(name, None)
+
+    def store_for(self, cfg: TableConfig) -> Store | None:
+        """The store a lazy subscription's manager serves its state table through
+        (msgtable.features.subscriptions.lazy; None: the database's own, as for any)."""
+        ls = self._subs.get(cfg.name)
+        if not cfg.source or ls is None or not ls.sub.lazy or self._store is None:
+            return None
+        host, source, name = self.host, cfg.source, cfg.name
+
+        def table() -> TableConfig | None:
+            m = host.loaded(source)
+            return None if m is None else m.config
+
+        lazy = LazyStore(
+            host.store,
+            self._store,
+            table,
+            lambda: self._subs.get(name),
+            host.clock,
+            name,
+            lambda: host.may_send(source),
+            lambda: host.others_sent_before_ns(source),
+            self._lazy_counts.setdefault(name, LazyCounts()),
+        )
+        self._lazy.add(lazy)
+        self._lazy_now[name] = lazy
+        return cast("Store", lazy)
+
+    def cursor_flushes(self) -> dict[tuple[str, str], int]:
+        return {k: v.cursor_writes for k, v in self._lazy_stores().items()}
+
+    def held_acks_written(self) -> dict[tuple[str, str], int]:
+        return {k: v.acks_written for k, v in self._lazy_stores().items()}
+
+    def _lazy_stores(self) -> dict[tuple[str, str], LazyStore]:
+        subs, now = self._subs, dict(self._lazy_now)
+        return {
+            (ls.sub.table, ls.sub.name): now[n]
+            for n, ls in list(subs.items())
+            if n in now and ls.sub.lazy
+        }
+
+    def state_acked(self, state_table: str, keys: InsertKeys | None) -> list[Hashable]:
+        """The upsert-acks (rows with no time_next) another client INSERTed into a lazy
+        subscription's state table: held in its window from now on (its send stops)."""
+        stores = [lazy for lazy in list(self._lazy) if lazy.state_table == state_table]
+        rows = None if not stores or keys is None else keys()
+        if not rows:
+            return []
+        acked = [rid for _, time_next, rid in rows if time_next is None]
+        for lazy in stores:
+            lazy.acked_by_dml(acked)
+        return acked
 
     def _new_fanout(self, table: str) -> Fanout:
         last: list[TableConfig] = []
@@ -232,16 +309,36 @@ class Registry:
                 store.set_subscription_state(ls.sub, SubscriptionState.EXPIRED, now)
                 changed = True
         self._clean_orphans({ls.config.name: ls.config.source for ls in loaded})
-        limited = {ls.config.name: ls.config.source for ls in loaded if ls.sub.max_lag is not None}
+        limited = {ls.config.name: ls for ls in loaded if ls.sub.max_lag is not None}
         if limited:
             old = {n: self._lag.get(n, (0, None))[0] for n in limited}
-            self._lag.update(store.subscription_lag(limited, LAG_CAP))
+            self._lag.update(self._lags(limited))
             for ls in loaded:
                 n, lim = ls.config.name, ls.sub.max_lag
                 if lim is not None and (old[n] > lim) != (self._lag.get(n, (0, None))[0] > lim):
                     changed = True
         if changed:
             self.host.refresh()
+
+    def _lags(
+        self, subs: Mapping[str, LoadedSubscription], unsent: dict[str, int] | None = None
+    ) -> dict[str, tuple[int, int | None]]:
+        """By state table: unsettled messages (up to LAG_CAP) and the oldest one's
+        time_created; a lazy subscription's also those above its cursor never sent (alone
+        in ``unsent`` too, when given)."""
+        store = self._need()
+        lags = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
+        for name, ls in subs.items():
+            table = self.host.loaded(ls.sub.table)
+            if not ls.sub.lazy or name not in lags or table is None:
+                continue
+            n, oldest = lags[name]
+            more, first = store.unsent_lag(table.config, ls, LAG_CAP)
+            if unsent is not None:
+                unsent[name] = more
+            known = [t for t in (oldest, first) if t is not None]
+            lags[name] = (min(LAG_CAP, n + more), min(known) if known else None)
+        return lags
 
     def _need(self) -> SubscriptionStore:
         """The store's subscriptions; InvalidArgument on a store without them."""
@@ -341,9 +438,9 @@ class Registry:
         subs, not_holding = self._subs, self._not_holding
         if not subs or self._store is None:
             return []
-        store = self._store
+        unsent: dict[str, int] = {}
         try:
-            lag = store.subscription_lag({n: ls.config.source for n, ls in subs.items()}, LAG_CAP)
+            lag = self._lags(subs, unsent)
         except MsgtableError:
             lag = {}
         out = []
@@ -363,6 +460,8 @@ class Registry:
                 not_holding=not_holding.get(name, ""),
                 max_lag=ls.sub.max_lag,
                 expire_after_s=ls.sub.expire_after_s,
+                state_rows=ls.sub.state_rows,
+                cursor_lag=unsent.get(name),
             )
             if m is None:
                 out.append(

@@ -256,6 +256,9 @@ class DashboardApi:
             "subscribers": s.subscribers,
             "dead": s.dead,
             "lag": s.lag,
+            # a subscription's: eager or lazy; a lazy one's messages above its cursor never sent
+            "state_rows": s.state_rows,
+            "cursor_lag": s.cursor_lag,
             "unseen": s.unseen,
             # a takeover's hold: seconds left (0: none), every send or the old holder's rows
             "hold_s": round(s.hold_s, 3),

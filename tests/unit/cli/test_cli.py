@@ -709,6 +709,8 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         hold_s=4.5,
         hold_whole=True,
         limits="rate 5/s (burst 1)",
+        state_rows="lazy",
+        cursor_lag=2,
     )
     assert json.loads(output.subscription_json(info, NOW_NS)) == {
         "table": "orders",
@@ -736,6 +738,8 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         "hold_whole": True,
         "sender": "",
         "limits": "rate 5/s (burst 1)",
+        "state_rows": "lazy",
+        "cursor_lag": 2,
         "load_error": "",
     }
 
@@ -761,6 +765,19 @@ def test_tables_show_subscriptions_under_their_table_with_its_unseen_rows():
     assert idle_row.split() == ["idle", "expired", "1", "0", "-", "no:", "expired", "-"]
 
 
+def test_tables_show_a_lazy_subscriptions_mode_and_cursor_lag():
+    """A lazy subscription's row says it is lazy and, in its lag, how many of those are above
+    its cursor, never sent; an eager one's row is as it was."""
+    lazy = dataclasses.replace(sub_info("feed", lag=7), state_rows="lazy", cursor_lag=5)
+    eager = dataclasses.replace(sub_info("billing", lag=2), state_rows="eager")
+    section = output.format_tables([lazy, eager], NOW_NS).split("\n\nsubscriptions:\n")[1]
+    _, _, lazy_row, eager_row = section.splitlines()
+    assert lazy_row.split()[:7] == ["feed", "active", "(lazy)", "1", "7", "(cursor", "5)"]
+    assert eager_row.split()[:4] == ["billing", "active", "1", "2"]
+    listed = output.format_subscriptions([lazy], "", NOW_NS).splitlines()[1]
+    assert listed.split()[:8] == ["orders", "feed", "active", "(lazy)", "1", "7", "(cursor", "5)"]
+
+
 # the commands, over gRPC to the fake engine
 def test_create_sends_the_settings_given_and_says_what_it_did(engine, server, capsys):
     argv = ["subscription", "create", "orders", "eu", "--server", server.address]
@@ -784,6 +801,20 @@ def test_create_sends_the_settings_given_and_says_what_it_did(engine, server, ca
     )
     assert (second.ack_wait_s, second.max_attempts, second.max_lag) == (90.0, 0, 10)
     assert (second.expire_after_s, second.filter, start2) == (3600.0, "", True)
+
+
+def test_create_takes_state_rows_lazy_and_says_so(engine, server, capsys):
+    argv = ["subscription", "create", "orders", "lazy", "--server", server.address]
+    assert cli.main([*argv, "--state-rows", "lazy"]) == 0
+    assert capsys.readouterr().out == (
+        "created subscription orders/lazy: every message enqueued from now on (state rows "
+        "lazy: only for messages sent and not settled in order)\n"
+    )
+    assert cli.main([*argv[:-2], "--server", server.address]) == 0
+    (lazy, _), (default, _) = engine.created
+    assert (lazy.state_rows, default.state_rows) == ("lazy", "eager")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args([*argv, "--state-rows", "sometimes"])
 
 
 def test_alter_sends_only_the_settings_given_and_empty_or_zero_clears_one(engine, server, capsys):

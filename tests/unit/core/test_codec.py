@@ -353,6 +353,21 @@ def test_the_backlog_travels_in_list_tables_and_shows_under_backlog_in_msgtable_
     assert "backlog" not in output.format_tables([info])
 
 
+def test_a_lazy_subscriptions_cursor_lag_travels_both_ways_unset_for_the_others():
+    columns = (Column("id", "bigint", "bigint"),)
+    table = TableStatus(name="t", keyspace="ks", config=config_of(columns), load_error=None)
+    lazy = dataclasses.replace(table, subscription="feed", state_rows="lazy", cursor_lag=0)
+    eager = dataclasses.replace(table, subscription="billing", state_rows="eager")
+    infos = [
+        codec.table_info_from_proto(codec.table_status_to_proto(s)) for s in (table, lazy, eager)
+    ]
+    assert [(i.state_rows, i.cursor_lag) for i in infos] == [
+        ("", None),
+        ("lazy", 0),
+        ("eager", None),
+    ]
+
+
 def test_a_takeovers_hold_travels_both_ways_and_shows_in_msgtable_tables():
     columns = (Column("id", "bigint", "bigint"),)
     held = [

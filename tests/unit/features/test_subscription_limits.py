@@ -139,7 +139,8 @@ def test_a_burst_goes_with_the_rate_it_was_set_with():
 def test_the_definitions_table_keeps_the_limits_as_written():
     sub = Subscription("orders", "s", limits=(("rate", "10/s"), ("rate_burst", "2")))
     params = subscription_params(sub)
-    assert params[-1] == limits_text(sub.limits) == "rate=10/s,rate_burst=2"
+    assert params[11] == limits_text(sub.limits) == "rate=10/s,rate_burst=2"
+    assert params[12] == sub.state_rows == "eager"  # then how its state rows are kept
     assert row_to_subscription(params).limits == sub.limits
     assert row_to_subscription(params[:11]).limits == ()  # a definitions table before limits
     assert parse_limits("") == () and parse_limits(None) == ()  # type: ignore[arg-type]

@@ -164,11 +164,14 @@ def test_the_fanout_reads_each_row_once_with_each_filters_verdict():
         "ON DUPLICATE KEY UPDATE `orders__eu`.`id` = `orders__eu`.`id`"
     )
     assert params == ["x'y"]
-    assert f.mark_sql([3, 4], 7) == (
-        "/* msgtable */ UPDATE `orders` FORCE INDEX (PRIMARY) SET `time_fanout` = %s "
-        "WHERE `id` IN (3,4)",
-        [7],
+    # each row its own number of the table's fan-out sequence: 41 and 42 of a batch whose
+    # last number is 42 (msgtable.store.sequences)
+    assert f.mark_sql([3, 4], 42, 7) == (
+        "/* msgtable */ UPDATE `orders` FORCE INDEX (PRIMARY) SET `time_fanout` = "
+        "%s + FIELD(`id`, 3,4) WHERE `id` IN (3,4)",
+        [40],
     )
+    assert f.mark_sql(["a", "b"], 42, 7)[1] == [40, "a", "b", "a", "b"]
     assert f.retained(ls.filter, 9, 10) == (
         "SELECT `id`, `priority`, IF(`epoch` = 0, `time_next`, NULL), `time_created` FROM "
         "`orders` WHERE `time_fanout` IS NOT NULL AND `time_acked` IS NULL AND (`region` = %s) "
@@ -179,9 +182,9 @@ def test_the_fanout_reads_each_row_once_with_each_filters_verdict():
 
 def test_without_a_default_group_the_fanout_acks_the_rows_for_it():
     f = FanoutStatements(orders(default_group=False))
-    sql, params = f.mark_sql([1], 9)
+    sql, params = f.mark_sql([1], 5, 9)
     assert "`time_acked` = COALESCE(`time_acked`, %s)" in sql
-    assert params == [9, 9]
+    assert params == [4, 9]
 
 
 def test_a_subscriptions_poll_joins_the_table_for_its_columns():

@@ -121,11 +121,15 @@ function keyOf(t) {
 function newCard(t) {
   const key = keyOf(t);
   const title = el("h2", {}, t.name);
-  if (t.subscription) title.append(el("span", { class: "sub" }, " / " + t.subscription));
+  const lazy = t.state_rows === "lazy"; // served from its cursor: its mode, its cursor lag
+  if (t.subscription) {
+    title.append(el("span", { class: "sub" }, " / " + t.subscription + (lazy ? " (lazy)" : "")));
+  }
   const stats = el("dl", { class: "stats" });
   for (const [field, label] of STATS) {
     stats.append(el("dt", {}, label), el("dd", { class: "v-" + field }, "–"));
   }
+  if (lazy) stats.append(el("dt", {}, "never sent (cursor)"), el("dd", { class: "v-cursor_lag" }, "–"));
   const card = el(
     "section",
     { class: "card", "data-key": key },
@@ -442,6 +446,8 @@ function render(state) {
       if (field === "dead" && listed && card.el.querySelector(".dead h3")) continue;
       card.el.querySelector(".v-" + field).textContent = fmt(values[field]);
     }
+    const cursorLag = card.el.querySelector(".v-cursor_lag");
+    if (cursorLag) cursorLag.textContent = fmt(t.cursor_lag);
     drawBacklog(card, t);
     drawPush(card, t);
     drawFlow(card, t);

@@ -1089,6 +1089,7 @@ class TableStatus(_message.Message):
     THROTTLED_KEY_CAP_FIELD_NUMBER: _builtins.int
     KEYS_AT_CAP_FIELD_NUMBER: _builtins.int
     SCHEDULES_FIELD_NUMBER: _builtins.int
+    CURSOR_LAG_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -1186,6 +1187,11 @@ class TableStatus(_message.Message):
     throttled_key_cap: _builtins.int
     keys_at_cap: _builtins.int
     """Keys with vt_key_concurrency messages in flight now."""
+    cursor_lag: _builtins.int
+    """A lazy subscription's (settings.state_rows "lazy"): the messages above its cursor that
+    its filter passes and it was never sent, counted up to 1,000,000 (part of `lag`, which
+    adds its unsettled state rows). Unset: an eager subscription, a table, or not read.
+    """
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
@@ -1251,17 +1257,22 @@ class TableStatus(_message.Message):
         throttled_key_cap: _builtins.int = ...,
         keys_at_cap: _builtins.int = ...,
         schedules: _abc.Iterable[Global___Schedule] | None = ...,
+        cursor_lag: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "config", b"config", "due", b"due", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "scheduled", b"scheduled", "settings", b"settings"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_cursor_lag", b"_cursor_lag", "_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "config", b"config", "cursor_lag", b"cursor_lag", "due", b"due", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "scheduled", b"scheduled", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_at_cap", b"keys_at_cap", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "limits", b"limits", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "schedules", b"schedules", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "throttled_in_flight", b"throttled_in_flight", "throttled_key_cap", b"throttled_key_cap", "throttled_key_rate", b"throttled_key_rate", "throttled_rate", b"throttled_rate", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cursor_lag", b"_cursor_lag", "_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "cursor_lag", b"cursor_lag", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_at_cap", b"keys_at_cap", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "limits", b"limits", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "schedules", b"schedules", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "throttled_in_flight", b"throttled_in_flight", "throttled_key_cap", b"throttled_key_cap", "throttled_key_rate", b"throttled_key_rate", "throttled_rate", b"throttled_rate", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__cursor_lag: _TypeAlias = _typing.Literal["cursor_lag"]  # noqa: Y015
+    _WhichOneofArgType__cursor_lag: _TypeAlias = _typing.Literal["_cursor_lag", b"_cursor_lag"]  # noqa: Y015
     _WhichOneofReturnType__due: _TypeAlias = _typing.Literal["due"]  # noqa: Y015
     _WhichOneofArgType__due: _TypeAlias = _typing.Literal["_due", b"_due"]  # noqa: Y015
     _WhichOneofReturnType__oldest_unacked_age_s: _TypeAlias = _typing.Literal["oldest_unacked_age_s"]  # noqa: Y015
     _WhichOneofArgType__oldest_unacked_age_s: _TypeAlias = _typing.Literal["_oldest_unacked_age_s", b"_oldest_unacked_age_s"]  # noqa: Y015
     _WhichOneofReturnType__scheduled: _TypeAlias = _typing.Literal["scheduled"]  # noqa: Y015
     _WhichOneofArgType__scheduled: _TypeAlias = _typing.Literal["_scheduled", b"_scheduled"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__cursor_lag) -> _WhichOneofReturnType__cursor_lag | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__due) -> _WhichOneofReturnType__due | None: ...
     @_typing.overload
@@ -1417,6 +1428,7 @@ class SubscriptionSettings(_message.Message):
     KEY_RATE_FIELD_NUMBER: _builtins.int
     KEY_BURST_FIELD_NUMBER: _builtins.int
     KEY_CONCURRENCY_FIELD_NUMBER: _builtins.int
+    STATE_ROWS_FIELD_NUMBER: _builtins.int
     filter: _builtins.str
     """Selector (`region IN ('eu','us') AND amount > 10`) or ODPS matcher (`region=eu|us`)."""
     set_columns: _builtins.bool
@@ -1439,6 +1451,11 @@ class SubscriptionSettings(_message.Message):
     key_rate: _builtins.str
     key_burst: _builtins.str
     key_concurrency: _builtins.str
+    state_rows: _builtins.str
+    """Create only: "lazy" keeps a state row only for a message sent and not settled in order,
+    reading the others from the table behind the subscription's cursor (fewer writes per
+    message); "eager" (the default) a state row per message from the fan-out.
+    """
     @_builtins.property
     def columns(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The projection: columns the subscription's messages carry, `id` first."""
@@ -1459,10 +1476,11 @@ class SubscriptionSettings(_message.Message):
         key_rate: _builtins.str | None = ...,
         key_burst: _builtins.str | None = ...,
         key_concurrency: _builtins.str | None = ...,
+        state_rows: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "_state_rows", b"_state_rows", "ack_wait_s", b"ack_wait_s", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst", "state_rows", b"state_rows"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst", "set_columns", b"set_columns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s", "_expire_after_s", b"_expire_after_s", "_filter", b"_filter", "_key_burst", b"_key_burst", "_key_concurrency", b"_key_concurrency", "_key_rate", b"_key_rate", "_max_attempts", b"_max_attempts", "_max_in_flight", b"_max_in_flight", "_max_lag", b"_max_lag", "_rate", b"_rate", "_rate_burst", b"_rate_burst", "_state_rows", b"_state_rows", "ack_wait_s", b"ack_wait_s", "columns", b"columns", "expire_after_s", b"expire_after_s", "filter", b"filter", "key_burst", b"key_burst", "key_concurrency", b"key_concurrency", "key_rate", b"key_rate", "max_attempts", b"max_attempts", "max_in_flight", b"max_in_flight", "max_lag", b"max_lag", "rate", b"rate", "rate_burst", b"rate_burst", "set_columns", b"set_columns", "state_rows", b"state_rows"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__ack_wait_s: _TypeAlias = _typing.Literal["ack_wait_s"]  # noqa: Y015
     _WhichOneofArgType__ack_wait_s: _TypeAlias = _typing.Literal["_ack_wait_s", b"_ack_wait_s"]  # noqa: Y015
@@ -1486,6 +1504,8 @@ class SubscriptionSettings(_message.Message):
     _WhichOneofArgType__rate: _TypeAlias = _typing.Literal["_rate", b"_rate"]  # noqa: Y015
     _WhichOneofReturnType__rate_burst: _TypeAlias = _typing.Literal["rate_burst"]  # noqa: Y015
     _WhichOneofArgType__rate_burst: _TypeAlias = _typing.Literal["_rate_burst", b"_rate_burst"]  # noqa: Y015
+    _WhichOneofReturnType__state_rows: _TypeAlias = _typing.Literal["state_rows"]  # noqa: Y015
+    _WhichOneofArgType__state_rows: _TypeAlias = _typing.Literal["_state_rows", b"_state_rows"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__ack_wait_s) -> _WhichOneofReturnType__ack_wait_s | None: ...
     @_typing.overload
@@ -1508,6 +1528,8 @@ class SubscriptionSettings(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate) -> _WhichOneofReturnType__rate | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__rate_burst) -> _WhichOneofReturnType__rate_burst | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__state_rows) -> _WhichOneofReturnType__state_rows | None: ...
 
 Global___SubscriptionSettings: _TypeAlias = SubscriptionSettings  # noqa: Y015
 

@@ -1,0 +1,225 @@
+"""A subscription's window over its cursor (design.md next to this module, (c) and (d)): the
+messages its sender handed out from the cursor's scan that the cursor has not passed yet.
+
+A message enters the window when the scan reads it (into the cache) and is sent from there
+(nothing is written: the send is in memory, as the default group's lazy postpone); one the
+cache lets go of unsent leaves it and is read again. It leaves it when the cursor passes it,
+which the cursor may only do over a prefix (in sequence order) of messages that are each
+either **acked** (settled in the window: no write of its own) or **held** (its state row
+was written: a postpone, a release, a reject, an ack by DML: from then on the state table
+serves it). So the durable cursor never passes an unsettled message without a state row,
+and a crash, which loses the window, loses no message: the next sender scans above the
+durable cursor and sends the rest again (at least once). ``advance`` says where the cursor
+can go, ``moved`` that it went there (one conditional UPDATE per flush, msgtable.store:
+advance_cursor), ``lost`` that another sender moved it (the window is dropped). While a
+message not settled holds the cursor (``held_at``), ``acked_only`` names the acks behind it
+that live in the window alone, to write as acked state rows (``written``: held from then on).
+
+Pure bookkeeping, no clock and no I/O: the caller passes the times and writes what it says
+(msgtable.features.subscriptions.lazy serves a lazy subscription through it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Hashable, Iterable
+
+# An entry is a list, not an object, so that a batch of them costs no call each (the cost
+# guard counts calls): [its number in the table's fan-out sequence, when it was first sent
+# (None: read by the scan, not sent yet: in the cache), settled (0: no; ACKED: acked here,
+# nothing written; HELD: its state row written; either way the cursor may pass it)].
+_NUMBER, _SENT, _SETTLED = 0, 1, 2
+ACKED, HELD = 1, 2
+
+
+class Window:
+    """One subscription's window; ``cursor``: its durable cursor as read from the store.
+    Each verb on one id has a batch form (``*_all``, ``*_of``) for the sender's batches."""
+
+    def __init__(self, cursor: int) -> None:
+        self.cursor = cursor
+        self.scan_after = cursor  # the next scan reads the rows numbered above this
+        self._by_id: dict[Hashable, list[object]] = {}
+        self._ids: dict[int, Hashable] = {}  # number -> id
+        self.held_at: int | None = None  # the first unsettled number, as ``advance`` saw it
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def read(self, number: int, id: Hashable) -> bool:
+        """The scan read it (into the cache): the cursor may not pass it until it is sent
+        and settled. False: it is in the window already (a scan again after unread)."""
+        return bool(self.read_all([(number, id)]))
+
+    def read_all(self, rows: Iterable[tuple[int, Hashable]]) -> list[Hashable]:
+        """``read`` of each (number, id); returns the ids new to the window."""
+        by_id, ids, top = self._by_id, self._ids, self.scan_after
+        new = []
+        for number, id in rows:
+            if number > top:
+                top = number
+            if id not in by_id:
+                by_id[id] = [number, None, 0]
+                ids[number] = id
+                new.append(id)
+        self.scan_after = top
+        return new
+
+    def unread(self, id: Hashable) -> None:
+        """The cache let it go unsent: the next scan starts below it again."""
+        entry = self._by_id.get(id)
+        if entry is not None and entry[_SENT] is None:
+            number = entry[_NUMBER]
+            assert isinstance(number, int)
+            del self._by_id[id], self._ids[number]
+            self.scan_after = min(self.scan_after, number - 1)
+
+    def sent(self, id: Hashable, sent_ns: int) -> bool:
+        """It was handed to a subscriber (the first time: a later send of it is the state
+        table's, once held). False: not in the window."""
+        return bool(self.sent_all([id], sent_ns))
+
+    def sent_all(self, ids: Iterable[Hashable], sent_ns: int) -> list[Hashable]:
+        """``sent`` of each; returns those in the window."""
+        by_id = self._by_id
+        out = []
+        for id in ids:
+            entry = by_id.get(id)
+            if entry is not None:
+                if entry[_SENT] is None:
+                    entry[_SENT] = sent_ns
+                out.append(id)
+        return out
+
+    def acked(self, id: Hashable) -> bool:
+        """Its ack came (gRPC): settled here, nothing written. False: not in the window, or
+        not sent (its state row, if any, is the one to settle)."""
+        return bool(self.settle_all([id], written=False))
+
+    def held(self, id: Hashable) -> bool:
+        """Its state row was written (postponed, released, rejected, dead, acked by DML):
+        the state table has it now. False: not in the window, or not sent."""
+        return bool(self.settle_all([id]))
+
+    def settle_all(
+        self, ids: Iterable[Hashable], unsent: bool = False, written: bool = True
+    ) -> list[Hashable]:
+        """``held`` (``written`` False: ``acked``) of each; returns those settled now.
+        ``unsent``: those read and not sent too (``parked``)."""
+        by_id = self._by_id
+        out = []
+        how = HELD if written else ACKED
+        for id in ids:
+            entry = by_id.get(id)
+            if entry is None or entry[_SETTLED]:
+                continue
+            if entry[_SENT] is None and not unsent:
+                continue
+            entry[_SETTLED] = how
+            out.append(id)
+        return out
+
+    def parked(self, id: Hashable) -> bool:
+        """Its state row was written before it was sent (due later than the poll reads):
+        the state table serves it. False: not in the window, or sent already."""
+        entry = self._by_id.get(id)
+        if entry is None or entry[_SENT] is not None:
+            return False
+        return bool(self.settle_all([id], unsent=True))
+
+    def open_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
+        """Those in the window and neither acked nor held: no state row, the window alone
+        stands for them (read, or sent)."""
+        by_id = self._by_id
+        return {i for i in ids if i in by_id and not by_id[i][_SETTLED]}
+
+    def flying_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
+        """Those sent and neither acked nor held."""
+        by_id = self._by_id
+        out = set()
+        for i in ids:
+            entry = by_id.get(i)
+            if entry is not None and entry[_SENT] is not None and not entry[_SETTLED]:
+                out.add(i)
+        return out
+
+    def settled_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
+        """Those in the window, acked or held: the cursor may pass them (a scan that reads
+        them again is stale)."""
+        by_id = self._by_id
+        return {i for i in ids if i in by_id and by_id[i][_SETTLED]}
+
+    def open(self, id: Hashable) -> bool:
+        return bool(self.open_of([id]))
+
+    def flying(self, id: Hashable) -> bool:
+        return bool(self.flying_of([id]))
+
+    def settled(self, id: Hashable) -> bool:
+        return bool(self.settled_of([id]))
+
+    def in_flight(self) -> list[Hashable]:
+        """The ids sent and neither acked nor held, in sequence order."""
+        flying = self.flying_of(self._by_id)
+        return [i for _, i in sorted(self._ids.items()) if i in flying]
+
+    def overdue(self, now_ns: int, postpone_after_ns: int) -> list[Hashable]:
+        """The ids in flight sent ``postpone_after_ns`` or longer ago: their state rows are
+        due (the postpone), after which they are held."""
+        by_id = self._by_id
+        out = []
+        for i in self.in_flight():
+            sent = by_id[i][_SENT]
+            assert isinstance(sent, int)
+            if now_ns - sent >= postpone_after_ns:
+                out.append(i)
+        return out
+
+    def advance(self) -> int | None:
+        """Where the cursor can go now: past the longest settled prefix in sequence order
+        (None: not past its place; nothing to write). ``held_at``: where that prefix ends
+        (the first unsettled number; None: every one in the window is settled)."""
+        by_id, ids = self._by_id, self._ids
+        top = held = None
+        for number in sorted(ids):
+            if not by_id[ids[number]][_SETTLED]:
+                held = number
+                break
+            top = number
+        self.held_at = held
+        return top if top is not None and top > self.cursor else None
+
+    def acked_only(self, after: int = -1) -> list[Hashable]:
+        """The ids acked here with nothing written (behind ``held_at``, once the cursor
+        moved over the settled prefix), in sequence order: while the cursor is held, their
+        acks live in this window alone. ``after``: only those numbered above it (beyond
+        where another sender moved the cursor)."""
+        by_id, ids = self._by_id, self._ids
+        return [ids[n] for n in sorted(ids) if n > after and by_id[ids[n]][_SETTLED] == ACKED]
+
+    def written(self, ids: Iterable[Hashable]) -> None:
+        """Their acked state rows were written (``acked_only``): held from now on."""
+        by_id = self._by_id
+        for id in ids:
+            entry = by_id.get(id)
+            if entry is not None and entry[_SETTLED]:
+                entry[_SETTLED] = HELD
+
+    def moved(self, new: int) -> None:
+        """The cursor was written at ``new``: what it passed leaves the window."""
+        self.cursor = max(self.cursor, new)
+        by_id, ids, cursor = self._by_id, self._ids, self.cursor
+        for number in [n for n in ids if n <= cursor]:
+            by_id.pop(ids.pop(number), None)
+        self.scan_after = max(self.scan_after, cursor)
+
+    def lost(self, cursor: int) -> None:
+        """Another sender moved the cursor (to ``cursor``): the window was not this one's to
+        flush; it starts again from there."""
+        self._by_id.clear()
+        self._ids.clear()
+        self.cursor = self.scan_after = cursor
+        self.held_at = None
+
+    def ids(self) -> Collection[Hashable]:
+        """Every id in the window."""
+        return self._by_id.keys()

@@ -333,7 +333,8 @@ class SubscriptionStore(Protocol):
         self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
     ) -> int:
         """Write these state rows (id, priority, time_next, epoch, time_created); a row
-        there already is kept (``acked_ns``: acked then, unless acked or dead)."""
+        there already is kept (``acked_ns``: acked then, unless acked or dead). How many: 0
+        when the store's fence kept them out (msgtable.store.mysqlstore.MySQLStore.fence_as)."""
         ...
 
     def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:

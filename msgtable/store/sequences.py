@@ -241,12 +241,14 @@ def written_sql(state_table: str) -> str:
     )
 
 
-def state_rows_sql(state_table: str, n: int, acked: bool) -> str:
+def state_rows_sql(state_table: str, n: int, acked: bool, fenced: str = "") -> str:
     """``n`` state rows of a lazy subscription, written when its window can no longer hold
     them alone (postponed, settled by a verb, due later, acked while being postponed):
     (id, priority, time_next, epoch, time_created[, time_acked]) each. A row there already
     is kept; ``acked``: it is acked too, unless it is dead (a late ack leaves a dead letter
-    dead), as the ack UPDATE would."""
+    dead), as the ack UPDATE would. ``fenced`` (a postpone's: statements.fenced, its
+    parameters after the rows'): the rows are written only if it holds as the statement
+    runs, an INSERT ... SELECT of them."""
     s = quote(state_table)
     cols = "`id`, `priority`, `time_next`, `epoch`, `time_created`"
     width = 5
@@ -261,9 +263,16 @@ def state_rows_sql(state_table: str, n: int, acked: bool) -> str:
             f"`time_next` = IF({dead}, {s}.`time_next`, NULL)"
         )
     one = "(" + ", ".join(["%s"] * width) + ")"
+    if not fenced:
+        return (
+            f"{MARK}INSERT INTO {s} ({cols}) VALUES {', '.join([one] * n)} "
+            f"ON DUPLICATE KEY UPDATE {update}"
+        )
+    first = "SELECT " + ", ".join(f"%s AS c{k}" for k in range(width))
+    rest = " UNION ALL SELECT " + ", ".join(["%s"] * width)
     return (
-        f"{MARK}INSERT INTO {s} ({cols}) VALUES {', '.join([one] * n)} "
-        f"ON DUPLICATE KEY UPDATE {update}"
+        f"{MARK}INSERT INTO {s} ({cols}) SELECT v.* FROM ({first}{rest * (n - 1)}) AS v "
+        f"WHERE 1{fenced} ON DUPLICATE KEY UPDATE {update}"
     )
 
 

@@ -261,6 +261,8 @@ class _Pools(Protocol):
 
     def _tx_connection(self) -> AbstractContextManager[Any]: ...
 
+    def fence(self, cfg: TableConfig) -> tuple[str, list[Any]]: ...
+
 
 class SubscriptionSQL:
     """Subscriptions' SQL, run on a store's pools: MySQLStore holds one and its subscription
@@ -454,7 +456,10 @@ class SubscriptionSQL:
         self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
     ) -> int:
         """Write a lazy subscription's state rows (sequences.state_rows_sql): a row there
-        already is kept (with ``acked_ns``: acked then, unless acked or dead). How many."""
+        already is kept (with ``acked_ns``: acked then, unless acked or dead). How many.
+        Those of a postpone or a verb (no ``acked_ns``) are fenced (MySQLStore.fence_as): 0
+        when the fence did not hold as the statement ran; an ack's are not (an ack that lands
+        late is still the subscriber's word)."""
         if not rows:
             return 0
         params: list[Any] = []
@@ -462,10 +467,15 @@ class SubscriptionSQL:
             params.extend(row)
             if acked_ns is not None:
                 params.append(acked_ns)
-        sql = sequence.state_rows_sql(cfg.name, len(rows), acked_ns is not None)
+        fence_sql, fence_params = ("", []) if acked_ns is not None else self._pools.fence(cfg)
+        sql = sequence.state_rows_sql(cfg.name, len(rows), acked_ns is not None, fence_sql)
         with self._cursor(cfg.name, kind="subscription_state_rows") as cur:
-            cur.execute(sql, params)
-        return len(rows)
+            written = cur.execute(sql, params + fence_params)
+            if not fence_sql or written:
+                return len(rows)
+            # nothing inserted: every row was there already, or the fence stopped them
+            cur.execute(f"SELECT 1 FROM DUAL WHERE 1{fence_sql}", fence_params)
+            return len(rows) if cur.fetchone() else 0
 
     def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
         """Which of ``ids`` have a state row in ``cfg``'s state table (by primary key)."""

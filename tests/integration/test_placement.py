@@ -6,6 +6,7 @@ database: the one that does not send a table sends its subscribers to the one th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import queue
 import threading
@@ -44,7 +45,7 @@ from .helpers import Collector, comment
 
 PERIOD_S = 0.6
 # the subscriptions a test of several kinds creates, by name: their settings
-SUBSCRIPTION: dict[str, dict[str, str]] = {"eager": {}}
+SUBSCRIPTION: dict[str, dict[str, str]] = {"eager": {}, "lazy": {"state_rows": "lazy"}}
 
 
 class Candidate:
@@ -450,7 +451,7 @@ def test_a_verb_sent_to_the_other_server_goes_to_the_sender_and_counts_the_unwri
     db.dispose()
 
 
-@pytest.mark.parametrize("subscription", ["", "eager"])
+@pytest.mark.parametrize("subscription", ["", "eager", "lazy"])
 @pytest.mark.parametrize("verb", ["postpone", "release"])
 def test_a_write_that_reaches_the_database_after_the_table_moved_on_writes_nothing(
     db_dsn, subscription, verb
@@ -1018,3 +1019,42 @@ def test_a_fenced_burial_locks_only_its_tables_placement_row(store, db_dsn):
         burial.close()
         stepper.close()
         db.dispose()
+
+
+def test_a_fenced_lazy_state_row_is_written_only_while_the_row_names_its_server(store, db_dsn):
+    """A lazy subscription's postpone and verbs INSERT its state rows (msgtable.store.
+    sequences.state_rows_sql): fenced, they are written only while the placement row names
+    the server (a row there already counts as written then); an ack's are not fenced."""
+    db = sa.create_engine(db_dsn, isolation_level="AUTOCOMMIT")
+    with db.connect() as conn:
+        conn.exec_driver_sql(current_layout_ddl("jobs", comment()))
+        conn.exec_driver_sql(
+            "create table jobs__lazy (id bigint primary key, priority tinyint, "
+            "time_next bigint, epoch bigint, time_created bigint, time_acked bigint)"
+        )
+        conn.exec_driver_sql(PLACEMENT_DDL)
+        conn.exec_driver_sql(
+            f"insert into {PLACEMENT_TABLE} (kind, name, holder, address, expires) "
+            "values ('table', 'jobs', 'b', 'b:2', utc_timestamp(6) + interval 1 hour)"
+        )
+    (d,) = [d for d in store.discover() if d.name == "jobs"]
+    cfg = load_table(d.name, d.comment, d.columns, d.unique_indexes)
+    state = dataclasses.replace(cfg, name="jobs__lazy", source="jobs")
+    subs = store.subscription_store
+    assert subs is not None
+    now = time.time_ns()
+    rows = [(1, 0, now, 1, now), (2, 0, now, 1, now)]
+    store.fence_as("a")
+    assert subs.write_state_rows(state, rows) == 0
+    assert subs.write_state_rows(state, [(3, 0, None, 1, now)], now) == 1, "an ack's: unfenced"
+    with db.connect() as conn:
+        ids = [r[0] for r in conn.exec_driver_sql("select id from jobs__lazy order by id")]
+        assert ids == [3]
+        conn.exec_driver_sql(f"update {PLACEMENT_TABLE} set holder = 'a' where name = 'jobs'")
+    assert subs.write_state_rows(state, rows[:1]) == 1
+    assert subs.write_state_rows(state, rows) == 2  # 1 there already: kept
+    assert subs.write_state_rows(state, rows[:1]) == 1  # there: no row inserted, still held
+    with db.connect() as conn:
+        got = conn.exec_driver_sql("select id, epoch from jobs__lazy order by id").all()
+        assert [tuple(r) for r in got] == [(1, 1), (2, 1), (3, 1)]
+    db.dispose()

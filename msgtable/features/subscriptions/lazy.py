@@ -181,12 +181,16 @@ class LazyStore:
     def _hold(
         self, cfg: TableConfig, ids: list[Hashable], time_next: int | None, epoch: int
     ) -> None:
-        """Write their state rows; the window holds them from then on."""
+        """Write their state rows; the window holds them from then on. Rows the store's
+        fence kept from being written (this server no longer sends the table: MySQLStore.
+        fence_as) stay in flight in the window, so the cursor never passes them from here:
+        the next sender sends them from the cursor."""
         if not ids:
             return
         with self._lock:
             rows = [self._state_row(i, time_next, epoch) for i in ids]
-        self._subs.write_state_rows(cfg, rows)
+        if not self._subs.write_state_rows(cfg, rows):
+            return
         with self._lock:
             if self._window is not None:
                 self._window.settle_all(ids, unsent=True)

@@ -64,7 +64,7 @@ from msgtable.store.mysql import (
 )
 from msgtable.store.ordering import OrderSQL
 from msgtable.store.protocol import NONE_UNCOUNTED, Deliver, Keep, Store, Uncounted
-from msgtable.store.statements import FENCE, PLACEMENT_TABLE, TableStatements, claim_rows
+from msgtable.store.statements import FENCE, PLACEMENT_ROW, TableStatements, claim_rows
 from msgtable.store.subscriptions import SubscriptionSQL
 
 # msgtable.engine.engine and msgtable.features.subscriptions.registry still import these from
@@ -75,10 +75,7 @@ log = logging.getLogger(__name__)
 
 # A fenced transaction's first statement (MySQLStore.fence_as): its table's placement row,
 # locked for its transaction (that row alone, by its primary key), if it names this server.
-FENCED_READ = (
-    f"SELECT 1 FROM {PLACEMENT_TABLE} WHERE kind = 'table' AND name = %s AND holder = %s "
-    "LOCK IN SHARE MODE"
-)
+FENCED_READ = f"{PLACEMENT_ROW} LOCK IN SHARE MODE"
 
 # The redelivery poll reads the rows of this many priorities at most (the best): a table with
 # more has its worse priorities' redeliveries read by the passes alone.

@@ -246,8 +246,8 @@ def state_rows_sql(state_table: str, n: int, acked: bool, fenced: str = "") -> s
     them alone (postponed, settled by a verb, due later, acked while being postponed):
     (id, priority, time_next, epoch, time_created[, time_acked]) each. A row there already
     is kept; ``acked``: it is acked too, unless it is dead (a late ack leaves a dead letter
-    dead), as the ack UPDATE would. ``fenced`` (a postpone's: statements.fenced, its
-    parameters after the rows'): the rows are written only if it holds as the statement
+    dead), as the ack UPDATE would. ``fenced`` (statements.FENCE, its parameters after
+    the rows': MySQLStore.fence_as): the rows are written only if it holds as the statement
     runs, an INSERT ... SELECT of them."""
     s = quote(state_table)
     cols = "`id`, `priority`, `time_next`, `epoch`, `time_created`"

@@ -28,13 +28,14 @@ from msgtable.store.sequences import CURSORS
 
 # The servers' placement (msgtable.engine.placement): which server sends which table.
 PLACEMENT_TABLE = "msgtable_placement"
-# A fenced write (MySQLStore.fence_as): it changes rows only while the placement row of its
-# table (%s: the table, or a subscription's source table) names this server (%s: its holder
-# id). Read as the statement runs: READ COMMITTED reads the latest commit.
-FENCE = (
-    f" AND EXISTS (SELECT 1 FROM {PLACEMENT_TABLE} WHERE kind = 'table' AND name = %s "
-    "AND holder = %s)"
+# The placement row of a table (%s: the table, or a subscription's source table) if it
+# names this server (%s: its holder id), by its primary key.
+PLACEMENT_ROW = (
+    f"SELECT 1 FROM {PLACEMENT_TABLE} WHERE kind = 'table' AND name = %s AND holder = %s"
 )
+# A fenced write (MySQLStore.fence_as) changes rows only while that row names this server,
+# read as the statement runs (READ COMMITTED reads the latest commit).
+FENCE = f" AND EXISTS ({PLACEMENT_ROW})"
 
 Polls = tuple[str, str, str]  # a poll from the start, after a key, after a key with no time_next
 # Every UPDATE, DELETE or locking read of rows by id goes by the primary key, locking its rows

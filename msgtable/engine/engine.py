@@ -67,6 +67,8 @@ from msgtable.store.mysqlstore import MySQLStore, Store, TableDefinition
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
+    from msgtable.store.protocol import Connections
+
 log = logging.getLogger(__name__)
 
 DISCOVERY_RETRY_MIN_S = 1.0
@@ -144,8 +146,10 @@ class MessageEngine:
         # the table's managers (their counters start again at 0), so that msgtable.observe.metrics
         # reads counters and the table_sender gauge of one tenure (a seqlock)
         self.lease_losses = 0
-        # sent rows whose postpones a demotion noticed too late did not write (metrics)
-        self.postpones_skipped = 0
+        # sent rows whose postpones a demotion noticed too late did not write (metrics; and
+        # the store's fence kept out: postpones_skipped)
+        self._postpones_skipped = 0
+        self._fenced: Connections | None = None  # the store fenced by the lease (campaign)
 
     def _init_features(self, features: Features) -> None:
         """Make the components (msgtable.engine.components), in the order their hooks are
@@ -211,6 +215,7 @@ class MessageEngine:
             services=services,
         )
         db.fence_as(lease.holder)  # its writes on what it has in flight: see MySQLStore.fence_as
+        self._fenced = db
         try:
             lease.prepare()
         except Unavailable as exc:  # the placement's thread prepares it once the database answers
@@ -295,6 +300,14 @@ class MessageEngine:
     # -- the placement (msgtable.engine.placement)
     # ----------------------------------------------------
     @property
+    def postpones_skipped(self) -> int:
+        """Sent rows whose postpone was not written, so their sends are not counted: a lost
+        lease noticed too late for it (the managers it closed), or the store's fence kept it
+        out (msgtable.store.mysqlstore.MySQLStore.fence_as)."""
+        fenced = self._fenced.postpones_fenced if self._fenced is not None else 0
+        return self._postpones_skipped + fenced
+
+    @property
     def lease_late_renewals(self) -> int:
         """Renewals of the leases that came back after the validity they gave
         (msgtable.engine.placement: sends paused until the next one; a loaded machine, or a period
@@ -353,7 +366,7 @@ class MessageEngine:
             self.lease_losses += 1
         clean = _close_all(old, error)
         self._tenure.clean_demotion[unit] = clean
-        self.postpones_skipped += sum(m.postpones_skipped for m in old)
+        self._postpones_skipped += sum(m.postpones_skipped for m in old)
         for c in self._components:
             c.lost(unit)
         return clean

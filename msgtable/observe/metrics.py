@@ -86,13 +86,15 @@ class MetricsSource(Protocol):
     keyspace: str
     lease_gains: int  # times it gained the lease: each a tenure whose counters start at 0
     lease_losses: int  # odd while a loss replaces a table's managers (a seqlock)
-    postpones_skipped: int  # postpones a demotion noticed too late did not write
     binlog: Any  # msgtable.engine.binlog.BinlogFollower | None
     capture: Any  # msgtable.features.capture.follower.CaptureFollower | None
     store: Store  # its statement_stats: failed statements and latencies (MySQL only)
 
     @property
     def leading(self) -> bool: ...
+
+    @property
+    def postpones_skipped(self) -> int: ...  # postpones a lost lease or the fence kept out
 
     @property
     def lease_late_renewals(self) -> int: ...
@@ -341,7 +343,8 @@ class EngineCollector(Collector):
             _per_keyspace(
                 COUNTER,
                 "postpones_skipped",
-                "Sent messages whose postpone a lost lease noticed too late did not write: "
+                "Sent messages whose postpone a lost lease noticed too late did not write, "
+                "or the placement row's fence kept out: "
                 "their send is not counted in the table (epoch), and they go out again after "
                 "the next holder's hold.",
                 ks,

@@ -128,6 +128,9 @@ class MySQLStore:
         self.endpoint_store = EndpointSQL(self)
         self.order_sql = OrderSQL(self)
         self.fence_holder: str | None = None  # see fence_as
+        # sent rows whose postpone the fence kept out: their sends' counts are lost
+        self.postpones_fenced = 0
+        self._fence_lock = threading.Lock()
 
     def fence_as(self, holder: str) -> None:
         """From now on this store writes as the server ``holder`` of the placement
@@ -397,7 +400,24 @@ class MySQLStore:
             self._auto.connection() as conn,
             conn.cursor() as cur,
         ):
-            return int(cur.execute(sql, [next_ns, *id_params, epoch, sent_ns, *fence_params]))
+            n = int(cur.execute(sql, [next_ns, *id_params, epoch, sent_ns, *fence_params]))
+            if n == 0 and fence_sql and not self.fence_holds(cur, fence_sql, fence_params):
+                self.count_fenced_postpones(len(ids))
+            return n
+
+    @staticmethod
+    def fence_holds(cur: Any, fence_sql: str, fence_params: Sequence[Any]) -> bool:
+        """Whether the fence (``fence``'s SQL) holds now: asked when a fenced write matched
+        nothing, to tell rows settled meanwhile from a fence that kept them out."""
+        cur.execute(f"SELECT 1 FROM DUAL WHERE 1{fence_sql}", list(fence_params))
+        return cur.fetchone() is not None
+
+    def count_fenced_postpones(self, n: int) -> None:
+        """``n`` sent rows' postpones the fence kept out: their sends are not counted in the
+        table (epoch), as when a lost lease writes no postpone (the engine reports them in
+        msgtable_postpones_skipped_total)."""
+        with self._fence_lock:
+            self.postpones_fenced += n
 
     def ack(
         self,

@@ -399,6 +399,7 @@ class Connections(Protocol):
     url: sa.URL
     database: str
     outage: Outage
+    postpones_fenced: int  # sent rows whose postpone the fence kept out (fence_as)
 
     def timed(self, kind: str) -> AbstractContextManager[None]:
         """A statement on such a connection, timed as ``kind`` with the store's."""

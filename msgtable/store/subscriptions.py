@@ -263,6 +263,10 @@ class _Pools(Protocol):
 
     def fence(self, cfg: TableConfig) -> tuple[str, list[Any]]: ...
 
+    def fence_holds(self, cur: Any, fence_sql: str, fence_params: Sequence[Any]) -> bool: ...
+
+    def count_fenced_postpones(self, n: int) -> None: ...
+
 
 class SubscriptionSQL:
     """Subscriptions' SQL, run on a store's pools: MySQLStore holds one and its subscription
@@ -474,8 +478,11 @@ class SubscriptionSQL:
             if not fence_sql or written:
                 return len(rows)
             # nothing inserted: every row was there already, or the fence stopped them
-            cur.execute(f"SELECT 1 FROM DUAL WHERE 1{fence_sql}", fence_params)
-            return len(rows) if cur.fetchone() else 0
+            if self._pools.fence_holds(cur, fence_sql, fence_params):
+                return len(rows)
+        # a postpone's (epoch 1) kept out: those sends' counts are lost
+        self._pools.count_fenced_postpones(sum(1 for row in rows if row[3]))
+        return 0
 
     def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:
         """Which of ``ids`` have a state row in ``cfg``'s state table (by primary key)."""

@@ -434,7 +434,8 @@ LOSS_LOOKBACK_S = 5.0
 def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[str, float, float]]:
     """When a server lost ``table`` without writing the postpones of its sends
     (msgtable_postpones_skipped_total rose: its lease ended too long before its close, as
-    msgtable.engine.tenure.may_postpone says, and the counts of those sends are lost): (the
+    msgtable.engine.tenure.may_postpone says, or the placement row's fence kept a postpone
+    out, and the counts of those sends are lost): (the
     server, began, over), from the last scrape that saw it send ``table`` before the loss
     (its lease may have ended any time after: another server may settle its messages from
     then on) to the end of the one that saw the rise, where the loss was seen within

@@ -3,6 +3,7 @@ from __future__ import annotations
 import random
 import re
 import threading
+from types import SimpleNamespace
 
 import pytest
 from prometheus_client import generate_latest
@@ -407,9 +408,12 @@ def test_late_renewals_and_skipped_postpones_are_counted_for_the_operator(engine
             return self.address
 
     engine._tenure.lease = Late()
-    engine.postpones_skipped = 7
+    engine._postpones_skipped = 7
     f = scrape(engine)
     assert f[late].samples[0].value == 3 and f[skipped].samples[0].value == 7
+    engine._fenced = SimpleNamespace(postpones_fenced=2)  # the fence kept out 2 (the store's)
+    assert scrape(engine)[skipped].samples[0].value == 9
+    engine._fenced = None
     engine._tenure.lease = None
 
 

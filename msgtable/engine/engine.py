@@ -148,7 +148,7 @@ class MessageEngine:
         self.lease_losses = 0
         # sent rows whose postpones a demotion noticed too late did not write (metrics; and
         # the store's fence kept out: postpones_skipped)
-        self._postpones_skipped = 0
+        self._postpones_skipped: dict[str, int] = {}  # by table (unit_of)
         self._fenced: Connections | None = None  # the store fenced by the lease (campaign)
 
     def _init_features(self, features: Features) -> None:
@@ -300,12 +300,15 @@ class MessageEngine:
     # -- the placement (msgtable.engine.placement)
     # ----------------------------------------------------
     @property
-    def postpones_skipped(self) -> int:
-        """Sent rows whose postpone was not written, so their sends are not counted: a lost
-        lease noticed too late for it (the managers it closed), or the store's fence kept it
-        out (msgtable.store.mysqlstore.MySQLStore.fence_as)."""
-        fenced = self._fenced.postpones_fenced if self._fenced is not None else 0
-        return self._postpones_skipped + fenced
+    def postpones_skipped(self) -> dict[str, int]:
+        """Sent rows whose postpone was not written, so their sends are not counted, by
+        message table: a lost lease noticed too late for it (the managers it closed), or the
+        store's fence kept it out (msgtable.store.mysqlstore.MySQLStore.fence_as)."""
+        out = dict(self._postpones_skipped)
+        if self._fenced is not None:
+            for table, n in self._fenced.postpones_fenced.items():
+                out[table] = out.get(table, 0) + n
+        return out
 
     @property
     def lease_late_renewals(self) -> int:
@@ -366,7 +369,9 @@ class MessageEngine:
             self.lease_losses += 1
         clean = _close_all(old, error)
         self._tenure.clean_demotion[unit] = clean
-        self._postpones_skipped += sum(m.postpones_skipped for m in old)
+        skipped = sum(m.postpones_skipped for m in old)
+        if skipped:
+            self._postpones_skipped[unit] = self._postpones_skipped.get(unit, 0) + skipped
         for c in self._components:
             c.lost(unit)
         return clean

@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import gzip
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol
 
 from prometheus_client import generate_latest
@@ -94,7 +94,7 @@ class MetricsSource(Protocol):
     def leading(self) -> bool: ...
 
     @property
-    def postpones_skipped(self) -> int: ...  # postpones a lost lease or the fence kept out
+    def postpones_skipped(self) -> Mapping[str, int]: ...  # by table: not written, see help
 
     @property
     def lease_late_renewals(self) -> int: ...
@@ -316,6 +316,17 @@ class EngineCollector(Collector):
     def _lease_families(self, leading: bool, gains_now: int) -> list[Family]:
         """The keyspace's lease gauges and counters."""
         engine, ks = self.engine, self.engine.keyspace
+        skipped = Family(
+            PREFIX + "postpones_skipped",
+            COUNTER,
+            "Sent messages whose postpone a lost lease noticed too late did not write, or the "
+            "placement row's fence kept out, by message table (none yet: no sample): their "
+            "send is not counted in the table (epoch), and they go out again after the next "
+            "holder's hold.",
+            ("keyspace", "table"),
+        )
+        for table, n in sorted(engine.postpones_skipped.items()):
+            skipped.add((ks, table), n)
         return [
             _per_keyspace(
                 GAUGE,
@@ -340,16 +351,7 @@ class EngineCollector(Collector):
                 ks,
                 engine.lease_late_renewals,
             ),
-            _per_keyspace(
-                COUNTER,
-                "postpones_skipped",
-                "Sent messages whose postpone a lost lease noticed too late did not write, "
-                "or the placement row's fence kept out: "
-                "their send is not counted in the table (epoch), and they go out again after "
-                "the next holder's hold.",
-                ks,
-                engine.postpones_skipped,
-            ),
+            skipped,
         ]
 
     def _backlog_families(self) -> list[Family]:

@@ -128,8 +128,9 @@ class MySQLStore:
         self.endpoint_store = EndpointSQL(self)
         self.order_sql = OrderSQL(self)
         self.fence_holder: str | None = None  # see fence_as
-        # sent rows whose postpone the fence kept out: their sends' counts are lost
-        self.postpones_fenced = 0
+        # sent rows whose postpone the fence kept out, by message table: their sends'
+        # counts are lost
+        self.postpones_fenced: dict[str, int] = {}
         self._fence_lock = threading.Lock()
 
     def fence_as(self, holder: str) -> None:
@@ -402,7 +403,7 @@ class MySQLStore:
         ):
             n = int(cur.execute(sql, [next_ns, *id_params, epoch, sent_ns, *fence_params]))
             if n == 0 and fence_sql and not self.fence_holds(cur, fence_sql, fence_params):
-                self.count_fenced_postpones(len(ids))
+                self.count_fenced_postpones(cfg, len(ids))
             return n
 
     @staticmethod
@@ -412,12 +413,15 @@ class MySQLStore:
         cur.execute(f"SELECT 1 FROM DUAL WHERE 1{fence_sql}", list(fence_params))
         return cur.fetchone() is not None
 
-    def count_fenced_postpones(self, n: int) -> None:
-        """``n`` sent rows' postpones the fence kept out: their sends are not counted in the
-        table (epoch), as when a lost lease writes no postpone (the engine reports them in
-        msgtable_postpones_skipped_total)."""
+    def count_fenced_postpones(self, cfg: TableConfig, n: int) -> None:
+        """``n`` sent rows of ``cfg`` whose postpones the fence kept out: their sends are not
+        counted (epoch), as when a lost lease writes no postpone (the engine reports them in
+        msgtable_postpones_skipped_total, by message table)."""
+        if n <= 0:
+            return
+        table = cfg.source or cfg.name
         with self._fence_lock:
-            self.postpones_fenced += n
+            self.postpones_fenced[table] = self.postpones_fenced.get(table, 0) + n
 
     def ack(
         self,

@@ -399,7 +399,8 @@ class Connections(Protocol):
     url: sa.URL
     database: str
     outage: Outage
-    postpones_fenced: int  # sent rows whose postpone the fence kept out (fence_as)
+    # sent rows whose postpone the fence kept out (fence_as), by message table
+    postpones_fenced: dict[str, int]
 
     def timed(self, kind: str) -> AbstractContextManager[None]:
         """A statement on such a connection, timed as ``kind`` with the store's."""

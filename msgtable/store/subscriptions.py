@@ -265,7 +265,7 @@ class _Pools(Protocol):
 
     def fence_holds(self, cur: Any, fence_sql: str, fence_params: Sequence[Any]) -> bool: ...
 
-    def count_fenced_postpones(self, n: int) -> None: ...
+    def count_fenced_postpones(self, cfg: TableConfig, n: int) -> None: ...
 
 
 class SubscriptionSQL:
@@ -481,7 +481,7 @@ class SubscriptionSQL:
             if self._pools.fence_holds(cur, fence_sql, fence_params):
                 return len(rows)
         # a postpone's (epoch 1) kept out: those sends' counts are lost
-        self._pools.count_fenced_postpones(sum(1 for row in rows if row[3]))
+        self._pools.count_fenced_postpones(cfg, sum(1 for row in rows if row[3]))
         return 0
 
     def written_of(self, cfg: TableConfig, ids: Sequence[Hashable]) -> set[Hashable]:

@@ -36,9 +36,9 @@ and its dead-letter table with its own SQL (:func:`read_tables`) and judges:
   by a fault that can lose a send's count: a SIGKILL or SIGTERM of the server that sent it
   (any server's, if the sender is not known), or a database restart, or that server's loss
   of the table noticed too late to write its postpones (a lease that ran out on a busy
-  machine: msgtable.engine.tenure.may_postpone; the server counts them in
-  msgtable_postpones_skipped_total, which the scrapes see rise as it stops sending the table:
-  scrapecheck.count_losses). With vt_postpone_after
+  machine: msgtable.engine.tenure.may_postpone), or a postpone of its that the placement
+  row's fence kept out (the server counts both in msgtable_postpones_skipped_total{table},
+  which the scrapes see rise: scrapecheck.count_losses). With vt_postpone_after
   > 0 a send is counted only by its deferred postpone or by its own server's ack or
   settlement, so a server that dies (or cannot reach the database as it closes) before
   writing either loses that count, as README "How delivery works" documents, and a reject

@@ -426,25 +426,30 @@ def sender_changes(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple
     return out
 
 
-# A server's postpones skipped on a loss count for the table it stopped sending this long
-# before (its close notices the loss after the lease ran out: a renewal late on a busy machine)
-LOSS_LOOKBACK_S = 5.0
+def _skipped(s: Scrape, table: str) -> float:
+    """msgtable_postpones_skipped_total of ``table`` in a scrape (0: none skipped yet)."""
+    return s.counters.get(("msgtable_postpones_skipped_total", _keyed(s, table)), 0.0)
+
+
+def _keyed(s: Scrape, table: str) -> tuple[tuple[str, str], ...]:
+    """The labels of ``table``'s sample of msgtable_postpones_skipped_total in ``s``."""
+    for name, labels in s.counters:
+        if name == "msgtable_postpones_skipped_total" and ("table", table) in labels:
+            return labels
+    return ()
 
 
 def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[str, float, float]]:
-    """When a server lost ``table`` without writing the postpones of its sends
-    (msgtable_postpones_skipped_total rose: its lease ended too long before its close, as
-    msgtable.engine.tenure.may_postpone says, or the placement row's fence kept a postpone
-    out, and the counts of those sends are lost): (the
-    server, began, over), from the last scrape that saw it send ``table`` before the loss
-    (its lease may have ended any time after: another server may settle its messages from
-    then on) to the end of the one that saw the rise, where the loss was seen within
-    LOSS_LOOKBACK_S before the rise, in the same process (a restart starts the counter
-    again); or, a rise between two scrapes that both saw it send ``table`` (it lost the
-    table and took it again between them, or the loss shows a scrape later), from the
-    first of them. The counter is the keyspace's: another table's loss counts too."""
+    """When a server did not write the postpones of its sends of ``table``
+    (msgtable_postpones_skipped_total{table} rose: it lost the table with its lease ended
+    too long before its close, as msgtable.engine.tenure.may_postpone says, or the placement
+    row's fence kept a postpone out; the counts of those sends are lost): (the server,
+    began, over), from the last scrape that saw it send ``table`` before the rise (its
+    lease may have ended any time after: another server may settle its messages from then
+    on; the scrape before the rise if none did) to the end of the one that saw the rise, in
+    the same process (a restart starts the counter again)."""
     last: dict[str, Scrape] = {}  # server -> its previous metrics scrape
-    lost: dict[str, tuple[float, float]] = {}  # server -> (last seen sending, seen not) it
+    sending: dict[str, float] = {}  # server -> the last scrape that saw it send ``table``
     out: list[tuple[str, float, float]] = []
     for found in rounds:
         for s in found:
@@ -453,26 +458,18 @@ def count_losses(rounds: Sequence[Sequence[Scrape]], table: str) -> list[tuple[s
             before = last.get(s.server)
             last[s.server] = s
             if before is None or before.pid != s.pid:
+                sending.pop(s.server, None)
                 continue
-            if before.senders.get(table) == 1.0 and s.senders.get(table, 0.0) != 1.0:
-                lost[s.server] = (before.began, s.began)
-            sending, lost_at = lost.get(s.server, (0.0, float("-inf")))
-            if _total(s, "msgtable_postpones_skipped_total") <= _total(
-                before, "msgtable_postpones_skipped_total"
-            ):
-                continue
-            over = round(s.began + s.took_s, 6)
-            if before.senders.get(table) == 1.0 and s.senders.get(table) == 1.0:
-                # lost and taken again between the scrapes, or its loss seen only later
-                out.append((s.server, before.began, over))
-            elif before.began - lost_at <= LOSS_LOOKBACK_S:
-                out.append((s.server, sending, over))
-    return out
+            if before.senders.get(table) == 1.0:
+                sending[s.server] = before.began
+            if _skipped(s, table) > _skipped(before, table):
+                out.append((s.server, sending.get(s.server, before.began), s.began + s.took_s))
+    return [(server, began, round(over, 6)) for server, began, over in out]
 
 
 def loss_evidence(rounds: Sequence[Sequence[Scrape]], table: str) -> list[list[object]]:
     """What count_losses reads, kept in the run's report: each metrics scrape's server, pid,
-    began, took_s, whether it sent ``table`` and its msgtable_postpones_skipped_total."""
+    began, took_s, whether it sent ``table`` and its msgtable_postpones_skipped_total{table}."""
     return [
         [
             s.server,
@@ -480,7 +477,7 @@ def loss_evidence(rounds: Sequence[Sequence[Scrape]], table: str) -> list[list[o
             round(s.began, 3),
             round(s.took_s, 3),
             s.senders.get(table),
-            _total(s, "msgtable_postpones_skipped_total"),
+            _skipped(s, table),
         ]
         for found in rounds
         for s in found

@@ -975,14 +975,14 @@ def test_a_fenced_store_writes_only_while_the_placement_row_names_its_server(sto
     store.fence_as("a")
     assert writes() == [0, 0, 0, []], "fenced by a row naming another server"
     assert epochs() == [1, 1, 1, 1]
-    assert store.postpones_fenced == 1, "the postpone the fence kept out: a send's count lost"
+    assert store.postpones_fenced == {"jobs": 1}, "the postpone the fence kept out: a count lost"
     with db.connect() as conn:
         conn.exec_driver_sql(f"update {PLACEMENT_TABLE} set holder = 'a' where kind = 'table'")
         conn.exec_driver_sql("update jobs set epoch = 0, time_next = 0, time_acked = null")
     assert writes() == [1, 1, 1, [4]], "fenced by a row naming this server"
     assert epochs() == [1, 1, 1, 1]
     assert store.postpone(cfg, [1], 0, now, later) == 0, "at another epoch: nothing to count"
-    assert store.postpones_fenced == 1, "a postpone that matched nothing with the fence held"
+    assert store.postpones_fenced == {"jobs": 1}, "a postpone that matched nothing, fence held"
     db.dispose()
 
 
@@ -1049,10 +1049,10 @@ def test_a_fenced_lazy_state_row_is_written_only_while_the_row_names_its_server(
     rows = [(1, 0, now, 1, now), (2, 0, now, 1, now)]
     store.fence_as("a")
     assert subs.write_state_rows(state, rows) == 0
-    assert store.postpones_fenced == 2, "the postpone's rows the fence kept out: counts lost"
+    assert store.postpones_fenced == {"jobs": 2}, "the postpone's rows the fence kept out"
     assert subs.write_state_rows(state, [(3, 0, None, 1, now)], now) == 1, "an ack's: unfenced"
     assert subs.write_state_rows(state, [(4, 0, now, 0, now)]) == 0
-    assert store.postpones_fenced == 2, "a row parked before its send (epoch 0): no count"
+    assert store.postpones_fenced == {"jobs": 2}, "a row parked before its send (epoch 0): none"
     with db.connect() as conn:
         ids = [r[0] for r in conn.exec_driver_sql("select id from jobs__lazy order by id")]
         assert ids == [3]

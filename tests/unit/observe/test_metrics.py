@@ -395,7 +395,7 @@ def test_late_renewals_and_skipped_postpones_are_counted_for_the_operator(engine
     too late (their counts lost, the rows sent again after the next holder's hold)."""
     late, skipped = "msgtable_lease_late_renewals", "msgtable_postpones_skipped"
     f = scrape(engine)
-    assert f[late].samples[0].value == 0 and f[skipped].samples[0].value == 0
+    assert f[late].samples[0].value == 0 and f[skipped].samples == [], "none skipped yet"
 
     class Late:
         late_renewals = 3
@@ -408,11 +408,14 @@ def test_late_renewals_and_skipped_postpones_are_counted_for_the_operator(engine
             return self.address
 
     engine._tenure.lease = Late()
-    engine._postpones_skipped = 7
+    engine._postpones_skipped = {"orders": 7}
     f = scrape(engine)
-    assert f[late].samples[0].value == 3 and f[skipped].samples[0].value == 7
-    engine._fenced = SimpleNamespace(postpones_fenced=2)  # the fence kept out 2 (the store's)
-    assert scrape(engine)[skipped].samples[0].value == 9
+    assert f[late].samples[0].value == 3
+    assert [(s.labels["table"], s.value) for s in f[skipped].samples] == [("orders", 7)]
+    # the fence kept out 2 of orders' and 1 of jobs' (the store's counts)
+    engine._fenced = SimpleNamespace(postpones_fenced={"orders": 2, "jobs": 1})
+    got = {s.labels["table"]: s.value for s in scrape(engine)[skipped].samples}
+    assert got == {"orders": 9, "jobs": 1}
     engine._fenced = None
     engine._tenure.lease = None
 

@@ -457,8 +457,9 @@ def test_acks_behind_a_message_no_stream_takes_survive_their_sender(
                     20,
                     lambda: (
                         f"the acks of the 200 messages behind the held cursor written before "
-                        f"the kill ({acked_rows(app)} acked state rows: the rest live in the "
-                        "sender's window only)"
+                        f"the kill ({acked_rows(app)} acked state rows of {state_rows(app)}: "
+                        f"the rest live in the sender's window only; its log's end: "
+                        f"{first.stderr[-1500:]!r})"
                     ),
                 )
                 first.popen.send_signal(signal.SIGKILL)

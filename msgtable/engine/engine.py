@@ -67,8 +67,6 @@ from msgtable.store.mysqlstore import MySQLStore, Store, TableDefinition
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
-    from msgtable.store.protocol import Connections
-
 log = logging.getLogger(__name__)
 
 DISCOVERY_RETRY_MIN_S = 1.0
@@ -146,10 +144,6 @@ class MessageEngine:
         # the table's managers (their counters start again at 0), so that msgtable.observe.metrics
         # reads counters and the table_sender gauge of one tenure (a seqlock)
         self.lease_losses = 0
-        # sent rows whose postpones a demotion noticed too late did not write (metrics; and
-        # the store's fence kept out: postpones_skipped)
-        self._postpones_skipped: dict[str, int] = {}  # by table (unit_of)
-        self._fenced: Connections | None = None  # the store fenced by the lease (campaign)
 
     def _init_features(self, features: Features) -> None:
         """Make the components (msgtable.engine.components), in the order their hooks are
@@ -215,7 +209,7 @@ class MessageEngine:
             services=services,
         )
         db.fence_as(lease.holder)  # its writes on what it has in flight: see MySQLStore.fence_as
-        self._fenced = db
+        self._tenure.fenced = db
         try:
             lease.prepare()
         except Unavailable as exc:  # the placement's thread prepares it once the database answers
@@ -301,14 +295,8 @@ class MessageEngine:
     # ----------------------------------------------------
     @property
     def postpones_skipped(self) -> dict[str, int]:
-        """Sent rows whose postpone was not written, so their sends are not counted, by
-        message table: a lost lease noticed too late for it (the managers it closed), or the
-        store's fence kept it out (msgtable.store.mysqlstore.MySQLStore.fence_as)."""
-        out = dict(self._postpones_skipped)
-        if self._fenced is not None:
-            for table, n in self._fenced.postpones_fenced.items():
-                out[table] = out.get(table, 0) + n
-        return out
+        """Sent rows whose postpone was not written, by message table (Tenure.skipped)."""
+        return self._tenure.skipped()
 
     @property
     def lease_late_renewals(self) -> int:
@@ -369,9 +357,7 @@ class MessageEngine:
             self.lease_losses += 1
         clean = _close_all(old, error)
         self._tenure.clean_demotion[unit] = clean
-        skipped = sum(m.postpones_skipped for m in old)
-        if skipped:
-            self._postpones_skipped[unit] = self._postpones_skipped.get(unit, 0) + skipped
+        self._tenure.skip(unit, sum(m.postpones_skipped for m in old))
         for c in self._components:
             c.lost(unit)
         return clean

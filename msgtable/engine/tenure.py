@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from msgtable.core.assignment import CAPTURE
 from msgtable.core.clock import Clock
@@ -20,6 +21,9 @@ from msgtable.core.tables import TableConfig
 from msgtable.engine.lease import Takeover
 from msgtable.engine.placement import Placement
 from msgtable.errors import NotLeader
+
+if TYPE_CHECKING:
+    from msgtable.store.protocol import Connections
 
 # After an unclean takeover: how far the old holder's clock may have been ahead of this
 # server's (time_next and time_created are unix ns; see hold_floor_ns)
@@ -49,6 +53,24 @@ class Tenure:
         self.takeovers: dict[str, tuple[float, Takeover]] = {}
         self.clean_demotion: dict[str, bool] = {}  # by unit: its last loss wrote every postpone
         self.sender_hints: dict[str, str] = {}  # by unit: the sender named when it was lost
+        # by unit: sent rows whose postpones a loss noticed too late did not write (skip)
+        self._skipped: dict[str, int] = {}
+        self.fenced: Connections | None = None  # the store the lease fences (fence_as)
+
+    def skip(self, unit: str, n: int) -> None:
+        """A loss of ``unit`` closed its managers without writing ``n`` postpones."""
+        if n:
+            self._skipped[unit] = self._skipped.get(unit, 0) + n
+
+    def skipped(self) -> dict[str, int]:
+        """Sent rows whose postpone was not written, so their sends are not counted, by
+        unit (message table): a loss noticed too late for it (``skip``), or the store's
+        fence kept it out (msgtable.store.mysqlstore.MySQLStore.fence_as)."""
+        out = dict(self._skipped)
+        if self.fenced is not None:
+            for unit, n in self.fenced.postpones_fenced.items():
+                out[unit] = out.get(unit, 0) + n
+        return out
 
     @property
     def leading(self) -> bool:

@@ -408,15 +408,15 @@ def test_late_renewals_and_skipped_postpones_are_counted_for_the_operator(engine
             return self.address
 
     engine._tenure.lease = Late()
-    engine._postpones_skipped = {"orders": 7}
+    engine._tenure.skip("orders", 7)
     f = scrape(engine)
     assert f[late].samples[0].value == 3
     assert [(s.labels["table"], s.value) for s in f[skipped].samples] == [("orders", 7)]
     # the fence kept out 2 of orders' and 1 of jobs' (the store's counts)
-    engine._fenced = SimpleNamespace(postpones_fenced={"orders": 2, "jobs": 1})
+    engine._tenure.fenced = SimpleNamespace(postpones_fenced={"orders": 2, "jobs": 1})
     got = {s.labels["table"]: s.value for s in scrape(engine)[skipped].samples}
     assert got == {"orders": 9, "jobs": 1}
-    engine._fenced = None
+    engine._tenure.fenced = None
     engine._tenure.lease = None
 
 

@@ -59,8 +59,8 @@ class Tenure:
 
     def skip(self, unit: str, n: int) -> None:
         """A loss of ``unit`` closed its managers without writing ``n`` postpones."""
-        if n:
-            self._skipped[unit] = self._skipped.get(unit, 0) + n
+        if n:  # (a new dict: a scrape reads it on another thread)
+            self._skipped = {**self._skipped, unit: self._skipped.get(unit, 0) + n}
 
     def skipped(self) -> dict[str, int]:
         """Sent rows whose postpone was not written, so their sends are not counted, by

@@ -129,7 +129,7 @@ class MySQLStore:
         self.order_sql = OrderSQL(self)
         self.fence_holder: str | None = None  # see fence_as
         # sent rows whose postpone the fence kept out, by message table: their sends'
-        # counts are lost
+        # counts are lost (replaced, never changed: a scrape reads it without the lock)
         self.postpones_fenced: dict[str, int] = {}
         self._fence_lock = threading.Lock()
 
@@ -421,7 +421,8 @@ class MySQLStore:
             return
         table = cfg.source or cfg.name
         with self._fence_lock:
-            self.postpones_fenced[table] = self.postpones_fenced.get(table, 0) + n
+            was = self.postpones_fenced
+            self.postpones_fenced = {**was, table: was.get(table, 0) + n}
 
     def ack(
         self,

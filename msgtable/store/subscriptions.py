@@ -480,7 +480,8 @@ class SubscriptionSQL:
             # nothing inserted: every row was there already, or the fence stopped them
             if self._pools.fence_holds(cur, fence_sql, fence_params):
                 return len(rows)
-        # a postpone's (epoch 1) kept out: those sends' counts are lost
+        # a postpone's rows (epoch 1; not a row parked before its send) kept out: their
+        # sends' counts are lost
         self._pools.count_fenced_postpones(cfg, sum(1 for row in rows if row[3]))
         return 0
 

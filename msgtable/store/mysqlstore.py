@@ -402,16 +402,16 @@ class MySQLStore:
             conn.cursor() as cur,
         ):
             n = int(cur.execute(sql, [next_ns, *id_params, epoch, sent_ns, *fence_params]))
-            if n == 0 and fence_sql and not self.fence_holds(cur, fence_sql, fence_params):
+            if n == 0 and fence_sql and not self.fence_holds(cur, fence_params):
                 self.count_fenced_postpones(cfg, len(ids))
             return n
 
     @staticmethod
-    def fence_holds(cur: Any, fence_sql: str, fence_params: Sequence[Any]) -> bool:
-        """Whether the fence (``fence``'s SQL) holds now: asked when a fenced write matched
-        nothing, to tell rows settled meanwhile from a fence that kept them out."""
-        cur.execute(f"SELECT 1 FROM DUAL WHERE 1{fence_sql}", list(fence_params))
-        return cur.fetchone() is not None
+    def fence_holds(cur: Any, fence_params: Sequence[Any]) -> bool:
+        """Whether the fence (``fence``'s parameters) holds now, its placement row read
+        alone: asked when a fenced write matched nothing, to tell rows settled meanwhile
+        from a fence that kept them out."""
+        return bool(cur.execute(PLACEMENT_ROW, list(fence_params)))
 
     def count_fenced_postpones(self, cfg: TableConfig, n: int) -> None:
         """``n`` sent rows of ``cfg`` whose postpones the fence kept out: their sends are not

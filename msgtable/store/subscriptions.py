@@ -263,7 +263,7 @@ class _Pools(Protocol):
 
     def fence(self, cfg: TableConfig) -> tuple[str, list[Any]]: ...
 
-    def fence_holds(self, cur: Any, fence_sql: str, fence_params: Sequence[Any]) -> bool: ...
+    def fence_holds(self, cur: Any, fence_params: Sequence[Any]) -> bool: ...
 
     def count_fenced_postpones(self, cfg: TableConfig, n: int) -> None: ...
 
@@ -478,7 +478,7 @@ class SubscriptionSQL:
             if not fence_sql or written:
                 return len(rows)
             # nothing inserted: every row was there already, or the fence stopped them
-            if self._pools.fence_holds(cur, fence_sql, fence_params):
+            if self._pools.fence_holds(cur, fence_params):
                 return len(rows)
         # a postpone's rows (epoch 1; not a row parked before its send) kept out: their
         # sends' counts are lost

@@ -218,14 +218,17 @@ class DueRows:
             queued.pop(rid, None)
         self._compact()
 
-    def clear(self) -> None:
-        """Drop everything queued (the last subscriber left). Sending rows finish normally."""
+    def clear(self) -> list[Hashable]:
+        """Drop everything queued (the last subscriber left); returns their ids. Sending rows
+        finish normally."""
+        dropped = list(self._queued)
         self._queued.clear()
         self._heap.clear()
         self._scheduled.clear()
         self.pending = False
         if self._routes is not None:
             self._routes.clear()
+        return dropped
 
     # -- counts --------------------------------------------------------------------------
     @property

@@ -639,11 +639,12 @@ class KeyedDue(DueRows):
         return bool(self._heaps)
 
     # -- leaving -------------------------------------------------------------------------
-    def clear(self) -> None:
-        super().clear()
+    def clear(self) -> list[Hashable]:
+        dropped = super().clear()
         self._heaps.clear()
         self._turns.clear()
         self._heads.clear()
+        return dropped
 
     def _compact(self) -> None:
         super()._compact()

@@ -332,7 +332,9 @@ class MessageManager:
             if back:
                 self._restart = True  # they are at the head of the table: a new pass
             if not self._subscribers:
-                self.cache.due.clear()
+                ids += self.cache.due.clear()
+        if ids:
+            self.store.read_again(ids)
         if back:
             self._poll_wake.set()
         self._poll_if_wanted()
@@ -686,19 +688,21 @@ class MessageManager:
             skip = flow.skip_keys(self.cache.due) if room else ()  # a fair table's full keys
         if room == 0:
             return 0
+        added = taken = 0
         with self.cache.poll() as poll:
             ahead = now + lookahead_ns(cfg)
             rows, last = self.store.poll(cfg, ahead, limit, after, True, floor, skip_keys=skip)
             with self._lock:
-                if not self._subscribers:  # the last one left during the poll
-                    return 0
-                added, taken = poll.add(rows, now, created=True)
-                follows = flow.follows_tail(self.cache.due)
-                full, self._cursor = cursor(rows, taken, limit, last, after, follows)
-                self.cache.due.pending = full
-                if self._tail.read(rows, after, not full, now):  # a hinted row passed unseen
-                    self._restart = True
-                    self._poll_wake.set()
+                if self._subscribers:  # (else the last one left during the poll)
+                    added, taken = poll.add(rows, now, created=True)
+                    follows = flow.follows_tail(self.cache.due)
+                    full, self._cursor = cursor(rows, taken, limit, last, after, follows)
+                    self.cache.due.pending = full
+                    if self._tail.read(rows, after, not full, now):  # a hinted row passed unseen
+                        self._restart = True
+                        self._poll_wake.set()
+        if taken < len(rows):  # the cache filled up, or was dropped
+            self.store.read_again([r[3] for r in rows[taken:]])
         return added
 
     def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:

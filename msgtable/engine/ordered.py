@@ -300,9 +300,9 @@ class OrderedDue:
                 self._drop(key)
                 self._want(key)
 
-    def clear(self) -> None:
+    def clear(self) -> list[Hashable]:
         """Drop every run (the last subscriber left); busy keys stay busy until their rows
-        leave flight."""
+        leave flight. Returns [] (an ordered table has no lazy subscription to tell)."""
         self._runs.clear()
         self._run_of.clear()
         self._queued = 0
@@ -312,6 +312,7 @@ class OrderedDue:
         self._later.clear()
         self._value_of = {k: v for k, v in self._value_of.items() if k in self._busy}
         self.pending = False
+        return []
 
     # -- counts --------------------------------------------------------------------------
     @property

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -297,6 +297,9 @@ class MySQLStore:
         if not rows:
             return [], None
         return rows, poll_key(rows[-1])
+
+    def read_again(self, ids: Collection[Hashable]) -> None:
+        """See Store.read_again: still due in the table, a pass from the head reads them."""
 
     def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
         """See Store.poll_timed: the unacked priorities by a loose scan (one index dive

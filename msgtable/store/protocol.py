@@ -123,6 +123,13 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]: ...
 
+    def read_again(self, ids: Collection[Hashable]) -> None:
+        """The cache let these rows of ``poll``'s go before a subscriber got them (it filled
+        up, its last subscriber left, a stream ended before it took them). A table's own
+        store does nothing: they are still due, and the next pass from the head reads them;
+        a lazy subscription's scan reads past what it read, so it must be told."""
+        ...
+
     def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
         """Up to ``limit`` due, unacked rows given a time (time_next > 0: a redelivery, a
         release, a delayed message), best first, as ``poll`` reads them with ``created``:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from typing import Any
 
 from msgtable.core.deadletters import (
@@ -197,6 +197,9 @@ class InMemoryStore:
             picked = due[:limit]
             rows = self._polled(cfg, picked, values, created)
             return rows, (self._key(cfg, picked[-1]) if picked else None)
+
+    def read_again(self, ids: Collection[Hashable]) -> None:
+        """Store.read_again: still due here, the next pass from the head reads them."""
 
     def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:
         if cfg.layout is not Layout.CURRENT:

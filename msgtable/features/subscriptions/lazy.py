@@ -9,10 +9,12 @@ stand for a message alone. Verb by verb, for a message of the window (read by th
 state row):
 
 * poll: the state table's due rows (redeliveries) first, then, in the room left, the scan:
-  from where the last scan ended, or, on a new pass at most once a poll interval, from the
-  cursor again (what the cache let go of unsent is read again; what the window settled is
-  skipped). A message due later than the poll reads (a delayed one) gets its state row now
-  (parked) and is served by the state table from then on;
+  from where the last scan ended, or from below a message the cache let go of before a
+  subscriber got it (it filled up, the last subscriber left, a stream ended before it took
+  its batch: the manager says which, ``read_again``), or, as a net, on a new pass at most
+  once every REWIND_NET_S, from the cursor (what the window settled is skipped). A message
+  due later than the poll reads (a delayed one) gets its state row now (parked) and is
+  served by the state table from then on;
 * send: the window's rows that another server may have sent (created before this server
   gained the table) read by primary key in the state table first (one plain read: a row
   another server wrote since the scan, such as the last sender's late ack, makes the
@@ -77,6 +79,10 @@ from msgtable.store.protocol import (
 log = logging.getLogger(__name__)
 
 FLUSH_ACKS = 1_000  # acks settled in the window since the last flush: the cursor moves now
+# A scan from the cursor at least this often (and at most once a poll interval): a net for a
+# message the cache dropped unsent by a path that did not say so (read_again). Each re-reads
+# the window's messages, so not each poll interval: a backlog drain read every row twice.
+REWIND_NET_S = 5.0
 
 
 class LazyCounts:
@@ -223,7 +229,7 @@ class LazyStore:
             return rows, last
         now = self._clock.now_ns()
         with self._lock:
-            every_ns = round(cfg.poller_interval_s * 1e9)
+            every_ns = round(max(cfg.poller_interval_s, REWIND_NET_S) * 1e9)
             rewind = after is None and (
                 self._rewound_ns is None
                 or now - self._rewound_ns >= every_ns
@@ -238,6 +244,13 @@ class LazyStore:
         for time_next, ids in later.items():
             self._hold(cfg, ids, time_next, 0)
         return [*rows, *fresh], last
+
+    def read_again(self, ids: Collection[Hashable]) -> None:
+        """The cache let these go before a subscriber got them: the next scan reads them
+        again (Window.unread_all; the cursor may not pass them meanwhile)."""
+        with self._lock:
+            if self._window is not None:
+                self._window.unread_all(ids)
 
     def _read(
         self,
@@ -255,12 +268,8 @@ class LazyStore:
         with self._lock:
             if self._window is not window:  # another sender moved the cursor meanwhile
                 return [], {}
-            # passed, or acked here since: a stale read
-            stale = window.settled_of([row[3] for row, _ in scanned])
-            cursor, rows = window.cursor, self._rows
-            scanned = [(r, n) for r, n in scanned if n > cursor and r[3] not in stale]
-            window.read_all([(n, r[3]) for r, n in scanned])
-            for row, _ in scanned:
+            rows = self._rows
+            for row in window.read_scan(scanned):  # (not passed, nor acked here since)
                 rid = row[3]
                 rows[rid] = (row[0] or 0, row[-1])
                 if floor_ns is not None and max(row[1] or 0, row[-1] or 0) <= floor_ns:

@@ -3,8 +3,9 @@ messages its sender handed out from the cursor's scan that the cursor has not pa
 
 A message enters the window when the scan reads it (into the cache) and is sent from there
 (nothing is written: the send is in memory, as the default group's lazy postpone); one the
-cache lets go of unsent leaves it and is read again. It leaves it when the cursor passes it,
-which the cursor may only do over a prefix (in sequence order) of messages that are each
+cache lets go of before a subscriber got it stays, unsent, and is read again. It leaves it
+when the cursor passes it, which the cursor may only do over a prefix (in sequence order)
+of messages that are each
 either **acked** (settled in the window: no write of its own) or **held** (its state row
 was written: a postpone, a release, a reject, an ack by DML: from then on the state table
 serves it). So the durable cursor never passes an unsettled message without a state row,
@@ -23,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Hashable, Iterable
 
+from msgtable.core.rows import PolledRow
+
 # An entry is a list, not an object, so that a batch of them costs no call each (the cost
 # guard counts calls): [its number in the table's fan-out sequence, when it was first sent
 # (None: read by the scan, not sent yet: in the cache), settled (0: no; ACKED: acked here,
@@ -40,6 +43,7 @@ class Window:
         self.scan_after = cursor  # the next scan reads the rows numbered above this
         self._by_id: dict[Hashable, list[object]] = {}
         self._ids: dict[int, Hashable] = {}  # number -> id
+        self._again: set[Hashable] = set()  # let go of (unread): the next scan reads them again
         self.held_at: int | None = None  # the first unsettled number, as ``advance`` saw it
 
     def __len__(self) -> int:
@@ -47,12 +51,12 @@ class Window:
 
     def read(self, number: int, id: Hashable) -> bool:
         """The scan read it (into the cache): the cursor may not pass it until it is sent
-        and settled. False: it is in the window already (a scan again after unread)."""
+        and settled. False: it is in the window already (read again, not let go of)."""
         return bool(self.read_all([(number, id)]))
 
     def read_all(self, rows: Iterable[tuple[int, Hashable]]) -> list[Hashable]:
         """``read`` of each (number, id); returns the ids new to the window."""
-        by_id, ids, top = self._by_id, self._ids, self.scan_after
+        by_id, ids, top, again = self._by_id, self._ids, self.scan_after, self._again
         new = []
         for number, id in rows:
             if number > top:
@@ -61,16 +65,55 @@ class Window:
                 by_id[id] = [number, None, 0]
                 ids[number] = id
                 new.append(id)
+            elif again and id in again:
+                again.discard(id)
+                new.append(id)
         self.scan_after = top
         return new
 
+    def read_scan(self, scanned: Iterable[tuple[PolledRow, int]]) -> list[PolledRow]:
+        """A scan's rows (each as a poll reads it, its id fourth, with its number), ``read``
+        in one pass: returns those not stale (numbered at or below the cursor, or settled
+        here since the scan began), for the cache (which keeps one of each)."""
+        by_id, ids, top, again = self._by_id, self._ids, self.scan_after, self._again
+        cursor = self.cursor
+        out = []
+        for row, number in scanned:
+            if number <= cursor:
+                continue
+            id = row[3]
+            entry = by_id.get(id)
+            if entry is None:
+                by_id[id] = [number, None, 0]
+                ids[number] = id
+            elif entry[_SETTLED]:
+                continue
+            elif again and id in again:
+                again.discard(id)
+            if number > top:
+                top = number
+            out.append(row)
+        self.scan_after = top
+        return out
+
     def unread(self, id: Hashable) -> None:
-        """The cache let it go unsent: the next scan starts below it again."""
-        entry = self._by_id.get(id)
-        if entry is not None and entry[_SENT] is None:
+        """``unread_all`` of one."""
+        self.unread_all([id])
+
+    def unread_all(self, ids: Iterable[Hashable]) -> None:
+        """The cache let them go before a subscriber got them (read and never sent, or
+        handed over and given back): the next scan starts below the first again. Each stays
+        in the window, unsettled and unsent, so the cursor may not pass it meanwhile;
+        ``read`` says it is new again when the scan reads it."""
+        by_id = self._by_id
+        for id in ids:
+            entry = by_id.get(id)
+            if entry is None or entry[_SETTLED]:
+                continue
+            entry[_SENT] = None
+            self._again.add(id)
             number = entry[_NUMBER]
             assert isinstance(number, int)
-            del self._by_id[id], self._ids[number]
             self.scan_after = min(self.scan_after, number - 1)
 
     def sent(self, id: Hashable, sent_ns: int) -> bool:
@@ -209,7 +252,9 @@ class Window:
         self.cursor = max(self.cursor, new)
         by_id, ids, cursor = self._by_id, self._ids, self.cursor
         for number in [n for n in ids if n <= cursor]:
-            by_id.pop(ids.pop(number), None)
+            gone = ids.pop(number)
+            by_id.pop(gone, None)
+            self._again.discard(gone)
         self.scan_after = max(self.scan_after, cursor)
 
     def lost(self, cursor: int) -> None:
@@ -217,6 +262,7 @@ class Window:
         flush; it starts again from there."""
         self._by_id.clear()
         self._ids.clear()
+        self._again.clear()
         self.cursor = self.scan_after = cursor
         self.held_at = None
 

@@ -20,6 +20,7 @@ from msgtable.core.tables import DEMO_COMMENT
 from msgtable.engine.engine import MessageEngine
 from msgtable.engine.manager import MessageManager
 from msgtable.features.assembly import assemble
+from msgtable.features.subscriptions import lazy as lazy_mod
 from msgtable.features.subscriptions.lazy import LazyStore
 from msgtable.features.subscriptions.registry import Registry
 from msgtable.testing import InMemoryStore
@@ -150,17 +151,93 @@ def test_release_and_reject_write_the_state_row_then_the_verb(engine):
     assert [v[0] for v in again] == [1]
 
 
-def test_rows_the_cache_let_go_are_read_again_from_the_cursor_at_the_next_pass(engine):
+def test_rows_the_cache_let_go_are_read_again_at_the_next_poll(engine):
+    """The last subscriber left: the cache is dropped, nothing was sent. The next poll reads
+    the rows again at once (the manager said which it let go: no wait for a scan from the
+    cursor, no clock moved)."""
     enqueue(engine, 1, 2)
     m, _ = served(engine)
     sub = engine.subscribe("q", subscription="lazy")
     m.poll_once()
-    sub.close()  # the last subscriber left: the cache is dropped, nothing was sent
+    sub.close()
     sub = engine.subscribe("q", subscription="lazy")
-    engine.clock.advance(m.config.poller_interval_s)  # type: ignore[attr-defined]
     m.poll_once()
     assert m.send_once() == 2
     assert [v[0] for v in drain(sub)] == [1, 2]
+
+
+def test_rows_a_full_cache_did_not_take_are_read_again_at_the_next_poll(engine):
+    """A pass from the head asks for room + the rows in flight (the default group's table
+    has those at its head); the scan has not, so it reads past the cache's room and the
+    cache takes what fits. The rest are read again by the next poll, no clock moved."""
+    enqueue(engine, 1, 2, 3, 4, 5, 6)
+    m, lazy = served(engine)
+    m.cache.due.size = 2
+    sub = engine.subscribe("q", subscription="lazy")
+    m.poll_once()
+    assert m.send_once() == 2  # 1 and 2 in flight, not postponed yet
+    got = [v[0] for v in drain(sub)]
+    m.poll_once()  # room 2, the scan asked for 4: 3 and 4 taken, 5 and 6 let go
+    assert lazy._window is not None and lazy._window.scan_after == 4, "read again from 5"
+    assert m.send_once() == 2
+    got += [v[0] for v in drain(sub)]
+    assert engine.ack("q", "", [1, 2, 3, 4], subscription="lazy") == 4
+    m.poll_once()
+    assert m.send_once() == 2
+    assert got + [v[0] for v in drain(sub)] == [1, 2, 3, 4, 5, 6]
+
+
+def test_rows_a_leaving_subscriber_never_took_are_sent_again_and_hold_the_cursor(engine):
+    """A subscriber leaves with a batch handed over and not taken: the window's rows are
+    read again at the next poll and go to the other subscriber; meanwhile the cursor does
+    not pass them, however the messages after them are acked."""
+    enqueue(engine, 1, 2)
+    m, _ = served(engine)
+    leaving = engine.subscribe("q", subscription="lazy")
+    m.poll_once()
+    assert m.send_once() == 2  # to ``leaving``, who never takes them
+    staying = engine.subscribe("q", subscription="lazy")
+    leaving.close()
+    enqueue(engine, 3)
+    m.poll_once()
+    assert m.send_once() == 3
+    assert [v[0] for v in drain(staying)] == [1, 2, 3]
+    assert engine.ack("q", "", [3], subscription="lazy") == 1
+    m.poll_once()
+    assert cursor(engine) == 0, "1 and 2 are in flight again: the cursor may not pass them"
+    assert engine.ack("q", "", [1, 2], subscription="lazy") == 2
+    m.poll_once()
+    assert cursor(engine) == 3
+
+
+def test_without_a_word_the_scan_reads_from_the_cursor_again_only_as_a_net():
+    """Rows read past and never said to be let go are not read again at each poll
+    interval; the scan from the cursor still comes every REWIND_NET_S (a row some path
+    dropped without a word: none is known)."""
+    store = InMemoryStore()
+    store.create_table("q", DEMO_COMMENT.replace("vt_poller_interval=30", "vt_poller_interval=1"))
+    e = assemble(
+        store, clock=FakeClock(), rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    try:
+        e.refresh()
+        e.create_subscription(Subscription("q", "lazy", state_rows="lazy"))
+        enqueue(e, 1, 2)
+        m, _ = served(e)
+        assert m.config.poller_interval_s == 1
+        sub = e.subscribe("q", subscription="lazy")
+        m.poll_once()
+        with m._lock:  # dropped without telling the store
+            m.cache.due.clear()
+        e.clock.advance(m.config.poller_interval_s)  # type: ignore[attr-defined]
+        m.poll_once()
+        assert m.send_once() == 0, "not read again at the next pass"
+        e.clock.advance(lazy_mod.REWIND_NET_S)  # type: ignore[attr-defined]
+        m.poll_once()
+        assert m.send_once() == 2
+        assert [v[0] for v in drain(sub)] == [1, 2]
+    finally:
+        e.close()
 
 
 def test_a_delayed_message_is_parked_in_its_state_row(engine):

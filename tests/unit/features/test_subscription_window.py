@@ -63,6 +63,43 @@ def test_a_message_read_and_not_sent_holds_the_cursor_back():
     assert w.advance() == 3
 
 
+def test_a_message_let_go_of_holds_the_cursor_until_it_is_read_sent_and_settled():
+    """``unread`` keeps its message in the window, unsettled and unsent: the acks after it
+    may not move the cursor over it before the scan reads it again (a crash meanwhile would
+    lose it)."""
+    w = Window(cursor=0)
+    for n in (1, 2, 3):
+        assert w.read(n, n) and w.sent(n, 0)
+    w.unread(2)  # handed over and given back (its subscriber left before taking it)
+    assert not w.acked(2), "not sent now: nothing to ack in the window"
+    assert w.acked(1) and w.acked(3)
+    assert w.advance() == 1, "2 holds the cursor"
+    assert w.in_flight() == [], "2 is not in flight: no postpone is due for it"
+    assert w.scan_after == 1 and w.read(2, 2), "the next scan reads it again"
+    assert not w.read(2, 2), "once"
+    assert w.sent(2, 0) and w.acked(2)
+    assert w.advance() == 3
+
+
+def test_a_scan_hands_out_what_is_neither_passed_nor_settled():
+    """``read_scan``: a scan's rows (id fourth, with their numbers) read into the window in
+    one pass; the stale ones (at or below the cursor, settled since the scan began) left
+    out, the unsettled ones already in the window handed out again (the cache keeps one)."""
+    w = Window(cursor=1)
+
+    def row(n: int) -> tuple[object, ...]:
+        return (0, None, 0, n, f"m{n}", 0)
+
+    assert w.read_scan([(row(n), n) for n in (1, 2, 3, 4)]) == [row(2), row(3), row(4)]
+    assert w.scan_after == 4
+    assert w.sent(2, 0) and w.acked(2)
+    assert w.read_scan([(row(n), n) for n in (2, 3, 4, 5)]) == [row(3), row(4), row(5)]
+    w.unread(3)
+    assert not w.read(4, 4), "4 is in the window"
+    assert w.read_scan([(row(3), 3)]) == [row(3)] and not w.read(3, 3), "read again once"
+    assert w.advance() == 2 and w.held_at == 3
+
+
 def test_the_acks_behind_a_held_cursor_are_named_until_written():
     """``held_at`` says where the settled prefix ends; ``acked_only`` the acks behind it that
     live in the window alone (not those held by a state row), until ``written``."""

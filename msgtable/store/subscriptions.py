@@ -442,7 +442,7 @@ class SubscriptionSQL:
             sql = self._scans[key] = sequence.unsent_rows_sql(table, cfg, where)
         with self._cursor(table.name, kind="subscription_unsent") as cur:
             cur.execute(sql, [after, *params, limit])
-            return [(tuple(r[:-1]), int(r[-1])) for r in cur.fetchall()]
+            return [(r[:-1], r[-1]) for r in cur.fetchall()]  # (tuples, the number an int)
 
     def unsent_lag(
         self, table: TableConfig, loaded: LoadedSubscription, cap: int

@@ -384,7 +384,8 @@ class LazyStore:
         """The window's rows: their state rows INSERTed (epoch 1); the others' UPDATE."""
         mine = self._flying(ids, ids)
         self._hold(cfg, mine, next_ns, 1)
-        rest = [i for i in ids if i not in set(mine)]
+        held = set(mine)
+        rest = [i for i in ids if i not in held]
         n = len(mine)
         if rest:
             n += self._store.postpone(cfg, rest, epoch, sent_ns, next_ns)
@@ -414,9 +415,12 @@ class LazyStore:
                 if flying:
                     if sending:
                         quiet = [i for i in ids if i in flying and i in first]
-                    loud = [i for i in ids if i in flying and i not in quiet]
+                    if len(quiet) < len(flying):
+                        calm = set(quiet)
+                        loud = [i for i in ids if i in flying and i not in calm]
                     w.settle_all(quiet, written=False)
-            self._acked = (now_ns, {*quiet, *loud})
+            mine = {*quiet, *loud}
+            self._acked = (now_ns, mine)
             self._settled += len(quiet)
             flush = self._settled >= FLUSH_ACKS
             rows = [self._state_row(i, None, 1) for i in loud]
@@ -425,7 +429,6 @@ class LazyStore:
             with self._lock:
                 if self._window is not None:
                     self._window.settle_all(loud)
-        mine = {*quiet, *loud}
         rest = [i for i in ids if i not in mine]
         n = len(mine)
         if rest:

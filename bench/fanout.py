@@ -38,7 +38,9 @@ rows left for the purge to delete, per message a subscription settled (target <=
 ``fanout_aggregate_ratio`` the GROUPS subscriptions' rates summed over the baseline's (target
 >= 0.8); ``filter_rows_ratio`` the filtered drain's rows read per delivered message over the
 fan-out's (target <= 1.25). The fan-out run goes again with its subscriptions created
-``state_rows="lazy"`` (msgtable.features.subscriptions.lazy): ``fanout_lazy_*``, the same three.
+``state_rows="lazy"`` (msgtable.features.subscriptions.lazy): ``fanout_lazy_*``, the same three,
+each the median of LAZY_ROUNDS rounds of a baseline and a lazy run side by side, the order
+alternating (``..._spread`` [min, max] and ``..._rounds`` with them).
 
 Rows read come from SHOW GLOBAL STATUS: ``Innodb_rows_read`` where the server has it (MySQL),
 else ``Rows_read`` (MariaDB 10.6+ dropped the InnoDB one; Rows_read counts the rows the SQL
@@ -54,6 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import threading
 import time
 from array import array
@@ -88,6 +91,9 @@ SIZES = {  # rows of the baseline and fan-out tables; rows of the filter table
     "full": {"rows": 50_000, "filter": 1_000_000},
     "smoke": smoke.FANOUT,
 }
+# The lazy fan-out against the baseline, rounds side by side (the order alternating): the
+# lazy figures are their medians (``fanout_lazy_*``, with ``..._spread`` and ``..._rounds``).
+LAZY_ROUNDS = {"quick": 5, "full": 5, "smoke": 1}
 INSERT_CHUNK_ROWS = 100_000
 IDLE_SAMPLE_S = 0.5  # how long the idle rows read are counted before the filtered drain
 REGION_COLUMNS = "region varchar(8) not null default 'us'"
@@ -128,6 +134,8 @@ class FanoutResult:
     fanout_rows_written: int = 0
     fanout_state_rows_left: int = 0
     lazy: FanoutResult | None = None  # the fan-out run again, its subscriptions state_rows=lazy
+    # every lazy round (LAZY_ROUNDS; the first is ``lazy``), each with its own baseline
+    lazy_rounds: list[FanoutResult] = field(default_factory=list)
 
     @property
     def slowest(self) -> Throughput | None:
@@ -196,6 +204,12 @@ class FanoutResult:
         if self.drain_table_rows_read is None or not (f and f.messages):
             return None
         return self.drain_table_rows_read / f.messages
+
+    def lazy_figure(self, name: str) -> tuple[float | None, list[float]]:
+        """A lazy figure (a property's ``name``) as the median of the lazy rounds, and each
+        round's (those measured)."""
+        rounds = [v for r in self.lazy_rounds if (v := getattr(r, name)) is not None]
+        return (statistics.median(rounds) if rounds else None), rounds
 
     def as_dict(self) -> dict[str, Any]:
         b, slowest = self.baseline, self.slowest
@@ -542,9 +556,11 @@ def _table(setup: Setup, table: str, comment: str, columns: str = "") -> Iterato
 
 
 # -- the runs ------------------------------------------------------------------------------------
-def baseline(setup: Setup, rows: int, result: FanoutResult) -> None:
-    """The default group of a table without subscriptions drains ``rows`` committed rows."""
-    table = "fan_base"
+def baseline(setup: Setup, rows: int, result: FanoutResult, nth: int = 0) -> None:
+    """The default group of a table without subscriptions drains ``rows`` committed rows
+    (``nth`` round: a table of its own for each, as a table made anew under the same name is
+    not the server's to know at once)."""
+    table = f"fan_base{nth or ''}"
     with _table(setup, table, setup.comment()):
         with contextlib.closing(connect(setup.dsn)) as conn, conn.cursor() as cur:
             insert_rows(cur, table, rows)
@@ -563,13 +579,15 @@ def baseline(setup: Setup, rows: int, result: FanoutResult) -> None:
     )
 
 
-def fanout(setup: Setup, rows: int, result: FanoutResult, state_rows: str = "eager") -> None:
+def fanout(
+    setup: Setup, rows: int, result: FanoutResult, state_rows: str = "eager", nth: int = 0
+) -> None:
     """GROUPS subscriptions of one table handed ``rows`` rows by the server's fan-out, the
     backlog committed at go (``state_rows="lazy"``: served from their cursors, their state
     tables left empty by acks in order, so not checked row by row)."""
     from msgtable.client import Client
 
-    table = "fan_out" if state_rows == "eager" else "fan_lazy"
+    table = ("fan_out" if state_rows == "eager" else "fan_lazy") + (f"{nth}" if nth else "")
     names = [f"g{i}" for i in range(GROUPS)]
     with _table(setup, table, setup.comment(",vt_default_group=off")):
         with Client(setup.server.address, timeout_s=CLIENT_TIMEOUT_S) as client:
@@ -685,5 +703,16 @@ def run(
         fanout(setup, sizes["rows"], result)
         result.lazy = FanoutResult(baseline=result.baseline)
         fanout(setup, sizes["rows"], result.lazy, state_rows="lazy")
+        result.lazy_rounds.append(result.lazy)
+        for n in range(1, LAZY_ROUNDS[mode]):  # more rounds, the other one first each time
+            base, lazy = FanoutResult(), FanoutResult()
+            if n % 2:
+                fanout(setup, sizes["rows"], lazy, state_rows="lazy", nth=n)
+                baseline(setup, sizes["rows"], base, nth=n)
+            else:
+                baseline(setup, sizes["rows"], base, nth=n)
+                fanout(setup, sizes["rows"], lazy, state_rows="lazy", nth=n)
+            lazy.baseline = base.baseline
+            result.lazy_rounds.append(lazy)
         filtered(setup, sizes["filter"], result, per_table)
     return result

@@ -237,3 +237,35 @@ def test_the_smoke_plan_leaves_quick_and_full_as_they_were():
     s = plan("smoke", 100, 10, 4, None)
     assert s.grid == quick.grid and s.messages == smoke.MESSAGES
     assert s.backlog.large == smoke.BACKLOG["large"] and s.spark_rows == smoke.SPARK_ROWS
+
+
+def test_the_lazy_fanout_figures_are_the_median_rounds_with_their_spread():
+    """bench.fanout: each lazy round against its own baseline; the three fanout_lazy_* are
+    medians of the rounds (not of one pooled run), with spread and rounds, and their targets
+    carry the spread."""
+    from bench.fanout import GROUPS, FanoutResult
+
+    def one(base_msgs_s: float, group_msgs_s: float) -> FanoutResult:
+        base = Throughput("fanout_base", 100, 2, 20_000, 20_000 / base_msgs_s)
+        base.cpu_s = {"server": 0.2}  # 10 us a delivery
+        r = FanoutResult(baseline=base, fanout_rows_written=5_000)
+        for _ in range(GROUPS):
+            g = Throughput("fanout_group", 100, 2, 20_000, 20_000 / group_msgs_s)
+            g.cpu_s = {"server": 0.2 * group_msgs_s / base_msgs_s * 4 / GROUPS}
+            r.groups.append(g)
+        return r
+
+    result = FanoutResult()
+    result.lazy_rounds = [one(40_000, 10_000), one(40_000, 5_000), one(40_000, 8_000)]
+    result.lazy = result.lazy_rounds[0]
+    median, rounds = result.lazy_figure("aggregate_ratio")
+    assert [round(x, 3) for x in rounds] == [1.0, 0.5, 0.8] and round(median or 0, 3) == 0.8
+    r = Report("quick", "mariadb", 4, 100, 10, poller_interval_s=0.1)
+    r.fanout = result
+    doc = json.loads(r.json_line())
+    assert doc["fanout_lazy_aggregate_ratio"] == 0.8
+    assert doc["fanout_lazy_aggregate_ratio_spread"] == [0.5, 1.0]
+    assert doc["fanout_lazy_aggregate_ratio_rounds"] == [1.0, 0.5, 0.8]
+    assert doc["fanout_lazy_writes_per_msg"] == round(5_000 / (GROUPS * 20_000), 3)
+    (t,) = [t for t in r.targets() if t.key == "fanout_lazy_aggregate_ratio"]
+    assert t.met and t.spread == [0.5, 1.0]

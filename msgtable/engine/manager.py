@@ -701,8 +701,8 @@ class MessageManager:
                     if self._tail.read(rows, after, not full, now):  # a hinted row passed unseen
                         self._restart = True
                         self._poll_wake.set()
-        if taken < len(rows):  # the cache filled up, or was dropped
-            self.store.read_again([r[3] for r in rows[taken:]])
+        if taken < len(rows):  # the cache filled up, or was dropped (ids only if asked)
+            self.store.read_again(r[3] for r in rows[taken:])
         return added
 
     def _poll_ordered(self, ordered: OrderedDue, restart: bool) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -298,7 +298,7 @@ class MySQLStore:
             return [], None
         return rows, poll_key(rows[-1])
 
-    def read_again(self, ids: Collection[Hashable]) -> None:
+    def read_again(self, ids: Iterable[Hashable]) -> None:
         """See Store.read_again: still due in the table, a pass from the head reads them."""
 
     def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:

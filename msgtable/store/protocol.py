@@ -18,7 +18,7 @@ both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import MappingProxyType
 from typing import Any, Protocol
@@ -123,7 +123,7 @@ class Store(DeadLetterStore, OrderStore, Protocol):
         skip_keys: Sequence[Hashable] = (),
     ) -> tuple[list[PolledRow], PollKey | None]: ...
 
-    def read_again(self, ids: Collection[Hashable]) -> None:
+    def read_again(self, ids: Iterable[Hashable]) -> None:
         """The cache let these rows of ``poll``'s go before a subscriber got them (it filled
         up, its last subscriber left, a stream ended before it took them). A table's own
         store does nothing: they are still due, and the next pass from the head reads them;

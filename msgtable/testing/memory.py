@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import Any
 
 from msgtable.core.deadletters import (
@@ -198,7 +198,7 @@ class InMemoryStore:
             rows = self._polled(cfg, picked, values, created)
             return rows, (self._key(cfg, picked[-1]) if picked else None)
 
-    def read_again(self, ids: Collection[Hashable]) -> None:
+    def read_again(self, ids: Iterable[Hashable]) -> None:
         """Store.read_again: still due here, the next pass from the head reads them."""
 
     def poll_timed(self, cfg: TableConfig, now_ns: int, limit: int) -> list[PolledRow]:

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from typing import Any
 
 from msgtable.core.clock import Clock
@@ -245,7 +245,7 @@ class LazyStore:
             self._hold(cfg, ids, time_next, 0)
         return [*rows, *fresh], last
 
-    def read_again(self, ids: Collection[Hashable]) -> None:
+    def read_again(self, ids: Iterable[Hashable]) -> None:
         """The cache let these go before a subscriber got them: the next scan reads them
         again (Window.unread_all; the cursor may not pass them meanwhile)."""
         with self._lock:

@@ -18,6 +18,8 @@ from msgtable.core.tables import Column
 from msgtable.errors import InvalidArgument
 
 from ..conftest import Sql
+from ..waiting import wait_until
+from .helpers import Collector, serve
 
 ODD = "odd%s`name"  # a column name with a DBAPI placeholder and a backtick in it
 ODD_QUOTED = "`odd%s``name`"  # as a filter (and SQLAlchemy text()) names it
@@ -224,3 +226,23 @@ def test_injection_attempts_are_refused_and_leave_the_table_untouched(sql: Sql, 
     assert state() == before
     tables = "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE()"
     assert sql.scalar(tables) == 1
+
+
+def test_a_filter_on_a_column_added_since_the_last_discovery_is_accepted(db_dsn: str):
+    """The table was ALTERed after the server read its definition (discovery an hour away,
+    no binlog): CreateSubscription checks the filter naming the new column against the table
+    as it is now, not refusing it as an unknown column."""
+    with serve(db_dsn, discovery_interval_s=3600, follow_binlog=False) as s:
+        s.create_table("orders", "region varchar(16)", vt_poller_interval=0.2, vt_purge_after=0)
+        s.engine.refresh()
+        wait_until(lambda: s.engine.loaded("orders") is not None, 10, "orders loaded")
+        s.sql("alter table orders add column tier varchar(8) not null default 'basic'")
+        s.client.create_subscription("orders", "gold", filter="tier = 'gold'")
+        s.sql("insert into orders(id, message, tier) values (1, 'a', 'basic'), (2, 'b', 'gold')")
+        c = Collector(s.client, "orders", subscription="gold")
+        try:
+            msgs = c.take(1, 15.0)
+            c.subscription.ack(msgs)
+            assert [int(m.id) for m in msgs] == [2]
+        finally:
+            c.close()

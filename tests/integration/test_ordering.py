@@ -130,8 +130,22 @@ def drained(
         w.ack(batch, ds)
 
     w = Workers(s, workers, handle, filters=filters)
+
+    def missing() -> str:  # the verdict of a time-out: what was not acked, and why it may be
+        left = sorted({str(rid) for rid, _ in rows} - {str(i) for i in w.acked})
+        try:
+            t = next(t for t in s.client.list_tables() if t.name == "jobs")
+            table = f"in flight {t.in_flight}, keys in flight {t.keys_in_flight}, cached {t.cached}"
+        except Exception as exc:  # (the verdict says so rather than hide the time-out)
+            table = f"ListTables failed: {exc!r}"
+        return (
+            f"every message acked: {len(rows) - len(left)} of {len(rows)}, not acked "
+            f"{left[:10]}{' ...' if len(left) > 10 else ''}; {len(w.log.deliveries)} deliveries; "
+            f"jobs: {table}; worker errors: {[repr(e) for e in w.errors][:3]}"
+        )
+
     try:
-        wait_until(lambda: len(w.acked) == len(rows), timeout_s=30, what="every message acked")
+        wait_until(lambda: len(w.acked) == len(rows), timeout_s=30, what=missing)
     finally:
         w.close()
     assert not w.errors

@@ -415,8 +415,8 @@ class LazyStore:
                 if flying:
                     if sending:
                         quiet = [i for i in ids if i in flying and i in first]
-                    if len(quiet) < len(flying):
-                        calm = set(quiet)
+                    calm = set(quiet)
+                    if len(calm) < len(flying):
                         loud = [i for i in ids if i in flying and i not in calm]
                     w.settle_all(quiet, written=False)
             mine = {*quiet, *loud}

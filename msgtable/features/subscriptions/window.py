@@ -5,16 +5,16 @@ A message enters the window when the scan reads it (into the cache) and is sent 
 (nothing is written: the send is in memory, as the default group's lazy postpone); one the
 cache lets go of before a subscriber got it stays, unsent, and is read again. It leaves it
 when the cursor passes it, which the cursor may only do over a prefix (in sequence order)
-of messages that are each
-either **acked** (settled in the window: no write of its own) or **held** (its state row
-was written: a postpone, a release, a reject, an ack by DML: from then on the state table
-serves it). So the durable cursor never passes an unsettled message without a state row,
-and a crash, which loses the window, loses no message: the next sender scans above the
-durable cursor and sends the rest again (at least once). ``advance`` says where the cursor
-can go, ``moved`` that it went there (one conditional UPDATE per flush, msgtable.store:
-advance_cursor), ``lost`` that another sender moved it (the window is dropped). While a
-message not settled holds the cursor (``held_at``), ``acked_only`` names the acks behind it
-that live in the window alone, to write as acked state rows (``written``: held from then on).
+of messages that are each either **acked** (settled in the window: no write of its own) or
+**held** (its state row was written: a postpone, a release, a reject, an ack by DML: from
+then on the state table serves it). So the durable cursor never passes an unsettled message
+without a state row, and a crash, which loses the window, loses no message: the next sender
+scans above the durable cursor and sends the rest again (at least once). ``advance`` says
+where the cursor can go, ``moved`` that it went there (one conditional UPDATE per flush,
+msgtable.store: advance_cursor), ``lost`` that another sender moved it (the window is
+dropped). While a message not settled holds the cursor (``held_at``), ``acked_only`` names
+the acks behind it that live in the window alone, to write as acked state rows
+(``written``: held from then on).
 
 Pure bookkeeping, no clock and no I/O: the caller passes the times and writes what it says
 (msgtable.features.subscriptions.lazy serves a lazy subscription through it).

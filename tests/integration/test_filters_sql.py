@@ -246,3 +246,25 @@ def test_a_filter_on_a_column_added_since_the_last_discovery_is_accepted(db_dsn:
             assert [int(m.id) for m in msgs] == [2]
         finally:
             c.close()
+
+
+def test_a_table_made_anew_under_the_same_name_gets_its_subscription(db_dsn: str):
+    """A message table with a subscription dropped and made again under the same name, the
+    server not told (discovery an hour away, no binlog): CreateSubscription works on the
+    table as it is now (the old one had the fan-out's column, the new one has not)."""
+    with serve(db_dsn, discovery_interval_s=3600, follow_binlog=False) as s:
+        s.create_table("orders", "region varchar(16)", vt_poller_interval=0.2, vt_purge_after=0)
+        s.engine.refresh()
+        s.client.create_subscription("orders", "eu", filter="region = 'eu'")
+        s.client.drop_subscription("orders", "eu")
+        s.sql("drop table orders")
+        s.create_table("orders", "region varchar(16)", vt_poller_interval=0.2, vt_purge_after=0)
+        s.client.create_subscription("orders", "eu", filter="region = 'eu'")
+        s.sql("insert into orders(id, message, region) values (1, 'a', 'us'), (2, 'b', 'eu')")
+        c = Collector(s.client, "orders", subscription="eu")
+        try:
+            msgs = c.take(1, 15.0)
+            c.subscription.ack(msgs)
+            assert [int(m.id) for m in msgs] == [2]
+        finally:
+            c.close()

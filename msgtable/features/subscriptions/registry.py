@@ -370,24 +370,20 @@ class Registry:
 
     def create_subscription(self, sub: Subscription, from_start: bool = False) -> int:
         """Create a subscription of a loaded message table; with ``from_start`` it gets every
-        retained unacked message too (returns how many). Filter, projection and settings are
-        checked first, against the table as discovery last read it and, if refused there, as
-        it is now (a column added since): nothing is written for a bad one."""
+        retained unacked message too (returns how many). The table is read again first (a
+        column added since the last discovery, a table made anew under the same name), then
+        filter, projection and settings are checked: nothing is written for a bad one."""
         store = self._need()
         now = self.host.clock.now_ns()
         sub = dataclasses.replace(sub, time_created_ns=now, limits=merge_limits((), sub.limits))
         sub = check_settings(sub)
+        self.host.refresh()
         table = self.host.find(sub.table).config
         if table.source:
             raise InvalidArgument(
                 f"{sub.table} is a subscription's state table, not a message table"
             )
-        try:
-            ls = self._check_subscription(table, sub)
-        except InvalidArgument:  # a column added since the last discovery? read it again
-            self.host.refresh()
-            table = self.host.find(sub.table).config
-            ls = self._check_subscription(table, sub)
+        ls = self._check_subscription(table, sub)
         n = store.create_subscription(table, ls, from_start, self.host.clock.now_ns())
         log.info("subscription %s created%s", sub.label, f" with {n:,} messages" if n else "")
         self.host.refresh()

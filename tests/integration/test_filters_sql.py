@@ -19,7 +19,7 @@ from msgtable.errors import InvalidArgument
 
 from ..conftest import Sql
 from ..waiting import wait_until
-from .helpers import Collector, serve
+from .helpers import Collector, Served, serve
 
 ODD = "odd%s`name"  # a column name with a DBAPI placeholder and a backtick in it
 ODD_QUOTED = "`odd%s``name`"  # as a filter (and SQLAlchemy text()) names it
@@ -228,43 +228,46 @@ def test_injection_attempts_are_refused_and_leave_the_table_untouched(sql: Sql, 
     assert sql.scalar(tables) == 1
 
 
+UNTOLD = dict(discovery_interval_s=3600, follow_binlog=False)  # a server not told of DDL
+ORDERS = dict(vt_poller_interval=0.2, vt_purge_after=0)
+
+
+def first_delivered(s: Served, subscription: str) -> list[int]:
+    """The ids of the first batch the subscription delivers (acked)."""
+    c = Collector(s.client, "orders", subscription=subscription)
+    try:
+        msgs = c.take(1, 15.0)
+        c.subscription.ack(msgs)
+        return [int(m.id) for m in msgs]
+    finally:
+        c.close()
+
+
 def test_a_filter_on_a_column_added_since_the_last_discovery_is_accepted(db_dsn: str):
     """The table was ALTERed after the server read its definition (discovery an hour away,
     no binlog): CreateSubscription checks the filter naming the new column against the table
     as it is now, not refusing it as an unknown column."""
-    with serve(db_dsn, discovery_interval_s=3600, follow_binlog=False) as s:
-        s.create_table("orders", "region varchar(16)", vt_poller_interval=0.2, vt_purge_after=0)
+    with serve(db_dsn, **UNTOLD) as s:
+        s.create_table("orders", "region varchar(16)", **ORDERS)
         s.engine.refresh()
         wait_until(lambda: s.engine.loaded("orders") is not None, 10, "orders loaded")
         s.sql("alter table orders add column tier varchar(8) not null default 'basic'")
         s.client.create_subscription("orders", "gold", filter="tier = 'gold'")
         s.sql("insert into orders(id, message, tier) values (1, 'a', 'basic'), (2, 'b', 'gold')")
-        c = Collector(s.client, "orders", subscription="gold")
-        try:
-            msgs = c.take(1, 15.0)
-            c.subscription.ack(msgs)
-            assert [int(m.id) for m in msgs] == [2]
-        finally:
-            c.close()
+        assert first_delivered(s, "gold") == [2]
 
 
 def test_a_table_made_anew_under_the_same_name_gets_its_subscription(db_dsn: str):
     """A message table with a subscription dropped and made again under the same name, the
     server not told (discovery an hour away, no binlog): CreateSubscription works on the
     table as it is now (the old one had the fan-out's column, the new one has not)."""
-    with serve(db_dsn, discovery_interval_s=3600, follow_binlog=False) as s:
-        s.create_table("orders", "region varchar(16)", vt_poller_interval=0.2, vt_purge_after=0)
+    with serve(db_dsn, **UNTOLD) as s:
+        s.create_table("orders", "region varchar(16)", **ORDERS)
         s.engine.refresh()
         s.client.create_subscription("orders", "eu", filter="region = 'eu'")
         s.client.drop_subscription("orders", "eu")
         s.sql("drop table orders")
-        s.create_table("orders", "region varchar(16)", vt_poller_interval=0.2, vt_purge_after=0)
+        s.create_table("orders", "region varchar(16)", **ORDERS)
         s.client.create_subscription("orders", "eu", filter="region = 'eu'")
         s.sql("insert into orders(id, message, region) values (1, 'a', 'us'), (2, 'b', 'eu')")
-        c = Collector(s.client, "orders", subscription="eu")
-        try:
-            msgs = c.take(1, 15.0)
-            c.subscription.ack(msgs)
-            assert [int(m.id) for m in msgs] == [2]
-        finally:
-            c.close()
+        assert first_delivered(s, "eu") == [2]

@@ -520,3 +520,52 @@ def test_acks_written_behind_a_held_cursor_are_counted(served: Served):
     finally:
         c.close()
         m.close()
+
+
+@pytest.mark.parametrize("how", ["deleted", "filtered out"])
+def test_a_message_no_stream_takes_stops_holding_the_cursor_once_the_application_drops_it(
+    served: Served, how: str
+):
+    """Message 1, which no subscriber's stream filter passes, is read and never sent: it
+    holds the cursor (and so the purge of every message after it). Then the application
+    deletes it, or changes it so that the subscription's filter no longer passes it: the
+    scan from the cursor no longer finds it, so it stops holding the cursor, and nothing
+    sends it afterwards (it held the cursor and the purge for good)."""
+    make_orders(served)
+    served.client.create_subscription("orders", "lazy", filter="amount < 1000", state_rows="lazy")
+    enqueue(served, [1, 2, 3])
+    default = Collector(served.client, "orders")
+    c = Collector(served.client, "orders", subscription="lazy", filter="id > 1")
+    try:
+        assert take_ids(default, 3) == [1, 2, 3]
+        assert take_ids(c, 2) == [2, 3]
+        ((held,),) = served.sql("select time_fanout from orders where id = 1")
+        time.sleep(1.0)  # several polls and flushes (vt_poller_interval=0.2)
+        assert cursor(served) < int(held), "message 1, never sent, holds the cursor"
+        assert served.sql("select count(*) from orders")[0][0] == 3, "and the purge"
+        if how == "deleted":
+            served.sql("delete from orders where id = 1")
+        else:
+            served.sql("update orders set amount = 5000 where id = 1")
+        wait_until(
+            lambda: cursor(served) == last_number(served),
+            20,
+            lambda: (
+                f"the cursor ({cursor(served)}) passed message 1 ({how}) and the two acked "
+                f"(to {last_number(served)})"
+            ),
+        )
+        wait_until(
+            lambda: served.sql("select count(*) from orders")[0][0] == 0,
+            10,
+            "the messages purged once the cursor passed them",
+        )
+        assert state_rows(served) == 0, "nothing written for message 1"
+        everything = Collector(served.client, "orders", subscription="lazy")
+        try:
+            everything.nothing_for(1.5)
+        finally:
+            everything.close()
+    finally:
+        c.close()
+        default.close()

@@ -37,7 +37,9 @@ state row):
   alone. Once the same message has held the cursor vt_postpone_after, each flush writes the
   acks behind it that the window alone knows as acked state rows (one multi-row upsert: an
   ack already there is kept, a dead row stays dead), as does a sender that lets go; only
-  messages sent and acked get one, so no state row races a send.
+  messages sent and acked get one, so no state row races a send. A message read and not
+  sent that a scan over its number no longer finds (the application deleted it, acked it by
+  its upsert, or changed it past the filter) stops holding the cursor (Window.read_scan).
 
 A crash loses the window and nothing else: the cursor passes only messages acked here or
 held by a committed state row; the next sender scans from it and sends the rest again (what
@@ -240,7 +242,9 @@ class LazyStore:
             self._floored = floor_ns is not None
             start = window.cursor if rewind else window.scan_after
         scanned = self._subs.unsent_rows(table, cfg, loaded.filter, start, room)
-        fresh, later = self._read(window, scanned, now_ns, created, floor_ns)
+        fresh, later = self._read(
+            window, scanned, now_ns, created, floor_ns, (start, len(scanned) < room, rewind)
+        )
         for time_next, ids in later.items():
             self._hold(cfg, ids, time_next, 0)
         return [*rows, *fresh], last
@@ -259,17 +263,21 @@ class LazyStore:
         horizon_ns: int,
         created: bool,
         floor_ns: int | None = None,
+        began: tuple[int, bool, bool] | None = None,
     ) -> tuple[list[PolledRow], dict[int, list[Hashable]]]:
         """The scan's rows into the window: those for the cache, and those due later than
         ``horizon_ns`` (by their time_next) to park; those an old sender may have sent
-        (``floor_ns``) neither."""
+        (``floor_ns``) neither. ``began``: where the scan began, whether it read all above
+        that, whether from the cursor (Window.read_scan: what it no longer finds)."""
         fresh: list[PolledRow] = []
         later: dict[int, list[Hashable]] = {}
         with self._lock:
             if self._window is not window:  # another sender moved the cursor meanwhile
                 return [], {}
             rows = self._rows
-            for row in window.read_scan(scanned):  # (not passed, nor acked here since)
+            after, complete, net = began if began is not None else (None, False, False)
+            # (not passed, nor acked here since)
+            for row in window.read_scan(scanned, after, complete, net):
                 rid = row[3]
                 rows[rid] = (row[0] or 0, row[-1])
                 if floor_ns is not None and max(row[1] or 0, row[-1] or 0) <= floor_ns:

@@ -22,7 +22,7 @@ Pure bookkeeping, no clock and no I/O: the caller passes the times and writes wh
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Iterable
+from collections.abc import Collection, Hashable, Iterable, Sequence
 
 from msgtable.core.rows import PolledRow
 
@@ -71,12 +71,25 @@ class Window:
         self.scan_after = top
         return new
 
-    def read_scan(self, scanned: Iterable[tuple[PolledRow, int]]) -> list[PolledRow]:
-        """A scan's rows (each as a poll reads it, its id fourth, with its number), ``read``
-        in one pass: returns those not stale (numbered at or below the cursor, or settled
-        here since the scan began), for the cache (which keeps one of each)."""
+    def read_scan(
+        self,
+        scanned: Sequence[tuple[PolledRow, int]],
+        after: int | None = None,
+        complete: bool = False,
+        net: bool = False,
+    ) -> list[PolledRow]:
+        """A scan's rows (each as a poll reads it, its id fourth, with its number; in
+        number order), ``read`` in one pass: returns those not stale (numbered at or below
+        the cursor, or settled here since the scan began), for the cache (which keeps one
+        of each). ``after``: where the scan began, and ``complete``: it read every row
+        above that (fewer than its limit), so it covered the numbers up to its last row's,
+        or all: a message of the window there that the cache does not hold (let go of;
+        ``net``: a scan from the cursor, any not sent) and that the scan did not find was
+        deleted, acked by the application's upsert, or changed so that the filter no
+        longer passes it: settled (``gone``), or it would hold the cursor for good."""
         by_id, ids, top, again = self._by_id, self._ids, self.scan_after, self._again
         cursor = self.cursor
+        missing = self._unsent() if net and after is not None else None
         out = []
         for row, number in scanned:
             if number <= cursor:
@@ -90,10 +103,36 @@ class Window:
                 continue
             elif again and id in again:
                 again.discard(id)
+            if missing:
+                missing.discard(id)
             if number > top:
                 top = number
             out.append(row)
         self.scan_after = top
+        if after is not None and (again or missing):
+            upto = None if complete or not scanned else scanned[-1][1]
+            self.gone({*again, *(missing or ())}, after, upto)
+        return out
+
+    def _unsent(self) -> set[Hashable]:
+        """The ids read and neither sent nor settled."""
+        return {i for i, e in self._by_id.items() if e[_SENT] is None and not e[_SETTLED]}
+
+    def gone(self, ids: Iterable[Hashable], after: int, upto: int | None) -> list[Hashable]:
+        """Those of ``ids`` unsent and unsettled numbered above ``after`` (and at most
+        ``upto``) are no longer the window's to stand for (a scan of that range did not find
+        them): settled as held, with nothing to write. Returns them."""
+        by_id, out = self._by_id, []
+        for id in ids:
+            entry = by_id.get(id)
+            if entry is None or entry[_SETTLED] or entry[_SENT] is not None:
+                continue
+            number = entry[_NUMBER]
+            assert isinstance(number, int)
+            if number > after and (upto is None or number <= upto):
+                entry[_SETTLED] = HELD
+                self._again.discard(id)
+                out.append(id)
         return out
 
     def unread(self, id: Hashable) -> None:

@@ -524,3 +524,45 @@ def test_after_a_takeover_new_messages_go_at_once_and_the_old_ones_after_the_hol
     engine.ack("q", "", [1], subscription="lazy")
     m.poll_once()
     assert cursor(engine) == 2
+
+
+@pytest.mark.parametrize("how", ["deleted", "acked by DML", "filtered out"])
+def test_a_message_let_go_that_the_scan_no_longer_finds_does_not_hold_the_cursor(how):
+    """The cache let 1 and 2 go unsent (the last subscriber left); then the application
+    deleted 1, acked it by its upsert (no binlog here to say so), or changed it so that the
+    subscription's filter no longer passes it. The scan from below 1 does not find it: the
+    window stops standing for it, so the cursor passes it once 2 is acked (it held the
+    cursor, and so the purge, for good)."""
+    store = InMemoryStore()
+    store.create_table("q", DEMO_COMMENT)
+    e = assemble(
+        store, clock=FakeClock(), rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    try:
+        e.refresh()
+        flt = "message != 'gone'" if how == "filtered out" else ""
+        e.create_subscription(Subscription("q", "lazy", state_rows="lazy", filter=flt))
+        for i in (1, 2):
+            store.insert("q", i, message=f"m{i}")
+        assert fan_out(e) == 2
+        m, _ = served(e)
+        sub = e.subscribe("q", subscription="lazy")
+        m.poll_once()
+        sub.close()  # 1 and 2 let go, unsent
+        if how == "deleted":
+            store.delete("q", 1)
+        elif how == "filtered out":
+            store.update("q", 1, message="gone")
+        else:
+            store.subscription_store.write_state_rows(
+                m.config, [(1, 0, None, 1, None)], e.clock.now_ns()
+            )
+        sub = e.subscribe("q", subscription="lazy")
+        m.poll_once()
+        assert m.send_once() == 1
+        assert [v[0] for v in drain(sub)] == [2]
+        assert e.ack("q", "", [2], subscription="lazy") == 1
+        m.poll_once()
+        assert cursor(e) == 2, f"1 ({how}) still holds the cursor"
+    finally:
+        e.close()

@@ -100,6 +100,30 @@ def test_a_scan_hands_out_what_is_neither_passed_nor_settled():
     assert w.advance() == 2 and w.held_at == 3
 
 
+def test_what_a_scan_no_longer_finds_stops_holding_the_cursor():
+    """A message let go of (or, for a scan from the cursor, any not sent) that a scan over
+    its number does not find (deleted, acked by the application's upsert, filtered out now)
+    is settled, nothing to write; one beyond what a full scan covered, or in flight, is
+    not."""
+    w = Window(cursor=0)
+
+    def row(n: int) -> tuple[object, ...]:
+        return (0, None, 0, n, f"m{n}", 0)
+
+    assert w.read_scan([(row(n), n) for n in (1, 2, 3, 4, 5)]) == [row(n) for n in (1, 2, 3, 4, 5)]
+    assert w.sent(5, 0)
+    w.unread_all([1, 4])
+    # a full scan (its limit reached) from 0 that covered up to 3: 1 is gone, 4 not known
+    assert w.read_scan([(row(n), n) for n in (2, 3)], after=0) == [row(2), row(3)]
+    assert w.settled(1) and not w.settled(4)
+    assert w.acked_only() == [], "nothing to write for it"
+    # a scan from the cursor that read every row above it: 2 (read, never sent) and 4 are
+    # gone; 5 is in flight (its ack or postpone settles it)
+    assert w.read_scan([(row(3), 3)], after=0, complete=True, net=True) == [row(3)]
+    assert w.settled(2) and w.settled(4) and not w.settled(5) and not w.settled(3)
+    assert w.sent(3, 0) and w.acked(3) and w.advance() == 4 and w.held_at == 5
+
+
 def test_the_acks_behind_a_held_cursor_are_named_until_written():
     """``held_at`` says where the settled prefix ends; ``acked_only`` the acks behind it that
     live in the window alone (not those held by a state row), until ``written``."""

@@ -25,7 +25,8 @@ state row):
   flush here moves the cursor any more), an acked state row is upserted instead;
 * postpone (vt_postpone_after after the send, unacked): its state row INSERTed, epoch 1,
   time_next by the backoff: held; with vt_postpone_after=0 the claim writes it before the
-  hand-over;
+  hand-over, and what the fence kept out (this server no longer sends the table) is not
+  handed over;
 * release, renew, reject: its state row written as the eager fan-out's (epoch 0), then the
   verb as on any state row, counting the send;
 * the flush: the cursor moved over the window's settled prefix, one conditional UPDATE
@@ -188,20 +189,21 @@ class LazyStore:
 
     def _hold(
         self, cfg: TableConfig, ids: list[Hashable], time_next: int | None, epoch: int
-    ) -> None:
+    ) -> bool:
         """Write their state rows; the window holds them from then on. Rows the store's
         fence kept from being written (this server no longer sends the table: MySQLStore.
-        fence_as) stay in flight in the window, so the cursor never passes them from here:
-        the next sender sends them from the cursor."""
+        fence_as; False) stay unsettled in the window, so the cursor never passes them from
+        here: the next sender sends them from the cursor."""
         if not ids:
-            return
+            return True
         with self._lock:
             rows = [self._state_row(i, time_next, epoch) for i in ids]
         if not self._subs.write_state_rows(cfg, rows):
-            return
+            return False
         with self._lock:
             if self._window is not None:
                 self._window.settle_all(ids, unsent=True)
+        return True
 
     # -- polls -----------------------------------------------------------------------------
     def poll(
@@ -315,13 +317,18 @@ class LazyStore:
         keep: Keep | None = None,
     ) -> list[CachedRow]:
         """vt_postpone_after=0: the window's rows get their state rows (the postpone)
-        before the hand-over, as the claim UPDATE is the others' postpone."""
+        before the hand-over, as the claim UPDATE is the others' postpone. Those the fence
+        kept out are not handed over (the next sender sends them from the cursor; a
+        hand-over here would have two subscribers hold them at once): unsent again."""
         mine, others = self._split(batch)
         mine = self._unwritten(cfg, mine)
+        if mine:
+            self._mark_sent(mine, now_ns)
+            if not self._hold(cfg, [r.id for r in mine], next_ns(0), 1):
+                self.read_again(r.id for r in mine)
+                mine = []
         if not mine:
             return self._store.claim(cfg, others, now_ns, next_ns, deliver, keep)
-        self._mark_sent(mine, now_ns)
-        self._hold(cfg, [r.id for r in mine], next_ns(0), 1)
         return self._hand(
             mine,
             others,

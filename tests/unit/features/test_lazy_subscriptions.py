@@ -566,3 +566,31 @@ def test_a_message_let_go_that_the_scan_no_longer_finds_does_not_hold_the_cursor
         assert cursor(e) == 2, f"1 ({how}) still holds the cursor"
     finally:
         e.close()
+
+
+def test_a_claim_whose_state_rows_the_fence_kept_out_hands_nothing_over(monkeypatch):
+    """vt_postpone_after=0: a lazy subscription's claim writes the state rows (the postpone)
+    before the hand-over. When the store's fence keeps them out (this server no longer sends
+    the table: write_state_rows answers 0, as MySQLStore's does; tested on the databases in
+    test_placement), the rows are not handed over: the next sender sends them from the
+    cursor, and a hand-over here too would have two subscribers hold them at once."""
+    store = InMemoryStore()
+    store.create_table("q", f"{DEMO_COMMENT},vt_postpone_after=0")
+    e = assemble(
+        store, clock=FakeClock(), rng=random.Random(1), discovery_interval_s=3600, run_loops=False
+    )
+    try:
+        e.refresh()
+        e.create_subscription(Subscription("q", "lazy", state_rows="lazy"))
+        m, _ = served(e)
+        assert m.config.postpone_after_s == 0
+        enqueue(e, 1, 2)
+        monkeypatch.setattr(store.subscription_store, "write_state_rows", lambda *a, **k: 0)
+        sub = e.subscribe("q", subscription="lazy")
+        m.poll_once()
+        m.send_once()
+        assert drain(sub) == [], "handed over with no state row written"
+        assert store.rows[STATE] == {}
+        assert cursor(e) == 0
+    finally:
+        e.close()

@@ -80,6 +80,7 @@ from msgtable.store.protocol import (
 )
 
 log = logging.getLogger(__name__)
+_UNKNOWN: PolledRow = (0, None, 0, None, None)  # a row not read by the scan: its age unknown
 
 FLUSH_ACKS = 1_000  # acks settled in the window since the last flush: the cursor moves now
 # A scan from the cursor at least this often (and at most once a poll interval): a net for a
@@ -129,7 +130,9 @@ class LazyStore:
         self._clock = clock
         self._lock = threading.Lock()  # the window and what goes with it; no statement under it
         self._window: Window | None = None  # from the durable cursor, at the first poll
-        self._rows: dict[Hashable, tuple[int, int | None]] = {}  # priority, time_created
+        # each message's row as the scan read it (priority first, time_created last), while
+        # it is in the window: its state row's values (_state_row)
+        self._rows: dict[Hashable, PolledRow] = {}
         self._acked: tuple[int, set[Hashable]] = (0, set())  # the last ack's, by its time
         self._settled = 0  # acks settled in the window since the last flush
         self._flush_lock = threading.Lock()  # one flush at a time; statements under it
@@ -166,7 +169,8 @@ class LazyStore:
             return self._window
 
     def _state_row(self, rid: Hashable, time_next: int | None, epoch: int) -> StateRow:
-        priority, created = self._rows.get(rid, (0, None))
+        row = self._rows.get(rid)
+        priority, created = (0, None) if row is None else (row[0] or 0, row[-1])
         return (rid, priority, time_next, epoch, created)
 
     def _split(self, batch: Sequence[CachedRow]) -> tuple[list[CachedRow], list[CachedRow]]:
@@ -281,7 +285,7 @@ class LazyStore:
             # (not passed, nor acked here since)
             for row in window.read_scan(scanned, after, complete, net):
                 rid = row[3]
-                rows[rid] = (row[0] or 0, row[-1])
+                rows[rid] = row
                 if floor_ns is not None and max(row[1] or 0, row[-1] or 0) <= floor_ns:
                     continue  # held back: read again from the cursor after the hold
                 if row[1] is not None and row[1] > horizon_ns:
@@ -349,7 +353,7 @@ class LazyStore:
         before = self._others_before()
         with self._lock:  # (each row's time_created as the scan read it; 0: unknown)
             made = self._rows
-            old = [r.id for r in rows if (made.get(r.id, (0, None))[1] or 0) <= before]
+            old = [r.id for r in rows if ((made.get(r.id) or _UNKNOWN)[-1] or 0) <= before]
         if not old:
             return rows
         written = self._subs.written_of(cfg, old)
@@ -616,13 +620,14 @@ class LazyStore:
             if new is not None and self._window is w:
                 self.counts.cursor_writes += 1
                 if cursor == new:
-                    w.moved(new)
+                    rows = self._rows  # (a message's, while in the window: _state_row)
+                    for gone in w.moved(new):
+                        rows.pop(gone, None)
                 else:
                     if cursor is not None:  # (None: the subscription is gone)
                         lost = [self._state_row(i, None, 1) for i in w.acked_only(cursor)]
                     w.lost(old if cursor is None else cursor)
-                keep = w.ids()  # (an acked one's too: its state row, _write_acked)
-                self._rows = {i: v for i, v in self._rows.items() if i in keep}
+                    self._rows = {}
         if lost:
             self._write_lost(cfg, lost, now_ns)
         elif durable and now_ns is not None:

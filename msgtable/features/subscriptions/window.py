@@ -22,15 +22,19 @@ Pure bookkeeping, no clock and no I/O: the caller passes the times and writes wh
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Collection, Hashable, Iterable, Sequence
+from itertools import islice
 
 from msgtable.core.rows import PolledRow
 
-# An entry is a list, not an object, so that a batch of them costs no call each (the cost
-# guard counts calls): [its number in the table's fan-out sequence, when it was first sent
-# (None: read by the scan, not sent yet: in the cache), settled (0: no; ACKED: acked here,
-# nothing written; HELD: its state row written; either way the cursor may pass it)].
-_NUMBER, _SENT, _SETTLED = 0, 1, 2
+# A message's state is kept in three dicts of plain values, not an object or a list per
+# message: a batch costs no call each (the cost guard counts calls), and a window of thousands
+# of messages adds no object for the garbage collector to traverse. ``_number``: every id in
+# the window, its number in the table's fan-out sequence; ``_sent``: those handed to a
+# subscriber, when first (absent: read by the scan, not sent yet: in the cache); ``_settled``:
+# those settled (ACKED: acked here, nothing written; HELD: its state row written, or nothing
+# to write; either way the cursor may pass it).
 ACKED, HELD = 1, 2
 
 
@@ -41,13 +45,16 @@ class Window:
     def __init__(self, cursor: int) -> None:
         self.cursor = cursor
         self.scan_after = cursor  # the next scan reads the rows numbered above this
-        self._by_id: dict[Hashable, list[object]] = {}
+        self._number: dict[Hashable, int] = {}
+        self._sent: dict[Hashable, int] = {}
+        self._settled: dict[Hashable, int] = {}
         self._ids: dict[int, Hashable] = {}  # number -> id
+        self._numbers: list[int] = []  # the keys of _ids, ascending (the cursor's way)
         self._again: set[Hashable] = set()  # let go of (unread): the next scan reads them again
         self.held_at: int | None = None  # the first unsettled number, as ``advance`` saw it
 
     def __len__(self) -> int:
-        return len(self._by_id)
+        return len(self._number)
 
     def read(self, number: int, id: Hashable) -> bool:
         """The scan read it (into the cache): the cursor may not pass it until it is sent
@@ -56,19 +63,21 @@ class Window:
 
     def read_all(self, rows: Iterable[tuple[int, Hashable]]) -> list[Hashable]:
         """``read`` of each (number, id); returns the ids new to the window."""
-        by_id, ids, top, again = self._by_id, self._ids, self.scan_after, self._again
+        numbered, ids, top, again = self._number, self._ids, self.scan_after, self._again
         new = []
+        added = len(ids)
         for number, id in rows:
             if number > top:
                 top = number
-            if id not in by_id:
-                by_id[id] = [number, None, 0]
+            if id not in numbered:
+                numbered[id] = number
                 ids[number] = id
                 new.append(id)
             elif again and id in again:
                 again.discard(id)
                 new.append(id)
         self.scan_after = top
+        self._numbered(len(ids) - added)
         return new
 
     def read_scan(
@@ -87,19 +96,19 @@ class Window:
         ``net``: a scan from the cursor, any not sent) and that the scan did not find was
         deleted, acked by the application's upsert, or changed so that the filter no
         longer passes it: settled (``gone``), or it would hold the cursor for good."""
-        by_id, ids, top, again = self._by_id, self._ids, self.scan_after, self._again
-        cursor = self.cursor
+        numbered, ids, top, again = self._number, self._ids, self.scan_after, self._again
+        settled, cursor = self._settled, self.cursor
         missing = self._unsent() if net and after is not None else None
+        added = len(ids)
         out = []
         for row, number in scanned:
             if number <= cursor:
                 continue
             id = row[3]
-            entry = by_id.get(id)
-            if entry is None:
-                by_id[id] = [number, None, 0]
+            if id not in numbered:
+                numbered[id] = number
                 ids[number] = id
-            elif entry[_SETTLED]:
+            elif id in settled:
                 continue
             elif again and id in again:
                 again.discard(id)
@@ -109,28 +118,40 @@ class Window:
                 top = number
             out.append(row)
         self.scan_after = top
+        self._numbered(len(ids) - added)
         if after is not None and (again or missing):
             upto = None if complete or not scanned else scanned[-1][1]
             self.gone({*again, *(missing or ())}, after, upto)
         return out
 
+    def _numbered(self, k: int) -> None:
+        """The last ``k`` numbers read into the window (the newest keys of ``_ids``, in the
+        order read: a scan's, ascending), into the ascending list of its numbers."""
+        if not k:
+            return
+        new = list(islice(reversed(self._ids), k))
+        new.reverse()
+        numbers = self._numbers
+        numbers.extend(new)
+        if (len(numbers) > k and new[0] < numbers[-k - 1]) or (k > 1 and new != sorted(new)):
+            numbers.sort()  # (not read in order: a test's reads, a row read late)
+
     def _unsent(self) -> set[Hashable]:
         """The ids read and neither sent nor settled."""
-        return {i for i, e in self._by_id.items() if e[_SENT] is None and not e[_SETTLED]}
+        sent, settled = self._sent, self._settled
+        return {i for i in self._number if i not in sent and i not in settled}
 
     def gone(self, ids: Iterable[Hashable], after: int, upto: int | None) -> list[Hashable]:
         """Those of ``ids`` unsent and unsettled numbered above ``after`` (and at most
         ``upto``) are no longer the window's to stand for (a scan of that range did not find
         them): settled as held, with nothing to write. Returns them."""
-        by_id, out = self._by_id, []
+        numbered, sent, settled, out = self._number, self._sent, self._settled, []
         for id in ids:
-            entry = by_id.get(id)
-            if entry is None or entry[_SETTLED] or entry[_SENT] is not None:
+            number = numbered.get(id)
+            if number is None or id in settled or id in sent:
                 continue
-            number = entry[_NUMBER]
-            assert isinstance(number, int)
             if number > after and (upto is None or number <= upto):
-                entry[_SETTLED] = HELD
+                settled[id] = HELD
                 self._again.discard(id)
                 out.append(id)
         return out
@@ -144,15 +165,13 @@ class Window:
         handed over and given back): the next scan starts below the first again. Each stays
         in the window, unsettled and unsent, so the cursor may not pass it meanwhile;
         ``read`` says it is new again when the scan reads it."""
-        by_id = self._by_id
+        numbered, sent, settled = self._number, self._sent, self._settled
         for id in ids:
-            entry = by_id.get(id)
-            if entry is None or entry[_SETTLED]:
+            number = numbered.get(id)
+            if number is None or id in settled:
                 continue
-            entry[_SENT] = None
+            sent.pop(id, None)
             self._again.add(id)
-            number = entry[_NUMBER]
-            assert isinstance(number, int)
             self.scan_after = min(self.scan_after, number - 1)
 
     def sent(self, id: Hashable, sent_ns: int) -> bool:
@@ -162,13 +181,12 @@ class Window:
 
     def sent_all(self, ids: Iterable[Hashable], sent_ns: int) -> list[Hashable]:
         """``sent`` of each; returns those in the window."""
-        by_id = self._by_id
+        numbered, sent = self._number, self._sent
         out = []
         for id in ids:
-            entry = by_id.get(id)
-            if entry is not None:
-                if entry[_SENT] is None:
-                    entry[_SENT] = sent_ns
+            if id in numbered:
+                if id not in sent:
+                    sent[id] = sent_ns
                 out.append(id)
         return out
 
@@ -187,48 +205,41 @@ class Window:
     ) -> list[Hashable]:
         """``held`` (``written`` False: ``acked``) of each; returns those settled now.
         ``unsent``: those read and not sent too (``parked``)."""
-        by_id = self._by_id
+        numbered, sent, settled = self._number, self._sent, self._settled
         out = []
         how = HELD if written else ACKED
         for id in ids:
-            entry = by_id.get(id)
-            if entry is None or entry[_SETTLED]:
+            if id not in numbered or id in settled:
                 continue
-            if entry[_SENT] is None and not unsent:
+            if not unsent and id not in sent:
                 continue
-            entry[_SETTLED] = how
+            settled[id] = how
             out.append(id)
         return out
 
     def parked(self, id: Hashable) -> bool:
         """Its state row was written before it was sent (due later than the poll reads):
         the state table serves it. False: not in the window, or sent already."""
-        entry = self._by_id.get(id)
-        if entry is None or entry[_SENT] is not None:
+        if id not in self._number or id in self._sent:
             return False
         return bool(self.settle_all([id], unsent=True))
 
     def open_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
         """Those in the window and neither acked nor held: no state row, the window alone
         stands for them (read, or sent)."""
-        by_id = self._by_id
-        return {i for i in ids if i in by_id and not by_id[i][_SETTLED]}
+        numbered, settled = self._number, self._settled
+        return {i for i in ids if i in numbered and i not in settled}
 
     def flying_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
         """Those sent and neither acked nor held."""
-        by_id = self._by_id
-        out = set()
-        for i in ids:
-            entry = by_id.get(i)
-            if entry is not None and entry[_SENT] is not None and not entry[_SETTLED]:
-                out.add(i)
-        return out
+        sent, settled = self._sent, self._settled
+        return {i for i in ids if i in sent and i not in settled}
 
     def settled_of(self, ids: Iterable[Hashable]) -> set[Hashable]:
         """Those in the window, acked or held: the cursor may pass them (a scan that reads
         them again is stale)."""
-        by_id = self._by_id
-        return {i for i in ids if i in by_id and by_id[i][_SETTLED]}
+        settled = self._settled
+        return {i for i in ids if i in settled}
 
     def open(self, id: Hashable) -> bool:
         return bool(self.open_of([id]))
@@ -241,29 +252,23 @@ class Window:
 
     def in_flight(self) -> list[Hashable]:
         """The ids sent and neither acked nor held, in sequence order."""
-        flying = self.flying_of(self._by_id)
-        return [i for _, i in sorted(self._ids.items()) if i in flying]
+        ids, sent, settled = self._ids, self._sent, self._settled
+        return [i for i in map(ids.__getitem__, self._numbers) if i in sent and i not in settled]
 
     def overdue(self, now_ns: int, postpone_after_ns: int) -> list[Hashable]:
         """The ids in flight sent ``postpone_after_ns`` or longer ago: their state rows are
         due (the postpone), after which they are held."""
-        by_id = self._by_id
-        out = []
-        for i in self.in_flight():
-            sent = by_id[i][_SENT]
-            assert isinstance(sent, int)
-            if now_ns - sent >= postpone_after_ns:
-                out.append(i)
-        return out
+        sent = self._sent
+        return [i for i in self.in_flight() if now_ns - sent[i] >= postpone_after_ns]
 
     def advance(self) -> int | None:
         """Where the cursor can go now: past the longest settled prefix in sequence order
         (None: not past its place; nothing to write). ``held_at``: where that prefix ends
         (the first unsettled number; None: every one in the window is settled)."""
-        by_id, ids = self._by_id, self._ids
+        ids, settled = self._ids, self._settled
         top = held = None
-        for number in sorted(ids):
-            if not by_id[ids[number]][_SETTLED]:
+        for number in self._numbers:
+            if ids[number] not in settled:
                 held = number
                 break
             top = number
@@ -275,36 +280,43 @@ class Window:
         moved over the settled prefix), in sequence order: while the cursor is held, their
         acks live in this window alone. ``after``: only those numbered above it (beyond
         where another sender moved the cursor)."""
-        by_id, ids = self._by_id, self._ids
-        return [ids[n] for n in sorted(ids) if n > after and by_id[ids[n]][_SETTLED] == ACKED]
+        ids, settled = self._ids, self._settled
+        return [ids[n] for n in self._numbers if n > after and settled.get(ids[n]) == ACKED]
 
     def written(self, ids: Iterable[Hashable]) -> None:
         """Their acked state rows were written (``acked_only``): held from now on."""
-        by_id = self._by_id
+        settled = self._settled
         for id in ids:
-            entry = by_id.get(id)
-            if entry is not None and entry[_SETTLED]:
-                entry[_SETTLED] = HELD
+            if id in settled:
+                settled[id] = HELD
 
-    def moved(self, new: int) -> None:
-        """The cursor was written at ``new``: what it passed leaves the window."""
+    def moved(self, new: int) -> list[Hashable]:
+        """The cursor was written at ``new``: what it passed leaves the window (returned)."""
         self.cursor = max(self.cursor, new)
-        by_id, ids, cursor = self._by_id, self._ids, self.cursor
-        for number in [n for n in ids if n <= cursor]:
-            gone = ids.pop(number)
-            by_id.pop(gone, None)
-            self._again.discard(gone)
-        self.scan_after = max(self.scan_after, cursor)
+        ids, numbers, again = self._ids, self._numbers, self._again
+        numbered, sent, settled = self._number, self._sent, self._settled
+        passed = bisect_right(numbers, self.cursor)
+        gone = [ids.pop(n) for n in numbers[:passed]]
+        del numbers[:passed]
+        for id in gone:
+            numbered.pop(id, None)
+            sent.pop(id, None)
+            settled.pop(id, None)
+        if again:
+            again.difference_update(gone)
+        self.scan_after = max(self.scan_after, self.cursor)
+        return gone
 
     def lost(self, cursor: int) -> None:
         """Another sender moved the cursor (to ``cursor``): the window was not this one's to
         flush; it starts again from there."""
-        self._by_id.clear()
-        self._ids.clear()
+        for d in (self._number, self._sent, self._settled, self._ids):
+            d.clear()
+        self._numbers.clear()
         self._again.clear()
         self.cursor = self.scan_after = cursor
         self.held_at = None
 
     def ids(self) -> Collection[Hashable]:
         """Every id in the window."""
-        return self._by_id.keys()
+        return self._number.keys()

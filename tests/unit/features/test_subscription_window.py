@@ -168,6 +168,25 @@ def test_a_verb_on_a_message_no_longer_in_the_window_is_not_its():
     assert not w.held("zzz")
 
 
+def test_messages_read_out_of_sequence_order_are_passed_in_it():
+    """The window keeps its numbers in sequence order however they were read (a scan reads
+    in order; a message read late, or again, is put in its place): the cursor moves over the
+    settled prefix in that order, and says what it passed."""
+    w = Window(cursor=0)
+    for n in (3, 1, 5):
+        send(w, n, f"m{n}")
+    assert w.read_all([(2, "m2"), (4, "m4")]) == ["m2", "m4"]
+    assert w.sent_all(["m2", "m4"], 0) == ["m2", "m4"]
+    assert w.in_flight() == ["m1", "m2", "m3", "m4", "m5"]
+    for n in (1, 3, 5):
+        assert w.acked(f"m{n}")
+    assert (w.advance(), w.held_at) == (1, 2)
+    assert w.moved(1) == ["m1"]
+    assert w.held("m2") and w.acked("m4")
+    assert w.advance() == 5
+    assert w.moved(5) == ["m2", "m3", "m4", "m5"] and len(w) == 0
+
+
 def test_the_cursor_moved_by_another_sender_drops_the_window():
     w = Window(cursor=5)
     send(w, 6, "x")

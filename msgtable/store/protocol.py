@@ -324,9 +324,10 @@ class SubscriptionStore(Protocol):
     # a lazy subscription's (msgtable.features.subscriptions.lazy)
     def unsent_rows(
         self, table: TableConfig, cfg: TableConfig, flt: Filter | None, after: int, limit: int
-    ) -> list[tuple[PolledRow, int]]:
+    ) -> Sequence[PolledRow]:
         """unsent's rows as a poll of the state table ``cfg`` returns them (with each one's
-        time_created), each with its number."""
+        time_created), each with its number after that (last): a row as the database gave
+        it, no tuple made per row."""
         ...
 
     def unsent_lag(

@@ -226,7 +226,7 @@ class InMemorySubscriptions:
 
     def unsent_rows(
         self, table: TableConfig, cfg: TableConfig, flt: Filter | None, after: int, limit: int
-    ) -> list[tuple[PolledRow, int]]:
+    ) -> Sequence[PolledRow]:
         self._up()
         rows = self.store._table(table.name)
         with self.store.lock:
@@ -243,7 +243,7 @@ class InMemorySubscriptions:
                 r = rows[i]
                 nxt = r["time_next"] if table.default_group and (r["epoch"] or 0) == 0 else None
                 values = tuple(r.get(c.name) for c in cfg.message_columns)
-                out.append(((r["priority"], nxt, 0, *values, r.get("time_created")), number))
+                out.append((r["priority"], nxt, 0, *values, r.get("time_created"), number))
         return out
 
     def unsent_lag(

@@ -418,13 +418,11 @@ def test_the_lazy_scan_reads_rows_as_the_eager_state_tables_poll_does(tables: Ta
     subs = loaded(tables, "q")
     polled, _ = tables.store.poll(subs["eager"].config, LATER, 100, created=True)
     scanned = store.unsent_rows(cfg, subs["lazy"].config, None, 0, 100)
-    assert [n for _, n in scanned] == [1, 2, 3]
-    assert [r for r, _ in scanned] == sorted(polled, key=lambda r: r[3])
-    assert [r for r, _ in store.unsent_rows(cfg, subs["lazy"].config, None, 2, 100)] == [
-        scanned[2][0]
-    ]
+    assert [r[-1] for r in scanned] == [1, 2, 3], "each one's number last"
+    assert [r[:-1] for r in scanned] == sorted(polled, key=lambda r: r[3])
+    assert list(store.unsent_rows(cfg, subs["lazy"].config, None, 2, 100)) == [scanned[2]]
     eu = subs["eu"]
-    assert [(r[3], n) for r, n in store.unsent_rows(cfg, eu.config, eu.filter, 0, 100)] == [
+    assert [(r[3], r[-1]) for r in store.unsent_rows(cfg, eu.config, eu.filter, 0, 100)] == [
         (1, 1),
         (3, 3),
     ]
@@ -457,7 +455,7 @@ def test_lazy_state_rows_keep_a_row_there_and_ack_unless_dead(tables: Tables):
         (LATER, None),
         (None, DEAD_TIME_NEXT),
     ], "acked where there was a row or none; a dead one stays dead"
-    assert [n for _, n in store.unsent_rows(cfg, state, None, 0, 100)] == [4]
+    assert [r[-1] for r in store.unsent_rows(cfg, state, None, 0, 100)] == [4]
     assert store.written_of(state, [1, 2, 3, 4, 5]) == {1, 2, 3}, "the ids with a state row"
     assert store.written_of(state, []) == set()
 
@@ -513,7 +511,7 @@ def test_a_lazy_subscriptions_settled_state_rows_wait_for_its_cursor(tables: Tab
     assert state.cursored == ("lazy",)
     store.write_state_rows(state, [(1, 0, None, 1, NOW), (2, 0, None, 1, NOW)], NOW)
     assert tables.store.purge(state, LATER, 100) == 0, "purged above the cursor"
-    assert [n for _, n in store.unsent_rows(config(tables, "q"), state, None, 0, 100)] == []
+    assert [r[-1] for r in store.unsent_rows(config(tables, "q"), state, None, 0, 100)] == []
     assert store.advance_cursor("q", "lazy", 0, 1)
     assert tables.store.purge(state, LATER, 100) == 1
     assert tables.row(state.name, 1) is None and tables.row(state.name, 2) is not None

@@ -265,7 +265,7 @@ class LazyStore:
     def _read(
         self,
         window: Window,
-        scanned: list[tuple[PolledRow, int]],
+        scanned: Sequence[PolledRow],
         horizon_ns: int,
         created: bool,
         floor_ns: int | None = None,

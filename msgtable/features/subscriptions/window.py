@@ -82,26 +82,28 @@ class Window:
 
     def read_scan(
         self,
-        scanned: Sequence[tuple[PolledRow, int]],
+        scanned: Sequence[PolledRow],
         after: int | None = None,
         complete: bool = False,
         net: bool = False,
     ) -> list[PolledRow]:
-        """A scan's rows (each as a poll reads it, its id fourth, with its number; in
+        """A scan's rows (each as a poll reads it, its id fourth, then its number; in
         number order), ``read`` in one pass: returns those not stale (numbered at or below
         the cursor, or settled here since the scan began), for the cache (which keeps one
-        of each). ``after``: where the scan began, and ``complete``: it read every row
-        above that (fewer than its limit), so it covered the numbers up to its last row's,
-        or all: a message of the window there that the cache does not hold (let go of;
-        ``net``: a scan from the cursor, any not sent) and that the scan did not find was
-        deleted, acked by the application's upsert, or changed so that the filter no
-        longer passes it: settled (``gone``), or it would hold the cursor for good."""
+        of each), as a poll reads them (without the number). ``after``: where the scan
+        began, and ``complete``: it read every row above that (fewer than its limit), so it
+        covered the numbers up to its last row's, or all: a message of the window there that
+        the cache does not hold (let go of; ``net``: a scan from the cursor, any not sent)
+        and that the scan did not find was deleted, acked by the application's upsert, or
+        changed so that the filter no longer passes it: settled (``gone``), or it would hold
+        the cursor for good."""
         numbered, ids, top, again = self._number, self._ids, self.scan_after, self._again
         settled, cursor = self._settled, self.cursor
         missing = self._unsent() if net and after is not None else None
         added = len(ids)
         out = []
-        for row, number in scanned:
+        for row in scanned:
+            number = row[-1]
             if number <= cursor:
                 continue
             id = row[3]
@@ -116,11 +118,11 @@ class Window:
                 missing.discard(id)
             if number > top:
                 top = number
-            out.append(row)
+            out.append(row[:-1])
         self.scan_after = top
         self._numbered(len(ids) - added)
         if after is not None and (again or missing):
-            upto = None if complete or not scanned else scanned[-1][1]
+            upto = None if complete or not scanned else scanned[-1][-1]
             self.gone({*again, *(missing or ())}, after, upto)
         return out
 

@@ -82,7 +82,7 @@ def test_a_message_let_go_of_holds_the_cursor_until_it_is_read_sent_and_settled(
 
 
 def test_a_scan_hands_out_what_is_neither_passed_nor_settled():
-    """``read_scan``: a scan's rows (id fourth, with their numbers) read into the window in
+    """``read_scan``: a scan's rows (id fourth, their numbers last) read into the window in
     one pass; the stale ones (at or below the cursor, settled since the scan began) left
     out, the unsettled ones already in the window handed out again (the cache keeps one)."""
     w = Window(cursor=1)
@@ -90,13 +90,16 @@ def test_a_scan_hands_out_what_is_neither_passed_nor_settled():
     def row(n: int) -> tuple[object, ...]:
         return (0, None, 0, n, f"m{n}", 0)
 
-    assert w.read_scan([(row(n), n) for n in (1, 2, 3, 4)]) == [row(2), row(3), row(4)]
+    def scanned(n: int) -> tuple[object, ...]:
+        return (*row(n), n)
+
+    assert w.read_scan([scanned(n) for n in (1, 2, 3, 4)]) == [row(2), row(3), row(4)]
     assert w.scan_after == 4
     assert w.sent(2, 0) and w.acked(2)
-    assert w.read_scan([(row(n), n) for n in (2, 3, 4, 5)]) == [row(3), row(4), row(5)]
+    assert w.read_scan([scanned(n) for n in (2, 3, 4, 5)]) == [row(3), row(4), row(5)]
     w.unread(3)
     assert not w.read(4, 4), "4 is in the window"
-    assert w.read_scan([(row(3), 3)]) == [row(3)] and not w.read(3, 3), "read again once"
+    assert w.read_scan([scanned(3)]) == [row(3)] and not w.read(3, 3), "read again once"
     assert w.advance() == 2 and w.held_at == 3
 
 
@@ -110,16 +113,19 @@ def test_what_a_scan_no_longer_finds_stops_holding_the_cursor():
     def row(n: int) -> tuple[object, ...]:
         return (0, None, 0, n, f"m{n}", 0)
 
-    assert w.read_scan([(row(n), n) for n in (1, 2, 3, 4, 5)]) == [row(n) for n in (1, 2, 3, 4, 5)]
+    def scanned(n: int) -> tuple[object, ...]:
+        return (*row(n), n)
+
+    assert w.read_scan([scanned(n) for n in (1, 2, 3, 4, 5)]) == [row(n) for n in (1, 2, 3, 4, 5)]
     assert w.sent(5, 0)
     w.unread_all([1, 4])
     # a full scan (its limit reached) from 0 that covered up to 3: 1 is gone, 4 not known
-    assert w.read_scan([(row(n), n) for n in (2, 3)], after=0) == [row(2), row(3)]
+    assert w.read_scan([scanned(n) for n in (2, 3)], after=0) == [row(2), row(3)]
     assert w.settled(1) and not w.settled(4)
     assert w.acked_only() == [], "nothing to write for it"
     # a scan from the cursor that read every row above it: 2 (read, never sent) and 4 are
     # gone; 5 is in flight (its ack or postpone settles it)
-    assert w.read_scan([(row(3), 3)], after=0, complete=True, net=True) == [row(3)]
+    assert w.read_scan([scanned(3)], after=0, complete=True, net=True) == [row(3)]
     assert w.settled(2) and w.settled(4) and not w.settled(5) and not w.settled(3)
     assert w.sent(3, 0) and w.acked(3) and w.advance() == 4 and w.held_at == 5
 

@@ -40,7 +40,11 @@ rows left for the purge to delete, per message a subscription settled (target <=
 fan-out's (target <= 1.25). The fan-out run goes again with its subscriptions created
 ``state_rows="lazy"`` (msgtable.features.subscriptions.lazy): ``fanout_lazy_*``, the same three,
 each the median of LAZY_ROUNDS rounds of a baseline and a lazy run side by side, the order
-alternating (``..._spread`` [min, max] and ``..._rounds`` with them).
+alternating (``..._spread`` [min, max] and ``..._rounds`` with them). The filter run goes
+again for a lazy subscription (created before its rows, which the fan-out numbers before go;
+its scan reads the message table through an index (region, time_fanout)):
+``filter_lazy_rows_ratio``, its drain's rows read per delivered message over the first lazy
+round's fan-out's (target <= 1.25).
 
 Rows read come from SHOW GLOBAL STATUS: ``Innodb_rows_read`` where the server has it (MySQL),
 else ``Rows_read`` (MariaDB 10.6+ dropped the InnoDB one; Rows_read counts the rows the SQL
@@ -683,6 +687,57 @@ def filtered(setup: Setup, rows: int, result: FanoutResult, per_table: bool = Fa
     )
 
 
+def filtered_lazy(setup: Setup, rows: int, result: FanoutResult, per_table: bool = False) -> None:
+    """The filtered run for a lazy subscription (``result``: the first lazy round's): it is
+    created with FILTER before ``rows`` rows are inserted, the fan-out numbers them with no
+    subscriber connected (waited for, outside the count), then at go its subscribers drain
+    the matches, which its scan reads from the message table itself through the index
+    (region, time_fanout) that the subscriptions guide tells such a filter to have."""
+    from msgtable.client import Client
+
+    table = "fan_filter_lazy"
+    columns = (
+        f"add column ({REGION_COLUMNS}, time_fanout bigint null), "
+        "add index region_fanout_idx(region, time_fanout), add index fanout_idx(time_fanout)"
+    )
+    expected = set(range(0, rows, FILTER_EVERY))
+    with _table(setup, table, setup.comment(",vt_default_group=off"), columns):
+        with Client(setup.server.address, timeout_s=HANDOVER_TIMEOUT_S) as client:
+            client.create_subscription(table, "eu", filter=FILTER, state_rows="lazy")
+        with contextlib.closing(connect(setup.dsn)) as conn, conn.cursor() as cur:
+            insert_rows(cur, table, rows, region=True)
+            cur.execute(f"analyze table {table}")
+            cur.fetchall()
+            deadline = time.monotonic() + HANDOVER_TIMEOUT_S
+            while True:  # the fan-out numbers every row (msgtable.store.sequences)
+                cur.execute(f"select count(*) from {table} where time_fanout is null")
+                left = cur.fetchone()[0]
+                if not left:
+                    break
+                if time.monotonic() > deadline:
+                    raise BenchError(f"the fan-out left {left:,} of {rows:,} rows unnumbered")
+                time.sleep(0.05)
+        idle = setup.rows_read()
+        time.sleep(IDLE_SAMPLE_S)
+        result.idle_rows_read_s = (setup.rows_read() - idle) / IDLE_SAMPLE_S
+        spec = GroupSpec(setup.server.address, table, "eu", len(expected), subscribe_after_go=True)
+        drained, cpu, result.drain_rows_read, result.drain_table_rows_read = _drain(
+            setup,
+            {"eu": spec},
+            table_read=(lambda: table_rows_read(setup.monitor, table)) if per_table else None,
+        )
+        d = drained["eu"]
+        _check("the filtered lazy subscription", d, expected)
+    result.filter_rows = rows
+    result.filtered = _throughput(
+        "fanout_filter_lazy",
+        d,
+        cpu,
+        f"{len(expected):,} of {rows:,} rows match {FILTER}, a lazy subscription's scan "
+        f"through (region, time_fanout); the drain read {result.drain_rows_read:,} rows",
+    )
+
+
 def run(
     server: ServerProcess,
     dsn: str,
@@ -715,4 +770,5 @@ def run(
             lazy.baseline = base.baseline
             result.lazy_rounds.append(lazy)
         filtered(setup, sizes["filter"], result, per_table)
+        filtered_lazy(setup, sizes["filter"], result.lazy, per_table)
     return result

@@ -86,6 +86,8 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "fanout_writes_per_msg",
         "fanout_aggregate_ratio",
         "filter_rows_ratio",
+        "filter_lazy_rows_read_per_msg",
+        "filter_lazy_rows_ratio",
         "fanout_lazy_cpu_ratio",
         "fanout_lazy_writes_per_msg",
         "fanout_lazy_aggregate_ratio",
@@ -97,6 +99,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "targets.fanout_writes_per_msg",
         "targets.fanout_aggregate_ratio",
         "targets.filter_rows_ratio",
+        "targets.filter_lazy_rows_ratio",
     ),
     "redelivery": (
         "redelivery_delay_p99_ms",
@@ -489,6 +492,13 @@ class Report:
                 "filter_rows_ratio",
                 "rows read a delivery: 1 % filter / unfiltered subscription",
                 self.fanout.filter_rows_ratio if self.fanout else None,
+                1.25,
+                at_most=True,
+            ),
+            Target(
+                "filter_lazy_rows_ratio",
+                "lazy: rows read a delivery: 1 % filter / unfiltered",
+                self._lazy_filter("filter_rows_ratio"),
                 1.25,
                 at_most=True,
             ),
@@ -981,6 +991,11 @@ class Report:
             out.append(Target(key, text, median, goal, at_most=at_most, spread=spread))
         return out
 
+    def _lazy_filter(self, name: str) -> float | None:
+        """A figure of the lazy filtered run (bench.fanout.filtered_lazy; None: not run)."""
+        lazy = self.fanout.lazy if self.fanout else None
+        return getattr(lazy, name) if lazy is not None else None
+
     def _lazy_figures(self) -> dict[str, Any]:
         """The lazy fan-out's figures: each the median of its rounds, with spread and rounds."""
         out: dict[str, Any] = {}
@@ -1047,6 +1062,8 @@ class Report:
             "fanout_writes_per_msg": rnd(fo.writes_per_msg if fo else None, 3),
             "fanout_aggregate_ratio": rnd(fo.aggregate_ratio if fo else None, 3),
             "filter_rows_ratio": rnd(fo.filter_rows_ratio if fo else None, 3),
+            "filter_lazy_rows_read_per_msg": rnd(self._lazy_filter("rows_read_per_msg"), 2),
+            "filter_lazy_rows_ratio": rnd(self._lazy_filter("filter_rows_ratio"), 3),
             **self._lazy_figures(),
             "fanout": fo.as_dict() if fo else None,
             "redelivery_delay_p99_ms": rnd(self.redelivery.p99_ms if self.redelivery else None, 1),

@@ -27,7 +27,7 @@ median of HEADLINE_ROUNDS rounds side by side, with ``ratio_vs_raw_spread`` [min
 ``filter_rows_read_per_msg``, ``filter_table_rows_read_per_msg``, ``fanout_cpu_ratio``,
 ``fanout_writes_per_msg``, ``fanout_aggregate_ratio``, ``filter_rows_ratio``,
 ``fanout_lazy_cpu_ratio``, ``fanout_lazy_writes_per_msg``, ``fanout_lazy_aggregate_ratio``,
-``redelivery_delay_p99_ms``,
+``filter_lazy_rows_read_per_msg``, ``filter_lazy_rows_ratio``, ``redelivery_delay_p99_ms``,
 ``filter_handover_rows_read``, ``ordered_msgs_s``, ``unordered_msgs_s``, ``ordered_ratio``,
 ``hot_key_msgs_s``, ``fairness_p99_ms``, ``fairness_base_p99_ms``, ``fairness_ratio`` and
 more). Targets not met do not fail the run; lost or duplicated messages, messages of a key

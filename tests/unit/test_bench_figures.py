@@ -269,3 +269,27 @@ def test_the_lazy_fanout_figures_are_the_median_rounds_with_their_spread():
     assert doc["fanout_lazy_writes_per_msg"] == round(5_000 / (GROUPS * 20_000), 3)
     (t,) = [t for t in r.targets() if t.key == "fanout_lazy_aggregate_ratio"]
     assert t.met and t.spread == [0.5, 1.0]
+
+
+def test_the_lazy_filter_figure_is_its_drain_over_the_first_lazy_rounds_fanout():
+    """bench.fanout.filtered_lazy: filter_lazy_rows_ratio is the lazy filtered drain's rows
+    read a delivered message over the first lazy round's fan-out's rows read a delivery, and
+    its target is <= 1.25; absent (None, not met or missed) when the run did not happen."""
+    from bench.fanout import GROUPS, FanoutResult
+
+    lazy = FanoutResult(fanout_rows_read=4 * GROUPS * 20_000, drain_rows_read=5_000)
+    for _ in range(GROUPS):
+        lazy.groups.append(Throughput("fanout_group", 100, 2, 20_000, 1.0))
+    lazy.filtered = Throughput("fanout_filter_lazy", 100, 2, 1_000, 0.05)
+    r = Report("quick", "mariadb", 4, 100, 10, poller_interval_s=0.1)
+    r.fanout = FanoutResult(lazy=lazy)
+    doc = json.loads(r.json_line())
+    assert doc["filter_lazy_rows_read_per_msg"] == 5.0
+    assert doc["filter_lazy_rows_ratio"] == 1.25
+    (t,) = [t for t in r.targets() if t.key == "filter_lazy_rows_ratio"]
+    assert t.met and doc["targets"]["filter_lazy_rows_ratio"]["target"] == "<= 1.25"
+    r.fanout = FanoutResult()
+    doc = json.loads(r.json_line())
+    assert doc["filter_lazy_rows_ratio"] is None
+    (t,) = [t for t in r.targets() if t.key == "filter_lazy_rows_ratio"]
+    assert t.met is None

@@ -638,22 +638,56 @@ def fanout(
     result.drain_all_s = max(d.seconds for d in drained.values())
 
 
+def _filter_columns(index: str) -> str:
+    """A filter table's columns beyond a plain table's, with its index on ``index``."""
+    name = "_".join(c.strip() for c in index.split(",")).replace("time_", "")
+    return (
+        f"add column ({REGION_COLUMNS}, time_fanout bigint null), "
+        f"add index {name}_idx({index}), add index fanout_idx(time_fanout)"
+    )
+
+
+def _insert_filtered(cur: Any, table: str, rows: int) -> None:
+    """``rows`` rows, one in FILTER_EVERY matching FILTER, and the table's statistics."""
+    insert_rows(cur, table, rows, region=True)
+    cur.execute(f"analyze table {table}")
+    cur.fetchall()
+
+
+def _drain_matches(
+    setup: Setup,
+    table: str,
+    result: FanoutResult,
+    expected: set[int],
+    per_table: bool,
+    kind: str,
+) -> tuple[Drained, dict[str, float]]:
+    """A filter run's drain of its subscription "eu" on ``table``: the idle rows read first,
+    then at go its subscribers drain ``expected`` (rows read into ``result``), checked."""
+    idle = setup.rows_read()
+    time.sleep(IDLE_SAMPLE_S)
+    result.idle_rows_read_s = (setup.rows_read() - idle) / IDLE_SAMPLE_S
+    spec = GroupSpec(setup.server.address, table, "eu", len(expected), subscribe_after_go=True)
+    drained, cpu, result.drain_rows_read, result.drain_table_rows_read = _drain(
+        setup,
+        {"eu": spec},
+        table_read=(lambda: table_rows_read(setup.monitor, table)) if per_table else None,
+    )
+    d = drained["eu"]
+    _check(f"the filtered {kind}subscription", d, expected)
+    return d, cpu
+
+
 def filtered(setup: Setup, rows: int, result: FanoutResult, per_table: bool = False) -> None:
     """A from_start subscription with FILTER on a table of ``rows`` rows (see the module
     docstring); ``per_table``: the server counts rows read per table (count_rows_per_table)."""
     from msgtable.client import Client
 
     table = "fan_filter"
-    columns = (
-        f"add column ({REGION_COLUMNS}, time_fanout bigint null), "
-        "add index region_idx(region), add index fanout_idx(time_fanout)"
-    )
     expected = set(range(0, rows, FILTER_EVERY))
-    with _table(setup, table, setup.comment(",vt_default_group=off"), columns):
+    with _table(setup, table, setup.comment(",vt_default_group=off"), _filter_columns("region")):
         with contextlib.closing(connect(setup.dsn)) as conn, conn.cursor() as cur:
-            insert_rows(cur, table, rows, region=True)
-            cur.execute(f"analyze table {table}")
-            cur.fetchall()
+            _insert_filtered(cur, table, rows)
         with Client(setup.server.address, timeout_s=HANDOVER_TIMEOUT_S) as client:
             before = setup.rows_read()
             began = time.monotonic()
@@ -664,17 +698,7 @@ def filtered(setup: Setup, rows: int, result: FanoutResult, per_table: bool = Fa
             raise BenchError(
                 f"the from_start subscription got {got:,} rows, {len(expected):,} match"
             )
-        idle = setup.rows_read()
-        time.sleep(IDLE_SAMPLE_S)
-        result.idle_rows_read_s = (setup.rows_read() - idle) / IDLE_SAMPLE_S
-        spec = GroupSpec(setup.server.address, table, "eu", len(expected), subscribe_after_go=True)
-        drained, cpu, result.drain_rows_read, result.drain_table_rows_read = _drain(
-            setup,
-            {"eu": spec},
-            table_read=(lambda: table_rows_read(setup.monitor, table)) if per_table else None,
-        )
-        d = drained["eu"]
-        _check("the filtered subscription", d, expected)
+        d, cpu = _drain_matches(setup, table, result, expected, per_table, "")
         check_lifecycle(setup.dsn, f"{table}__eu", len(expected))  # its state table
     result.filter_rows = rows
     result.filtered = _throughput(
@@ -696,18 +720,13 @@ def filtered_lazy(setup: Setup, rows: int, result: FanoutResult, per_table: bool
     from msgtable.client import Client
 
     table = "fan_filter_lazy"
-    columns = (
-        f"add column ({REGION_COLUMNS}, time_fanout bigint null), "
-        "add index region_fanout_idx(region, time_fanout), add index fanout_idx(time_fanout)"
-    )
     expected = set(range(0, rows, FILTER_EVERY))
+    columns = _filter_columns("region, time_fanout")
     with _table(setup, table, setup.comment(",vt_default_group=off"), columns):
         with Client(setup.server.address, timeout_s=HANDOVER_TIMEOUT_S) as client:
             client.create_subscription(table, "eu", filter=FILTER, state_rows="lazy")
         with contextlib.closing(connect(setup.dsn)) as conn, conn.cursor() as cur:
-            insert_rows(cur, table, rows, region=True)
-            cur.execute(f"analyze table {table}")
-            cur.fetchall()
+            _insert_filtered(cur, table, rows)
             deadline = time.monotonic() + HANDOVER_TIMEOUT_S
             while True:  # the fan-out numbers every row (msgtable.store.sequences)
                 cur.execute(f"select count(*) from {table} where time_fanout is null")
@@ -717,17 +736,7 @@ def filtered_lazy(setup: Setup, rows: int, result: FanoutResult, per_table: bool
                 if time.monotonic() > deadline:
                     raise BenchError(f"the fan-out left {left:,} of {rows:,} rows unnumbered")
                 time.sleep(0.05)
-        idle = setup.rows_read()
-        time.sleep(IDLE_SAMPLE_S)
-        result.idle_rows_read_s = (setup.rows_read() - idle) / IDLE_SAMPLE_S
-        spec = GroupSpec(setup.server.address, table, "eu", len(expected), subscribe_after_go=True)
-        drained, cpu, result.drain_rows_read, result.drain_table_rows_read = _drain(
-            setup,
-            {"eu": spec},
-            table_read=(lambda: table_rows_read(setup.monitor, table)) if per_table else None,
-        )
-        d = drained["eu"]
-        _check("the filtered lazy subscription", d, expected)
+        d, cpu = _drain_matches(setup, table, result, expected, per_table, "lazy ")
     result.filter_rows = rows
     result.filtered = _throughput(
         "fanout_filter_lazy",

@@ -77,6 +77,16 @@ class Received(Generic[S]):
         return effects.row_table(self._subscriber.name, self._subscriber.subscription)
 
     @property
+    def message_table(self) -> str:
+        """The message table it came from (for a subscription: not its state table)."""
+        return self._subscriber.name
+
+    @property
+    def subscription(self) -> str:
+        """The subscription it was delivered to ("": the table's default group)."""
+        return self._subscriber.subscription
+
+    @property
     def values(self) -> dict[str, object]:
         """Column name -> value, id included."""
         if self._values is None:

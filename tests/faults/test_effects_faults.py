@@ -4,7 +4,8 @@ transaction; tests/faults/effects_consumer.py), while consumers, msgtable server
 database itself are SIGKILLed and started again. At the end every message was acked and its
 effect exists exactly once: a delivery cut anywhere (before the transaction, inside it, after
 its commit but before the client heard of it) comes again and finds the work done or not
-done, never half, never twice."""
+done, never half, never twice. Run for the table's default group and for a lazy subscription
+(no state row of a message sent from its cursor: the claim makes it)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from msgtable.client import Client
 from msgtable.core.tables import current_layout_ddl
 from msgtable.testing.devdb import LocalServer
 from tests.integration.helpers import comment
@@ -45,8 +47,9 @@ def cli(tmp_path):
 class Consumers:
     """The consumer processes, each one SIGKILLable and started again."""
 
-    def __init__(self, servers: str, dsn: str, log_dir: Path) -> None:
+    def __init__(self, servers: str, dsn: str, log_dir: Path, subscription: str) -> None:
         self.servers, self.dsn, self.log_dir = servers, dsn, log_dir
+        self.subscription = subscription
         self.procs: list[subprocess.Popen[bytes]] = []
         self.started = 0
 
@@ -56,7 +59,14 @@ class Consumers:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
         self.procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tests.faults.effects_consumer", self.servers, self.dsn],
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.faults.effects_consumer",
+                    self.servers,
+                    self.dsn,
+                    self.subscription,
+                ],
                 cwd=ROOT,
                 env=env,
                 stdout=log,
@@ -75,8 +85,9 @@ class Consumers:
             p.wait(timeout=15)
 
 
+@pytest.mark.parametrize("subscription", ["", "work"], ids=["default-group", "lazy-subscription"])
 def test_every_effect_exists_exactly_once_after_consumers_servers_and_the_database_died(
-    cli: Cli, own_durable_server: LocalServer, tmp_path: Path
+    cli: Cli, own_durable_server: LocalServer, tmp_path: Path, subscription: str
 ):
     database = own_durable_server
     dsn = database.dsn("app")
@@ -89,7 +100,10 @@ def test_every_effect_exists_exactly_once_after_consumers_servers_and_the_databa
             "message_id bigint not null, index(message_id))"
         )
     servers = [cli.serve("--dsn", dsn, "--discovery-interval", "0.5") for _ in range(2)]
-    consumers = Consumers(",".join(s.address for s in servers), dsn, tmp_path)
+    if subscription:
+        with Client(servers[0].address) as client:
+            client.create_subscription("jobs", subscription, state_rows="lazy")
+    consumers = Consumers(",".join(s.address for s in servers), dsn, tmp_path, subscription)
     for _ in range(CONSUMERS):
         consumers.start()
     rng = random.Random(46)
@@ -118,10 +132,11 @@ def test_every_effect_exists_exactly_once_after_consumers_servers_and_the_databa
                 database.start()
             faults.append(fault)
         # the faults are over: everything drains
+        settled = _passed if subscription else _acked
         wait_until(
-            lambda: _acked(db) == MESSAGES,
+            lambda: settled(db) == MESSAGES,
             timeout_s=180,
-            what=lambda: f"every message acked ({_acked(db)} of {MESSAGES}; faults {faults})",
+            what=lambda: f"every message acked ({settled(db)} of {MESSAGES}; faults {faults})",
         )
         time.sleep(2.0)  # an effect of a duplicate delivery would show by now
     finally:
@@ -150,6 +165,22 @@ def _produce(db: sa.Engine, first: int, n: int) -> int:
         except sa.exc.DBAPIError:
             time.sleep(0.3)
     raise AssertionError("the database did not come back")
+
+
+def _passed(db: sa.Engine) -> int:
+    """The messages the lazy subscription's cursor passed: each was settled (and, every ack
+    here being an in_transaction's, has its effect)."""
+    try:
+        with db.connect() as conn:
+            return int(
+                conn.exec_driver_sql(
+                    "select count(*) from jobs, msgtable_fanout_cursors c "
+                    "where c.table_name = 'jobs' and c.name = 'work' "
+                    "and jobs.time_fanout <= c.sent_upto"
+                ).scalar()
+            )
+    except sa.exc.DBAPIError:
+        return -1
 
 
 def _acked(db: sa.Engine) -> int:

@@ -194,8 +194,15 @@ def _notes(tables: list[TableInfo], subs: list[TableInfo]) -> list[tuple[str, li
                 if t.config is not None and t.config.dead_letter
             ],
         ),
+        ("advice:", [_advice(s) for s in subs if s.advice]),
         ("load errors:", [_load_error(t) for t in both if t.load_error]),
     ]
+
+
+def _advice(s: TableInfo) -> str:
+    """What the server advises for a subscription (a lazy one's filter that reads every
+    message above its cursor: the index that would find its matches)."""
+    return f"  {s.name}/{s.subscription}: {s.advice}"
 
 
 def _backlog(t: TableInfo) -> str:
@@ -331,6 +338,11 @@ def format_subscriptions(
     ]
     rows.extend((s.name, s.subscription, *_subscription_cells(s, now_ns)) for s in subs)
     lines = _aligned(rows)
+    advised = [s for s in subs if s.advice]
+    if advised:
+        lines.append("")
+        lines.append("advice:")
+        lines.extend(_advice(s) for s in advised)
     failed = [s for s in subs if s.load_error]
     if failed:
         lines.append("")
@@ -424,6 +436,7 @@ def subscription_json(s: TableInfo, now_ns: int | None = None) -> str:
         "limits": s.limits,  # its flow control: its table's, or its own (msgtable.core.flow)
         "state_rows": s.state_rows,  # eager or lazy (msgtable.core.subscriptions)
         "cursor_lag": s.cursor_lag,  # a lazy one's: above its cursor, never sent
+        "advice": s.advice,  # a lazy one's filter: the index it lacks ("": none)
         "load_error": s.load_error,
     }
     return json.dumps(out, ensure_ascii=False)

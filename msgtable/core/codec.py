@@ -373,6 +373,8 @@ def table_status_to_proto(status: TableStatus) -> pb.TableStatus:
     )
     if status.cursor_lag is not None:
         message.cursor_lag = status.cursor_lag
+    if status.advice:
+        message.advice = status.advice
     for name in _BACKLOG:
         if getattr(status, name) is not None:
             setattr(message, name, getattr(status, name))
@@ -526,6 +528,7 @@ class TableInfo:
     expire_after_s: float | None = None
     state_rows: str = ""  # a subscription's: eager or lazy (msgtable.core.subscriptions)
     cursor_lag: int | None = None  # a lazy subscription's: above its cursor, never sent
+    advice: str = ""  # a lazy subscription's: what its filter lacks (msgtable.core.status)
     keys_in_flight: int = 0  # an ordered table's keys with a batch in flight
     keys_waiting: int = 0  # and keys whose next messages wait in the server's cache
     push: PushStatus | None = None  # its push endpoint (msgtable.features.push; never the secret)
@@ -600,6 +603,7 @@ def table_info_from_proto(message: pb.TableStatus) -> TableInfo:
         ),
         state_rows=message.settings.state_rows if message.subscription else "",
         cursor_lag=message.cursor_lag if message.HasField("cursor_lag") else None,
+        advice=message.advice,
         push=push_status_from_proto(message.push) if message.HasField("push") else None,
         capture_lag_s=message.capture_lag_s if message.capture_lag_s >= 0 else None,
         **{name: getattr(message, name) for name in _COUNTERS},

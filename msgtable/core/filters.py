@@ -232,6 +232,13 @@ class Filter:
         """True when SQL would select the row: NULL is unknown, and unknown is not matched."""
         return _eval(self._node, row) is True
 
+    @property
+    def equality_columns(self) -> tuple[str, ...]:
+        """The columns every row it passes has equal to one of a few values: those of its
+        top-level AND terms ``col = literal`` and ``col IN (...)``, in the filter's order
+        (what an index can look a filter's matches up by; () when there is none)."""
+        return tuple(dict.fromkeys(_equalities(self._node)))
+
 
 def parse_filter(text: str, columns: Sequence[Column], table: str = "") -> Filter:
     """Parse and check a filter against a table's columns (InvalidArgument when it is not
@@ -276,6 +283,14 @@ def _matcher_break(text: str) -> tuple[int, str] | None:
         word = re.match(r"[^,\s]+|,", text[at:])
         return at, f"unexpected {_show(word[0] if word else text[at])} (expected name=value)"
     return None
+
+
+def _equalities(node: _Node) -> list[str]:
+    if isinstance(node, _Pred):
+        return [node.column] if node.op in ("=", "IN") and not node.negated else []
+    if node.op != "AND":
+        return []
+    return [c for item in node.items for c in _equalities(item)]
 
 
 def _sql(node: _Node, prefix: str, params: list[object]) -> str:

@@ -61,6 +61,9 @@ class TableStatus:
     state_rows: str = ""  # eager or lazy (msgtable.core.subscriptions)
     # a lazy subscription's: the messages above its cursor never sent (None: eager, unknown)
     cursor_lag: int | None = None
+    # a lazy subscription's with a filter: what its table lacks for the cursor's scan to read
+    # its matches alone, in one line ("": nothing; msgtable.core.subscriptions)
+    advice: str = ""
     # A table's entry: rows not handed to its subscriptions yet (None: it has none)
     unseen: int | None = None
     # An ordered table's (msgtable.engine.ordered): keys with a batch in flight, keys whose next

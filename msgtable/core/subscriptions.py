@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 from msgtable.core.filters import Filter, parse_filter
 from msgtable.core.flow import OWN_LIMITS, FlowControl, own_flow
+from msgtable.core.sql import quote
 from msgtable.core.tables import Column, Layout, TableConfig, order_index_columns
 from msgtable.errors import InvalidArgument, TableLoadError
 
@@ -64,6 +65,11 @@ MAX_LIMIT_TEXT = 64  # a limit's value as written ("100/s"): longer is no limit 
 # default); "lazy", state rows only for messages sent and not settled in cursor order, the
 # rest read from the message table behind the subscription's cursor.
 EAGER, LAZY = "eager", "lazy"
+# the types an index takes only a prefix of (filter_index_advice does not advise those)
+UNKEYABLE_TYPES = frozenset(
+    {"tinytext", "text", "mediumtext", "longtext", "tinyblob", "blob", "mediumblob", "longblob"}
+    | {"json"}
+)
 STATE_ROWS = (EAGER, LAZY)
 # a lazy subscription's state row as it writes one: (id, priority, time_next, epoch,
 # time_created)
@@ -352,3 +358,32 @@ def holding(sub: Subscription, lag: int | None) -> tuple[bool, str]:
     if sub.max_lag is not None and lag is not None and lag > sub.max_lag:
         return False, f"lag {lag:,} over max_lag {sub.max_lag:,}"
     return True, ""
+
+
+def filter_index_advice(table: TableConfig, flt: Filter, indexes: Sequence[Sequence[str]]) -> str:
+    """What a lazy subscription's filter lacks to read its matches alone, in one line (""
+    when nothing): an index of ``table`` (``indexes``: each one's columns in order) that
+    begins with columns the filter compares with ``=`` or ``IN`` in a top-level AND term,
+    then time_fanout. Without one its cursor's scan reads, through fanout_idx, every message
+    above the cursor to find those the filter passes."""
+    equal = {c.casefold() for c in flt.equality_columns}
+    for columns in indexes:
+        lead = 0
+        while lead < len(columns) and columns[lead].casefold() in equal:
+            lead += 1
+        if lead and lead < len(columns) and columns[lead].casefold() == FANOUT_COLUMN:
+            return ""
+    reads = "its filter reads every message above its cursor to find its matches"
+    types = {c.name: c.data_type for c in table.columns}
+    keyable = [c for c in flt.equality_columns if types.get(c, "") not in UNKEYABLE_TYPES]
+    if not keyable:
+        if flt.equality_columns:
+            why = "its AND terms compare with = or IN only text, blob or json columns, which no "
+            why += "index holds whole"
+        else:
+            why = "no AND term of it compares a column with = or IN for an index (that column, "
+            why += f"{FANOUT_COLUMN}) to find them by"
+        return f"{reads}: {why}; or create it with state_rows={EAGER}"
+    col = keyable[0]
+    add = f"ADD INDEX {quote(col[:52] + '_fanout_idx')} ({quote(col)}, {FANOUT_COLUMN})"
+    return f"{reads}: ALTER TABLE {quote(table.name)} {add}"

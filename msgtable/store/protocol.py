@@ -337,6 +337,11 @@ class SubscriptionStore(Protocol):
         have no state row (up to ``cap``), and the oldest one's time_created."""
         ...
 
+    def table_indexes(self, table: str) -> list[tuple[str, ...]]:
+        """The indexes of ``table``, each one's columns in order (a lazy subscription's
+        filter is read through one: msgtable.core.subscriptions.filter_index_advice)."""
+        ...
+
     def write_state_rows(
         self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None
     ) -> int:

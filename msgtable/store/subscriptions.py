@@ -118,6 +118,12 @@ REGISTRY_COLUMNS = (
 )
 
 
+TABLE_INDEXES = (
+    "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+    "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY INDEX_NAME, SEQ_IN_INDEX"
+)
+
+
 def state_table_ddl(
     name: str, id_column: Column, order: Sequence[Column] = (), index: Sequence[str] = ()
 ) -> str:
@@ -455,6 +461,16 @@ class SubscriptionSQL:
             cur.execute(sql, [table.name, loaded.sub.name, *params])
             n, oldest = cur.fetchone()
         return int(n), None if oldest is None else int(oldest)
+
+    def table_indexes(self, table: str) -> list[tuple[str, ...]]:
+        """The indexes of ``table``, each one's columns in order (information_schema)."""
+        with self._cursor(table, kind="subscription_lag") as cur:
+            cur.execute(TABLE_INDEXES, [self._pools.database, table])
+            rows = cur.fetchall()
+        out: dict[str, list[str]] = {}
+        for index, column in rows:
+            out.setdefault(server_text(index), []).append(server_text(column))
+        return [tuple(columns) for columns in out.values()]
 
     def write_state_rows(
         self, cfg: TableConfig, rows: Sequence[StateRow], acked_ns: int | None = None

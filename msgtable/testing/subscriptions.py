@@ -62,6 +62,9 @@ class InMemorySubscriptions:
         self.state_tables: set[str] = set()
         self.sequences: dict[str, int] = {}  # a table's fan-out sequence: its last number
         self.cursors: dict[tuple[str, str], int] = {}  # a subscription's (design.md (b))
+        # a table's indexes, each one's columns (none unless a test says: the in-memory
+        # scan reads every row, as one through fanout_idx alone would)
+        self.indexes: dict[str, list[tuple[str, ...]]] = {}
 
     def settled_by_holders(self, cfg: TableConfig, id: Hashable, cutoff_ns: int) -> bool:
         """Whether each subscription that holds the table settled the row before the cutoff
@@ -245,6 +248,10 @@ class InMemorySubscriptions:
                 values = tuple(r.get(c.name) for c in cfg.message_columns)
                 out.append((r["priority"], nxt, 0, *values, r.get("time_created"), number))
         return out
+
+    def table_indexes(self, table: str) -> list[tuple[str, ...]]:
+        self._up()
+        return list(self.indexes.get(table, []))
 
     def unsent_lag(
         self, table: TableConfig, loaded: LoadedSubscription, cap: int

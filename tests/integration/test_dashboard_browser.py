@@ -393,9 +393,10 @@ def test_the_header_shows_the_sqs_api_and_its_calls(served: Served, browser):
 
 
 def test_a_lazy_subscriptions_card_shows_its_mode_and_cursor_lag(served: Served, browser):
-    served.create_table("jobs", vt_poller_interval=0.2)
+    served.create_table("jobs", "region varchar(8)", vt_poller_interval=0.2)
     served.client.create_subscription("jobs", "feed", state_rows="lazy")
     served.client.create_subscription("jobs", "audit")
+    served.client.create_subscription("jobs", "eu", filter="region = 'eu'", state_rows="lazy")
     served.sql("insert into jobs (id) values (1), (2), (3)")
     d = open_dashboard(served)
     try:
@@ -410,5 +411,11 @@ def test_a_lazy_subscriptions_card_shows_its_mode_and_cursor_lag(served: Served,
         assert text(browser, lazy + " h2 .sub") == "/ feed (lazy)"
         assert text(browser, eager + " h2 .sub") == "/ audit"
         assert text(browser, eager + " .v-cursor_lag") == "", "an eager card has no cursor lag"
+        # a lazy filter with no index to find its matches: the card says which to add
+        add = "ALTER TABLE `jobs` ADD INDEX `region_fanout_idx` (`region`, time_fanout)"
+        assert text(browser, '[data-key="jobs/eu"] .advice').endswith(add), "the filter's index"
+        shown = browser.find_element("css selector", lazy + " .advice")
+        assert not shown.is_displayed(), "no filter: no advice shown"
+        assert shown.get_attribute("textContent") == ""
     finally:
         d.close()

@@ -382,6 +382,14 @@ def send(stub: pb_grpc.MessagingStub, request: tuple) -> grpc.StatusCode:
                 pb.CreateSubscriptionRequest(table="canary", name="fz", settings=settings),
                 timeout=30,
             )
+            # listed with its advice (a lazy filter's index: one line, or nothing)
+            listed = stub.ListSubscriptions(
+                pb.ListSubscriptionsRequest(table="canary"), timeout=30
+            ).subscriptions
+            for t in listed:
+                assert not t.load_error, t.load_error
+                assert "\n" not in t.advice, t.advice
+                assert t.advice == "" or t.advice.startswith("its filter reads every"), t.advice
             stub.DropSubscription(pb.DropSubscriptionRequest(table="canary", name="fz"), timeout=30)
         elif kind == "stream_sub":
             _, sub, text, cols = request

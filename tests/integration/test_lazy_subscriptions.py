@@ -576,3 +576,39 @@ def test_a_message_no_stream_takes_stops_holding_the_cursor_once_the_application
     finally:
         c.close()
         default.close()
+
+
+def test_a_lazy_filter_without_its_index_is_advised_the_alter_table_that_adds_it(served: Served):
+    """A lazy subscription whose filter compares a column with = has its scan read every
+    message above its cursor until the table has an index (that column, time_fanout):
+    ListTables (and the dashboard, and msgtable tables) says which ALTER TABLE adds it; run as
+    said, the advice goes. An eager subscription's filter, and a lazy one without a filter,
+    need nothing."""
+    make_orders(served)
+    served.client.create_subscription("orders", "eu", filter="region = 'eu'", state_rows="lazy")
+    served.client.create_subscription("orders", "any", state_rows="lazy")
+    served.client.create_subscription("orders", "eu_eager", filter="region = 'eu'")
+
+    def advice() -> dict[str, str]:
+        return {t.subscription: t.advice for t in served.client.list_subscriptions("orders")}
+
+    add = "ALTER TABLE `orders` ADD INDEX `region_fanout_idx` (`region`, time_fanout)"
+    reads = "its filter reads every message above its cursor to find its matches"
+    assert advice() == {"eu": f"{reads}: {add}", "any": "", "eu_eager": ""}
+    d = DashboardServer(DashboardApi(served.engine, RateHistory(0.2)), "127.0.0.1:0")
+    d.open()
+    try:
+        code, state = call(d, "/api/state")
+        assert code == 200
+        shown = {t["subscription"]: t["advice"] for t in state["tables"] if t["subscription"]}
+        assert shown == {"eu": f"{reads}: {add}", "any": "", "eu_eager": ""}
+    finally:
+        d.close()
+    served.sql(add)  # as advised
+    assert advice() == {"eu": "", "any": "", "eu_eager": ""}
+    enqueue(served, [1, 2, 3, 4, 8])
+    c = Collector(served.client, "orders", subscription="eu")
+    try:
+        assert sorted(take_ids(c, 2)) == [4, 8], "the index serves the filter's scan"
+    finally:
+        c.close()

@@ -25,6 +25,7 @@ from msgtable.core.subscriptions import (
     Subscription,
     SubscriptionState,
     check_settings,
+    filter_index_advice,
     holding,
     load_subscription,
     merge_limits,
@@ -448,6 +449,7 @@ class Registry:
         out = []
         keyspace = self.host.keyspace
         by_name = {m.config.name: m for m in self.host.managers() if m.config.source}
+        advice = self._filter_advice(subs)
         for name, ls in subs.items():
             m = by_name.get(name)
             n, oldest = lag.get(name, (None, None))
@@ -464,6 +466,7 @@ class Registry:
                 expire_after_s=ls.sub.expire_after_s,
                 state_rows=ls.sub.state_rows,
                 cursor_lag=unsent.get(name),
+                advice=advice.get(name, ""),
             )
             if m is None:
                 out.append(
@@ -471,6 +474,27 @@ class Registry:
                 )
             else:
                 out.append(dataclasses.replace(m.status(keyspace), **fields))
+        return out
+
+    def _filter_advice(self, subs: Mapping[str, LoadedSubscription]) -> dict[str, str]:
+        """By state table: what a lazy subscription's filter lacks to read its matches
+        alone (msgtable.core.subscriptions.filter_index_advice); its table's indexes read
+        once a call, and only for such subscriptions."""
+        store = self._need()
+        indexes: dict[str, list[tuple[str, ...]]] = {}
+        out: dict[str, str] = {}
+        for name, ls in subs.items():
+            if not ls.sub.lazy or ls.filter is None:
+                continue
+            table = ls.sub.table
+            loaded = self.host.loaded(table)
+            try:
+                if table not in indexes:
+                    indexes[table] = store.table_indexes(table)
+            except MsgtableError:
+                continue
+            if loaded is not None:
+                out[name] = filter_index_advice(loaded.config, ls.filter, indexes[table])
         return out
 
     def _with_unseen(self, status: TableStatus) -> TableStatus:

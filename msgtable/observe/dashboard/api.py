@@ -259,6 +259,8 @@ class DashboardApi:
             # a subscription's: eager or lazy; a lazy one's messages above its cursor never sent
             "state_rows": s.state_rows,
             "cursor_lag": s.cursor_lag,
+            # a lazy one's filter that reads every message above its cursor: the index it lacks
+            "advice": s.advice,
             "unseen": s.unseen,
             # a takeover's hold: seconds left (0: none), every send or the old holder's rows
             "hold_s": round(s.hold_s, 3),

@@ -740,6 +740,7 @@ def test_a_subscription_as_json_has_its_numbers_and_settings():
         "limits": "rate 5/s (burst 1)",
         "state_rows": "lazy",
         "cursor_lag": 2,
+        "advice": "",
         "load_error": "",
     }
 
@@ -776,6 +777,22 @@ def test_tables_show_a_lazy_subscriptions_mode_and_cursor_lag():
     assert eager_row.split()[:4] == ["billing", "active", "1", "2"]
     listed = output.format_subscriptions([lazy], "", NOW_NS).splitlines()[1]
     assert listed.split()[:8] == ["orders", "feed", "active", "(lazy)", "1", "7", "(cursor", "5)"]
+
+
+def test_tables_and_subscription_list_show_a_lazy_filters_advice_below():
+    """A lazy subscription whose filter lacks an index: the server's advice, in a section of
+    its own under the rows (and in each one's JSON); none for the others."""
+    advice = "its filter reads every message above its cursor to find its matches: ALTER TABLE"
+    lazy = dataclasses.replace(
+        sub_info("feed", filter="region = 'eu'", lag=7), state_rows="lazy", advice=advice
+    )
+    eager = dataclasses.replace(sub_info("billing", lag=2), state_rows="eager")
+    tables = output.format_tables([lazy, eager], NOW_NS)
+    assert tables.endswith(f"\n\nadvice:\n  orders/feed: {advice}"), tables
+    listed = output.format_subscriptions([lazy, eager], "", NOW_NS)
+    assert listed.endswith(f"\n\nadvice:\n  orders/feed: {advice}"), listed
+    assert "advice:" not in output.format_tables([eager], NOW_NS)
+    assert json.loads(output.subscription_json(lazy, NOW_NS))["advice"] == advice
 
 
 # the commands, over gRPC to the fake engine

@@ -368,6 +368,19 @@ def test_a_lazy_subscriptions_cursor_lag_travels_both_ways_unset_for_the_others(
     ]
 
 
+def test_a_lazy_subscriptions_advice_travels_both_ways_empty_for_the_others():
+    columns = (Column("id", "bigint", "bigint"),)
+    table = TableStatus(name="t", keyspace="ks", config=config_of(columns), load_error=None)
+    lazy = dataclasses.replace(
+        table, subscription="feed", state_rows="lazy", advice="its filter reads every message"
+    )
+    eager = dataclasses.replace(table, subscription="billing", state_rows="eager")
+    infos = [
+        codec.table_info_from_proto(codec.table_status_to_proto(s)) for s in (table, lazy, eager)
+    ]
+    assert [i.advice for i in infos] == ["", "its filter reads every message", ""]
+
+
 def test_a_takeovers_hold_travels_both_ways_and_shows_in_msgtable_tables():
     columns = (Column("id", "bigint", "bigint"),)
     held = [

@@ -525,3 +525,21 @@ def test_any_text_is_a_parameterised_filter_or_a_one_line_invalid_argument(text)
         sql % tuple("?" * len(params))  # the DBAPI's own formatting: every % is doubled
     assert sql.count("`m`.") == len(QUOTED_NAME.findall(f.sql))
     assert isinstance(f.matches(ROW), bool) and isinstance(f.matches({}), bool)
+
+
+@pytest.mark.parametrize(
+    ("text", "columns"),
+    [
+        ("region = 'eu'", ("region",)),
+        ("region IN ('eu', 'us') AND kind = 'order' AND amount > 3", ("region", "kind")),
+        ("region=eu|us,kind=order", ("region", "kind")),  # the matcher: an IN and an =
+        ("amount > 3 AND (region = 'eu' AND kind = 'x')", ("region", "kind")),
+        ("region = 'eu' OR kind = 'order'", ()),  # either: no one column finds every match
+        ("NOT region = 'eu'", ()),
+        ("region NOT IN ('eu') AND region <> 'us' AND kind != 'x'", ()),
+        ("region = 'eu' AND region IN ('eu', 'us')", ("region",)),
+        ("amount BETWEEN 1 AND 3 AND region LIKE 'e%'", ()),
+    ],
+)
+def test_the_equality_columns_are_those_every_match_has_equal_to_a_few_values(text, columns):
+    assert parse_filter(text, COLUMNS).equality_columns == columns

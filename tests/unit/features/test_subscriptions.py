@@ -7,10 +7,12 @@ import dataclasses
 
 import pytest
 
+from msgtable.core.filters import parse_filter
 from msgtable.core.subscriptions import (
     Subscription,
     SubscriptionState,
     check_settings,
+    filter_index_advice,
     holding,
     load_subscription,
     state_table_name,
@@ -37,6 +39,7 @@ TABLE_COLUMNS = (
     col("time_fanout"),
     col("region", "varchar", "varchar(16)"),
     col("amount"),
+    col("note", "text", "text"),
 )
 STATE_COLUMNS = (
     *(
@@ -57,7 +60,7 @@ def orders(**changes: object):
 
 
 def test_time_fanout_is_an_engine_column_never_streamed():
-    assert [c.name for c in orders().message_columns] == ["id", "region", "amount"]
+    assert [c.name for c in orders().message_columns] == ["id", "region", "amount", "note"]
 
 
 def test_a_subscription_is_served_from_its_state_table_with_the_tables_settings():
@@ -241,3 +244,44 @@ def test_a_definitions_projection_is_read_as_written_by_sql():
 
     row = ("orders", "s", None, " id , kind|amount ", None, None, None, None, "active", 1, None)
     assert row_to_subscription(row).columns == ("id", "kind", "amount")
+
+
+ADD_REGION = (
+    "its filter reads every message above its cursor to find its matches: ALTER TABLE "
+    "`orders` ADD INDEX `region_fanout_idx` (`region`, time_fanout)"
+)
+
+
+@pytest.mark.parametrize(
+    ("flt", "indexes", "advice"),
+    [
+        ("region = 'eu'", [("PRIMARY",), ("time_fanout",)], ADD_REGION),
+        ("region = 'eu'", [("region", "time_fanout")], ""),
+        ("REGION = 'eu'", [("Region", "TIME_FANOUT")], ""),  # names are not case-sensitive
+        ("region = 'eu'", [("region",), ("time_fanout", "region")], ADD_REGION),
+        ("region = 'eu'", [("region", "amount", "time_fanout")], ADD_REGION),  # amount: a range
+        ("region = 'eu' AND amount IN (1, 2)", [("region", "amount", "time_fanout")], ""),
+        ("region=eu|us,amount=3", [("amount", "time_fanout", "id")], ""),
+        ("amount > 3 AND region IN ('eu', 'us')", [], ADD_REGION),
+        ("note = 'x' AND region = 'eu'", [], ADD_REGION),  # a text column: not the index's
+    ],
+)
+def test_a_lazy_filter_is_advised_the_index_that_finds_its_matches(flt, indexes, advice):
+    table = orders()
+    assert filter_index_advice(table, parse_filter(flt, table.columns), indexes) == advice
+
+
+@pytest.mark.parametrize(
+    ("flt", "why"),
+    [
+        ("region = 'eu' OR amount = 3", "no AND term of it compares a column with = or IN"),
+        ("amount > 3", "no AND term of it compares a column with = or IN"),
+        ("note = 'x'", "its AND terms compare with = or IN only text, blob or json columns"),
+    ],
+)
+def test_a_lazy_filter_no_index_can_serve_is_advised_the_eager_mode(flt, why):
+    table = orders()
+    advice = filter_index_advice(table, parse_filter(flt, table.columns), [("time_fanout",)])
+    reads = "its filter reads every message above its cursor to find its matches"
+    assert advice.startswith(f"{reads}: {why}"), advice
+    assert advice.endswith("; or create it with state_rows=eager"), advice

@@ -135,6 +135,7 @@ function newCard(t) {
     { class: "card", "data-key": key },
     title,
     el("p", { class: "error" }),
+    el("p", { class: "advice" }),
     stats,
     el("div", { class: "backlog" }),
     el("div", { class: "push" }),
@@ -446,6 +447,7 @@ function render(state) {
       if (field === "dead" && listed && card.el.querySelector(".dead h3")) continue;
       card.el.querySelector(".v-" + field).textContent = fmt(values[field]);
     }
+    card.el.querySelector(".advice").textContent = t.advice || "";
     const cursorLag = card.el.querySelector(".v-cursor_lag");
     if (cursorLag) cursorLag.textContent = fmt(t.cursor_lag);
     drawBacklog(card, t);

@@ -1090,6 +1090,7 @@ class TableStatus(_message.Message):
     KEYS_AT_CAP_FIELD_NUMBER: _builtins.int
     SCHEDULES_FIELD_NUMBER: _builtins.int
     CURSOR_LAG_FIELD_NUMBER: _builtins.int
+    ADVICE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Table name."""
     keyspace: _builtins.str
@@ -1192,6 +1193,13 @@ class TableStatus(_message.Message):
     its filter passes and it was never sent, counted up to 1,000,000 (part of `lag`, which
     adds its unsettled state rows). Unset: an eager subscription, a table, or not read.
     """
+    advice: _builtins.str
+    """A lazy subscription's with a filter: what its table lacks for the scan above its cursor
+    to read the filter's matches alone, in one line, such as "its filter reads every message
+    above its cursor to find its matches: ALTER TABLE `t` ADD INDEX `region_fanout_idx`
+    (`region`, time_fanout)". "": nothing (an eager subscription, a table, no filter, an
+    index there, or not read).
+    """
     @_builtins.property
     def config(self) -> Global___TableConfig:
         """The configuration read from the table's COMMENT and columns; unset when it failed to load."""
@@ -1258,10 +1266,11 @@ class TableStatus(_message.Message):
         keys_at_cap: _builtins.int = ...,
         schedules: _abc.Iterable[Global___Schedule] | None = ...,
         cursor_lag: _builtins.int | None = ...,
+        advice: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_cursor_lag", b"_cursor_lag", "_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "config", b"config", "cursor_lag", b"cursor_lag", "due", b"due", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "scheduled", b"scheduled", "settings", b"settings"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cursor_lag", b"_cursor_lag", "_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "cursor_lag", b"cursor_lag", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_at_cap", b"keys_at_cap", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "limits", b"limits", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "schedules", b"schedules", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "throttled_in_flight", b"throttled_in_flight", "throttled_key_cap", b"throttled_key_cap", "throttled_key_rate", b"throttled_key_rate", "throttled_rate", b"throttled_rate", "unseen", b"unseen"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_cursor_lag", b"_cursor_lag", "_due", b"_due", "_oldest_unacked_age_s", b"_oldest_unacked_age_s", "_scheduled", b"_scheduled", "acked", b"acked", "advice", b"advice", "cached", b"cached", "capture_events", b"capture_events", "capture_lag_s", b"capture_lag_s", "capture_position", b"capture_position", "capture_problem", b"capture_problem", "config", b"config", "cursor_lag", b"cursor_lag", "dead", b"dead", "dead_lettered", b"dead_lettered", "due", b"due", "filter", b"filter", "hold_s", b"hold_s", "hold_whole", b"hold_whole", "holding", b"holding", "in_flight", b"in_flight", "keys_at_cap", b"keys_at_cap", "keys_in_flight", b"keys_in_flight", "keys_waiting", b"keys_waiting", "keyspace", b"keyspace", "lag", b"lag", "limits", b"limits", "load_error", b"load_error", "name", b"name", "not_holding", b"not_holding", "oldest_ns", b"oldest_ns", "oldest_unacked_age_s", b"oldest_unacked_age_s", "push", b"push", "rejected", b"rejected", "released", b"released", "renewed", b"renewed", "scheduled", b"scheduled", "schedules", b"schedules", "sender", b"sender", "sent", b"sent", "settings", b"settings", "shard", b"shard", "state", b"state", "subscribers", b"subscribers", "subscription", b"subscription", "throttled_in_flight", b"throttled_in_flight", "throttled_key_cap", b"throttled_key_cap", "throttled_key_rate", b"throttled_key_rate", "throttled_rate", b"throttled_rate", "unseen", b"unseen"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__cursor_lag: _TypeAlias = _typing.Literal["cursor_lag"]  # noqa: Y015
     _WhichOneofArgType__cursor_lag: _TypeAlias = _typing.Literal["_cursor_lag", b"_cursor_lag"]  # noqa: Y015

@@ -108,7 +108,13 @@ class Sending:
         if self.rows:
             cache = self._cache
             with cache.lock:
-                cache.due.finish(self.rows)
+                due = cache.due
+                if isinstance(due, DueRows):
+                    again = due.finish(self.rows, cache.inflight.flying)
+                    if again and cache.on_reread is not None:
+                        cache.on_reread()
+                else:
+                    due.finish(self.rows)
                 # ack waits over leave, so the set stays bounded by rate x ack wait
                 cache.inflight.count(self.now_ns)
 
@@ -248,6 +254,9 @@ class MessageCache:
         self.lock = lock
         self.released = threading.Condition(lock)  # held rows were let go (Hold)
         self.settling: dict[Hashable, int] = {}  # ids a settlement verb is writing now
+        # called (under the lock) when a send's end finds a row a poll skipped while it was
+        # sent and is not in flight now: the manager begins a new pass (DueRows.finish)
+        self.on_reread: Callable[[], None] | None = None
 
     # -- the protocols -----------------------------------------------------------------------
     def poll(self) -> Poll:

@@ -46,6 +46,10 @@ class DueRows:
         self._seq = itertools.count()
         self._back = itertools.count(-1, -1)  # put_back's: before every _seq
         self.sending: set[Hashable] = set()
+        # rows a poll read (and skipped) while they were being sent: if one is not in
+        # flight when its send ends (settled meanwhile: a release), that read was its current
+        # state, and the pass went on past it (finish says so)
+        self.read_sending: set[Hashable] = set()
         self._routes: Routes | None = None  # while a stream with a filter is connected
 
     # -- filling -------------------------------------------------------------------------
@@ -74,7 +78,11 @@ class DueRows:
         queued, sending, routes = self._queued, self.sending, self._routes
         for r in rows:
             rid = r[3]
-            if rid in sending or rid in unclaimed or rid in held or rid in changed:
+            if rid in sending:
+                self.read_sending.add(rid)
+                taken += 1
+                continue
+            if rid in unclaimed or rid in held or rid in changed:
                 taken += 1
                 continue
             old = queued.get(rid)
@@ -172,6 +180,7 @@ class DueRows:
         # ahead of the rows of the same key still queued (they were popped first), in order
         for row in reversed(list(rows)):
             self.sending.discard(row.id)
+            self.read_sending.discard(row.id)
             if row.id not in self._queued:
                 self._queued[row.id] = row
                 entry = (row.priority, row.time_next or FRESH, next(self._back), row)
@@ -179,10 +188,21 @@ class DueRows:
                 if self._routes is not None:
                     self._routes.push(entry)
 
-    def finish(self, batch: Iterable[CachedRow]) -> None:
-        """The batch's send is over (whether or not its rows were sent)."""
+    def finish(
+        self, batch: Iterable[CachedRow], flying: Callable[[Hashable], bool] | None = None
+    ) -> bool:
+        """The batch's send is over (whether or not its rows were sent). True when a poll
+        read one of them meanwhile and it is not in flight now (``flying``): that poll
+        skipped it and went on past it, so a new pass must read it again."""
+        read = self.read_sending
+        again = False
         for row in batch:
-            self.sending.discard(row.id)
+            rid = row.id
+            self.sending.discard(rid)
+            if read and rid in read:
+                read.discard(rid)
+                again = again or (flying is not None and not flying(rid))
+        return again
 
     def due(self, now_ns: int) -> bool:
         """Whether a queued row is due at ``now_ns``."""

@@ -114,6 +114,7 @@ class MessageManager:
             config.cache_size, self._lock, config.ordered, lookahead_ns(config)
         )
         self._redeliveries = Redeliveries(store, self.cache, self._lock, self._timed_ok)
+        self.cache.on_reread = self._reread
         self._on_fatal = on_fatal
         self._subscribers: list[Subscriber] = []
         self._next = 0
@@ -576,8 +577,7 @@ class MessageManager:
     def binlog_changes(self, changes: Sequence[RowChange]) -> None:
         """Another client acked or deleted rows (they leave the cache and flight; its acks
         count in ``acked``), or moved them in time, epoch or priority (a new pass reads them
-        as they are now; a row this server sent and has not postponed yet is no longer held
-        back)."""
+        as they are now; a row sent here and not postponed yet is no longer held back)."""
         gone = [c.id for c in changes if c.gone]
         moved = [c.id for c in changes if c.moved]
         acked = [c.id for c in changes if c.acked]
@@ -597,11 +597,14 @@ class MessageManager:
             self._poll_wake.set()
         self._poll_if_wanted()
 
+    def _reread(self) -> None:  # (under the lock) DueRows.finish: a skipped row to read again
+        self._restart = True
+        self._poll_wake.set()
+
     def resync(self) -> None:
         """Something may have been missed: a new pass now."""
         with self._lock:
-            self._restart = True
-        self._poll_wake.set()
+            self._reread()
 
     def ack_latency_snapshot(self) -> LatencySnapshot:
         with self._lock:
@@ -751,12 +754,10 @@ class MessageManager:
         return min(self._pass_began_ns + lookahead_ns(self.config), self._pass_due_ns)
 
     def send_once(self) -> int:
-        """Claim one batch for each subscriber with room, in turn, and hand them over.
-
-        One check (a locking read per epoch in the rows, one commit; with
-        vt_postpone_after=0 the postpone UPDATE) covers the batches of all the subscribers
-        ready now. Returns the number of rows taken from the cache (0: nothing to do now).
-        """
+        """Claim one batch for each subscriber with room, in turn, and hand them over. One
+        check (a locking read per epoch in the rows, one commit; with vt_postpone_after=0 the
+        postpone UPDATE) covers the batches of all the subscribers ready now. Returns the
+        number of rows taken from the cache (0: nothing to do now)."""
         now = self.clock.now_ns()
         limiter = self._limiter  # a table's limits (msgtable.engine.flow), or None
         try:

@@ -62,6 +62,42 @@ def test_a_sending_row_is_not_queued_again_by_a_poll():
     assert c.inflight.count(50) == 1 and c.inflight.count(100) == 0
 
 
+def test_a_row_released_while_its_send_ran_and_skipped_by_a_poll_then_asks_for_a_new_pass():
+    """A subscriber's release can reach the database before the send that delivered the row
+    ends (its commit, then its rows leave ``sending``): a poll that reads the released row
+    meanwhile skips it (being sent) and its pass goes on past it, so the row would wait for
+    the next whole pass (vt_poller_interval). The send's end asks for a new pass then."""
+    c = cache(10)
+    passes: list[int] = []
+    c.on_reread = lambda: passes.append(1)
+    polled(c, [row(1)])
+    with c.sending(0) as sending:
+        batch = sending.pop(1)
+        sending.sent(batch, 100, True, None)
+        with c.holding_acks([1], wait=True):  # the release: its send counted as written
+            pass
+        c.forget([1])  # and the row no longer in flight
+        assert polled(c, [row(1, time_next=5, epoch=1)]) == (0, 1)  # read, skipped: sending
+        assert passes == []
+    assert passes == [1], "the send's end asked for a new pass"
+    assert polled(c, [row(1, time_next=5, epoch=1)]) == (1, 1)  # which queues it
+
+
+def test_a_row_a_poll_skipped_while_sent_and_still_in_flight_asks_for_no_pass():
+    c = cache(10)
+    passes: list[int] = []
+    c.on_reread = lambda: passes.append(1)
+    polled(c, [row(1)])
+    with c.sending(0) as sending:
+        batch = sending.pop(1)
+        sending.sent(batch, 100, True, None)
+        assert polled(c, [row(1)]) == (0, 1)  # the poll's copy is older than the send
+    assert passes == [], "delivered and in flight: the skip was right"
+    with c.sending(0) as sending:  # nothing to pop: no pass either
+        assert sending.pop(1) == []
+    assert passes == []
+
+
 def test_a_send_that_fails_still_ends_its_rows_sending():
     c = cache(10)
     polled(c, [row(1), row(2)])

@@ -17,7 +17,7 @@ from msgtable.client import requests
 from msgtable.client.codes import error_from_rpc
 from msgtable.client.router import Route, channel_options, table_key
 from msgtable.core.retry import Retry
-from msgtable.errors import Unavailable
+from msgtable.errors import MsgtableError, Unavailable
 from msgtable.proto.msgtable.v1 import messaging_pb2 as pb
 from msgtable.proto.msgtable.v1 import messaging_pb2_grpc as pb_grpc
 
@@ -71,13 +71,14 @@ class AioRouter(Route):
         deadline = self.deadline()
         retry = Retry(method, log, self.backoff, level=logging.INFO)
         key = table_key(request)
+        error: MsgtableError | None = None
         while True:
             where = target or self.next_target(key)
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
                 response = await self.invoke(where, method, request, timeout=left)
             except grpc.RpcError as exc:
-                error = error_from_rpc(exc, where)
+                error = self.cause(exc, error_from_rpc(exc, where), error)
                 if self._closed:
                     raise Unavailable("the client is closed") from None
             else:

@@ -181,6 +181,17 @@ class Route:
             raise error
         return delay
 
+    @staticmethod
+    def cause(
+        exc: grpc.RpcError, error: MsgtableError, before: MsgtableError | None
+    ) -> MsgtableError:
+        """What a unary call's failed try stands for: a try cut short by the call's time-out
+        (each try gets the time left, so a DEADLINE_EXCEEDED is the call's whole time spent)
+        after earlier tries failed says only that time ran out; the earlier failure says why
+        the call failed (the database away, say), so the call fails with that."""
+        cut = hasattr(exc, "code") and exc.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        return before if cut and before is not None else error
+
     def reopen_delay(
         self,
         error: MsgtableError,
@@ -321,13 +332,14 @@ class Router(Route):
         deadline = self.deadline() if timeout_s is None else time.monotonic() + timeout_s
         retry = Retry(method, log, self.backoff, level=logging.INFO)
         key = table_key(request)
+        error: MsgtableError | None = None
         while True:
             where = target or self.next_target(key)
             left = None if deadline is None else max(0.001, deadline - time.monotonic())
             try:
                 response = self.invoke(where, method, request, timeout=left)
             except grpc.RpcError as exc:
-                error = error_from_rpc(exc, where)
+                error = self.cause(exc, error_from_rpc(exc, where), error)
             else:
                 retry.succeeded()
                 self.answered()

@@ -177,6 +177,27 @@ def test_an_ack_gives_up_when_its_time_out_is_spent(engine, server):
     assert len(engine.acks) >= 2
 
 
+def test_an_ack_cut_short_by_its_time_out_says_why_the_tries_before_it_failed(engine, server):
+    calls: list[float] = []
+
+    def ack(name: str, keyspace: str, ids: object, subscription: str = "") -> int:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise Unavailable("database unavailable: (2003) Can't connect to MySQL server")
+        time.sleep(0.6)  # past the client's time-out
+        raise Unavailable("database unavailable: too late")
+
+    engine.ack = ack
+
+    async def test() -> None:
+        async with aio.Client(server.address, timeout_s=0.3) as c:
+            with pytest.raises(Unavailable, match="Can't connect to MySQL server"):
+                await c.ack("t", [1])
+
+    run(test())
+    assert len(calls) == 2
+
+
 def test_arguments_are_checked_as_the_sync_client_checks_them():
     with pytest.raises(InvalidArgument, match="no server address"):
         aio.Client(" , ")

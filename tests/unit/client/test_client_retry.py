@@ -170,6 +170,33 @@ def test_an_ack_gives_up_when_its_time_out_is_spent(engine, server):
     assert len(engine.acks) >= 2
 
 
+def test_an_ack_cut_short_by_its_time_out_says_why_the_tries_before_it_failed(engine, server):
+    """A retry that gets no answer in the time left (a loaded machine, the last try started
+    late) is not the cause: the call fails with what the tries before it were told (here the
+    database away), not with "no answer from the msgtable server"."""
+    calls: list[float] = []
+
+    def ack(name: str, keyspace: str, ids: object, subscription: str = "") -> int:
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            raise Unavailable("database unavailable: (2003) Can't connect to MySQL server")
+        time.sleep(0.6)  # past the client's time-out
+        raise Unavailable("database unavailable: too late")
+
+    engine.ack = ack
+    with Client(server.address, timeout_s=0.3) as c:
+        with pytest.raises(Unavailable, match="Can't connect to MySQL server"):
+            c.ack("t", [1])
+    assert len(calls) == 2
+
+
+def test_an_ack_with_no_answer_at_all_says_so(engine, server):
+    engine.ack = lambda *args, **kwargs: time.sleep(0.6) or 1
+    with Client(server.address, timeout_s=0.3) as c:
+        with pytest.raises(Unavailable, match="no answer from the msgtable server"):
+            c.ack("t", [1])
+
+
 def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():
     backoff = router.Router(("a:1",), None, None, 1.0).backoff
     for failures, ceiling in ((1, 0.01), (2, 0.02), (3, 0.04), (4, 0.05), (40, 0.05)):

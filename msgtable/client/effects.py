@@ -179,13 +179,26 @@ async def _claimed_async(execute: Callable[..., Awaitable[Any]], message: Delive
         return bool(done.value)
 
 
+def _work(message: Delivered, conn: Any, handler: Callable[[], object]) -> None:
+    """In the transaction of ``conn``: claim the row, run the handler, ack the row."""
+    claimed = _claimed(conn.exec_driver_sql, message)
+    handler()
+    conn.exec_driver_sql(ack_sql(message.table, claimed), (time.time_ns(), message.id))
+
+
+async def _work_async(
+    message: Delivered, conn: Any, handler: Callable[[], Awaitable[object]]
+) -> None:
+    claimed = await _claimed_async(conn.exec_driver_sql, message)
+    await handler()
+    await conn.exec_driver_sql(ack_sql(message.table, claimed), (time.time_ns(), message.id))
+
+
 def run(message: Delivered, engine: Any, handler: Callable[[Any], T]) -> bool:
     """The sync form (see the module docstring): ``engine.begin()`` gives the transaction."""
     try:
         with engine.begin() as conn:
-            claimed = _claimed(conn.exec_driver_sql, message)
-            handler(conn)
-            conn.exec_driver_sql(ack_sql(message.table, claimed), (time.time_ns(), message.id))
+            _work(message, conn, lambda: handler(conn))
     except _Settled:
         return False
     return True
@@ -195,10 +208,7 @@ def run_in_session(message: Delivered, sessions: Any, handler: Callable[[Any], T
     """The ORM form: ``sessions`` is a sessionmaker; the handler gets the Session."""
     try:
         with sessions.begin() as session:
-            conn = session.connection()
-            claimed = _claimed(conn.exec_driver_sql, message)
-            handler(session)
-            conn.exec_driver_sql(ack_sql(message.table, claimed), (time.time_ns(), message.id))
+            _work(message, session.connection(), lambda: handler(session))
     except _Settled:
         return False
     return True
@@ -210,10 +220,7 @@ async def run_async(
     """The asyncio form: ``engine`` an AsyncEngine, ``handler`` a coroutine function."""
     try:
         async with engine.begin() as conn:
-            claimed = await _claimed_async(conn.exec_driver_sql, message)
-            await handler(conn)
-            sql = ack_sql(message.table, claimed)
-            await conn.exec_driver_sql(sql, (time.time_ns(), message.id))
+            await _work_async(message, conn, lambda: handler(conn))
     except _Settled:
         return False
     return True
@@ -226,10 +233,7 @@ async def run_in_async_session(
     try:
         async with sessions.begin() as session:
             conn = await session.connection()
-            claimed = await _claimed_async(conn.exec_driver_sql, message)
-            await handler(session)
-            sql = ack_sql(message.table, claimed)
-            await conn.exec_driver_sql(sql, (time.time_ns(), message.id))
+            await _work_async(message, conn, lambda: handler(session))
     except _Settled:
         return False
     return True

@@ -184,17 +184,21 @@ def test_an_ack_cut_short_by_its_time_out_says_why_the_tries_before_it_failed(en
         raise Unavailable("database unavailable: too late")
 
     engine.ack = ack
-    with Client(server.address, timeout_s=0.3) as c:
-        with pytest.raises(Unavailable, match="Can't connect to MySQL server"):
-            c.ack("t", [1])
+    with (
+        Client(server.address, timeout_s=0.3) as c,
+        pytest.raises(Unavailable, match="Can't connect to MySQL server"),
+    ):
+        c.ack("t", [1])
     assert len(calls) == 2
 
 
 def test_an_ack_with_no_answer_at_all_says_so(engine, server):
     engine.ack = lambda *args, **kwargs: time.sleep(0.6) or 1
-    with Client(server.address, timeout_s=0.3) as c:
-        with pytest.raises(Unavailable, match="no answer from the msgtable server"):
-            c.ack("t", [1])
+    with (
+        Client(server.address, timeout_s=0.3) as c,
+        pytest.raises(Unavailable, match="no answer from the msgtable server"),
+    ):
+        c.ack("t", [1])
 
 
 def test_the_backoff_doubles_up_to_its_ceiling_with_jitter():

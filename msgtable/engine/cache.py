@@ -108,13 +108,9 @@ class Sending:
         if self.rows:
             cache = self._cache
             with cache.lock:
-                due = cache.due
-                if isinstance(due, DueRows):
-                    again = due.finish(self.rows, cache.inflight.flying)
-                    if again and cache.on_reread is not None:
-                        cache.on_reread()
-                else:
-                    due.finish(self.rows)
+                again = cache.due.finish(self.rows, cache.inflight.flying)
+                if again and cache.on_reread is not None:
+                    cache.on_reread()
                 # ack waits over leave, so the set stays bounded by rate x ack wait
                 cache.inflight.count(self.now_ns)
 

@@ -199,12 +199,17 @@ class OrderedDue:
             self._queued += len(run)
             heapq.heappush(self._ready, (run[0].priority, next(self._back), key, run))
 
-    def finish(self, batch: Iterable[CachedRow]) -> None:
-        """The send is over: rows of it not in flight (not handed over) free their key."""
+    def finish(
+        self, batch: Iterable[CachedRow], flying: Callable[[Hashable], bool] | None = None
+    ) -> bool:
+        """The send is over: rows of it not in flight (not handed over) free their key.
+        False: a pass reads a free key's rows anew (DueRows.finish's new pass is not needed;
+        ``flying`` is this table's own, given at construction)."""
         for row in batch:
             self.sending.discard(row.id)
             if not self._flying(row.id):
                 self._free(row.id)
+        return False
 
     def landed(self, rid: Hashable) -> None:
         """``rid`` left flight (msgtable.engine.inflight): its key is free once all its rows did."""

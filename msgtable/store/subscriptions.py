@@ -464,7 +464,7 @@ class SubscriptionSQL:
 
     def table_indexes(self, table: str) -> list[tuple[str, ...]]:
         """The indexes of ``table``, each one's columns in order (information_schema)."""
-        with self._cursor(table, kind="subscription_lag") as cur:
+        with self._cursor(table, kind="subscription_indexes") as cur:
             cur.execute(TABLE_INDEXES, [self._pools.database, table])
             rows = cur.fetchall()
         out: dict[str, list[str]] = {}

@@ -488,13 +488,14 @@ class Registry:
                 continue
             table = ls.sub.table
             loaded = self.host.loaded(table)
+            if loaded is None:
+                continue
             try:
                 if table not in indexes:
                     indexes[table] = store.table_indexes(table)
             except MsgtableError:
                 continue
-            if loaded is not None:
-                out[name] = filter_index_advice(loaded.config, ls.filter, indexes[table])
+            out[name] = filter_index_advice(loaded.config, ls.filter, indexes[table])
         return out
 
     def _with_unseen(self, status: TableStatus) -> TableStatus:

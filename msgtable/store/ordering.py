@@ -31,9 +31,20 @@ RUN_KEYS_PER_STATEMENT = 100
 
 def key_identity(cfg: TableConfig, key: str) -> str:
     """The SQL of a key's identity (msgtable.engine.ordered.run_key), ``key`` being the key column
-    as the statement names it."""
+    as the statement names it.
+
+    A text key's identity is its collation's weight string, so that the values the column's
+    collation holds equal ('a' = 'A' in most) are one key. Trailing blanks follow the
+    collation too: a PAD SPACE one (MariaDB's defaults) holds 'a ' equal to 'a', and the
+    weight string of the value without them is the key's; a NO PAD one (MySQL's default,
+    utf8mb4_0900_ai_ci) does not, and there a value with them, unequal to itself trimmed, is
+    weighed whole, a key of its own, which ``key = value`` finds (one identity for both
+    would hold 'a ' in a key whose runs, read by 'a', never return it)."""
     text = next(c for c in cfg.columns if c.name == cfg.order_key).data_type in TEXT_TYPES
-    return f"WEIGHT_STRING(TRIM(TRAILING ' ' FROM {key}))" if text else key
+    if not text:
+        return key
+    trimmed = f"TRIM(TRAILING ' ' FROM {key})"
+    return f"IF({key} = {trimmed}, WEIGHT_STRING({trimmed}), WEIGHT_STRING({key}))"
 
 
 class OrderStatements:
@@ -46,10 +57,9 @@ class OrderStatements:
         t, idx = quote(cfg.name), quote(cfg.order_index)
         key, by, rid = p + quote(cfg.order_key), p + quote(cfg.order_by), p + quote("id")
         acked, raw_next = p + quote("time_acked"), p + quote("time_next")
-        # A text key compares by its collation ('a' = 'A' = 'a ' in most): its weight
-        # string, without trailing blanks (PAD SPACE collations ignore them; with NO PAD
-        # ones 'a' and 'a ' are two keys that merely wait for each other), is the key's
-        # identity in memory, and any of its values finds its rows.
+        # A text key compares by its collation: its weight string (key_identity says how
+        # trailing blanks count) is the key's identity in memory, and any of its values
+        # finds its rows.
         same = key_identity(cfg, key)
         # time_created (NULL for a table without it): the created -> sent delay
         created = p + quote("time_created") if cfg.has_column("time_created") else "NULL"

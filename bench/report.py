@@ -132,7 +132,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
         "targets.sqs_ratio",
         "targets.sqs_longpoll_p99_ms",
     ),
-    "dedup": ("dedup_ratio", "dedup", "targets.dedup_ratio"),
+    "dedup": ("dedup_ratio", "enqueue_ratio", "dedup", "targets.dedup_ratio"),
     "schedules": ("schedule_late_p99_ms", "schedules", "targets.schedule_late_p99_ms"),
     "flow": (
         "rate_limit_error",
@@ -1086,6 +1086,7 @@ class Report:
             "sqs_longpoll_p99_ms": rnd(self.sqs.p99_ms if self.sqs else None, 2),
             "sqs": self.sqs.as_dict() if self.sqs else None,
             "dedup_ratio": rnd(self.dedup.ratio if self.dedup else None, 3),
+            "enqueue_ratio": rnd(self.dedup.enqueue_ratio if self.dedup else None, 3),
             "dedup": self.dedup.as_dict() if self.dedup else None,
             "schedule_late_p99_ms": rnd(self.schedules.p99_ms if self.schedules else None, 1),
             "schedules": self.schedules.as_dict() if self.schedules else None,

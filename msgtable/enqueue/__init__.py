@@ -8,7 +8,9 @@ msgtable.core.sql.quote, every value a bound parameter.
                 delay_s=30, priority=1, order_key="customer-42")
 
 The rows are the application's: they are written (or not) with its transaction, so a
-rolled-back transaction enqueues nothing. ``delay_s`` sets ``time_next`` to the database's
+rolled-back transaction enqueues nothing. The table is the one in the connection's database,
+read once per connection and kept with it (:func:`_database`): a call after the first runs
+its INSERT alone. ``delay_s`` sets ``time_next`` to the database's
 now plus the delay in unix ns (its clock is the one the server polls by); ``priority`` the
 current layout's priority (lower goes first); ``order_key`` the table's vt_order_key column;
 ``traceparent`` (W3C trace context) the ``traceparent`` column when the table has one, and is
@@ -61,6 +63,11 @@ _NOW_NS = "CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000000 AS SIGNED)"
 _TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 # MySQL's ER_DUP_ENTRY: an INSERT met a key a unique index holds
 DUPLICATE_ENTRY = 1062
+# MySQL's ER_BAD_FIELD_ERROR and ER_NO_SUCH_TABLE: an INSERT named a column or table the
+# connection's database has not (the table changed, or the application ran USE)
+_UNKNOWN = (1054, 1146)
+# Where a connection keeps its database (Connection.info, the DBAPI connection's)
+_DATABASE = "msgtable.enqueue.database"
 # Columns the engine owns: set through the arguments, never in ``values``.
 _ENGINE_COLUMNS = ("epoch", "time_acked", "time_next", "time_scheduled", "priority")
 
@@ -145,8 +152,33 @@ def _insert(
             raise InvalidArgument(f"rows[{i}] has other columns than rows[0]")
     connection = conn.connection() if isinstance(conn, orm.Session) else conn
     plan = _plan(connection, table)
-    if not set(names) <= plan.columns:  # a column added since the plan was read?
+    fresh = not set(names) <= plan.columns  # a column added since the plan was read?
+    if fresh:
         plan = _plan(connection, table, fresh=True)
+    options = (delay_s, priority, order_key, traceparent, tracestate)
+    try:
+        return _insert_planned(plan, connection, table, rows, names, *options)
+    except sa.exc.DBAPIError as exc:
+        if fresh or _errno(exc) not in _UNKNOWN:
+            raise
+    # the table lost a column the plan has, or the connection is in another database now
+    # (USE): nothing was written (the statement failed whole), read both again
+    plan = _plan(connection, table, fresh=True)
+    return _insert_planned(plan, connection, table, rows, names, *options)
+
+
+def _insert_planned(
+    plan: _Plan,
+    connection: sa.Connection,
+    table: str,
+    rows: Sequence[Mapping[str, Any]],
+    names: list[str],
+    delay_s: float,
+    priority: int,
+    order_key: object | None,
+    traceparent: str | None,
+    tracestate: str | None,
+) -> int:
     for name in names:
         if name not in plan.columns:
             raise InvalidArgument(f"table {table} has no column {_shown(name)}")
@@ -296,6 +328,12 @@ def _execute(
     return inserted
 
 
+def _errno(exc: sa.exc.DBAPIError) -> object:
+    """The MySQL error number of a driver's error (None if it has none)."""
+    args: tuple[Any, ...] = getattr(exc.orig, "args", ())
+    return args[0] if args else None
+
+
 def _why(exc: sa.exc.DBAPIError) -> str:
     """The database's own words, on one line."""
     why = str(exc.orig.args[-1]) if exc.orig is not None and exc.orig.args else "a bad value"
@@ -307,7 +345,7 @@ def _duplicate_key(exc: sa.exc.IntegrityError, cfg: TableConfig) -> bool:
     args: tuple[Any, ...] = getattr(exc.orig, "args", ())
     return (
         len(args) >= 2
-        and args[0] == DUPLICATE_ENTRY
+        and _errno(exc) == DUPLICATE_ENTRY
         and is_duplicate_of(str(args[1]), cfg.name, cfg.dedup_index)
     )
 
@@ -323,23 +361,39 @@ def _shown(value: object, most: int = 60) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
 
 
+def _database(conn: sa.Connection, fresh: bool = False) -> str:
+    """The connection's database: read (SELECT DATABASE()) once, or again when ``fresh``,
+    and kept with its DBAPI connection (``Connection.info``), so that an enqueue costs the
+    application's transaction its INSERT alone. A connection keeps its database unless the
+    application runs ``USE`` on it: it is read again with the table's plan (:func:`_plan`),
+    and at once when an INSERT finds no such table or column (:func:`_insert`)."""
+    info = conn.info
+    database = None if fresh else info.get(_DATABASE)
+    if database is None:
+        database = conn.exec_driver_sql("SELECT DATABASE()").scalar()
+        if not database:
+            raise InvalidArgument("the connection has no database selected")
+        database = info[_DATABASE] = str(database)
+    return database
+
+
 def _plan(conn: sa.Connection, table: str, fresh: bool = False) -> _Plan:
     """The table's plan, read from information_schema when ``fresh``, unknown or older than
-    PLAN_TTL_S."""
-    database = conn.exec_driver_sql("SELECT DATABASE()").scalar()
-    if not database:
-        raise InvalidArgument("the connection has no database selected")
-    key = (conn.engine.url.render_as_string(hide_password=True), str(database), table)
+    PLAN_TTL_S, and the connection's database with it (a USE since it was read shows then)."""
+    url = conn.engine.url.render_as_string(hide_password=True)
     now = time.monotonic()
-    with _lock:
-        plan = _plans.get(key)
-    if plan is not None and not fresh and now - plan.read_at < PLAN_TTL_S:
-        return plan
+    if not fresh:
+        with _lock:
+            plan = _plans.get((url, _database(conn), table))
+        if plan is not None and now - plan.read_at < PLAN_TTL_S:
+            return plan
+    database = _database(conn, fresh=True)
+    key = (url, database, table)
     raw = conn.connection.dbapi_connection
     assert raw is not None
     cur = raw.cursor()
     try:
-        found = read_definitions(cur, str(database), only=table)
+        found = read_definitions(cur, database, only=table)
     finally:
         cur.close()
     if not found:

@@ -4,14 +4,17 @@ server, or never when the transaction rolls back; delay, priority, order key, tr
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy import orm
 
+from msgtable.core.tables import current_layout_ddl
 from msgtable.enqueue import enqueue, enqueue_many
 from msgtable.errors import InvalidArgument, TableNotFound
 
-from .helpers import NS, Collector, Served, serve
+from .helpers import NS, Collector, Served, comment, serve
 from .test_ordering import KEYED
 
 
@@ -165,3 +168,98 @@ def test_a_column_added_to_the_table_is_seen_at_once(served: Served):
     with served.transaction() as conn:
         enqueue(conn, "jobs", {"id": 2, "message": "b", "tenant": "t1"})
     assert served.sql("select tenant from jobs where id = 2")[0][0] == "t1"
+
+
+def test_a_column_dropped_from_the_table_is_one_clear_error(served: Served):
+    served.create_table("jobs", "tenant varchar(10)")
+    with served.transaction() as conn:
+        enqueue(conn, "jobs", {"id": 1, "message": "a", "tenant": "t1"})  # its columns kept
+    served.sql("alter table jobs drop column tenant")
+    with served.transaction() as conn:
+        with pytest.raises(InvalidArgument, match="table jobs has no column 'tenant'"):
+            enqueue(conn, "jobs", {"id": 2, "message": "b", "tenant": "t1"})
+        enqueue(conn, "jobs", {"id": 3, "message": "c"})  # the transaction goes on
+    assert [r[0] for r in served.sql("select id from jobs order by id")] == [1, 3]
+
+
+# -- what an enqueue costs the application's transaction, and a connection's database ----------
+def _app_engine(served: Served) -> tuple[sa.Engine, list[str]]:
+    """The application's engine of one pooled connection, and the statements it runs."""
+    app = sa.create_engine(served.db.url, pool_size=1, max_overflow=0)
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement)
+
+    sa.event.listen(app, "before_cursor_execute", seen)
+    return app, statements
+
+
+def test_an_enqueue_runs_its_insert_alone_once_its_connection_is_known(served: Served):
+    """A transaction of one enqueue is BEGIN, the INSERT and COMMIT, as the application's own
+    INSERT would be: the connection's database is read once, not before every INSERT."""
+    served.create_table("jobs")
+    app, statements = _app_engine(served)
+    try:
+        with app.begin() as conn:
+            enqueue(conn, "jobs", {"id": 1, "message": "a"})  # the first reads the table
+        for i in (2, 3):
+            statements.clear()
+            with app.begin() as conn:
+                enqueue(conn, "jobs", {"id": i, "message": "b"})
+            assert [s.split()[0] for s in statements] == ["INSERT"], statements
+    finally:
+        app.dispose()
+    assert [r[0] for r in served.sql("select id from jobs order by id")] == [1, 2, 3]
+
+
+@pytest.fixture
+def other_databases(served: Served) -> Any:
+    """Two more databases beside the test's (their names and engines), dropped afterwards."""
+    names = [f"{served.db.url.database}_{n}" for n in ("other", "empty")]
+    engines = []
+    for name in names:
+        served.sql(f"create database `{name}`")
+        engines.append(
+            sa.create_engine(served.db.url.set(database=name), isolation_level="AUTOCOMMIT")
+        )
+    try:
+        yield list(zip(names, engines, strict=True))
+    finally:
+        for name, engine in zip(names, engines, strict=True):
+            engine.dispose()
+            served.sql(f"drop database if exists `{name}`")
+
+
+def test_a_connection_switched_to_another_database_enqueues_there(
+    served: Served, other_databases: Any
+):
+    """A connection the application switched with USE enqueues into that database's table,
+    as its own INSERT would, whatever the table it enqueued into before had (a traceparent
+    column, here), and one with no such table is refused naming that database."""
+    (other, other_db), (empty, _) = other_databases
+    served.create_table("jobs", "traceparent varchar(55)")
+    ddl = current_layout_ddl("jobs", comment()).replace(
+        "  primary key(id)", "  tenant varchar(10),\n  primary key(id)"
+    )
+    with other_db.connect() as c:
+        c.exec_driver_sql(ddl)
+    trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    app, _ = _app_engine(served)
+    try:
+        with app.begin() as conn:
+            enqueue(conn, "jobs", {"id": 1, "message": "here"}, traceparent=trace)
+        with app.begin() as conn:
+            conn.exec_driver_sql(f"USE `{other}`")
+            enqueue(conn, "jobs", {"id": 2, "message": "there"}, traceparent=trace)
+            enqueue(conn, "jobs", {"id": 3, "message": "there too", "tenant": "t1"})
+        with app.begin() as conn:
+            conn.exec_driver_sql(f"USE `{empty}`")
+            with pytest.raises(TableNotFound, match=f"in {empty}"):
+                enqueue(conn, "jobs", {"id": 4, "message": "lost"})
+    finally:
+        app.dispose()
+    assert [tuple(r) for r in served.sql("select id, traceparent from jobs")] == [(1, trace)]
+    with other_db.connect() as c:
+        rows = c.exec_driver_sql("select id, tenant from jobs order by id").all()
+    assert [tuple(r) for r in rows] == [(2, None), (3, "t1")]

@@ -11,9 +11,9 @@ the message at once even without the binlog.
 
 A connection taken from the pool is pinged only when it was idle longer than IDLE_PING_S
 (one dropped by the database, or a server restarted, is replaced before it is used): a
-ping on every checkout was one round trip of a send's four (ping, SELECT DATABASE(),
-INSERT, COMMIT). A connection lost within that second fails its send as Unavailable (503:
-SDKs retry it), with nothing written.
+ping on every checkout was one round trip of a send's three (ping, INSERT, COMMIT;
+msgtable.enqueue reads a connection's database once). A connection lost within that
+second fails its send as Unavailable (503: SDKs retry it), with nothing written.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ table goes first, and ``dedup_ratio`` is the median round's rate with dedup / wi
 
 enqueue_ratio: transactions of one message each into the plain table, alternately through
 msgtable.enqueue.enqueue and through the same INSERT written by hand (SQLAlchemy's
-exec_driver_sql, the engine's columns set as enqueue sets them), on one pooled connection;
+exec_driver_sql, the engine's columns set as enqueue sets them), on the dedup rounds' pool;
 the median round's rate through enqueue / by hand (reported, no target: what the helper costs
 beside the database's own work, its per-call checks and, once per connection, the
 connection's database and the table's plan).

@@ -132,20 +132,28 @@ def enqueue_many(
             headers = tracing.trace_headers()
             traceparent = headers.get(TRACEPARENT_COLUMN)
             tracestate = headers.get(TRACESTATE_COLUMN)
-        return _insert(conn, table, rows, delay_s, priority, order_key, traceparent, tracestate)
+        options = _Options(delay_s, priority, order_key, traceparent, tracestate)
+        return _insert(conn, table, rows, options)
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What a call sets beside the rows' values (enqueue_many's arguments)."""
+
+    delay_s: float
+    priority: int
+    order_key: object | None
+    traceparent: str | None
+    tracestate: str | None
 
 
 def _insert(
     conn: sa.Connection | orm.Session,
     table: str,
     rows: Sequence[Mapping[str, Any]],
-    delay_s: float,
-    priority: int,
-    order_key: object | None,
-    traceparent: str | None,
-    tracestate: str | None,
+    options: _Options,
 ) -> int:
-    _check_delay_and_priority(delay_s, priority)
+    _check_delay_and_priority(options.delay_s, options.priority)
     names = list(rows[0])
     for i, row in enumerate(rows):
         if list(row) != names:
@@ -155,16 +163,15 @@ def _insert(
     fresh = not set(names) <= plan.columns  # a column added since the plan was read?
     if fresh:
         plan = _plan(connection, table, fresh=True)
-    options = (delay_s, priority, order_key, traceparent, tracestate)
     try:
-        return _insert_planned(plan, connection, table, rows, names, *options)
+        return _insert_planned(plan, connection, table, rows, names, options)
     except sa.exc.DBAPIError as exc:
         if fresh or _errno(exc) not in _UNKNOWN:
             raise
     # the table lost a column the plan has, or the connection is in another database now
     # (USE): nothing was written (the statement failed whole), read both again
     plan = _plan(connection, table, fresh=True)
-    return _insert_planned(plan, connection, table, rows, names, *options)
+    return _insert_planned(plan, connection, table, rows, names, options)
 
 
 def _insert_planned(
@@ -173,11 +180,7 @@ def _insert_planned(
     table: str,
     rows: Sequence[Mapping[str, Any]],
     names: list[str],
-    delay_s: float,
-    priority: int,
-    order_key: object | None,
-    traceparent: str | None,
-    tracestate: str | None,
+    o: _Options,
 ) -> int:
     for name in names:
         if name not in plan.columns:
@@ -188,9 +191,9 @@ def _insert_planned(
             )
     if plan.config.dedup in names:
         _check_dedup_keys(plan.config, rows)
-    extra = _due_columns(plan, table, names, delay_s, priority)
-    extra += _order_key_column(plan.config, table, names, order_key)
-    extra += _trace_columns(plan, names, traceparent, tracestate)
+    extra = _due_columns(plan, table, names, o.delay_s, o.priority)
+    extra += _order_key_column(plan.config, table, names, o.order_key)
+    extra += _trace_columns(plan, names, o.traceparent, o.tracestate)
     return _execute(connection, plan.config, rows, names, extra)
 
 

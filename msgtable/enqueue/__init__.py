@@ -386,8 +386,9 @@ def _plan(conn: sa.Connection, table: str, fresh: bool = False) -> _Plan:
     url = conn.engine.url.render_as_string(hide_password=True)
     now = time.monotonic()
     if not fresh:
+        known = (url, _database(conn), table)
         with _lock:
-            plan = _plans.get((url, _database(conn), table))
+            plan = _plans.get(known)
         if plan is not None and now - plan.read_at < PLAN_TTL_S:
             return plan
     database = _database(conn, fresh=True)

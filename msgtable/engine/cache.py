@@ -108,7 +108,7 @@ class Sending:
         if self.rows:
             cache = self._cache
             with cache.lock:
-                again = cache.due.finish(self.rows, cache.inflight.flying)
+                again = cache.due.finish(self.rows)
                 if again and cache.on_reread is not None:
                     cache.on_reread()
                 # ack waits over leave, so the set stays bounded by rate x ack wait
@@ -245,7 +245,7 @@ class MessageCache:
             self.due = self.ordered = OrderedDue(size, self.inflight.flying, lookahead_ns)
             self.inflight.on_land = self.ordered.landed
         else:
-            self.due = DueRows(size)
+            self.due = DueRows(size, self.inflight.flying)
         self.polls: list[Poll] = []  # polls whose read is running
         self.lock = lock
         self.released = threading.Condition(lock)  # held rows were let go (Hold)

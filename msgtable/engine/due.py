@@ -37,8 +37,9 @@ FRESH = 2**63
 class DueRows:
     """Queued, scheduled and sending rows (see the module docstring)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, flying: Callable[[Hashable], bool] | None = None) -> None:
         self.size = size
+        self._flying = flying  # whether a row is in flight (msgtable.engine.inflight)
         self.pending = False  # the last poll filled its limit: more due rows may wait in the DB
         self._queued: dict[Hashable, CachedRow] = {}
         self._heap: list[tuple[int, int, int, CachedRow]] = []  # due: (priority, time_next)
@@ -188,13 +189,11 @@ class DueRows:
                 if self._routes is not None:
                     self._routes.push(entry)
 
-    def finish(
-        self, batch: Iterable[CachedRow], flying: Callable[[Hashable], bool] | None = None
-    ) -> bool:
+    def finish(self, batch: Iterable[CachedRow]) -> bool:
         """The batch's send is over (whether or not its rows were sent). True when a poll
-        read one of them meanwhile and it is not in flight now (``flying``): that poll
-        skipped it and went on past it, so a new pass must read it again."""
-        read = self.read_sending
+        read one of them meanwhile and it is not in flight now: that poll skipped it and
+        went on past it, so a new pass must read it again."""
+        read, flying = self.read_sending, self._flying
         again = False
         for row in batch:
             rid = row.id

@@ -199,12 +199,9 @@ class OrderedDue:
             self._queued += len(run)
             heapq.heappush(self._ready, (run[0].priority, next(self._back), key, run))
 
-    def finish(
-        self, batch: Iterable[CachedRow], flying: Callable[[Hashable], bool] | None = None
-    ) -> bool:
+    def finish(self, batch: Iterable[CachedRow]) -> bool:
         """The send is over: rows of it not in flight (not handed over) free their key.
-        False: a pass reads a free key's rows anew (DueRows.finish's new pass is not needed;
-        ``flying`` is this table's own, given at construction)."""
+        False: a pass reads a free key's rows anew (DueRows.finish's new pass is not needed)."""
         for row in batch:
             self.sending.discard(row.id)
             if not self._flying(row.id):

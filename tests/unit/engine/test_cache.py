@@ -62,15 +62,21 @@ def test_a_sending_row_is_not_queued_again_by_a_poll():
     assert c.inflight.count(50) == 1 and c.inflight.count(100) == 0
 
 
+def cache_counting_passes() -> tuple[MessageCache, list[int]]:
+    """A cache holding row 1, and the new passes its sends' ends ask for."""
+    c = cache(10)
+    passes: list[int] = []
+    c.on_reread = lambda: passes.append(1)
+    polled(c, [row(1)])
+    return c, passes
+
+
 def test_a_row_released_while_its_send_ran_and_skipped_by_a_poll_then_asks_for_a_new_pass():
     """A subscriber's release can reach the database before the send that delivered the row
     ends (its commit, then its rows leave ``sending``): a poll that reads the released row
     meanwhile skips it (being sent) and its pass goes on past it, so the row would wait for
     the next whole pass (vt_poller_interval). The send's end asks for a new pass then."""
-    c = cache(10)
-    passes: list[int] = []
-    c.on_reread = lambda: passes.append(1)
-    polled(c, [row(1)])
+    c, passes = cache_counting_passes()
     with c.sending(0) as sending:
         batch = sending.pop(1)
         sending.sent(batch, 100, True, None)
@@ -84,10 +90,7 @@ def test_a_row_released_while_its_send_ran_and_skipped_by_a_poll_then_asks_for_a
 
 
 def test_a_row_a_poll_skipped_while_sent_and_still_in_flight_asks_for_no_pass():
-    c = cache(10)
-    passes: list[int] = []
-    c.on_reread = lambda: passes.append(1)
-    polled(c, [row(1)])
+    c, passes = cache_counting_passes()
     with c.sending(0) as sending:
         batch = sending.pop(1)
         sending.sent(batch, 100, True, None)

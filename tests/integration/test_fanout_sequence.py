@@ -115,6 +115,49 @@ def test_a_fanout_stalled_with_the_sequence_is_killed_not_waited_for(served: Ser
     assert got[2] == got[1] + 1, f"the killed fan-out's number was not kept: {got}"
 
 
+def test_a_row_the_fanout_skipped_as_locked_is_handed_over_soon_after_its_lock_ends(
+    served: Served, db_dsn
+):
+    """The fan-out's pick skips rows another transaction holds locked (SKIP LOCKED). A
+    committed row whose lock ends without a binlog event (a locking read, such as the
+    default group's send check; or, woken by the binlog, the commit of the inserting
+    transaction still completing as the pick runs) was left unseen until the next insert
+    or the table's poller interval (30 s here): the fan-out now sees the committed rows it
+    left and looks again soon."""
+    make_orders(served, vt_poller_interval=30)
+    served.client.create_subscription("orders", "audit")
+    enqueue(served, [1])  # the fan-out's runs since the creation are over once it is in
+    wait_until(lambda: served.sql(HANDED)[0][0] == 0, what="row 1 handed over")
+    app = connect(db_dsn)
+    try:
+        with app.cursor() as cur:
+            cur.execute("set session sql_log_bin = 0")  # row 2: no binlog event wakes anyone
+            cur.execute(
+                "insert into orders(id, message, region, kind, amount) "
+                "values (2, 'm2', 'us', 'refund', 2)"
+            )
+            app.commit()
+            cur.execute("set session sql_log_bin = 1")
+            cur.execute("select time_fanout from orders where id = 2 for update")
+            assert cur.fetchone() == (None,), "row 2 unseen when its lock was taken"
+            enqueue(served, [3])  # the binlog wakes the fan-out: row 3 in, row 2 locked
+            wait_until(
+                lambda: served.sql("select time_fanout from orders where id = 3")[0][0],
+                10,
+                "row 3 handed over",
+            )
+            assert served.sql("select time_fanout from orders where id = 2")[0][0] is None
+            app.rollback()  # the lock ends: nothing is written, no binlog event
+        wait_until(
+            lambda: served.sql(HANDED)[0][0] == 0,
+            10,
+            "row 2 handed over within 10 s of its lock's end (the poller interval is 30 s)",
+        )
+    finally:
+        app.close()
+    assert served.sql("select count(*) from orders__audit")[0][0] == 3, "all in its state"
+
+
 def test_the_cursor_scan_reads_from_the_cursor_through_fanout_idx(served: Served):
     """The scan of a subscription's never-sent messages (design.md (b)) is a range of
     fanout_idx from its cursor, each row's state row looked up by its key: the rows it reads

@@ -5,9 +5,15 @@ While this server sends (it holds the lease), the loop hands the table's unseen 
 transaction each (msgtable.store.subscriptions), numbered by the table's fan-out sequence
 (msgtable.store.sequences), until a batch comes back short; then it waits for the table's
 poller interval, or less when woken (the binlog showed an insert, a subscription was
-created). It tells the subscriptions that got rows, so their pollers read them at once. The
-database is the truth: a crash mid-batch leaves the rows unseen, handed over by the next
-server; a definition the engine has not loaded yet stops the batch until it is loaded.
+created). The pick skips rows another transaction holds locked (SKIP LOCKED): those of a
+transaction still open come when its commit wakes the loop, but a committed row whose lock
+ends without a binlog event (a locking read such as the default group's send check, or the
+inserting transaction's commit still completing as the pick that its binlog event woke
+ran) wakes nobody: while committed rows are left unseen, the loop looks again after
+SOON_S, doubling up to the poller interval. It tells the subscriptions that got rows, so
+their pollers read them at once. The database is the truth: a crash mid-batch leaves the
+rows unseen, handed over by the next server; a definition the engine has not loaded yet
+stops the batch until it is loaded.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from msgtable.store.protocol import SubscriptionStore
 log = logging.getLogger(__name__)
 
 FANOUT_BATCH_ROWS = 2_000
+SOON_S = 0.05  # the first wait before looking again at committed rows a pick skipped
 RETRY_MIN_S = 0.2
 RETRY_MAX_S = 30.0
 
@@ -58,6 +65,7 @@ class Fanout:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._soon_s = 0.0  # the last wait for rows left unseen (0: none were)
         self.handed_total = 0
 
     def trigger(self) -> None:
@@ -103,6 +111,18 @@ class Fanout:
         self.handed_total += total
         return total
 
+    def _wait_s(self) -> float:
+        """The wait after a fan-out, unless woken: the poller interval, or, while committed
+        rows are left unseen (skipped as locked: module docstring), SOON_S doubling up to
+        it (one plain read a fan-out; a row locked long costs one at each look)."""
+        cfg = self._config()
+        interval = cfg.poller_interval_s
+        if self._may_send() and self._store.pending_fanout(cfg.name, 1):
+            self._soon_s = min(interval, 2 * self._soon_s if self._soon_s else SOON_S)
+            return self._soon_s
+        self._soon_s = 0.0
+        return interval
+
     def _run(self) -> None:
         retry = Retry(
             f"table {self._config().name}: fan-out",
@@ -118,7 +138,7 @@ class Fanout:
                 break
             try:
                 self.fanout_once()
+                delay = self._wait_s()
                 retry.succeeded()
-                delay = self._config().poller_interval_s
             except Exception as exc:
                 delay = retry.failed(exc)

@@ -100,3 +100,27 @@ def test_a_store_without_subscriptions_says_what_they_need():
         assert e.list_subscriptions() == []
     finally:
         e.close()
+
+
+def test_while_committed_rows_are_left_unseen_the_fan_out_looks_again_soon(
+    engine: MessageEngine,
+):
+    """After a fan-out, the loop waits the poller interval unless committed rows are left
+    unseen (its pick skipped them as locked; here: rows no fan-out ran for): then 0.05 s,
+    doubling up to the interval, and the interval again once none are left."""
+    store = engine.store
+    assert isinstance(store, InMemoryStore)
+    engine.create_subscription(Subscription("q", "big"))
+    registry = engine._subscriptions
+    assert isinstance(registry, Registry)
+    fanout = registry._fanouts["q"]
+    m = engine.loaded("q")
+    assert m is not None
+    interval = m.config.poller_interval_s
+    assert fanout._wait_s() == interval, "nothing left: the poller interval"
+    store.insert("q", 1, message="m1")
+    waits = [fanout._wait_s() for _ in range(12)]
+    assert waits[:3] == [0.05, 0.1, 0.2]
+    assert waits[-1] == interval and waits == sorted(waits), waits
+    assert fan_out(engine) == 1
+    assert fanout._wait_s() == interval, "none left: the poller interval again"

@@ -175,7 +175,7 @@ class Fault:
 
     def __str__(self) -> str:
         server = f" of {self.server}" if self.server else ""
-        began = f" (began {self.began:.3f})" if self.at - self.began >= 0.1 else ""
+        began = f" (began {self.began:.3f})" if self.at - self.began >= 0.001 else ""
         return f"{self.what}{server}{began}"
 
 

@@ -5,6 +5,13 @@ cheroot serves the app from a small pool of threads (no thread made per request;
 connections, as Prometheus's scrapes use) on a thread of its own. ``open()`` binds the port,
 so a bad address or a port in use is one line naming the flag, before anything is served;
 ``open()`` and ``close()`` are idempotent, and ``close()`` waits for the serving thread.
+
+Each answer goes to the socket in one write, its headers with its body (cheroot writes each
+as it comes): a server killed while it answers leaves its client the whole answer (one that
+fits the socket's buffer, as every answer but a large ReceiveMessage does) or nothing, never
+the headers alone, which botocore takes for an answer with an empty body (a
+DeleteMessageBatch that committed, naming no entry). Every app here answers whole; a
+streamed answer would be held until its end.
 """
 
 from __future__ import annotations
@@ -29,6 +36,32 @@ def parse_listen(listen: str, flag: str, example: str) -> tuple[str, int]:
         raise InvalidArgument(f"{flag} {listen!r}: expected HOST:PORT, e.g. {example}")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     return host or "0.0.0.0", int(port)
+
+
+class _Held:
+    """What an answer writes, held to go to the socket at once (_WholeAnswers)."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def write(self, data: bytes) -> int:
+        self.parts.append(bytes(data))
+        return len(data)
+
+
+class _WholeAnswers(wsgi.Gateway_10):
+    """cheroot's WSGI gateway, its writes held until the answer is whole (module
+    docstring). An app that fails writes nothing: cheroot closes the connection."""
+
+    def respond(self) -> None:
+        conn = self.req.conn
+        out, held = conn.wfile, _Held()
+        conn.wfile = held
+        try:
+            super().respond()
+        finally:
+            conn.wfile = out
+        out.write(b"".join(held.parts))
 
 
 class WebServer:
@@ -60,6 +93,7 @@ class WebServer:
                 return
             server = wsgi.Server((self.host, self.port), self.app, numthreads=self.threads)
             server.shutdown_timeout = SHUTDOWN_S
+            server.gateway = _WholeAnswers
             try:
                 server.prepare()  # binds: a bad address or a port in use fails here
             except (OSError, ValueError) as exc:
